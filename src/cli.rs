@@ -1,0 +1,351 @@
+//! The `sabi` commands. Every command reads the same configuration (file and environment), so
+//! `sabi inbox` inspects the store that `sabi serve` writes.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+
+use crate::app::App;
+use crate::config::Config;
+use crate::domain::{Channel, ItemKind};
+use crate::ingress::whatsapp::{sign, wire};
+use crate::store::{self, InboxQuery, StoredItem};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sabi",
+    version,
+    about = "A durable gateway between customers and an AI assistant"
+)]
+pub struct Cli {
+    /// Configuration file (default: ./sabi.toml when it exists). SABI_* variables override it.
+    #[arg(long, global = true, env = "SABI_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway: HTTP ingress and workers.
+    Serve,
+    /// Print stored inbound items (messages, statuses, errors, field events) in arrival order.
+    Inbox {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Only items of this kind: message, status, value_error, field_event.
+        #[arg(long, value_parser = parse_kind)]
+        kind: Option<ItemKind>,
+        /// Only items of this channel: whatsapp, webchat.
+        #[arg(long, value_parser = parse_channel)]
+        channel: Option<Channel>,
+        /// At most this many items.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Print the raw deliveries (or parts) that Sabi could not understand.
+    Quarantine {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Post a signed WhatsApp text-message webhook to a running Sabi, as Meta would.
+    Send {
+        /// The message text.
+        text: String,
+        /// The customer's phone number.
+        #[arg(long, default_value = "2348000000001")]
+        from: String,
+        /// The customer's profile name.
+        #[arg(long, default_value = "Sandbox Customer")]
+        name: String,
+        /// The business phone-number id the customer writes to.
+        #[arg(long, default_value = "100000000000001")]
+        business: String,
+        /// The message id (default: a fresh one). Send the same id twice to see deduplication.
+        #[arg(long)]
+        id: Option<String>,
+        /// Where to post (default: the configured listen address).
+        #[arg(long)]
+        url: Option<String>,
+    },
+}
+
+fn parse_kind(s: &str) -> Result<ItemKind, String> {
+    ItemKind::parse(s)
+        .ok_or_else(|| format!("unknown kind {s:?}: message, status, value_error or field_event"))
+}
+
+fn parse_channel(s: &str) -> Result<Channel, String> {
+    Channel::parse(s).ok_or_else(|| format!("unknown channel {s:?}: whatsapp or webchat"))
+}
+
+/// Runs a command and turns its outcome into the process's exit code.
+pub fn main(cli: Cli) -> ExitCode {
+    crate::telemetry::init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sabi: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = Config::load(cli.config.as_deref(), std::env::vars())?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Serve => serve(&config).await,
+            Command::Inbox {
+                json,
+                kind,
+                channel,
+                limit,
+            } => {
+                inbox(
+                    &config,
+                    json,
+                    InboxQuery {
+                        kind,
+                        channel,
+                        after: None,
+                        limit,
+                    },
+                )
+                .await
+            }
+            Command::Quarantine { json } => quarantine(&config, json).await,
+            Command::Send {
+                text,
+                from,
+                name,
+                business,
+                id,
+                url,
+            } => {
+                send(
+                    &config,
+                    SendArgs {
+                        text,
+                        from,
+                        name,
+                        business,
+                        id,
+                        url,
+                    },
+                )
+                .await
+            }
+        }
+    })
+}
+
+async fn serve(config: &Config) -> anyhow::Result<()> {
+    let app = App::build(config).await?;
+    let shutdown = app.shutdown_token();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown signal received");
+        shutdown.cancel();
+    });
+    app.run_until_stopped().await
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+async fn inbox(config: &Config, as_json: bool, query: InboxQuery) -> anyhow::Result<()> {
+    let store = store::open(&config.store).await?;
+    let items = store.inbox(query).await?;
+    let mut out = std::io::stdout().lock();
+    for item in &items {
+        if as_json {
+            writeln!(out, "{}", inbox_json(item))?;
+        } else {
+            let i = &item.item;
+            writeln!(
+                out,
+                "{:>6}  {:<11} {:<8} {:<16} {:<18} {:<16} {}",
+                item.seq,
+                i.kind.as_str(),
+                item.state,
+                i.item_type.as_deref().unwrap_or("-"),
+                i.business.as_deref().unwrap_or("-"),
+                i.customer.as_deref().unwrap_or("-"),
+                i.text.as_deref().unwrap_or("").replace('\n', " ")
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The normalised facts of an item, with the store's own columns beside them.
+fn inbox_json(stored: &StoredItem) -> Value {
+    let item = &stored.item;
+    let mut object = match &item.facts {
+        Value::Object(map) => map.clone(),
+        _ => serde_json::Map::new(),
+    };
+    let columns = [
+        ("seq", json!(stored.seq)),
+        ("kind", json!(item.kind.as_str())),
+        ("channel", json!(item.channel.as_str())),
+        ("business_number", json!(item.business)),
+        ("customer", json!(item.customer)),
+        ("external_id", json!(item.dedupe_key)),
+        ("type", json!(item.item_type)),
+        ("text", json!(item.text)),
+        ("media_id", json!(item.media_id)),
+        ("provider_timestamp", json!(item.provider_ts)),
+        ("received_at_ms", json!(stored.received_at_ms)),
+        ("received_at", json!(rfc3339(stored.received_at_ms))),
+        ("state", json!(stored.state)),
+    ];
+    for (key, value) in columns {
+        // The facts keep their own meaning of a key (a status's `id`, a message's `type`).
+        object.entry(key).or_insert(value);
+    }
+    Value::Object(object)
+}
+
+fn rfc3339(ms: i64) -> String {
+    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or_default());
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {
+    let store = store::open(&config.store).await?;
+    let mut out = std::io::stdout().lock();
+    for q in store.quarantine(None).await? {
+        if as_json {
+            let line = json!({
+                "id": q.id,
+                "channel": q.quarantined.channel.as_str(),
+                "received_at": rfc3339(q.received_at_ms),
+                "reason": q.quarantined.reason,
+                "raw": q.quarantined.raw,
+            });
+            writeln!(out, "{line}")?;
+        } else {
+            writeln!(
+                out,
+                "{:>6}  {}  {}",
+                q.id,
+                rfc3339(q.received_at_ms),
+                q.quarantined.reason
+            )?;
+        }
+    }
+    Ok(())
+}
+
+struct SendArgs {
+    text: String,
+    from: String,
+    name: String,
+    business: String,
+    id: Option<String>,
+    url: Option<String>,
+}
+
+async fn send(config: &Config, args: SendArgs) -> anyhow::Result<()> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let id = args
+        .id
+        .unwrap_or_else(|| format!("wamid.SABI{:x}{:x}", now.as_nanos(), std::process::id()));
+    let body = wire::encode(&text_webhook(
+        &args.business,
+        &args.from,
+        &args.name,
+        &id,
+        now.as_secs(),
+        &args.text,
+    ));
+    let secret = config
+        .whatsapp
+        .app_secrets()
+        .into_iter()
+        .next()
+        .context("no app secret configured")?;
+    let url = args.url.unwrap_or_else(|| {
+        let mut addr = config.listen;
+        if addr.ip().is_unspecified() {
+            addr.set_ip([127, 0, 0, 1].into());
+        }
+        format!("http://{addr}/webhook/whatsapp")
+    });
+    let response = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("x-hub-signature-256", sign(&secret, body.as_bytes()))
+        .body(body)
+        .send()
+        .await
+        .with_context(|| format!("posting to {url}"))?;
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    println!("{} {id} {text}", status.as_u16());
+    anyhow::ensure!(status.is_success(), "{url} answered {status}");
+    Ok(())
+}
+
+/// A realistic Cloud API webhook for one inbound text message.
+pub fn text_webhook(
+    business: &str,
+    from: &str,
+    name: &str,
+    id: &str,
+    timestamp: u64,
+    text: &str,
+) -> Value {
+    json!({
+        "object": "whatsapp_business_account",
+        "entry": [{
+            "id": "100000000000000",
+            "changes": [{
+                "value": {
+                    "messaging_product": "whatsapp",
+                    "metadata": {"display_phone_number": "15550000000", "phone_number_id": business},
+                    "contacts": [{"profile": {"name": name}, "wa_id": from}],
+                    "messages": [{
+                        "from": from,
+                        "id": id,
+                        "timestamp": timestamp.to_string(),
+                        "type": "text",
+                        "text": {"body": text}
+                    }]
+                },
+                "field": "messages"
+            }]
+        }]
+    })
+}

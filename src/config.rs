@@ -1,0 +1,602 @@
+//! Config: one typed configuration for every `sabi` command.
+//!
+//! Layers, each over the one before: built-in defaults, then an optional `sabi.toml`, then the
+//! `SABI_*` environment variables of DESIGN.md. Everything is parsed and validated once, at
+//! start; a bad value stops start-up with a message naming the setting (and its variable).
+//! Business code only ever sees typed values: durations, addresses, secrets.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use crate::domain::BatchPolicy;
+
+/// The environment variables and the setting each one sets.
+pub const ENV: &[(&str, &str)] = &[
+    ("SABI_LISTEN", "listen"),
+    ("SABI_STORE", "store"),
+    ("SABI_WHATSAPP_APP_SECRET", "whatsapp.app_secret"),
+    ("SABI_WHATSAPP_VERIFY_TOKEN", "whatsapp.verify_token"),
+    ("SABI_WHATSAPP_ACCESS_TOKEN", "whatsapp.access_token"),
+    ("SABI_WHATSAPP_API_BASE", "whatsapp.api_base"),
+    ("SABI_BATCH_WINDOW", "whatsapp.batch_window"),
+    ("SABI_BATCH_MAX_WAIT", "whatsapp.batch_max_wait"),
+    ("SABI_OUTBOUND_RATE", "whatsapp.outbound_rate"),
+    ("SABI_LLM_BASE_URL", "llm.base_url"),
+    ("SABI_LLM_API_KEY", "llm.api_key"),
+    ("SABI_LLM_MODEL", "llm.model"),
+    ("SABI_TRANSCRIBE_BASE_URL", "llm.transcribe_base_url"),
+    ("SABI_LEASE", "engine.lease"),
+    ("SABI_REVIEW_AFTER", "engine.review_after"),
+    ("SABI_ADMIN_TOKEN", "admin.token"),
+];
+
+/// The app secret used when none is configured, in sandbox mode only, so that `sabi serve`
+/// and `sabi send` work together out of the box. Never accepted once an access token is set.
+pub const SANDBOX_APP_SECRET: &str = "sabi-sandbox-secret";
+
+/// The longest batch window a channel may have.
+const MAX_WINDOW: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address the HTTP server listens on.
+    #[serde(default = "defaults::listen")]
+    pub listen: SocketAddr,
+    /// Where state lives: `sqlite://PATH` (embedded, the default).
+    #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
+    pub whatsapp: WhatsappConfig,
+    #[serde(default)]
+    pub webchat: WebchatConfig,
+    #[serde(default)]
+    pub llm: LlmConfig,
+    #[serde(default)]
+    pub engine: EngineConfig,
+    #[serde(default)]
+    pub ingress: IngressConfig,
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+/// The store backend, written as a URL (`sqlite://sabi-data/sabi.db`) or as a table
+/// (`{ kind = "sqlite", path = "..." }`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(try_from = "StoreSpec")]
+pub enum StoreConfig {
+    Sqlite { path: PathBuf },
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig::Sqlite {
+            path: PathBuf::from("sabi-data/sabi.db"),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StoreSpec {
+    Url(String),
+    Table(StoreTable),
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+enum StoreTable {
+    Sqlite { path: PathBuf },
+}
+
+impl TryFrom<StoreSpec> for StoreConfig {
+    type Error = String;
+
+    fn try_from(spec: StoreSpec) -> Result<Self, String> {
+        match spec {
+            StoreSpec::Table(StoreTable::Sqlite { path }) => Ok(StoreConfig::Sqlite { path }),
+            StoreSpec::Url(url) => match url.split_once("://") {
+                Some(("sqlite", path)) if !path.is_empty() => {
+                    Ok(StoreConfig::Sqlite { path: path.into() })
+                }
+                _ => Err(format!("unsupported store {url:?}: expected sqlite://PATH")),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WhatsappConfig {
+    /// The Meta app's secret: webhooks are signed with it. Unset in sandbox mode means a fixed
+    /// sandbox secret that `sabi send` also uses.
+    pub app_secret: Option<SecretString>,
+    /// The previous app secret, still accepted while a rotation is under way.
+    pub previous_app_secret: Option<SecretString>,
+    /// The token Meta echoes when it verifies the callback URL. Unset: verification refused.
+    pub verify_token: Option<SecretString>,
+    /// Graph API access token. Unset means sandbox mode: replies are stored, not sent.
+    pub access_token: Option<SecretString>,
+    /// Graph API base URL, with its version.
+    #[serde(default = "defaults::api_base")]
+    pub api_base: String,
+    /// A conversation's batch is due this long after its latest message (0 to 300 s).
+    #[serde(default = "defaults::whatsapp_window", with = "duration")]
+    pub batch_window: Duration,
+    /// ...and never later than this long after its first (at least the window).
+    #[serde(default = "defaults::max_wait", with = "duration")]
+    pub batch_max_wait: Duration,
+    /// Messages per second per business number.
+    #[serde(default = "defaults::outbound_rate", deserialize_with = "number::u32")]
+    pub outbound_rate: u32,
+}
+
+impl Default for WhatsappConfig {
+    fn default() -> Self {
+        WhatsappConfig {
+            app_secret: None,
+            previous_app_secret: None,
+            verify_token: None,
+            access_token: None,
+            api_base: defaults::api_base(),
+            batch_window: defaults::whatsapp_window(),
+            batch_max_wait: defaults::max_wait(),
+            outbound_rate: defaults::outbound_rate(),
+        }
+    }
+}
+
+impl WhatsappConfig {
+    /// Sandbox mode: no access token, so nothing is sent to Meta.
+    pub fn sandbox(&self) -> bool {
+        self.access_token.is_none()
+    }
+
+    /// The secrets a webhook signature may be made with, current first.
+    pub fn app_secrets(&self) -> Vec<SecretString> {
+        let current = self
+            .app_secret
+            .clone()
+            .unwrap_or_else(|| SecretString::from(SANDBOX_APP_SECRET.to_owned()));
+        std::iter::once(current)
+            .chain(self.previous_app_secret.clone())
+            .collect()
+    }
+
+    pub fn batch_policy(&self) -> BatchPolicy {
+        policy(self.batch_window, self.batch_max_wait)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebchatConfig {
+    /// Web chat answers each question at once by default.
+    #[serde(default, with = "duration")]
+    pub batch_window: Duration,
+    #[serde(default = "defaults::max_wait", with = "duration")]
+    pub batch_max_wait: Duration,
+}
+
+impl Default for WebchatConfig {
+    fn default() -> Self {
+        WebchatConfig {
+            batch_window: Duration::ZERO,
+            batch_max_wait: defaults::max_wait(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    /// OpenAI-compatible base URL (`https://api.openai.com/v1`, a local vLLM, ...).
+    pub base_url: Option<String>,
+    pub api_key: Option<SecretString>,
+    pub model: Option<String>,
+    /// Speech-to-text base URL; the LLM's when unset.
+    pub transcribe_base_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    /// How long a claimed batch is held; renewed every quarter of it.
+    #[serde(default = "defaults::lease", with = "duration")]
+    pub lease: Duration,
+    /// A batch older than this goes to review instead of an automatic reply.
+    #[serde(default = "defaults::review_after", with = "duration")]
+    pub review_after: Duration,
+    /// How long running work may take to finish at shutdown.
+    #[serde(default = "defaults::shutdown_grace", with = "duration")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            lease: defaults::lease(),
+            review_after: defaults::review_after(),
+            shutdown_grace: defaults::shutdown_grace(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngressConfig {
+    /// Largest request body accepted (Meta sends up to 3 MB).
+    #[serde(default = "defaults::max_body", deserialize_with = "number::usize")]
+    pub max_body_bytes: usize,
+}
+
+impl Default for IngressConfig {
+    fn default() -> Self {
+        IngressConfig {
+            max_body_bytes: defaults::max_body(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Bearer token of the admin API; unset means the admin API is off.
+    pub token: Option<SecretString>,
+}
+
+/// A configuration that cannot be used, naming the setting.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {0}")]
+pub struct Error(String);
+
+impl Config {
+    /// Loads defaults, then `file` if given (it must exist) or `./sabi.toml` if present, then
+    /// the `SABI_*` variables among `env`.
+    ///
+    /// # Errors
+    /// An unreadable file, or any invalid setting, named.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, Error> {
+        let mut table = read_file(file)?;
+        let env: Vec<(String, String)> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("SABI_"))
+            .collect();
+        for (var, value) in &env {
+            let Some((_, key)) = ENV.iter().find(|(name, _)| name == var) else {
+                continue;
+            };
+            set_path(&mut table, key, value.clone());
+        }
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+                let key = e.path().to_string();
+                let from_env = ENV
+                    .iter()
+                    .find(|(name, k)| *k == key && env.iter().any(|(v, _)| v == name))
+                    .map(|(name, _)| format!(" (from {name})"))
+                    .unwrap_or_default();
+                Error(format!("{key}{from_env}: {}", e.inner()))
+            })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        for (name, window, cap) in [
+            (
+                "whatsapp",
+                self.whatsapp.batch_window,
+                self.whatsapp.batch_max_wait,
+            ),
+            (
+                "webchat",
+                self.webchat.batch_window,
+                self.webchat.batch_max_wait,
+            ),
+        ] {
+            if window > MAX_WINDOW {
+                return Err(Error(format!(
+                    "{name}.batch_window: {} is above the 300s limit",
+                    humantime::format_duration(window)
+                )));
+            }
+            if cap < window {
+                return Err(Error(format!(
+                    "{name}.batch_max_wait: {} is shorter than the batch window {}",
+                    humantime::format_duration(cap),
+                    humantime::format_duration(window)
+                )));
+            }
+        }
+        if self.engine.lease < Duration::from_secs(1) {
+            return Err(Error(
+                "engine.lease (SABI_LEASE): must be at least 1s".into(),
+            ));
+        }
+        if self.whatsapp.outbound_rate == 0 {
+            return Err(Error(
+                "whatsapp.outbound_rate (SABI_OUTBOUND_RATE): must be at least 1".into(),
+            ));
+        }
+        if !self.whatsapp.sandbox() && self.whatsapp.app_secret.is_none() {
+            return Err(Error(
+                "whatsapp.app_secret (SABI_WHATSAPP_APP_SECRET): required once an access token is set".into(),
+            ));
+        }
+        if self.ingress.max_body_bytes < 3 * 1024 * 1024 {
+            return Err(Error(
+                "ingress.max_body_bytes: must allow Meta's 3 MB webhooks".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn read_file(file: Option<&Path>) -> Result<toml::Table, Error> {
+    let default = Path::new("sabi.toml");
+    let path = match file {
+        Some(path) => path,
+        None if default.exists() => default,
+        None => return Ok(toml::Table::new()),
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error(format!("cannot read {}: {e}", path.display())))?;
+    text.parse::<toml::Table>()
+        .map_err(|e| Error(format!("{}: {e}", path.display())))
+}
+
+/// Sets `a.b` in `table` to a string; typed deserialisation then parses it.
+fn set_path(table: &mut toml::Table, key: &str, value: String) {
+    match key.split_once('.') {
+        None => {
+            table.insert(key.to_owned(), toml::Value::String(value));
+        }
+        Some((head, rest)) => {
+            let child = table
+                .entry(head.to_owned())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if !child.is_table() {
+                *child = toml::Value::Table(toml::Table::new());
+            }
+            if let toml::Value::Table(child) = child {
+                set_path(child, rest, value);
+            }
+        }
+    }
+}
+
+fn policy(window: Duration, cap: Duration) -> BatchPolicy {
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    BatchPolicy {
+        window_ms: ms(window),
+        cap_ms: ms(cap),
+    }
+}
+
+impl WebchatConfig {
+    pub fn batch_policy(&self) -> BatchPolicy {
+        policy(self.batch_window, self.batch_max_wait)
+    }
+}
+
+mod defaults {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    pub(super) fn listen() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 8080))
+    }
+    pub(super) fn api_base() -> String {
+        "https://graph.facebook.com/v23.0".into()
+    }
+    pub(super) fn whatsapp_window() -> Duration {
+        Duration::from_secs(20)
+    }
+    pub(super) fn max_wait() -> Duration {
+        Duration::from_secs(60)
+    }
+    pub(super) fn outbound_rate() -> u32 {
+        80
+    }
+    pub(super) fn lease() -> Duration {
+        Duration::from_secs(120)
+    }
+    pub(super) fn review_after() -> Duration {
+        Duration::from_secs(15 * 60)
+    }
+    pub(super) fn shutdown_grace() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub(super) fn max_body() -> usize {
+        // Meta's 3 MB plus room for headers of the JSON around it.
+        3 * 1024 * 1024 + 512 * 1024
+    }
+}
+
+/// Durations written like `250ms`, `20s`, `15m`, or a number of seconds.
+mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, de};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Spec {
+        Seconds(u64),
+        Text(String),
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        match Spec::deserialize(d)? {
+            Spec::Seconds(s) => Ok(Duration::from_secs(s)),
+            Spec::Text(t) if t.trim() == "0" => Ok(Duration::ZERO),
+            Spec::Text(t) => humantime::parse_duration(t.trim()).map_err(|e| {
+                de::Error::custom(format!(
+                    "invalid duration {t:?} ({e}); write it like 250ms, 20s or 15m"
+                ))
+            }),
+        }
+    }
+}
+
+/// Numbers that may come from the environment as text.
+mod number {
+    use serde::{Deserialize, Deserializer, de};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Spec {
+        Number(u64),
+        Text(String),
+    }
+
+    fn parse<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        match Spec::deserialize(d)? {
+            Spec::Number(n) => Ok(n),
+            Spec::Text(t) => t
+                .trim()
+                .parse()
+                .map_err(|_| de::Error::custom(format!("invalid number {t:?}"))),
+        }
+    }
+
+    pub(super) fn u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+        u32::try_from(parse(d)?).map_err(|_| de::Error::custom("number too large"))
+    }
+
+    pub(super) fn usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+        usize::try_from(parse(d)?).map_err(|_| de::Error::custom("number too large"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn no_file() -> Option<&'static Path> {
+        // An explicit empty file keeps a developer's ./sabi.toml out of the tests.
+        Some(Path::new("/dev/null"))
+    }
+
+    #[test]
+    fn defaults_match_the_design() {
+        let c = Config::load(no_file(), env(&[])).expect("defaults are valid");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.store, StoreConfig::default());
+        assert_eq!(c.whatsapp.batch_window, Duration::from_secs(20));
+        assert_eq!(c.whatsapp.batch_max_wait, Duration::from_secs(60));
+        assert_eq!(c.webchat.batch_window, Duration::ZERO);
+        assert_eq!(c.engine.lease, Duration::from_secs(120));
+        assert_eq!(c.engine.review_after, Duration::from_secs(900));
+        assert_eq!(c.whatsapp.outbound_rate, 80);
+        assert!(c.whatsapp.sandbox());
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("sabi.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:9000\"\n[whatsapp]\nbatch_window = \"5s\"\n",
+        )
+        .expect("write");
+        let c = Config::load(
+            Some(&file),
+            env(&[
+                ("SABI_BATCH_WINDOW", "250ms"),
+                ("SABI_STORE", "sqlite:///tmp/x.db"),
+                ("SABI_OUTBOUND_RATE", "20"),
+                ("SABI_UNRELATED", "x"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.whatsapp.batch_window, Duration::from_millis(250));
+        assert_eq!(
+            c.store,
+            StoreConfig::Sqlite {
+                path: "/tmp/x.db".into()
+            }
+        );
+        assert_eq!(c.whatsapp.outbound_rate, 20);
+    }
+
+    #[test]
+    fn bad_values_name_the_setting() {
+        let cases = [
+            (
+                vec![("SABI_BATCH_WINDOW", "soon")],
+                "whatsapp.batch_window (from SABI_BATCH_WINDOW)",
+            ),
+            (
+                vec![("SABI_LISTEN", "nowhere")],
+                "listen (from SABI_LISTEN)",
+            ),
+            (vec![("SABI_STORE", "mysql://x")], "store (from SABI_STORE)"),
+            (
+                vec![("SABI_OUTBOUND_RATE", "fast")],
+                "whatsapp.outbound_rate",
+            ),
+            (vec![("SABI_BATCH_WINDOW", "301s")], "whatsapp.batch_window"),
+            (
+                vec![("SABI_BATCH_WINDOW", "30s"), ("SABI_BATCH_MAX_WAIT", "10s")],
+                "whatsapp.batch_max_wait",
+            ),
+            (
+                vec![("SABI_WHATSAPP_ACCESS_TOKEN", "t")],
+                "SABI_WHATSAPP_APP_SECRET",
+            ),
+        ];
+        for (vars, want) in cases {
+            let err = Config::load(no_file(), env(&vars))
+                .expect_err("invalid")
+                .to_string();
+            assert!(err.contains(want), "{vars:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_file_keys_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("sabi.toml");
+        std::fs::write(&file, "[whatsapp]\nbatch_windw = \"5s\"\n").expect("write");
+        let err = Config::load(Some(&file), env(&[]))
+            .expect_err("typo")
+            .to_string();
+        assert!(err.contains("batch_windw"), "{err}");
+    }
+
+    #[test]
+    fn store_as_a_table() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("sabi.toml");
+        std::fs::write(
+            &file,
+            "store = { kind = \"sqlite\", path = \"data/s.db\" }\n",
+        )
+        .expect("write");
+        let c = Config::load(Some(&file), env(&[])).expect("valid");
+        assert_eq!(
+            c.store,
+            StoreConfig::Sqlite {
+                path: "data/s.db".into()
+            }
+        );
+    }
+}

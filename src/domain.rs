@@ -1,0 +1,110 @@
+//! Domain types shared by every stage: channels, conversations, and the inbound items that
+//! the ingress hands to the store.
+//!
+//! An [`InboundItem`] is one normalised fact from a delivery: a customer's message, a status of
+//! a message Sabi sent, a value-level error, or a non-message field event. Its `facts` are the
+//! normalised view operators and outside tests read back (`sabi inbox --json`); the other fields
+//! are what the store indexes on.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a message came from. Part of every deduplication key and conversation key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Channel {
+    Whatsapp,
+    Webchat,
+}
+
+impl Channel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Channel::Whatsapp => "whatsapp",
+            Channel::Webchat => "webchat",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Channel> {
+        [Channel::Whatsapp, Channel::Webchat]
+            .into_iter()
+            .find(|c| c.as_str() == s)
+    }
+}
+
+/// A conversation is one customer talking to one business number on one channel.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ConversationKey {
+    pub channel: Channel,
+    /// For WhatsApp, the business `phone_number_id` (the routing key for replies).
+    pub business: String,
+    /// The customer's phone number, or their business-scoped user id when no number is given.
+    pub customer: String,
+}
+
+/// What kind of fact an inbound item is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemKind {
+    Message,
+    Status,
+    ValueError,
+    FieldEvent,
+}
+
+impl ItemKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemKind::Message => "message",
+            ItemKind::Status => "status",
+            ItemKind::ValueError => "value_error",
+            ItemKind::FieldEvent => "field_event",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ItemKind> {
+        use ItemKind::*;
+        [Message, Status, ValueError, FieldEvent]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// One normalised inbound fact, ready to be stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboundItem {
+    pub kind: ItemKind,
+    pub channel: Channel,
+    /// Unique per channel: the wamid for messages, `wamid:status` for statuses, a content hash
+    /// for errors and field events. Redeliveries carry the same key.
+    pub dedupe_key: String,
+    pub business: Option<String>,
+    pub customer: Option<String>,
+    /// The message type (`text`, `image`, ...), the status value, or the field name.
+    pub item_type: Option<String>,
+    /// The human-readable text a bot should read (body, caption, button title, ...).
+    pub text: Option<String>,
+    pub media_id: Option<String>,
+    /// Provider timestamp, Unix seconds.
+    pub provider_ts: Option<i64>,
+    /// Set when the item asks for a turn: the conversation it wakes.
+    pub turn: Option<ConversationKey>,
+    /// The normalised facts, as one JSON object.
+    pub facts: serde_json::Value,
+}
+
+/// A piece of a signed delivery that Sabi could not understand, kept raw so nothing is lost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quarantined {
+    pub channel: Channel,
+    pub reason: String,
+    pub raw: String,
+}
+
+/// When a conversation's batch becomes due, per channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchPolicy {
+    /// Due this long after the latest pending message...
+    pub window_ms: i64,
+    /// ...but never later than this long after the first.
+    pub cap_ms: i64,
+}

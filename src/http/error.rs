@@ -1,0 +1,79 @@
+//! `ApiError`: every error an HTTP route answers, with its status, code and message together.
+//!
+//! Bodies are `{"code": "snake_case", "message": "..."}`. A 5xx never carries internals: the
+//! cause is logged here, once, and the client gets a fixed sentence.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::ingress::whatsapp::{NotJson, Rejection};
+use crate::store;
+
+/// Seconds a client should wait before retrying a 503.
+const RETRY_AFTER_SECS: &str = "5";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadSignature(#[from] Rejection),
+    #[error("webhook verification refused")]
+    VerificationRefused,
+    #[error("{0}")]
+    NotJson(#[from] NotJson),
+    #[error("request body larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("could not read the request body: {0}")]
+    UnreadableBody(String),
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
+impl ApiError {
+    /// Status, code and the message a client sees.
+    fn parts(&self) -> (StatusCode, &'static str, String) {
+        match self {
+            ApiError::BadSignature(r) => (StatusCode::UNAUTHORIZED, "bad_signature", r.to_string()),
+            ApiError::VerificationRefused => (
+                StatusCode::FORBIDDEN,
+                "verification_refused",
+                self.to_string(),
+            ),
+            ApiError::NotJson(e) => (StatusCode::BAD_REQUEST, "not_json", e.to_string()),
+            ApiError::TooLarge { .. } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                self.to_string(),
+            ),
+            ApiError::UnreadableBody(_) => {
+                (StatusCode::BAD_REQUEST, "unreadable_body", self.to_string())
+            }
+            ApiError::Store(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "the message could not be stored; retry later".into(),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, message) = self.parts();
+        if status.is_server_error() {
+            tracing::error!(error.message = %self, error.cause_chain = ?self, code, "request failed");
+        } else {
+            tracing::debug!(error.message = %self, code, "request refused");
+        }
+        let mut response =
+            (status, Json(json!({ "code": code, "message": message }))).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(RETRY_AFTER_SECS),
+            );
+        }
+        response
+    }
+}

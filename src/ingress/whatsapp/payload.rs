@@ -1,0 +1,834 @@
+//! PURE: a verified WhatsApp Cloud API webhook body -> every inbound item it carries.
+//!
+//! Every entry, change, message, status and error is read; nothing is taken from `[0]`. A body
+//! that is not JSON is an error (the caller answers 400). JSON of a shape Sabi does not know is
+//! never refused: the whole body, or the one message or status that does not fit, is returned
+//! as [`Quarantined`] so it is kept raw. Unknown fields are ignored and unknown message types are
+//! kept with their type.
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
+
+/// What one delivery carried.
+#[derive(Debug, Default, PartialEq)]
+pub struct Parsed {
+    pub items: Vec<InboundItem>,
+    pub quarantined: Vec<Quarantined>,
+}
+
+/// The body is not JSON at all (or not UTF-8): Meta never sends that, so it is refused.
+#[derive(Debug, thiserror::Error)]
+#[error("body is not JSON: {0}")]
+pub struct NotJson(String);
+
+/// Message types that never start a turn: they are stored and deliberately skipped.
+const NOT_A_TURN: &[&str] = &["reaction", "system"];
+
+/// Parses a verified body.
+///
+/// # Errors
+/// [`NotJson`] when the bytes are not UTF-8 JSON; every other problem is quarantined.
+pub fn parse(body: &[u8]) -> Result<Parsed, NotJson> {
+    let text = std::str::from_utf8(body).map_err(|e| NotJson(e.to_string()))?;
+    let envelope: Envelope<'_> = match serde_json::from_str(text) {
+        Ok(envelope) => envelope,
+        Err(e) if e.is_data() => return Ok(quarantine_whole(text, &e.to_string())),
+        Err(e) => return Err(NotJson(e.to_string())),
+    };
+    if envelope.object != "whatsapp_business_account" {
+        let reason = format!("unknown object {:?}", envelope.object);
+        return Ok(quarantine_whole(text, &reason));
+    }
+    let mut parsed = Parsed::default();
+    for entry in &envelope.entry {
+        for change in &entry.changes {
+            parse_change(entry, change, &mut parsed);
+        }
+    }
+    Ok(parsed)
+}
+
+fn quarantine_whole(text: &str, reason: &str) -> Parsed {
+    Parsed {
+        items: Vec::new(),
+        quarantined: vec![quarantined(reason, text)],
+    }
+}
+
+fn quarantined(reason: &str, raw: &str) -> Quarantined {
+    Quarantined {
+        channel: Channel::Whatsapp,
+        reason: reason.to_owned(),
+        raw: raw.to_owned(),
+    }
+}
+
+fn parse_change(entry: &Entry<'_>, change: &Change<'_>, out: &mut Parsed) {
+    if change.field != "messages" {
+        out.items.push(field_event(entry, change));
+        return;
+    }
+    let value: MessagesValue<'_> = match serde_json::from_str(change.value.get()) {
+        Ok(value) => value,
+        Err(e) => {
+            let reason = format!("messages value of entry {}: {e}", entry.id);
+            out.quarantined
+                .push(quarantined(&reason, change.value.get()));
+            return;
+        }
+    };
+    let scope = Scope {
+        entry_id: &entry.id,
+        field: &change.field,
+        phone_number_id: value.metadata.as_ref().map(|m| m.phone_number_id.as_str()),
+    };
+    for raw in &value.messages {
+        match serde_json::from_str::<Message>(raw.get()) {
+            Ok(message) => out
+                .items
+                .push(message_item(&scope, &value.contacts, message)),
+            Err(e) => out
+                .quarantined
+                .push(quarantined(&format!("message: {e}"), raw.get())),
+        }
+    }
+    for raw in &value.statuses {
+        match serde_json::from_str::<Status>(raw.get()) {
+            Ok(status) => out.items.push(status_item(&scope, status)),
+            Err(e) => out
+                .quarantined
+                .push(quarantined(&format!("status: {e}"), raw.get())),
+        }
+    }
+    let value_hash = content_hash(&[&entry.id, &change.field, change.value.get()]);
+    for (index, error) in value.errors.iter().enumerate() {
+        out.items
+            .push(value_error_item(&scope, error, &value_hash, index));
+    }
+}
+
+/// Where an item sits in the delivery.
+struct Scope<'a> {
+    entry_id: &'a str,
+    field: &'a str,
+    phone_number_id: Option<&'a str>,
+}
+
+fn message_item(scope: &Scope<'_>, contacts: &[Contact], m: Message) -> InboundItem {
+    let from = non_empty(m.from.clone());
+    let from_user_id = non_empty(m.from_user_id.clone());
+    let contact_name = contact_name(contacts, from.as_deref(), from_user_id.as_deref());
+    let content = Content::of(&m);
+    let mut facts = json!({
+        "kind": "message",
+        "entry_id": scope.entry_id,
+        "field": scope.field,
+        "phone_number_id": scope.phone_number_id,
+        "id": m.id,
+        "from": from,
+        "from_user_id": from_user_id,
+        "contact_name": contact_name,
+        "type": m.kind,
+        "timestamp": m.timestamp.0,
+        "text": content.text,
+    });
+    let map = facts
+        .as_object_mut()
+        .expect("json! of an object literal is an object");
+    content.add_facts(&m, map);
+
+    let customer = from.clone().or_else(|| from_user_id.clone());
+    let turn = match (scope.phone_number_id, &customer) {
+        (Some(business), Some(customer)) if !NOT_A_TURN.contains(&m.kind.as_str()) => {
+            Some(ConversationKey {
+                channel: Channel::Whatsapp,
+                business: business.to_owned(),
+                customer: customer.clone(),
+            })
+        }
+        _ => None,
+    };
+    InboundItem {
+        kind: ItemKind::Message,
+        channel: Channel::Whatsapp,
+        dedupe_key: m.id,
+        business: scope.phone_number_id.map(str::to_owned),
+        customer,
+        item_type: Some(m.kind),
+        text: content.text,
+        media_id: content.media_id,
+        provider_ts: Some(m.timestamp.0),
+        turn,
+        facts,
+    }
+}
+
+fn status_item(scope: &Scope<'_>, s: Status) -> InboundItem {
+    let recipient_id = non_empty(s.recipient_id);
+    let recipient_user_id = non_empty(s.recipient_user_id);
+    let error_codes: Vec<i64> = s.errors.iter().map(|e| e.code).collect();
+    let facts = json!({
+        "kind": "status",
+        "entry_id": scope.entry_id,
+        "field": scope.field,
+        "phone_number_id": scope.phone_number_id,
+        "id": s.id,
+        "recipient_id": recipient_id,
+        "recipient_user_id": recipient_user_id,
+        "status": s.status,
+        "timestamp": s.timestamp.0,
+        "error_codes": error_codes,
+        "biz_opaque_callback_data": s.biz_opaque_callback_data,
+        "pricing_category": s.pricing.as_ref().and_then(|p| p.category.clone()),
+        "pricing_type": s.pricing.as_ref().and_then(|p| p.kind.clone()),
+        "conversation_id": s.conversation.and_then(|c| c.id),
+    });
+    InboundItem {
+        kind: ItemKind::Status,
+        channel: Channel::Whatsapp,
+        dedupe_key: format!("{}:{}", s.id, s.status),
+        business: scope.phone_number_id.map(str::to_owned),
+        customer: recipient_id.or(recipient_user_id),
+        item_type: Some(s.status),
+        text: None,
+        media_id: None,
+        provider_ts: Some(s.timestamp.0),
+        turn: None,
+        facts,
+    }
+}
+
+fn value_error_item(scope: &Scope<'_>, e: &ErrorObject, hash: &str, index: usize) -> InboundItem {
+    let facts = json!({
+        "kind": "value_error",
+        "entry_id": scope.entry_id,
+        "field": scope.field,
+        "phone_number_id": scope.phone_number_id,
+        "code": e.code,
+        "title": e.title,
+        "details": e.error_data.as_ref().and_then(|d| d.details.clone()),
+    });
+    InboundItem {
+        kind: ItemKind::ValueError,
+        channel: Channel::Whatsapp,
+        dedupe_key: format!("error:{hash}:{index}"),
+        business: scope.phone_number_id.map(str::to_owned),
+        customer: None,
+        item_type: Some(e.code.to_string()),
+        text: e.title.clone(),
+        media_id: None,
+        provider_ts: None,
+        turn: None,
+        facts,
+    }
+}
+
+/// A change of any field other than `messages`: kept whole, with the few facts worth indexing.
+fn field_event(entry: &Entry<'_>, change: &Change<'_>) -> InboundItem {
+    let value: Value = serde_json::from_str(change.value.get()).unwrap_or(Value::Null);
+    let event = value
+        .get("event")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let mut facts = json!({
+        "kind": "field_event",
+        "entry_id": entry.id,
+        "field": change.field,
+        "event": event,
+        "entry_time": entry.time,
+    });
+    if let Some(prefs) = value.get("user_preferences").and_then(Value::as_array) {
+        let prefs: Vec<Value> = prefs
+            .iter()
+            .map(|p| json!({"wa_id": p.get("wa_id"), "category": p.get("category"), "value": p.get("value")}))
+            .collect();
+        facts["preferences"] = Value::Array(prefs);
+    }
+    facts["value"] = value;
+    let hash = content_hash(&[&entry.id, &change.field, change.value.get()]);
+    InboundItem {
+        kind: ItemKind::FieldEvent,
+        channel: Channel::Whatsapp,
+        dedupe_key: format!("field:{hash}"),
+        business: None,
+        customer: None,
+        item_type: Some(change.field.clone()),
+        text: None,
+        media_id: None,
+        provider_ts: entry.time,
+        turn: None,
+        facts,
+    }
+}
+
+/// The readable text and media of a message, by type.
+#[derive(Default)]
+struct Content {
+    text: Option<String>,
+    media_id: Option<String>,
+}
+
+impl Content {
+    fn of(m: &Message) -> Content {
+        let media = m.media();
+        let text = match m.kind.as_str() {
+            "text" => m.text.as_ref().and_then(|t| t.body.clone()),
+            "image" | "video" | "document" => media.and_then(|md| md.caption.clone()),
+            "interactive" => m.interactive.as_ref().and_then(Interactive::text),
+            "button" => m.button.as_ref().and_then(|b| b.text.clone()),
+            "order" => m.order.as_ref().and_then(|o| o.text.clone()),
+            "system" => m.system.as_ref().and_then(|s| s.body.clone()),
+            _ => None,
+        };
+        Content {
+            text: non_empty(text),
+            media_id: media.and_then(|md| md.id.clone()),
+        }
+    }
+
+    /// The optional facts: present only when the message carries them.
+    fn add_facts(&self, m: &Message, f: &mut Map<String, Value>) {
+        if let Some(md) = m.media() {
+            put(f, "media_id", &md.id);
+            put(f, "mime_type", &md.mime_type);
+            put(f, "filename", &md.filename);
+            put(f, "voice", &md.voice);
+            put(f, "animated", &md.animated);
+            if md.caption.is_some() {
+                f.insert("caption".into(), json!(non_empty(md.caption.clone())));
+            }
+        }
+        if let Some(c) = &m.context {
+            put(f, "context_id", &c.id);
+            put(f, "context_from", &c.from);
+            put(f, "forwarded", &c.forwarded);
+            put(f, "frequently_forwarded", &c.frequently_forwarded);
+        }
+        if let Some(r) = &m.referral {
+            put(f, "referral_source_id", &r.source_id);
+            put(f, "referral_ctwa_clid", &r.ctwa_clid);
+        }
+        if let Some(r) = &m.reaction {
+            put(f, "reaction_message_id", &r.message_id);
+            f.insert("emoji".into(), json!(non_empty(r.emoji.clone())));
+        }
+        if m.kind == "interactive" {
+            let i = m.interactive.as_ref();
+            f.insert(
+                "interactive_type".into(),
+                json!(i.and_then(|i| i.kind.clone())),
+            );
+            if let Some(reply) = i.and_then(|i| i.button_reply.as_ref().or(i.list_reply.as_ref())) {
+                put(f, "reply_id", &reply.id);
+            }
+            if let Some(nfm) = i.and_then(|i| i.nfm_reply.as_ref()) {
+                put(f, "flow_response_json", &nfm.response_json);
+            }
+        }
+        if let Some(b) = &m.button {
+            put(f, "button_payload", &b.payload);
+        }
+        if let Some(l) = &m.location {
+            put(f, "latitude", &l.latitude);
+            put(f, "longitude", &l.longitude);
+            put(f, "location_name", &l.name);
+            put(f, "location_address", &l.address);
+        }
+        if let Some(cards) = &m.contacts {
+            f.insert("contacts_count".into(), json!(cards.len()));
+        }
+        if let Some(o) = &m.order {
+            put(f, "order_catalog_id", &o.catalog_id);
+            f.insert("order_item_count".into(), json!(o.product_items.len()));
+        }
+        if let Some(s) = &m.system {
+            put(f, "system_type", &s.kind);
+            put(f, "system_new_wa_id", &s.wa_id);
+            put(f, "system_new_user_id", &s.user_id);
+        }
+        if let Some(u) = &m.unsupported {
+            put(f, "unsupported_type", &u.kind);
+        }
+        if !m.errors.is_empty() {
+            let codes: Vec<i64> = m.errors.iter().map(|e| e.code).collect();
+            f.insert("error_codes".into(), json!(codes));
+        }
+    }
+}
+
+fn put<T: serde::Serialize>(facts: &mut Map<String, Value>, key: &str, value: &Option<T>) {
+    if let Some(v) = value {
+        facts.insert(key.to_owned(), json!(v));
+    }
+}
+
+/// The sender's profile name: matched by phone or user id, or the only contact there is.
+fn contact_name(contacts: &[Contact], from: Option<&str>, user_id: Option<&str>) -> Option<String> {
+    let matches = |c: &&Contact| {
+        (from.is_some() && c.wa_id.as_deref() == from)
+            || (user_id.is_some() && c.user_id.as_deref() == user_id)
+    };
+    let contact = contacts.iter().find(matches).or(match contacts {
+        [only] => Some(only),
+        _ => None,
+    });
+    contact.and_then(|c| c.profile.as_ref()?.name.clone())
+}
+
+fn non_empty(s: Option<String>) -> Option<String> {
+    s.filter(|s| !s.is_empty())
+}
+
+/// A stable hash for items that have no provider id: redeliveries hash the same.
+fn content_hash(parts: &[&str]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    hex::encode(&hasher.finalize()[..16])
+}
+
+// ---- wire shapes: only what Sabi reads; everything else is ignored ----
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    object: String,
+    #[serde(borrow)]
+    entry: Vec<Entry<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Entry<'a> {
+    #[serde(deserialize_with = "lenient::string")]
+    id: String,
+    #[serde(default)]
+    time: Option<i64>,
+    #[serde(borrow, default)]
+    changes: Vec<Change<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Change<'a> {
+    field: String,
+    #[serde(borrow)]
+    value: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct MessagesValue<'a> {
+    #[serde(default)]
+    metadata: Option<Metadata>,
+    #[serde(default)]
+    contacts: Vec<Contact>,
+    #[serde(borrow, default)]
+    messages: Vec<&'a RawValue>,
+    #[serde(borrow, default)]
+    statuses: Vec<&'a RawValue>,
+    #[serde(default)]
+    errors: Vec<ErrorObject>,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    #[serde(deserialize_with = "lenient::string")]
+    phone_number_id: String,
+}
+
+#[derive(Deserialize)]
+struct Contact {
+    wa_id: Option<String>,
+    user_id: Option<String>,
+    profile: Option<Profile>,
+}
+
+#[derive(Deserialize)]
+struct Profile {
+    name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    from: Option<String>,
+    from_user_id: Option<String>,
+    id: String,
+    timestamp: lenient::UnixSeconds,
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<TextBody>,
+    image: Option<Media>,
+    video: Option<Media>,
+    document: Option<Media>,
+    audio: Option<Media>,
+    sticker: Option<Media>,
+    location: Option<Location>,
+    contacts: Option<Vec<IgnoredAny>>,
+    interactive: Option<Interactive>,
+    button: Option<Button>,
+    reaction: Option<Reaction>,
+    order: Option<Order>,
+    system: Option<System>,
+    unsupported: Option<Unsupported>,
+    context: Option<Context>,
+    referral: Option<Referral>,
+    #[serde(default)]
+    errors: Vec<ErrorObject>,
+}
+
+impl Message {
+    /// The media object named by the message's type.
+    fn media(&self) -> Option<&Media> {
+        match self.kind.as_str() {
+            "image" => self.image.as_ref(),
+            "video" => self.video.as_ref(),
+            "document" => self.document.as_ref(),
+            "audio" => self.audio.as_ref(),
+            "sticker" => self.sticker.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct TextBody {
+    body: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Media {
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    id: Option<String>,
+    mime_type: Option<String>,
+    caption: Option<String>,
+    filename: Option<String>,
+    voice: Option<bool>,
+    animated: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Location {
+    latitude: Option<f64>,
+    longitude: Option<f64>,
+    name: Option<String>,
+    address: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Interactive {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    button_reply: Option<Reply>,
+    list_reply: Option<Reply>,
+    nfm_reply: Option<NfmReply>,
+}
+
+impl Interactive {
+    fn text(&self) -> Option<String> {
+        let reply = self.button_reply.as_ref().or(self.list_reply.as_ref());
+        reply
+            .and_then(|r| r.title.clone())
+            .or_else(|| self.nfm_reply.as_ref().and_then(|n| n.body.clone()))
+    }
+}
+
+#[derive(Deserialize)]
+struct Reply {
+    id: Option<String>,
+    title: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct NfmReply {
+    body: Option<String>,
+    response_json: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Button {
+    payload: Option<String>,
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Reaction {
+    message_id: Option<String>,
+    emoji: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Order {
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    catalog_id: Option<String>,
+    text: Option<String>,
+    #[serde(default)]
+    product_items: Vec<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct System {
+    body: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    wa_id: Option<String>,
+    user_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Unsupported {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Context {
+    from: Option<String>,
+    id: Option<String>,
+    forwarded: Option<bool>,
+    frequently_forwarded: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Referral {
+    #[serde(default, deserialize_with = "lenient::opt_string")]
+    source_id: Option<String>,
+    ctwa_clid: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Status {
+    id: String,
+    status: String,
+    timestamp: lenient::UnixSeconds,
+    recipient_id: Option<String>,
+    recipient_user_id: Option<String>,
+    biz_opaque_callback_data: Option<String>,
+    conversation: Option<Conversation>,
+    pricing: Option<Pricing>,
+    #[serde(default)]
+    errors: Vec<ErrorObject>,
+}
+
+#[derive(Deserialize)]
+struct Conversation {
+    id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Pricing {
+    category: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ErrorObject {
+    code: i64,
+    title: Option<String>,
+    error_data: Option<ErrorData>,
+}
+
+#[derive(Deserialize)]
+struct ErrorData {
+    details: Option<String>,
+}
+
+/// Meta documents ids and timestamps as strings but has sent numbers: accept both.
+mod lenient {
+    use serde::de::{self, Deserializer, Visitor};
+
+    pub(super) fn string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        d.deserialize_any(StringOrNumber)
+    }
+
+    pub(super) fn opt_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        d.deserialize_option(OptStringOrNumber)
+    }
+
+    struct StringOrNumber;
+
+    impl Visitor<'_> for StringOrNumber {
+        type Value = String;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or a number")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+            Ok(v.to_owned())
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
+            Ok(v.to_string())
+        }
+    }
+
+    struct OptStringOrNumber;
+
+    impl<'de> Visitor<'de> for OptStringOrNumber {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string, a number or null")
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            string(d).map(Some)
+        }
+    }
+
+    /// Unix seconds, written as `"1781000001"` or `1781000001`.
+    pub(super) struct UnixSeconds(pub(super) i64);
+
+    impl<'de> de::Deserialize<'de> for UnixSeconds {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let text = string(d)?;
+            text.trim()
+                .parse()
+                .map(UnixSeconds)
+                .map_err(|_| de::Error::custom(format!("timestamp {text:?} is not Unix seconds")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(body: &str) -> InboundItem {
+        let parsed = parse(body.as_bytes()).expect("json");
+        assert!(parsed.quarantined.is_empty(), "{:?}", parsed.quarantined);
+        assert_eq!(parsed.items.len(), 1);
+        parsed.items.into_iter().next().expect("one item")
+    }
+
+    fn wrap(value: &str) -> String {
+        format!(
+            r#"{{"object":"whatsapp_business_account","entry":[{{"id":"1","changes":[{{"field":"messages","value":{value}}}]}}]}}"#
+        )
+    }
+
+    #[test]
+    fn not_json_is_an_error() {
+        for body in [&b"not json"[..], b"{\"object\":", b"\xff\xfe", b""] {
+            assert!(parse(body).is_err(), "{body:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_shapes_are_quarantined_whole() {
+        for body in [
+            r#"{"object":"page","entry":[]}"#,
+            r#"{"object":"whatsapp_business_account","entry":{}}"#,
+            r#"[1,2,3]"#,
+            r#""text""#,
+            r#"{"entry":[]}"#,
+        ] {
+            let parsed = parse(body.as_bytes()).expect("json");
+            assert!(parsed.items.is_empty());
+            assert_eq!(parsed.quarantined.len(), 1, "{body}");
+            assert_eq!(parsed.quarantined[0].raw, body);
+        }
+    }
+
+    #[test]
+    fn a_malformed_message_is_quarantined_alone() {
+        let body = wrap(
+            r#"{"metadata":{"phone_number_id":"9"},"messages":[
+                {"from":"1","id":"wamid.ok","timestamp":"5","type":"text","text":{"body":"hi"}},
+                {"from":"1","id":7,"timestamp":"5","type":"text"}]}"#,
+        );
+        let parsed = parse(body.as_bytes()).expect("json");
+        assert_eq!(parsed.items.len(), 1);
+        assert_eq!(parsed.items[0].dedupe_key, "wamid.ok");
+        assert_eq!(parsed.quarantined.len(), 1);
+        assert!(parsed.quarantined[0].raw.contains("\"id\":7"));
+    }
+
+    #[test]
+    fn unknown_type_is_kept_and_is_a_turn() {
+        let item = one(&wrap(
+            r#"{"metadata":{"phone_number_id":"9"},"messages":[{"from":"1","id":"w","timestamp":1,"type":"poll_vote","poll_vote":{"x":1},"new_field":true}]}"#,
+        ));
+        assert_eq!(item.item_type.as_deref(), Some("poll_vote"));
+        assert_eq!(item.text, None);
+        assert!(item.turn.is_some());
+    }
+
+    #[test]
+    fn reactions_and_system_messages_are_not_turns() {
+        for kind in ["reaction", "system"] {
+            let item = one(&wrap(&format!(
+                r#"{{"metadata":{{"phone_number_id":"9"}},"messages":[{{"from":"1","id":"w","timestamp":"1","type":"{kind}"}}]}}"#
+            )));
+            assert_eq!(item.turn, None, "{kind}");
+        }
+    }
+
+    #[test]
+    fn sender_without_phone_is_keyed_by_user_id() {
+        let item = one(&wrap(
+            r#"{"metadata":{"phone_number_id":"9"},"contacts":[{"user_id":"NG.1","profile":{"name":"K"}}],
+                "messages":[{"from":"","from_user_id":"NG.1","id":"w","timestamp":"1","type":"text","text":{"body":"x"}}]}"#,
+        ));
+        assert_eq!(item.customer.as_deref(), Some("NG.1"));
+        assert_eq!(item.facts["from"], Value::Null);
+        assert_eq!(item.facts["contact_name"], "K");
+    }
+
+    #[test]
+    fn contacts_are_matched_by_id_not_index() {
+        let parsed = parse(
+            wrap(
+                r#"{"metadata":{"phone_number_id":"9"},
+                "contacts":[{"wa_id":"2","profile":{"name":"Two"}},{"wa_id":"1","profile":{"name":"One"}}],
+                "messages":[{"from":"1","id":"a","timestamp":"1","type":"text","text":{"body":"x"}},
+                            {"from":"2","id":"b","timestamp":"1","type":"text","text":{"body":"y"}},
+                            {"from":"3","id":"c","timestamp":"1","type":"text","text":{"body":"z"}}]}"#,
+            )
+            .as_bytes(),
+        )
+        .expect("json");
+        let names: Vec<_> = parsed
+            .items
+            .iter()
+            .map(|i| i.facts["contact_name"].clone())
+            .collect();
+        assert_eq!(names, vec![json!("One"), json!("Two"), Value::Null]);
+    }
+
+    #[test]
+    fn statuses_dedupe_on_id_and_status() {
+        let item = one(&wrap(
+            r#"{"metadata":{"phone_number_id":"9"},"statuses":[{"id":"wamid.x","status":"read","timestamp":"3","recipient_id":"1"}]}"#,
+        ));
+        assert_eq!(item.dedupe_key, "wamid.x:read");
+        assert_eq!(item.facts["error_codes"], json!([]));
+    }
+
+    #[test]
+    fn escaped_wire_text_decodes() {
+        let item = one(&wrap(
+            r#"{"metadata":{"phone_number_id":"9"},"messages":[{"from":"1","id":"w","timestamp":"1","type":"text","text":{"body":"caf\u00e9 \ud83d\ude00 a\/b"}}]}"#,
+        ));
+        assert_eq!(item.text.as_deref(), Some("café 😀 a/b"));
+    }
+
+    #[test]
+    fn field_events_hash_the_same_on_redelivery() {
+        let body = r#"{"object":"whatsapp_business_account","entry":[{"id":"1","time":5,"changes":[{"field":"account_update","value":{"event":"X"}}]}]}"#;
+        let a = one(body);
+        let b = one(body);
+        assert_eq!(a.dedupe_key, b.dedupe_key);
+        assert_eq!(a.facts["event"], "X");
+        assert_eq!(a.facts["entry_time"], 5);
+    }
+}

@@ -1,0 +1,52 @@
+//! PURE: JSON in Meta's wire format, as its webhooks arrive.
+//!
+//! Compact, every non-ASCII character written as a lowercase `\uXXXX` escape (astral characters
+//! as UTF-16 surrogate pairs) and every `/` written as `\/`. `sabi send` and the tests sign
+//! exactly these bytes, so the signature check is exercised the way Meta exercises it.
+
+use std::fmt::Write;
+
+use serde_json::Value;
+
+pub fn encode(value: &Value) -> String {
+    let compact = value.to_string();
+    let mut wire = String::with_capacity(compact.len() + compact.len() / 8);
+    for c in compact.chars() {
+        match c {
+            // Outside strings JSON has no '/' and no non-ASCII, so escaping everywhere is safe.
+            '/' => wire.push_str("\\/"),
+            c if c.is_ascii() => wire.push(c),
+            c => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    // Writing to a String cannot fail.
+                    let _ = write!(wire, "\\u{unit:04x}");
+                }
+            }
+        }
+    }
+    wire
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_the_reference_bytes() {
+        let value: Value =
+            serde_json::from_str(r#"{"text":{"body":"café 😀 a/b"}}"#).expect("json");
+        assert_eq!(
+            encode(&value),
+            r#"{"text":{"body":"caf\u00e9 \ud83d\ude00 a\/b"}}"#
+        );
+    }
+
+    #[test]
+    fn round_trips() {
+        let value = serde_json::json!({"a": "Ẹ káàrọ̀ 👨‍👩‍👧 \"q\" \\ \n ₦", "b": [1, 2.5, null]});
+        let back: Value = serde_json::from_str(&encode(&value)).expect("json");
+        assert_eq!(back, value);
+        assert!(encode(&value).is_ascii());
+    }
+}

@@ -1,0 +1,30 @@
+//! # Sabi
+//!
+//! One program between customers (WhatsApp Cloud API webhooks, website chat) and an AI
+//! assistant. It never loses a message it acknowledged and never answers one twice.
+//!
+//! # Layout
+//!
+//! ```text
+//! Meta ── POST /webhook/whatsapp ─► ingress::whatsapp (signature, payload)
+//!                                        │
+//!                                        ▼
+//!                          store::Store::ingest (append, dedupe, schedule; durable) ─► 200
+//! ```
+//!
+//! - [`config`]: one typed configuration (`sabi.toml` + `SABI_*`), validated at start.
+//! - [`ingress`]: the HTTP edge; nothing slow happens there.
+//! - [`store`]: the only place state lives; SQLite embedded by default.
+//! - [`domain`]: the types every stage shares.
+//! - [`app`]: wires the parts and runs them until stopped.
+//! - [`cli`]: the `sabi` commands.
+
+pub mod app;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod domain;
+pub mod http;
+pub mod ingress;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,418 @@
+//! SQLite backend: the embedded default.
+//!
+//! WAL journal with `synchronous = FULL`, so a commit returns only after the WAL is fsynced:
+//! what [`Store::ingest`] returns is on disk. Writes go through one writer thread that groups
+//! commits ([`writer`]); reads use a small pool of their own connections, which WAL lets run
+//! beside the writer. Several processes may share one file: each writer takes the lock with
+//! `BEGIN IMMEDIATE` and waits for the others up to the busy timeout.
+
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, params};
+use sha2::{Digest, Sha256};
+
+use self::writer::Writer;
+use super::{
+    Error, InboxQuery, Ingest, IngestReceipt, Result, Store, StoredItem, StoredQuarantine,
+};
+use crate::domain::{BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
+
+/// Schema versions, applied in order; `PRAGMA user_version` records how many ran.
+const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_inbox.sql")];
+
+/// How long a writer waits for another process's lock before the store reports unavailable.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Idle read connections kept open.
+const IDLE_READERS: usize = 8;
+
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Writer,
+    readers: Mutex<Vec<Connection>>,
+}
+
+impl SqliteStore {
+    /// Opens (creating the directory and file if needed) and migrates the database at `path`.
+    ///
+    /// # Errors
+    /// When the file cannot be created or opened, or its schema is newer than this build.
+    pub async fn open(path: &Path) -> Result<SqliteStore> {
+        let path = path.to_owned();
+        tokio::task::spawn_blocking(move || {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    Error::Unavailable(format!("cannot create {}: {e}", dir.display()))
+                })?;
+            }
+            let conn = connect(&path)?;
+            migrate(&conn)?;
+            let writer = Writer::spawn(conn)
+                .map_err(|e| Error::Unavailable(format!("cannot start the writer: {e}")))?;
+            Ok(SqliteStore {
+                path,
+                writer,
+                readers: Mutex::new(Vec::new()),
+            })
+        })
+        .await
+        .map_err(|e| Error::Unavailable(e.to_string()))?
+    }
+
+    /// Runs a read on a pooled connection, off the async threads.
+    async fn read<T, F>(&self, op: F) -> Result<T>
+    where
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let pooled = self.readers.lock().map_err(|_| poisoned())?.pop();
+        let path = self.path.clone();
+        let (conn, out) = tokio::task::spawn_blocking(move || {
+            let conn = match pooled {
+                Some(conn) => conn,
+                None => connect(&path)?,
+            };
+            let out = op(&conn);
+            Ok::<_, Error>((conn, out))
+        })
+        .await
+        .map_err(|e| Error::Unavailable(e.to_string()))??;
+        let mut idle = self.readers.lock().map_err(|_| poisoned())?;
+        if idle.len() < IDLE_READERS {
+            idle.push(conn);
+        }
+        out
+    }
+}
+
+fn poisoned() -> Error {
+    Error::Unavailable("reader pool lock poisoned".into())
+}
+
+fn connect(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path).map_err(unavailable)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(unavailable)?;
+    // FULL: in WAL mode NORMAL would skip the fsync at commit and lose acknowledged messages
+    // on power loss.
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = FULL;
+         PRAGMA foreign_keys = ON;",
+    )
+    .map_err(unavailable)?;
+    Ok(conn)
+}
+
+fn migrate(conn: &Connection) -> Result<()> {
+    let version: usize = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(unavailable)?;
+    if version > MIGRATIONS.len() {
+        return Err(Error::Schema(format!(
+            "the database is at version {version}, newer than this build's {}",
+            MIGRATIONS.len()
+        )));
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+        let batch = format!(
+            "BEGIN IMMEDIATE; {sql}; PRAGMA user_version = {}; COMMIT;",
+            index + 1
+        );
+        conn.execute_batch(&batch).map_err(|e| {
+            let _ = conn.execute_batch("ROLLBACK");
+            Error::Schema(format!("migration {} failed: {e}", index + 1))
+        })?;
+    }
+    Ok(())
+}
+
+pub(super) fn unavailable(e: rusqlite::Error) -> Error {
+    Error::Unavailable(e.to_string())
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
+        self.writer.write(move |conn| ingest(conn, &delivery)).await
+    }
+
+    async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {
+        self.read(move |conn| inbox(conn, &query)).await
+    }
+
+    async fn quarantine(&self, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
+        self.read(move |conn| quarantine(conn, limit)).await
+    }
+
+    async fn ready(&self) -> Result<()> {
+        self.read(|conn| {
+            let version: usize = conn
+                .query_row("PRAGMA user_version", [], |row| row.get(0))
+                .map_err(unavailable)?;
+            if version == MIGRATIONS.len() {
+                Ok(())
+            } else {
+                Err(Error::Schema(format!(
+                    "schema version {version}, expected {}",
+                    MIGRATIONS.len()
+                )))
+            }
+        })
+        .await
+    }
+}
+
+fn ingest(conn: &Connection, delivery: &Ingest) -> Result<IngestReceipt> {
+    let mut receipt = IngestReceipt::default();
+    for item in &delivery.items {
+        let hash = content_hash(item);
+        match existing_hash(conn, item)? {
+            Some(stored) if stored == hash => receipt.duplicates += 1,
+            Some(_) => {
+                receipt.anomalies += 1;
+                tracing::warn!(
+                    channel = item.channel.as_str(),
+                    key = %item.dedupe_key,
+                    "anomaly: a redelivered id carries other content; the first copy is kept"
+                );
+            }
+            None => {
+                let conversation = match &item.turn {
+                    Some(key) => Some(schedule(
+                        conn,
+                        key,
+                        delivery.received_at_ms,
+                        delivery.policy,
+                    )?),
+                    None => None,
+                };
+                insert_item(conn, item, &hash, conversation, delivery.received_at_ms)?;
+                receipt.stored += 1;
+            }
+        }
+    }
+    for q in &delivery.quarantined {
+        conn.prepare_cached(
+            "INSERT INTO quarantine (channel, received_at, reason, raw) VALUES (?1, ?2, ?3, ?4)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                q.channel.as_str(),
+                delivery.received_at_ms,
+                q.reason,
+                q.raw
+            ])
+        })
+        .map_err(unavailable)?;
+        receipt.quarantined += 1;
+    }
+    Ok(receipt)
+}
+
+/// What a redelivery is compared on: the normalised facts, not the delivery's formatting.
+fn content_hash(item: &InboundItem) -> Vec<u8> {
+    Sha256::digest(item.facts.to_string().as_bytes())[..16].to_vec()
+}
+
+fn existing_hash(conn: &Connection, item: &InboundItem) -> Result<Option<Vec<u8>>> {
+    conn.prepare_cached("SELECT content_hash FROM inbox WHERE channel = ?1 AND dedupe_key = ?2")
+        .and_then(|mut s| {
+            s.query_row(params![item.channel.as_str(), item.dedupe_key], |row| {
+                row.get(0)
+            })
+            .optional()
+        })
+        .map_err(unavailable)
+}
+
+/// Adds a pending message to its conversation: due one window after the latest message, but
+/// never later than the cap after the first pending one.
+fn schedule(
+    conn: &Connection,
+    key: &ConversationKey,
+    now: i64,
+    policy: BatchPolicy,
+) -> Result<i64> {
+    conn.prepare_cached(
+        "INSERT INTO conversations (channel, business, customer, first_pending_at, last_pending_at, due_at)
+         VALUES (?1, ?2, ?3, ?4, ?4, ?4 + min(?5, ?6))
+         ON CONFLICT (channel, business, customer) DO UPDATE SET
+             first_pending_at = coalesce(first_pending_at, excluded.first_pending_at),
+             last_pending_at = excluded.last_pending_at,
+             due_at = min(excluded.last_pending_at + ?5,
+                          coalesce(first_pending_at, excluded.first_pending_at) + ?6)
+         RETURNING id",
+    )
+    .and_then(|mut s| {
+        s.query_row(
+            params![key.channel.as_str(), key.business, key.customer, now, policy.window_ms, policy.cap_ms],
+            |row| row.get(0),
+        )
+    })
+    .map_err(unavailable)
+}
+
+fn insert_item(
+    conn: &Connection,
+    item: &InboundItem,
+    hash: &[u8],
+    conversation: Option<i64>,
+    received_at: i64,
+) -> Result<()> {
+    let state = match (item.kind, conversation) {
+        (ItemKind::Message, Some(_)) => "pending",
+        (ItemKind::Message, None) => "skipped",
+        _ => "recorded",
+    };
+    conn.prepare_cached(
+        "INSERT INTO inbox (channel, dedupe_key, kind, business, customer, item_type, text, media_id,
+                            provider_ts, received_at, state, conversation_id, content_hash, facts)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            item.channel.as_str(),
+            item.dedupe_key,
+            item.kind.as_str(),
+            item.business,
+            item.customer,
+            item.item_type,
+            item.text,
+            item.media_id,
+            item.provider_ts,
+            received_at,
+            state,
+            conversation,
+            hash,
+            item.facts.to_string(),
+        ])
+    })
+    .map_err(unavailable)?;
+    Ok(())
+}
+
+fn inbox(conn: &Connection, query: &InboxQuery) -> Result<Vec<StoredItem>> {
+    let limit = query
+        .limit
+        .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT seq, channel, dedupe_key, kind, business, customer, item_type, text, media_id,
+                    provider_ts, received_at, state, facts
+             FROM inbox
+             WHERE seq > ?1 AND (?2 IS NULL OR kind = ?2) AND (?3 IS NULL OR channel = ?3)
+             ORDER BY seq LIMIT ?4",
+        )
+        .map_err(unavailable)?;
+    let rows = stmt
+        .query_map(
+            params![
+                query.after.unwrap_or(0),
+                query.kind.map(ItemKind::as_str),
+                query.channel.map(Channel::as_str),
+                limit
+            ],
+            |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, Option<String>>(4)?,
+                    row.get::<_, Option<String>>(5)?,
+                    row.get::<_, Option<String>>(6)?,
+                    row.get::<_, Option<String>>(7)?,
+                    row.get::<_, Option<String>>(8)?,
+                    row.get::<_, Option<i64>>(9)?,
+                    row.get::<_, i64>(10)?,
+                    row.get::<_, String>(11)?,
+                    row.get::<_, String>(12)?,
+                ))
+            },
+        )
+        .map_err(unavailable)?;
+    let mut items = Vec::new();
+    for row in rows {
+        let (
+            seq,
+            channel,
+            key,
+            kind,
+            business,
+            customer,
+            item_type,
+            text,
+            media_id,
+            ts,
+            at,
+            state,
+            facts,
+        ) = row.map_err(unavailable)?;
+        items.push(StoredItem {
+            seq,
+            item: InboundItem {
+                kind: ItemKind::parse(&kind).ok_or_else(|| unknown("kind", &kind))?,
+                channel: Channel::parse(&channel).ok_or_else(|| unknown("channel", &channel))?,
+                dedupe_key: key,
+                business,
+                customer,
+                item_type,
+                text,
+                media_id,
+                provider_ts: ts,
+                turn: None,
+                facts: decode(&facts)?,
+            },
+            received_at_ms: at,
+            state,
+        });
+    }
+    Ok(items)
+}
+
+fn decode<T: serde::de::DeserializeOwned>(json: &str) -> Result<T> {
+    serde_json::from_str(json)
+        .map_err(|e| Error::Schema(format!("undecodable stored value {json:?}: {e}")))
+}
+
+fn unknown(what: &str, value: &str) -> Error {
+    Error::Schema(format!("unknown {what} {value:?} in the store"))
+}
+
+fn quarantine(conn: &Connection, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
+    let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id, channel, received_at, reason, raw FROM quarantine ORDER BY id LIMIT ?1",
+        )
+        .map_err(unavailable)?;
+    let rows = stmt
+        .query_map(params![limit], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, i64>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, String>(4)?,
+            ))
+        })
+        .map_err(unavailable)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, channel, received_at_ms, reason, raw) = row.map_err(unavailable)?;
+        out.push(StoredQuarantine {
+            id,
+            received_at_ms,
+            quarantined: Quarantined {
+                channel: Channel::parse(&channel).ok_or_else(|| unknown("channel", &channel))?,
+                reason,
+                raw,
+            },
+        });
+    }
+    Ok(out)
+}
