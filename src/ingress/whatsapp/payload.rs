@@ -299,7 +299,7 @@ impl Content {
             put(f, "filename", &md.filename);
             put(f, "voice", &md.voice);
             put(f, "animated", &md.animated);
-            if md.caption.is_some() {
+            if matches!(m.kind.as_str(), "image" | "video" | "document") {
                 f.insert("caption".into(), json!(non_empty(md.caption.clone())));
             }
         }

@@ -1,0 +1,191 @@
+//! Test support: Sabi in-process on a random port, or as a child process that can be killed.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use sabi::app::App;
+use sabi::clock::ManualClock;
+use sabi::config::Config;
+use sabi::ingress::whatsapp::sign;
+use sabi::store::{InboxQuery, Store, StoredItem};
+use secrecy::SecretString;
+use tokio_util::sync::CancellationToken;
+
+pub const SECRET: &str = "it-app-secret";
+pub const VERIFY_TOKEN: &str = "it-verify-token";
+
+/// A config for tests: port 0, a store in `dir`, a known app secret and verify token.
+pub fn config(dir: &Path, extra: &[(&str, &str)]) -> Config {
+    let store = format!("sqlite://{}", dir.join("sabi.db").display());
+    let mut env = vec![
+        ("SABI_LISTEN", "127.0.0.1:0"),
+        ("SABI_STORE", store.as_str()),
+        ("SABI_WHATSAPP_APP_SECRET", SECRET),
+        ("SABI_WHATSAPP_VERIFY_TOKEN", VERIFY_TOKEN),
+    ];
+    env.extend_from_slice(extra);
+    let env = env.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned()));
+    Config::load(Some(Path::new("/dev/null")), env).expect("test config is valid")
+}
+
+/// Sabi running inside the test process.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub client: reqwest::Client,
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<ManualClock>,
+    pub dir: tempfile::TempDir,
+    shutdown: CancellationToken,
+}
+
+impl TestApp {
+    pub async fn spawn() -> TestApp {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = config(dir.path(), &[]);
+        let clock = ManualClock::new(1_781_000_000_000);
+        let app = App::build_with_clock(&config, clock.clone()).await.expect("app builds");
+        let addr = app.addr().expect("bound");
+        let store = app.store();
+        let shutdown = app.shutdown_token();
+        tokio::spawn(app.run_until_stopped());
+        TestApp {
+            addr,
+            client: reqwest::Client::new(),
+            store,
+            clock,
+            dir,
+            shutdown,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Posts `body` signed with the test secret.
+    pub async fn post_whatsapp_webhook(&self, body: impl Into<Vec<u8>>) -> reqwest::Response {
+        let body = body.into();
+        let signature = signature(&body);
+        self.post_raw_webhook(body, Some(&signature)).await
+    }
+
+    /// Posts `body` with the given signature header (or none).
+    pub async fn post_raw_webhook(&self, body: Vec<u8>, signature: Option<&str>) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(self.url("/webhook/whatsapp"))
+            .header("content-type", "application/json");
+        if let Some(signature) = signature {
+            request = request.header("x-hub-signature-256", signature);
+        }
+        request.body(body).send().await.expect("request sent")
+    }
+
+    pub async fn inbox(&self) -> Vec<StoredItem> {
+        self.store.inbox(InboxQuery::default()).await.expect("inbox")
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub fn signature(body: &[u8]) -> String {
+    sign(&SecretString::from(SECRET.to_owned()), body)
+}
+
+/// A realistic one-text-message webhook in wire format.
+pub fn text_webhook(id: &str, from: &str, text: &str) -> Vec<u8> {
+    let value = sabi::cli::text_webhook("100000000000001", from, "Test Customer", id, 1_781_000_000, text);
+    sabi::ingress::whatsapp::wire::encode(&value).into_bytes()
+}
+
+/// `sabi serve` as a child process, so tests can kill it for real.
+pub struct SabiProcess {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl SabiProcess {
+    /// Starts `sabi serve` on a free port with the store in `dir` and waits until it listens.
+    pub fn start(dir: &Path) -> SabiProcess {
+        SabiProcess::start_with(dir, &[])
+    }
+
+    /// [`SabiProcess::start`] with more environment variables.
+    pub fn start_with(dir: &Path, env: &[(&str, &str)]) -> SabiProcess {
+        let mut child = sabi_command(dir)
+            .arg("serve")
+            .envs(env.iter().copied())
+            .env("SABI_LISTEN", "127.0.0.1:0")
+            .env("SABI_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sabi serve starts");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = loop {
+            let line = lines.next().expect("sabi serve exited before listening").expect("stderr line");
+            if let Some(rest) = line.split("addr=").nth(1) {
+                break rest.trim().parse().expect("listen address");
+            }
+        };
+        // Keep draining stderr so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        SabiProcess { child, addr }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill9(mut self) {
+        self.child.kill().expect("kill -9");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for SabiProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `sabi` binary with a test config pointing at the store in `dir`.
+pub fn sabi_command(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sabi"));
+    command
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("SABI_CONFIG", "/dev/null")
+        .env("SABI_STORE", format!("sqlite://{}", dir.join("sabi.db").display()))
+        .env("SABI_WHATSAPP_APP_SECRET", SECRET)
+        .env("SABI_WHATSAPP_VERIFY_TOKEN", VERIFY_TOKEN);
+    command
+}
+
+/// `sabi inbox --json`, parsed: what an outside test sees.
+pub fn inbox_json(dir: &Path) -> Vec<serde_json::Value> {
+    let output = sabi_command(dir).args(["inbox", "--json"]).output().expect("sabi inbox runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
+/// The webhook corpus: `SABI_WEBHOOK_CORPUS`, or the shared one beside this checkout.
+pub fn corpus_dir() -> PathBuf {
+    std::env::var_os("SABI_WEBHOOK_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/webhooks"))
+}

@@ -1,0 +1,10 @@
+//! One integration binary: Sabi started for real, on random ports, with real files.
+
+// Test modules share helpers through `pub` items of a private module.
+#![allow(unreachable_pub)]
+
+mod corpus;
+mod crash;
+mod fuzz;
+mod helpers;
+mod webhook;
