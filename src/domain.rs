@@ -88,7 +88,7 @@ pub struct InboundItem {
     pub provider_ts: Option<i64>,
     /// Set when the item asks for a turn: the conversation it wakes.
     pub turn: Option<ConversationKey>,
-    /// The normalised facts, as one JSON object.
+    /// Every other normalised fact, as one JSON object (the text is kept once, above).
     pub facts: serde_json::Value,
 }
 

@@ -28,9 +28,15 @@ fn cases() -> Vec<Case> {
             let entry: Value = serde_json::from_str(line).expect("manifest line");
             let file = entry["file"].as_str().expect("file").to_owned();
             let body = std::fs::read(dir.join(&file)).expect("corpus file");
-            assert_eq!(entry["expect"], "ack-200", "{file}: only ack-200 cases are known");
+            assert_eq!(
+                entry["expect"], "ack-200",
+                "{file}: only ack-200 cases are known"
+            );
             Case {
-                signature: entry["x_hub_signature_256"].as_str().expect("signature").to_owned(),
+                signature: entry["x_hub_signature_256"]
+                    .as_str()
+                    .expect("signature")
+                    .to_owned(),
                 items: entry["items"].as_array().expect("items").clone(),
                 file,
                 body,
@@ -65,10 +71,18 @@ async fn every_corpus_file_is_acknowledged_and_its_facts_stored() {
         .iter()
         .flat_map(|c| c.items.iter().map(move |item| (c.file.as_str(), item)))
         .collect();
-    assert_eq!(stored.len(), expected.len(), "one stored item per manifest item");
+    assert_eq!(
+        stored.len(),
+        expected.len(),
+        "one stored item per manifest item"
+    );
     for ((file, want), got) in expected.iter().zip(&stored) {
         for (key, value) in want.as_object().expect("item object") {
-            assert_eq!(got.get(key), Some(value), "{file}: key {key:?}\n  want {want}\n  got  {got}");
+            assert_eq!(
+                got.get(key),
+                Some(value),
+                "{file}: key {key:?}\n  want {want}\n  got  {got}"
+            );
         }
     }
 }

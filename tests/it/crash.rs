@@ -12,7 +12,10 @@ const CLIENTS: usize = 16;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acknowledged_message_survives_kill_9() {
-    let seed = SystemTime::now().duration_since(UNIX_EPOCH).expect("time").as_nanos() as u64;
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("time")
+        .as_nanos() as u64;
     for round in 0..3u64 {
         // A different kill moment each round, between 150 and 1,150 ms into the stream.
         let kill_after = Duration::from_millis(150 + (seed.wrapping_mul(round + 7) >> 7) % 1000);
@@ -42,7 +45,9 @@ async fn crash_round(round: u64, kill_after: Duration) {
                     .send()
                     .await;
                 match sent {
-                    Ok(response) if response.status() == 200 => acked.lock().expect("lock").push(id),
+                    Ok(response) if response.status() == 200 => {
+                        acked.lock().expect("lock").push(id)
+                    }
                     Ok(response) => panic!("unexpected status {}", response.status()),
                     // The server is gone: this client stops.
                     Err(_) => break,
@@ -55,17 +60,31 @@ async fn crash_round(round: u64, kill_after: Duration) {
     while clients.join_next().await.is_some() {}
 
     let acked = acked.lock().expect("lock").clone();
-    assert!(!acked.is_empty(), "round {round}: no webhook was acknowledged before the kill");
+    assert!(
+        !acked.is_empty(),
+        "round {round}: no webhook was acknowledged before the kill"
+    );
     let restarted = SabiProcess::start(dir.path());
-    let ready = reqwest::get(restarted.url("/readyz")).await.expect("readyz");
+    let ready = reqwest::get(restarted.url("/readyz"))
+        .await
+        .expect("readyz");
     assert_eq!(ready.status(), 200);
 
     let stored: Vec<String> = inbox_json(dir.path())
         .iter()
-        .map(|item| item["external_id"].as_str().expect("external_id").to_owned())
+        .map(|item| {
+            item["external_id"]
+                .as_str()
+                .expect("external_id")
+                .to_owned()
+        })
         .collect();
     let unique: HashSet<&String> = stored.iter().collect();
-    assert_eq!(unique.len(), stored.len(), "round {round}: a message was stored twice");
+    assert_eq!(
+        unique.len(),
+        stored.len(),
+        "round {round}: a message was stored twice"
+    );
     let missing: Vec<&String> = acked.iter().filter(|id| !unique.contains(id)).collect();
     assert!(
         missing.is_empty(),
@@ -74,5 +93,9 @@ async fn crash_round(round: u64, kill_after: Duration) {
         acked.len(),
         missing.first()
     );
-    eprintln!("round {round}: {} acknowledged, {} stored", acked.len(), stored.len());
+    eprintln!(
+        "round {round}: {} acknowledged, {} stored",
+        acked.len(),
+        stored.len()
+    );
 }

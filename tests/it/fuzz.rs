@@ -14,7 +14,10 @@ fn corpus() -> Vec<Vec<u8>> {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
-    files.iter().map(|p| std::fs::read(p).expect("corpus file")).collect()
+    files
+        .iter()
+        .map(|p| std::fs::read(p).expect("corpus file"))
+        .collect()
 }
 
 fn json_value() -> impl Strategy<Value = serde_json::Value> {
@@ -24,17 +27,52 @@ fn json_value() -> impl Strategy<Value = serde_json::Value> {
         any::<i64>().prop_map(serde_json::Value::from),
         any::<f64>().prop_map(serde_json::Value::from),
         prop::sample::select(vec![
-            "messages", "statuses", "text", "type", "id", "from", "entry", "changes", "value", "object",
-            "whatsapp_business_account", "metadata", "timestamp", "interactive", "errors",
+            "messages",
+            "statuses",
+            "text",
+            "type",
+            "id",
+            "from",
+            "entry",
+            "changes",
+            "value",
+            "object",
+            "whatsapp_business_account",
+            "metadata",
+            "timestamp",
+            "interactive",
+            "errors",
         ])
         .prop_map(serde_json::Value::from),
         ".*".prop_map(serde_json::Value::from),
     ];
     leaf.prop_recursive(5, 64, 8, |inner| {
         let keys = prop::sample::select(vec![
-            "object", "entry", "changes", "field", "value", "messages", "statuses", "errors", "metadata",
-            "phone_number_id", "contacts", "id", "from", "timestamp", "type", "text", "body", "image",
-            "interactive", "button_reply", "context", "time", "code", "status", "event",
+            "object",
+            "entry",
+            "changes",
+            "field",
+            "value",
+            "messages",
+            "statuses",
+            "errors",
+            "metadata",
+            "phone_number_id",
+            "contacts",
+            "id",
+            "from",
+            "timestamp",
+            "type",
+            "text",
+            "body",
+            "image",
+            "interactive",
+            "button_reply",
+            "context",
+            "time",
+            "code",
+            "status",
+            "event",
         ]);
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),

@@ -46,7 +46,9 @@ impl TestApp {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = config(dir.path(), &[]);
         let clock = ManualClock::new(1_781_000_000_000);
-        let app = App::build_with_clock(&config, clock.clone()).await.expect("app builds");
+        let app = App::build_with_clock(&config, clock.clone())
+            .await
+            .expect("app builds");
         let addr = app.addr().expect("bound");
         let store = app.store();
         let shutdown = app.shutdown_token();
@@ -73,7 +75,11 @@ impl TestApp {
     }
 
     /// Posts `body` with the given signature header (or none).
-    pub async fn post_raw_webhook(&self, body: Vec<u8>, signature: Option<&str>) -> reqwest::Response {
+    pub async fn post_raw_webhook(
+        &self,
+        body: Vec<u8>,
+        signature: Option<&str>,
+    ) -> reqwest::Response {
         let mut request = self
             .client
             .post(self.url("/webhook/whatsapp"))
@@ -85,7 +91,10 @@ impl TestApp {
     }
 
     pub async fn inbox(&self) -> Vec<StoredItem> {
-        self.store.inbox(InboxQuery::default()).await.expect("inbox")
+        self.store
+            .inbox(InboxQuery::default())
+            .await
+            .expect("inbox")
     }
 }
 
@@ -101,7 +110,14 @@ pub fn signature(body: &[u8]) -> String {
 
 /// A realistic one-text-message webhook in wire format.
 pub fn text_webhook(id: &str, from: &str, text: &str) -> Vec<u8> {
-    let value = sabi::cli::text_webhook("100000000000001", from, "Test Customer", id, 1_781_000_000, text);
+    let value = sabi::cli::text_webhook(
+        "100000000000001",
+        from,
+        "Test Customer",
+        id,
+        1_781_000_000,
+        text,
+    );
     sabi::ingress::whatsapp::wire::encode(&value).into_bytes()
 }
 
@@ -130,7 +146,10 @@ impl SabiProcess {
         let stderr = child.stderr.take().expect("stderr piped");
         let mut lines = BufReader::new(stderr).lines();
         let addr = loop {
-            let line = lines.next().expect("sabi serve exited before listening").expect("stderr line");
+            let line = lines
+                .next()
+                .expect("sabi serve exited before listening")
+                .expect("stderr line");
             if let Some(rest) = line.split("addr=").nth(1) {
                 break rest.trim().parse().expect("listen address");
             }
@@ -166,7 +185,10 @@ pub fn sabi_command(dir: &Path) -> Command {
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("SABI_CONFIG", "/dev/null")
-        .env("SABI_STORE", format!("sqlite://{}", dir.join("sabi.db").display()))
+        .env(
+            "SABI_STORE",
+            format!("sqlite://{}", dir.join("sabi.db").display()),
+        )
         .env("SABI_WHATSAPP_APP_SECRET", SECRET)
         .env("SABI_WHATSAPP_VERIFY_TOKEN", VERIFY_TOKEN);
     command
@@ -174,8 +196,15 @@ pub fn sabi_command(dir: &Path) -> Command {
 
 /// `sabi inbox --json`, parsed: what an outside test sees.
 pub fn inbox_json(dir: &Path) -> Vec<serde_json::Value> {
-    let output = sabi_command(dir).args(["inbox", "--json"]).output().expect("sabi inbox runs");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = sabi_command(dir)
+        .args(["inbox", "--json"])
+        .output()
+        .expect("sabi inbox runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     String::from_utf8(output.stdout)
         .expect("utf-8")
         .lines()

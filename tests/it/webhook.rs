@@ -41,15 +41,25 @@ async fn verification_refuses_anything_else() {
 #[tokio::test]
 async fn a_signed_message_is_stored_before_the_200() {
     let app = TestApp::spawn().await;
-    let response = app.post_whatsapp_webhook(text_webhook("wamid.A", "2348031234567", "Abeg 🙏")).await;
+    let response = app
+        .post_whatsapp_webhook(text_webhook("wamid.A", "2348031234567", "Abeg 🙏"))
+        .await;
     assert_eq!(response.status(), 200);
     let inbox = app.inbox().await;
     assert_eq!(inbox.len(), 1);
     assert_eq!(inbox[0].item.text.as_deref(), Some("Abeg 🙏"));
     assert_eq!(inbox[0].state, "pending");
-    assert_eq!(inbox[0].received_at_ms, 1_781_000_000_000, "time comes from the injected clock");
+    assert_eq!(
+        inbox[0].received_at_ms, 1_781_000_000_000,
+        "time comes from the injected clock"
+    );
     app.clock.advance(std::time::Duration::from_secs(5));
-    assert_eq!(app.post_whatsapp_webhook(text_webhook("wamid.A2", "2348031234567", "more")).await.status(), 200);
+    assert_eq!(
+        app.post_whatsapp_webhook(text_webhook("wamid.A2", "2348031234567", "more"))
+            .await
+            .status(),
+        200
+    );
     assert_eq!(app.inbox().await[1].received_at_ms, 1_781_000_005_000);
 }
 
@@ -66,9 +76,17 @@ async fn bad_signatures_get_401_and_store_nothing() {
         ("wrong secret", body.clone(), Some(other_secret)),
         ("one altered byte", altered, Some(good.clone())),
         ("missing header", body.clone(), None),
-        ("wrong prefix", body.clone(), Some(good.replace("sha256=", "sha1="))),
+        (
+            "wrong prefix",
+            body.clone(),
+            Some(good.replace("sha256=", "sha1=")),
+        ),
         ("no prefix", body.clone(), Some(good.replace("sha256=", ""))),
-        ("truncated digest", body.clone(), Some(good[..good.len() - 2].to_owned())),
+        (
+            "truncated digest",
+            body.clone(),
+            Some(good[..good.len() - 2].to_owned()),
+        ),
     ];
     for (name, body, header) in cases {
         let response = app.post_raw_webhook(body, header.as_deref()).await;
@@ -77,7 +95,13 @@ async fn bad_signatures_get_401_and_store_nothing() {
         assert_eq!(error["code"], "bad_signature", "{name}");
     }
     assert!(app.inbox().await.is_empty());
-    assert!(app.store.quarantine(None).await.expect("quarantine").is_empty());
+    assert!(
+        app.store
+            .quarantine(None)
+            .await
+            .expect("quarantine")
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -105,7 +129,10 @@ async fn unknown_shapes_are_acknowledged_and_quarantined_raw() {
         assert_eq!(response.status(), 200, "{body}");
     }
     let quarantined = app.store.quarantine(None).await.expect("quarantine");
-    let raws: Vec<&str> = quarantined.iter().map(|q| q.quarantined.raw.as_str()).collect();
+    let raws: Vec<&str> = quarantined
+        .iter()
+        .map(|q| q.quarantined.raw.as_str())
+        .collect();
     assert_eq!(raws, bodies);
     assert!(app.inbox().await.is_empty());
 }
@@ -140,9 +167,14 @@ async fn oversized_bodies_get_413_and_store_nothing() {
 async fn a_three_megabyte_webhook_is_accepted() {
     let app = TestApp::spawn().await;
     let text = "y".repeat(3 * 1000 * 1000 - 600);
-    let response = app.post_whatsapp_webhook(text_webhook("wamid.3mb", "1", &text)).await;
+    let response = app
+        .post_whatsapp_webhook(text_webhook("wamid.3mb", "1", &text))
+        .await;
     assert_eq!(response.status(), 200);
-    assert_eq!(app.inbox().await[0].item.text.as_deref().map(str::len), Some(text.len()));
+    assert_eq!(
+        app.inbox().await[0].item.text.as_deref().map(str::len),
+        Some(text.len())
+    );
 }
 
 #[tokio::test]
@@ -151,10 +183,19 @@ async fn twenty_concurrent_duplicates_store_one_copy() {
     let body = text_webhook("wamid.dup", "2348000000009", "same");
     let mut requests = tokio::task::JoinSet::new();
     for _ in 0..20 {
-        let (client, url, body) = (app.client.clone(), app.url("/webhook/whatsapp"), body.clone());
+        let (client, url, body) = (
+            app.client.clone(),
+            app.url("/webhook/whatsapp"),
+            body.clone(),
+        );
         requests.spawn(async move {
             let sig = signature(&body);
-            client.post(url).header("x-hub-signature-256", sig).body(body).send().await
+            client
+                .post(url)
+                .header("x-hub-signature-256", sig)
+                .body(body)
+                .send()
+                .await
         });
     }
     while let Some(response) = requests.join_next().await {
@@ -167,8 +208,18 @@ async fn twenty_concurrent_duplicates_store_one_copy() {
 #[tokio::test]
 async fn a_redelivered_id_with_other_content_keeps_the_first_copy() {
     let app = TestApp::spawn().await;
-    assert_eq!(app.post_whatsapp_webhook(text_webhook("wamid.C", "1", "first")).await.status(), 200);
-    assert_eq!(app.post_whatsapp_webhook(text_webhook("wamid.C", "1", "second")).await.status(), 200);
+    assert_eq!(
+        app.post_whatsapp_webhook(text_webhook("wamid.C", "1", "first"))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        app.post_whatsapp_webhook(text_webhook("wamid.C", "1", "second"))
+            .await
+            .status(),
+        200
+    );
     let inbox = app.inbox().await;
     assert_eq!(inbox.len(), 1);
     assert_eq!(inbox[0].item.text.as_deref(), Some("first"));
@@ -187,12 +238,19 @@ async fn statuses_dedupe_on_id_and_status_and_are_not_turns() {
         assert_eq!(app.post_whatsapp_webhook(status(s)).await.status(), 200);
     }
     let inbox = app.inbox().await;
-    let kinds: Vec<_> = inbox.iter().map(|i| (i.item.kind, i.item.item_type.clone(), i.state.clone())).collect();
+    let kinds: Vec<_> = inbox
+        .iter()
+        .map(|i| (i.item.kind, i.item.item_type.clone(), i.state.clone()))
+        .collect();
     assert_eq!(
         kinds,
         vec![
             (ItemKind::Status, Some("sent".into()), "recorded".into()),
-            (ItemKind::Status, Some("delivered".into()), "recorded".into()),
+            (
+                ItemKind::Status,
+                Some("delivered".into()),
+                "recorded".into()
+            ),
             (ItemKind::Status, Some("read".into()), "recorded".into()),
         ]
     );
@@ -213,7 +271,12 @@ async fn many_messages_in_one_post_are_all_stored() {
     assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
     let inbox = app.inbox().await;
     assert_eq!(inbox.len(), 50);
-    assert!(inbox.iter().enumerate().all(|(i, item)| item.item.dedupe_key == format!("wamid.m{i}")));
+    assert!(
+        inbox
+            .iter()
+            .enumerate()
+            .all(|(i, item)| item.item.dedupe_key == format!("wamid.m{i}"))
+    );
 }
 
 /// With the database locked by another writer past the busy timeout, the webhook answers 503
@@ -238,7 +301,13 @@ async fn a_store_that_cannot_commit_answers_503() {
     assert!(response.headers().contains_key("retry-after"));
     let error: serde_json::Value = response.json().await.expect("json");
     assert_eq!(error["code"], "store_unavailable");
-    assert!(!error["message"].as_str().unwrap_or_default().contains("lock"), "no internals leak");
+    assert!(
+        !error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("lock"),
+        "no internals leak"
+    );
     release_tx.send(()).expect("release");
     holder.join().expect("holder");
     assert!(app.inbox().await.is_empty());
@@ -249,8 +318,18 @@ async fn a_store_that_cannot_commit_answers_503() {
 #[tokio::test]
 async fn health_and_readiness() {
     let app = TestApp::spawn().await;
-    let health = app.client.get(app.url("/healthz")).send().await.expect("healthz");
+    let health = app
+        .client
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("healthz");
     assert_eq!(health.status(), 200);
-    let ready = app.client.get(app.url("/readyz")).send().await.expect("readyz");
+    let ready = app
+        .client
+        .get(app.url("/readyz"))
+        .send()
+        .await
+        .expect("readyz");
     assert_eq!(ready.status(), 200);
 }

@@ -135,7 +135,6 @@ fn message_item(scope: &Scope<'_>, contacts: &[Contact], m: Message) -> InboundI
         "contact_name": contact_name,
         "type": m.kind,
         "timestamp": m.timestamp.0,
-        "text": content.text,
     });
     let map = facts
         .as_object_mut()

@@ -137,7 +137,12 @@ pub(super) fn unavailable(e: rusqlite::Error) -> Error {
 #[async_trait]
 impl Store for SqliteStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
-        self.writer.write(move |conn| ingest(conn, &delivery)).await
+        // Serialise and hash here, on the caller's task, so the writer's transaction (which
+        // every waiting request shares) holds only the SQL.
+        let encoded: Vec<Encoded> = delivery.items.iter().map(Encoded::of).collect();
+        self.writer
+            .write(move |conn| ingest(conn, &delivery, &encoded))
+            .await
     }
 
     async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {
@@ -166,12 +171,29 @@ impl Store for SqliteStore {
     }
 }
 
-fn ingest(conn: &Connection, delivery: &Ingest) -> Result<IngestReceipt> {
+/// An item's facts as stored, and the hash a redelivery is compared on.
+struct Encoded {
+    facts: String,
+    hash: Vec<u8>,
+}
+
+impl Encoded {
+    fn of(item: &InboundItem) -> Encoded {
+        let facts = item.facts.to_string();
+        // The normalised content, not the delivery's formatting, decides what is "the same".
+        let mut hasher = Sha256::new();
+        hasher.update(facts.as_bytes());
+        hasher.update(item.text.as_deref().unwrap_or_default().as_bytes());
+        let hash = hasher.finalize()[..16].to_vec();
+        Encoded { facts, hash }
+    }
+}
+
+fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<IngestReceipt> {
     let mut receipt = IngestReceipt::default();
-    for item in &delivery.items {
-        let hash = content_hash(item);
+    for (item, Encoded { facts, hash }) in delivery.items.iter().zip(encoded) {
         match existing_hash(conn, item)? {
-            Some(stored) if stored == hash => receipt.duplicates += 1,
+            Some(stored) if stored == *hash => receipt.duplicates += 1,
             Some(_) => {
                 receipt.anomalies += 1;
                 tracing::warn!(
@@ -190,7 +212,14 @@ fn ingest(conn: &Connection, delivery: &Ingest) -> Result<IngestReceipt> {
                     )?),
                     None => None,
                 };
-                insert_item(conn, item, &hash, conversation, delivery.received_at_ms)?;
+                insert_item(
+                    conn,
+                    item,
+                    facts,
+                    hash,
+                    conversation,
+                    delivery.received_at_ms,
+                )?;
                 receipt.stored += 1;
             }
         }
@@ -211,11 +240,6 @@ fn ingest(conn: &Connection, delivery: &Ingest) -> Result<IngestReceipt> {
         receipt.quarantined += 1;
     }
     Ok(receipt)
-}
-
-/// What a redelivery is compared on: the normalised facts, not the delivery's formatting.
-fn content_hash(item: &InboundItem) -> Vec<u8> {
-    Sha256::digest(item.facts.to_string().as_bytes())[..16].to_vec()
 }
 
 fn existing_hash(conn: &Connection, item: &InboundItem) -> Result<Option<Vec<u8>>> {
@@ -259,6 +283,7 @@ fn schedule(
 fn insert_item(
     conn: &Connection,
     item: &InboundItem,
+    facts: &str,
     hash: &[u8],
     conversation: Option<i64>,
     received_at: i64,
@@ -288,7 +313,7 @@ fn insert_item(
             state,
             conversation,
             hash,
-            item.facts.to_string(),
+            facts,
         ])
     })
     .map_err(unavailable)?;

@@ -127,18 +127,24 @@ fn commit_group(conn: &Connection, group: Vec<Box<dyn Job>>) {
 }
 
 fn in_savepoint<T>(conn: &Connection, op: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-    conn.execute_batch("SAVEPOINT job")
-        .map_err(super::unavailable)?;
+    exec_cached(conn, "SAVEPOINT job")?;
     match op(conn) {
         Ok(value) => {
-            conn.execute_batch("RELEASE job")
-                .map_err(super::unavailable)?;
+            exec_cached(conn, "RELEASE job")?;
             Ok(value)
         }
         Err(e) => {
-            conn.execute_batch("ROLLBACK TO job; RELEASE job")
-                .map_err(super::unavailable)?;
+            exec_cached(conn, "ROLLBACK TO job")?;
+            exec_cached(conn, "RELEASE job")?;
             Err(e)
         }
     }
+}
+
+/// Savepoint statements run for every job: prepared once, not parsed each time.
+fn exec_cached(conn: &Connection, sql: &str) -> Result<()> {
+    conn.prepare_cached(sql)
+        .and_then(|mut statement| statement.execute([]))
+        .map(drop)
+        .map_err(super::unavailable)
 }
