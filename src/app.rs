@@ -1,4 +1,5 @@
-//! App: opens the store, binds the listener, and runs the HTTP server until told to stop.
+//! App: opens the store, binds the listener, starts the scheduler, and runs them until told
+//! to stop. A node runs the HTTP ingress, the scheduler, or both ([`Role`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,59 +12,99 @@ use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::ingress::{self, Ingress};
 use crate::store::{self, Store};
+use crate::worker::{Acknowledger, Scheduler, TurnHandler};
+
+/// What a node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    /// HTTP ingress and the scheduler.
+    All,
+    /// HTTP ingress only.
+    Api,
+    /// The scheduler only.
+    Worker,
+}
 
 pub struct App {
-    listener: TcpListener,
-    router: axum::Router,
+    http: Option<(TcpListener, axum::Router)>,
+    scheduler: Arc<Scheduler>,
+    runs_scheduler: bool,
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
 }
 
 impl App {
-    /// Opens the configured store and binds the configured address (port 0 picks a free one).
+    /// Opens the configured store and, for the roles that serve HTTP, binds the configured
+    /// address (port 0 picks a free one).
     ///
     /// # Errors
     /// When the store cannot be opened or the address cannot be bound.
-    pub async fn build(config: &Config) -> anyhow::Result<App> {
-        App::build_with_clock(config, Arc::new(SystemClock)).await
+    pub async fn build(config: &Config, role: Role) -> anyhow::Result<App> {
+        App::build_with(config, role, Arc::new(SystemClock), None).await
     }
 
-    /// [`App::build`] with a given clock, for tests that drive time.
+    /// [`App::build`] with a given clock and turn handler (the sandbox acknowledgement when none).
     ///
     /// # Errors
     /// As [`App::build`].
-    pub async fn build_with_clock(config: &Config, clock: SharedClock) -> anyhow::Result<App> {
+    pub async fn build_with(
+        config: &Config,
+        role: Role,
+        clock: SharedClock,
+        handler: Option<Arc<dyn TurnHandler>>,
+    ) -> anyhow::Result<App> {
         let store = store::open(&config.store)
             .await
             .context("opening the store")?;
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("binding {}", config.listen))?;
-        let state = Ingress::new(config, store.clone(), clock);
-        let router = ingress::router(state, config.ingress.max_body_bytes);
-        if config.whatsapp.app_secret.is_none() {
+        let handler = handler
+            .unwrap_or_else(|| Acknowledger::new(clock.clone(), config.engine.sandbox_reply_delay));
+        let scheduler = Scheduler::new(
+            store.clone(),
+            clock.clone(),
+            handler,
+            config.engine_settings(),
+        );
+        let http = match role {
+            Role::Worker => None,
+            Role::All | Role::Api => {
+                let listener = TcpListener::bind(config.listen)
+                    .await
+                    .with_context(|| format!("binding {}", config.listen))?;
+                let state = Ingress::new(config, store.clone(), clock, scheduler.waker());
+                Some((
+                    listener,
+                    ingress::router(state, config.ingress.max_body_bytes),
+                ))
+            }
+        };
+        if config.whatsapp.app_secret.is_none() && http.is_some() {
             tracing::warn!(
                 "no WhatsApp app secret configured: sandbox mode accepts webhooks signed with the sandbox secret"
             );
         }
         Ok(App {
-            listener,
-            router,
+            http,
+            scheduler,
+            runs_scheduler: role != Role::Api,
             store,
             shutdown: CancellationToken::new(),
         })
     }
 
-    /// The address actually bound.
-    ///
-    /// # Errors
-    /// When the socket has no local address (it always has once bound).
-    pub fn addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+    /// The address the HTTP server is bound to, for the roles that serve HTTP.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.http
+            .as_ref()
+            .and_then(|(listener, _)| listener.local_addr().ok())
     }
 
     pub fn store(&self) -> Arc<dyn Store> {
         self.store.clone()
+    }
+
+    /// The scheduler, for driving turns by hand (`tick`) when this node does not run it.
+    pub fn scheduler(&self) -> Arc<Scheduler> {
+        self.scheduler.clone()
     }
 
     /// Cancelling this token stops the app gracefully.
@@ -71,18 +112,31 @@ impl App {
         self.shutdown.clone()
     }
 
-    /// Serves until the shutdown token is cancelled, then lets in-flight requests finish.
+    /// Serves until the shutdown token is cancelled, then lets in-flight requests and running
+    /// turns finish (turns within the grace period).
     ///
     /// # Errors
-    /// When the server fails.
+    /// When the HTTP server fails.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
-        let addr = self.addr()?;
-        tracing::info!(%addr, "sabi listening");
         let shutdown = self.shutdown.clone();
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await
-            .context("serving HTTP")?;
+        let worker = self
+            .runs_scheduler
+            .then(|| tokio::spawn(self.scheduler.clone().run(shutdown.clone())));
+        match self.http {
+            Some((listener, router)) => {
+                let addr = listener.local_addr()?;
+                tracing::info!(%addr, "sabi listening");
+                let stop = shutdown.clone();
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(async move { stop.cancelled().await })
+                    .await
+                    .context("serving HTTP")?;
+            }
+            None => shutdown.cancelled().await,
+        }
+        if let Some(worker) = worker {
+            worker.await.context("the scheduler panicked")?;
+        }
         tracing::info!("sabi stopped");
         Ok(())
     }

@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
-use crate::app::App;
+use crate::app::{App, Role};
 use crate::config::Config;
 use crate::domain::{Channel, ItemKind};
 use crate::ingress::whatsapp::{sign, wire};
@@ -33,7 +33,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the gateway: HTTP ingress and workers.
-    Serve,
+    Serve {
+        /// What this node runs: all, api (HTTP ingress only) or worker (turns only).
+        #[arg(long, value_enum, default_value = "all")]
+        role: Role,
+    },
     /// Print stored inbound items (messages, statuses, errors, field events) in arrival order.
     Inbox {
         /// One JSON object per line.
@@ -48,6 +52,16 @@ enum Command {
         /// At most this many items.
         #[arg(long)]
         limit: Option<usize>,
+    },
+    /// Print reply parts in the outbox (sandbox and queued alike).
+    Outbox {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print batches waiting for a person.
+    Review {
+        #[arg(long)]
+        json: bool,
     },
     /// Print the raw deliveries (or parts) that Sabi could not understand.
     Quarantine {
@@ -102,7 +116,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Serve => serve(&config).await,
+            Command::Serve { role } => serve(&config, role).await,
+            Command::Outbox { json } => outbox(&config, json).await,
+            Command::Review { json } => review(&config, json).await,
             Command::Inbox {
                 json,
                 kind,
@@ -147,8 +163,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     })
 }
 
-async fn serve(config: &Config) -> anyhow::Result<()> {
-    let app = App::build(config).await?;
+async fn serve(config: &Config, role: Role) -> anyhow::Result<()> {
+    let app = App::build(config, role).await?;
     let shutdown = app.shutdown_token();
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -227,6 +243,7 @@ fn inbox_json(stored: &StoredItem) -> Value {
         ("received_at_ms", json!(stored.received_at_ms)),
         ("received_at", json!(rfc3339(stored.received_at_ms))),
         ("state", json!(stored.state)),
+        ("batch", json!(stored.batch)),
     ];
     for (key, value) in columns {
         // The facts keep their own meaning of a key (a status's `id`, a message's `type`).
@@ -238,6 +255,79 @@ fn inbox_json(stored: &StoredItem) -> Value {
 fn rfc3339(ms: i64) -> String {
     let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or_default());
     humantime::format_rfc3339_millis(at).to_string()
+}
+
+async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
+    let store = store::open(&config.store).await?;
+    let mut out = std::io::stdout().lock();
+    for entry in store.outbox(None).await? {
+        let c = &entry.conversation;
+        if as_json {
+            let line = json!({
+                "id": entry.id,
+                "channel": c.channel.as_str(),
+                "business_number": c.business,
+                "customer": c.customer,
+                "batch": entry.batch_id,
+                "part": entry.part,
+                "text": entry.text,
+                "state": entry.state,
+                "created_at": rfc3339(entry.created_at_ms),
+                "turn_started_at_ms": entry.turn_started_at_ms,
+                "turn_finished_at_ms": entry.turn_finished_at_ms,
+            });
+            writeln!(out, "{line}")?;
+        } else {
+            writeln!(
+                out,
+                "{:>6}  {:<8} {:<18} {:<16} batch {} part {}  {}",
+                entry.id,
+                entry.state,
+                c.business,
+                c.customer,
+                entry.batch_id,
+                entry.part,
+                entry.text
+            )?;
+        }
+    }
+    Ok(())
+}
+
+async fn review(config: &Config, as_json: bool) -> anyhow::Result<()> {
+    let store = store::open(&config.store).await?;
+    let mut out = std::io::stdout().lock();
+    for item in store.review_queue(None).await? {
+        let c = &item.conversation;
+        let texts: Vec<Option<&str>> = item.messages.iter().map(|m| m.text.as_deref()).collect();
+        if as_json {
+            let line = json!({
+                "id": item.id,
+                "channel": c.channel.as_str(),
+                "business_number": c.business,
+                "customer": c.customer,
+                "batch": item.batch_id,
+                "reason": item.reason,
+                "error": item.error,
+                "created_at": rfc3339(item.created_at_ms),
+                "messages": item.messages.iter().map(|m| m.external_id.as_str()).collect::<Vec<_>>(),
+                "texts": texts,
+            });
+            writeln!(out, "{line}")?;
+        } else {
+            writeln!(
+                out,
+                "{:>6}  {:<15} {:<18} {:<16} {} message(s)  {}",
+                item.id,
+                item.reason,
+                c.business,
+                c.customer,
+                item.messages.len(),
+                item.error.as_deref().unwrap_or("")
+            )?;
+        }
+    }
+    Ok(())
 }
 
 async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {

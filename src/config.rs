@@ -13,6 +13,8 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 use crate::domain::BatchPolicy;
+use crate::worker::EngineSettings;
+use crate::worker::policy::EnginePolicy;
 
 /// The environment variables and the setting each one sets.
 pub const ENV: &[(&str, &str)] = &[
@@ -32,6 +34,8 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_LEASE", "engine.lease"),
     ("SABI_REVIEW_AFTER", "engine.review_after"),
     ("SABI_ADMIN_TOKEN", "admin.token"),
+    ("SABI_TURNS", "engine.turns_per_node"),
+    ("SABI_SANDBOX_REPLY_DELAY", "engine.sandbox_reply_delay"),
 ];
 
 /// The app secret used when none is configured, in sandbox mode only, so that `sabi serve`
@@ -214,6 +218,24 @@ pub struct EngineConfig {
     /// How long running work may take to finish at shutdown.
     #[serde(default = "defaults::shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,
+    /// Turns at once on one node.
+    #[serde(
+        default = "defaults::turns_per_node",
+        deserialize_with = "number::usize"
+    )]
+    pub turns_per_node: usize,
+    /// Tries of a turn before its batch goes to review.
+    #[serde(default = "defaults::max_attempts", deserialize_with = "number::u32")]
+    pub max_attempts: u32,
+    /// The wait after a failed turn, doubled after each further failure.
+    #[serde(default = "defaults::retry_base", with = "duration")]
+    pub retry_base: Duration,
+    /// How often a worker asks the store for work other nodes stored.
+    #[serde(default = "defaults::poll_interval", with = "duration")]
+    pub poll_interval: Duration,
+    /// Sandbox mode's acknowledgement waits this long, to stand in for an agent's thinking.
+    #[serde(default, with = "duration")]
+    pub sandbox_reply_delay: Duration,
 }
 
 impl Default for EngineConfig {
@@ -222,6 +244,11 @@ impl Default for EngineConfig {
             lease: defaults::lease(),
             review_after: defaults::review_after(),
             shutdown_grace: defaults::shutdown_grace(),
+            turns_per_node: defaults::turns_per_node(),
+            max_attempts: defaults::max_attempts(),
+            retry_base: defaults::retry_base(),
+            poll_interval: defaults::poll_interval(),
+            sandbox_reply_delay: Duration::ZERO,
         }
     }
 }
@@ -321,6 +348,17 @@ impl Config {
                 "engine.lease (SABI_LEASE): must be at least 1s".into(),
             ));
         }
+        if self.engine.turns_per_node == 0 {
+            return Err(Error(
+                "engine.turns_per_node (SABI_TURNS): must be at least 1".into(),
+            ));
+        }
+        if self.engine.max_attempts == 0 {
+            return Err(Error("engine.max_attempts: must be at least 1".into()));
+        }
+        if self.engine.poll_interval < Duration::from_millis(10) {
+            return Err(Error("engine.poll_interval: must be at least 10ms".into()));
+        }
         if self.whatsapp.outbound_rate == 0 {
             return Err(Error(
                 "whatsapp.outbound_rate (SABI_OUTBOUND_RATE): must be at least 1".into(),
@@ -381,6 +419,24 @@ fn policy(window: Duration, cap: Duration) -> BatchPolicy {
     }
 }
 
+impl Config {
+    /// The scheduler's settings.
+    pub fn engine_settings(&self) -> EngineSettings {
+        EngineSettings {
+            turns: self.engine.turns_per_node,
+            lease: self.engine.lease,
+            poll_interval: self.engine.poll_interval,
+            shutdown_grace: self.engine.shutdown_grace,
+            sandbox: self.whatsapp.sandbox(),
+            policy: EnginePolicy {
+                max_attempts: self.engine.max_attempts,
+                retry_base: self.engine.retry_base,
+                review_after: self.engine.review_after,
+            },
+        }
+    }
+}
+
 impl WebchatConfig {
     pub fn batch_policy(&self) -> BatchPolicy {
         policy(self.batch_window, self.batch_max_wait)
@@ -414,6 +470,18 @@ mod defaults {
     }
     pub(super) fn shutdown_grace() -> Duration {
         Duration::from_secs(10)
+    }
+    pub(super) fn turns_per_node() -> usize {
+        5
+    }
+    pub(super) fn max_attempts() -> u32 {
+        4
+    }
+    pub(super) fn retry_base() -> Duration {
+        Duration::from_secs(5)
+    }
+    pub(super) fn poll_interval() -> Duration {
+        Duration::from_secs(1)
     }
     pub(super) fn max_body() -> usize {
         // Meta's 3 MB plus room for headers of the JSON around it.

@@ -108,3 +108,85 @@ pub struct BatchPolicy {
     /// ...but never later than this long after the first.
     pub cap_ms: i64,
 }
+
+/// One of the customer's messages inside a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchMessage {
+    /// Arrival order in the store: breaks ties between equal provider timestamps.
+    pub seq: i64,
+    pub external_id: String,
+    pub item_type: Option<String>,
+    pub text: Option<String>,
+    pub media_id: Option<String>,
+    /// When the customer sent it (provider timestamp, Unix seconds), if known.
+    pub provider_ts: Option<i64>,
+    pub received_at_ms: i64,
+}
+
+impl BatchMessage {
+    /// When the customer sent it, as well as Sabi knows: the provider's time, else arrival.
+    pub fn sent_at_ms(&self) -> i64 {
+        self.provider_ts.map_or(self.received_at_ms, |s| {
+            s.saturating_mul(1000).min(self.received_at_ms)
+        })
+    }
+}
+
+/// Every pending message of one conversation at claim time, in the order the customer sent them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub id: i64,
+    pub conversation: ConversationKey,
+    pub messages: Vec<BatchMessage>,
+    /// When the batch became due: the scheduling delay is measured from here.
+    pub due_at_ms: i64,
+}
+
+impl Batch {
+    /// When the customer sent the first message of the batch.
+    pub fn first_sent_at_ms(&self) -> i64 {
+        self.messages
+            .iter()
+            .map(BatchMessage::sent_at_ms)
+            .min()
+            .unwrap_or(self.due_at_ms)
+    }
+}
+
+/// The fencing token of a lease: every write a turn makes carries it, and the store refuses a
+/// token that is no longer the batch's latest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseToken(pub i64);
+
+/// A batch handed to a worker under a lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claim {
+    pub batch: Batch,
+    pub token: LeaseToken,
+    /// 1 for the first try; every claim of the same batch counts one more.
+    pub attempt: u32,
+}
+
+/// One part of a reply, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyPart {
+    pub text: String,
+}
+
+/// Why a batch went to a person instead of an automatic reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReviewReason {
+    /// The first message is older than the age limit: an automatic reply would come too late.
+    TooOld,
+    /// Every attempt failed.
+    OutOfRetries,
+}
+
+impl ReviewReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewReason::TooOld => "too_old",
+            ReviewReason::OutOfRetries => "out_of_retries",
+        }
+    }
+}

@@ -10,11 +10,16 @@
 //!                                        │
 //!                                        ▼
 //!                          store::Store::ingest (append, dedupe, schedule; durable) ─► 200
+//!                                        │
+//! worker::Scheduler ◄── store::Store::claim (due batch, lease + fencing token)
+//!    turn: worker::TurnHandler (sandbox acknowledgement until the router and agent land)
+//!    └─► store::Store::finish (reply to the outbox | retry with backoff | review)
 //! ```
 //!
 //! - [`config`]: one typed configuration (`sabi.toml` + `SABI_*`), validated at start.
 //! - [`ingress`]: the HTTP edge; nothing slow happens there.
 //! - [`store`]: the only place state lives; SQLite embedded by default.
+//! - [`worker`]: the scheduler: batches per conversation, one turn at a time, leases, retries.
 //! - [`domain`]: the types every stage shares.
 //! - [`app`]: wires the parts and runs them until stopped.
 //! - [`cli`]: the `sabi` commands.
@@ -28,3 +33,4 @@ pub mod http;
 pub mod ingress;
 pub mod store;
 pub mod telemetry;
+pub mod worker;

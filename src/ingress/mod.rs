@@ -11,6 +11,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
+use tokio::sync::Notify;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
@@ -21,16 +22,24 @@ pub struct Ingress {
     pub store: Arc<dyn Store>,
     pub clock: SharedClock,
     pub whatsapp: whatsapp::Settings,
+    /// Wakes this process's scheduler when new work is stored.
+    pub wake: Arc<Notify>,
 }
 
 pub type AppState = Arc<Ingress>;
 
 impl Ingress {
-    pub fn new(config: &Config, store: Arc<dyn Store>, clock: SharedClock) -> AppState {
+    pub fn new(
+        config: &Config,
+        store: Arc<dyn Store>,
+        clock: SharedClock,
+        wake: Arc<Notify>,
+    ) -> AppState {
         Arc::new(Ingress {
             store,
             clock,
             whatsapp: whatsapp::Settings::from_config(config),
+            wake,
         })
     }
 }

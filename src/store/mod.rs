@@ -16,7 +16,10 @@ use async_trait::async_trait;
 
 pub use self::sqlite::SqliteStore;
 use crate::config::StoreConfig;
-use crate::domain::{BatchPolicy, Channel, InboundItem, ItemKind, Quarantined};
+use crate::domain::{
+    BatchMessage, BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
+    Quarantined, ReplyPart, ReviewReason,
+};
 
 /// Errors every backend reports the same way.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +30,10 @@ pub enum Error {
     /// The store's schema is older or newer than this build expects.
     #[error("store schema: {0}")]
     Schema(String),
+    /// The lease's token is no longer the batch's latest: another worker holds it now, or the
+    /// batch has ended. The write was refused.
+    #[error("lease lost: the batch was taken over or has ended")]
+    LeaseLost,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -71,8 +78,11 @@ pub struct StoredItem {
     pub seq: i64,
     pub item: InboundItem,
     pub received_at_ms: i64,
-    /// `pending` (waits for a turn), `skipped` (deliberately not a turn) or `recorded`.
+    /// `pending` (waits for a turn), `batched` (its turn runs), `answered`, `review`,
+    /// `skipped` (deliberately not a turn) or `recorded` (statuses, errors, events).
     pub state: String,
+    /// The batch it was answered in, once claimed.
+    pub batch: Option<i64>,
 }
 
 /// A raw piece of a delivery that Sabi could not understand.
@@ -81,6 +91,51 @@ pub struct StoredQuarantine {
     pub id: i64,
     pub received_at_ms: i64,
     pub quarantined: Quarantined,
+}
+
+/// How a turn ends. Written with the lease's token, atomically.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// The reply goes to the outbox: held there in sandbox mode, queued for sending otherwise.
+    Replied {
+        parts: Vec<ReplyPart>,
+        sandbox: bool,
+    },
+    /// The turn failed; the batch may be claimed again from `at_ms`.
+    RetryAt { at_ms: i64, error: String },
+    /// A person takes it from here.
+    Review {
+        reason: ReviewReason,
+        error: Option<String>,
+    },
+}
+
+/// One reply part in the outbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxEntry {
+    pub id: i64,
+    pub batch_id: i64,
+    pub part: u32,
+    pub conversation: ConversationKey,
+    pub text: String,
+    /// `sandbox` (kept, never sent) or `queued` (for the sender).
+    pub state: String,
+    pub created_at_ms: i64,
+    /// When the turn that wrote it was claimed, and when it ended.
+    pub turn_started_at_ms: i64,
+    pub turn_finished_at_ms: i64,
+}
+
+/// A batch waiting for a person.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReviewEntry {
+    pub id: i64,
+    pub batch_id: i64,
+    pub conversation: ConversationKey,
+    pub reason: String,
+    pub error: Option<String>,
+    pub created_at_ms: i64,
+    pub messages: Vec<BatchMessage>,
 }
 
 /// The store interface, held as `Arc<dyn Store>`.
@@ -101,6 +156,39 @@ pub trait Store: Send + Sync + 'static {
 
     /// Succeeds when the store is reachable and its schema is current.
     async fn ready(&self) -> Result<()>;
+
+    /// Claims up to `limit` batches due at `now_ms`, each under a lease until `now_ms + lease_ms`
+    /// with a fresh fencing token: batches whose lease lapsed or whose retry time came, then new
+    /// batches of every pending message of conversations that are due and have no batch open.
+    /// A conversation never has two batches open, so its turns never overlap.
+    async fn claim(&self, now_ms: i64, lease_ms: i64, limit: usize) -> Result<Vec<Claim>>;
+
+    /// Extends a lease.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when `token` is stale.
+    async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()>;
+
+    /// Ends a turn: writes its reply, schedules its retry, or sends it to review.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when `token` is stale: nothing is written.
+    async fn finish(
+        &self,
+        batch: i64,
+        token: LeaseToken,
+        now_ms: i64,
+        ending: Ending,
+    ) -> Result<()>;
+
+    /// The earliest time at which something may become claimable, if anything is waiting.
+    async fn next_due(&self) -> Result<Option<i64>>;
+
+    /// Outbox rows in the order they were written.
+    async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>>;
+
+    /// Open review items, oldest first.
+    async fn review_queue(&self, limit: Option<usize>) -> Result<Vec<ReviewEntry>>;
 }
 
 /// Opens the configured backend, creating and migrating it when needed.

@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
-use sabi::app::App;
+use sabi::app::{App, Role};
 use sabi::clock::ManualClock;
 use sabi::config::Config;
 use sabi::ingress::whatsapp::sign;
 use sabi::store::{InboxQuery, Store, StoredItem};
+use sabi::worker::{Scheduler, TurnHandler};
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
@@ -31,26 +32,39 @@ pub fn config(dir: &Path, extra: &[(&str, &str)]) -> Config {
     Config::load(Some(Path::new("/dev/null")), env).expect("test config is valid")
 }
 
-/// Sabi running inside the test process.
+/// The manual clock's start: the corpus's era, so provider timestamps look recent.
+pub const START_MS: i64 = 1_781_000_000_000;
+
+/// Sabi running inside the test process: HTTP served, turns driven by hand with `scheduler`.
 pub struct TestApp {
     pub addr: SocketAddr,
     pub client: reqwest::Client,
     pub store: Arc<dyn Store>,
     pub clock: Arc<ManualClock>,
+    pub scheduler: Arc<Scheduler>,
     pub dir: tempfile::TempDir,
     shutdown: CancellationToken,
 }
 
 impl TestApp {
     pub async fn spawn() -> TestApp {
+        TestApp::spawn_with(None, &[]).await
+    }
+
+    /// A test app with a turn handler of the test's own and more settings.
+    pub async fn spawn_with(
+        handler: Option<Arc<dyn TurnHandler>>,
+        extra: &[(&str, &str)],
+    ) -> TestApp {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = config(dir.path(), &[]);
-        let clock = ManualClock::new(1_781_000_000_000);
-        let app = App::build_with_clock(&config, clock.clone())
+        let config = config(dir.path(), extra);
+        let clock = ManualClock::new(START_MS);
+        let app = App::build_with(&config, Role::Api, clock.clone(), handler)
             .await
             .expect("app builds");
         let addr = app.addr().expect("bound");
         let store = app.store();
+        let scheduler = app.scheduler();
         let shutdown = app.shutdown_token();
         tokio::spawn(app.run_until_stopped());
         TestApp {
@@ -58,6 +72,7 @@ impl TestApp {
             client: reqwest::Client::new(),
             store,
             clock,
+            scheduler,
             dir,
             shutdown,
         }
@@ -108,16 +123,16 @@ pub fn signature(body: &[u8]) -> String {
     sign(&SecretString::from(SECRET.to_owned()), body)
 }
 
-/// A realistic one-text-message webhook in wire format.
+/// A realistic one-text-message webhook in wire format, sent at the clock's start.
 pub fn text_webhook(id: &str, from: &str, text: &str) -> Vec<u8> {
-    let value = sabi::cli::text_webhook(
-        "100000000000001",
-        from,
-        "Test Customer",
-        id,
-        1_781_000_000,
-        text,
-    );
+    text_webhook_at(id, from, text, START_MS / 1000)
+}
+
+/// [`text_webhook`] with the provider timestamp (Unix seconds) the customer sent it at.
+pub fn text_webhook_at(id: &str, from: &str, text: &str, sent_at_s: i64) -> Vec<u8> {
+    let sent_at = u64::try_from(sent_at_s).expect("positive timestamp");
+    let value =
+        sabi::cli::text_webhook("100000000000001", from, "Test Customer", id, sent_at, text);
     sabi::ingress::whatsapp::wire::encode(&value).into_bytes()
 }
 

@@ -5,6 +5,7 @@
 
 mod corpus;
 mod crash;
+mod engine;
 mod fuzz;
 mod helpers;
 mod webhook;

@@ -3,7 +3,7 @@
 use rusqlite::Connection;
 use sabi::domain::ItemKind;
 
-use crate::helpers::{TestApp, VERIFY_TOKEN, signature, text_webhook};
+use crate::helpers::{START_MS, TestApp, VERIFY_TOKEN, signature, text_webhook};
 
 #[tokio::test]
 async fn verification_echoes_the_challenge_byte_for_byte() {
@@ -60,7 +60,7 @@ async fn a_signed_message_is_stored_before_the_200() {
             .status(),
         200
     );
-    assert_eq!(app.inbox().await[1].received_at_ms, 1_781_000_005_000);
+    assert_eq!(app.inbox().await[1].received_at_ms, START_MS + 5_000);
 }
 
 #[tokio::test]

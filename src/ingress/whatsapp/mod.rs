@@ -97,5 +97,8 @@ pub(super) async fn receive(
         })
         .await?;
     tracing::debug!(?receipt, "webhook stored");
+    if receipt.stored > 0 {
+        state.wake.notify_one();
+    }
     Ok(StatusCode::OK)
 }

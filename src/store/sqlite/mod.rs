@@ -6,6 +6,7 @@
 //! beside the writer. Several processes may share one file: each writer takes the lock with
 //! `BEGIN IMMEDIATE` and waits for the others up to the busy timeout.
 
+mod turns;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -13,17 +14,24 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 use self::writer::Writer;
 use super::{
-    Error, InboxQuery, Ingest, IngestReceipt, Result, Store, StoredItem, StoredQuarantine,
+    Ending, Error, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Result, ReviewEntry, Store,
+    StoredItem, StoredQuarantine,
 };
-use crate::domain::{BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
+use crate::domain::{
+    BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken, Quarantined,
+};
 
 /// Schema versions, applied in order; `PRAGMA user_version` records how many ran.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_inbox.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_inbox.sql"),
+    include_str!("migrations/0002_turns.sql"),
+];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -136,6 +144,43 @@ pub(super) fn unavailable(e: rusqlite::Error) -> Error {
 
 #[async_trait]
 impl Store for SqliteStore {
+    async fn claim(&self, now_ms: i64, lease_ms: i64, limit: usize) -> Result<Vec<Claim>> {
+        self.writer
+            .write(move |conn| turns::claim(conn, now_ms, lease_ms, limit))
+            .await
+    }
+
+    async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()> {
+        self.writer
+            .write(move |conn| turns::renew(conn, batch, token, now_ms, lease_ms))
+            .await
+    }
+
+    async fn finish(
+        &self,
+        batch: i64,
+        token: LeaseToken,
+        now_ms: i64,
+        ending: Ending,
+    ) -> Result<()> {
+        self.writer
+            .write(move |conn| turns::finish(conn, batch, token, now_ms, &ending))
+            .await
+    }
+
+    async fn next_due(&self) -> Result<Option<i64>> {
+        self.read(turns::next_due).await
+    }
+
+    async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
+        self.read(move |conn| turns::outbox(conn, limit)).await
+    }
+
+    async fn review_queue(&self, limit: Option<usize>) -> Result<Vec<ReviewEntry>> {
+        self.read(move |conn| turns::review_queue(conn, limit))
+            .await
+    }
+
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
         // Serialise and hash here, on the caller's task, so the writer's transaction (which
         // every waiting request shares) holds only the SQL.
@@ -327,74 +372,47 @@ fn inbox(conn: &Connection, query: &InboxQuery) -> Result<Vec<StoredItem>> {
     let mut stmt = conn
         .prepare_cached(
             "SELECT seq, channel, dedupe_key, kind, business, customer, item_type, text, media_id,
-                    provider_ts, received_at, state, facts
+                    provider_ts, received_at, state, batch_id, facts
              FROM inbox
              WHERE seq > ?1 AND (?2 IS NULL OR kind = ?2) AND (?3 IS NULL OR channel = ?3)
              ORDER BY seq LIMIT ?4",
         )
         .map_err(unavailable)?;
+    let params = params![
+        query.after.unwrap_or(0),
+        query.kind.map(ItemKind::as_str),
+        query.channel.map(Channel::as_str),
+        limit
+    ];
     let rows = stmt
-        .query_map(
-            params![
-                query.after.unwrap_or(0),
-                query.kind.map(ItemKind::as_str),
-                query.channel.map(Channel::as_str),
-                limit
-            ],
-            |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, String>(3)?,
-                    row.get::<_, Option<String>>(4)?,
-                    row.get::<_, Option<String>>(5)?,
-                    row.get::<_, Option<String>>(6)?,
-                    row.get::<_, Option<String>>(7)?,
-                    row.get::<_, Option<String>>(8)?,
-                    row.get::<_, Option<i64>>(9)?,
-                    row.get::<_, i64>(10)?,
-                    row.get::<_, String>(11)?,
-                    row.get::<_, String>(12)?,
-                ))
-            },
-        )
+        .query_map(params, |row| {
+            let item = StoredItem {
+                seq: row.get(0)?,
+                item: InboundItem {
+                    channel: row.get(1)?,
+                    dedupe_key: row.get(2)?,
+                    kind: row.get(3)?,
+                    business: row.get(4)?,
+                    customer: row.get(5)?,
+                    item_type: row.get(6)?,
+                    text: row.get(7)?,
+                    media_id: row.get(8)?,
+                    provider_ts: row.get(9)?,
+                    turn: None,
+                    facts: serde_json::Value::Null,
+                },
+                received_at_ms: row.get(10)?,
+                state: row.get(11)?,
+                batch: row.get(12)?,
+            };
+            Ok((item, row.get::<_, String>(13)?))
+        })
         .map_err(unavailable)?;
     let mut items = Vec::new();
     for row in rows {
-        let (
-            seq,
-            channel,
-            key,
-            kind,
-            business,
-            customer,
-            item_type,
-            text,
-            media_id,
-            ts,
-            at,
-            state,
-            facts,
-        ) = row.map_err(unavailable)?;
-        items.push(StoredItem {
-            seq,
-            item: InboundItem {
-                kind: ItemKind::parse(&kind).ok_or_else(|| unknown("kind", &kind))?,
-                channel: Channel::parse(&channel).ok_or_else(|| unknown("channel", &channel))?,
-                dedupe_key: key,
-                business,
-                customer,
-                item_type,
-                text,
-                media_id,
-                provider_ts: ts,
-                turn: None,
-                facts: decode(&facts)?,
-            },
-            received_at_ms: at,
-            state,
-        });
+        let (mut item, facts) = row.map_err(unavailable)?;
+        item.item.facts = decode(&facts)?;
+        items.push(item);
     }
     Ok(items)
 }
@@ -404,8 +422,23 @@ fn decode<T: serde::de::DeserializeOwned>(json: &str) -> Result<T> {
         .map_err(|e| Error::Schema(format!("undecodable stored value {json:?}: {e}")))
 }
 
-fn unknown(what: &str, value: &str) -> Error {
-    Error::Schema(format!("unknown {what} {value:?} in the store"))
+/// Enums are stored as their names; a name this build does not know is a schema problem.
+fn from_name<T>(value: ValueRef<'_>, parse: fn(&str) -> Option<T>) -> FromSqlResult<T> {
+    let name = value.as_str()?;
+    parse(name)
+        .ok_or_else(|| FromSqlError::Other(format!("unknown name {name:?} in the store").into()))
+}
+
+impl FromSql for Channel {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        from_name(value, Channel::parse)
+    }
+}
+
+impl FromSql for ItemKind {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        from_name(value, ItemKind::parse)
+    }
 }
 
 fn quarantine(conn: &Connection, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
@@ -419,7 +452,7 @@ fn quarantine(conn: &Connection, limit: Option<usize>) -> Result<Vec<StoredQuara
         .query_map(params![limit], |row| {
             Ok((
                 row.get::<_, i64>(0)?,
-                row.get::<_, String>(1)?,
+                row.get::<_, Channel>(1)?,
                 row.get::<_, i64>(2)?,
                 row.get::<_, String>(3)?,
                 row.get::<_, String>(4)?,
@@ -433,7 +466,7 @@ fn quarantine(conn: &Connection, limit: Option<usize>) -> Result<Vec<StoredQuara
             id,
             received_at_ms,
             quarantined: Quarantined {
-                channel: Channel::parse(&channel).ok_or_else(|| unknown("channel", &channel))?,
+                channel,
                 reason,
                 raw,
             },

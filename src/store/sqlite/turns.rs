@@ -1,0 +1,341 @@
+//! The engine's side of the SQLite store: claims, leases with fencing, turn endings, and the
+//! outbox and review reads. Every write runs in the group-commit writer, so each operation is
+//! one transaction; the token check and the write it guards are in the same transaction.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::unavailable;
+use crate::domain::{Batch, BatchMessage, Claim, ConversationKey, LeaseToken, ReplyPart};
+use crate::store::{Ending, Error, OutboxEntry, Result, ReviewEntry};
+
+pub(super) fn claim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
+    let mut claims = reclaim(conn, now, lease, limit)?;
+    if claims.len() < limit {
+        let fresh = open_batches(conn, now, lease, limit - claims.len())?;
+        claims.extend(fresh);
+    }
+    Ok(claims)
+}
+
+/// Batches whose lease lapsed (their worker died or stalled) or whose retry time has come.
+fn reclaim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
+    let ids: Vec<i64> = query_ids(
+        conn,
+        "SELECT id FROM batches
+         WHERE (state = 'running' AND lease_until <= ?1) OR (state = 'waiting' AND next_attempt_at <= ?1)
+         ORDER BY due_at LIMIT ?2",
+        now,
+        limit,
+    )?;
+    let mut claims = Vec::with_capacity(ids.len());
+    for id in ids {
+        let (token, attempts): (i64, u32) = conn
+            .prepare_cached(
+                "UPDATE batches SET state = 'running', token = token + 1, attempts = attempts + 1,
+                        lease_until = ?2, next_attempt_at = NULL, started_at = ?3
+                 WHERE id = ?1 RETURNING token, attempts",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![id, now + lease, now], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+            })
+            .map_err(unavailable)?;
+        claims.push(Claim {
+            batch: load_batch(conn, id)?,
+            token: LeaseToken(token),
+            attempt: attempts,
+        });
+    }
+    Ok(claims)
+}
+
+/// New batches: every pending message of each due conversation that has no batch open.
+fn open_batches(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
+    let conversations: Vec<(i64, i64)> = conn
+        .prepare_cached(
+            "SELECT id, due_at FROM conversations
+             WHERE due_at <= ?1 AND open_batch_id IS NULL ORDER BY due_at LIMIT ?2",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![now, limit_param(limit)], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect()
+        })
+        .map_err(unavailable)?;
+    let mut claims = Vec::with_capacity(conversations.len());
+    for (conversation, due_at) in conversations {
+        let batch: i64 = conn
+            .prepare_cached(
+                "INSERT INTO batches (conversation_id, state, token, attempts, lease_until, due_at, created_at, started_at)
+                 VALUES (?1, 'running', 1, 1, ?2, ?3, ?4, ?4) RETURNING id",
+            )
+            .and_then(|mut s| s.query_row(params![conversation, now + lease, due_at, now], |r| r.get(0)))
+            .map_err(unavailable)?;
+        execute(
+            conn,
+            "UPDATE inbox SET state = 'batched', batch_id = ?1 WHERE conversation_id = ?2 AND state = 'pending'",
+            params![batch, conversation],
+        )?;
+        execute(
+            conn,
+            "UPDATE conversations SET open_batch_id = ?1, first_pending_at = NULL, last_pending_at = NULL, due_at = NULL
+             WHERE id = ?2",
+            params![batch, conversation],
+        )?;
+        claims.push(Claim {
+            batch: load_batch(conn, batch)?,
+            token: LeaseToken(1),
+            attempt: 1,
+        });
+    }
+    Ok(claims)
+}
+
+fn load_batch(conn: &Connection, id: i64) -> Result<Batch> {
+    let (conversation, due_at_ms) = conn
+        .prepare_cached(
+            "SELECT c.channel, c.business, c.customer, b.due_at
+             FROM batches b JOIN conversations c ON c.id = b.conversation_id WHERE b.id = ?1",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![id], |r| {
+                let key = ConversationKey {
+                    channel: r.get(0)?,
+                    business: r.get(1)?,
+                    customer: r.get(2)?,
+                };
+                Ok((key, r.get(3)?))
+            })
+        })
+        .map_err(unavailable)?;
+    Ok(Batch {
+        id,
+        conversation,
+        messages: batch_messages(conn, id)?,
+        due_at_ms,
+    })
+}
+
+/// A batch's messages in the order the customer sent them; arrival order breaks ties.
+fn batch_messages(conn: &Connection, batch: i64) -> Result<Vec<BatchMessage>> {
+    conn.prepare_cached(
+        "SELECT seq, dedupe_key, item_type, text, media_id, provider_ts, received_at
+         FROM inbox WHERE batch_id = ?1 ORDER BY provider_ts, seq",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![batch], |r| {
+            Ok(BatchMessage {
+                seq: r.get(0)?,
+                external_id: r.get(1)?,
+                item_type: r.get(2)?,
+                text: r.get(3)?,
+                media_id: r.get(4)?,
+                provider_ts: r.get(5)?,
+                received_at_ms: r.get(6)?,
+            })
+        })?
+        .collect()
+    })
+    .map_err(unavailable)
+}
+
+pub(super) fn renew(
+    conn: &Connection,
+    batch: i64,
+    token: LeaseToken,
+    now: i64,
+    lease: i64,
+) -> Result<()> {
+    check_token(conn, batch, token)?;
+    execute(
+        conn,
+        "UPDATE batches SET lease_until = ?2 WHERE id = ?1",
+        params![batch, now + lease],
+    )
+}
+
+pub(super) fn finish(
+    conn: &Connection,
+    batch: i64,
+    token: LeaseToken,
+    now: i64,
+    ending: &Ending,
+) -> Result<()> {
+    let conversation = check_token(conn, batch, token)?;
+    match ending {
+        Ending::Replied { parts, sandbox } => {
+            write_reply(conn, batch, conversation, now, parts, *sandbox)?;
+            close(conn, batch, conversation, now, "done", "answered")
+        }
+        Ending::RetryAt { at_ms, error } => execute(
+            conn,
+            "UPDATE batches SET state = 'waiting', lease_until = NULL, next_attempt_at = ?2, last_error = ?3
+             WHERE id = ?1",
+            params![batch, at_ms, error],
+        ),
+        Ending::Review { reason, error } => {
+            execute(
+                conn,
+                "INSERT INTO review (batch_id, reason, error, state, created_at) VALUES (?1, ?2, ?3, 'open', ?4)",
+                params![batch, reason.as_str(), error, now],
+            )?;
+            execute(conn, "UPDATE batches SET last_error = coalesce(?2, last_error) WHERE id = ?1", params![batch, error])?;
+            close(conn, batch, conversation, now, "review", "review")
+        }
+    }
+}
+
+/// The conversation of a running batch whose latest token is `token`; anything else is a lost lease.
+fn check_token(conn: &Connection, batch: i64, token: LeaseToken) -> Result<i64> {
+    let row: Option<(i64, String, i64)> = conn
+        .prepare_cached("SELECT token, state, conversation_id FROM batches WHERE id = ?1")
+        .and_then(|mut s| {
+            s.query_row(params![batch], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()
+        })
+        .map_err(unavailable)?;
+    match row {
+        Some((latest, state, conversation)) if latest == token.0 && state == "running" => {
+            Ok(conversation)
+        }
+        _ => Err(Error::LeaseLost),
+    }
+}
+
+fn write_reply(
+    conn: &Connection,
+    batch: i64,
+    conversation: i64,
+    now: i64,
+    parts: &[ReplyPart],
+    sandbox: bool,
+) -> Result<()> {
+    let state = if sandbox { "sandbox" } else { "queued" };
+    for (index, part) in parts.iter().enumerate() {
+        // (batch, part) is unique: a part is written at most once whatever happens.
+        execute(
+            conn,
+            "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at)
+             SELECT ?1, ?2, channel, business, customer, ?3, ?4, ?5 FROM conversations WHERE id = ?6
+             ON CONFLICT (batch_id, part) DO NOTHING",
+            params![batch, index, part.text, state, now, conversation],
+        )?;
+    }
+    Ok(())
+}
+
+/// Ends a batch for good and lets its conversation's next batch be claimed.
+fn close(
+    conn: &Connection,
+    batch: i64,
+    conversation: i64,
+    now: i64,
+    state: &str,
+    messages: &str,
+) -> Result<()> {
+    execute(
+        conn,
+        "UPDATE batches SET state = ?2, lease_until = NULL, finished_at = ?3 WHERE id = ?1",
+        params![batch, state, now],
+    )?;
+    execute(
+        conn,
+        "UPDATE inbox SET state = ?2 WHERE batch_id = ?1",
+        params![batch, messages],
+    )?;
+    execute(
+        conn,
+        "UPDATE conversations SET open_batch_id = NULL WHERE id = ?1 AND open_batch_id = ?2",
+        params![conversation, batch],
+    )
+}
+
+pub(super) fn next_due(conn: &Connection) -> Result<Option<i64>> {
+    conn.prepare_cached(
+        "SELECT min(t) FROM (
+             SELECT min(due_at) AS t FROM conversations WHERE open_batch_id IS NULL AND due_at IS NOT NULL
+             UNION ALL SELECT min(lease_until) FROM batches WHERE state = 'running'
+             UNION ALL SELECT min(next_attempt_at) FROM batches WHERE state = 'waiting')",
+    )
+    .and_then(|mut s| s.query_row([], |r| r.get(0)))
+    .map_err(unavailable)
+}
+
+pub(super) fn outbox(conn: &Connection, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
+    conn.prepare_cached(
+        "SELECT o.id, o.batch_id, o.part, o.channel, o.business, o.customer, o.body, o.state, o.created_at,
+                b.started_at, coalesce(b.finished_at, o.created_at)
+         FROM outbox o JOIN batches b ON b.id = o.batch_id ORDER BY o.id LIMIT ?1",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![limit_param(limit.unwrap_or(usize::MAX))], |r| {
+            Ok(OutboxEntry {
+                id: r.get(0)?,
+                batch_id: r.get(1)?,
+                part: r.get(2)?,
+                conversation: ConversationKey {
+                    channel: r.get(3)?,
+                    business: r.get(4)?,
+                    customer: r.get(5)?,
+                },
+                text: r.get(6)?,
+                state: r.get(7)?,
+                created_at_ms: r.get(8)?,
+                turn_started_at_ms: r.get(9)?,
+                turn_finished_at_ms: r.get(10)?,
+            })
+        })?
+        .collect()
+    })
+    .map_err(unavailable)
+}
+
+pub(super) fn review_queue(conn: &Connection, limit: Option<usize>) -> Result<Vec<ReviewEntry>> {
+    let rows: Vec<(i64, i64, String, Option<String>, i64)> = conn
+        .prepare_cached(
+            "SELECT id, batch_id, reason, error, created_at FROM review WHERE state = 'open' ORDER BY id LIMIT ?1",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![limit_param(limit.unwrap_or(usize::MAX))], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect()
+        })
+        .map_err(unavailable)?;
+    rows.into_iter()
+        .map(|(id, batch_id, reason, error, created_at_ms)| {
+            let batch = load_batch(conn, batch_id)?;
+            Ok(ReviewEntry {
+                id,
+                batch_id,
+                conversation: batch.conversation,
+                reason,
+                error,
+                created_at_ms,
+                messages: batch.messages,
+            })
+        })
+        .collect()
+}
+
+fn query_ids(conn: &Connection, sql: &str, now: i64, limit: usize) -> Result<Vec<i64>> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| {
+            s.query_map(params![now, limit_param(limit)], |r| r.get(0))?
+                .collect()
+        })
+        .map_err(unavailable)
+}
+
+fn execute(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<()> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.execute(params))
+        .map(drop)
+        .map_err(unavailable)
+}
+
+fn limit_param(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,54 @@
+//! The turn-handler interface: the engine hands a batch to a handler and stores what it returns.
+//! The router, the agent and the sender plug in here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::clock::SharedClock;
+use crate::domain::{Batch, ReplyPart};
+
+/// A turn that could not produce a reply; the engine retries it or sends it to review.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TurnError(pub String);
+
+#[async_trait]
+pub trait TurnHandler: Send + Sync + 'static {
+    /// The reply to a batch, in parts, in order.
+    ///
+    /// # Errors
+    /// [`TurnError`] when no reply could be made this time.
+    async fn handle(&self, batch: &Batch) -> Result<Vec<ReplyPart>, TurnError>;
+}
+
+/// Replies with a plain acknowledgement, so the whole path runs end to end before the router
+/// and the agent are configured. Its delay stands in for an agent's thinking time.
+pub struct Acknowledger {
+    clock: SharedClock,
+    delay: Duration,
+}
+
+impl Acknowledger {
+    pub fn new(clock: SharedClock, delay: Duration) -> Arc<Acknowledger> {
+        Arc::new(Acknowledger { clock, delay })
+    }
+}
+
+#[async_trait]
+impl TurnHandler for Acknowledger {
+    async fn handle(&self, batch: &Batch) -> Result<Vec<ReplyPart>, TurnError> {
+        if !self.delay.is_zero() {
+            let delay = i64::try_from(self.delay.as_millis()).unwrap_or(i64::MAX);
+            self.clock
+                .sleep_until(self.clock.now_ms().saturating_add(delay))
+                .await;
+        }
+        let text = match batch.messages.len() {
+            1 => "Thanks, we have your message and will get back to you shortly.".to_owned(),
+            n => format!("Thanks, we have your {n} messages and will get back to you shortly."),
+        };
+        Ok(vec![ReplyPart { text }])
+    }
+}

@@ -1,0 +1,298 @@
+//! Scheduler: claims due batches from the store and runs one turn per batch, at most N at once
+//! on this node.
+//!
+//! Invariants (the store enforces them; the worker relies on them):
+//! - a conversation has at most one batch open, so its turns never overlap and stay in order;
+//! - every claim carries a fresh fencing token and every write of the turn carries it, so a
+//!   worker that paused past its lease cannot reply;
+//! - nothing is held in memory between turns: any node can take any batch.
+//!
+//! The loop wakes at once when this process stores work (`waker`), when a turn ends, and when
+//! the earliest known due time comes; it polls the store for work from other nodes too.
+
+mod handler;
+mod lease;
+pub mod policy;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use self::handler::{Acknowledger, TurnError, TurnHandler};
+use self::lease::LeaseGuard;
+use self::policy::{Decision, EnginePolicy};
+use crate::clock::SharedClock;
+use crate::domain::Claim;
+use crate::store::{self, Ending, Store};
+
+/// How the scheduler runs, typed once from configuration.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Turns at once on this node.
+    pub turns: usize,
+    pub lease: Duration,
+    /// How often the store is asked for work that other nodes stored.
+    pub poll_interval: Duration,
+    /// How long running turns may take to finish at shutdown.
+    pub shutdown_grace: Duration,
+    /// Replies are kept in the outbox, never sent.
+    pub sandbox: bool,
+    pub policy: EnginePolicy,
+}
+
+/// What one [`Scheduler::tick`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TickOutcome {
+    Idle,
+    Processed(usize),
+}
+
+pub struct Scheduler {
+    store: Arc<dyn Store>,
+    clock: SharedClock,
+    handler: Arc<dyn TurnHandler>,
+    settings: EngineSettings,
+    wake: Arc<Notify>,
+}
+
+impl Scheduler {
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: SharedClock,
+        handler: Arc<dyn TurnHandler>,
+        settings: EngineSettings,
+    ) -> Arc<Scheduler> {
+        Arc::new(Scheduler {
+            store,
+            clock,
+            handler,
+            settings,
+            wake: Arc::new(Notify::new()),
+        })
+    }
+
+    /// Notified when this process stores work, so the loop looks at once.
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// Claims every batch due now (up to the per-node limit) and runs those turns to their end.
+    ///
+    /// # Errors
+    /// When the store cannot claim.
+    pub async fn tick(self: &Arc<Self>) -> Result<TickOutcome, store::Error> {
+        let claims = self.claim(self.settings.turns).await?;
+        if claims.is_empty() {
+            return Ok(TickOutcome::Idle);
+        }
+        let count = claims.len();
+        let mut turns = JoinSet::new();
+        for claim in claims {
+            let this = self.clone();
+            turns.spawn(async move { this.run_turn(claim).await });
+        }
+        while turns.join_next().await.is_some() {}
+        Ok(TickOutcome::Processed(count))
+    }
+
+    /// Ticks until nothing is due now.
+    ///
+    /// # Errors
+    /// When the store cannot claim.
+    pub async fn drain(self: &Arc<Self>) -> Result<usize, store::Error> {
+        let mut total = 0;
+        while let TickOutcome::Processed(n) = self.tick().await? {
+            total += n;
+        }
+        Ok(total)
+    }
+
+    /// Runs turns until `shutdown`, then gives running turns the grace period to end. A turn
+    /// still working after it is stopped without releasing its lease: the lease lapses and
+    /// another worker takes the batch over.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let permits = Arc::new(Semaphore::new(self.settings.turns));
+        let mut running = JoinSet::new();
+        tracing::info!(turns = self.settings.turns, "scheduler started");
+        while !shutdown.is_cancelled() {
+            let free = permits.available_permits();
+            let claimed = match self.claim(free).await {
+                Ok(claims) => claims,
+                Err(e) => {
+                    tracing::error!(error.message = %e, "claiming failed; pausing before the next try");
+                    self.pause(&shutdown, self.settings.poll_interval).await;
+                    continue;
+                }
+            };
+            let full = free > 0 && claimed.len() == free;
+            for claim in claimed {
+                // The claim asked for no more than the free permits, and only this loop takes them.
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    break;
+                };
+                let this = self.clone();
+                running.spawn(async move {
+                    this.run_turn(claim).await;
+                    drop(permit);
+                });
+            }
+            if full {
+                continue;
+            }
+            let deadline = self.next_wake().await;
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = self.wake.notified() => {}
+                Some(_) = running.join_next(), if !running.is_empty() => {}
+                () = self.clock.sleep_until(deadline) => {}
+            }
+        }
+        self.drain_running(running).await;
+    }
+
+    async fn claim(&self, limit: usize) -> Result<Vec<Claim>, store::Error> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let lease = millis(self.settings.lease);
+        self.store.claim(self.clock.now_ms(), lease, limit).await
+    }
+
+    /// The earliest due time the store knows of, but no later than the next poll.
+    async fn next_wake(&self) -> i64 {
+        let now = self.clock.now_ms();
+        let poll = now.saturating_add(millis(self.settings.poll_interval));
+        match self.store.next_due().await {
+            // Due now but not claimed: another node holds it, or it is about to be free.
+            Ok(Some(due)) if due <= now => {
+                now.saturating_add(millis(self.settings.poll_interval) / 10)
+            }
+            Ok(Some(due)) => due.min(poll),
+            Ok(None) => poll,
+            Err(e) => {
+                tracing::warn!(error.message = %e, "could not read the next due time");
+                poll
+            }
+        }
+    }
+
+    async fn pause(&self, shutdown: &CancellationToken, wait: Duration) {
+        let until = self.clock.now_ms().saturating_add(millis(wait));
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = self.clock.sleep_until(until) => {}
+        }
+    }
+
+    async fn drain_running(&self, mut running: JoinSet<()>) {
+        if running.is_empty() {
+            return;
+        }
+        tracing::info!(
+            running = running.len(),
+            "stopping: waiting for running turns"
+        );
+        let grace = self.clock.sleep_until(
+            self.clock
+                .now_ms()
+                .saturating_add(millis(self.settings.shutdown_grace)),
+        );
+        tokio::select! {
+            () = async { while running.join_next().await.is_some() {} } => {}
+            () = grace => {
+                tracing::warn!(
+                    running = running.len(),
+                    "shutdown grace over: stopping turns; their leases will lapse and other workers take over"
+                );
+                running.abort_all();
+            }
+        }
+    }
+
+    /// One turn: decide, run the handler under a renewed lease, and record how it ended.
+    async fn run_turn(&self, claim: Claim) {
+        let started = self.clock.now_ms();
+        let decision = policy::decide(&claim, started, &self.settings.policy);
+        let Claim {
+            batch,
+            token,
+            attempt,
+        } = claim;
+        let guard = LeaseGuard::spawn(
+            self.store.clone(),
+            self.clock.clone(),
+            batch.id,
+            token,
+            self.settings.lease,
+        );
+        let ending = match decision {
+            Decision::Review(reason) => Ending::Review {
+                reason,
+                error: None,
+            },
+            Decision::Run => {
+                let lost = guard.lost();
+                let outcome = tokio::select! {
+                    outcome = self.handler.handle(&batch) => outcome,
+                    () = lost.cancelled() => return,
+                };
+                match outcome {
+                    Ok(parts) => Ending::Replied {
+                        parts,
+                        sandbox: self.settings.sandbox,
+                    },
+                    Err(e) => policy::after_failure(
+                        attempt,
+                        self.clock.now_ms(),
+                        &self.settings.policy,
+                        e.0,
+                    ),
+                }
+            }
+        };
+        let outcome = ending_name(&ending);
+        match self
+            .store
+            .finish(batch.id, token, self.clock.now_ms(), ending)
+            .await
+        {
+            Ok(()) => tracing::info!(
+                batch = batch.id,
+                attempt,
+                messages = batch.messages.len(),
+                outcome,
+                delay_ms = started.saturating_sub(batch.due_at_ms),
+                took_ms = self.clock.now_ms().saturating_sub(started),
+                "turn ended"
+            ),
+            Err(store::Error::LeaseLost) => {
+                tracing::warn!(
+                    batch = batch.id,
+                    attempt,
+                    "lease lost: another worker owns the batch; nothing written"
+                );
+            }
+            Err(e) => tracing::error!(
+                batch = batch.id,
+                error.message = %e,
+                "could not record the end of the turn; the lease will lapse and the batch be retried"
+            ),
+        }
+        drop(guard);
+    }
+}
+
+fn ending_name(ending: &Ending) -> &'static str {
+    match ending {
+        Ending::Replied { .. } => "replied",
+        Ending::RetryAt { .. } => "retry",
+        Ending::Review { reason, .. } => reason.as_str(),
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,155 @@
+//! PURE: what to do with a claimed batch, and how a failed turn ends. No IO.
+
+use std::time::Duration;
+
+use crate::domain::{Claim, ReviewReason};
+use crate::store::Ending;
+
+/// The engine's rules, typed once from configuration.
+#[derive(Debug, Clone)]
+pub struct EnginePolicy {
+    /// Turns tried before the batch goes to review.
+    pub max_attempts: u32,
+    /// The wait after the first failure; doubled after each further one.
+    pub retry_base: Duration,
+    /// A batch whose first message is older than this goes to review.
+    pub review_after: Duration,
+}
+
+/// What a worker does with a batch it has just claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Run,
+    Review(ReviewReason),
+}
+
+/// Decides before any work: a batch out of attempts (its workers kept dying) or too old for an
+/// automatic reply goes to a person.
+pub fn decide(claim: &Claim, now_ms: i64, policy: &EnginePolicy) -> Decision {
+    if claim.attempt > policy.max_attempts {
+        return Decision::Review(ReviewReason::OutOfRetries);
+    }
+    let age = now_ms.saturating_sub(claim.batch.first_sent_at_ms());
+    if age > millis(policy.review_after) {
+        return Decision::Review(ReviewReason::TooOld);
+    }
+    Decision::Run
+}
+
+/// How a failed attempt ends: a retry after `retry_base · 2^(attempt-1)`, or review after the last.
+pub fn after_failure(attempt: u32, now_ms: i64, policy: &EnginePolicy, error: String) -> Ending {
+    if attempt >= policy.max_attempts {
+        return Ending::Review {
+            reason: ReviewReason::OutOfRetries,
+            error: Some(error),
+        };
+    }
+    Ending::RetryAt {
+        at_ms: now_ms.saturating_add(millis(backoff(attempt, policy.retry_base))),
+        error,
+    }
+}
+
+/// The wait after failed attempt number `attempt` (1-based).
+pub fn backoff(attempt: u32, base: Duration) -> Duration {
+    base.saturating_mul(1 << attempt.saturating_sub(1).min(16))
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Batch, BatchMessage, Channel, ConversationKey, LeaseToken};
+
+    fn policy() -> EnginePolicy {
+        EnginePolicy {
+            max_attempts: 4,
+            retry_base: Duration::from_secs(5),
+            review_after: Duration::from_secs(15 * 60),
+        }
+    }
+
+    fn claim(attempt: u32, sent_at_s: i64) -> Claim {
+        Claim {
+            batch: Batch {
+                id: 1,
+                conversation: ConversationKey {
+                    channel: Channel::Whatsapp,
+                    business: "b".into(),
+                    customer: "c".into(),
+                },
+                messages: vec![BatchMessage {
+                    seq: 1,
+                    external_id: "w".into(),
+                    item_type: Some("text".into()),
+                    text: None,
+                    media_id: None,
+                    provider_ts: Some(sent_at_s),
+                    received_at_ms: sent_at_s * 1000 + 500,
+                }],
+                due_at_ms: sent_at_s * 1000,
+            },
+            token: LeaseToken(attempt.into()),
+            attempt,
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_from_the_base() {
+        let waits: Vec<u64> = (1..=3)
+            .map(|a| backoff(a, Duration::from_secs(5)).as_secs())
+            .collect();
+        assert_eq!(waits, vec![5, 10, 20]);
+    }
+
+    #[test]
+    fn failures_retry_then_go_to_review_after_the_last_attempt() {
+        let p = policy();
+        assert_eq!(
+            after_failure(1, 1_000, &p, "e".into()),
+            Ending::RetryAt {
+                at_ms: 6_000,
+                error: "e".into()
+            }
+        );
+        assert_eq!(
+            after_failure(3, 1_000, &p, "e".into()),
+            Ending::RetryAt {
+                at_ms: 21_000,
+                error: "e".into()
+            }
+        );
+        assert_eq!(
+            after_failure(4, 1_000, &p, "e".into()),
+            Ending::Review {
+                reason: ReviewReason::OutOfRetries,
+                error: Some("e".into())
+            }
+        );
+    }
+
+    #[test]
+    fn too_old_batches_and_exhausted_ones_go_to_review() {
+        let p = policy();
+        let sent = 1_781_000_000;
+        assert_eq!(
+            decide(&claim(1, sent), sent * 1000 + 60_000, &p),
+            Decision::Run
+        );
+        assert_eq!(
+            decide(&claim(1, sent), (sent + 15 * 60) * 1000, &p),
+            Decision::Run
+        );
+        assert_eq!(
+            decide(&claim(1, sent), (sent + 15 * 60) * 1000 + 1, &p),
+            Decision::Review(ReviewReason::TooOld)
+        );
+        assert_eq!(
+            decide(&claim(5, sent), sent * 1000, &p),
+            Decision::Review(ReviewReason::OutOfRetries)
+        );
+    }
+}
