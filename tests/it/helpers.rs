@@ -150,11 +150,16 @@ impl SabiProcess {
 
     /// [`SabiProcess::start`] with more environment variables.
     pub fn start_with(dir: &Path, env: &[(&str, &str)]) -> SabiProcess {
+        SabiProcess::spawn(dir, "all", env)
+    }
+
+    /// `sabi serve --role ROLE`; waits until it listens (all, api) or its scheduler runs (worker).
+    pub fn spawn(dir: &Path, role: &str, env: &[(&str, &str)]) -> SabiProcess {
         let mut child = sabi_command(dir)
-            .arg("serve")
-            .envs(env.iter().copied())
+            .args(["serve", "--role", role])
             .env("SABI_LISTEN", "127.0.0.1:0")
             .env("SABI_LOG", "info")
+            .envs(env.iter().copied())
             .stderr(Stdio::piped())
             .spawn()
             .expect("sabi serve starts");
@@ -163,10 +168,13 @@ impl SabiProcess {
         let addr = loop {
             let line = lines
                 .next()
-                .expect("sabi serve exited before listening")
+                .expect("sabi serve exited before it was ready")
                 .expect("stderr line");
             if let Some(rest) = line.split("addr=").nth(1) {
                 break rest.trim().parse().expect("listen address");
+            }
+            if role == "worker" && line.contains("scheduler started") {
+                break SocketAddr::from(([127, 0, 0, 1], 0));
             }
         };
         // Keep draining stderr so the child never blocks on a full pipe.

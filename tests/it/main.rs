@@ -9,3 +9,4 @@ mod engine;
 mod fuzz;
 mod helpers;
 mod webhook;
+mod workers;

@@ -115,7 +115,21 @@ fn connect(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
+/// Brings the schema up to date. The version is read inside the write lock, so processes
+/// starting together on one file migrate it once.
 fn migrate(conn: &Connection) -> Result<()> {
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(unavailable)?;
+    let outcome = apply_migrations(conn);
+    let end = if outcome.is_ok() {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    };
+    conn.execute_batch(end).map_err(unavailable)?;
+    outcome
+}
+
+fn apply_migrations(conn: &Connection) -> Result<()> {
     let version: usize = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .map_err(unavailable)?;
@@ -126,16 +140,11 @@ fn migrate(conn: &Connection) -> Result<()> {
         )));
     }
     for (index, sql) in MIGRATIONS.iter().enumerate().skip(version) {
-        let batch = format!(
-            "BEGIN IMMEDIATE; {sql}; PRAGMA user_version = {}; COMMIT;",
-            index + 1
-        );
-        conn.execute_batch(&batch).map_err(|e| {
-            let _ = conn.execute_batch("ROLLBACK");
-            Error::Schema(format!("migration {} failed: {e}", index + 1))
-        })?;
+        conn.execute_batch(sql)
+            .map_err(|e| Error::Schema(format!("migration {} failed: {e}", index + 1)))?;
     }
-    Ok(())
+    conn.pragma_update(None, "user_version", MIGRATIONS.len())
+        .map_err(unavailable)
 }
 
 pub(super) fn unavailable(e: rusqlite::Error) -> Error {
