@@ -21,11 +21,11 @@ async fn verification_echoes_the_challenge_byte_for_byte() {
 async fn verification_refuses_anything_else() {
     let app = TestApp::spawn().await;
     for query in [
-        format!("hub.mode=subscribe&hub.verify_token=wrong&hub.challenge=1"),
+        "hub.mode=subscribe&hub.verify_token=wrong&hub.challenge=1".to_owned(),
         format!("hub.mode=unsubscribe&hub.verify_token={VERIFY_TOKEN}&hub.challenge=1"),
         format!("hub.verify_token={VERIFY_TOKEN}&hub.challenge=1"),
         format!("hub.mode=subscribe&hub.verify_token={VERIFY_TOKEN}"),
-        format!("hub.mode=subscribe&hub.challenge=1"),
+        "hub.mode=subscribe&hub.challenge=1".to_owned(),
         String::new(),
     ] {
         let response = app

@@ -1,0 +1,308 @@
+//! Engine benchmark: 10,000 conversations with 3 messages each through the scheduler with a
+//! handler that does nothing, on the SQLite store (durable commits), on the real clock.
+//!
+//! `cargo bench --bench engine` prints:
+//! - backlog: all 30,000 messages stored first, then turns/s while the scheduler drains them;
+//! - steady: conversations arriving at a fixed rate, and the delay from each batch's due time to
+//!   its handler's start (p50/p99) — the in-process wake-up at work;
+//! - store round trips per message (every store call counted, ingest included).
+//!
+//! `ENGINE_BENCH_CONVERSATIONS` changes the conversation count. Under `cargo test` it runs
+//! with 100 conversations, as a smoke check that the benchmark still works.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sabi::clock::{Clock, SystemClock};
+use sabi::domain::{
+    Batch, BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
+    ReplyPart,
+};
+use sabi::store::{
+    self, Ending, InboxQuery, Ingest, IngestReceipt, OutboxEntry, ReviewEntry, SqliteStore, Store,
+    StoredItem, StoredQuarantine,
+};
+use sabi::worker::policy::EnginePolicy;
+use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler};
+use tokio_util::sync::CancellationToken;
+
+const MESSAGES_PER_CONVERSATION: usize = 3;
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs this as a quick smoke check.
+    let full = std::env::args().any(|a| a == "--bench");
+    let conversations: usize = std::env::var("ENGINE_BENCH_CONVERSATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if full { 10_000 } else { 100 });
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        println!("engine bench: {conversations} conversations x {MESSAGES_PER_CONVERSATION} messages, SQLite (fsync per commit), 5 turns at once");
+        backlog(conversations).await;
+        steady(conversations).await;
+    });
+}
+
+/// Everything stored first; then how fast the scheduler turns it over.
+async fn backlog(conversations: usize) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = CountingStore::open(dir.path()).await;
+    ingest_all(&store, 0..conversations, 0).await;
+    let ingest_calls = store.calls();
+    let handler = NoOp::new();
+    let scheduler = Scheduler::new(
+        store.clone(),
+        Arc::new(SystemClock),
+        handler.clone(),
+        settings(),
+    );
+    let started = Instant::now();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(scheduler.clone().run(stop.clone()));
+    handler.wait_for(conversations).await;
+    let elapsed = started.elapsed();
+    stop.cancel();
+    run.await.expect("scheduler");
+    let engine_calls = store.calls() - ingest_calls;
+    let messages = (conversations * MESSAGES_PER_CONVERSATION) as f64;
+    println!(
+        "backlog: {} turns in {:.2} s = {:.0} turns/s; store round trips per message: {:.2} (ingest {:.2}, engine {:.2})",
+        conversations,
+        elapsed.as_secs_f64(),
+        conversations as f64 / elapsed.as_secs_f64(),
+        (ingest_calls + engine_calls) as f64 / messages,
+        ingest_calls as f64 / messages,
+        engine_calls as f64 / messages,
+    );
+}
+
+/// Conversations arrive at a fixed rate while the scheduler runs: the delay from due to start.
+async fn steady(conversations: usize) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = CountingStore::open(dir.path()).await;
+    let handler = NoOp::new();
+    let scheduler = Scheduler::new(
+        store.clone(),
+        Arc::new(SystemClock),
+        handler.clone(),
+        settings(),
+    );
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(scheduler.clone().run(stop.clone()));
+    let rate = 1_000.0; // conversations per second
+    let window_ms = 50;
+    let started = Instant::now();
+    let mut senders = tokio::task::JoinSet::new();
+    for n in 0..conversations {
+        let due = started + Duration::from_secs_f64(n as f64 / rate);
+        tokio::time::sleep_until(due.into()).await;
+        let (store, wake) = (store.clone(), scheduler.waker());
+        senders.spawn(async move {
+            ingest_all(&store, n..n + 1, window_ms).await;
+            wake.notify_one();
+        });
+    }
+    while senders.join_next().await.is_some() {}
+    handler.wait_for(conversations).await;
+    stop.cancel();
+    run.await.expect("scheduler");
+    let mut delays = handler.delays();
+    delays.sort_unstable();
+    let pct = |p: f64| delays[((delays.len() as f64 - 1.0) * p) as usize];
+    println!(
+        "steady: {conversations} conversations at {rate:.0}/s, window {window_ms} ms: due-to-start delay p50 {} ms, p99 {} ms, max {} ms",
+        pct(0.50),
+        pct(0.99),
+        delays.last().copied().unwrap_or_default()
+    );
+}
+
+fn settings() -> EngineSettings {
+    EngineSettings {
+        turns: 5,
+        lease: Duration::from_secs(120),
+        poll_interval: Duration::from_secs(1),
+        shutdown_grace: Duration::from_secs(10),
+        sandbox: true,
+        policy: EnginePolicy {
+            max_attempts: 4,
+            retry_base: Duration::from_secs(5),
+            review_after: Duration::from_secs(15 * 60),
+        },
+    }
+}
+
+/// Stores each message as its own delivery, many at once, as webhooks arrive.
+async fn ingest_all(
+    store: &Arc<CountingStore>,
+    conversations: std::ops::Range<usize>,
+    window_ms: i64,
+) {
+    let mut deliveries = tokio::task::JoinSet::new();
+    for n in conversations {
+        for m in 0..MESSAGES_PER_CONVERSATION {
+            let store = store.clone();
+            deliveries.spawn(async move {
+                let now = SystemClock.now_ms();
+                let delivery = Ingest {
+                    items: vec![message(n, m, now)],
+                    quarantined: Vec::new(),
+                    received_at_ms: now,
+                    policy: BatchPolicy {
+                        window_ms,
+                        cap_ms: 60_000,
+                    },
+                };
+                store.ingest(delivery).await.expect("ingest");
+            });
+        }
+        if deliveries.len() >= 256 {
+            while deliveries.join_next().await.is_some() {}
+        }
+    }
+    while deliveries.join_next().await.is_some() {}
+}
+
+fn message(n: usize, m: usize, now_ms: i64) -> InboundItem {
+    let customer = format!("2348{n:09}");
+    InboundItem {
+        kind: ItemKind::Message,
+        channel: Channel::Whatsapp,
+        dedupe_key: format!("wamid.bench{n}-{m}"),
+        business: Some("100000000000001".into()),
+        customer: Some(customer.clone()),
+        item_type: Some("text".into()),
+        text: Some(format!("message {m} of conversation {n}")),
+        media_id: None,
+        provider_ts: Some(now_ms / 1000),
+        turn: Some(ConversationKey {
+            channel: Channel::Whatsapp,
+            business: "100000000000001".into(),
+            customer,
+        }),
+        facts: serde_json::json!({"kind": "message", "type": "text"}),
+    }
+}
+
+/// Answers at once and records how late each batch started.
+struct NoOp {
+    delays: Mutex<Vec<i64>>,
+    done: tokio::sync::Notify,
+}
+
+impl NoOp {
+    fn new() -> Arc<NoOp> {
+        Arc::new(NoOp {
+            delays: Mutex::new(Vec::new()),
+            done: tokio::sync::Notify::new(),
+        })
+    }
+
+    async fn wait_for(&self, turns: usize) {
+        loop {
+            let notified = self.done.notified();
+            if self.delays.lock().expect("lock").len() >= turns {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn delays(&self) -> Vec<i64> {
+        self.delays.lock().expect("lock").clone()
+    }
+}
+
+#[async_trait]
+impl TurnHandler for NoOp {
+    async fn handle(&self, batch: &Batch) -> Result<Vec<ReplyPart>, TurnError> {
+        let delay = SystemClock.now_ms() - batch.due_at_ms;
+        self.delays.lock().expect("lock").push(delay);
+        self.done.notify_waiters();
+        Ok(vec![ReplyPart { text: "ok".into() }])
+    }
+}
+
+/// The SQLite store, counting every call that reaches it.
+struct CountingStore {
+    inner: SqliteStore,
+    calls: AtomicU64,
+}
+
+impl CountingStore {
+    async fn open(dir: &std::path::Path) -> Arc<CountingStore> {
+        let inner = SqliteStore::open(&dir.join("bench.db"))
+            .await
+            .expect("store");
+        Arc::new(CountingStore {
+            inner,
+            calls: AtomicU64::new(0),
+        })
+    }
+
+    fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    fn count(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl Store for CountingStore {
+    async fn ingest(&self, delivery: Ingest) -> store::Result<IngestReceipt> {
+        self.count();
+        self.inner.ingest(delivery).await
+    }
+    async fn inbox(&self, query: InboxQuery) -> store::Result<Vec<StoredItem>> {
+        self.count();
+        self.inner.inbox(query).await
+    }
+    async fn quarantine(&self, limit: Option<usize>) -> store::Result<Vec<StoredQuarantine>> {
+        self.count();
+        self.inner.quarantine(limit).await
+    }
+    async fn ready(&self) -> store::Result<()> {
+        self.count();
+        self.inner.ready().await
+    }
+    async fn claim(&self, now_ms: i64, lease_ms: i64, limit: usize) -> store::Result<Vec<Claim>> {
+        self.count();
+        self.inner.claim(now_ms, lease_ms, limit).await
+    }
+    async fn renew(
+        &self,
+        batch: i64,
+        token: LeaseToken,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> store::Result<()> {
+        self.count();
+        self.inner.renew(batch, token, now_ms, lease_ms).await
+    }
+    async fn finish(
+        &self,
+        batch: i64,
+        token: LeaseToken,
+        now_ms: i64,
+        ending: Ending,
+    ) -> store::Result<()> {
+        self.count();
+        self.inner.finish(batch, token, now_ms, ending).await
+    }
+    async fn next_due(&self) -> store::Result<Option<i64>> {
+        self.count();
+        self.inner.next_due().await
+    }
+    async fn outbox(&self, limit: Option<usize>) -> store::Result<Vec<OutboxEntry>> {
+        self.count();
+        self.inner.outbox(limit).await
+    }
+    async fn review_queue(&self, limit: Option<usize>) -> store::Result<Vec<ReviewEntry>> {
+        self.count();
+        self.inner.review_queue(limit).await
+    }
+}
