@@ -98,10 +98,11 @@ async fn steady(conversations: usize) {
     for n in 0..conversations {
         let due = started + Duration::from_secs_f64(n as f64 / rate);
         tokio::time::sleep_until(due.into()).await;
-        let (store, wake) = (store.clone(), scheduler.waker());
+        let (store, wakeup) = (store.clone(), scheduler.wakeup());
         senders.spawn(async move {
-            ingest_all(&store, n..n + 1, window_ms).await;
-            wake.notify_one();
+            if let Some(due) = ingest_all(&store, n..n + 1, window_ms).await {
+                wakeup.due_at(due);
+            }
         });
     }
     while senders.join_next().await.is_some() {}
@@ -134,13 +135,15 @@ fn settings() -> EngineSettings {
     }
 }
 
-/// Stores each message as its own delivery, many at once, as webhooks arrive.
+/// Stores each message as its own delivery, many at once, as webhooks arrive; returns the
+/// earliest due time they scheduled.
 async fn ingest_all(
     store: &Arc<CountingStore>,
     conversations: std::ops::Range<usize>,
     window_ms: i64,
-) {
+) -> Option<i64> {
     let mut deliveries = tokio::task::JoinSet::new();
+    let mut earliest = None;
     for n in conversations {
         for m in 0..MESSAGES_PER_CONVERSATION {
             let store = store.clone();
@@ -155,14 +158,33 @@ async fn ingest_all(
                         cap_ms: 60_000,
                     },
                 };
-                store.ingest(delivery).await.expect("ingest");
+                store
+                    .ingest(delivery)
+                    .await
+                    .expect("ingest")
+                    .earliest_due_ms
             });
         }
         if deliveries.len() >= 256 {
-            while deliveries.join_next().await.is_some() {}
+            earliest = earliest_of(earliest, join(&mut deliveries).await);
         }
     }
-    while deliveries.join_next().await.is_some() {}
+    earliest_of(earliest, join(&mut deliveries).await)
+}
+
+async fn join(deliveries: &mut tokio::task::JoinSet<Option<i64>>) -> Option<i64> {
+    let mut earliest = None;
+    while let Some(due) = deliveries.join_next().await {
+        earliest = earliest_of(earliest, due.expect("ingest task"));
+    }
+    earliest
+}
+
+fn earliest_of(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn message(n: usize, m: usize, now_ms: i64) -> InboundItem {

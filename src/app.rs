@@ -70,7 +70,7 @@ impl App {
                 let listener = TcpListener::bind(config.listen)
                     .await
                     .with_context(|| format!("binding {}", config.listen))?;
-                let state = Ingress::new(config, store.clone(), clock, scheduler.waker());
+                let state = Ingress::new(config, store.clone(), clock, scheduler.wakeup());
                 Some((
                     listener,
                     ingress::router(state, config.ingress.max_body_bytes),

@@ -11,19 +11,19 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
-use tokio::sync::Notify;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::store::Store;
+use crate::worker::Wakeup;
 
 /// What every route may use.
 pub struct Ingress {
     pub store: Arc<dyn Store>,
     pub clock: SharedClock,
     pub whatsapp: whatsapp::Settings,
-    /// Wakes this process's scheduler when new work is stored.
-    pub wake: Arc<Notify>,
+    /// Wakes this process's scheduler when new work is due sooner than it planned to look.
+    pub wakeup: Arc<Wakeup>,
 }
 
 pub type AppState = Arc<Ingress>;
@@ -33,13 +33,13 @@ impl Ingress {
         config: &Config,
         store: Arc<dyn Store>,
         clock: SharedClock,
-        wake: Arc<Notify>,
+        wakeup: Arc<Wakeup>,
     ) -> AppState {
         Arc::new(Ingress {
             store,
             clock,
             whatsapp: whatsapp::Settings::from_config(config),
-            wake,
+            wakeup,
         })
     }
 }

@@ -59,6 +59,8 @@ pub struct IngestReceipt {
     /// Items already stored under the same key with other content: logged, changed nothing.
     pub anomalies: usize,
     pub quarantined: usize,
+    /// The earliest due time among the conversations this delivery scheduled.
+    pub earliest_due_ms: Option<i64>,
 }
 
 /// Which stored items to list.

@@ -13,17 +13,19 @@
 mod handler;
 mod lease;
 pub mod policy;
+mod wakeup;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use self::handler::{Acknowledger, TurnError, TurnHandler};
 use self::lease::LeaseGuard;
 use self::policy::{Decision, EnginePolicy};
+pub use self::wakeup::Wakeup;
 use crate::clock::SharedClock;
 use crate::domain::Claim;
 use crate::store::{self, Ending, Store};
@@ -55,7 +57,7 @@ pub struct Scheduler {
     clock: SharedClock,
     handler: Arc<dyn TurnHandler>,
     settings: EngineSettings,
-    wake: Arc<Notify>,
+    wakeup: Arc<Wakeup>,
 }
 
 impl Scheduler {
@@ -70,13 +72,14 @@ impl Scheduler {
             clock,
             handler,
             settings,
-            wake: Arc::new(Notify::new()),
+            wakeup: Arc::new(Wakeup::default()),
         })
     }
 
-    /// Notified when this process stores work, so the loop looks at once.
-    pub fn waker(&self) -> Arc<Notify> {
-        self.wake.clone()
+    /// Told when this process stores work, so the loop looks at once when it is due earlier
+    /// than planned.
+    pub fn wakeup(&self) -> Arc<Wakeup> {
+        self.wakeup.clone()
     }
 
     /// Claims every batch due now (up to the per-node limit) and runs those turns to their end.
@@ -145,7 +148,7 @@ impl Scheduler {
             let deadline = self.next_wake().await;
             tokio::select! {
                 () = shutdown.cancelled() => {}
-                () = self.wake.notified() => {}
+                () = self.wakeup.notified() => {}
                 Some(_) = running.join_next(), if !running.is_empty() => {}
                 () = self.clock.sleep_until(deadline) => {}
             }
@@ -161,10 +164,17 @@ impl Scheduler {
         self.store.claim(self.clock.now_ms(), lease, limit).await
     }
 
-    /// The earliest due time the store knows of, but no later than the next poll.
+    /// The earliest due time the store knows of, but no later than the next poll; published
+    /// to the [`Wakeup`] before the store is read, so work stored meanwhile still wakes us.
     async fn next_wake(&self) -> i64 {
         let now = self.clock.now_ms();
         let poll = now.saturating_add(millis(self.settings.poll_interval));
+        self.wakeup.plan(poll);
+        let deadline = self.due_from_store(now, poll).await;
+        self.wakeup.lower(deadline)
+    }
+
+    async fn due_from_store(&self, now: i64, poll: i64) -> i64 {
         match self.store.next_due().await {
             // Due now but not claimed: another node holds it, or it is about to be free.
             Ok(Some(due)) if due <= now => {

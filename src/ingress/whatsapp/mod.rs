@@ -97,8 +97,8 @@ pub(super) async fn receive(
         })
         .await?;
     tracing::debug!(?receipt, "webhook stored");
-    if receipt.stored > 0 {
-        state.wake.notify_one();
+    if let Some(due) = receipt.earliest_due_ms {
+        state.wakeup.due_at(due);
     }
     Ok(StatusCode::OK)
 }

@@ -258,12 +258,13 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
             }
             None => {
                 let conversation = match &item.turn {
-                    Some(key) => Some(schedule(
-                        conn,
-                        key,
-                        delivery.received_at_ms,
-                        delivery.policy,
-                    )?),
+                    Some(key) => {
+                        let (id, due) =
+                            schedule(conn, key, delivery.received_at_ms, delivery.policy)?;
+                        receipt.earliest_due_ms =
+                            Some(receipt.earliest_due_ms.map_or(due, |d| d.min(due)));
+                        Some(id)
+                    }
                     None => None,
                 };
                 insert_item(
@@ -314,7 +315,7 @@ fn schedule(
     key: &ConversationKey,
     now: i64,
     policy: BatchPolicy,
-) -> Result<i64> {
+) -> Result<(i64, i64)> {
     conn.prepare_cached(
         "INSERT INTO conversations (channel, business, customer, first_pending_at, last_pending_at, due_at)
          VALUES (?1, ?2, ?3, ?4, ?4, ?4 + min(?5, ?6))
@@ -323,12 +324,12 @@ fn schedule(
              last_pending_at = excluded.last_pending_at,
              due_at = min(excluded.last_pending_at + ?5,
                           coalesce(first_pending_at, excluded.first_pending_at) + ?6)
-         RETURNING id",
+         RETURNING id, due_at",
     )
     .and_then(|mut s| {
         s.query_row(
             params![key.channel.as_str(), key.business, key.customer, now, policy.window_ms, policy.cap_ms],
-            |row| row.get(0),
+            |row| Ok((row.get(0)?, row.get(1)?)),
         )
     })
     .map_err(unavailable)
