@@ -105,10 +105,11 @@ fn connect(path: &Path) -> Result<Connection> {
     let conn = Connection::open(path).map_err(unavailable)?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(unavailable)?;
     // FULL: in WAL mode NORMAL would skip the fsync at commit and lose acknowledged messages
-    // on power loss.
+    // on power loss. Memory-mapped reads spare a read syscall and a copy per page.
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
+         PRAGMA mmap_size = 268435456;
          PRAGMA foreign_keys = ON;",
     )
     .map_err(unavailable)?;

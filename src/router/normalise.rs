@@ -1,0 +1,182 @@
+//! PURE: a customer's message -> the canonical text the router matches and classifies.
+//!
+//! Steps, in order: Unicode NFD with combining marks stripped (Yoruba tone marks, accents),
+//! lower case, emoji that carry meaning turned into words and the rest dropped, amounts,
+//! account and phone numbers and references masked (so digits never drive a decision), runs of
+//! three or more equal letters cut to two, and every token mapped through the lexicon of
+//! spelling variants (`wetin`/`wetyn`, `acct`/`acc`, `pls`/`abeg`/`biko`, ...).
+
+use std::collections::HashMap;
+
+use unicode_normalization::UnicodeNormalization;
+use unicode_normalization::char::is_combining_mark;
+
+use super::entities::{Entities, Span};
+
+/// Maps spelling variants (and multi-word phrases) to canonical words.
+#[derive(Debug, Clone, Default)]
+pub struct Lexicon {
+    words: HashMap<String, String>,
+    /// Multi-word variants, longest first: replaced before tokens are mapped.
+    phrases: Vec<(Vec<String>, String)>,
+}
+
+impl Lexicon {
+    /// Adds `variants` of `canonical`. Variants are normalised like messages are.
+    pub fn add(&mut self, canonical: &str, variants: &[String]) {
+        let canonical = fold(canonical);
+        for variant in variants {
+            let tokens: Vec<String> = fold(variant).split_whitespace().map(str::to_owned).collect();
+            match tokens.len() {
+                0 => {}
+                1 => {
+                    self.words.insert(tokens[0].clone(), canonical.clone());
+                }
+                _ => self.phrases.push((tokens, canonical.clone())),
+            }
+        }
+        self.phrases.sort_by_key(|(tokens, _)| std::cmp::Reverse(tokens.len()));
+    }
+
+    fn map<'a>(&'a self, token: &'a str) -> &'a str {
+        self.words.get(token).map_or(token, String::as_str)
+    }
+}
+
+/// A message ready for matching: canonical words separated by single spaces.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Normalised {
+    pub text: String,
+    pub entities: Entities,
+}
+
+pub fn normalise(message: &str, lexicon: &Lexicon) -> Normalised {
+    let entities = super::entities::extract(message);
+    let masked = mask(message, &entities.spans);
+    let folded = fold(&masked);
+    let tokens: Vec<&str> = folded.split_whitespace().collect();
+    let text = map_tokens(&tokens, lexicon).join(" ");
+    Normalised { text, entities }
+}
+
+/// Replaces each entity span with its placeholder word.
+fn mask(message: &str, spans: &[Span]) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut at = 0;
+    for span in spans {
+        if span.start < at {
+            continue;
+        }
+        out.push_str(&message[at..span.start]);
+        out.push(' ');
+        out.push_str(span.placeholder);
+        out.push(' ');
+        at = span.end;
+    }
+    out.push_str(&message[at..]);
+    out
+}
+
+/// NFD without combining marks, lower case, emoji as words, punctuation as spaces, repeated
+/// letters cut to two. Placeholders (`<amount>`) survive.
+pub fn fold(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut last: Option<char> = None;
+    let mut run = 0;
+    for c in text.nfd().filter(|c| !is_combining_mark(*c)) {
+        if let Some(word) = emoji_word(c) {
+            out.push(' ');
+            out.push_str(word);
+            out.push(' ');
+            last = None;
+            continue;
+        }
+        let c = match c {
+            'a'..='z' | '0'..='9' | '<' | '>' | '_' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            '\'' | '\u{2019}' => continue,
+            c if c.is_alphanumeric() => c.to_lowercase().next().unwrap_or(c),
+            _ => ' ',
+        };
+        if Some(c) == last && c.is_alphabetic() {
+            run += 1;
+            if run >= 2 {
+                continue;
+            }
+        } else {
+            run = 0;
+        }
+        last = Some(c);
+        out.push(c);
+    }
+    out
+}
+
+/// Emoji that carry meaning in support chats; others are dropped.
+fn emoji_word(c: char) -> Option<&'static str> {
+    match c {
+        '🙏' => Some("please"),
+        '👋' => Some("hello"),
+        '👍' | '👌' => Some("ok"),
+        '😡' | '😤' | '😠' => Some("angry"),
+        c if is_emoji(c) => Some(""),
+        _ => None,
+    }
+}
+
+fn is_emoji(c: char) -> bool {
+    matches!(c as u32, 0x1F000..=0x1FAFF | 0x2600..=0x27BF | 0xFE0F | 0x200D | 0x1F3FB..=0x1F3FF)
+}
+
+fn map_tokens<'a>(tokens: &[&'a str], lexicon: &'a Lexicon) -> Vec<&'a str> {
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut i = 0;
+    'tokens: while i < tokens.len() {
+        for (phrase, canonical) in &lexicon.phrases {
+            let end = i + phrase.len();
+            if end <= tokens.len() && tokens[i..end].iter().zip(phrase).all(|(t, p)| *t == p) {
+                out.push(canonical.as_str());
+                i = end;
+                continue 'tokens;
+            }
+        }
+        out.push(lexicon.map(tokens[i]));
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lexicon() -> Lexicon {
+        let mut l = Lexicon::default();
+        l.add("balance", &["bal".into(), "balnce".into()]);
+        l.add("account", &["acct".into(), "acc".into()]);
+        l.add("what", &["wetin".into(), "wetyn".into()]);
+        l.add("please", &["abeg".into(), "e joo".into()]);
+        l
+    }
+
+    #[test]
+    fn folds_case_marks_emoji_and_repeats() {
+        assert_eq!(fold("Ẹ jọ̀ọ́"), "e joo");
+        assert_eq!(fold("PLEASEEEE!!!"), "pleasee   ");
+        assert_eq!(fold("airtime abeg 🙏🏾").split_whitespace().collect::<Vec<_>>(), ["airtime", "abeg", "please"]);
+        assert_eq!(fold("I'd like"), "id like");
+    }
+
+    #[test]
+    fn maps_variants_and_phrases() {
+        let n = normalise("Pls wat is my ACCT bal? E joo", &lexicon());
+        assert_eq!(n.text, "pls wat is my account balance please");
+        assert_eq!(normalise("wetyn be my balnce", &lexicon()).text, "what be my balance");
+    }
+
+    #[test]
+    fn masks_numbers_so_digits_do_not_decide() {
+        let n = normalise("send 1k credit to 08031234567 from acct 0123456789", &lexicon());
+        assert_eq!(n.text, "send <amount> credit to <phone> from account <account>");
+    }
+}
