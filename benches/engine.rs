@@ -25,7 +25,7 @@ use sabi::store::{
     StoredItem, StoredQuarantine,
 };
 use sabi::worker::policy::EnginePolicy;
-use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler};
+use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler, TurnOutcome};
 use tokio_util::sync::CancellationToken;
 
 const MESSAGES_PER_CONVERSATION: usize = 3;
@@ -239,11 +239,11 @@ impl NoOp {
 
 #[async_trait]
 impl TurnHandler for NoOp {
-    async fn handle(&self, batch: &Batch) -> Result<Vec<ReplyPart>, TurnError> {
+    async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
         let delay = SystemClock.now_ms() - batch.due_at_ms;
         self.delays.lock().expect("lock").push(delay);
         self.done.notify_waiters();
-        Ok(vec![ReplyPart { text: "ok".into() }])
+        Ok(TurnOutcome::Reply(vec![ReplyPart { text: "ok".into() }]))
     }
 }
 

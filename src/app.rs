@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::ingress::{self, Ingress};
+use crate::router::{Router, RouterHandler};
 use crate::store::{self, Store};
 use crate::worker::{Acknowledger, Scheduler, TurnHandler};
 
@@ -33,6 +34,23 @@ pub struct App {
     shutdown: CancellationToken,
 }
 
+/// The router in front of the sandbox acknowledgement (the agent's place until it is configured).
+fn default_handler(config: &Config, clock: SharedClock) -> anyhow::Result<Arc<dyn TurnHandler>> {
+    let acknowledger = Acknowledger::new(clock, config.engine.sandbox_reply_delay);
+    if !config.router.enabled {
+        return Ok(acknowledger);
+    }
+    let source = config.router.intents_source()?;
+    let started = std::time::Instant::now();
+    let router = Router::from_source(&source, &[])?;
+    tracing::info!(
+        took_ms = started.elapsed().as_millis() as u64,
+        intents = router.labels().len(),
+        "router trained"
+    );
+    Ok(RouterHandler::new(Arc::new(router), acknowledger))
+}
+
 impl App {
     /// Opens the configured store and, for the roles that serve HTTP, binds the configured
     /// address (port 0 picks a free one).
@@ -53,11 +71,13 @@ impl App {
         clock: SharedClock,
         handler: Option<Arc<dyn TurnHandler>>,
     ) -> anyhow::Result<App> {
+        let handler = match handler {
+            Some(handler) => handler,
+            None => default_handler(config, clock.clone())?,
+        };
         let store = store::open(&config.store)
             .await
             .context("opening the store")?;
-        let handler = handler
-            .unwrap_or_else(|| Acknowledger::new(clock.clone(), config.engine.sandbox_reply_delay));
         let scheduler = Scheduler::new(
             store.clone(),
             clock.clone(),

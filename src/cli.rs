@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -14,6 +14,7 @@ use crate::app::{App, Role};
 use crate::config::Config;
 use crate::domain::{Channel, ItemKind};
 use crate::ingress::whatsapp::{sign, wire};
+use crate::router::{self, Router};
 use crate::store::{self, InboxQuery, StoredItem};
 
 #[derive(Debug, Parser)]
@@ -62,6 +63,21 @@ enum Command {
     Review {
         #[arg(long)]
         json: bool,
+    },
+    /// Route messages with the local intent router: one text, JSON lines on stdin, or an evaluation.
+    Route {
+        /// The message to route (omit with --jsonl or --eval).
+        text: Option<String>,
+        /// Read JSON lines with a "text" field (or plain lines) on stdin; write one JSON object per line.
+        #[arg(long, conflicts_with_all = ["text", "eval"])]
+        jsonl: bool,
+        /// Score the router on a labelled JSON-lines file ({"text", "intent"}).
+        #[arg(long, value_name = "FILE", conflicts_with = "text")]
+        eval: Option<PathBuf>,
+        /// With --eval: K-fold cross-validation, each fold routed by a router that also learned
+        /// from the other folds; 0 scores the router as configured.
+        #[arg(long, default_value_t = 5)]
+        folds: usize,
     },
     /// Print the raw deliveries (or parts) that Sabi could not understand.
     Quarantine {
@@ -138,6 +154,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .await
             }
             Command::Quarantine { json } => quarantine(&config, json).await,
+            Command::Route {
+                text,
+                jsonl,
+                eval,
+                folds,
+            } => route(&config, text, jsonl, eval, folds),
             Command::Send {
                 text,
                 from,
@@ -354,6 +376,90 @@ async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn route(
+    config: &Config,
+    text: Option<String>,
+    jsonl: bool,
+    eval: Option<PathBuf>,
+    folds: usize,
+) -> anyhow::Result<()> {
+    let source = config.router.intents_source()?;
+    if let Some(file) = eval {
+        let samples = read_samples(&file)?;
+        let report = if folds == 0 {
+            router::eval::evaluate(&Router::from_source(&source, &[])?, &samples)
+        } else {
+            router::eval::cross_validate(&source, &samples, folds)?
+        };
+        let how = if folds == 0 {
+            "as configured".to_owned()
+        } else {
+            format!("{folds}-fold cross-validation")
+        };
+        println!("{} ({how})\n\n{report}", file.display());
+        return Ok(());
+    }
+    let started = Instant::now();
+    let router = Router::from_source(&source, &[])?;
+    let trained = started.elapsed();
+    let mut out = std::io::stdout().lock();
+    if jsonl {
+        for line in std::io::stdin().lines() {
+            let line = line.context("reading stdin")?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let text = match serde_json::from_str::<Value>(&line) {
+                Ok(Value::Object(o)) => o
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                _ => line,
+            };
+            writeln!(out, "{}", serde_json::to_string(&router.route(&text))?)?;
+        }
+        return Ok(());
+    }
+    let text = text.context("give a message to route, or --jsonl, or --eval FILE")?;
+    let started = Instant::now();
+    let routing = router.route(&text);
+    let took = started.elapsed();
+    writeln!(out, "intent      {}", routing.intent)?;
+    writeln!(out, "confidence  {:.3}", routing.confidence)?;
+    writeln!(out, "tier        {:?}", routing.tier)?;
+    match routing.fallback {
+        None => writeln!(out, "local       yes")?,
+        Some(why) => writeln!(out, "local       no: the agent answers ({why:?})")?,
+    }
+    if let Some(secondary) = &routing.secondary {
+        writeln!(out, "secondary   {secondary}")?;
+    }
+    writeln!(
+        out,
+        "entities    {}",
+        serde_json::to_string(&routing.entities)?
+    )?;
+    writeln!(out, "normalised  {}", routing.normalised)?;
+    writeln!(
+        out,
+        "took        {took:?} (training at start-up: {trained:?})"
+    )?;
+    Ok(())
+}
+
+fn read_samples(file: &std::path::Path) -> anyhow::Result<Vec<router::eval::Sample>> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).with_context(|| format!("{} line {}", file.display(), i + 1))
+        })
+        .collect()
 }
 
 struct SendArgs {

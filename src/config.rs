@@ -36,6 +36,7 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_ADMIN_TOKEN", "admin.token"),
     ("SABI_TURNS", "engine.turns_per_node"),
     ("SABI_SANDBOX_REPLY_DELAY", "engine.sandbox_reply_delay"),
+    ("SABI_INTENTS_FILE", "router.intents_file"),
 ];
 
 /// The app secret used when none is configured, in sandbox mode only, so that `sabi serve`
@@ -66,6 +67,45 @@ pub struct Config {
     pub ingress: IngressConfig,
     #[serde(default)]
     pub admin: AdminConfig,
+    #[serde(default)]
+    pub router: RouterConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouterConfig {
+    /// Answer routine messages locally; off sends every batch to the agent.
+    #[serde(default = "defaults::enabled")]
+    pub enabled: bool,
+    /// The intents file; the built-in Nigerian banking and retail set when unset.
+    pub intents_file: Option<PathBuf>,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        RouterConfig {
+            enabled: true,
+            intents_file: None,
+        }
+    }
+}
+
+impl RouterConfig {
+    /// The intents file's text: the configured file or the built-in one.
+    ///
+    /// # Errors
+    /// When the configured file cannot be read.
+    pub fn intents_source(&self) -> Result<String, Error> {
+        match &self.intents_file {
+            None => Ok(crate::router::intents::DEFAULT.to_owned()),
+            Some(path) => std::fs::read_to_string(path).map_err(|e| {
+                Error(format!(
+                    "router.intents_file: cannot read {}: {e}",
+                    path.display()
+                ))
+            }),
+        }
+    }
 }
 
 /// The store backend, written as a URL (`sqlite://sabi-data/sabi.db`) or as a table
@@ -470,6 +510,9 @@ mod defaults {
     }
     pub(super) fn shutdown_grace() -> Duration {
         Duration::from_secs(10)
+    }
+    pub(super) fn enabled() -> bool {
+        true
     }
     pub(super) fn turns_per_node() -> usize {
         5

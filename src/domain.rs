@@ -180,6 +180,8 @@ pub enum ReviewReason {
     TooOld,
     /// Every attempt failed.
     OutOfRetries,
+    /// The turn handed the conversation to a person (the customer asked, or the intent says so).
+    HandoffAsked,
 }
 
 impl ReviewReason {
@@ -187,6 +189,7 @@ impl ReviewReason {
         match self {
             ReviewReason::TooOld => "too_old",
             ReviewReason::OutOfRetries => "out_of_retries",
+            ReviewReason::HandoffAsked => "handoff_asked",
         }
     }
 }

@@ -12,13 +12,15 @@
 //!                          store::Store::ingest (append, dedupe, schedule; durable) ─► 200
 //!                                        │
 //! worker::Scheduler ◄── store::Store::claim (due batch, lease + fencing token)
-//!    turn: worker::TurnHandler (sandbox acknowledgement until the router and agent land)
+//!    turn: router::RouterHandler: local answer | hand-off to a person | the agent
+//!          (the sandbox acknowledgement stands in for the agent until it is configured)
 //!    └─► store::Store::finish (reply to the outbox | retry with backoff | review)
 //! ```
 //!
 //! - [`config`]: one typed configuration (`sabi.toml` + `SABI_*`), validated at start.
 //! - [`ingress`]: the HTTP edge; nothing slow happens there.
 //! - [`store`]: the only place state lives; SQLite embedded by default.
+//! - [`router`]: Pidgin-aware intent routing: patterns, a classifier, fallback to the agent.
 //! - [`worker`]: the scheduler: batches per conversation, one turn at a time, leases, retries.
 //! - [`domain`]: the types every stage shares.
 //! - [`app`]: wires the parts and runs them until stopped.
@@ -31,6 +33,7 @@ pub mod config;
 pub mod domain;
 pub mod http;
 pub mod ingress;
+pub mod router;
 pub mod store;
 pub mod telemetry;
 pub mod worker;

@@ -12,7 +12,7 @@ const DIMS: usize = 1 << DIMS_LOG2;
 const EPOCHS: usize = 40;
 const LEARNING_RATE: f32 = 0.5;
 
-pub struct Classifier {
+pub(super) struct Classifier {
     classes: usize,
     /// `weights[feature * classes + class]`: a feature's weights sit together for scoring.
     weights: Vec<f32>,
@@ -21,8 +21,11 @@ pub struct Classifier {
 
 impl Classifier {
     /// Trains on `(normalised text, class index)` pairs.
-    pub fn train(examples: &[(String, usize)], classes: usize) -> Classifier {
-        let data: Vec<(Vec<u32>, usize)> = examples.iter().map(|(text, class)| (features(text), *class)).collect();
+    pub(super) fn train(examples: &[(String, usize)], classes: usize) -> Classifier {
+        let data: Vec<(Vec<u32>, usize)> = examples
+            .iter()
+            .map(|(text, class)| (features(text), *class))
+            .collect();
         let mut model = Classifier {
             classes,
             weights: vec![0.0; DIMS * classes],
@@ -59,7 +62,7 @@ impl Classifier {
     }
 
     /// Probability of each class for a normalised text; they sum to 1.
-    pub fn probabilities(&self, text: &str) -> Vec<f32> {
+    pub(super) fn probabilities(&self, text: &str) -> Vec<f32> {
         let mut probs = vec![0.0; self.classes];
         self.probabilities_into(&features(text), &mut probs);
         probs
@@ -107,7 +110,10 @@ fn features(text: &str) -> Vec<u32> {
         if word.starts_with('<') {
             continue;
         }
-        let padded: Vec<char> = std::iter::once(' ').chain(word.chars()).chain(std::iter::once(' ')).collect();
+        let padded: Vec<char> = std::iter::once(' ')
+            .chain(word.chars())
+            .chain(std::iter::once(' '))
+            .collect();
         for n in 3..=5 {
             for gram in padded.windows(n) {
                 let mut buf = [0u8; 24];
@@ -138,7 +144,9 @@ fn hash(parts: &[&[u8]]) -> u32 {
 
 fn shuffle(order: &mut [usize], seed: &mut u64) {
     for i in (1..order.len()).rev() {
-        *seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        *seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         let j = (*seed >> 33) as usize % (i + 1);
         order.swap(i, j);
     }

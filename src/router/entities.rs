@@ -61,20 +61,28 @@ static PATTERNS: LazyLock<Vec<(Kind, Regex)>> = LazyLock::new(|| {
     let compile = |p: &str| Regex::new(p).expect("entity patterns are valid");
     vec![
         // Nigerian mobile numbers: 0 or +234, then 7/8/9, 0/1, and 8 more digits, spaces allowed.
-        (Kind::Phone, compile(r"(?:\+?234[\s-]?|\b0)[789][01]\d[\s-]?\d{3}[\s-]?\d{4}\b")),
+        (
+            Kind::Phone,
+            compile(r"(?:\+?234[\s-]?|\b0)[789][01]\d[\s-]?\d{3}[\s-]?\d{4}\b"),
+        ),
         // NUBAN account numbers: exactly ten digits.
         (Kind::Account, compile(r"\b\d{10}\b")),
-        (Kind::DataSize, compile(r"(?i)\b\d+(?:\.\d+)?\s?(?:gb|mb|tb)\b")),
+        (
+            Kind::DataSize,
+            compile(r"(?i)\b\d+(?:\.\d+)?\s?(?:gb|mb|tb)\b"),
+        ),
         (
             Kind::Amount,
             compile(
-                r"(?i)(?:₦|\bngn\s?|\bn(?=\d)|#(?=\d))\s?\d[\d,]*(?:\.\d+)?(?:\s?[km]\b)?|\b\d[\d,]*(?:\.\d+)?\s?(?:k\b|m\b|naira\b|bucks\b)|\b\d{1,3}(?:,\d{3})+\b",
+                r"(?i)(?:₦\s?|\bngn\s?|\bn)\d[\d,]*(?:\.\d+)?(?:\s?[km]\b)?|\b\d[\d,]*(?:\.\d+)?\s?(?:k\b|m\b|naira\b|bucks\b)|\b\d{1,3}(?:,\d{3})+\b",
             ),
         ),
         // Mixed letters and digits (FT24098XKZ1, LN-440912, ORD-77120-NG) and long digit runs.
         (
             Kind::Reference,
-            compile(r"(?i)\b(?:[a-z]{1,5}[-]?\d[a-z0-9-]{3,}|\d{3,}[a-z][a-z0-9-]*)\b|#?\b\d{5,9}\b|\b\d{12,}\b"),
+            compile(
+                r"(?i)\b(?:[a-z]{1,5}[-]?\d[a-z0-9-]{3,}|\d{3,}[a-z][a-z0-9-]*)\b|#?\b\d{5,9}\b|\b\d{12,}\b",
+            ),
         ),
     ]
 });
@@ -83,7 +91,9 @@ pub fn extract(message: &str) -> Entities {
     let mut found: Vec<(Span, Kind)> = Vec::new();
     for (kind, pattern) in PATTERNS.iter() {
         for m in pattern.find_iter(message) {
-            let overlaps = found.iter().any(|(s, _)| m.start() < s.end && s.start < m.end());
+            let overlaps = found
+                .iter()
+                .any(|(s, _)| m.start() < s.end && s.start < m.end());
             if !overlaps {
                 let span = Span {
                     start: m.start(),
@@ -101,8 +111,12 @@ pub fn extract(message: &str) -> Entities {
         match kind {
             Kind::Phone => entities.phones.push(digits(&text)),
             Kind::Account => entities.accounts.push(text),
-            Kind::DataSize => entities.data_sizes.push(text.to_lowercase().replace(' ', "")),
-            Kind::Reference => entities.references.push(text.trim_start_matches('#').to_owned()),
+            Kind::DataSize => entities
+                .data_sizes
+                .push(text.to_lowercase().replace(' ', "")),
+            Kind::Reference => entities
+                .references
+                .push(text.trim_start_matches('#').to_owned()),
             Kind::Amount => {
                 if let Some(value) = amount_value(&text) {
                     entities.amounts.push(Amount {
@@ -166,14 +180,19 @@ mod tests {
         assert_eq!(amounts("send 15k"), vec![15_000.0]);
         assert_eq!(amounts("₦15,000 and N5k"), vec![15_000.0, 5_000.0]);
         assert_eq!(amounts("a loan of 2.5m"), vec![2_500_000.0]);
-        assert_eq!(amounts("Credit my line with 1,500 naira airtime"), vec![1_500.0]);
+        assert_eq!(
+            amounts("Credit my line with 1,500 naira airtime"),
+            vec![1_500.0]
+        );
         assert_eq!(amounts("remove 3,500 two times"), vec![3_500.0]);
         assert!(amounts("buy 2GB data").is_empty());
     }
 
     #[test]
     fn numbers_and_references() {
-        let e = extract("bal for acct 0123456789, call 0706 111 2233 or +2348031234567, ref FT24098XKZ1");
+        let e = extract(
+            "bal for acct 0123456789, call 0706 111 2233 or +2348031234567, ref FT24098XKZ1",
+        );
         assert_eq!(e.accounts, vec!["0123456789"]);
         assert_eq!(e.phones, vec!["07061112233", "2348031234567"]);
         assert_eq!(e.references, vec!["FT24098XKZ1"]);

@@ -15,7 +15,7 @@ use super::entities::{Entities, Span};
 
 /// Maps spelling variants (and multi-word phrases) to canonical words.
 #[derive(Debug, Clone, Default)]
-pub struct Lexicon {
+pub(super) struct Lexicon {
     words: HashMap<String, String>,
     /// Multi-word variants, longest first: replaced before tokens are mapped.
     phrases: Vec<(Vec<String>, String)>,
@@ -23,10 +23,13 @@ pub struct Lexicon {
 
 impl Lexicon {
     /// Adds `variants` of `canonical`. Variants are normalised like messages are.
-    pub fn add(&mut self, canonical: &str, variants: &[String]) {
+    pub(super) fn add(&mut self, canonical: &str, variants: &[String]) {
         let canonical = fold(canonical);
         for variant in variants {
-            let tokens: Vec<String> = fold(variant).split_whitespace().map(str::to_owned).collect();
+            let tokens: Vec<String> = fold(variant)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
             match tokens.len() {
                 0 => {}
                 1 => {
@@ -35,7 +38,8 @@ impl Lexicon {
                 _ => self.phrases.push((tokens, canonical.clone())),
             }
         }
-        self.phrases.sort_by_key(|(tokens, _)| std::cmp::Reverse(tokens.len()));
+        self.phrases
+            .sort_by_key(|(tokens, _)| std::cmp::Reverse(tokens.len()));
     }
 
     fn map<'a>(&'a self, token: &'a str) -> &'a str {
@@ -45,12 +49,12 @@ impl Lexicon {
 
 /// A message ready for matching: canonical words separated by single spaces.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Normalised {
-    pub text: String,
-    pub entities: Entities,
+pub(super) struct Normalised {
+    pub(super) text: String,
+    pub(super) entities: Entities,
 }
 
-pub fn normalise(message: &str, lexicon: &Lexicon) -> Normalised {
+pub(super) fn normalise(message: &str, lexicon: &Lexicon) -> Normalised {
     let entities = super::entities::extract(message);
     let masked = mask(message, &entities.spans);
     let folded = fold(&masked);
@@ -79,7 +83,7 @@ fn mask(message: &str, spans: &[Span]) -> String {
 
 /// NFD without combining marks, lower case, emoji as words, punctuation as spaces, repeated
 /// letters cut to two. Placeholders (`<amount>`) survive.
-pub fn fold(text: &str) -> String {
+pub(super) fn fold(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut last: Option<char> = None;
     let mut run = 0;
@@ -116,7 +120,6 @@ pub fn fold(text: &str) -> String {
 fn emoji_word(c: char) -> Option<&'static str> {
     match c {
         '🙏' => Some("please"),
-        '👋' => Some("hello"),
         '👍' | '👌' => Some("ok"),
         '😡' | '😤' | '😠' => Some("angry"),
         c if is_emoji(c) => Some(""),
@@ -125,7 +128,7 @@ fn emoji_word(c: char) -> Option<&'static str> {
 }
 
 fn is_emoji(c: char) -> bool {
-    matches!(c as u32, 0x1F000..=0x1FAFF | 0x2600..=0x27BF | 0xFE0F | 0x200D | 0x1F3FB..=0x1F3FF)
+    matches!(c as u32, 0x1F000..=0x1FAFF | 0x2600..=0x27BF | 0xFE0F | 0x200D)
 }
 
 fn map_tokens<'a>(tokens: &[&'a str], lexicon: &'a Lexicon) -> Vec<&'a str> {
@@ -163,7 +166,12 @@ mod tests {
     fn folds_case_marks_emoji_and_repeats() {
         assert_eq!(fold("Ẹ jọ̀ọ́"), "e joo");
         assert_eq!(fold("PLEASEEEE!!!"), "pleasee   ");
-        assert_eq!(fold("airtime abeg 🙏🏾").split_whitespace().collect::<Vec<_>>(), ["airtime", "abeg", "please"]);
+        assert_eq!(
+            fold("airtime abeg 🙏🏾")
+                .split_whitespace()
+                .collect::<Vec<_>>(),
+            ["airtime", "abeg", "please"]
+        );
         assert_eq!(fold("I'd like"), "id like");
     }
 
@@ -171,12 +179,21 @@ mod tests {
     fn maps_variants_and_phrases() {
         let n = normalise("Pls wat is my ACCT bal? E joo", &lexicon());
         assert_eq!(n.text, "pls wat is my account balance please");
-        assert_eq!(normalise("wetyn be my balnce", &lexicon()).text, "what be my balance");
+        assert_eq!(
+            normalise("wetyn be my balnce", &lexicon()).text,
+            "what be my balance"
+        );
     }
 
     #[test]
     fn masks_numbers_so_digits_do_not_decide() {
-        let n = normalise("send 1k credit to 08031234567 from acct 0123456789", &lexicon());
-        assert_eq!(n.text, "send <amount> credit to <phone> from account <account>");
+        let n = normalise(
+            "send 1k credit to 08031234567 from acct 0123456789",
+            &lexicon(),
+        );
+        assert_eq!(
+            n.text,
+            "send <amount> credit to <phone> from account <account>"
+        );
     }
 }

@@ -110,6 +110,12 @@ pub enum Ending {
         reason: ReviewReason,
         error: Option<String>,
     },
+    /// A person takes it from here, and the customer is told so with `parts`.
+    Handoff {
+        parts: Vec<ReplyPart>,
+        sandbox: bool,
+        note: String,
+    },
 }
 
 /// One reply part in the outbox.

@@ -9,6 +9,15 @@ use async_trait::async_trait;
 use crate::clock::SharedClock;
 use crate::domain::{Batch, ReplyPart};
 
+/// What a turn produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnOutcome {
+    /// The reply, in parts, in order.
+    Reply(Vec<ReplyPart>),
+    /// A person takes over; `parts` (possibly none) tell the customer so.
+    Handoff { parts: Vec<ReplyPart>, note: String },
+}
+
 /// A turn that could not produce a reply; the engine retries it or sends it to review.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -16,11 +25,11 @@ pub struct TurnError(pub String);
 
 #[async_trait]
 pub trait TurnHandler: Send + Sync + 'static {
-    /// The reply to a batch, in parts, in order.
+    /// What to do about a batch.
     ///
     /// # Errors
     /// [`TurnError`] when no reply could be made this time.
-    async fn handle(&self, batch: &Batch) -> Result<Vec<ReplyPart>, TurnError>;
+    async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError>;
 }
 
 /// Replies with a plain acknowledgement, so the whole path runs end to end before the router
@@ -38,7 +47,7 @@ impl Acknowledger {
 
 #[async_trait]
 impl TurnHandler for Acknowledger {
-    async fn handle(&self, batch: &Batch) -> Result<Vec<ReplyPart>, TurnError> {
+    async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
         if !self.delay.is_zero() {
             let delay = i64::try_from(self.delay.as_millis()).unwrap_or(i64::MAX);
             self.clock
@@ -49,6 +58,6 @@ impl TurnHandler for Acknowledger {
             1 => "Thanks, we have your message and will get back to you shortly.".to_owned(),
             n => format!("Thanks, we have your {n} messages and will get back to you shortly."),
         };
-        Ok(vec![ReplyPart { text }])
+        Ok(TurnOutcome::Reply(vec![ReplyPart { text }]))
     }
 }

@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use self::handler::{Acknowledger, TurnError, TurnHandler};
+pub use self::handler::{Acknowledger, TurnError, TurnHandler, TurnOutcome};
 use self::lease::LeaseGuard;
 use self::policy::{Decision, EnginePolicy};
 pub use self::wakeup::Wakeup;
@@ -250,9 +250,14 @@ impl Scheduler {
                     () = lost.cancelled() => return,
                 };
                 match outcome {
-                    Ok(parts) => Ending::Replied {
+                    Ok(TurnOutcome::Reply(parts)) => Ending::Replied {
                         parts,
                         sandbox: self.settings.sandbox,
+                    },
+                    Ok(TurnOutcome::Handoff { parts, note }) => Ending::Handoff {
+                        parts,
+                        sandbox: self.settings.sandbox,
+                        note,
                     },
                     Err(e) => policy::after_failure(
                         attempt,
@@ -298,6 +303,7 @@ impl Scheduler {
 fn ending_name(ending: &Ending) -> &'static str {
     match ending {
         Ending::Replied { .. } => "replied",
+        Ending::Handoff { .. } => "handoff",
         Ending::RetryAt { .. } => "retry",
         Ending::Review { reason, .. } => reason.as_str(),
     }

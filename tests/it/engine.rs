@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sabi::domain::{Batch, ReplyPart};
 use sabi::store::{self, Ending, InboxQuery};
-use sabi::worker::{TickOutcome, TurnError, TurnHandler};
+use sabi::worker::{TickOutcome, TurnError, TurnHandler, TurnOutcome};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -54,7 +54,7 @@ impl Recorder {
 
 #[async_trait]
 impl TurnHandler for Recorder {
-    async fn handle(&self, batch: &Batch) -> Result<Vec<ReplyPart>, TurnError> {
+    async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
         let customer = batch.conversation.customer.clone();
         assert!(
             self.running.lock().expect("lock").insert(customer.clone()),
@@ -83,9 +83,9 @@ impl TurnHandler for Recorder {
             *failures -= 1;
             return Err(TurnError("the model is down".into()));
         }
-        Ok(vec![ReplyPart {
+        Ok(TurnOutcome::Reply(vec![ReplyPart {
             text: format!("answer to {} message(s)", batch.messages.len()),
-        }])
+        }]))
     }
 }
 

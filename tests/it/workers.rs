@@ -166,7 +166,8 @@ async fn a_worker_killed_mid_turn_is_taken_over_and_one_reply_recorded() {
         &[env[0], env[1], ("SABI_SANDBOX_REPLY_DELAY", "30s")],
     );
 
-    let body = message("wamid.k1", &customer(1), "hello?");
+    // A question the router hands to the agent: the sandbox stands in for it, slowly.
+    let body = message("wamid.k1", &customer(1), "Who go win the league this year?");
     let response = reqwest::Client::new()
         .post(api.url("/webhook/whatsapp"))
         .header("x-hub-signature-256", signature(&body))

@@ -5,7 +5,9 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::unavailable;
-use crate::domain::{Batch, BatchMessage, Claim, ConversationKey, LeaseToken, ReplyPart};
+use crate::domain::{
+    Batch, BatchMessage, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
+};
 use crate::store::{Ending, Error, OutboxEntry, Result, ReviewEntry};
 
 pub(super) fn claim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
@@ -175,16 +177,33 @@ pub(super) fn finish(
              WHERE id = ?1",
             params![batch, at_ms, error],
         ),
-        Ending::Review { reason, error } => {
-            execute(
-                conn,
-                "INSERT INTO review (batch_id, reason, error, state, created_at) VALUES (?1, ?2, ?3, 'open', ?4)",
-                params![batch, reason.as_str(), error, now],
-            )?;
-            execute(conn, "UPDATE batches SET last_error = coalesce(?2, last_error) WHERE id = ?1", params![batch, error])?;
-            close(conn, batch, conversation, now, "review", "review")
+        Ending::Review { reason, error } => to_review(conn, batch, conversation, now, *reason, error.as_deref()),
+        Ending::Handoff { parts, sandbox, note } => {
+            write_reply(conn, batch, conversation, now, parts, *sandbox)?;
+            to_review(conn, batch, conversation, now, ReviewReason::HandoffAsked, Some(note))
         }
     }
+}
+
+fn to_review(
+    conn: &Connection,
+    batch: i64,
+    conversation: i64,
+    now: i64,
+    reason: ReviewReason,
+    error: Option<&str>,
+) -> Result<()> {
+    execute(
+        conn,
+        "INSERT INTO review (batch_id, reason, error, state, created_at) VALUES (?1, ?2, ?3, 'open', ?4)",
+        params![batch, reason.as_str(), error, now],
+    )?;
+    execute(
+        conn,
+        "UPDATE batches SET last_error = coalesce(?2, last_error) WHERE id = ?1",
+        params![batch, error],
+    )?;
+    close(conn, batch, conversation, now, "review", "review")
 }
 
 /// The conversation of a running batch whose latest token is `token`; anything else is a lost lease.

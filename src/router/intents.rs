@@ -1,0 +1,182 @@
+//! The intents file: lexicon, guards, and per intent its patterns, examples, threshold and
+//! action. Parsed and checked once at start; a bad file stops start-up with its line.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The default file, for Nigerian banking and retail support.
+pub const DEFAULT: &str = include_str!("default_intents.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntentsFile {
+    /// Canonical word -> its spelling variants (single words or phrases).
+    #[serde(default)]
+    pub lexicon: BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    pub guards: Guards,
+    #[serde(rename = "intent")]
+    pub intents: Vec<IntentSpec>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Guards {
+    /// Requests Sabi never answers locally, whatever intent they mention.
+    #[serde(default)]
+    pub out_of_scope: Vec<String>,
+    /// Cues that negate the request right after them.
+    #[serde(default)]
+    pub negation: Vec<String>,
+    /// Cues that make the request right after them something already done.
+    #[serde(default)]
+    pub done: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntentSpec {
+    pub name: String,
+    #[serde(default = "default_threshold")]
+    pub threshold: f32,
+    pub action: ActionKind,
+    /// The reply template (for `reply`), or what the customer is told (for `handoff`).
+    pub reply: Option<String>,
+    #[serde(default)]
+    pub patterns: Vec<String>,
+    #[serde(default)]
+    pub examples: Vec<String>,
+    #[serde(default)]
+    pub overrides: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionKind {
+    Reply,
+    Handoff,
+    Agent,
+}
+
+fn default_threshold() -> f32 {
+    0.55
+}
+
+/// An intents file that cannot be used, with the line it comes from when known.
+#[derive(Debug, thiserror::Error)]
+#[error("intents file: {0}")]
+pub struct Error(pub String);
+
+impl IntentsFile {
+    /// Parses and checks a file.
+    ///
+    /// # Errors
+    /// TOML errors (with line and column), unknown keys, duplicate names, thresholds outside
+    /// 0..1, overrides naming no intent, replies missing where the action needs one.
+    pub fn parse(source: &str) -> Result<IntentsFile, Error> {
+        let file: IntentsFile = toml::from_str(source).map_err(|e| Error(e.to_string()))?;
+        file.check(source)?;
+        Ok(file)
+    }
+
+    fn check(&self, source: &str) -> Result<(), Error> {
+        let names: Vec<&str> = self.intents.iter().map(|i| i.name.as_str()).collect();
+        for (index, intent) in self.intents.iter().enumerate() {
+            let at = || line_of(source, &format!("\"{}\"", intent.name));
+            if names[..index].contains(&intent.name.as_str()) {
+                return Err(Error(format!(
+                    "line {}: intent {:?} is defined twice",
+                    at(),
+                    intent.name
+                )));
+            }
+            if !(0.0..=1.0).contains(&intent.threshold) {
+                return Err(Error(format!(
+                    "line {}: {}: threshold must be between 0 and 1",
+                    at(),
+                    intent.name
+                )));
+            }
+            if intent.action == ActionKind::Reply && intent.reply.is_none() {
+                return Err(Error(format!(
+                    "line {}: {}: action \"reply\" needs a reply template",
+                    at(),
+                    intent.name
+                )));
+            }
+            if let Some(unknown) = intent
+                .overrides
+                .iter()
+                .find(|o| !names.contains(&o.as_str()))
+            {
+                return Err(Error(format!(
+                    "line {}: {}: overrides unknown intent {unknown:?}",
+                    at(),
+                    intent.name
+                )));
+            }
+        }
+        if self.intents.is_empty() {
+            return Err(Error("no [[intent]] defined".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The 1-based line where `needle` first appears in `source` (0 when it does not).
+pub fn line_of(source: &str, needle: &str) -> usize {
+    source
+        .find(needle)
+        .map_or(0, |at| source[..at].lines().count().max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_file_is_valid() {
+        let file = IntentsFile::parse(DEFAULT).expect("default intents");
+        let names: Vec<&str> = file.intents.iter().map(|i| i.name.as_str()).collect();
+        for label in [
+            "greeting",
+            "check_balance",
+            "failed_transaction",
+            "agent_escalation",
+            "transaction_history",
+            "card_issue",
+            "airtime_data",
+            "order_status",
+            "refund_request",
+            "account_opening",
+            "loan_inquiry",
+            "thanks_goodbye",
+            "out_of_scope",
+        ] {
+            assert!(names.contains(&label), "{label}");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let bad = "[[intent]]\nname = \"a\"\naction = \"reply\"\n\n[[intent]]\nname = \"b\"\naction = \"shout\"\n";
+        let err = IntentsFile::parse(bad).expect_err("bad action").to_string();
+        assert!(err.contains("line 7"), "{err}");
+        let missing = "[[intent]]\nname = \"a\"\naction = \"reply\"\n";
+        let err = IntentsFile::parse(missing)
+            .expect_err("no reply")
+            .to_string();
+        assert!(
+            err.contains("line 2") && err.contains("reply template"),
+            "{err}"
+        );
+        let unknown = "[[intent]]\nname = \"a\"\naction = \"agent\"\noverrides = [\"zzz\"]\n";
+        assert!(
+            IntentsFile::parse(unknown)
+                .expect_err("unknown")
+                .to_string()
+                .contains("zzz")
+        );
+    }
+}

@@ -1,0 +1,434 @@
+//! Router: answers routine messages locally, in microseconds, and sends the rest to the agent.
+//!
+//! Tiers, in order:
+//! 1. **patterns**: the intents' regular expressions, matched in one pass (a `RegexSet`) over
+//!    the normalised text; guards send unsupported requests (transfers, bills, conditional or
+//!    multi-step instructions) to the agent, negated requests do not count, an explicit request
+//!    for a person wins, and two routine requests go to the agent;
+//! 2. **classifier**: with no pattern match, a linear model over word and character n-grams,
+//!    trained at start-up from the intents' examples, gives a calibrated confidence;
+//! 3. **fallback**: below the intent's threshold, `out_of_scope`, negated, or two requests: the
+//!    agent answers. A wrong local answer costs more than an LLM call, so doubt always falls back.
+//!
+//! PURE: no IO; built once, shared read-only by every turn.
+
+mod classifier;
+pub mod entities;
+pub mod eval;
+pub mod intents;
+mod normalise;
+mod turn;
+
+use regex::{Regex, RegexSet};
+use serde::Serialize;
+
+use self::classifier::Classifier;
+pub use self::entities::Entities;
+pub use self::intents::{ActionKind, IntentsFile};
+use self::normalise::{Lexicon, normalise};
+pub use self::turn::RouterHandler;
+
+/// The label of everything the router hands to the agent.
+pub const OUT_OF_SCOPE: &str = "out_of_scope";
+
+/// Confidence given to a pattern match: patterns are written to be precise.
+const PATTERN_CONFIDENCE: f32 = 0.97;
+/// The classifier's confidence in `out_of_scope` that overrules a pattern match.
+const OUT_OF_SCOPE_VETO: f32 = 0.5;
+/// How close (in bytes of normalised text) a negation must come before the request it negates.
+const NEGATION_REACH: usize = 16;
+/// Intents that accompany a request without being one.
+const PLEASANTRIES: &[&str] = &["greeting", "thanks_goodbye"];
+
+/// Where a routing decision came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    Pattern,
+    Classifier,
+    Fallback,
+}
+
+/// Why a message goes to the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fallback {
+    OutOfScope,
+    Unsupported,
+    LowConfidence,
+    Negated,
+    TwoRequests,
+    Empty,
+}
+
+/// The router's decision for one message.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Routing {
+    /// The best intent guess (also when the agent answers: it goes to the agent as context).
+    pub intent: String,
+    pub confidence: f32,
+    pub tier: Tier,
+    /// True when Sabi answers without the LLM.
+    pub local: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Fallback>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secondary: Option<String>,
+    pub entities: Entities,
+    pub normalised: String,
+}
+
+struct Intent {
+    name: String,
+    threshold: f32,
+    action: ActionKind,
+    reply: Option<String>,
+    overrides: Vec<usize>,
+}
+
+pub struct Router {
+    intents: Vec<Intent>,
+    lexicon: Lexicon,
+    patterns: RegexSet,
+    /// For each pattern of the set: its intent, and the regex again to find where it matched.
+    pattern_intents: Vec<(usize, Regex)>,
+    out_of_scope: RegexSet,
+    negations: Vec<Regex>,
+    done: Vec<Regex>,
+    classifier: Classifier,
+    out_of_scope_index: Option<usize>,
+}
+
+/// A labelled message to learn from besides the file's examples (cross-validation).
+#[derive(Debug, Clone)]
+pub struct Labelled {
+    pub text: String,
+    pub intent: String,
+}
+
+impl Router {
+    /// The router of the default intents file.
+    ///
+    /// # Errors
+    /// Never in a released build: the default file is checked by the tests.
+    pub fn builtin() -> Result<Router, intents::Error> {
+        Router::from_source(intents::DEFAULT, &[])
+    }
+
+    /// Builds a router from an intents file's text, learning also from `extra` examples.
+    ///
+    /// # Errors
+    /// A file that does not parse or check, or a pattern that is not a valid regex (with its line).
+    pub fn from_source(source: &str, extra: &[Labelled]) -> Result<Router, intents::Error> {
+        let file = IntentsFile::parse(source)?;
+        let mut lexicon = Lexicon::default();
+        for (canonical, variants) in &file.lexicon {
+            lexicon.add(canonical, variants);
+        }
+        let index_of = |name: &str| file.intents.iter().position(|i| i.name == name);
+        let compile = |pattern: &String| {
+            Regex::new(pattern).map_err(|e| {
+                let line = intents::line_of(source, pattern);
+                intents::Error(format!("line {line}: invalid pattern: {e}"))
+            })
+        };
+
+        let mut pattern_intents = Vec::new();
+        for (index, spec) in file.intents.iter().enumerate() {
+            for pattern in &spec.patterns {
+                pattern_intents.push((index, compile(pattern)?));
+            }
+        }
+        let patterns = RegexSet::new(pattern_intents.iter().map(|(_, r)| r.as_str()))
+            .map_err(|e| intents::Error(format!("patterns: {e}")))?;
+        for pattern in &file.guards.out_of_scope {
+            compile(pattern)?;
+        }
+        let out_of_scope = RegexSet::new(&file.guards.out_of_scope)
+            .map_err(|e| intents::Error(format!("guards.out_of_scope: {e}")))?;
+        let negations = file
+            .guards
+            .negation
+            .iter()
+            .map(compile)
+            .collect::<Result<Vec<_>, _>>()?;
+        let done = file
+            .guards
+            .done
+            .iter()
+            .map(compile)
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let mut examples: Vec<(String, usize)> = Vec::new();
+        for (index, spec) in file.intents.iter().enumerate() {
+            examples.extend(
+                spec.examples
+                    .iter()
+                    .map(|e| (normalise(e, &lexicon).text, index)),
+            );
+        }
+        for labelled in extra {
+            let index = index_of(&labelled.intent).ok_or_else(|| {
+                intents::Error(format!(
+                    "example labelled with unknown intent {:?}",
+                    labelled.intent
+                ))
+            })?;
+            examples.push((normalise(&labelled.text, &lexicon).text, index));
+        }
+        let classifier = Classifier::train(&examples, file.intents.len());
+
+        let intents = file
+            .intents
+            .iter()
+            .map(|spec| Intent {
+                name: spec.name.clone(),
+                threshold: spec.threshold,
+                action: spec.action,
+                reply: spec.reply.clone(),
+                overrides: spec.overrides.iter().filter_map(|o| index_of(o)).collect(),
+            })
+            .collect();
+        Ok(Router {
+            intents,
+            lexicon,
+            patterns,
+            pattern_intents,
+            out_of_scope,
+            negations,
+            done,
+            classifier,
+            out_of_scope_index: index_of(OUT_OF_SCOPE),
+        })
+    }
+
+    /// Routes one message.
+    pub fn route(&self, message: &str) -> Routing {
+        let normalised = normalise(message, &self.lexicon);
+        let text = normalised.text.as_str();
+        let decision = self.decide(text);
+        let (intent, confidence, tier, fallback, secondary) = decision;
+        let local = fallback.is_none() && Some(intent) != self.out_of_scope_index;
+        Routing {
+            intent: self.intents[intent].name.clone(),
+            confidence,
+            tier,
+            local,
+            fallback: if local {
+                None
+            } else {
+                Some(fallback.unwrap_or(Fallback::OutOfScope))
+            },
+            secondary: secondary.map(|s| self.intents[s].name.clone()),
+            entities: normalised.entities,
+            normalised: normalised.text,
+        }
+    }
+
+    /// Every intent's name, in file order.
+    pub fn labels(&self) -> Vec<String> {
+        self.intents.iter().map(|i| i.name.clone()).collect()
+    }
+
+    /// The action and reply template of an intent.
+    pub fn action(&self, intent: &str) -> Option<(ActionKind, Option<&str>)> {
+        self.intents
+            .iter()
+            .find(|i| i.name == intent)
+            .map(|i| (i.action, i.reply.as_deref()))
+    }
+
+    /// (intent, confidence, tier, fallback reason, secondary intent)
+    fn decide(&self, text: &str) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
+        let oos = self.out_of_scope_index.unwrap_or(0);
+        if text.trim().is_empty() {
+            return (oos, 1.0, Tier::Fallback, Some(Fallback::Empty), None);
+        }
+        let (candidates, negated) = self.candidates(text);
+        let agent = candidates
+            .iter()
+            .find(|(i, _)| self.intents[*i].name == "agent_escalation");
+        if let Some(&(intent, _)) = agent {
+            let secondary = candidates.iter().map(|(i, _)| *i).find(|i| *i != intent);
+            return (intent, PATTERN_CONFIDENCE, Tier::Pattern, None, secondary);
+        }
+        if self.out_of_scope.is_match(text) {
+            return (
+                oos,
+                PATTERN_CONFIDENCE,
+                Tier::Pattern,
+                Some(Fallback::Unsupported),
+                None,
+            );
+        }
+        let requests: Vec<(usize, usize)> = candidates
+            .iter()
+            .copied()
+            .filter(|(i, _)| !PLEASANTRIES.contains(&self.intents[*i].name.as_str()))
+            .collect();
+        let pleasantry = candidates
+            .iter()
+            .map(|(i, _)| *i)
+            .find(|i| !requests.iter().any(|(r, _)| r == i));
+        match requests.as_slice() {
+            // A pattern names the intent, unless the classifier is sure it is out of scope.
+            [(intent, _)] => match self.classify(text) {
+                (top, p) if Some(top) == self.out_of_scope_index && p >= OUT_OF_SCOPE_VETO => (
+                    top,
+                    p,
+                    Tier::Classifier,
+                    Some(Fallback::OutOfScope),
+                    Some(*intent),
+                ),
+                _ => (*intent, PATTERN_CONFIDENCE, Tier::Pattern, None, pleasantry),
+            },
+            [(first, _), (second, _), ..] => (
+                *first,
+                PATTERN_CONFIDENCE,
+                Tier::Fallback,
+                Some(Fallback::TwoRequests),
+                Some(*second),
+            ),
+            [] if negated => {
+                let (intent, p) = self.classify(text);
+                (intent, p, Tier::Fallback, Some(Fallback::Negated), None)
+            }
+            [] => match pleasantry {
+                Some(intent) => (intent, PATTERN_CONFIDENCE, Tier::Pattern, None, None),
+                None => self.classifier_decision(text),
+            },
+        }
+    }
+
+    fn classifier_decision(
+        &self,
+        text: &str,
+    ) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
+        let (intent, p) = self.classify(text);
+        let fallback = if Some(intent) == self.out_of_scope_index {
+            Some(Fallback::OutOfScope)
+        } else if p < self.intents[intent].threshold {
+            Some(Fallback::LowConfidence)
+        } else if self.negations.iter().any(|n| n.is_match(text)) {
+            Some(Fallback::Negated)
+        } else {
+            None
+        };
+        let tier = if fallback.is_some() {
+            Tier::Fallback
+        } else {
+            Tier::Classifier
+        };
+        (intent, p, tier, fallback, None)
+    }
+
+    fn classify(&self, text: &str) -> (usize, f32) {
+        let probs = self.classifier.probabilities(text);
+        probs
+            .iter()
+            .copied()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((0, 0.0))
+    }
+
+    /// Intents whose patterns match, each at its first position, in order of position; those
+    /// negated or overridden by another match removed. Also says whether any was negated.
+    fn candidates(&self, text: &str) -> (Vec<(usize, usize)>, bool) {
+        let mut found: Vec<(usize, usize)> = Vec::new();
+        for pattern in self.patterns.matches(text).iter() {
+            let (intent, regex) = &self.pattern_intents[pattern];
+            let Some(m) = regex.find(text) else { continue };
+            match found.iter_mut().find(|(i, _)| i == intent) {
+                Some(existing) => existing.1 = existing.1.min(m.start()),
+                None => found.push((*intent, m.start())),
+            }
+        }
+        let before = found.len();
+        found.retain(|(_, at)| !cue_before(&self.negations, text, *at));
+        let negated = found.len() < before;
+        found.retain(|(_, at)| !cue_before(&self.done, text, *at));
+        let overridden: Vec<usize> = found
+            .iter()
+            .flat_map(|(i, _)| self.intents[*i].overrides.clone())
+            .collect();
+        found.retain(|(i, _)| !overridden.contains(i));
+        found.sort_by_key(|(_, at)| *at);
+        (found, negated)
+    }
+}
+
+/// One of `cues` ends just before `at` (a space apart at most).
+fn cue_before(cues: &[Regex], text: &str, at: usize) -> bool {
+    let from = at.saturating_sub(NEGATION_REACH);
+    let window = text.get(from..at).unwrap_or("");
+    cues.iter()
+        .any(|n| n.find_iter(window).any(|m| m.end() + 1 >= window.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn router() -> Router {
+        Router::builtin().expect("default intents")
+    }
+
+    #[test]
+    fn routine_messages_are_local() {
+        let r = router();
+        for (text, intent) in [
+            ("I wan check my balance", "check_balance"),
+            ("show me my acct balance", "check_balance"),
+            ("money never enter", "failed_transaction"),
+            ("debit error", "failed_transaction"),
+            ("I wan talk to human", "agent_escalation"),
+            ("connect me to agent", "agent_escalation"),
+            ("wetin dey sup", "greeting"),
+            ("how far", "greeting"),
+            ("ATM swallow my card", "card_issue"),
+            ("abeg load 5k data for my Airtel line", "airtime_data"),
+            ("Where is my order?", "order_status"),
+            ("refund 🙏", "refund_request"),
+            ("ok thx bye", "thanks_goodbye"),
+        ] {
+            let routing = r.route(text);
+            assert_eq!(
+                (routing.intent.as_str(), routing.local),
+                (intent, true),
+                "{text}: {routing:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn doubt_goes_to_the_agent() {
+        let r = router();
+        for text in [
+            "Send 20k to Chidi and buy me airtime",
+            "Pay my NEPA bill, meter 45123456789, 10k",
+            "I no wan check balance o",
+            "Show my balance then buy me 1k airtime",
+            "Who go win Champions League this year?",
+            "",
+        ] {
+            let routing = r.route(text);
+            assert!(!routing.local, "{text}: {routing:?}");
+        }
+    }
+
+    #[test]
+    fn negated_requests_do_not_count() {
+        let routing = router()
+            .route("I no wan check balance, I wan talk to person abeg, connect me to agent");
+        assert_eq!(routing.intent, "agent_escalation");
+    }
+
+    #[test]
+    fn entities_come_back_and_digits_are_masked() {
+        let routing = router().route("buy 2k airtime for 08031234567");
+        assert_eq!(routing.entities.phones, vec!["08031234567"]);
+        assert_eq!(routing.entities.amounts[0].value, 2000.0);
+        assert!(!routing.normalised.contains("0803"));
+    }
+}
