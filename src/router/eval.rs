@@ -32,6 +32,9 @@ pub struct Report {
     /// Out-of-scope messages, and those sent to the agent.
     pub out_of_scope: usize,
     pub out_of_scope_to_agent: usize,
+    /// Messages answered locally with the wrong intent, and out-of-scope ones kept local:
+    /// (text, true intent, routed intent).
+    pub mistakes: Vec<(String, String, String)>,
 }
 
 impl Report {
@@ -48,10 +51,11 @@ impl Report {
             wrong_local: 0,
             out_of_scope: 0,
             out_of_scope_to_agent: 0,
+            mistakes: Vec::new(),
         }
     }
 
-    fn add(&mut self, truth: &str, routing: &Routing) {
+    fn add(&mut self, text: &str, truth: &str, routing: &Routing) {
         let index = |label: &str| self.labels.iter().position(|l| l == label);
         let (Some(t), Some(p)) = (index(truth), index(&routing.intent)) else {
             return;
@@ -69,6 +73,10 @@ impl Report {
         if routing.local {
             self.local += 1;
             self.wrong_local += usize::from(t != p);
+            if t != p {
+                self.mistakes
+                    .push((text.to_owned(), truth.to_owned(), routing.intent.clone()));
+            }
         }
     }
 
@@ -121,7 +129,7 @@ fn ratio(a: usize, b: usize) -> f64 {
 pub fn evaluate(router: &Router, samples: &[Sample]) -> Report {
     let mut report = Report::new(router.labels());
     for sample in samples {
-        report.add(&sample.intent, &router.route(&sample.text));
+        report.add(&sample.text, &sample.intent, &router.route(&sample.text));
     }
     report
 }
@@ -150,7 +158,7 @@ pub fn cross_validate(
         let router = Router::from_source(source, &training)?;
         let report = report.get_or_insert_with(|| Report::new(router.labels()));
         for sample in samples.iter().skip(fold).step_by(folds) {
-            report.add(&sample.intent, &router.route(&sample.text));
+            report.add(&sample.text, &sample.intent, &router.route(&sample.text));
         }
     }
     Ok(report.unwrap_or_else(|| Report::new(Vec::new())))
@@ -190,6 +198,12 @@ impl fmt::Display for Report {
         for (i, label) in self.labels.iter().enumerate() {
             let (p, r, f1, n) = self.per_label(i);
             writeln!(f, "{label:<20} {p:>9.3} {r:>7.3} {f1:>6.3} {n:>8}")?;
+        }
+        if !self.mistakes.is_empty() {
+            writeln!(f, "\nwrong local answers (true -> routed)")?;
+            for (text, truth, routed) in &self.mistakes {
+                writeln!(f, "  {truth} -> {routed}: {text}")?;
+            }
         }
         writeln!(
             f,

@@ -19,7 +19,7 @@ pub mod intents;
 mod normalise;
 mod turn;
 
-use regex::{Regex, RegexSet};
+use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 use serde::Serialize;
 
 use self::classifier::Classifier;
@@ -127,7 +127,7 @@ impl Router {
         }
         let index_of = |name: &str| file.intents.iter().position(|i| i.name == name);
         let compile = |pattern: &String| {
-            Regex::new(pattern).map_err(|e| {
+            ascii_regex(pattern).map_err(|e| {
                 let line = intents::line_of(source, pattern);
                 intents::Error(format!("line {line}: invalid pattern: {e}"))
             })
@@ -139,12 +139,12 @@ impl Router {
                 pattern_intents.push((index, compile(pattern)?));
             }
         }
-        let patterns = RegexSet::new(pattern_intents.iter().map(|(_, r)| r.as_str()))
+        let patterns = ascii_set(pattern_intents.iter().map(|(_, r)| r.as_str()))
             .map_err(|e| intents::Error(format!("patterns: {e}")))?;
         for pattern in &file.guards.out_of_scope {
             compile(pattern)?;
         }
-        let out_of_scope = RegexSet::new(&file.guards.out_of_scope)
+        let out_of_scope = ascii_set(&file.guards.out_of_scope)
             .map_err(|e| intents::Error(format!("guards.out_of_scope: {e}")))?;
         let negations = file
             .guards
@@ -252,7 +252,7 @@ impl Router {
             let secondary = candidates.iter().map(|(i, _)| *i).find(|i| *i != intent);
             return (intent, PATTERN_CONFIDENCE, Tier::Pattern, None, secondary);
         }
-        if self.out_of_scope.is_match(text) {
+        if self.out_of_scope.is_match(text.as_bytes()) {
             return (
                 oos,
                 PATTERN_CONFIDENCE,
@@ -309,7 +309,7 @@ impl Router {
             Some(Fallback::OutOfScope)
         } else if p < self.intents[intent].threshold {
             Some(Fallback::LowConfidence)
-        } else if self.negations.iter().any(|n| n.is_match(text)) {
+        } else if self.negations.iter().any(|n| n.is_match(text.as_bytes())) {
             Some(Fallback::Negated)
         } else {
             None
@@ -336,18 +336,20 @@ impl Router {
     /// negated or overridden by another match removed. Also says whether any was negated.
     fn candidates(&self, text: &str) -> (Vec<(usize, usize)>, bool) {
         let mut found: Vec<(usize, usize)> = Vec::new();
-        for pattern in self.patterns.matches(text).iter() {
+        for pattern in self.patterns.matches(text.as_bytes()).iter() {
             let (intent, regex) = &self.pattern_intents[pattern];
-            let Some(m) = regex.find(text) else { continue };
+            let Some(m) = regex.find(text.as_bytes()) else {
+                continue;
+            };
             match found.iter_mut().find(|(i, _)| i == intent) {
                 Some(existing) => existing.1 = existing.1.min(m.start()),
                 None => found.push((*intent, m.start())),
             }
         }
         let before = found.len();
-        found.retain(|(_, at)| !cue_before(&self.negations, text, *at));
+        found.retain(|(_, at)| !cue_before(&self.negations, text.as_bytes(), *at));
         let negated = found.len() < before;
-        found.retain(|(_, at)| !cue_before(&self.done, text, *at));
+        found.retain(|(_, at)| !cue_before(&self.done, text.as_bytes(), *at));
         let overridden: Vec<usize> = found
             .iter()
             .flat_map(|(i, _)| self.intents[*i].overrides.clone())
@@ -358,10 +360,22 @@ impl Router {
     }
 }
 
+/// Patterns run over the normalised text with ASCII classes and word boundaries: the text is
+/// canonical words, and ASCII semantics keep every search on the fast DFA path.
+fn ascii_regex(pattern: &str) -> Result<Regex, regex::Error> {
+    RegexBuilder::new(pattern).unicode(false).build()
+}
+
+fn ascii_set<I: IntoIterator<Item = S>, S: AsRef<str>>(
+    patterns: I,
+) -> Result<RegexSet, regex::Error> {
+    RegexSetBuilder::new(patterns).unicode(false).build()
+}
+
 /// One of `cues` ends just before `at` (a space apart at most).
-fn cue_before(cues: &[Regex], text: &str, at: usize) -> bool {
+fn cue_before(cues: &[Regex], text: &[u8], at: usize) -> bool {
     let from = at.saturating_sub(NEGATION_REACH);
-    let window = text.get(from..at).unwrap_or("");
+    let window = text.get(from..at).unwrap_or_default();
     cues.iter()
         .any(|n| n.find_iter(window).any(|m| m.end() + 1 >= window.len()))
 }
