@@ -78,6 +78,9 @@ enum Command {
         /// from the other folds; 0 scores the router as configured.
         #[arg(long, default_value_t = 5)]
         folds: usize,
+        /// Print the intents file in use (the built-in one unless configured), to copy and extend.
+        #[arg(long, conflicts_with_all = ["text", "jsonl", "eval"])]
+        print_intents: bool,
     },
     /// Print the raw deliveries (or parts) that Sabi could not understand.
     Quarantine {
@@ -159,7 +162,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 jsonl,
                 eval,
                 folds,
-            } => route(&config, text, jsonl, eval, folds),
+                print_intents,
+            } => {
+                if print_intents {
+                    print!("{}", config.router.intents_source()?);
+                    return Ok(());
+                }
+                route(&config, text, jsonl, eval, folds)
+            }
             Command::Send {
                 text,
                 from,
@@ -423,7 +433,8 @@ fn route(
         }
         return Ok(());
     }
-    let text = text.context("give a message to route, or --jsonl, or --eval FILE")?;
+    let text =
+        text.context("give a message to route, or --jsonl, --eval FILE or --print-intents")?;
     let started = Instant::now();
     let routing = router.route(&text);
     let took = started.elapsed();

@@ -8,5 +8,6 @@ mod crash;
 mod engine;
 mod fuzz;
 mod helpers;
+mod router;
 mod webhook;
 mod workers;

@@ -1,0 +1,181 @@
+//! The intent router: its targets on the labelled corpus (cross-validated), its command-line
+//! interface as outside tools use it, a bad intents file, and the router inside the turn.
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::Duration;
+
+use sabi::router::eval::{Sample, cross_validate};
+use sabi::router::intents::DEFAULT;
+use serde_json::Value;
+
+use crate::helpers::{START_MS, TestApp, sabi_command, text_webhook_at};
+
+fn dev_samples() -> Vec<Sample> {
+    let path = std::env::var("SABI_INTENTS_CORPUS").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/corpus/intents/dev.jsonl"
+        )
+        .to_owned()
+    });
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("labelled line"))
+        .collect()
+}
+
+#[test]
+fn cross_validated_targets_on_the_labelled_corpus() {
+    let report = cross_validate(DEFAULT, &dev_samples(), 5).expect("router builds");
+    eprintln!("{report}");
+    assert!(
+        report.wrong_local_rate() <= 0.03,
+        "wrong local {:.3}",
+        report.wrong_local_rate()
+    );
+    assert!(
+        report.local_rate() >= 0.55,
+        "answered locally {:.3}",
+        report.local_rate()
+    );
+    assert!(
+        report.out_of_scope_recall() >= 0.95,
+        "out_of_scope to agent {:.3}",
+        report.out_of_scope_recall()
+    );
+}
+
+#[test]
+fn route_jsonl_writes_one_decision_per_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = sabi_command(dir.path())
+        .args(["route", "--jsonl"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sabi route runs");
+    let input = concat!(
+        r#"{"id": "x1", "text": "abeg buy 2k airtime for 08031234567"}"#,
+        "\n",
+        "Pay my DSTV bill\n",
+        "\n",
+        r#"{"text": "I wan talk to human"}"#,
+        "\n"
+    );
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("written");
+    let output = child.wait_with_output().expect("finished");
+    assert!(output.status.success());
+    let lines: Vec<Value> = String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for line in &lines {
+        for key in ["intent", "confidence", "tier", "local", "entities"] {
+            assert!(line.get(key).is_some(), "{key} missing in {line}");
+        }
+    }
+    assert_eq!(lines[0]["intent"], "airtime_data");
+    assert_eq!(lines[0]["local"], true);
+    assert_eq!(lines[0]["entities"]["phones"][0], "08031234567");
+    assert_eq!(lines[0]["entities"]["amounts"][0]["value"], 2000.0);
+    assert_eq!(lines[1]["local"], false);
+    assert_eq!(lines[2]["intent"], "agent_escalation");
+}
+
+#[test]
+fn a_bad_intents_file_stops_start_up_with_its_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("intents.toml");
+    std::fs::write(
+        &file,
+        "[[intent]]\nname = \"greeting\"\naction = \"reply\"\nreply = \"hi\"\npatterns = ['(unclosed']\n",
+    )
+    .expect("written");
+    let output = sabi_command(dir.path())
+        .args(["serve"])
+        .env("SABI_LISTEN", "127.0.0.1:0")
+        .env("SABI_INTENTS_FILE", &file)
+        .output()
+        .expect("sabi serve runs");
+    assert!(!output.status.success(), "start-up must fail");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("line 5") && stderr.contains("invalid pattern"),
+        "{stderr}"
+    );
+}
+
+/// Routine messages are answered from the intents file without the agent; a request for a
+/// person goes to review with a note to the customer; the rest reaches the agent (its sandbox
+/// stand-in here).
+#[tokio::test]
+async fn the_router_answers_in_the_turn() {
+    let app = TestApp::spawn().await;
+    let t = START_MS / 1000;
+    for (n, (customer, text)) in [
+        ("2348000000001", "I wan check my balance"),
+        ("2348000000002", "I wan talk to human abeg"),
+        ("2348000000003", "Who go win the league this year?"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let body = text_webhook_at(&format!("wamid.r{n}"), customer, text, t);
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    }
+    app.clock.advance(Duration::from_secs(20));
+    assert_eq!(app.scheduler.drain().await.expect("drain"), 3);
+
+    let outbox = app.store.outbox(None).await.expect("outbox");
+    let reply_to = |customer: &str| -> String {
+        outbox
+            .iter()
+            .find(|o| o.conversation.customer == customer)
+            .map(|o| o.text.clone())
+            .unwrap_or_default()
+    };
+    assert!(reply_to("2348000000001").contains("balance"), "{outbox:?}");
+    assert!(
+        reply_to("2348000000002").contains("Connecting you"),
+        "{outbox:?}"
+    );
+    assert!(
+        reply_to("2348000000003").contains("we have your message"),
+        "{outbox:?}"
+    );
+
+    let review = app.store.review_queue(None).await.expect("review");
+    assert_eq!(review.len(), 1);
+    assert_eq!(review[0].reason, "handoff_asked");
+    assert_eq!(review[0].conversation.customer, "2348000000002");
+}
+
+#[test]
+fn route_prints_a_decision_for_people() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = sabi_command(dir.path())
+        .args(["route", "show me my acct bal"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    for field in [
+        "intent      check_balance",
+        "confidence",
+        "tier",
+        "local       yes",
+        "normalised",
+        "took",
+    ] {
+        assert!(text.contains(field), "{field} missing:\n{text}");
+    }
+}
