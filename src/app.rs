@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::ingress::{self, Ingress};
 use crate::router::{Router, RouterHandler};
 use crate::store::{self, Store};
+use crate::tools::Tools;
 use crate::worker::{Acknowledger, Scheduler, TurnHandler};
 
 /// What a node runs.
@@ -48,7 +49,13 @@ fn default_handler(config: &Config, clock: SharedClock) -> anyhow::Result<Arc<dy
         intents = router.labels().len(),
         "router trained"
     );
-    Ok(RouterHandler::new(Arc::new(router), acknowledger))
+    // Header secrets are read from the environment once, here: a missing one stops start-up.
+    let tools = Tools::new(&config.tools, &|var| std::env::var(var).ok())?;
+    Ok(RouterHandler::new(
+        Arc::new(router),
+        Arc::new(tools),
+        acknowledger,
+    ))
 }
 
 impl App {

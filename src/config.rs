@@ -69,6 +69,9 @@ pub struct Config {
     pub admin: AdminConfig,
     #[serde(default)]
     pub router: RouterConfig,
+    /// The business's HTTP tools, for reply templates and the agent (`[[tools]]`).
+    #[serde(default)]
+    pub tools: Vec<crate::tools::ToolConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -533,7 +536,7 @@ mod defaults {
 }
 
 /// Durations written like `250ms`, `20s`, `15m`, or a number of seconds.
-mod duration {
+pub(crate) mod duration {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, de};
@@ -545,7 +548,7 @@ mod duration {
         Text(String),
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         match Spec::deserialize(d)? {
             Spec::Seconds(s) => Ok(Duration::from_secs(s)),
             Spec::Text(t) if t.trim() == "0" => Ok(Duration::ZERO),

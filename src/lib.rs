@@ -21,6 +21,7 @@
 //! - [`ingress`]: the HTTP edge; nothing slow happens there.
 //! - [`store`]: the only place state lives; SQLite embedded by default.
 //! - [`router`]: Pidgin-aware intent routing: patterns, a classifier, fallback to the agent.
+//! - [`tools`]: the business's HTTP endpoints, declared in configuration.
 //! - [`worker`]: the scheduler: batches per conversation, one turn at a time, leases, retries.
 //! - [`domain`]: the types every stage shares.
 //! - [`app`]: wires the parts and runs them until stopped.
@@ -36,4 +37,5 @@ pub mod ingress;
 pub mod router;
 pub mod store;
 pub mod telemetry;
+pub mod tools;
 pub mod worker;

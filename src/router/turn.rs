@@ -1,24 +1,71 @@
 //! The router in the turn: a batch's messages are routed as one text (and each one alone when
 //! that is clearer); a local answer goes to the outbox without any LLM call, a hand-off goes to
 //! a person, and everything else to the agent.
+//!
+//! Reply templates may use the message's entities (`{{amount}}`, `{{account}}`, `{{phone}}`,
+//! `{{reference}}`) and fields of a tool's JSON answer (`{{tool.balance.available}}`). A template
+//! that cannot be filled (no such entity, the tool failed) hands the batch to the agent instead.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use serde_json::{Map, Value, json};
+
 use super::{ActionKind, Entities, PLEASANTRIES, Router, Routing};
 use crate::domain::{Batch, ReplyPart};
+use crate::tools::Tools;
 use crate::worker::{TurnError, TurnHandler, TurnOutcome};
 
 pub struct RouterHandler {
     router: Arc<Router>,
+    tools: Arc<Tools>,
     /// Answers what the router does not: the LLM agent.
     agent: Arc<dyn TurnHandler>,
 }
 
 impl RouterHandler {
-    pub fn new(router: Arc<Router>, agent: Arc<dyn TurnHandler>) -> Arc<RouterHandler> {
-        Arc::new(RouterHandler { router, agent })
+    pub fn new(
+        router: Arc<Router>,
+        tools: Arc<Tools>,
+        agent: Arc<dyn TurnHandler>,
+    ) -> Arc<RouterHandler> {
+        Arc::new(RouterHandler {
+            router,
+            tools,
+            agent,
+        })
+    }
+
+    /// The template with its tool fields and entities filled; `None` when it cannot be.
+    async fn fill(&self, template: &str, batch: &Batch, routing: &Routing) -> Option<String> {
+        let mut text = template.to_owned();
+        let mut answers: Vec<(String, Value)> = Vec::new();
+        while let Some((placeholder, tool, path)) = next_tool_field(&text) {
+            let answer = match answers.iter().find(|(name, _)| *name == tool) {
+                Some((_, answer)) => answer.clone(),
+                None => {
+                    let arguments = tool_arguments(batch, routing);
+                    let answer = match self.tools.call(&tool, &arguments).await {
+                        Ok(answer) => answer,
+                        Err(e) => {
+                            tracing::warn!(batch = batch.id, error.message = %e, "a reply template's tool failed; the agent answers");
+                            return None;
+                        }
+                    };
+                    answers.push((tool.clone(), answer.clone()));
+                    answer
+                }
+            };
+            let value = path.split('.').try_fold(&answer, |v, key| v.get(key))?;
+            let value = match value {
+                Value::String(s) => s.clone(),
+                Value::Null => return None,
+                other => other.to_string(),
+            };
+            text = text.replace(&placeholder, &value);
+        }
+        render(&text, &routing.entities)
     }
 
     /// The batch as one text; when that is not answerable locally but exactly one message is a
@@ -58,10 +105,12 @@ impl TurnHandler for RouterHandler {
         let Some((kind, template)) = action else {
             return self.agent.handle(batch).await;
         };
-        let reply = match template.map(|t| render(t, &routing.entities)) {
-            Some(Some(text)) => vec![ReplyPart { text }],
-            // A template names an entity the message does not carry: the agent can ask.
-            Some(None) => return self.agent.handle(batch).await,
+        let reply = match template {
+            Some(template) => match self.fill(template, batch, &routing).await {
+                Some(text) => vec![ReplyPart { text }],
+                // A template names an entity the message does not carry, or its tool failed.
+                None => return self.agent.handle(batch).await,
+            },
             None => Vec::new(),
         };
         match kind {
@@ -76,6 +125,34 @@ impl TurnHandler for RouterHandler {
             ActionKind::Reply | ActionKind::Agent => self.agent.handle(batch).await,
         }
     }
+}
+
+/// The first `{{tool.NAME.PATH}}` of `text`: (the placeholder, NAME, PATH).
+fn next_tool_field(text: &str) -> Option<(String, String, String)> {
+    let start = text.find("{{tool.")?;
+    let end = start + text[start..].find("}}")? + 2;
+    let inner = &text[start + "{{tool.".len()..end - 2];
+    let (tool, path) = inner.split_once('.')?;
+    Some((
+        text[start..end].to_owned(),
+        tool.to_owned(),
+        path.to_owned(),
+    ))
+}
+
+/// What a tool called from a template gets: the conversation and the message's entities.
+fn tool_arguments(batch: &Batch, routing: &Routing) -> Map<String, Value> {
+    let e = &routing.entities;
+    let mut args = Map::new();
+    args.insert("channel".into(), json!(batch.conversation.channel.as_str()));
+    args.insert("business".into(), json!(batch.conversation.business));
+    args.insert("customer".into(), json!(batch.conversation.customer));
+    args.insert("intent".into(), json!(routing.intent));
+    args.insert("amount".into(), json!(e.amounts.first().map(|a| a.value)));
+    args.insert("account".into(), json!(e.accounts.first()));
+    args.insert("phone".into(), json!(e.phones.first()));
+    args.insert("reference".into(), json!(e.references.first()));
+    args
 }
 
 /// Fills `{{amount}}`, `{{account}}`, `{{phone}}`, `{{reference}}` with the first entity of its
@@ -106,6 +183,19 @@ fn render(template: &str, entities: &Entities) -> Option<String> {
 mod tests {
     use super::*;
     use crate::router::entities::extract;
+
+    #[test]
+    fn tool_fields_are_found_in_order() {
+        assert_eq!(
+            next_tool_field("Balance: {{tool.balance.account.available}} ok"),
+            Some((
+                "{{tool.balance.account.available}}".into(),
+                "balance".into(),
+                "account.available".into()
+            ))
+        );
+        assert_eq!(next_tool_field("no tools {{amount}}"), None);
+    }
 
     #[test]
     fn templates_fill_entities_or_refuse() {

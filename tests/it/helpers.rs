@@ -29,7 +29,14 @@ pub fn config(dir: &Path, extra: &[(&str, &str)]) -> Config {
     ];
     env.extend_from_slice(extra);
     let env = env.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned()));
-    Config::load(Some(Path::new("/dev/null")), env).expect("test config is valid")
+    // A test that needs a configuration file writes `sabi.toml` into `dir` first.
+    let file = dir.join("sabi.toml");
+    let file = if file.exists() {
+        file
+    } else {
+        PathBuf::from("/dev/null")
+    };
+    Config::load(Some(&file), env).expect("test config is valid")
 }
 
 /// The manual clock's start: the corpus's era, so provider timestamps look recent.
@@ -56,7 +63,15 @@ impl TestApp {
         handler: Option<Arc<dyn TurnHandler>>,
         extra: &[(&str, &str)],
     ) -> TestApp {
-        let dir = tempfile::tempdir().expect("tempdir");
+        TestApp::spawn_in(tempfile::tempdir().expect("tempdir"), handler, extra).await
+    }
+
+    /// A test app whose store (and `sabi.toml`, if the test wrote one) is in `dir`.
+    pub async fn spawn_in(
+        dir: tempfile::TempDir,
+        handler: Option<Arc<dyn TurnHandler>>,
+        extra: &[(&str, &str)],
+    ) -> TestApp {
         let config = config(dir.path(), extra);
         let clock = ManualClock::new(START_MS);
         let app = App::build_with(&config, Role::Api, clock.clone(), handler)

@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sabi::router::eval::{Sample, cross_validate};
@@ -178,4 +179,88 @@ fn route_prints_a_decision_for_people() {
     ] {
         assert!(text.contains(field), "{field} missing:\n{text}");
     }
+}
+
+/// A fake business API for tool calls: `/balance` answers with a nested field and records the
+/// query it was called with; `/down` fails.
+async fn fake_tool_server() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let app = axum::Router::new()
+        .route(
+            "/balance",
+            axum::routing::get(
+                move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
+                    let record = record.clone();
+                    async move {
+                        let auth = headers
+                            .get("authorization")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_owned();
+                        record
+                            .lock()
+                            .expect("lock")
+                            .push(format!("{} {auth}", uri.query().unwrap_or("")));
+                        axum::Json(serde_json::json!({"account": {"available": "₦12,500.00"}}))
+                    }
+                },
+            ),
+        )
+        .route(
+            "/down",
+            axum::routing::get(|| async { axum::http::StatusCode::INTERNAL_SERVER_ERROR }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, seen)
+}
+
+/// An app whose balance reply reads `{{tool.balance.account.available}}` from a tool at `path`.
+async fn app_with_balance_tool(addr: std::net::SocketAddr, path: &str) -> TestApp {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let intents = DEFAULT.replace(
+        "reply = \"Your available balance is shown in the app under Accounts. For your security we share balances only after you confirm your identity in the app.\"",
+        "reply = \"Your available balance is {{tool.balance.account.available}}.\"",
+    );
+    assert_ne!(intents, DEFAULT, "the balance reply was found");
+    let intents_file = dir.path().join("intents.toml");
+    std::fs::write(&intents_file, intents).expect("intents written");
+    let config = format!(
+        "[router]\nintents_file = {:?}\n\n[[tools]]\nname = \"balance\"\nurl = \"http://{addr}{path}?customer={{customer}}\"\nheaders = {{ Authorization = \"Bearer tool-token\" }}\ntimeout = \"2s\"\n",
+        intents_file
+    );
+    std::fs::write(dir.path().join("sabi.toml"), config).expect("config written");
+    TestApp::spawn_in(dir, None, &[]).await
+}
+
+#[tokio::test]
+async fn a_reply_template_uses_a_tool_and_falls_back_when_it_fails() {
+    let (addr, seen) = fake_tool_server().await;
+    for (path, expected) in [
+        ("/balance", "Your available balance is ₦12,500.00."),
+        ("/down", "we have your message"),
+    ] {
+        let app = app_with_balance_tool(addr, path).await;
+        let body = text_webhook_at(
+            "wamid.tool",
+            "2348000000007",
+            "abeg wetin be my balance",
+            START_MS / 1000,
+        );
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+        app.clock.advance(Duration::from_secs(20));
+        assert_eq!(app.scheduler.drain().await.expect("drain"), 1);
+        let outbox = app.store.outbox(None).await.expect("outbox");
+        assert!(
+            outbox[0].text.contains(expected),
+            "{path}: {:?}",
+            outbox[0].text
+        );
+    }
+    let calls = seen.lock().expect("lock").clone();
+    assert_eq!(calls, vec!["customer=2348000000007 Bearer tool-token"]);
 }
