@@ -58,6 +58,7 @@ pub struct IngestReceipt {
     pub duplicates: usize,
     /// Items already stored under the same key with other content: logged, changed nothing.
     pub anomalies: usize,
+    /// Raw parts quarantined for the first time (a redelivered one is kept once).
     pub quarantined: usize,
     /// The earliest due time among the conversations this delivery scheduled.
     pub earliest_due_ms: Option<i64>,

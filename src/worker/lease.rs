@@ -17,8 +17,9 @@ pub(super) struct LeaseGuard {
 }
 
 impl LeaseGuard {
-    /// Renews every quarter of `lease`. When the store says the token is stale, `lost()` fires:
-    /// another worker owns the batch and this turn's writes would be refused anyway.
+    /// Renews every quarter of `lease`. When the store says the token is stale, or renewals kept
+    /// failing until the lease ran out, `lost()` fires: another worker may own the batch, and
+    /// this turn stops so that two turns never run at once.
     pub(super) fn spawn(
         store: Arc<dyn Store>,
         clock: SharedClock,
@@ -30,14 +31,25 @@ impl LeaseGuard {
         let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
         let signal = lost.clone();
         let renewer = tokio::spawn(async move {
+            // The lease as this worker last secured it (from the claim, then each renewal), less
+            // a margin so that this turn has stopped before another worker may claim the batch.
+            let margin = lease_ms / 8;
+            let mut held_until = clock.now_ms().saturating_add(lease_ms - margin);
             loop {
-                clock
-                    .sleep_until(clock.now_ms().saturating_add(lease_ms / 4))
-                    .await;
-                match store.renew(batch, token, clock.now_ms(), lease_ms).await {
-                    Ok(()) => {}
+                let next = clock.now_ms().saturating_add(lease_ms / 4).min(held_until);
+                clock.sleep_until(next).await;
+                let now = clock.now_ms();
+                match store.renew(batch, token, now, lease_ms).await {
+                    Ok(()) => held_until = now.saturating_add(lease_ms - margin),
                     Err(store::Error::LeaseLost) => {
                         tracing::warn!(batch, "lease lost while the turn ran; abandoning it");
+                        signal.cancel();
+                        return;
+                    }
+                    // Renewals failed until the lease ran out: another worker may take the
+                    // batch now, so this turn stops rather than run beside it.
+                    Err(e) if clock.now_ms() >= held_until => {
+                        tracing::warn!(batch, error.message = %e, "lease ran out while the store was unreachable; abandoning the turn");
                         signal.cancel();
                         return;
                     }

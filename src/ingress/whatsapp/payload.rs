@@ -87,11 +87,15 @@ fn parse_change(entry: &Entry<'_>, change: &Change<'_>, out: &mut Parsed) {
         field: &change.field,
         phone_number_id: value.metadata.as_ref().map(|m| m.phone_number_id.as_str()),
     };
+    // A sender profile of an odd shape only costs its name, never the messages.
+    let contacts: Vec<Contact> = value
+        .contacts
+        .iter()
+        .filter_map(|raw| serde_json::from_str(raw.get()).ok())
+        .collect();
     for raw in &value.messages {
         match serde_json::from_str::<Message>(raw.get()) {
-            Ok(message) => out
-                .items
-                .push(message_item(&scope, &value.contacts, message)),
+            Ok(message) => out.items.push(message_item(&scope, &contacts, message)),
             Err(e) => out
                 .quarantined
                 .push(quarantined(&format!("message: {e}"), raw.get())),
@@ -105,10 +109,21 @@ fn parse_change(entry: &Entry<'_>, change: &Change<'_>, out: &mut Parsed) {
                 .push(quarantined(&format!("status: {e}"), raw.get())),
         }
     }
-    let value_hash = content_hash(&[&entry.id, &change.field, change.value.get()]);
-    for (index, error) in value.errors.iter().enumerate() {
-        out.items
-            .push(value_error_item(&scope, error, &value_hash, index));
+    let value_hash = content_hash(&[
+        &entry.id,
+        &entry_time(entry),
+        &change.field,
+        change.value.get(),
+    ]);
+    for (index, raw) in value.errors.iter().enumerate() {
+        match serde_json::from_str::<ErrorObject>(raw.get()) {
+            Ok(error) => out
+                .items
+                .push(value_error_item(&scope, &error, &value_hash, index)),
+            Err(e) => out
+                .quarantined
+                .push(quarantined(&format!("error: {e}"), raw.get())),
+        }
     }
 }
 
@@ -249,7 +264,12 @@ fn field_event(entry: &Entry<'_>, change: &Change<'_>) -> InboundItem {
         facts["preferences"] = Value::Array(prefs);
     }
     facts["value"] = value;
-    let hash = content_hash(&[&entry.id, &change.field, change.value.get()]);
+    let hash = content_hash(&[
+        &entry.id,
+        &entry_time(entry),
+        &change.field,
+        change.value.get(),
+    ]);
     InboundItem {
         kind: ItemKind::FieldEvent,
         channel: Channel::Whatsapp,
@@ -379,6 +399,11 @@ fn contact_name(contacts: &[Contact], from: Option<&str>, user_id: Option<&str>)
     contact.and_then(|c| c.profile.as_ref()?.name.clone())
 }
 
+/// Two events with the same body at different times are two events.
+fn entry_time(entry: &Entry<'_>) -> String {
+    entry.time.map(|t| t.to_string()).unwrap_or_default()
+}
+
 fn non_empty(s: Option<String>) -> Option<String> {
     s.filter(|s| !s.is_empty())
 }
@@ -423,14 +448,14 @@ struct Change<'a> {
 struct MessagesValue<'a> {
     #[serde(default)]
     metadata: Option<Metadata>,
-    #[serde(default)]
-    contacts: Vec<Contact>,
+    #[serde(borrow, default)]
+    contacts: Vec<&'a RawValue>,
     #[serde(borrow, default)]
     messages: Vec<&'a RawValue>,
     #[serde(borrow, default)]
     statuses: Vec<&'a RawValue>,
-    #[serde(default)]
-    errors: Vec<ErrorObject>,
+    #[serde(borrow, default)]
+    errors: Vec<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -626,6 +651,7 @@ struct Pricing {
 
 #[derive(Deserialize)]
 struct ErrorObject {
+    #[serde(deserialize_with = "lenient::integer")]
     code: i64,
     title: Option<String>,
     error_data: Option<ErrorData>,
@@ -682,6 +708,14 @@ mod lenient {
         fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
             string(d).map(Some)
         }
+    }
+
+    /// An integer written as a number or as a string of digits.
+    pub(super) fn integer<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        let text = string(d)?;
+        text.trim()
+            .parse()
+            .map_err(|_| de::Error::custom(format!("{text:?} is not an integer")))
     }
 
     /// Unix seconds, written as `"1781000001"` or `1781000001`.
@@ -819,6 +853,23 @@ mod tests {
             r#"{"metadata":{"phone_number_id":"9"},"messages":[{"from":"1","id":"w","timestamp":"1","type":"text","text":{"body":"caf\u00e9 \ud83d\ude00 a\/b"}}]}"#,
         ));
         assert_eq!(item.text.as_deref(), Some("café 😀 a/b"));
+    }
+
+    #[test]
+    fn odd_contacts_and_errors_do_not_cost_the_messages() {
+        let parsed = parse(
+            wrap(
+                r#"{"metadata":{"phone_number_id":"9"},"contacts":[{"wa_id":12,"profile":"x"}],
+                "messages":[{"from":"1","id":"w","timestamp":"1","type":"text","text":{"body":"hi"}}],
+                "errors":[{"code":"131000","title":"t"},{"code":{}}]}"#,
+            )
+            .as_bytes(),
+        )
+        .expect("json");
+        let kinds: Vec<ItemKind> = parsed.items.iter().map(|i| i.kind).collect();
+        assert_eq!(kinds, vec![ItemKind::Message, ItemKind::ValueError]);
+        assert_eq!(parsed.items[1].facts["code"], 131000);
+        assert_eq!(parsed.quarantined.len(), 1);
     }
 
     #[test]

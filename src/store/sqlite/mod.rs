@@ -31,6 +31,7 @@ use crate::domain::{
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_inbox.sql"),
     include_str!("migrations/0002_turns.sql"),
+    include_str!("migrations/0003_quarantine_dedupe.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -209,6 +210,9 @@ impl Store for SqliteStore {
     }
 
     async fn ready(&self) -> Result<()> {
+        if !self.writer.is_alive() {
+            return Err(Error::Unavailable("the SQLite writer has stopped".into()));
+        }
         self.read(|conn| {
             let version: usize = conn
                 .query_row("PRAGMA user_version", [], |row| row.get(0))
@@ -281,19 +285,15 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
         }
     }
     for q in &delivery.quarantined {
-        conn.prepare_cached(
-            "INSERT INTO quarantine (channel, received_at, reason, raw) VALUES (?1, ?2, ?3, ?4)",
-        )
-        .and_then(|mut s| {
-            s.execute(params![
-                q.channel.as_str(),
-                delivery.received_at_ms,
-                q.reason,
-                q.raw
-            ])
-        })
-        .map_err(unavailable)?;
-        receipt.quarantined += 1;
+        let hash = Sha256::digest(q.raw.as_bytes())[..16].to_vec();
+        let inserted = conn
+            .prepare_cached(
+                "INSERT INTO quarantine (channel, received_at, reason, raw, hash) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (channel, hash) DO NOTHING",
+            )
+            .and_then(|mut s| s.execute(params![q.channel.as_str(), delivery.received_at_ms, q.reason, q.raw, hash]))
+            .map_err(unavailable)?;
+        receipt.quarantined += inserted;
     }
     Ok(receipt)
 }

@@ -5,9 +5,12 @@
 //! queue their write as a job; the writer takes every job waiting, runs each inside its own
 //! savepoint of one transaction, commits once (one fsync), and only then answers each job. A
 //! job that fails rolls back its own savepoint and leaves the others alone; a failed commit
-//! fails them all, so no caller is ever told "stored" for something that is not on disk.
+//! fails them all, so no caller is ever told "stored" for something that is not on disk. When
+//! SQLite aborts the whole transaction mid-group (disk full, I/O error), or a job panics, the
+//! group stops there and every job in it is refused.
 //! Under load, jobs pile up while the previous fsync runs, so groups grow with concurrency.
 
+use std::panic::{self, AssertUnwindSafe};
 use std::thread;
 
 use rusqlite::Connection;
@@ -67,6 +70,11 @@ impl Writer {
         Ok(Writer { jobs })
     }
 
+    /// False once the writer thread has stopped: every write would fail.
+    pub(super) fn is_alive(&self) -> bool {
+        !self.jobs.is_closed()
+    }
+
     /// Runs `op` in the next group transaction and returns its result once committed.
     ///
     /// # Errors
@@ -103,16 +111,44 @@ fn run(conn: Connection, mut queue: mpsc::Receiver<Box<dyn Job>>) {
 }
 
 fn commit_group(conn: &Connection, group: Vec<Box<dyn Job>>) {
+    // A transaction left open by an earlier failure would make every BEGIN fail from now on.
+    if !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
     // IMMEDIATE takes the write lock now, so another process's writer makes us wait here
     // (busy_timeout) rather than fail at commit.
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-        let error = super::unavailable(e);
-        for job in group {
-            job.abandon(Error::Unavailable(error.to_string()));
-        }
+        abandon_all(group, &super::unavailable(e));
         return;
     }
-    let finishes: Vec<Finish> = group.into_iter().map(|job| job.run(conn)).collect();
+    let mut finishes: Vec<Finish> = Vec::with_capacity(group.len());
+    let mut jobs = group.into_iter();
+    while let Some(job) = jobs.next() {
+        // A panicking job must not take the writer thread, and every later write, with it.
+        let ran = panic::catch_unwind(AssertUnwindSafe(|| job.run(conn)));
+        let failure = match ran {
+            Ok(finish) => {
+                finishes.push(finish);
+                // Some errors (disk full, I/O) make SQLite roll the whole transaction back:
+                // what ran so far is gone, and later jobs must not commit on their own.
+                (conn.is_autocommit()).then(|| "SQLite aborted the transaction".to_owned())
+            }
+            Err(_) => Some("a write panicked".to_owned()),
+        };
+        if let Some(reason) = failure {
+            tracing::error!(
+                reason,
+                "a group commit failed; every write in it is refused"
+            );
+            let _ = conn.execute_batch("ROLLBACK");
+            let error = Error::Unavailable(reason);
+            for finish in finishes {
+                finish(Err(Error::Unavailable(error.to_string())));
+            }
+            abandon_all(jobs.collect(), &error);
+            return;
+        }
+    }
     let commit = conn.execute_batch("COMMIT").map_err(super::unavailable);
     if commit.is_err() {
         // Nothing of the group is kept; every caller hears so.
@@ -126,19 +162,29 @@ fn commit_group(conn: &Connection, group: Vec<Box<dyn Job>>) {
     }
 }
 
+fn abandon_all(jobs: Vec<Box<dyn Job>>, error: &Error) {
+    for job in jobs {
+        job.abandon(Error::Unavailable(error.to_string()));
+    }
+}
+
+/// Runs `op` in its own savepoint. If the savepoint cannot be released or rolled back, the
+/// transaction is rolled back whole, so a half-done job is never committed with the group.
 fn in_savepoint<T>(conn: &Connection, op: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
     exec_cached(conn, "SAVEPOINT job")?;
-    match op(conn) {
-        Ok(value) => {
-            exec_cached(conn, "RELEASE job")?;
-            Ok(value)
+    let outcome = op(conn);
+    let closed = match &outcome {
+        Ok(_) => exec_cached(conn, "RELEASE job"),
+        Err(_) => {
+            exec_cached(conn, "ROLLBACK TO job").and_then(|()| exec_cached(conn, "RELEASE job"))
         }
-        Err(e) => {
-            exec_cached(conn, "ROLLBACK TO job")?;
-            exec_cached(conn, "RELEASE job")?;
-            Err(e)
-        }
+    };
+    if let Err(e) = closed {
+        // The group sees the transaction gone (autocommit) and refuses every write in it.
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(e);
     }
+    outcome
 }
 
 /// Savepoint statements run for every job: prepared once, not parsed each time.
