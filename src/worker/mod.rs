@@ -142,7 +142,15 @@ impl Scheduler {
                     drop(permit);
                 });
             }
-            if full {
+            if full && permits.available_permits() > 0 {
+                continue;
+            }
+            if permits.available_permits() == 0 {
+                // Every slot is busy: nothing can be claimed until a turn ends.
+                tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    Some(_) = running.join_next() => {}
+                }
                 continue;
             }
             let deadline = self.next_wake().await;

@@ -487,3 +487,54 @@ impl TestApp {
         self.clock.now_ms()
     }
 }
+
+/// The store stays unreachable (locked by another writer) past the lease: the turn stops on its
+/// own rather than run beside the worker that may take the batch over, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_stops_when_its_lease_runs_out_unrenewed() {
+    let hold = Arc::new(Semaphore::new(0));
+    let recorder = Recorder::held(hold.clone());
+    let app = app_with(&recorder, &[("SABI_BATCH_WINDOW", "0s")]).await;
+    post(&app, "wamid.lapse", "hello", START_MS / 1000).await;
+    let first = {
+        let scheduler = app.scheduler.clone();
+        tokio::spawn(async move { scheduler.tick().await })
+    };
+    while recorder.turns().is_empty() {
+        tokio::task::yield_now().await;
+    }
+
+    let path = app.dir.path().join("sabi.db");
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(path).expect("open");
+        conn.execute_batch("BEGIN EXCLUSIVE").expect("lock");
+        locked_tx.send(()).expect("signal");
+        release_rx.recv().expect("release");
+        conn.execute_batch("COMMIT").expect("unlock");
+    });
+    locked_rx.recv().expect("locked");
+    // Renewals fail (the store is locked) until the lease has run out.
+    app.clock.advance(Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    app.clock.advance(Duration::from_secs(80));
+    let outcome = tokio::time::timeout(Duration::from_secs(30), first).await;
+    assert!(
+        outcome.is_ok(),
+        "the turn did not stop when its lease ran out"
+    );
+    release_tx.send(()).expect("release");
+    holder.join().expect("holder");
+    assert!(
+        app.store.outbox(None).await.expect("outbox").is_empty(),
+        "the abandoned turn wrote nothing"
+    );
+
+    // Once the lease has lapsed, the batch is claimed again and answered once.
+    hold.add_permits(10);
+    app.clock.advance(Duration::from_secs(20));
+    assert_eq!(app.scheduler.drain().await.expect("drain"), 1);
+    assert_eq!(app.store.outbox(None).await.expect("outbox").len(), 1);
+    assert_eq!(recorder.turns().len(), 2);
+}
