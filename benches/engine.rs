@@ -21,8 +21,8 @@ use sabi::domain::{
     ReplyPart,
 };
 use sabi::store::{
-    self, Ending, InboxQuery, Ingest, IngestReceipt, OutboxEntry, ReviewEntry, SqliteStore, Store,
-    StoredItem, StoredQuarantine,
+    self, ChatExchange, ChatJob, ChatLoad, ChatReceipt, ChatSubmission, Ending, InboxQuery, Ingest,
+    IngestReceipt, OutboxEntry, ReviewEntry, SqliteStore, Store, StoredItem, StoredQuarantine,
 };
 use sabi::worker::policy::EnginePolicy;
 use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler, TurnOutcome};
@@ -326,5 +326,25 @@ impl Store for CountingStore {
     async fn review_queue(&self, limit: Option<usize>) -> store::Result<Vec<ReviewEntry>> {
         self.count();
         self.inner.review_queue(limit).await
+    }
+    async fn submit_chat(&self, submission: ChatSubmission) -> store::Result<ChatReceipt> {
+        self.count();
+        self.inner.submit_chat(submission).await
+    }
+    async fn chat_job(&self, job_id: &str, now_ms: i64) -> store::Result<Option<ChatJob>> {
+        self.count();
+        self.inner.chat_job(job_id, now_ms).await
+    }
+    async fn chat_history(
+        &self,
+        session_id: &str,
+        limit: usize,
+    ) -> store::Result<Vec<ChatExchange>> {
+        self.count();
+        self.inner.chat_history(session_id, limit).await
+    }
+    async fn chat_load(&self, session_id: &str, since_ms: i64) -> store::Result<ChatLoad> {
+        self.count();
+        self.inner.chat_load(session_id, since_ms).await
     }
 }

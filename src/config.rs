@@ -227,6 +227,18 @@ pub struct WebchatConfig {
     pub batch_window: Duration,
     #[serde(default = "defaults::max_wait", with = "duration")]
     pub batch_max_wait: Duration,
+    /// The business side of web-chat conversations (one site per Sabi by default).
+    #[serde(default = "defaults::site")]
+    pub site: String,
+    /// How long a job's result can be fetched (the history keeps answers longer).
+    #[serde(default = "defaults::result_ttl", with = "duration")]
+    pub result_ttl: Duration,
+    /// Questions waiting beyond this: new ones are refused with 503 and Retry-After.
+    #[serde(default = "defaults::max_queue", deserialize_with = "number::usize")]
+    pub max_queue: usize,
+    /// Questions one session may ask per minute before it gets 429.
+    #[serde(default = "defaults::session_rate", deserialize_with = "number::usize")]
+    pub per_session_per_minute: usize,
 }
 
 impl Default for WebchatConfig {
@@ -234,6 +246,10 @@ impl Default for WebchatConfig {
         WebchatConfig {
             batch_window: Duration::ZERO,
             batch_max_wait: defaults::max_wait(),
+            site: defaults::site(),
+            result_ttl: defaults::result_ttl(),
+            max_queue: defaults::max_queue(),
+            per_session_per_minute: defaults::session_rate(),
         }
     }
 }
@@ -513,6 +529,18 @@ mod defaults {
     }
     pub(super) fn shutdown_grace() -> Duration {
         Duration::from_secs(10)
+    }
+    pub(super) fn site() -> String {
+        "web".into()
+    }
+    pub(super) fn result_ttl() -> Duration {
+        Duration::from_secs(24 * 3600)
+    }
+    pub(super) fn max_queue() -> usize {
+        1000
+    }
+    pub(super) fn session_rate() -> usize {
+        20
     }
     pub(super) fn enabled() -> bool {
         true

@@ -28,6 +28,18 @@ pub enum ApiError {
     UnreadableBody(String),
     #[error(transparent)]
     Store(#[from] store::Error),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{field} {why}")]
+    Invalid { field: &'static str, why: String },
+    #[error("too many questions are waiting")]
+    Busy,
+    #[error("this session is asking too fast")]
+    TooFast,
+    #[error("no such chat job")]
+    JobNotFound,
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl ApiError {
@@ -54,6 +66,33 @@ impl ApiError {
                 "store_unavailable",
                 "the message could not be stored; retry later".into(),
             ),
+            ApiError::BadRequest(why) => (StatusCode::BAD_REQUEST, "bad_request", why.clone()),
+            ApiError::Invalid { .. } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_field",
+                self.to_string(),
+            ),
+            ApiError::Busy => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy",
+                "We are answering many questions right now. Please try again in a moment.".into(),
+            ),
+            ApiError::TooFast => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_requests",
+                "You are sending messages very fast. Please wait a moment and try again.".into(),
+            ),
+            // One body for unknown, expired and other sessions' jobs: it says nothing of which.
+            ApiError::JobNotFound => (
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "No such chat job.".into(),
+            ),
+            ApiError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Something went wrong on our side; please try again.".into(),
+            ),
         }
     }
 }
@@ -68,7 +107,7 @@ impl IntoResponse for ApiError {
         }
         let mut response =
             (status, Json(json!({ "code": code, "message": message }))).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             response.headers_mut().insert(
                 header::RETRY_AFTER,
                 HeaderValue::from_static(RETRY_AFTER_SECS),

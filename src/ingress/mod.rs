@@ -4,16 +4,18 @@
 //! The WhatsApp webhook acknowledges only what the store has durably kept.
 
 mod health;
+mod webchat;
 pub mod whatsapp;
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::domain::BatchPolicy;
 use crate::store::Store;
 use crate::worker::Wakeup;
 
@@ -22,6 +24,7 @@ pub struct Ingress {
     pub store: Arc<dyn Store>,
     pub clock: SharedClock,
     pub whatsapp: whatsapp::Settings,
+    pub webchat: WebchatSettings,
     /// Wakes this process's scheduler when new work is due sooner than it planned to look.
     pub wakeup: Arc<Wakeup>,
 }
@@ -39,20 +42,56 @@ impl Ingress {
             store,
             clock,
             whatsapp: whatsapp::Settings::from_config(config),
+            webchat: WebchatSettings::from_config(config),
             wakeup,
         })
     }
 }
 
+/// The web chat's settings, typed once at start.
+pub struct WebchatSettings {
+    pub policy: BatchPolicy,
+    pub site: String,
+    pub result_ttl_ms: i64,
+    pub max_queue: usize,
+    pub per_session_per_minute: usize,
+}
+
+impl WebchatSettings {
+    fn from_config(config: &Config) -> WebchatSettings {
+        let webchat = &config.webchat;
+        WebchatSettings {
+            policy: webchat.batch_policy(),
+            site: webchat.site.clone(),
+            result_ttl_ms: i64::try_from(webchat.result_ttl.as_millis()).unwrap_or(i64::MAX),
+            max_queue: webchat.max_queue,
+            per_session_per_minute: webchat.per_session_per_minute,
+        }
+    }
+}
+
 /// Every route of the HTTP server.
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
-    Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
+    let webhook = Router::new()
         .route(
             "/webhook/whatsapp",
             get(whatsapp::verify).post(whatsapp::receive),
         )
-        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(DefaultBodyLimit::max(max_body_bytes));
+    let webchat = Router::new()
+        .route("/", get(webchat::page))
+        .route("/chat", post(webchat::submit))
+        .route("/chat/history", get(webchat::history))
+        .route("/chat/{job_id}", get(webchat::status))
+        .route("/chat/{job_id}/events", get(webchat::events))
+        .layer(DefaultBodyLimit::max(WEBCHAT_MAX_BODY));
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .merge(webhook)
+        .merge(webchat)
         .with_state(state)
 }
+
+/// A chat question is at most a few kilobytes.
+const WEBCHAT_MAX_BODY: usize = 64 * 1024;

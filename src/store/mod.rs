@@ -147,6 +147,72 @@ pub struct ReviewEntry {
     pub messages: Vec<BatchMessage>,
 }
 
+/// A web-chat question to keep, with its job.
+#[derive(Debug, Clone)]
+pub struct ChatSubmission {
+    pub session_id: String,
+    /// The browser's idempotency key: the same (session, message id) always gives the same job.
+    pub message_id: Option<String>,
+    pub question: String,
+    /// The site the chat runs on: the conversation's business side.
+    pub business: String,
+    /// A fresh unguessable id, used when this is a new job.
+    pub job_id: String,
+    pub now_ms: i64,
+    pub policy: BatchPolicy,
+    /// How long the job's result can be fetched.
+    pub keep_ms: i64,
+}
+
+/// The job a submission gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatReceipt {
+    pub job_id: String,
+    /// False when the same message was submitted before: nothing new was stored.
+    pub created: bool,
+    pub earliest_due_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    Queued,
+    Started,
+    Finished,
+    Failed,
+}
+
+/// A web-chat job as its browser sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatJob {
+    pub job_id: String,
+    pub session_id: String,
+    pub status: JobStatus,
+    /// Questions ahead of this one, while queued.
+    pub position: Option<u64>,
+    pub answer: Option<String>,
+    pub created_at_ms: i64,
+}
+
+/// One question of a session's history, and its answer once there is one.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ChatExchange {
+    pub job_id: String,
+    pub question: String,
+    pub answer: Option<String>,
+    pub status: JobStatus,
+    pub asked_at_ms: i64,
+}
+
+/// How busy the web chat is, for backpressure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatLoad {
+    /// Web-chat questions waiting for a turn.
+    pub queued: u64,
+    /// Questions this session asked since the time given.
+    pub session_recent: u64,
+}
+
 /// The store interface, held as `Arc<dyn Store>`.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -198,6 +264,19 @@ pub trait Store: Send + Sync + 'static {
 
     /// Open review items, oldest first.
     async fn review_queue(&self, limit: Option<usize>) -> Result<Vec<ReviewEntry>>;
+
+    /// Keeps a web-chat question and its job in one atomic step; the same (session, message
+    /// id) always gives the same job, also when two submissions race.
+    async fn submit_chat(&self, submission: ChatSubmission) -> Result<ChatReceipt>;
+
+    /// A job, unless it is unknown or expired at `now_ms`.
+    async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>>;
+
+    /// A session's questions and answers, oldest first (the last `limit`).
+    async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>>;
+
+    /// Queue depth, and how many questions `session_id` asked since `since_ms`.
+    async fn chat_load(&self, session_id: &str, since_ms: i64) -> Result<ChatLoad>;
 }
 
 /// Opens the configured backend, creating and migrating it when needed.

@@ -6,6 +6,7 @@
 //! beside the writer. Several processes may share one file: each writer takes the lock with
 //! `BEGIN IMMEDIATE` and waits for the others up to the busy timeout.
 
+mod chat;
 mod turns;
 mod writer;
 
@@ -20,8 +21,8 @@ use sha2::{Digest, Sha256};
 
 use self::writer::Writer;
 use super::{
-    Ending, Error, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Result, ReviewEntry, Store,
-    StoredItem, StoredQuarantine,
+    ChatExchange, ChatJob, ChatLoad, ChatReceipt, ChatSubmission, Ending, Error, InboxQuery,
+    Ingest, IngestReceipt, OutboxEntry, Result, ReviewEntry, Store, StoredItem, StoredQuarantine,
 };
 use crate::domain::{
     BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken, Quarantined,
@@ -32,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_inbox.sql"),
     include_str!("migrations/0002_turns.sql"),
     include_str!("migrations/0003_quarantine_dedupe.sql"),
+    include_str!("migrations/0004_chat_jobs.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -189,6 +191,30 @@ impl Store for SqliteStore {
 
     async fn review_queue(&self, limit: Option<usize>) -> Result<Vec<ReviewEntry>> {
         self.read(move |conn| turns::review_queue(conn, limit))
+            .await
+    }
+
+    async fn submit_chat(&self, submission: ChatSubmission) -> Result<ChatReceipt> {
+        self.writer
+            .write(move |conn| chat::submit(conn, &submission))
+            .await
+    }
+
+    async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>> {
+        let job_id = job_id.to_owned();
+        self.read(move |conn| chat::job(conn, &job_id, now_ms))
+            .await
+    }
+
+    async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>> {
+        let session_id = session_id.to_owned();
+        self.read(move |conn| chat::history(conn, &session_id, limit))
+            .await
+    }
+
+    async fn chat_load(&self, session_id: &str, since_ms: i64) -> Result<ChatLoad> {
+        let session_id = session_id.to_owned();
+        self.read(move |conn| chat::load(conn, &session_id, since_ms))
             .await
     }
 

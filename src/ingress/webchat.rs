@@ -1,0 +1,315 @@
+//! The web chat: a browser cannot receive a WhatsApp message, so it asks for its answer.
+//!
+//! `POST /chat` keeps the question in the same durable inbox as WhatsApp messages and answers
+//! 202 with an unguessable job id; `GET /chat/{id}` (polling) and `GET /chat/{id}/events`
+//! (server-sent events) report the job from the store, so they work whichever node runs the
+//! turn. Jobs of another session, unknown and expired ones all answer the same 404. When the
+//! queue is too deep the question is refused (503, or 429 for one session asking too fast)
+//! before anything is stored.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use futures_util::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use subtle::ConstantTimeEq;
+
+use super::AppState;
+use crate::http::ApiError;
+use crate::store::{ChatJob, ChatSubmission, JobStatus};
+
+const MAX_QUESTION_CHARS: usize = 4000;
+const MAX_ID_CHARS: usize = 128;
+/// How often an event stream looks at the store.
+const EVENTS_POLL: Duration = Duration::from_millis(250);
+/// An event stream ends after this long, answered or not; the page reconnects.
+const EVENTS_LIFETIME: Duration = Duration::from_secs(300);
+/// How many questions of a session the history returns.
+const HISTORY_LIMIT: usize = 100;
+
+/// The chat page.
+pub(super) async fn page() -> Html<&'static str> {
+    Html(include_str!("chat.html"))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Question {
+    question: String,
+    session_id: String,
+    #[serde(default)]
+    message_id: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Accepted {
+    job_id: String,
+    status: JobStatus,
+    status_url: String,
+}
+
+/// `POST /chat`: validate, refuse when too busy, store, 202.
+pub(super) async fn submit(
+    State(state): State<AppState>,
+    body: Result<Json<Question>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(q) = body.map_err(|e| match e.status() {
+        StatusCode::UNPROCESSABLE_ENTITY => ApiError::Invalid {
+            field: "body",
+            why: e.body_text(),
+        },
+        _ => ApiError::BadRequest(e.body_text()),
+    })?;
+    let question = q.question.trim();
+    validate(question, &q.session_id, q.message_id.as_deref())?;
+    let settings = &state.webchat;
+    let now = state.clock.now_ms();
+    let load = state.store.chat_load(&q.session_id, now - 60_000).await?;
+    if load.queued >= settings.max_queue as u64 {
+        return Err(ApiError::Busy);
+    }
+    if load.session_recent >= settings.per_session_per_minute as u64 {
+        return Err(ApiError::TooFast);
+    }
+    let receipt = state
+        .store
+        .submit_chat(ChatSubmission {
+            session_id: q.session_id.clone(),
+            message_id: q.message_id.clone(),
+            question: question.to_owned(),
+            business: settings.site.clone(),
+            job_id: new_job_id()?,
+            now_ms: now,
+            policy: settings.policy,
+            keep_ms: settings.result_ttl_ms,
+        })
+        .await?;
+    if let Some(due) = receipt.earliest_due_ms {
+        state.wakeup.due_at(due);
+    }
+    let status = match receipt.created {
+        true => JobStatus::Queued,
+        false => state
+            .store
+            .chat_job(&receipt.job_id, now)
+            .await?
+            .map_or(JobStatus::Queued, |job| job.status),
+    };
+    let status_url = format!("/chat/{}", receipt.job_id);
+    let location =
+        HeaderValue::from_str(&status_url).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let body = Accepted {
+        job_id: receipt.job_id,
+        status,
+        status_url,
+    };
+    Ok((
+        StatusCode::ACCEPTED,
+        [(header::LOCATION, location)],
+        Json(body),
+    )
+        .into_response())
+}
+
+fn validate(question: &str, session_id: &str, message_id: Option<&str>) -> Result<(), ApiError> {
+    let invalid = |field: &'static str, why: &str| {
+        Err(ApiError::Invalid {
+            field,
+            why: why.to_owned(),
+        })
+    };
+    if question.is_empty() {
+        return invalid("question", "must not be empty");
+    }
+    if question.chars().count() > MAX_QUESTION_CHARS {
+        return invalid(
+            "question",
+            &format!("must be at most {MAX_QUESTION_CHARS} characters"),
+        );
+    }
+    for (field, value) in [("session_id", Some(session_id)), ("message_id", message_id)] {
+        let Some(value) = value else { continue };
+        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
+        if value.is_empty() || value.len() > MAX_ID_CHARS || !value.chars().all(allowed) {
+            return invalid(
+                field,
+                "must be 1 to 128 letters, digits, '-', '_', '.' or ':'",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// 128 random bits: a job id cannot be guessed.
+fn new_job_id() -> Result<String, ApiError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(hex::encode(bytes))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Session {
+    session_id: String,
+}
+
+/// `GET /chat/{job_id}?session_id=…`
+pub(super) async fn status(
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+    Query(session): Query<Session>,
+) -> Result<Response, ApiError> {
+    let job = owned_job(&state, &job_id, &session.session_id).await?;
+    let mut response = Json(view(&job)).into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+/// The job, if it exists, has not expired, and belongs to `session_id`; one 404 otherwise.
+async fn owned_job(state: &AppState, job_id: &str, session_id: &str) -> Result<ChatJob, ApiError> {
+    let job = state.store.chat_job(job_id, state.clock.now_ms()).await?;
+    match job {
+        Some(job) if bool::from(job.session_id.as_bytes().ct_eq(session_id.as_bytes())) => Ok(job),
+        _ => Err(ApiError::JobNotFound),
+    }
+}
+
+/// What a browser is told about a job.
+fn view(job: &ChatJob) -> serde_json::Value {
+    let mut body = json!({ "job_id": job.job_id, "status": job.status });
+    match job.status {
+        JobStatus::Queued => body["position"] = json!(job.position.unwrap_or(0)),
+        JobStatus::Started => body["stage"] = json!("checking your message"),
+        JobStatus::Finished => body["answer"] = json!({ "text": job.answer }),
+        JobStatus::Failed => {
+            body["error"] = json!(
+                "Sorry, we could not answer this automatically. A person from our team will reply here."
+            )
+        }
+    }
+    body
+}
+
+/// Each status's place in the job's life: the id of its events, for Last-Event-ID.
+fn rank(status: JobStatus) -> u64 {
+    match status {
+        JobStatus::Queued => 1,
+        JobStatus::Started => 2,
+        JobStatus::Finished | JobStatus::Failed => 3,
+    }
+}
+
+/// `GET /chat/{job_id}/events?session_id=…`: the job's states as server-sent events, from the
+/// current one (or the one after Last-Event-ID) to the answer.
+pub(super) async fn events(
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+    Query(session): Query<Session>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let job = owned_job(&state, &job_id, &session.session_id).await?;
+    let resume_after: u64 = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let stream = futures_util::stream::unfold(
+        EventsState {
+            state,
+            job_id,
+            last_sent: None,
+            resume_after,
+            pending: Some(job),
+            deadline: tokio::time::Instant::now() + EVENTS_LIFETIME,
+            done: false,
+        },
+        next_event,
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+struct EventsState {
+    state: AppState,
+    job_id: String,
+    /// What the last event said, so that only changes are sent.
+    last_sent: Option<serde_json::Value>,
+    resume_after: u64,
+    /// A job read but not yet looked at.
+    pending: Option<ChatJob>,
+    deadline: tokio::time::Instant,
+    done: bool,
+}
+
+async fn next_event(mut s: EventsState) -> Option<(Result<Event, Infallible>, EventsState)> {
+    loop {
+        if s.done || tokio::time::Instant::now() >= s.deadline {
+            return None;
+        }
+        let job = match s.pending.take() {
+            Some(job) => Some(job),
+            None => {
+                tokio::time::sleep(EVENTS_POLL).await;
+                // A store that cannot answer now may answer at the next look.
+                s.state
+                    .store
+                    .chat_job(&s.job_id, s.state.clock.now_ms())
+                    .await
+                    .unwrap_or(None)
+            }
+        };
+        let Some(job) = job else { return None };
+        let id = rank(job.status);
+        let body = view(&job);
+        if id <= s.resume_after {
+            // The browser already has this state; after the last one there is nothing to send.
+            if id == 3 {
+                return None;
+            }
+            continue;
+        }
+        if s.last_sent.as_ref() == Some(&body) {
+            continue;
+        }
+        s.done = id == 3;
+        s.last_sent = Some(body.clone());
+        let event = Event::default()
+            .id(id.to_string())
+            .event(status_name(job.status))
+            .data(body.to_string());
+        return Some((Ok(event), s));
+    }
+}
+
+fn status_name(status: JobStatus) -> &'static str {
+    match status {
+        JobStatus::Queued => "queued",
+        JobStatus::Started => "started",
+        JobStatus::Finished => "finished",
+        JobStatus::Failed => "failed",
+    }
+}
+
+/// `GET /chat/history?session_id=…`: the session's questions and answers.
+pub(super) async fn history(
+    State(state): State<AppState>,
+    Query(session): Query<Session>,
+) -> Result<Response, ApiError> {
+    validate("-", &session.session_id, None)?;
+    let messages = state
+        .store
+        .chat_history(&session.session_id, HISTORY_LIMIT)
+        .await?;
+    let mut response =
+        Json(json!({ "session_id": session.session_id, "messages": messages })).into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}

@@ -1,0 +1,217 @@
+//! The web chat's side of the SQLite store: a question is an inbox message like a WhatsApp
+//! one, and its job is the unguessable handle its browser asks about. Submitting runs in the
+//! group-commit writer, so "is this (session, message id) known?" and "store it" are one
+//! transaction: two racing double-taps cannot both create a job.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::json;
+
+use super::{Encoded, ingest, unavailable};
+use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind};
+use crate::store::{
+    ChatExchange, ChatJob, ChatLoad, ChatReceipt, ChatSubmission, Ingest, JobStatus, Result,
+};
+
+pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<ChatReceipt> {
+    let key = format!(
+        "{}:{}",
+        s.session_id,
+        s.message_id.as_deref().unwrap_or(&s.job_id)
+    );
+    let known: Option<String> = conn
+        .prepare_cached("SELECT job_id FROM chat_jobs WHERE message_key = ?1")
+        .and_then(|mut st| st.query_row(params![key], |r| r.get(0)).optional())
+        .map_err(unavailable)?;
+    if let Some(job_id) = known {
+        return Ok(ChatReceipt {
+            job_id,
+            created: false,
+            earliest_due_ms: None,
+        });
+    }
+    let item = question_item(s, key.clone());
+    let encoded = Encoded::of(&item);
+    let delivery = Ingest {
+        items: vec![item],
+        quarantined: Vec::new(),
+        received_at_ms: s.now_ms,
+        policy: s.policy,
+    };
+    let receipt = ingest(conn, &delivery, std::slice::from_ref(&encoded))?;
+    let seq: i64 = conn
+        .prepare_cached("SELECT seq FROM inbox WHERE channel = 'webchat' AND dedupe_key = ?1")
+        .and_then(|mut st| st.query_row(params![key], |r| r.get(0)))
+        .map_err(unavailable)?;
+    conn.prepare_cached(
+        "INSERT INTO chat_jobs (job_id, session_id, message_key, inbox_seq, created_at, expires_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            s.job_id,
+            s.session_id,
+            key,
+            seq,
+            s.now_ms,
+            s.now_ms.saturating_add(s.keep_ms)
+        ])
+    })
+    .map_err(unavailable)?;
+    Ok(ChatReceipt {
+        job_id: s.job_id.clone(),
+        created: true,
+        earliest_due_ms: receipt.earliest_due_ms,
+    })
+}
+
+fn question_item(s: &ChatSubmission, key: String) -> InboundItem {
+    InboundItem {
+        kind: ItemKind::Message,
+        channel: Channel::Webchat,
+        dedupe_key: key,
+        business: Some(s.business.clone()),
+        customer: Some(s.session_id.clone()),
+        item_type: Some("text".into()),
+        text: Some(s.question.clone()),
+        media_id: None,
+        provider_ts: None,
+        turn: Some(ConversationKey {
+            channel: Channel::Webchat,
+            business: s.business.clone(),
+            customer: s.session_id.clone(),
+        }),
+        facts: json!({
+            "kind": "message",
+            "type": "text",
+            "session_id": s.session_id,
+            "message_id": s.message_id,
+            "job_id": s.job_id,
+        }),
+    }
+}
+
+pub(super) fn job(conn: &Connection, job_id: &str, now: i64) -> Result<Option<ChatJob>> {
+    let row: Option<(String, i64, i64, String, Option<i64>, i64)> = conn
+        .prepare_cached(
+            "SELECT j.session_id, j.created_at, j.expires_at, i.state, i.batch_id, i.seq
+             FROM chat_jobs j JOIN inbox i ON i.seq = j.inbox_seq WHERE j.job_id = ?1",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![job_id], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            })
+            .optional()
+        })
+        .map_err(unavailable)?;
+    let Some((session_id, created_at_ms, expires_at, state, batch, seq)) = row else {
+        return Ok(None);
+    };
+    if expires_at <= now {
+        return Ok(None);
+    }
+    let status = status_of(&state);
+    let position = match status {
+        JobStatus::Queued => Some(queued_ahead(conn, seq)?),
+        _ => None,
+    };
+    let answer = match (status, batch) {
+        (JobStatus::Finished, Some(batch)) => answer_of(conn, batch)?,
+        _ => None,
+    };
+    Ok(Some(ChatJob {
+        job_id: job_id.to_owned(),
+        session_id,
+        status,
+        position,
+        answer,
+        created_at_ms,
+    }))
+}
+
+/// The inbox state of the question, as the browser understands it.
+fn status_of(state: &str) -> JobStatus {
+    match state {
+        "pending" => JobStatus::Queued,
+        "batched" => JobStatus::Started,
+        "answered" => JobStatus::Finished,
+        _ => JobStatus::Failed,
+    }
+}
+
+fn queued_ahead(conn: &Connection, seq: i64) -> Result<u64> {
+    conn.prepare_cached(
+        "SELECT count(*) FROM inbox WHERE state = 'pending' AND channel = 'webchat' AND seq < ?1",
+    )
+    .and_then(|mut st| st.query_row(params![seq], |r| r.get(0)))
+    .map_err(unavailable)
+}
+
+/// The reply to the batch the question was answered in, its parts joined.
+fn answer_of(conn: &Connection, batch: i64) -> Result<Option<String>> {
+    let parts: Vec<String> = conn
+        .prepare_cached("SELECT body FROM outbox WHERE batch_id = ?1 ORDER BY part")
+        .and_then(|mut st| st.query_map(params![batch], |r| r.get(0))?.collect())
+        .map_err(unavailable)?;
+    Ok((!parts.is_empty()).then(|| parts.join("\n\n")))
+}
+
+pub(super) fn history(
+    conn: &Connection,
+    session_id: &str,
+    limit: usize,
+) -> Result<Vec<ChatExchange>> {
+    let rows: Vec<(String, Option<String>, String, Option<i64>, i64)> = conn
+        .prepare_cached(
+            "SELECT j.job_id, i.text, i.state, i.batch_id, j.created_at
+             FROM chat_jobs j JOIN inbox i ON i.seq = j.inbox_seq
+             WHERE j.session_id = ?1 ORDER BY j.created_at DESC, i.seq DESC LIMIT ?2",
+        )
+        .and_then(|mut st| {
+            st.query_map(
+                params![session_id, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            )?
+            .collect()
+        })
+        .map_err(unavailable)?;
+    let mut exchanges = Vec::with_capacity(rows.len());
+    for (job_id, question, state, batch, asked_at_ms) in rows.into_iter().rev() {
+        let status = status_of(&state);
+        let answer = match (status, batch) {
+            (JobStatus::Finished, Some(batch)) => answer_of(conn, batch)?,
+            _ => None,
+        };
+        exchanges.push(ChatExchange {
+            job_id,
+            question: question.unwrap_or_default(),
+            answer,
+            status,
+            asked_at_ms,
+        });
+    }
+    Ok(exchanges)
+}
+
+pub(super) fn load(conn: &Connection, session_id: &str, since: i64) -> Result<ChatLoad> {
+    let queued: u64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM inbox WHERE state = 'pending' AND channel = 'webchat'",
+        )
+        .and_then(|mut st| st.query_row([], |r| r.get(0)))
+        .map_err(unavailable)?;
+    let session_recent: u64 = conn
+        .prepare_cached("SELECT count(*) FROM chat_jobs WHERE session_id = ?1 AND created_at >= ?2")
+        .and_then(|mut st| st.query_row(params![session_id, since], |r| r.get(0)))
+        .map_err(unavailable)?;
+    Ok(ChatLoad {
+        queued,
+        session_recent,
+    })
+}
