@@ -9,5 +9,6 @@ mod engine;
 mod fuzz;
 mod helpers;
 mod router;
+mod webchat;
 mod webhook;
 mod workers;

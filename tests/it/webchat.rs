@@ -1,0 +1,461 @@
+//! The web chat over real HTTP: submit, poll, server-sent events, history, double submits,
+//! other sessions, backpressure, and the article's own polling client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sabi::domain::{Batch, ReplyPart};
+use sabi::worker::{TurnError, TurnHandler, TurnOutcome};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::TestApp;
+
+async fn ask(
+    app: &TestApp,
+    session: &str,
+    question: &str,
+    message_id: Option<&str>,
+) -> reqwest::Response {
+    let mut body = json!({ "question": question, "session_id": session });
+    if let Some(id) = message_id {
+        body["message_id"] = json!(id);
+    }
+    app.client
+        .post(app.url("/chat"))
+        .json(&body)
+        .send()
+        .await
+        .expect("posted")
+}
+
+async fn job(app: &TestApp, job_id: &str, session: &str) -> (u16, Value) {
+    let response = app
+        .client
+        .get(app.url(&format!("/chat/{job_id}?session_id={session}")))
+        .send()
+        .await
+        .expect("got");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("json"))
+}
+
+async fn job_id(response: reqwest::Response) -> String {
+    assert_eq!(response.status(), 202);
+    let location = response.headers()["location"]
+        .to_str()
+        .expect("location")
+        .to_owned();
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["status"], "queued");
+    assert_eq!(
+        location,
+        format!("/chat/{}", body["job_id"].as_str().expect("id"))
+    );
+    assert_eq!(body["status_url"], location);
+    body["job_id"].as_str().expect("job id").to_owned()
+}
+
+#[tokio::test]
+async fn a_question_is_answered_and_kept_in_the_history() {
+    let app = TestApp::spawn().await;
+    let id = job_id(ask(&app, "s-1", "I wan check my balance", Some("m-1")).await).await;
+    assert_eq!(id.len(), 32, "128 random bits");
+    let (status, body) = job(&app, &id, "s-1").await;
+    assert_eq!(
+        (status, body["status"].as_str(), body["position"].as_u64()),
+        (200, Some("queued"), Some(0))
+    );
+
+    assert_eq!(app.scheduler.drain().await.expect("drain"), 1);
+    let response = app
+        .client
+        .get(app.url(&format!("/chat/{id}?session_id=s-1")))
+        .send()
+        .await
+        .expect("got");
+    assert_eq!(response.headers()["cache-control"], "no-store");
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["status"], "finished");
+    assert!(
+        body["answer"]["text"]
+            .as_str()
+            .expect("answer")
+            .contains("balance")
+    );
+
+    let history: Value = app
+        .client
+        .get(app.url("/chat/history?session_id=s-1"))
+        .send()
+        .await
+        .expect("got")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(history["messages"][0]["question"], "I wan check my balance");
+    assert_eq!(history["messages"][0]["answer"], body["answer"]["text"]);
+}
+
+#[tokio::test]
+async fn a_double_submit_is_one_job_and_one_turn() {
+    let app = TestApp::spawn().await;
+    let mut submits = tokio::task::JoinSet::new();
+    for _ in 0..10 {
+        let (client, url) = (app.client.clone(), app.url("/chat"));
+        submits.spawn(async move {
+            let body = json!({"question": "abeg where my order dey", "session_id": "s-2", "message_id": "tap-1"});
+            let response = client.post(url).json(&body).send().await.expect("posted");
+            assert_eq!(response.status(), 202);
+            let body: Value = response.json().await.expect("json");
+            body["job_id"].as_str().expect("job id").to_owned()
+        });
+    }
+    let mut ids = Vec::new();
+    while let Some(id) = submits.join_next().await {
+        ids.push(id.expect("task"));
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "one job for one message id: {ids:?}");
+    assert_eq!(app.inbox().await.len(), 1, "one question stored");
+    assert_eq!(app.scheduler.drain().await.expect("drain"), 1, "one turn");
+    assert_eq!(app.store.outbox(None).await.expect("outbox").len(), 1);
+}
+
+#[tokio::test]
+async fn another_session_unknown_and_expired_jobs_look_the_same() {
+    let app = TestApp::spawn_with(None, &[]).await;
+    let id = job_id(ask(&app, "owner", "hello", None).await).await;
+    let (status_other, other) = job(&app, &id, "intruder").await;
+    let (status_unknown, unknown) = job(&app, "0123456789abcdef0123456789abcdef", "owner").await;
+    assert_eq!((status_other, status_unknown), (404, 404));
+    assert_eq!(other, unknown);
+    app.clock.advance(Duration::from_secs(24 * 3600 + 1));
+    let (status_expired, expired) = job(&app, &id, "owner").await;
+    assert_eq!((status_expired, &expired), (404, &unknown));
+}
+
+#[tokio::test]
+async fn bad_input_gets_clear_errors_and_stores_nothing() {
+    let app = TestApp::spawn().await;
+    let cases = [
+        (
+            json!({"question": "   ", "session_id": "s"}),
+            422,
+            "question",
+        ),
+        (
+            json!({"question": "x".repeat(4001), "session_id": "s"}),
+            422,
+            "question",
+        ),
+        (
+            json!({"question": "hi", "session_id": "bad id!"}),
+            422,
+            "session_id",
+        ),
+        (
+            json!({"question": "hi", "session_id": "s", "message_id": ""}),
+            422,
+            "message_id",
+        ),
+        (json!({"session_id": "s"}), 422, "question"),
+    ];
+    for (body, status, mentions) in cases {
+        let response = app
+            .client
+            .post(app.url("/chat"))
+            .json(&body)
+            .send()
+            .await
+            .expect("posted");
+        assert_eq!(response.status().as_u16(), status, "{body}");
+        let error: Value = response.json().await.expect("json");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(mentions),
+            "{error}"
+        );
+    }
+    let not_json = app
+        .client
+        .post(app.url("/chat"))
+        .header("content-type", "application/json")
+        .body("{nope")
+        .send()
+        .await
+        .expect("posted");
+    assert_eq!(not_json.status(), 400);
+    assert!(app.inbox().await.is_empty());
+}
+
+#[tokio::test]
+async fn positions_count_down_and_questions_wait_for_a_worker() {
+    let app = TestApp::spawn().await;
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        ids.push(job_id(ask(&app, &format!("s-{n}"), "Who go win the league?", None).await).await);
+    }
+    let before = positions(&app, &ids).await;
+    assert_eq!(before, (0..10).map(Some).collect::<Vec<_>>());
+    // No worker runs: the questions wait, queued.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(positions(&app, &ids).await, before);
+    // A worker returns: it takes five at a time.
+    assert_eq!(
+        app.scheduler.tick().await.expect("tick"),
+        sabi::worker::TickOutcome::Processed(5)
+    );
+    let after = positions(&app, &ids).await;
+    assert_eq!(&after[..5], &[None; 5], "answered");
+    assert_eq!(&after[5..], &[Some(0), Some(1), Some(2), Some(3), Some(4)]);
+    app.scheduler.drain().await.expect("drain");
+    assert!(positions(&app, &ids).await.iter().all(Option::is_none));
+}
+
+async fn positions(app: &TestApp, ids: &[String]) -> Vec<Option<u64>> {
+    let mut out = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        let (_, body) = job(app, id, &format!("s-{n}")).await;
+        out.push(body["position"].as_u64());
+    }
+    out
+}
+
+/// Holds every turn until told to go on.
+struct Held(Arc<Semaphore>);
+
+#[async_trait]
+impl TurnHandler for Held {
+    async fn handle(&self, _batch: &Batch) -> Result<TurnOutcome, TurnError> {
+        self.0.acquire().await.expect("open").forget();
+        Ok(TurnOutcome::Reply(vec![ReplyPart {
+            text: "the answer".into(),
+        }]))
+    }
+}
+
+/// Reads server-sent events as (id, event, data) until the stream ends or `limit` arrive.
+async fn read_events(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Vec<(String, String, Value)> {
+    let mut events = Vec::new();
+    let mut buffer = String::new();
+    while events.len() < limit {
+        let chunk = match tokio::time::timeout(Duration::from_secs(10), response.chunk()).await {
+            Ok(Ok(Some(chunk))) => chunk,
+            _ => break,
+        };
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let field = |name: &str| {
+                block.lines().find_map(|l| {
+                    l.strip_prefix(&format!("{name}:"))
+                        .map(|v| v.trim().to_owned())
+                })
+            };
+            if let (Some(id), Some(event), Some(data)) =
+                (field("id"), field("event"), field("data"))
+            {
+                events.push((
+                    id,
+                    event,
+                    serde_json::from_str(&data).expect("data is JSON"),
+                ));
+            }
+        }
+    }
+    events
+}
+
+#[tokio::test]
+async fn events_arrive_in_order_and_resume_after_last_event_id() {
+    let hold = Arc::new(Semaphore::new(0));
+    let app = TestApp::spawn_with(Some(Arc::new(Held(hold.clone()))), &[]).await;
+    let id = job_id(ask(&app, "s-sse", "hello there", None).await).await;
+    let url = app.url(&format!("/chat/{id}/events?session_id=s-sse"));
+    let stream = app.client.get(&url).send().await.expect("stream");
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+
+    let scheduler = app.scheduler.clone();
+    let turn = tokio::spawn(async move { scheduler.tick().await });
+    let releaser = {
+        let hold = hold.clone();
+        tokio::spawn(async move {
+            // Long enough for the stream to see the turn start.
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            hold.add_permits(1);
+        })
+    };
+    let events = read_events(stream, 3).await;
+    turn.await.expect("turn").expect("tick");
+    releaser.await.expect("released");
+    let seen: Vec<(&str, &str)> = events
+        .iter()
+        .map(|(i, e, _)| (i.as_str(), e.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![("1", "queued"), ("2", "started"), ("3", "finished")]
+    );
+    assert_eq!(events[2].2["answer"]["text"], "the answer");
+
+    let resumed = app
+        .client
+        .get(&url)
+        .header("last-event-id", "2")
+        .send()
+        .await
+        .expect("stream");
+    let events = read_events(resumed, 3).await;
+    let seen: Vec<&str> = events.iter().map(|(i, _, _)| i.as_str()).collect();
+    assert_eq!(seen, vec!["3"], "only what came after event 2");
+
+    let finished = app
+        .client
+        .get(&url)
+        .header("last-event-id", "3")
+        .send()
+        .await
+        .expect("stream");
+    assert!(
+        read_events(finished, 1).await.is_empty(),
+        "nothing after the last event"
+    );
+
+    let other = app
+        .client
+        .get(app.url(&format!("/chat/{id}/events?session_id=nope")))
+        .send()
+        .await
+        .expect("got");
+    assert_eq!(other.status(), 404);
+}
+
+#[tokio::test]
+async fn past_the_queue_limit_questions_are_refused_and_nothing_is_stored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("sabi.toml"),
+        "[webchat]\nmax_queue = 2\nper_session_per_minute = 3\n",
+    )
+    .expect("config");
+    let app = TestApp::spawn_in(dir, None, &[]).await;
+    job_id(ask(&app, "a", "one", None).await).await;
+    job_id(ask(&app, "b", "two", None).await).await;
+    let refused = ask(&app, "c", "three", None).await;
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+    let error: Value = refused.json().await.expect("json");
+    assert_eq!(error["code"], "busy");
+    assert_eq!(
+        app.inbox().await.len(),
+        2,
+        "the refused question was not stored"
+    );
+
+    // WhatsApp is never refused for the web chat's load.
+    let body = crate::helpers::text_webhook("wamid.busy", "2348000000001", "hello");
+    assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+
+    app.scheduler.drain().await.expect("drain");
+    // One session, three questions in a minute (none left waiting): the fourth is too fast.
+    for n in 0..2 {
+        job_id(ask(&app, "a", &format!("again {n}"), None).await).await;
+        app.scheduler.drain().await.expect("drain");
+    }
+    let too_fast = ask(&app, "a", "and again", None).await;
+    assert_eq!(too_fast.status(), 429);
+    assert!(too_fast.headers().contains_key("retry-after"));
+}
+
+/// The third article's polling client (`ask_crumb`, Python with httpx), unchanged, gets its
+/// answer from Sabi. The test sets up its own Python environment under `target/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_articles_polling_client_gets_its_answer() {
+    let python = python_with_httpx();
+    let app = TestApp::spawn().await;
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(app.scheduler.clone().run(stop.clone()));
+    let script = format!(
+        r#"
+import time, httpx
+BASE = "http://{addr}"
+SESSION = "crumb-session-1"
+
+def ask_crumb(question: str, max_wait: float = 90.0) -> dict:
+    r = httpx.post(f"{{BASE}}/chat", json={{"question": question, "session_id": SESSION}})
+    job_id = r.json()["job_id"]
+    delay, waited = 0.5, 0.0
+    while waited < max_wait:
+        time.sleep(delay)
+        waited += delay
+        s = httpx.get(f"{{BASE}}/chat/{{job_id}}", params={{"session_id": SESSION}}).json()
+        print(f"{{waited:5.2f}}s  {{s['status']:9}}  {{s.get('stage')}}  {{s.get('position', '')}}")
+        if s["status"] in ("finished", "failed"):
+            return s
+        delay = min(delay * 1.5, 3.0)          # back off: 0.5, 0.75, 1.1, 1.7, 2.5, 3.0 ...
+    return {{"status": "timeout"}}
+
+print(ask_crumb("Does the Belgian chocolate cake contain nuts?")["answer"])
+"#,
+        addr = app.addr
+    );
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&python)
+            .args(["-c", &script])
+            .output()
+    })
+    .await
+    .expect("joined")
+    .expect("python runs");
+    stop.cancel();
+    worker.await.expect("worker");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("finished"), "{stdout}");
+    assert!(
+        stdout.contains("'text':"),
+        "the answer is printed: {stdout}"
+    );
+}
+
+/// A Python with httpx: `SABI_TEST_PYTHON`, or a virtual environment made once under `target/`.
+fn python_with_httpx() -> std::path::PathBuf {
+    if let Some(python) = std::env::var_os("SABI_TEST_PYTHON") {
+        return python.into();
+    }
+    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-python");
+    let python = venv.join("bin/python");
+    let ready = std::process::Command::new(&python)
+        .args(["-c", "import httpx"])
+        .status();
+    if !ready.is_ok_and(|s| s.success()) {
+        let made = std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status();
+        assert!(
+            made.is_ok_and(|s| s.success()),
+            "python3 -m venv failed: install python3-venv"
+        );
+        let installed = std::process::Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "httpx"])
+            .status();
+        assert!(
+            installed.is_ok_and(|s| s.success()),
+            "pip install httpx failed"
+        );
+    }
+    python
+}
