@@ -264,7 +264,7 @@ async fn next_event(mut s: EventsState) -> Option<(Result<Event, Infallible>, Ev
                     .unwrap_or(None)
             }
         };
-        let Some(job) = job else { return None };
+        let job = job?;
         let id = rank(job.status);
         let body = view(&job);
         if id <= s.resume_after {

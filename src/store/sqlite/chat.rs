@@ -167,7 +167,7 @@ pub(super) fn history(
     session_id: &str,
     limit: usize,
 ) -> Result<Vec<ChatExchange>> {
-    let rows: Vec<(String, Option<String>, String, Option<i64>, i64)> = conn
+    let rows: Vec<(ChatExchange, Option<i64>)> = conn
         .prepare_cached(
             "SELECT j.job_id, i.text, i.state, i.batch_id, j.created_at
              FROM chat_jobs j JOIN inbox i ON i.seq = j.inbox_seq
@@ -176,25 +176,26 @@ pub(super) fn history(
         .and_then(|mut st| {
             st.query_map(
                 params![session_id, i64::try_from(limit).unwrap_or(i64::MAX)],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                |r| {
+                    let exchange = ChatExchange {
+                        job_id: r.get(0)?,
+                        question: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                        answer: None,
+                        status: status_of(&r.get::<_, String>(2)?),
+                        asked_at_ms: r.get(4)?,
+                    };
+                    Ok((exchange, r.get(3)?))
+                },
             )?
             .collect()
         })
         .map_err(unavailable)?;
     let mut exchanges = Vec::with_capacity(rows.len());
-    for (job_id, question, state, batch, asked_at_ms) in rows.into_iter().rev() {
-        let status = status_of(&state);
-        let answer = match (status, batch) {
-            (JobStatus::Finished, Some(batch)) => answer_of(conn, batch)?,
-            _ => None,
-        };
-        exchanges.push(ChatExchange {
-            job_id,
-            question: question.unwrap_or_default(),
-            answer,
-            status,
-            asked_at_ms,
-        });
+    for (mut exchange, batch) in rows.into_iter().rev() {
+        if let (JobStatus::Finished, Some(batch)) = (exchange.status, batch) {
+            exchange.answer = answer_of(conn, batch)?;
+        }
+        exchanges.push(exchange);
     }
     Ok(exchanges)
 }
