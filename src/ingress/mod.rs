@@ -84,6 +84,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/chat/history", get(webchat::history))
         .route("/chat/{job_id}", get(webchat::status))
         .route("/chat/{job_id}/events", get(webchat::events))
+        .route("/openapi.json", get(webchat::openapi))
         .layer(DefaultBodyLimit::max(WEBCHAT_MAX_BODY));
     Router::new()
         .route("/healthz", get(health::healthz))

@@ -18,12 +18,12 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use subtle::ConstantTimeEq;
+use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use super::AppState;
 use crate::http::ApiError;
-use crate::store::{ChatJob, ChatSubmission, JobStatus};
+use crate::store::{ChatExchange, ChatJob, ChatSubmission, JobStatus};
 
 const MAX_QUESTION_CHARS: usize = 4000;
 const MAX_ID_CHARS: usize = 128;
@@ -39,22 +39,43 @@ pub(super) async fn page() -> Html<&'static str> {
     Html(include_str!("chat.html"))
 }
 
-#[derive(Debug, Deserialize)]
+/// A customer's question.
+#[derive(Debug, Deserialize, ToSchema)]
 pub(super) struct Question {
+    /// The question, 1 to 4,000 characters.
     question: String,
+    /// The browser's session: 1 to 128 letters, digits, `-`, `_`, `.` or `:`.
     session_id: String,
+    /// The browser's id for this message (same rules): a resend with the same id is the same
+    /// question and the same job.
     #[serde(default)]
     message_id: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
-struct Accepted {
+/// The job that will carry the answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Accepted {
+    /// 32 hexadecimal digits, unguessable.
     job_id: String,
     status: JobStatus,
     status_url: String,
 }
 
 /// `POST /chat`: validate, refuse when too busy, store, 202.
+#[utoipa::path(
+    post,
+    path = "/chat",
+    tag = "web chat",
+    request_body = Question,
+    responses(
+        (status = 202, description = "Stored; ask the job for the answer", body = Accepted,
+            headers(("Location" = String, description = "The job's status URL"))),
+        (status = 400, description = "Not JSON", body = ErrorBody),
+        (status = 422, description = "A field is missing or invalid", body = ErrorBody),
+        (status = 429, description = "This session asks too fast; see Retry-After", body = ErrorBody),
+        (status = 503, description = "Too many questions wait; see Retry-After", body = ErrorBody),
+    )
+)]
 pub(super) async fn submit(
     State(state): State<AppState>,
     body: Result<Json<Question>, JsonRejection>,
@@ -153,19 +174,31 @@ fn new_job_id() -> Result<String, ApiError> {
     Ok(hex::encode(bytes))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct Session {
+    /// The session that asked.
     session_id: String,
 }
 
 /// `GET /chat/{job_id}?session_id=…`
+#[utoipa::path(
+    get,
+    path = "/chat/{job_id}",
+    tag = "web chat",
+    params(("job_id" = String, Path, description = "The job's id"), Session),
+    responses(
+        (status = 200, description = "The job", body = JobView),
+        (status = 404, description = "Unknown, expired, or another session's job", body = ErrorBody),
+    )
+)]
 pub(super) async fn status(
     State(state): State<AppState>,
     Path(job_id): Path<String>,
     Query(session): Query<Session>,
 ) -> Result<Response, ApiError> {
     let job = owned_job(&state, &job_id, &session.session_id).await?;
-    let mut response = Json(view(&job)).into_response();
+    let mut response = Json(JobView::of(&job)).into_response();
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -182,19 +215,58 @@ async fn owned_job(state: &AppState, job_id: &str, session_id: &str) -> Result<C
 }
 
 /// What a browser is told about a job.
-fn view(job: &ChatJob) -> serde_json::Value {
-    let mut body = json!({ "job_id": job.job_id, "status": job.status });
-    match job.status {
-        JobStatus::Queued => body["position"] = json!(job.position.unwrap_or(0)),
-        JobStatus::Started => body["stage"] = json!("checking your message"),
-        JobStatus::Finished => body["answer"] = json!({ "text": job.answer }),
-        JobStatus::Failed => {
-            body["error"] = json!(
-                "Sorry, we could not answer this automatically. A person from our team will reply here."
-            )
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub(super) struct JobView {
+    job_id: String,
+    status: JobStatus,
+    /// Questions ahead of this one (queued).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    position: Option<u64>,
+    /// What the turn is doing (started).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stage: Option<String>,
+    /// The reply (finished).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    answer: Option<Answer>,
+    /// A kind sentence (failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub(super) struct Answer {
+    text: Option<String>,
+}
+
+impl JobView {
+    fn of(job: &ChatJob) -> JobView {
+        let mut view = JobView {
+            job_id: job.job_id.clone(),
+            status: job.status,
+            position: None,
+            stage: None,
+            answer: None,
+            error: None,
+        };
+        match job.status {
+            JobStatus::Queued => view.position = Some(job.position.unwrap_or(0)),
+            JobStatus::Started => view.stage = Some("checking your message".into()),
+            JobStatus::Finished => view.answer = Some(Answer { text: job.answer.clone() }),
+            JobStatus::Failed => {
+                view.error = Some(
+                    "Sorry, we could not answer this automatically. A person from our team will reply here.".into(),
+                )
+            }
         }
+        view
     }
-    body
+}
+
+/// Every error body: a code to act on and a sentence to show.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct ErrorBody {
+    code: String,
+    message: String,
 }
 
 /// Each status's place in the job's life: the id of its events, for Last-Event-ID.
@@ -208,6 +280,21 @@ fn rank(status: JobStatus) -> u64 {
 
 /// `GET /chat/{job_id}/events?session_id=…`: the job's states as server-sent events, from the
 /// current one (or the one after Last-Event-ID) to the answer.
+#[utoipa::path(
+    get,
+    path = "/chat/{job_id}/events",
+    tag = "web chat",
+    params(
+        ("job_id" = String, Path, description = "The job's id"),
+        Session,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id"),
+    ),
+    responses(
+        (status = 200, description = "Events `queued` (id 1), `started` (2), `finished` or `failed` (3); data is the job as JSON",
+            content_type = "text/event-stream", body = String),
+        (status = 404, description = "Unknown, expired, or another session's job", body = ErrorBody),
+    )
+)]
 pub(super) async fn events(
     State(state): State<AppState>,
     Path(job_id): Path<String>,
@@ -239,7 +326,7 @@ struct EventsState {
     state: AppState,
     job_id: String,
     /// What the last event said, so that only changes are sent.
-    last_sent: Option<serde_json::Value>,
+    last_sent: Option<JobView>,
     resume_after: u64,
     /// A job read but not yet looked at.
     pending: Option<ChatJob>,
@@ -266,7 +353,7 @@ async fn next_event(mut s: EventsState) -> Option<(Result<Event, Infallible>, Ev
         };
         let job = job?;
         let id = rank(job.status);
-        let body = view(&job);
+        let body = JobView::of(&job);
         if id <= s.resume_after {
             // The browser already has this state; after the last one there is nothing to send.
             if id == 3 {
@@ -278,11 +365,12 @@ async fn next_event(mut s: EventsState) -> Option<(Result<Event, Infallible>, Ev
             continue;
         }
         s.done = id == 3;
-        s.last_sent = Some(body.clone());
+        let data = serde_json::to_string(&body).unwrap_or_default();
+        s.last_sent = Some(body);
         let event = Event::default()
             .id(id.to_string())
             .event(status_name(job.status))
-            .data(body.to_string());
+            .data(data);
         return Some((Ok(event), s));
     }
 }
@@ -296,7 +384,24 @@ fn status_name(status: JobStatus) -> &'static str {
     }
 }
 
+/// The session's questions and answers, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct History {
+    session_id: String,
+    messages: Vec<ChatExchange>,
+}
+
 /// `GET /chat/history?session_id=…`: the session's questions and answers.
+#[utoipa::path(
+    get,
+    path = "/chat/history",
+    tag = "web chat",
+    params(Session),
+    responses(
+        (status = 200, description = "The history", body = History),
+        (status = 422, description = "An invalid session id", body = ErrorBody),
+    )
+)]
 pub(super) async fn history(
     State(state): State<AppState>,
     Query(session): Query<Session>,
@@ -306,10 +411,39 @@ pub(super) async fn history(
         .store
         .chat_history(&session.session_id, HISTORY_LIMIT)
         .await?;
-    let mut response =
-        Json(json!({ "session_id": session.session_id, "messages": messages })).into_response();
+    let mut response = Json(History {
+        session_id: session.session_id,
+        messages,
+    })
+    .into_response();
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
+}
+
+/// The web chat's API, described from the handlers and types above so it cannot drift.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Sabi web chat",
+        description = "Ask a question, then poll or stream its answer."
+    ),
+    paths(submit, status, events, history),
+    components(schemas(
+        Question,
+        Accepted,
+        JobView,
+        Answer,
+        ErrorBody,
+        History,
+        ChatExchange,
+        JobStatus
+    ))
+)]
+pub(super) struct ApiDoc;
+
+/// `GET /openapi.json`
+pub(super) async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
 }

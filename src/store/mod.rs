@@ -173,7 +173,7 @@ pub struct ChatReceipt {
     pub earliest_due_ms: Option<i64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     Queued,
@@ -195,7 +195,7 @@ pub struct ChatJob {
 }
 
 /// One question of a session's history, and its answer once there is one.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
 pub struct ChatExchange {
     pub job_id: String,
     pub question: String,
