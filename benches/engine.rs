@@ -21,7 +21,7 @@ use sabi::domain::{
     ReplyPart,
 };
 use sabi::store::{
-    self, ChatExchange, ChatJob, ChatLoad, ChatReceipt, ChatSubmission, Ending, InboxQuery, Ingest,
+    self, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ending, InboxQuery, Ingest,
     IngestReceipt, OutboxEntry, ReviewEntry, SqliteStore, Store, StoredItem, StoredQuarantine,
 };
 use sabi::worker::policy::EnginePolicy;
@@ -343,8 +343,12 @@ impl Store for CountingStore {
         self.count();
         self.inner.chat_history(session_id, limit).await
     }
-    async fn chat_load(&self, session_id: &str, since_ms: i64) -> store::Result<ChatLoad> {
+    async fn chat_queue_depth(&self) -> store::Result<u64> {
         self.count();
-        self.inner.chat_load(session_id, since_ms).await
+        self.inner.chat_queue_depth().await
+    }
+    async fn chat_session_recent(&self, session_id: &str, since_ms: i64) -> store::Result<u64> {
+        self.count();
+        self.inner.chat_session_recent(session_id, since_ms).await
     }
 }

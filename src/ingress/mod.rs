@@ -55,6 +55,7 @@ pub struct WebchatSettings {
     pub result_ttl_ms: i64,
     pub max_queue: usize,
     pub per_session_per_minute: usize,
+    pub queue: webchat::QueueGauge,
 }
 
 impl WebchatSettings {
@@ -66,6 +67,7 @@ impl WebchatSettings {
             result_ttl_ms: i64::try_from(webchat.result_ttl.as_millis()).unwrap_or(i64::MAX),
             max_queue: webchat.max_queue,
             per_session_per_minute: webchat.per_session_per_minute,
+            queue: webchat::QueueGauge::default(),
         }
     }
 }

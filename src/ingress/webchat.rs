@@ -8,6 +8,7 @@
 //! before anything is stored.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Json;
@@ -42,7 +43,8 @@ pub(super) async fn page() -> Html<&'static str> {
 /// A customer's question.
 #[derive(Debug, Deserialize, ToSchema)]
 pub(super) struct Question {
-    /// The question, 1 to 4,000 characters.
+    /// The question, 1 to 4,000 characters (`text` is accepted too, as the RQ design names it).
+    #[serde(alias = "text")]
     question: String,
     /// The browser's session: 1 to 128 letters, digits, `-`, `_`, `.` or `:`.
     session_id: String,
@@ -91,11 +93,14 @@ pub(super) async fn submit(
     validate(question, &q.session_id, q.message_id.as_deref())?;
     let settings = &state.webchat;
     let now = state.clock.now_ms();
-    let load = state.store.chat_load(&q.session_id, now - 60_000).await?;
-    if load.queued >= settings.max_queue as u64 {
+    if settings.queue.depth(&state, now).await? >= settings.max_queue as u64 {
         return Err(ApiError::Busy);
     }
-    if load.session_recent >= settings.per_session_per_minute as u64 {
+    let recent = state
+        .store
+        .chat_session_recent(&q.session_id, now - 60_000)
+        .await?;
+    if recent >= settings.per_session_per_minute as u64 {
         return Err(ApiError::TooFast);
     }
     let receipt = state
@@ -165,6 +170,36 @@ fn validate(question: &str, session_id: &str, message_id: Option<&str>) -> Resul
         }
     }
     Ok(())
+}
+
+/// The web chat's queue depth as last counted: counting costs a scan of the waiting
+/// questions, so one request in a while counts and the others use its figure.
+#[derive(Debug, Default)]
+pub struct QueueGauge {
+    depth: AtomicU64,
+    counted_at_ms: AtomicI64,
+}
+
+/// How old a count may be before a request counts again.
+const QUEUE_COUNT_EVERY_MS: i64 = 200;
+
+impl QueueGauge {
+    async fn depth(&self, state: &AppState, now: i64) -> Result<u64, ApiError> {
+        let last = self.counted_at_ms.load(Ordering::Acquire);
+        let stale = last == 0 || now - last >= QUEUE_COUNT_EVERY_MS;
+        // One request recounts; the others meanwhile use the last figure.
+        if stale
+            && self
+                .counted_at_ms
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            let depth = state.store.chat_queue_depth().await?;
+            self.depth.store(depth, Ordering::Release);
+            return Ok(depth);
+        }
+        Ok(self.depth.load(Ordering::Acquire))
+    }
 }
 
 /// 128 random bits: a job id cannot be guessed.

@@ -204,15 +204,6 @@ pub struct ChatExchange {
     pub asked_at_ms: i64,
 }
 
-/// How busy the web chat is, for backpressure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChatLoad {
-    /// Web-chat questions waiting for a turn.
-    pub queued: u64,
-    /// Questions this session asked since the time given.
-    pub session_recent: u64,
-}
-
 /// The store interface, held as `Arc<dyn Store>`.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -275,8 +266,11 @@ pub trait Store: Send + Sync + 'static {
     /// A session's questions and answers, oldest first (the last `limit`).
     async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>>;
 
-    /// Queue depth, and how many questions `session_id` asked since `since_ms`.
-    async fn chat_load(&self, session_id: &str, since_ms: i64) -> Result<ChatLoad>;
+    /// Web-chat questions waiting for a turn. Counts them: callers keep the figure a moment.
+    async fn chat_queue_depth(&self) -> Result<u64>;
+
+    /// How many questions `session_id` asked since `since_ms`.
+    async fn chat_session_recent(&self, session_id: &str, since_ms: i64) -> Result<u64>;
 }
 
 /// Opens the configured backend, creating and migrating it when needed.

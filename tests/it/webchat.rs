@@ -349,6 +349,8 @@ async fn past_the_queue_limit_questions_are_refused_and_nothing_is_stored() {
     let app = TestApp::spawn_in(dir, None, &[]).await;
     job_id(ask(&app, "a", "one", None).await).await;
     job_id(ask(&app, "b", "two", None).await).await;
+    // The queue is counted again once the last count is 200 ms old.
+    app.clock.advance(Duration::from_secs(1));
     let refused = ask(&app, "c", "three", None).await;
     assert_eq!(refused.status(), 503);
     assert!(refused.headers().contains_key("retry-after"));

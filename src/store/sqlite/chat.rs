@@ -8,9 +8,7 @@ use serde_json::json;
 
 use super::{Encoded, ingest, unavailable};
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind};
-use crate::store::{
-    ChatExchange, ChatJob, ChatLoad, ChatReceipt, ChatSubmission, Ingest, JobStatus, Result,
-};
+use crate::store::{ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ingest, JobStatus, Result};
 
 pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<ChatReceipt> {
     let key = format!(
@@ -147,7 +145,8 @@ fn status_of(state: &str) -> JobStatus {
 
 fn queued_ahead(conn: &Connection, seq: i64) -> Result<u64> {
     conn.prepare_cached(
-        "SELECT count(*) FROM inbox WHERE state = 'pending' AND channel = 'webchat' AND seq < ?1",
+        "SELECT count(*) FROM inbox INDEXED BY inbox_webchat_pending
+         WHERE state = 'pending' AND channel = 'webchat' AND seq < ?1",
     )
     .and_then(|mut st| st.query_row(params![seq], |r| r.get(0)))
     .map_err(unavailable)
@@ -200,19 +199,16 @@ pub(super) fn history(
     Ok(exchanges)
 }
 
-pub(super) fn load(conn: &Connection, session_id: &str, since: i64) -> Result<ChatLoad> {
-    let queued: u64 = conn
-        .prepare_cached(
-            "SELECT count(*) FROM inbox WHERE state = 'pending' AND channel = 'webchat'",
-        )
-        .and_then(|mut st| st.query_row([], |r| r.get(0)))
-        .map_err(unavailable)?;
-    let session_recent: u64 = conn
-        .prepare_cached("SELECT count(*) FROM chat_jobs WHERE session_id = ?1 AND created_at >= ?2")
+pub(super) fn queue_depth(conn: &Connection) -> Result<u64> {
+    conn.prepare_cached(
+        "SELECT count(*) FROM inbox INDEXED BY inbox_webchat_pending WHERE state = 'pending' AND channel = 'webchat'",
+    )
+    .and_then(|mut st| st.query_row([], |r| r.get(0)))
+    .map_err(unavailable)
+}
+
+pub(super) fn session_recent(conn: &Connection, session_id: &str, since: i64) -> Result<u64> {
+    conn.prepare_cached("SELECT count(*) FROM chat_jobs WHERE session_id = ?1 AND created_at >= ?2")
         .and_then(|mut st| st.query_row(params![session_id, since], |r| r.get(0)))
-        .map_err(unavailable)?;
-    Ok(ChatLoad {
-        queued,
-        session_recent,
-    })
+        .map_err(unavailable)
 }

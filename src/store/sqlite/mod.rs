@@ -21,8 +21,8 @@ use sha2::{Digest, Sha256};
 
 use self::writer::Writer;
 use super::{
-    ChatExchange, ChatJob, ChatLoad, ChatReceipt, ChatSubmission, Ending, Error, InboxQuery,
-    Ingest, IngestReceipt, OutboxEntry, Result, ReviewEntry, Store, StoredItem, StoredQuarantine,
+    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ending, Error, InboxQuery, Ingest,
+    IngestReceipt, OutboxEntry, Result, ReviewEntry, Store, StoredItem, StoredQuarantine,
 };
 use crate::domain::{
     BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken, Quarantined,
@@ -212,9 +212,13 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn chat_load(&self, session_id: &str, since_ms: i64) -> Result<ChatLoad> {
+    async fn chat_queue_depth(&self) -> Result<u64> {
+        self.read(chat::queue_depth).await
+    }
+
+    async fn chat_session_recent(&self, session_id: &str, since_ms: i64) -> Result<u64> {
         let session_id = session_id.to_owned();
-        self.read(move |conn| chat::load(conn, &session_id, since_ms))
+        self.read(move |conn| chat::session_recent(conn, &session_id, since_ms))
             .await
     }
 
