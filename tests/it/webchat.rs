@@ -366,12 +366,14 @@ async fn past_the_queue_limit_questions_are_refused_and_nothing_is_stored() {
     let body = crate::helpers::text_webhook("wamid.busy", "2348000000001", "hello");
     assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
 
-    app.scheduler.drain().await.expect("drain");
     // One session, three questions in a minute (none left waiting): the fourth is too fast.
     for n in 0..2 {
-        job_id(ask(&app, "a", &format!("again {n}"), None).await).await;
         app.scheduler.drain().await.expect("drain");
+        app.clock.advance(Duration::from_secs(1));
+        job_id(ask(&app, "a", &format!("again {n}"), None).await).await;
     }
+    app.scheduler.drain().await.expect("drain");
+    app.clock.advance(Duration::from_secs(1));
     let too_fast = ask(&app, "a", "and again", None).await;
     assert_eq!(too_fast.status(), 429);
     assert!(too_fast.headers().contains_key("retry-after"));
