@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -43,14 +43,23 @@ pub(super) async fn page() -> Html<&'static str> {
 /// A customer's question.
 #[derive(Debug, Deserialize, ToSchema)]
 pub(super) struct Question {
-    /// The question, 1 to 4,000 characters (`text` is accepted too, as the RQ design names it).
+    /// The question, 1 to 4,000 characters, not only spaces (`text` is accepted too, as the RQ
+    /// design names it).
     #[serde(alias = "text")]
+    #[schema(min_length = 1, max_length = 4000, pattern = r"\S")]
     question: String,
     /// The browser's session: 1 to 128 letters, digits, `-`, `_`, `.` or `:`.
+    #[schema(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.:-]+$")]
     session_id: String,
     /// The browser's id for this message (same rules): a resend with the same id is the same
     /// question and the same job.
     #[serde(default)]
+    #[schema(
+        nullable,
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[A-Za-z0-9_.:-]+$"
+    )]
     message_id: Option<String>,
 }
 
@@ -213,7 +222,16 @@ fn new_job_id() -> Result<String, ApiError> {
 #[into_params(parameter_in = Query)]
 pub(super) struct Session {
     /// The session that asked.
+    #[param(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.:-]+$")]
     session_id: String,
+}
+
+/// The session of a query string, or a 422 naming it.
+fn session(query: Result<Query<Session>, QueryRejection>) -> Result<Session, ApiError> {
+    query.map(|Query(s)| s).map_err(|_| ApiError::Invalid {
+        field: "session_id",
+        why: "is required".into(),
+    })
 }
 
 /// `GET /chat/{job_id}?session_id=…`
@@ -225,13 +243,15 @@ pub(super) struct Session {
     responses(
         (status = 200, description = "The job", body = JobView),
         (status = 404, description = "Unknown, expired, or another session's job", body = ErrorBody),
+        (status = 422, description = "No session id", body = ErrorBody),
     )
 )]
 pub(super) async fn status(
     State(state): State<AppState>,
     Path(job_id): Path<String>,
-    Query(session): Query<Session>,
+    query: Result<Query<Session>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let session = session(query)?;
     let job = owned_job(&state, &job_id, &session.session_id).await?;
     let mut response = Json(JobView::of(&job)).into_response();
     response
@@ -297,6 +317,18 @@ impl JobView {
     }
 }
 
+/// One server-sent event, as the stream carries it.
+#[derive(Debug, Serialize, ToSchema)]
+#[allow(dead_code)] // Describes the stream's events for the OpenAPI document only.
+pub(super) struct StatusEvent {
+    /// 1 (queued), 2 (started) or 3 (finished or failed): send it back as Last-Event-ID.
+    id: String,
+    /// `queued`, `started`, `finished` or `failed`.
+    event: String,
+    /// The job as `GET /chat/{job_id}` shows it, as JSON.
+    data: String,
+}
+
 /// Every error body: a code to act on and a sentence to show.
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct ErrorBody {
@@ -326,16 +358,18 @@ fn rank(status: JobStatus) -> u64 {
     ),
     responses(
         (status = 200, description = "Events `queued` (id 1), `started` (2), `finished` or `failed` (3); data is the job as JSON",
-            content_type = "text/event-stream", body = String),
+            content_type = "text/event-stream", body = StatusEvent),
         (status = 404, description = "Unknown, expired, or another session's job", body = ErrorBody),
+        (status = 422, description = "No session id", body = ErrorBody),
     )
 )]
 pub(super) async fn events(
     State(state): State<AppState>,
     Path(job_id): Path<String>,
-    Query(session): Query<Session>,
+    query: Result<Query<Session>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let session = session(query)?;
     let job = owned_job(&state, &job_id, &session.session_id).await?;
     let resume_after: u64 = headers
         .get("last-event-id")
@@ -439,8 +473,9 @@ pub(super) struct History {
 )]
 pub(super) async fn history(
     State(state): State<AppState>,
-    Query(session): Query<Session>,
+    query: Result<Query<Session>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let session = session(query)?;
     validate("-", &session.session_id, None)?;
     let messages = state
         .store

@@ -256,3 +256,39 @@ pub fn corpus_dir() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/webhooks"))
 }
+
+/// A Python environment with httpx and schemathesis, made once under `target/` by the tests
+/// themselves (`SABI_TEST_PYTHON_ENV` names another). Returns the environment's directory.
+pub fn test_python() -> PathBuf {
+    static READY: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let venv = std::env::var_os("SABI_TEST_PYTHON_ENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-python"));
+    let mut ready = READY.lock().unwrap_or_else(|e| e.into_inner());
+    if *ready {
+        return venv;
+    }
+    let python = venv.join("bin/python");
+    let has = Command::new(&python)
+        .args(["-c", "import httpx, schemathesis"])
+        .status();
+    if !has.is_ok_and(|s| s.success()) {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status();
+        assert!(
+            made.is_ok_and(|s| s.success()),
+            "python3 -m venv failed: install python3-venv"
+        );
+        let installed = Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "httpx", "schemathesis"])
+            .status();
+        assert!(
+            installed.is_ok_and(|s| s.success()),
+            "pip install httpx schemathesis failed"
+        );
+    }
+    *ready = true;
+    venv
+}

@@ -9,6 +9,7 @@ mod crash;
 mod engine;
 mod fuzz;
 mod helpers;
+mod openapi;
 mod router;
 mod webchat;
 mod webhook;

@@ -383,7 +383,7 @@ async fn past_the_queue_limit_questions_are_refused_and_nothing_is_stored() {
 /// answer from Sabi. The test sets up its own Python environment under `target/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_articles_polling_client_gets_its_answer() {
-    let python = python_with_httpx();
+    let python = crate::helpers::test_python().join("bin/python");
     let app = TestApp::spawn().await;
     let stop = CancellationToken::new();
     let worker = tokio::spawn(app.scheduler.clone().run(stop.clone()));
@@ -432,34 +432,4 @@ print(ask_crumb("Does the Belgian chocolate cake contain nuts?")["answer"])
         stdout.contains("'text':"),
         "the answer is printed: {stdout}"
     );
-}
-
-/// A Python with httpx: `SABI_TEST_PYTHON`, or a virtual environment made once under `target/`.
-fn python_with_httpx() -> std::path::PathBuf {
-    if let Some(python) = std::env::var_os("SABI_TEST_PYTHON") {
-        return python.into();
-    }
-    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-python");
-    let python = venv.join("bin/python");
-    let ready = std::process::Command::new(&python)
-        .args(["-c", "import httpx"])
-        .status();
-    if !ready.is_ok_and(|s| s.success()) {
-        let made = std::process::Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status();
-        assert!(
-            made.is_ok_and(|s| s.success()),
-            "python3 -m venv failed: install python3-venv"
-        );
-        let installed = std::process::Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "httpx"])
-            .status();
-        assert!(
-            installed.is_ok_and(|s| s.success()),
-            "pip install httpx failed"
-        );
-    }
-    python
 }
