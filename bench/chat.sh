@@ -32,10 +32,23 @@ bench() {  # bench LABEL URL
   OUT="$RES/$1" LABEL="$1" bash "$shared/ingest-bench.sh" "$2" unused "${RATES[@]}" | tee "$RES/$1.txt"
 }
 
+# poll LABEL URL : GET one job's status, closed loop (wrk, 64 connections, 10 s): throughput
+# and latency percentiles (service time under load; wrk's closed loop under-reports queueing).
+poll() {
+  local out="$RES/$1-get.txt"
+  ${LOADGEN_CPU:+taskset -c "$LOADGEN_CPU"} wrk -t1 -c64 -d"${GET_DURATION:-10}"s --latency "$2" > "$out"
+  printf '%-22s GET %s: %s req/s, p50 %s, p99 %s\n' "$1" "$2" \
+    "$(awk '/Requests\/sec/ {print $2}' "$out")" \
+    "$(awk '$1 == "50%" {print $2}' "$out")" "$(awk '$1 == "99%" {print $2}' "$out")" | tee -a "$RES/get.txt"
+}
+
 echo "== peer: RQ chat submit, 2 uvicorn workers, non-durable Redis" >&2
 start_redis redis "$REDIS_PORT" "" mem
 start_p2 peer "$PEER_PORT" "$REDIS_PORT" 2 ""
 BETWEEN_RUNS="redis-cli -p $REDIS_PORT flushall" bench peer-rq-2w "http://127.0.0.1:$PEER_PORT/chat"
+curl -s -o /dev/null -H 'content-type: application/json' -d '{"session_id":"bench","message_id":"m1","text":"hello"}' \
+  "http://127.0.0.1:$PEER_PORT/chat"
+poll peer-rq-2w "http://127.0.0.1:$PEER_PORT/chat/m1?session_id=bench"
 stop_bg peer; stop_bg redis
 
 echo "== sabi: durable SQLite, CPUs ${SERVER_CPUS:-all}" >&2
@@ -48,6 +61,10 @@ start_bg sabi "$SERVER_CPUS" env SABI_CONFIG="$store/sabi.toml" SABI_LOG=warn \
   SABI_LISTEN="127.0.0.1:$SABI_PORT" SABI_STORE="sqlite://$store/sabi.db" "$here/target/release/sabi" serve --role api
 wait_http "http://127.0.0.1:$SABI_PORT/healthz" 30
 bench sabi-sqlite-durable "http://127.0.0.1:$SABI_PORT/chat"
+job=$(curl -s -H 'content-type: application/json' -d '{"session_id":"bench","message_id":"m1","question":"hello"}' \
+  "http://127.0.0.1:$SABI_PORT/chat" | python3 -c 'import json, sys; print(json.load(sys.stdin)["job_id"])')
+poll sabi-sqlite-durable "http://127.0.0.1:$SABI_PORT/chat/$job?session_id=bench"
 stop_bg sabi
 
 python3 "$shared/compare_table.py" "$RES/peer-rq-2w" "$RES/sabi-sqlite-durable" "${RATES[@]}" | tee "$RES/compare.txt"
+cat "$RES/get.txt"

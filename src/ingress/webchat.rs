@@ -274,7 +274,7 @@ async fn owned_job(state: &AppState, job_id: &str, session_id: &str) -> Result<C
 pub(super) struct JobView {
     job_id: String,
     status: JobStatus,
-    /// Questions ahead of this one (queued).
+    /// Questions ahead of this one (queued), counted up to 10,000.
     #[serde(skip_serializing_if = "Option::is_none")]
     position: Option<u64>,
     /// What the turn is doing (started).

@@ -143,14 +143,19 @@ fn status_of(state: &str) -> JobStatus {
     }
 }
 
+/// Questions ahead, counted up to [`POSITION_CAP`]: past it the exact figure tells a person
+/// nothing more, and counting further would cost every poll a longer scan.
 fn queued_ahead(conn: &Connection, seq: i64) -> Result<u64> {
     conn.prepare_cached(
-        "SELECT count(*) FROM inbox INDEXED BY inbox_webchat_pending
-         WHERE state = 'pending' AND channel = 'webchat' AND seq < ?1",
+        "SELECT count(*) FROM (SELECT 1 FROM inbox INDEXED BY inbox_webchat_pending
+         WHERE state = 'pending' AND channel = 'webchat' AND seq < ?1 LIMIT ?2)",
     )
-    .and_then(|mut st| st.query_row(params![seq], |r| r.get(0)))
+    .and_then(|mut st| st.query_row(params![seq, POSITION_CAP], |r| r.get(0)))
     .map_err(unavailable)
 }
+
+/// The largest queue position reported.
+const POSITION_CAP: i64 = 10_000;
 
 /// The reply to the batch the question was answered in, its parts joined.
 fn answer_of(conn: &Connection, batch: i64) -> Result<Option<String>> {
