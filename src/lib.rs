@@ -6,15 +6,17 @@
 //! # Layout
 //!
 //! ```text
-//! Meta ── POST /webhook/whatsapp ─► ingress::whatsapp (signature, payload)
+//! Meta ──── POST /webhook/whatsapp ─► ingress::whatsapp (signature, payload)
+//! Browser ── POST /chat ─────────────► ingress::webchat (validation, backpressure)
 //!                                        │
 //!                                        ▼
-//!                          store::Store::ingest (append, dedupe, schedule; durable) ─► 200
+//!             store::Store::ingest / submit_chat (append, dedupe, schedule; durable) ─► 200 / 202
 //!                                        │
 //! worker::Scheduler ◄── store::Store::claim (due batch, lease + fencing token)
 //!    turn: router::RouterHandler: local answer | hand-off to a person | the agent
 //!          (the sandbox acknowledgement stands in for the agent until it is configured)
 //!    └─► store::Store::finish (reply to the outbox | retry with backoff | review)
+//! Browser ── GET /chat/{id}, /chat/{id}/events ─► store::Store::chat_job (any node)
 //! ```
 //!
 //! - [`config`]: one typed configuration (`sabi.toml` + `SABI_*`), validated at start.

@@ -117,10 +117,6 @@ impl Tools {
         })
     }
 
-    pub fn configs(&self) -> impl Iterator<Item = &ToolConfig> {
-        self.tools.iter().map(|t| &t.config)
-    }
-
     /// Calls `name` with `arguments` and returns its JSON answer.
     ///
     /// # Errors

@@ -37,6 +37,9 @@ const PATTERN_CONFIDENCE: f32 = 0.97;
 const OUT_OF_SCOPE_VETO: f32 = 0.5;
 /// How close (in bytes of normalised text) a negation must come before the request it negates.
 const NEGATION_REACH: usize = 16;
+/// Messages longer than this go to the agent without being routed: routine requests are
+/// short, and a long message's cost in the pattern and n-gram passes would buy nothing.
+const MAX_ROUTABLE_BYTES: usize = 500;
 /// Intents that accompany a request without being one.
 const PLEASANTRIES: &[&str] = &["greeting", "thanks_goodbye"];
 
@@ -59,6 +62,8 @@ pub enum Fallback {
     Negated,
     TwoRequests,
     Empty,
+    /// Longer than a routine request ever is: it carries context only the agent can use.
+    TooLong,
 }
 
 /// The router's decision for one message.
@@ -204,6 +209,18 @@ impl Router {
 
     /// Routes one message.
     pub fn route(&self, message: &str) -> Routing {
+        if message.len() > MAX_ROUTABLE_BYTES {
+            return Routing {
+                intent: OUT_OF_SCOPE.to_owned(),
+                confidence: 1.0,
+                tier: Tier::Fallback,
+                local: false,
+                fallback: Some(Fallback::TooLong),
+                secondary: None,
+                entities: Entities::default(),
+                normalised: String::new(),
+            };
+        }
         let normalised = normalise(message, &self.lexicon);
         let text = normalised.text.as_str();
         let decision = self.decide(text);
@@ -425,6 +442,7 @@ mod tests {
             "Show my balance then buy me 1k airtime",
             "Who go win Champions League this year?",
             "",
+            &"I wan check my balance because ".repeat(20),
         ] {
             let routing = r.route(text);
             assert!(!routing.local, "{text}: {routing:?}");

@@ -4,6 +4,7 @@
 #![allow(unreachable_pub)]
 
 mod browser;
+mod cli;
 mod corpus;
 mod crash;
 mod engine;
