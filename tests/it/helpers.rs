@@ -234,10 +234,12 @@ pub fn sabi_command(dir: &Path) -> Command {
 
 /// `sabi inbox --json`, parsed: what an outside test sees.
 pub fn inbox_json(dir: &Path) -> Vec<serde_json::Value> {
-    let output = sabi_command(dir)
-        .args(["inbox", "--json"])
-        .output()
-        .expect("sabi inbox runs");
+    json_lines(dir, &["inbox", "--json"])
+}
+
+/// A `sabi` command's JSON-lines output, parsed.
+pub fn json_lines(dir: &Path, args: &[&str]) -> Vec<serde_json::Value> {
+    let output = sabi_command(dir).args(args).output().expect("sabi runs");
     assert!(
         output.status.success(),
         "{}",

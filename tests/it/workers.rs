@@ -8,27 +8,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::helpers::{SabiProcess, inbox_json, sabi_command, signature, text_webhook_at};
+use crate::helpers::{SabiProcess, inbox_json, json_lines, signature, text_webhook_at};
 
 const CONVERSATIONS: usize = 1000;
 const BURST: usize = 3;
 const CLIENTS: usize = 16;
 
 fn outbox_json(dir: &Path) -> Vec<Value> {
-    let output = sabi_command(dir)
-        .args(["outbox", "--json"])
-        .output()
-        .expect("sabi outbox runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
-        .collect()
+    json_lines(dir, &["outbox", "--json"])
 }
 
 /// Waits until every inbox message is answered (or the deadline passes), and returns the inbox.
