@@ -57,6 +57,7 @@ async fn backlog(conversations: usize) {
         Arc::new(SystemClock),
         handler.clone(),
         settings(),
+        sabi::metrics::Metrics::new(),
     );
     let started = Instant::now();
     let stop = CancellationToken::new();
@@ -88,6 +89,7 @@ async fn steady(conversations: usize) {
         Arc::new(SystemClock),
         handler.clone(),
         settings(),
+        sabi::metrics::Metrics::new(),
     );
     let stop = CancellationToken::new();
     let run = tokio::spawn(scheduler.clone().run(stop.clone()));

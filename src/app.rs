@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::ingress::{self, Ingress};
+use crate::metrics::Metrics;
 use crate::router::{Router, RouterHandler};
 use crate::store::{self, Store};
 use crate::tools::Tools;
@@ -85,11 +86,13 @@ impl App {
         let store = store::open(&config.store)
             .await
             .context("opening the store")?;
+        let metrics = Metrics::new();
         let scheduler = Scheduler::new(
             store.clone(),
             clock.clone(),
             handler,
             config.engine_settings(),
+            metrics.clone(),
         );
         let http = match role {
             Role::Worker => None,
@@ -97,7 +100,7 @@ impl App {
                 let listener = TcpListener::bind(config.listen)
                     .await
                     .with_context(|| format!("binding {}", config.listen))?;
-                let state = Ingress::new(config, store.clone(), clock, scheduler.wakeup());
+                let state = Ingress::new(config, store.clone(), clock, scheduler.wakeup(), metrics);
                 Some((
                     listener,
                     ingress::router(state, config.ingress.max_body_bytes),

@@ -36,6 +36,7 @@ pub mod config;
 pub mod domain;
 pub mod http;
 pub mod ingress;
+pub mod metrics;
 pub mod router;
 pub mod store;
 pub mod telemetry;

@@ -43,6 +43,11 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The snake_case code clients (and metrics) key on.
+    pub fn code(&self) -> &'static str {
+        self.parts().1
+    }
+
     /// Status, code and the message a client sees.
     fn parts(&self) -> (StatusCode, &'static str, String) {
         match self {

@@ -1,7 +1,8 @@
-//! Liveness and readiness.
+//! Liveness, readiness and metrics.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
 
 use super::AppState;
 use crate::http::ApiError;
@@ -17,4 +18,15 @@ pub(super) async fn readyz(
 ) -> Result<(StatusCode, &'static str), ApiError> {
     state.store.ready().await?;
     Ok((StatusCode::OK, "ready"))
+}
+
+/// Prometheus text exposition (OpenMetrics) of this process's metrics.
+pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
 }

@@ -16,6 +16,7 @@ use axum::routing::{get, post};
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::domain::BatchPolicy;
+use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::worker::Wakeup;
 
@@ -27,6 +28,7 @@ pub struct Ingress {
     pub webchat: WebchatSettings,
     /// Wakes this process's scheduler when new work is due sooner than it planned to look.
     pub wakeup: Arc<Wakeup>,
+    pub metrics: Arc<Metrics>,
 }
 
 pub type AppState = Arc<Ingress>;
@@ -37,6 +39,7 @@ impl Ingress {
         store: Arc<dyn Store>,
         clock: SharedClock,
         wakeup: Arc<Wakeup>,
+        metrics: Arc<Metrics>,
     ) -> AppState {
         Arc::new(Ingress {
             store,
@@ -44,6 +47,7 @@ impl Ingress {
             whatsapp: whatsapp::Settings::from_config(config),
             webchat: WebchatSettings::from_config(config),
             wakeup,
+            metrics,
         })
     }
 }
@@ -91,6 +95,7 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
         .merge(webhook)
         .merge(webchat)
         .with_state(state)

@@ -24,6 +24,7 @@ use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use super::AppState;
 use crate::http::ApiError;
+use crate::metrics::Metrics;
 use crate::store::{ChatExchange, ChatJob, ChatSubmission, JobStatus};
 
 const MAX_QUESTION_CHARS: usize = 4000;
@@ -72,7 +73,7 @@ pub(super) struct Accepted {
     status_url: String,
 }
 
-/// `POST /chat`: validate, refuse when too busy, store, 202.
+/// `POST /chat`: validate, refuse when too busy, store, 202; counted by outcome.
 #[utoipa::path(
     post,
     path = "/chat",
@@ -91,6 +92,21 @@ pub(super) async fn submit(
     State(state): State<AppState>,
     body: Result<Json<Question>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    let outcome = accept(&state, body).await;
+    let label = match &outcome {
+        Ok((_, true)) => "accepted",
+        Ok((_, false)) => "duplicate",
+        Err(e) => e.code(),
+    };
+    Metrics::count(&state.metrics.chat_questions, label);
+    outcome.map(|(response, _)| response)
+}
+
+/// The 202 for a question, and whether the question is new.
+async fn accept(
+    state: &AppState,
+    body: Result<Json<Question>, JsonRejection>,
+) -> Result<(Response, bool), ApiError> {
     let Json(q) = body.map_err(|e| match e.status() {
         StatusCode::UNPROCESSABLE_ENTITY => ApiError::Invalid {
             field: "body",
@@ -102,7 +118,7 @@ pub(super) async fn submit(
     validate(question, &q.session_id, q.message_id.as_deref())?;
     let settings = &state.webchat;
     let now = state.clock.now_ms();
-    if settings.queue.depth(&state, now).await? >= settings.max_queue as u64 {
+    if settings.queue.depth(state, now).await? >= settings.max_queue as u64 {
         return Err(ApiError::Busy);
     }
     let recent = state
@@ -139,17 +155,19 @@ pub(super) async fn submit(
     let status_url = format!("/chat/{}", receipt.job_id);
     let location =
         HeaderValue::from_str(&status_url).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let created = receipt.created;
     let body = Accepted {
         job_id: receipt.job_id,
         status,
         status_url,
     };
-    Ok((
+    let response = (
         StatusCode::ACCEPTED,
         [(header::LOCATION, location)],
         Json(body),
     )
-        .into_response())
+        .into_response();
+    Ok((response, created))
 }
 
 fn validate(question: &str, session_id: &str, message_id: Option<&str>) -> Result<(), ApiError> {

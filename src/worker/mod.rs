@@ -28,6 +28,7 @@ use self::policy::{Decision, EnginePolicy};
 pub use self::wakeup::Wakeup;
 use crate::clock::SharedClock;
 use crate::domain::Claim;
+use crate::metrics::Metrics;
 use crate::store::{self, Ending, Store};
 
 /// How the scheduler runs, typed once from configuration.
@@ -58,6 +59,7 @@ pub struct Scheduler {
     handler: Arc<dyn TurnHandler>,
     settings: EngineSettings,
     wakeup: Arc<Wakeup>,
+    metrics: Arc<Metrics>,
 }
 
 impl Scheduler {
@@ -66,6 +68,7 @@ impl Scheduler {
         clock: SharedClock,
         handler: Arc<dyn TurnHandler>,
         settings: EngineSettings,
+        metrics: Arc<Metrics>,
     ) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             store,
@@ -73,6 +76,7 @@ impl Scheduler {
             handler,
             settings,
             wakeup: Arc::new(Wakeup::default()),
+            metrics,
         })
     }
 
@@ -277,21 +281,28 @@ impl Scheduler {
             }
         };
         let outcome = ending_name(&ending);
+        if attempt > 1 {
+            self.metrics.reclaims.inc();
+        }
         match self
             .store
             .finish(batch.id, token, self.clock.now_ms(), ending)
             .await
         {
-            Ok(()) => tracing::info!(
-                batch = batch.id,
-                attempt,
-                messages = batch.messages.len(),
-                outcome,
-                delay_ms = started.saturating_sub(batch.due_at_ms),
-                took_ms = self.clock.now_ms().saturating_sub(started),
-                "turn ended"
-            ),
+            Ok(()) => {
+                Metrics::count(&self.metrics.turns, outcome);
+                tracing::info!(
+                    batch = batch.id,
+                    attempt,
+                    messages = batch.messages.len(),
+                    outcome,
+                    delay_ms = started.saturating_sub(batch.due_at_ms),
+                    took_ms = self.clock.now_ms().saturating_sub(started),
+                    "turn ended"
+                );
+            }
             Err(store::Error::LeaseLost) => {
+                Metrics::count(&self.metrics.turns, "lease_lost");
                 tracing::warn!(
                     batch = batch.id,
                     attempt,

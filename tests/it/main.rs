@@ -10,6 +10,7 @@ mod crash;
 mod engine;
 mod fuzz;
 mod helpers;
+mod metrics;
 mod openapi;
 mod router;
 mod webchat;

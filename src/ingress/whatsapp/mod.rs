@@ -24,6 +24,7 @@ use super::AppState;
 use crate::config::Config;
 use crate::domain::BatchPolicy;
 use crate::http::ApiError;
+use crate::metrics::Metrics;
 use crate::store::Ingest;
 
 const SIGNATURE_HEADER: &str = "x-hub-signature-256";
@@ -69,10 +70,29 @@ pub(super) async fn verify(
     }
 }
 
-/// `POST /webhook/whatsapp`: verify, parse, store, acknowledge.
+/// `POST /webhook/whatsapp`: verify, parse, store, acknowledge; counted by outcome.
 pub(super) async fn receive(
     State(state): State<AppState>,
     headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    // Wall time of the request itself, for the latency histogram (not business time).
+    let started = std::time::Instant::now();
+    let outcome = store_delivery(&state, &headers, body).await;
+    let metrics = &state.metrics;
+    match &outcome {
+        Ok(_) => {
+            Metrics::count(&metrics.webhooks, "stored");
+            metrics.ack_seconds.observe(started.elapsed().as_secs_f64());
+        }
+        Err(e) => Metrics::count(&metrics.webhooks, e.code()),
+    }
+    outcome
+}
+
+async fn store_delivery(
+    state: &AppState,
+    headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
     let body = body.map_err(|rejection| match rejection.status() {
@@ -97,6 +117,12 @@ pub(super) async fn receive(
         })
         .await?;
     tracing::debug!(?receipt, "webhook stored");
+    let metrics = &state.metrics;
+    metrics.items_stored.inc_by(receipt.stored as u64);
+    metrics
+        .duplicates
+        .inc_by((receipt.duplicates + receipt.anomalies) as u64);
+    metrics.quarantined.inc_by(receipt.quarantined as u64);
     if let Some(due) = receipt.earliest_due_ms {
         state.wakeup.due_at(due);
     }
