@@ -204,6 +204,10 @@ fn fill_url(template: &str, arguments: &Map<String, Value>) -> Result<String, St
             Some(Value::Null) | None => return Err(name.to_owned()),
             Some(other) => other.to_string(),
         };
+        // `.` and `..` survive encoding and would walk the tool's URL path.
+        if value.is_empty() || value.chars().all(|c| c == '.') {
+            return Err(name.to_owned());
+        }
         out.extend(url_encode(&value));
         rest = &after[end + 1..];
     }

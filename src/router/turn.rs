@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
 use super::{ActionKind, Entities, PLEASANTRIES, Router, Routing};
-use crate::domain::{Batch, ReplyPart};
+use crate::domain::{Batch, Channel, ReplyPart};
 use crate::tools::Tools;
 use crate::worker::{TurnError, TurnHandler, TurnOutcome};
 
@@ -37,35 +37,34 @@ impl RouterHandler {
         })
     }
 
-    /// The template with its tool fields and entities filled; `None` when it cannot be.
+    /// The template with its tool fields and entities filled; `None` when it cannot be. Filled
+    /// in one pass over the template: text a tool returns is never read as a placeholder.
     async fn fill(&self, template: &str, batch: &Batch, routing: &Routing) -> Option<String> {
-        let mut text = template.to_owned();
+        let mut out = String::with_capacity(template.len());
+        let mut rest = template;
         let mut answers: Vec<(String, Value)> = Vec::new();
-        while let Some((placeholder, tool, path)) = next_tool_field(&text) {
-            let answer = match answers.iter().find(|(name, _)| *name == tool) {
-                Some((_, answer)) => answer.clone(),
-                None => {
-                    let arguments = tool_arguments(batch, routing);
-                    let answer = match self.tools.call(&tool, &arguments).await {
-                        Ok(answer) => answer,
-                        Err(e) => {
-                            tracing::warn!(batch = batch.id, error.message = %e, "a reply template's tool failed; the agent answers");
-                            return None;
-                        }
-                    };
-                    answers.push((tool.clone(), answer.clone()));
-                    answer
+        while let Some((start, end, tool, path)) = next_tool_field(rest) {
+            out.push_str(&rest[..start]);
+            if !answers.iter().any(|(name, _)| *name == tool) {
+                let arguments = tool_arguments(batch, routing);
+                match self.tools.call(&tool, &arguments).await {
+                    Ok(answer) => answers.push((tool.clone(), answer)),
+                    Err(e) => {
+                        tracing::warn!(batch = batch.id, error.message = %e, "a reply template's tool failed; the agent answers");
+                        return None;
+                    }
                 }
-            };
-            let value = path.split('.').try_fold(&answer, |v, key| v.get(key))?;
-            let value = match value {
-                Value::String(s) => s.clone(),
+            }
+            let answer = &answers.iter().find(|(name, _)| *name == tool)?.1;
+            match path.split('.').try_fold(answer, |v, key| v.get(key))? {
+                Value::String(s) => out.push_str(s),
                 Value::Null => return None,
-                other => other.to_string(),
-            };
-            text = text.replace(&placeholder, &value);
+                other => out.push_str(&other.to_string()),
+            }
+            rest = &rest[end..];
         }
-        render(&text, &routing.entities)
+        out.push_str(rest);
+        render(&out, &routing.entities)
     }
 
     /// The batch as one text; when that is not answerable locally but exactly one message is a
@@ -127,17 +126,13 @@ impl TurnHandler for RouterHandler {
     }
 }
 
-/// The first `{{tool.NAME.PATH}}` of `text`: (the placeholder, NAME, PATH).
-fn next_tool_field(text: &str) -> Option<(String, String, String)> {
+/// The first `{{tool.NAME.PATH}}` of `text`: (its start, its end, NAME, PATH).
+fn next_tool_field(text: &str) -> Option<(usize, usize, String, String)> {
     let start = text.find("{{tool.")?;
     let end = start + text[start..].find("}}")? + 2;
     let inner = &text[start + "{{tool.".len()..end - 2];
     let (tool, path) = inner.split_once('.')?;
-    Some((
-        text[start..end].to_owned(),
-        tool.to_owned(),
-        path.to_owned(),
-    ))
+    Some((start, end, tool.to_owned(), path.to_owned()))
 }
 
 /// What a tool called from a template gets: the conversation and the message's entities.
@@ -146,7 +141,12 @@ fn tool_arguments(batch: &Batch, routing: &Routing) -> Map<String, Value> {
     let mut args = Map::new();
     args.insert("channel".into(), json!(batch.conversation.channel.as_str()));
     args.insert("business".into(), json!(batch.conversation.business));
-    args.insert("customer".into(), json!(batch.conversation.customer));
+    // A WhatsApp number is the customer's own; a web-chat session id is whatever the browser
+    // chose, so it never stands in for a customer a tool would look up.
+    match batch.conversation.channel {
+        Channel::Whatsapp => args.insert("customer".into(), json!(batch.conversation.customer)),
+        Channel::Webchat => args.insert("session".into(), json!(batch.conversation.customer)),
+    };
     args.insert("intent".into(), json!(routing.intent));
     args.insert("amount".into(), json!(e.amounts.first().map(|a| a.value)));
     args.insert("account".into(), json!(e.accounts.first()));
@@ -188,11 +188,7 @@ mod tests {
     fn tool_fields_are_found_in_order() {
         assert_eq!(
             next_tool_field("Balance: {{tool.balance.account.available}} ok"),
-            Some((
-                "{{tool.balance.account.available}}".into(),
-                "balance".into(),
-                "account.available".into()
-            ))
+            Some((9, 43, "balance".into(), "account.available".into()))
         );
         assert_eq!(next_tool_field("no tools {{amount}}"), None);
     }

@@ -210,6 +210,13 @@ async fn fake_tool_server() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
         .route(
             "/down",
             axum::routing::get(|| async { axum::http::StatusCode::INTERNAL_SERVER_ERROR }),
+        )
+        // An answer that names a placeholder itself: filled as text, never read again.
+        .route(
+            "/loop",
+            axum::routing::get(|| async {
+                axum::Json(serde_json::json!({"account": {"available": "{{tool.balance.account.available}}"}}))
+            }),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -243,6 +250,10 @@ async fn a_reply_template_uses_a_tool_and_falls_back_when_it_fails() {
     for (path, expected) in [
         ("/balance", "Your available balance is ₦12,500.00."),
         ("/down", "we have your message"),
+        (
+            "/loop",
+            "Your available balance is {{tool.balance.account.available}}.",
+        ),
     ] {
         let app = app_with_balance_tool(addr, path).await;
         let body = text_webhook_at(
