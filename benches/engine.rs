@@ -345,6 +345,16 @@ impl Store for CountingStore {
         self.count();
         self.inner.chat_history(session_id, limit).await
     }
+    async fn chat_job_for_message(
+        &self,
+        session_id: &str,
+        message_id: &str,
+    ) -> store::Result<Option<String>> {
+        self.count();
+        self.inner
+            .chat_job_for_message(session_id, message_id)
+            .await
+    }
     async fn chat_queue_depth(&self) -> store::Result<u64> {
         self.count();
         self.inner.chat_queue_depth().await

@@ -118,6 +118,20 @@ async fn accept(
     validate(question, &q.session_id, q.message_id.as_deref())?;
     let settings = &state.webchat;
     let now = state.clock.now_ms();
+    // A resend of a question already taken gets its job, however busy the queue is.
+    if let Some(message_id) = q.message_id.as_deref()
+        && let Some(job_id) = state
+            .store
+            .chat_job_for_message(&q.session_id, message_id)
+            .await?
+    {
+        let status = state
+            .store
+            .chat_job(&job_id, now)
+            .await?
+            .map_or(JobStatus::Queued, |job| job.status);
+        return Ok((accepted(job_id, status)?, false));
+    }
     if settings.queue.depth(state, now).await? >= settings.max_queue as u64 {
         return Err(ApiError::Busy);
     }
@@ -152,22 +166,25 @@ async fn accept(
             .await?
             .map_or(JobStatus::Queued, |job| job.status),
     };
-    let status_url = format!("/chat/{}", receipt.job_id);
+    Ok((accepted(receipt.job_id, status)?, receipt.created))
+}
+
+/// The 202 that names a job.
+fn accepted(job_id: String, status: JobStatus) -> Result<Response, ApiError> {
+    let status_url = format!("/chat/{job_id}");
     let location =
         HeaderValue::from_str(&status_url).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let created = receipt.created;
     let body = Accepted {
-        job_id: receipt.job_id,
+        job_id,
         status,
         status_url,
     };
-    let response = (
+    Ok((
         StatusCode::ACCEPTED,
         [(header::LOCATION, location)],
         Json(body),
     )
-        .into_response();
-    Ok((response, created))
+        .into_response())
 }
 
 fn validate(question: &str, session_id: &str, message_id: Option<&str>) -> Result<(), ApiError> {

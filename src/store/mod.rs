@@ -260,6 +260,13 @@ pub trait Store: Send + Sync + 'static {
     /// id) always gives the same job, also when two submissions race.
     async fn submit_chat(&self, submission: ChatSubmission) -> Result<ChatReceipt>;
 
+    /// The job already made for this (session, message id), if any.
+    async fn chat_job_for_message(
+        &self,
+        session_id: &str,
+        message_id: &str,
+    ) -> Result<Option<String>>;
+
     /// A job, unless it is unknown or expired at `now_ms`.
     async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>>;
 

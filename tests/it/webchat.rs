@@ -433,3 +433,23 @@ print(ask_crumb("Does the Belgian chocolate cake contain nuts?")["answer"])
         "the answer is printed: {stdout}"
     );
 }
+
+#[tokio::test]
+async fn sessions_and_message_ids_never_share_a_job() {
+    let app = TestApp::spawn().await;
+    let first = job_id(ask(&app, "a:b", "one", Some("c")).await).await;
+    let second = job_id(ask(&app, "a", "two", Some("b:c")).await).await;
+    assert_ne!(first, second);
+    assert_eq!(app.inbox().await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_resend_gets_its_job_even_when_the_queue_is_full() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("sabi.toml"), "[webchat]\nmax_queue = 1\n").expect("config");
+    let app = TestApp::spawn_in(dir, None, &[]).await;
+    let id = job_id(ask(&app, "s", "one", Some("m-1")).await).await;
+    app.clock.advance(Duration::from_secs(1));
+    assert_eq!(ask(&app, "t", "two", Some("m-2")).await.status(), 503);
+    assert_eq!(job_id(ask(&app, "s", "one", Some("m-1")).await).await, id);
+}

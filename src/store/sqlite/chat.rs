@@ -11,11 +11,7 @@ use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind};
 use crate::store::{ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ingest, JobStatus, Result};
 
 pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<ChatReceipt> {
-    let key = format!(
-        "{}:{}",
-        s.session_id,
-        s.message_id.as_deref().unwrap_or(&s.job_id)
-    );
+    let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
     let known: Option<String> = conn
         .prepare_cached("SELECT job_id FROM chat_jobs WHERE message_key = ?1")
         .and_then(|mut st| st.query_row(params![key], |r| r.get(0)).optional())
@@ -60,6 +56,26 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<ChatReceip
         created: true,
         earliest_due_ms: receipt.earliest_due_ms,
     })
+}
+
+/// The inbox key of a question: the session's length first, so that no two (session,
+/// message id) pairs can spell the same key even though both may contain `:`.
+fn message_key(session_id: &str, message_id: &str) -> String {
+    format!("{}:{session_id}:{message_id}", session_id.len())
+}
+
+/// The job already made for (session, message id), if any.
+pub(super) fn job_for_message(
+    conn: &Connection,
+    session_id: &str,
+    message_id: &str,
+) -> Result<Option<String>> {
+    conn.prepare_cached("SELECT job_id FROM chat_jobs WHERE message_key = ?1")
+        .and_then(|mut st| {
+            st.query_row(params![message_key(session_id, message_id)], |r| r.get(0))
+                .optional()
+        })
+        .map_err(unavailable)
 }
 
 fn question_item(s: &ChatSubmission, key: String) -> InboundItem {

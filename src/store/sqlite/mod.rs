@@ -213,6 +213,16 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn chat_job_for_message(
+        &self,
+        session_id: &str,
+        message_id: &str,
+    ) -> Result<Option<String>> {
+        let (session_id, message_id) = (session_id.to_owned(), message_id.to_owned());
+        self.read(move |conn| chat::job_for_message(conn, &session_id, &message_id))
+            .await
+    }
+
     async fn chat_queue_depth(&self) -> Result<u64> {
         self.read(chat::queue_depth).await
     }
