@@ -389,12 +389,11 @@ fn ascii_set<I: IntoIterator<Item = S>, S: AsRef<str>>(
     RegexSetBuilder::new(patterns).unicode(false).build()
 }
 
-/// One of `cues` ends just before `at` (a space apart at most).
+/// One of `cues` stands in the few words just before `at` ("not want *to* check").
 fn cue_before(cues: &[Regex], text: &[u8], at: usize) -> bool {
     let from = at.saturating_sub(NEGATION_REACH);
     let window = text.get(from..at).unwrap_or_default();
-    cues.iter()
-        .any(|n| n.find_iter(window).any(|m| m.end() + 1 >= window.len()))
+    cues.iter().any(|n| n.is_match(window))
 }
 
 #[cfg(test)]
@@ -446,6 +445,17 @@ mod tests {
         ] {
             let routing = r.route(text);
             assert!(!routing.local, "{text}: {routing:?}");
+        }
+    }
+
+    #[test]
+    fn negations_a_few_words_back_count_too() {
+        for text in [
+            "I don't want to check my balance",
+            "Do not check my balance",
+            "I no wan check balance o",
+        ] {
+            assert!(!router().route(text).local, "{text}");
         }
     }
 
