@@ -448,11 +448,15 @@ async fn next_event(mut s: EventsState) -> Option<(Result<Event, Infallible>, Ev
             None => {
                 tokio::time::sleep(EVENTS_POLL).await;
                 // A store that cannot answer now may answer at the next look.
-                s.state
+                match s
+                    .state
                     .store
                     .chat_job(&s.job_id, s.state.clock.now_ms())
                     .await
-                    .unwrap_or(None)
+                {
+                    Ok(job) => job,
+                    Err(_) => continue,
+                }
             }
         };
         let job = job?;
