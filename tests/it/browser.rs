@@ -13,7 +13,7 @@ use sabi::worker::{TurnError, TurnHandler, TurnOutcome};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::TestApp;
+use crate::helpers::{TestApp, run_to_success};
 
 /// Answers after a pause, so that the page has a turn in progress to show.
 struct Thoughtful;
@@ -47,24 +47,11 @@ async fn a_person_asks_on_the_chat_page_and_sees_the_answer() {
 
     let screenshot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/chat-page.png");
     let base = format!("http://{}", app.addr);
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg(script)
-            .arg(base)
-            .arg(screenshot)
-            .output()
-    })
-    .await
-    .expect("joined")
-    .expect("node runs");
+    let mut node = Command::new("node");
+    node.arg(script).arg(base).arg(screenshot);
+    let stdout = run_to_success(node).await;
     stop.cancel();
     worker.await.expect("worker");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     let seen: Value =
         serde_json::from_str(stdout.trim().lines().last().unwrap_or("{}")).expect("one JSON line");
 

@@ -294,3 +294,19 @@ pub fn test_python() -> PathBuf {
     *ready = true;
     venv
 }
+
+/// Runs `command` off the async threads and returns its standard output; the test fails with
+/// both outputs when the command does not succeed.
+pub async fn run_to_success(mut command: Command) -> String {
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("joined")
+        .expect("the command runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::TestApp;
+use crate::helpers::{TestApp, run_to_success};
 
 async fn ask(
     app: &TestApp,
@@ -411,22 +411,11 @@ print(ask_crumb("Does the Belgian chocolate cake contain nuts?")["answer"])
 "#,
         addr = app.addr
     );
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(&python)
-            .args(["-c", &script])
-            .output()
-    })
-    .await
-    .expect("joined")
-    .expect("python runs");
+    let mut client = std::process::Command::new(&python);
+    client.args(["-c", &script]);
+    let stdout = run_to_success(client).await;
     stop.cancel();
     worker.await.expect("worker");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     assert!(stdout.contains("finished"), "{stdout}");
     assert!(
         stdout.contains("'text':"),
