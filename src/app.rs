@@ -155,7 +155,7 @@ impl App {
         match self.http {
             Some((listener, router)) => {
                 let addr = listener.local_addr()?;
-                tracing::info!(%addr, "sabi listening");
+                tracing::info!(%addr, chat_page = %format!("http://{addr}/"), "sabi listening");
                 let stop = shutdown.clone();
                 axum::serve(listener, router)
                     .with_graceful_shutdown(async move { stop.cancelled().await })

@@ -186,7 +186,8 @@ impl SabiProcess {
                 .expect("sabi serve exited before it was ready")
                 .expect("stderr line");
             if let Some(rest) = line.split("addr=").nth(1) {
-                break rest.trim().parse().expect("listen address");
+                let addr = rest.split_whitespace().next().unwrap_or_default();
+                break addr.parse().expect("listen address");
             }
             if role == "worker" && line.contains("scheduler started") {
                 break SocketAddr::from(([127, 0, 0, 1], 0));
