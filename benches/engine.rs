@@ -51,14 +51,7 @@ async fn backlog(conversations: usize) {
     let store = CountingStore::open(dir.path()).await;
     ingest_all(&store, 0..conversations, 0).await;
     let ingest_calls = store.calls();
-    let handler = NoOp::new();
-    let scheduler = Scheduler::new(
-        store.clone(),
-        Arc::new(SystemClock),
-        handler.clone(),
-        settings(),
-        sabi::metrics::Metrics::new(),
-    );
+    let (handler, scheduler) = scheduler_over(&store);
     let started = Instant::now();
     let stop = CancellationToken::new();
     let run = tokio::spawn(scheduler.clone().run(stop.clone()));
@@ -83,14 +76,7 @@ async fn backlog(conversations: usize) {
 async fn steady(conversations: usize) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = CountingStore::open(dir.path()).await;
-    let handler = NoOp::new();
-    let scheduler = Scheduler::new(
-        store.clone(),
-        Arc::new(SystemClock),
-        handler.clone(),
-        settings(),
-        sabi::metrics::Metrics::new(),
-    );
+    let (handler, scheduler) = scheduler_over(&store);
     let stop = CancellationToken::new();
     let run = tokio::spawn(scheduler.clone().run(stop.clone()));
     let rate = 1_000.0; // conversations per second
@@ -120,6 +106,19 @@ async fn steady(conversations: usize) {
         pct(0.99),
         delays.last().copied().unwrap_or_default()
     );
+}
+
+/// A scheduler with the product's defaults over `store`, and its do-nothing handler.
+fn scheduler_over(store: &Arc<CountingStore>) -> (Arc<NoOp>, Arc<Scheduler>) {
+    let handler = NoOp::new();
+    let scheduler = Scheduler::new(
+        store.clone(),
+        Arc::new(SystemClock),
+        handler.clone(),
+        settings(),
+        sabi::metrics::Metrics::new(),
+    );
+    (handler, scheduler)
 }
 
 fn settings() -> EngineSettings {

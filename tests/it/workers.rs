@@ -44,6 +44,18 @@ fn message(id: &str, customer: &str, text: &str) -> Vec<u8> {
     )
 }
 
+/// Posts a webhook signed with the test secret; Sabi must acknowledge it.
+async fn post_signed(client: &reqwest::Client, url: &str, body: Vec<u8>) {
+    let response = client
+        .post(url)
+        .header("x-hub-signature-256", signature(&body))
+        .body(body)
+        .send()
+        .await
+        .expect("posted");
+    assert_eq!(response.status(), 200);
+}
+
 fn customer(n: usize) -> String {
     format!("2348{n:09}")
 }
@@ -73,14 +85,7 @@ async fn two_workers_handle_every_batch_once_and_never_overlap() {
                         &customer(n),
                         &format!("{n}-{m}"),
                     );
-                    let response = client
-                        .post(&url)
-                        .header("x-hub-signature-256", signature(&body))
-                        .body(body)
-                        .send()
-                        .await
-                        .expect("posted");
-                    assert_eq!(response.status(), 200);
+                    post_signed(&client, &url, body).await;
                 }
             }
         });
@@ -155,14 +160,7 @@ async fn a_worker_killed_mid_turn_is_taken_over_and_one_reply_recorded() {
 
     // A question the router hands to the agent: the sandbox stands in for it, slowly.
     let body = message("wamid.k1", &customer(1), "Who go win the league this year?");
-    let response = reqwest::Client::new()
-        .post(api.url("/webhook/whatsapp"))
-        .header("x-hub-signature-256", signature(&body))
-        .body(body)
-        .send()
-        .await
-        .expect("posted");
-    assert_eq!(response.status(), 200);
+    post_signed(&reqwest::Client::new(), &api.url("/webhook/whatsapp"), body).await;
 
     let start = Instant::now();
     while inbox_json(dir.path())[0]["state"] != "batched" {

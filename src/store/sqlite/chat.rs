@@ -6,17 +6,15 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::json;
 
-use super::{Encoded, ingest, unavailable};
+use super::{Encoded, ingest, limit_param, unavailable};
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind};
 use crate::store::{ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ingest, JobStatus, Result};
 
 pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<ChatReceipt> {
     let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
-    let known: Option<String> = conn
-        .prepare_cached("SELECT job_id FROM chat_jobs WHERE message_key = ?1")
-        .and_then(|mut st| st.query_row(params![key], |r| r.get(0)).optional())
-        .map_err(unavailable)?;
-    if let Some(job_id) = known {
+    // Asked again inside the transaction: two submissions racing past the HTTP layer's own
+    // lookup meet here, one after the other.
+    if let Some(job_id) = job_for_key(conn, &key)? {
         return Ok(ChatReceipt {
             job_id,
             created: false,
@@ -70,11 +68,12 @@ pub(super) fn job_for_message(
     session_id: &str,
     message_id: &str,
 ) -> Result<Option<String>> {
+    job_for_key(conn, &message_key(session_id, message_id))
+}
+
+fn job_for_key(conn: &Connection, key: &str) -> Result<Option<String>> {
     conn.prepare_cached("SELECT job_id FROM chat_jobs WHERE message_key = ?1")
-        .and_then(|mut st| {
-            st.query_row(params![message_key(session_id, message_id)], |r| r.get(0))
-                .optional()
-        })
+        .and_then(|mut st| st.query_row(params![key], |r| r.get(0)).optional())
         .map_err(unavailable)
 }
 
@@ -194,19 +193,16 @@ pub(super) fn history(
              WHERE j.session_id = ?1 ORDER BY j.created_at DESC, i.seq DESC LIMIT ?2",
         )
         .and_then(|mut st| {
-            st.query_map(
-                params![session_id, i64::try_from(limit).unwrap_or(i64::MAX)],
-                |r| {
-                    let exchange = ChatExchange {
-                        job_id: r.get(0)?,
-                        question: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                        answer: None,
-                        status: status_of(&r.get::<_, String>(2)?),
-                        asked_at_ms: r.get(4)?,
-                    };
-                    Ok((exchange, r.get(3)?))
-                },
-            )?
+            st.query_map(params![session_id, limit_param(limit)], |r| {
+                let exchange = ChatExchange {
+                    job_id: r.get(0)?,
+                    question: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    answer: None,
+                    status: status_of(&r.get::<_, String>(2)?),
+                    asked_at_ms: r.get(4)?,
+                };
+                Ok((exchange, r.get(3)?))
+            })?
             .collect()
         })
         .map_err(unavailable)?;

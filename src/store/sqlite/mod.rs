@@ -152,6 +152,11 @@ fn apply_migrations(conn: &Connection) -> Result<()> {
         .map_err(unavailable)
 }
 
+/// A row limit as SQLite takes it (`usize::MAX` is "no limit").
+fn limit_param(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
 pub(super) fn unavailable(e: rusqlite::Error) -> Error {
     Error::Unavailable(e.to_string())
 }
@@ -418,9 +423,7 @@ fn insert_item(
 }
 
 fn inbox(conn: &Connection, query: &InboxQuery) -> Result<Vec<StoredItem>> {
-    let limit = query
-        .limit
-        .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    let limit = limit_param(query.limit.unwrap_or(usize::MAX));
     let mut stmt = conn
         .prepare_cached(
             "SELECT seq, channel, dedupe_key, kind, business, customer, item_type, text, media_id,
@@ -494,7 +497,7 @@ impl FromSql for ItemKind {
 }
 
 fn quarantine(conn: &Connection, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
-    let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    let limit = limit_param(limit.unwrap_or(usize::MAX));
     let mut stmt = conn
         .prepare_cached(
             "SELECT id, channel, received_at, reason, raw FROM quarantine ORDER BY id LIMIT ?1",

@@ -4,7 +4,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::unavailable;
+use super::{limit_param, unavailable};
 use crate::domain::{
     Batch, BatchMessage, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
@@ -353,8 +353,4 @@ fn execute(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Resul
         .and_then(|mut s| s.execute(params))
         .map(drop)
         .map_err(unavailable)
-}
-
-fn limit_param(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
 }
