@@ -22,7 +22,8 @@ use sabi::domain::{
 };
 use sabi::store::{
     self, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ending, InboxQuery, Ingest,
-    IngestReceipt, OutboxEntry, ReviewEntry, SqliteStore, Store, StoredItem, StoredQuarantine,
+    IngestReceipt, OutboxEntry, ReviewEntry, SendClaim, SendJob, SendResult, SqliteStore, Store,
+    StoredItem, StoredQuarantine,
 };
 use sabi::worker::policy::EnginePolicy;
 use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler, TurnOutcome};
@@ -128,6 +129,7 @@ fn settings() -> EngineSettings {
         poll_interval: Duration::from_secs(1),
         shutdown_grace: Duration::from_secs(10),
         sandbox: true,
+        quote_replies: false,
         policy: EnginePolicy {
             max_attempts: 4,
             retry_base: Duration::from_secs(5),
@@ -244,7 +246,7 @@ impl TurnHandler for NoOp {
         let delay = SystemClock.now_ms() - batch.due_at_ms;
         self.delays.lock().expect("lock").push(delay);
         self.done.notify_waiters();
-        Ok(TurnOutcome::Reply(vec![ReplyPart { text: "ok".into() }]))
+        Ok(TurnOutcome::Reply(vec![ReplyPart::text("ok")]))
     }
 }
 
@@ -323,6 +325,24 @@ impl Store for CountingStore {
     async fn outbox(&self, limit: Option<usize>) -> store::Result<Vec<OutboxEntry>> {
         self.count();
         self.inner.outbox(limit).await
+    }
+    async fn claim_sends(&self, claim: SendClaim) -> store::Result<Vec<SendJob>> {
+        self.count();
+        self.inner.claim_sends(claim).await
+    }
+    async fn record_send(
+        &self,
+        id: i64,
+        attempt: u32,
+        now_ms: i64,
+        result: SendResult,
+    ) -> store::Result<()> {
+        self.count();
+        self.inner.record_send(id, attempt, now_ms, result).await
+    }
+    async fn next_send_due(&self) -> store::Result<Option<i64>> {
+        self.count();
+        self.inner.next_send_due().await
     }
     async fn review_queue(&self, limit: Option<usize>) -> store::Result<Vec<ReviewEntry>> {
         self.count();

@@ -1,5 +1,6 @@
-//! App: opens the store, binds the listener, starts the scheduler, and runs them until told
-//! to stop. A node runs the HTTP ingress, the scheduler, or both ([`Role`]).
+//! App: opens the store, binds the listener, starts the scheduler and (with an access token)
+//! the sender, and runs them until told to stop. A node runs the HTTP ingress, the workers
+//! (scheduler and sender), or both ([`Role`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +14,8 @@ use crate::config::Config;
 use crate::ingress::{self, Ingress};
 use crate::metrics::Metrics;
 use crate::router::{Router, RouterHandler};
+use crate::sender::graph::Graph;
+use crate::sender::{Sender, Typing};
 use crate::store::{self, Store};
 use crate::tools::Tools;
 use crate::worker::{Acknowledger, Scheduler, TurnHandler};
@@ -31,6 +34,8 @@ pub enum Role {
 pub struct App {
     http: Option<(TcpListener, axum::Router)>,
     scheduler: Arc<Scheduler>,
+    /// Delivers replies through the Graph API; none in sandbox mode.
+    sender: Option<Arc<Sender>>,
     runs_scheduler: bool,
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
@@ -87,6 +92,30 @@ impl App {
             .await
             .context("opening the store")?;
         let metrics = Metrics::new();
+        let sender = match &config.whatsapp.access_token {
+            None => None,
+            Some(token) => {
+                let graph = Graph::new(
+                    &config.whatsapp.api_base,
+                    token.clone(),
+                    config.whatsapp.send_timeout,
+                )
+                .context("building the Graph API client")?;
+                Some(Sender::new(
+                    store.clone(),
+                    clock.clone(),
+                    graph,
+                    config.sender_settings(),
+                    metrics.clone(),
+                ))
+            }
+        };
+        let handler = match &sender {
+            Some(sender) if config.whatsapp.typing_indicator => {
+                Typing::new(handler, sender.clone()) as Arc<dyn TurnHandler>
+            }
+            _ => handler,
+        };
         let scheduler = Scheduler::new(
             store.clone(),
             clock.clone(),
@@ -112,9 +141,13 @@ impl App {
                 "no WhatsApp app secret configured: sandbox mode accepts webhooks signed with the sandbox secret"
             );
         }
+        if let Some(sender) = &sender {
+            sender.wake_on(scheduler.outbox_wakeup());
+        }
         Ok(App {
             http,
             scheduler,
+            sender,
             runs_scheduler: role != Role::Api,
             store,
             shutdown: CancellationToken::new(),
@@ -137,6 +170,11 @@ impl App {
         self.scheduler.clone()
     }
 
+    /// The sender, for driving sends by hand when this node does not run it.
+    pub fn sender(&self) -> Option<Arc<Sender>> {
+        self.sender.clone()
+    }
+
     /// Cancelling this token stops the app gracefully.
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
@@ -152,6 +190,11 @@ impl App {
         let worker = self
             .runs_scheduler
             .then(|| tokio::spawn(self.scheduler.clone().run(shutdown.clone())));
+        let sender = self
+            .sender
+            .clone()
+            .filter(|_| self.runs_scheduler)
+            .map(|sender| tokio::spawn(sender.run(shutdown.clone())));
         match self.http {
             Some((listener, router)) => {
                 let addr = listener.local_addr()?;
@@ -166,6 +209,9 @@ impl App {
         }
         if let Some(worker) = worker {
             worker.await.context("the scheduler panicked")?;
+        }
+        if let Some(sender) = sender {
+            sender.await.context("the sender panicked")?;
         }
         tracing::info!("sabi stopped");
         Ok(())

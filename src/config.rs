@@ -27,6 +27,9 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_BATCH_WINDOW", "whatsapp.batch_window"),
     ("SABI_BATCH_MAX_WAIT", "whatsapp.batch_max_wait"),
     ("SABI_OUTBOUND_RATE", "whatsapp.outbound_rate"),
+    ("SABI_PAIR_SPACING", "whatsapp.pair_spacing"),
+    ("SABI_SEND_TIMEOUT", "whatsapp.send_timeout"),
+    ("SABI_UNKNOWN_OUTCOME_WAIT", "whatsapp.unknown_outcome_wait"),
     ("SABI_LLM_BASE_URL", "llm.base_url"),
     ("SABI_LLM_API_KEY", "llm.api_key"),
     ("SABI_LLM_MODEL", "llm.model"),
@@ -180,6 +183,40 @@ pub struct WhatsappConfig {
     /// Messages per second per business number.
     #[serde(default = "defaults::outbound_rate", deserialize_with = "number::u32")]
     pub outbound_rate: u32,
+    /// The least time between two messages to one customer. Meta's pair limit is about one
+    /// per 6 s with bursts allowed; a reply's few parts fit in the burst.
+    #[serde(default = "defaults::pair_spacing", with = "duration")]
+    pub pair_spacing: Duration,
+    /// How long one Graph API call may take.
+    #[serde(default = "defaults::send_timeout", with = "duration")]
+    pub send_timeout: Duration,
+    /// A send whose answer was lost waits this long for a status webhook, then goes to review.
+    #[serde(default = "defaults::unknown_outcome_wait", with = "duration")]
+    pub unknown_outcome_wait: Duration,
+    /// Failed tries of one send before it goes to review (throttling does not count).
+    #[serde(
+        default = "defaults::send_max_failures",
+        deserialize_with = "number::u32"
+    )]
+    pub send_max_failures: u32,
+    /// The wait after a failed send, doubled after each further failure.
+    #[serde(default = "defaults::send_retry_base", with = "duration")]
+    pub send_retry_base: Duration,
+    /// Sends in flight at once on one node.
+    #[serde(
+        default = "defaults::sends_in_flight",
+        deserialize_with = "number::usize"
+    )]
+    pub sends_in_flight: usize,
+    /// Mark the customer's message read, with the typing indicator, while a turn works.
+    #[serde(default = "defaults::enabled")]
+    pub typing_indicator: bool,
+    /// A reply's first part quotes the customer's latest message.
+    #[serde(default)]
+    pub quote_replies: bool,
+    /// Sent instead of a reply once the 24-hour window has closed; such replies go to review
+    /// when unset.
+    pub window_template: Option<crate::sender::graph::Template>,
 }
 
 impl Default for WhatsappConfig {
@@ -193,6 +230,15 @@ impl Default for WhatsappConfig {
             batch_window: defaults::whatsapp_window(),
             batch_max_wait: defaults::max_wait(),
             outbound_rate: defaults::outbound_rate(),
+            pair_spacing: defaults::pair_spacing(),
+            send_timeout: defaults::send_timeout(),
+            unknown_outcome_wait: defaults::unknown_outcome_wait(),
+            send_max_failures: defaults::send_max_failures(),
+            send_retry_base: defaults::send_retry_base(),
+            sends_in_flight: defaults::sends_in_flight(),
+            typing_indicator: true,
+            quote_replies: false,
+            window_template: None,
         }
     }
 }
@@ -423,6 +469,17 @@ impl Config {
                 "whatsapp.outbound_rate (SABI_OUTBOUND_RATE): must be at least 1".into(),
             ));
         }
+        if self.whatsapp.sends_in_flight == 0 || self.whatsapp.send_max_failures == 0 {
+            return Err(Error(
+                "whatsapp.sends_in_flight and whatsapp.send_max_failures: must be at least 1"
+                    .into(),
+            ));
+        }
+        if self.whatsapp.send_timeout < Duration::from_millis(100) {
+            return Err(Error(
+                "whatsapp.send_timeout (SABI_SEND_TIMEOUT): must be at least 100ms".into(),
+            ));
+        }
         if !self.whatsapp.sandbox() && self.whatsapp.app_secret.is_none() {
             return Err(Error(
                 "whatsapp.app_secret (SABI_WHATSAPP_APP_SECRET): required once an access token is set".into(),
@@ -487,11 +544,32 @@ impl Config {
             poll_interval: self.engine.poll_interval,
             shutdown_grace: self.engine.shutdown_grace,
             sandbox: self.whatsapp.sandbox(),
+            quote_replies: self.whatsapp.quote_replies,
             policy: EnginePolicy {
                 max_attempts: self.engine.max_attempts,
                 retry_base: self.engine.retry_base,
                 review_after: self.engine.review_after,
             },
+        }
+    }
+}
+
+impl Config {
+    /// The sender's settings.
+    pub fn sender_settings(&self) -> crate::sender::SenderSettings {
+        let w = &self.whatsapp;
+        crate::sender::SenderSettings {
+            rate: w.outbound_rate,
+            pair_spacing: w.pair_spacing,
+            // A claimed send is held for its pacing wait and the call itself.
+            lease: w.send_timeout.saturating_mul(2) + Duration::from_secs(30),
+            unknown_wait: w.unknown_outcome_wait,
+            max_failures: w.send_max_failures,
+            retry_base: w.send_retry_base,
+            window: Duration::from_secs(24 * 3600),
+            template: w.window_template.clone(),
+            in_flight: w.sends_in_flight,
+            poll_interval: self.engine.poll_interval,
         }
     }
 }
@@ -520,6 +598,24 @@ mod defaults {
     }
     pub(super) fn outbound_rate() -> u32 {
         80
+    }
+    pub(super) fn pair_spacing() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub(super) fn send_timeout() -> Duration {
+        Duration::from_secs(15)
+    }
+    pub(super) fn unknown_outcome_wait() -> Duration {
+        Duration::from_secs(10 * 60)
+    }
+    pub(super) fn send_max_failures() -> u32 {
+        6
+    }
+    pub(super) fn send_retry_base() -> Duration {
+        Duration::from_secs(2)
+    }
+    pub(super) fn sends_in_flight() -> usize {
+        32
     }
     pub(super) fn lease() -> Duration {
         Duration::from_secs(120)

@@ -168,9 +168,22 @@ pub struct Claim {
 }
 
 /// One part of a reply, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplyPart {
     pub text: String,
+    /// Quick replies offered under the text (WhatsApp: up to 3 buttons, or a list of up to 10).
+    pub options: Vec<String>,
+    /// The customer's message this part quotes (its external id).
+    pub quote: Option<String>,
+}
+
+impl ReplyPart {
+    pub fn text(text: impl Into<String>) -> ReplyPart {
+        ReplyPart {
+            text: text.into(),
+            ..ReplyPart::default()
+        }
+    }
 }
 
 /// Why a batch went to a person instead of an automatic reply.
@@ -182,6 +195,13 @@ pub enum ReviewReason {
     OutOfRetries,
     /// The turn handed the conversation to a person (the customer asked, or the intent says so).
     HandoffAsked,
+    /// A send's outcome stayed unknown (no status webhook named it in time): it may or may not
+    /// have reached the customer, so it is not sent again automatically.
+    UnknownOutcome,
+    /// The customer service window had closed and no template is configured.
+    WindowClosed,
+    /// Meta refused the send for good, or it ran out of tries.
+    SendFailed,
 }
 
 impl ReviewReason {
@@ -190,6 +210,9 @@ impl ReviewReason {
             ReviewReason::TooOld => "too_old",
             ReviewReason::OutOfRetries => "out_of_retries",
             ReviewReason::HandoffAsked => "handoff_asked",
+            ReviewReason::UnknownOutcome => "unknown_outcome",
+            ReviewReason::WindowClosed => "window_closed",
+            ReviewReason::SendFailed => "send_failed",
         }
     }
 }

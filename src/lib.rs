@@ -16,6 +16,8 @@
 //!    turn: router::RouterHandler: local answer | hand-off to a person | the agent
 //!          (the sandbox acknowledgement stands in for the agent until it is configured)
 //!    └─► store::Store::finish (reply to the outbox | retry with backoff | review)
+//! sender::Sender ◄── store::Store::claim_sends (oldest unsettled part per recipient) ─► Graph API
+//! Meta status webhooks ─► store::Store::ingest reconciles the outbox
 //! Browser ── GET /chat/{id}, /chat/{id}/events ─► store::Store::chat_job (any node)
 //! ```
 //!
@@ -23,6 +25,7 @@
 //! - [`ingress`]: the HTTP edge; nothing slow happens there.
 //! - [`store`]: the only place state lives; SQLite embedded by default.
 //! - [`router`]: Pidgin-aware intent routing: patterns, a classifier, fallback to the agent.
+//! - [`sender`]: the Graph API client and the outbox's delivery: pacing, retries, the window.
 //! - [`tools`]: the business's HTTP endpoints, declared in configuration.
 //! - [`worker`]: the scheduler: batches per conversation, one turn at a time, leases, retries.
 //! - [`domain`]: the types every stage shares.
@@ -38,7 +41,10 @@ pub mod http;
 pub mod ingress;
 pub mod metrics;
 pub mod router;
+pub mod sender;
 pub mod store;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tools;
 pub mod worker;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -30,6 +31,14 @@ pub struct Metrics {
     pub turns: Family<Outcome, Counter>,
     /// Batches claimed again after a lapsed lease or a failure (attempt > 1).
     pub reclaims: Counter,
+    /// Sends by result (accepted, accepted_template, throttled, retry, unknown, review, halted).
+    pub sends: Family<Outcome, Counter>,
+    /// Graph API errors by Meta's code.
+    pub send_errors: Family<Outcome, Counter>,
+    /// Sends that waited for their number's rate.
+    pub rate_limit_waits: Counter,
+    /// Business numbers halted because their token was refused (190): an alert.
+    pub halted_numbers: Gauge,
 }
 
 impl Metrics {
@@ -44,6 +53,26 @@ impl Metrics {
         let chat_questions = Family::<Outcome, Counter>::default();
         let turns = Family::<Outcome, Counter>::default();
         let reclaims = Counter::default();
+        let sends = Family::<Outcome, Counter>::default();
+        let send_errors = Family::<Outcome, Counter>::default();
+        let rate_limit_waits = Counter::default();
+        let halted_numbers = Gauge::default();
+        registry.register("sabi_sends", "Sends by result", sends.clone());
+        registry.register(
+            "sabi_send_errors",
+            "Graph API errors by Meta's code",
+            send_errors.clone(),
+        );
+        registry.register(
+            "sabi_rate_limit_waits",
+            "Sends that waited for their number's rate",
+            rate_limit_waits.clone(),
+        );
+        registry.register(
+            "sabi_halted_numbers",
+            "Business numbers halted because the access token was refused (alert when above 0)",
+            halted_numbers.clone(),
+        );
         registry.register(
             "sabi_webhook_requests",
             "Webhook requests by outcome",
@@ -90,6 +119,10 @@ impl Metrics {
             chat_questions,
             turns,
             reclaims,
+            sends,
+            send_errors,
+            rate_limit_waits,
+            halted_numbers,
         })
     }
 

@@ -106,7 +106,7 @@ impl TurnHandler for RouterHandler {
         };
         let reply = match template {
             Some(template) => match self.fill(template, batch, &routing).await {
-                Some(text) => vec![ReplyPart { text }],
+                Some(text) => vec![ReplyPart::text(text)],
                 // A template names an entity the message does not carry, or its tool failed.
                 None => return self.agent.handle(batch).await,
             },

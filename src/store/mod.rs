@@ -38,6 +38,14 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What a send puts in `biz_opaque_callback_data`, before the outbox id: a status webhook
+/// carrying it settles a send whose outcome was unknown.
+pub const CALLBACK_PREFIX: &str = "sabi:outbox:";
+
+/// Meta's error code for a message sent outside the customer service window. A part that
+/// fails with it is queued again, to go as the configured template.
+pub const WINDOW_CLOSED: i64 = 131_047;
+
 /// One delivery to keep: everything in it is stored in one atomic, durable step.
 #[derive(Debug, Clone)]
 pub struct Ingest {
@@ -127,12 +135,89 @@ pub struct OutboxEntry {
     pub part: u32,
     pub conversation: ConversationKey,
     pub text: String,
-    /// `sandbox` (kept, never sent) or `queued` (for the sender).
+    /// `sandbox` (kept, never sent), `served` (web chat), `queued`, `sending`, `unknown`,
+    /// `window_closed`, `accepted`, `failed` or `review`.
     pub state: String,
+    /// What went out: `text` (or interactive, with options) or `template`.
+    pub kind: String,
+    /// Sends tried (claims by a sender).
+    pub attempts: u32,
+    /// Meta's id, once it accepted the send.
+    pub wamid: Option<String>,
+    /// Meta's latest status (`sent`, `delivered`, `read`, `failed`), never downgraded.
+    pub delivery: Option<String>,
+    pub error_code: Option<i64>,
+    pub error: Option<String>,
     pub created_at_ms: i64,
+    /// When Meta accepted it.
+    pub sent_at_ms: Option<i64>,
     /// When the turn that wrote it was claimed, and when it ended.
     pub turn_started_at_ms: i64,
     pub turn_finished_at_ms: i64,
+}
+
+/// A reply part handed to a sender under a send lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SendJob {
+    pub id: i64,
+    pub batch_id: i64,
+    pub part: u32,
+    pub conversation: ConversationKey,
+    pub text: String,
+    pub options: Vec<String>,
+    pub quote: Option<String>,
+    /// The fencing token of this send: [`Store::record_send`] must carry it.
+    pub attempt: u32,
+    /// Failed tries so far (throttling not counted).
+    pub failures: u32,
+    /// Meta reported the customer service window closed for it: only a template may go.
+    pub window_closed: bool,
+    /// When the customer last wrote (the start of the 24-hour window), if known.
+    pub last_inbound_at_ms: Option<i64>,
+}
+
+/// Which reply parts a sender may claim.
+#[derive(Debug, Clone)]
+pub struct SendClaim {
+    pub now_ms: i64,
+    /// How long a claimed part is held before its outcome counts as unknown.
+    pub lease_ms: i64,
+    /// How long an unknown outcome waits for a status webhook before it goes to review.
+    pub unknown_wait_ms: i64,
+    pub limit: usize,
+    /// Business numbers that must not send now (their token expired).
+    pub halted: Vec<String>,
+}
+
+/// How a send ended. Written with the send's attempt, atomically.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SendResult {
+    /// Meta took it; the recipient's next part may go from `next_send_at_ms`.
+    Accepted {
+        wamid: String,
+        template: bool,
+        next_send_at_ms: i64,
+    },
+    /// Try again from `at_ms`. `failure` counts it against the part's tries; a throttling
+    /// answer does not. `recipient_after_ms` holds back every part to this recipient.
+    Retry {
+        at_ms: i64,
+        failure: bool,
+        code: Option<i64>,
+        error: String,
+        recipient_after_ms: Option<i64>,
+    },
+    /// Not tried at all (its number is halted): back to the queue as it was.
+    Untried,
+    /// The request may have left: never resent; a status webhook naming it settles it, or it
+    /// goes to review after `wait_until_ms`.
+    Unknown { error: String, wait_until_ms: i64 },
+    /// For a person: Meta refused it for good, it ran out of tries, or the window had closed.
+    Review {
+        reason: ReviewReason,
+        code: Option<i64>,
+        error: String,
+    },
 }
 
 /// A batch waiting for a person.
@@ -140,6 +225,8 @@ pub struct OutboxEntry {
 pub struct ReviewEntry {
     pub id: i64,
     pub batch_id: i64,
+    /// The reply part it is about, when a send went wrong.
+    pub outbox_id: Option<i64>,
     pub conversation: ConversationKey,
     pub reason: String,
     pub error: Option<String>,
@@ -252,6 +339,27 @@ pub trait Store: Send + Sync + 'static {
 
     /// Outbox rows in the order they were written.
     async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>>;
+
+    /// Claims reply parts due for sending, each under a send lease: per recipient only the
+    /// oldest part not yet settled, once the recipient's pacing allows. Sends whose lease
+    /// lapsed become unknown, and unknown ones past their wait go to review, in the same step.
+    async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>>;
+
+    /// Records how a send ended.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when `attempt` is not the part's latest or it is no longer being
+    /// sent (a status webhook settled it first): nothing is written.
+    async fn record_send(
+        &self,
+        id: i64,
+        attempt: u32,
+        now_ms: i64,
+        result: SendResult,
+    ) -> Result<()>;
+
+    /// The earliest time a reply part may become claimable, if any waits.
+    async fn next_send_due(&self) -> Result<Option<i64>>;
 
     /// Open review items, oldest first.
     async fn review_queue(&self, limit: Option<usize>) -> Result<Vec<ReviewEntry>>;

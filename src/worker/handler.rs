@@ -58,6 +58,6 @@ impl TurnHandler for Acknowledger {
             1 => "Thanks, we have your message and will get back to you shortly.".to_owned(),
             n => format!("Thanks, we have your {n} messages and will get back to you shortly."),
         };
-        Ok(TurnOutcome::Reply(vec![ReplyPart { text }]))
+        Ok(TurnOutcome::Reply(vec![ReplyPart::text(text)]))
     }
 }

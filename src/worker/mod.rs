@@ -18,7 +18,7 @@ mod wakeup;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -27,8 +27,9 @@ use self::lease::LeaseGuard;
 use self::policy::{Decision, EnginePolicy};
 pub use self::wakeup::Wakeup;
 use crate::clock::SharedClock;
-use crate::domain::Claim;
+use crate::domain::{Batch, Channel, Claim, ReplyPart};
 use crate::metrics::Metrics;
+use crate::sender::split;
 use crate::store::{self, Ending, Store};
 
 /// How the scheduler runs, typed once from configuration.
@@ -43,6 +44,8 @@ pub struct EngineSettings {
     pub shutdown_grace: Duration,
     /// Replies are kept in the outbox, never sent.
     pub sandbox: bool,
+    /// A WhatsApp reply's first part quotes the customer's latest message.
+    pub quote_replies: bool,
     pub policy: EnginePolicy,
 }
 
@@ -59,6 +62,8 @@ pub struct Scheduler {
     handler: Arc<dyn TurnHandler>,
     settings: EngineSettings,
     wakeup: Arc<Wakeup>,
+    /// Notified when a turn writes reply parts for the sender.
+    outbox: Arc<Notify>,
     metrics: Arc<Metrics>,
 }
 
@@ -76,6 +81,7 @@ impl Scheduler {
             handler,
             settings,
             wakeup: Arc::new(Wakeup::default()),
+            outbox: Arc::new(Notify::new()),
             metrics,
         })
     }
@@ -84,6 +90,11 @@ impl Scheduler {
     /// than planned.
     pub fn wakeup(&self) -> Arc<Wakeup> {
         self.wakeup.clone()
+    }
+
+    /// Notified when a turn wrote reply parts, so the sender looks at once.
+    pub fn outbox_wakeup(&self) -> Arc<Notify> {
+        self.outbox.clone()
     }
 
     /// Claims every batch due now (up to the per-node limit) and runs those turns to their end.
@@ -263,11 +274,11 @@ impl Scheduler {
                 };
                 match outcome {
                     Ok(TurnOutcome::Reply(parts)) => Ending::Replied {
-                        parts,
+                        parts: self.outgoing(&batch, parts),
                         sandbox: self.settings.sandbox,
                     },
                     Ok(TurnOutcome::Handoff { parts, note }) => Ending::Handoff {
-                        parts,
+                        parts: self.outgoing(&batch, parts),
                         sandbox: self.settings.sandbox,
                         note,
                     },
@@ -290,6 +301,9 @@ impl Scheduler {
             .await
         {
             Ok(()) => {
+                if matches!(outcome, "replied" | "handoff") {
+                    self.outbox.notify_one();
+                }
                 Metrics::count(&self.metrics.turns, outcome);
                 tracing::info!(
                     batch = batch.id,
@@ -316,6 +330,22 @@ impl Scheduler {
             ),
         }
         drop(guard);
+    }
+}
+
+impl Scheduler {
+    /// A reply as its channel takes it: WhatsApp parts within Meta's limits, the first quoting
+    /// the customer when configured.
+    fn outgoing(&self, batch: &Batch, mut parts: Vec<ReplyPart>) -> Vec<ReplyPart> {
+        if batch.conversation.channel != Channel::Whatsapp {
+            return parts;
+        }
+        if self.settings.quote_replies {
+            if let (Some(first), Some(last)) = (parts.first_mut(), batch.messages.last()) {
+                first.quote.get_or_insert_with(|| last.external_id.clone());
+            }
+        }
+        split::for_whatsapp(parts)
     }
 }
 

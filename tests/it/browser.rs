@@ -28,9 +28,9 @@ impl TurnHandler for Thoughtful {
             .filter_map(|m| m.text.as_deref())
             .collect::<Vec<_>>()
             .join(" ");
-        Ok(TurnOutcome::Reply(vec![ReplyPart {
-            text: format!("Answer to: {question}"),
-        }]))
+        Ok(TurnOutcome::Reply(vec![ReplyPart::text(format!(
+            "Answer to: {question}"
+        ))]))
     }
 }
 

@@ -83,9 +83,10 @@ impl TurnHandler for Recorder {
             *failures -= 1;
             return Err(TurnError("the model is down".into()));
         }
-        Ok(TurnOutcome::Reply(vec![ReplyPart {
-            text: format!("answer to {} message(s)", batch.messages.len()),
-        }]))
+        Ok(TurnOutcome::Reply(vec![ReplyPart::text(format!(
+            "answer to {} message(s)",
+            batch.messages.len()
+        ))]))
     }
 }
 
@@ -262,7 +263,7 @@ async fn a_worker_whose_lease_was_taken_over_cannot_reply() {
     assert_ne!(fresh.token, stale.token);
 
     let reply = |text: &str| Ending::Replied {
-        parts: vec![ReplyPart { text: text.into() }],
+        parts: vec![ReplyPart::text(text)],
         sandbox: true,
     };
     let refused = app

@@ -233,9 +233,7 @@ struct Held(Arc<Semaphore>);
 impl TurnHandler for Held {
     async fn handle(&self, _batch: &Batch) -> Result<TurnOutcome, TurnError> {
         self.0.acquire().await.expect("open").forget();
-        Ok(TurnOutcome::Reply(vec![ReplyPart {
-            text: "the answer".into(),
-        }]))
+        Ok(TurnOutcome::Reply(vec![ReplyPart::text("the answer")]))
     }
 }
 

@@ -7,6 +7,7 @@
 //! `BEGIN IMMEDIATE` and waits for the others up to the busy timeout.
 
 mod chat;
+mod outbox;
 mod turns;
 mod writer;
 
@@ -22,7 +23,8 @@ use sha2::{Digest, Sha256};
 use self::writer::Writer;
 use super::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ending, Error, InboxQuery, Ingest,
-    IngestReceipt, OutboxEntry, Result, ReviewEntry, Store, StoredItem, StoredQuarantine,
+    IngestReceipt, OutboxEntry, Result, ReviewEntry, SendClaim, SendJob, SendResult, Store,
+    StoredItem, StoredQuarantine,
 };
 use crate::domain::{
     BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken, Quarantined,
@@ -34,6 +36,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_turns.sql"),
     include_str!("migrations/0003_quarantine_dedupe.sql"),
     include_str!("migrations/0004_chat_jobs.sql"),
+    include_str!("migrations/0005_sender.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -192,7 +195,29 @@ impl Store for SqliteStore {
     }
 
     async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
-        self.read(move |conn| turns::outbox(conn, limit)).await
+        self.read(move |conn| outbox::outbox(conn, limit)).await
+    }
+
+    async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
+        self.writer
+            .write(move |conn| outbox::claim_sends(conn, &claim))
+            .await
+    }
+
+    async fn record_send(
+        &self,
+        id: i64,
+        attempt: u32,
+        now_ms: i64,
+        result: SendResult,
+    ) -> Result<()> {
+        self.writer
+            .write(move |conn| outbox::record_send(conn, id, attempt, now_ms, &result))
+            .await
+    }
+
+    async fn next_send_due(&self) -> Result<Option<i64>> {
+        self.read(outbox::next_send_due).await
     }
 
     async fn review_queue(&self, limit: Option<usize>) -> Result<Vec<ReviewEntry>> {
@@ -310,8 +335,11 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
             None => {
                 let conversation = match &item.turn {
                     Some(key) => {
+                        let sent_at = item.provider_ts.map_or(delivery.received_at_ms, |s| {
+                            s.saturating_mul(1000).min(delivery.received_at_ms)
+                        });
                         let (id, due) =
-                            schedule(conn, key, delivery.received_at_ms, delivery.policy)?;
+                            schedule(conn, key, delivery.received_at_ms, sent_at, delivery.policy)?;
                         receipt.earliest_due_ms =
                             Some(receipt.earliest_due_ms.map_or(due, |d| d.min(due)));
                         Some(id)
@@ -326,6 +354,9 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
                     conversation,
                     delivery.received_at_ms,
                 )?;
+                if item.kind == ItemKind::Status {
+                    reconcile_status(conn, item, delivery.received_at_ms)?;
+                }
                 receipt.stored += 1;
             }
         }
@@ -356,30 +387,50 @@ fn existing_hash(conn: &Connection, item: &InboundItem) -> Result<Option<Vec<u8>
 }
 
 /// Adds a pending message to its conversation: due one window after the latest message, but
-/// never later than the cap after the first pending one.
+/// never later than the cap after the first pending one. The customer's latest message time
+/// (`sent_at`) opens the 24-hour customer service window.
 fn schedule(
     conn: &Connection,
     key: &ConversationKey,
     now: i64,
+    sent_at: i64,
     policy: BatchPolicy,
 ) -> Result<(i64, i64)> {
     conn.prepare_cached(
-        "INSERT INTO conversations (channel, business, customer, first_pending_at, last_pending_at, due_at)
-         VALUES (?1, ?2, ?3, ?4, ?4, ?4 + min(?5, ?6))
+        "INSERT INTO conversations (channel, business, customer, first_pending_at, last_pending_at, due_at, last_inbound_at)
+         VALUES (?1, ?2, ?3, ?4, ?4, ?4 + min(?5, ?6), ?7)
          ON CONFLICT (channel, business, customer) DO UPDATE SET
              first_pending_at = coalesce(first_pending_at, excluded.first_pending_at),
              last_pending_at = excluded.last_pending_at,
              due_at = min(excluded.last_pending_at + ?5,
-                          coalesce(first_pending_at, excluded.first_pending_at) + ?6)
+                          coalesce(first_pending_at, excluded.first_pending_at) + ?6),
+             last_inbound_at = max(coalesce(last_inbound_at, 0), excluded.last_inbound_at)
          RETURNING id, due_at",
     )
     .and_then(|mut s| {
         s.query_row(
-            params![key.channel.as_str(), key.business, key.customer, now, policy.window_ms, policy.cap_ms],
+            params![key.channel.as_str(), key.business, key.customer, now, policy.window_ms, policy.cap_ms, sent_at],
             |row| Ok((row.get(0)?, row.get(1)?)),
         )
     })
     .map_err(unavailable)
+}
+
+/// A status of a message Sabi sent settles its outbox row, in the same transaction.
+fn reconcile_status(conn: &Connection, item: &InboundItem, now: i64) -> Result<()> {
+    let facts = &item.facts;
+    let (Some(wamid), Some(status)) = (facts["id"].as_str(), facts["status"].as_str()) else {
+        return Ok(());
+    };
+    let update = outbox::StatusUpdate {
+        wamid,
+        status,
+        callback: facts["biz_opaque_callback_data"].as_str(),
+        error_code: facts["error_codes"]
+            .get(0)
+            .and_then(serde_json::Value::as_i64),
+    };
+    outbox::reconcile(conn, update, now)
 }
 
 fn insert_item(

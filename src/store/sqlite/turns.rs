@@ -8,7 +8,7 @@ use super::{limit_param, unavailable};
 use crate::domain::{
     Batch, BatchMessage, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
-use crate::store::{Ending, Error, OutboxEntry, Result, ReviewEntry};
+use crate::store::{Ending, Error, Result, ReviewEntry};
 
 pub(super) fn claim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
     let mut claims = reclaim(conn, now, lease, limit)?;
@@ -231,15 +231,22 @@ fn write_reply(
     parts: &[ReplyPart],
     sandbox: bool,
 ) -> Result<()> {
-    let state = if sandbox { "sandbox" } else { "queued" };
     for (index, part) in parts.iter().enumerate() {
-        // (batch, part) is unique: a part is written at most once whatever happens.
+        let options = (!part.options.is_empty())
+            .then(|| serde_json::to_string(&part.options).unwrap_or_default());
+        // (batch, part) is unique: a part is written at most once whatever happens. Web-chat
+        // answers are served from here; WhatsApp ones wait for the sender (or, in sandbox
+        // mode, are only kept).
         execute(
             conn,
-            "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at)
-             SELECT ?1, ?2, channel, business, customer, ?3, ?4, ?5 FROM conversations WHERE id = ?6
+            "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
+                                 conversation_id, options, reply_to, updated_at)
+             SELECT ?1, ?2, channel, business, customer, ?3,
+                    CASE WHEN channel = 'webchat' THEN 'served' WHEN ?4 THEN 'sandbox' ELSE 'queued' END,
+                    ?5, id, ?7, ?8, ?5
+             FROM conversations WHERE id = ?6
              ON CONFLICT (batch_id, part) DO NOTHING",
-            params![batch, index, part.text, state, now, conversation],
+            params![batch, index, part.text, sandbox, now, conversation, options, part.quote],
         )?;
     }
     Ok(())
@@ -282,53 +289,26 @@ pub(super) fn next_due(conn: &Connection) -> Result<Option<i64>> {
     .map_err(unavailable)
 }
 
-pub(super) fn outbox(conn: &Connection, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
-    conn.prepare_cached(
-        "SELECT o.id, o.batch_id, o.part, o.channel, o.business, o.customer, o.body, o.state, o.created_at,
-                b.started_at, coalesce(b.finished_at, o.created_at)
-         FROM outbox o JOIN batches b ON b.id = o.batch_id ORDER BY o.id LIMIT ?1",
-    )
-    .and_then(|mut s| {
-        s.query_map(params![limit_param(limit.unwrap_or(usize::MAX))], |r| {
-            Ok(OutboxEntry {
-                id: r.get(0)?,
-                batch_id: r.get(1)?,
-                part: r.get(2)?,
-                conversation: ConversationKey {
-                    channel: r.get(3)?,
-                    business: r.get(4)?,
-                    customer: r.get(5)?,
-                },
-                text: r.get(6)?,
-                state: r.get(7)?,
-                created_at_ms: r.get(8)?,
-                turn_started_at_ms: r.get(9)?,
-                turn_finished_at_ms: r.get(10)?,
-            })
-        })?
-        .collect()
-    })
-    .map_err(unavailable)
-}
-
 pub(super) fn review_queue(conn: &Connection, limit: Option<usize>) -> Result<Vec<ReviewEntry>> {
-    let rows: Vec<(i64, i64, String, Option<String>, i64)> = conn
+    type Row = (i64, i64, String, Option<String>, i64, Option<i64>);
+    let rows: Vec<Row> = conn
         .prepare_cached(
-            "SELECT id, batch_id, reason, error, created_at FROM review WHERE state = 'open' ORDER BY id LIMIT ?1",
+            "SELECT id, batch_id, reason, error, created_at, outbox_id FROM review WHERE state = 'open' ORDER BY id LIMIT ?1",
         )
         .and_then(|mut s| {
             s.query_map(params![limit_param(limit.unwrap_or(usize::MAX))], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
             })?
             .collect()
         })
         .map_err(unavailable)?;
     rows.into_iter()
-        .map(|(id, batch_id, reason, error, created_at_ms)| {
+        .map(|(id, batch_id, reason, error, created_at_ms, outbox_id)| {
             let batch = load_batch(conn, batch_id)?;
             Ok(ReviewEntry {
                 id,
                 batch_id,
+                outbox_id,
                 conversation: batch.conversation,
                 reason,
                 error,
@@ -348,7 +328,7 @@ fn query_ids(conn: &Connection, sql: &str, now: i64, limit: usize) -> Result<Vec
         .map_err(unavailable)
 }
 
-fn execute(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<()> {
+pub(super) fn execute(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<()> {
     conn.prepare_cached(sql)
         .and_then(|mut s| s.execute(params))
         .map(drop)

@@ -1,0 +1,476 @@
+//! The Graph API client: messages, read receipts with the typing indicator, and media. One
+//! connection pool for every business number; the number a message goes from is part of each
+//! call (`/{phone-number-id}/messages`).
+//!
+//! Errors keep what decides the next step: Meta's `error.code` (never the HTTP status alone),
+//! `Retry-After`, and whether the request can have reached Meta at all.
+
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// A template, sent when the customer service window has closed.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Template {
+    pub name: String,
+    /// Its language code, like `en_US`.
+    pub language: String,
+    /// Body parameters, in order (positional).
+    #[serde(default)]
+    pub parameters: Vec<String>,
+}
+
+/// What goes out.
+#[derive(Debug, Clone, Copy)]
+pub enum Message<'a> {
+    /// Text, with quick replies when `options` is not empty: up to 3 as reply buttons, up to
+    /// 10 as a list.
+    Text {
+        body: &'a str,
+        options: &'a [String],
+    },
+    Template(&'a Template),
+    Reaction {
+        message_id: &'a str,
+        emoji: &'a str,
+    },
+}
+
+/// Where a message goes and what it carries besides its content.
+#[derive(Debug, Clone, Copy)]
+pub struct Envelope<'a> {
+    /// The business number's phone-number id.
+    pub from: &'a str,
+    /// A phone number, or a business-scoped user id (`CC.xxxx`).
+    pub to: &'a str,
+    /// The customer's message to quote.
+    pub quote: Option<&'a str>,
+    /// Echoed by Meta in the status webhooks of this message.
+    pub callback: Option<&'a str>,
+}
+
+/// A media object's download location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaInfo {
+    pub url: String,
+    pub mime_type: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    /// Meta answered with an error.
+    #[error("Graph API error {code:?} (HTTP {status}): {message}")]
+    Api {
+        status: u16,
+        code: Option<i64>,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// The request never reached Meta (no connection): safe to send again.
+    #[error("Graph API not reached: {0}")]
+    NotSent(String),
+    /// The request may have reached Meta, but no answer came (timeout, reset).
+    #[error("Graph API answer lost: {0}")]
+    Unknown(String),
+    /// A download larger than allowed.
+    #[error("media larger than {0} bytes")]
+    TooLarge(u64),
+}
+
+#[derive(Clone)]
+pub struct Graph {
+    http: reqwest::Client,
+    base: String,
+    token: SecretString,
+}
+
+impl Graph {
+    /// A client for `base` (with its version, like `https://graph.facebook.com/v23.0`), every
+    /// call bounded by `timeout`.
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built (no TLS roots).
+    pub fn new(base: &str, token: SecretString, timeout: Duration) -> reqwest::Result<Graph> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .pool_max_idle_per_host(64)
+            .build()?;
+        Ok(Graph {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+        })
+    }
+
+    /// Sends a message; Meta's id for it (the wamid) when accepted.
+    ///
+    /// # Errors
+    /// [`GraphError`], telling whether the request may have reached Meta.
+    pub async fn send(
+        &self,
+        envelope: Envelope<'_>,
+        message: Message<'_>,
+    ) -> Result<String, GraphError> {
+        let body = message_body(envelope, message);
+        let answer: SendAnswer = self.post_messages(envelope.from, &body).await?;
+        answer
+            .messages
+            .into_iter()
+            .next()
+            .map(|m| m.id)
+            .ok_or_else(|| GraphError::Unknown("accepted without a message id".into()))
+    }
+
+    /// Marks the customer's message (and all before it) read, showing the typing indicator
+    /// when `typing` (Meta hides it after 25 s or when the reply arrives).
+    ///
+    /// # Errors
+    /// [`GraphError`].
+    pub async fn mark_read(
+        &self,
+        from: &str,
+        message_id: &str,
+        typing: bool,
+    ) -> Result<(), GraphError> {
+        let mut body = json!({
+            "messaging_product": "whatsapp",
+            "status": "read",
+            "message_id": message_id,
+        });
+        if typing {
+            body["typing_indicator"] = json!({"type": "text"});
+        }
+        self.post_messages::<Value>(from, &body).await.map(drop)
+    }
+
+    /// Where to download a media object. Its URL expires within minutes: fetch it at once.
+    ///
+    /// # Errors
+    /// [`GraphError`].
+    pub async fn media(&self, media_id: &str) -> Result<MediaInfo, GraphError> {
+        #[derive(Deserialize)]
+        struct Answer {
+            url: String,
+            #[serde(default)]
+            mime_type: String,
+        }
+        let url = format!("{}/{}", self.base, urlencode(media_id));
+        let answer: Answer = self.call(self.http.get(url)).await?;
+        Ok(MediaInfo {
+            url: answer.url,
+            mime_type: answer.mime_type,
+        })
+    }
+
+    /// Downloads media from a URL [`Graph::media`] gave, refusing more than `max_bytes`.
+    ///
+    /// # Errors
+    /// [`GraphError`]; [`GraphError::TooLarge`] above the limit.
+    pub async fn download(&self, url: &str, max_bytes: u64) -> Result<Vec<u8>, GraphError> {
+        let mut response = self
+            .http
+            .get(url)
+            .bearer_auth(self.token.expose_secret())
+            .send()
+            .await
+            .map_err(transport)?;
+        if !response.status().is_success() {
+            return Err(api_error(response).await);
+        }
+        if response.content_length().is_some_and(|n| n > max_bytes) {
+            return Err(GraphError::TooLarge(max_bytes));
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(transport)? {
+            if bytes.len() as u64 + chunk.len() as u64 > max_bytes {
+                return Err(GraphError::TooLarge(max_bytes));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    }
+
+    async fn post_messages<T: serde::de::DeserializeOwned>(
+        &self,
+        from: &str,
+        body: &Value,
+    ) -> Result<T, GraphError> {
+        let url = format!("{}/{}/messages", self.base, urlencode(from));
+        self.call(self.http.post(url).json(body)).await
+    }
+
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<T, GraphError> {
+        let response = request
+            .bearer_auth(self.token.expose_secret())
+            .send()
+            .await
+            .map_err(transport)?;
+        if !response.status().is_success() {
+            return Err(api_error(response).await);
+        }
+        response
+            .json()
+            .await
+            .map_err(|e| GraphError::Unknown(format!("unreadable answer: {e}")))
+    }
+}
+
+#[derive(Deserialize)]
+struct SendAnswer {
+    #[serde(default)]
+    messages: Vec<SentMessage>,
+}
+
+#[derive(Deserialize)]
+struct SentMessage {
+    id: String,
+}
+
+/// A failure before any byte could reach Meta is safe to repeat; anything later is not.
+fn transport(e: reqwest::Error) -> GraphError {
+    if e.is_connect() || e.is_builder() {
+        GraphError::NotSent(e.to_string())
+    } else {
+        GraphError::Unknown(e.to_string())
+    }
+}
+
+async fn api_error(response: reqwest::Response) -> GraphError {
+    #[derive(Deserialize)]
+    struct Envelope {
+        error: Detail,
+    }
+    #[derive(Deserialize)]
+    struct Detail {
+        code: Option<i64>,
+        #[serde(default)]
+        message: String,
+    }
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let text = response.text().await.unwrap_or_default();
+    let (code, message) = match serde_json::from_str::<Envelope>(&text) {
+        Ok(Envelope { error }) => (error.code, error.message),
+        Err(_) => (None, text.chars().take(200).collect()),
+    };
+    GraphError::Api {
+        status,
+        code,
+        message,
+        retry_after,
+    }
+}
+
+/// The JSON body of a send, as the reference gives it.
+pub fn message_body(envelope: Envelope<'_>, message: Message<'_>) -> Value {
+    let mut body = json!({
+        "messaging_product": "whatsapp",
+        "recipient_type": "individual",
+    });
+    // Phone numbers go in `to`; business-scoped user ids (`NG.1234...`) in `recipient`.
+    let key = if is_phone_number(envelope.to) {
+        "to"
+    } else {
+        "recipient"
+    };
+    body[key] = json!(envelope.to);
+    if let Some(callback) = envelope.callback {
+        body["biz_opaque_callback_data"] = json!(callback);
+    }
+    match message {
+        Message::Text {
+            body: text,
+            options,
+        } => {
+            if let Some(quote) = envelope.quote {
+                body["context"] = json!({ "message_id": quote });
+            }
+            match options.len() {
+                0 => {
+                    body["type"] = json!("text");
+                    body["text"] = json!({ "preview_url": has_link(text), "body": text });
+                }
+                1..=3 => {
+                    body["type"] = json!("interactive");
+                    body["interactive"] = buttons(text, options);
+                }
+                _ => {
+                    body["type"] = json!("interactive");
+                    body["interactive"] = list(text, options);
+                }
+            }
+        }
+        Message::Template(template) => {
+            body["type"] = json!("template");
+            let parameters: Vec<Value> = template
+                .parameters
+                .iter()
+                .map(|p| json!({ "type": "text", "text": p }))
+                .collect();
+            let mut spec = json!({
+                "name": template.name,
+                "language": { "code": template.language },
+            });
+            if !parameters.is_empty() {
+                spec["components"] = json!([{ "type": "body", "parameters": parameters }]);
+            }
+            body["template"] = spec;
+        }
+        Message::Reaction { message_id, emoji } => {
+            body["type"] = json!("reaction");
+            body["reaction"] = json!({ "message_id": message_id, "emoji": emoji });
+        }
+    }
+    body
+}
+
+/// Most quick replies a message can carry (a list's 10 rows).
+pub const MAX_OPTIONS: usize = 10;
+/// The longest body text a message with reply buttons can have.
+pub const BUTTONS_BODY_LIMIT: usize = 1024;
+
+fn buttons(text: &str, options: &[String]) -> Value {
+    let buttons: Vec<Value> = options
+        .iter()
+        .map(|o| json!({ "type": "reply", "reply": { "id": clip(o, 256), "title": clip(o, 20) } }))
+        .collect();
+    json!({ "type": "button", "body": { "text": text }, "action": { "buttons": buttons } })
+}
+
+fn list(text: &str, options: &[String]) -> Value {
+    let rows: Vec<Value> = options
+        .iter()
+        .take(MAX_OPTIONS)
+        .map(|o| json!({ "id": clip(o, 200), "title": clip(o, 24) }))
+        .collect();
+    json!({
+        "type": "list",
+        "body": { "text": text },
+        "action": { "button": "Options", "sections": [{ "title": "Options", "rows": rows }] },
+    })
+}
+
+/// At most `max` characters, cut on a character boundary.
+fn clip(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
+}
+
+fn has_link(text: &str) -> bool {
+    text.contains("https://") || text.contains("http://")
+}
+
+fn is_phone_number(to: &str) -> bool {
+    !to.is_empty()
+        && to
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '+' | '-' | ' ' | '(' | ')'))
+}
+
+fn urlencode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope(to: &str) -> Envelope<'_> {
+        Envelope {
+            from: "1",
+            to,
+            quote: None,
+            callback: Some("sabi:outbox:7"),
+        }
+    }
+
+    #[test]
+    fn phone_numbers_go_in_to_and_user_ids_in_recipient() {
+        let body = message_body(
+            envelope("2348031234567"),
+            Message::Text {
+                body: "hi",
+                options: &[],
+            },
+        );
+        assert_eq!(body["to"], "2348031234567");
+        assert_eq!(body["biz_opaque_callback_data"], "sabi:outbox:7");
+        assert_eq!(body["text"]["body"], "hi");
+        let body = message_body(
+            envelope("NG.8812734650192837"),
+            Message::Text {
+                body: "hi",
+                options: &[],
+            },
+        );
+        assert_eq!(body["recipient"], "NG.8812734650192837");
+        assert!(body.get("to").is_none());
+    }
+
+    #[test]
+    fn options_become_buttons_or_a_list() {
+        let three: Vec<String> = ["Yes", "No", "Talk to a person please"]
+            .map(String::from)
+            .to_vec();
+        let body = message_body(
+            envelope("1"),
+            Message::Text {
+                body: "Helpful?",
+                options: &three,
+            },
+        );
+        assert_eq!(body["interactive"]["type"], "button");
+        assert_eq!(
+            body["interactive"]["action"]["buttons"][2]["reply"]["title"],
+            "Talk to a person ple"
+        );
+        let many: Vec<String> = (0..12).map(|i| format!("Option {i}")).collect();
+        let body = message_body(
+            envelope("1"),
+            Message::Text {
+                body: "Pick",
+                options: &many,
+            },
+        );
+        assert_eq!(body["interactive"]["type"], "list");
+        let rows = body["interactive"]["action"]["sections"][0]["rows"]
+            .as_array()
+            .map_or(0, Vec::len);
+        assert_eq!(rows, MAX_OPTIONS);
+    }
+
+    #[test]
+    fn templates_carry_positional_parameters() {
+        let template = Template {
+            name: "reply_waiting".into(),
+            language: "en_US".into(),
+            parameters: vec!["Ada".into()],
+        };
+        let body = message_body(envelope("1"), Message::Template(&template));
+        assert_eq!(body["template"]["name"], "reply_waiting");
+        assert_eq!(body["template"]["language"]["code"], "en_US");
+        assert_eq!(
+            body["template"]["components"][0]["parameters"][0]["text"],
+            "Ada"
+        );
+    }
+}

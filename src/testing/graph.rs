@@ -1,0 +1,490 @@
+//! A fake Graph API: a real HTTP server on a random local port that answers like Meta.
+//!
+//! It checks the bearer token and the request shapes of the reference, answers with fresh
+//! wamids or Meta's error envelope, records every request with the time it arrived, and sends
+//! status webhooks back to Sabi signed like Meta (wire format, `X-Hub-Signature-256`),
+//! retrying until it gets a 200. Tests steer it: throttle for a while, fail the next sends
+//! with a code, accept a send but never answer it, expire the token, close the customer
+//! service window for a recipient, serve media.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::ingress::whatsapp::{sign, wire};
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub at: Instant,
+    /// The business number (phone-number id) it was sent from.
+    pub number: String,
+    pub body: Value,
+    /// The wamid the fake gave it, when it accepted a message.
+    pub wamid: Option<String>,
+}
+
+impl Received {
+    /// The recipient: `to` or `recipient`.
+    pub fn recipient(&self) -> Option<&str> {
+        self.body["to"]
+            .as_str()
+            .or_else(|| self.body["recipient"].as_str())
+    }
+
+    /// The text a customer sees: a text body, an interactive body, or the template's name.
+    pub fn text(&self) -> Option<&str> {
+        self.body["text"]["body"]
+            .as_str()
+            .or_else(|| self.body["interactive"]["body"]["text"].as_str())
+            .or_else(|| self.body["template"]["name"].as_str())
+    }
+
+    /// A message send (not a read receipt).
+    pub fn is_message(&self) -> bool {
+        self.body.get("status").is_none()
+    }
+}
+
+/// How the fake reaches Sabi with status webhooks.
+#[derive(Debug, Clone)]
+pub struct Webhooks {
+    pub url: String,
+    pub app_secret: String,
+}
+
+#[derive(Default)]
+struct Behaviour {
+    throttle_until: Option<Instant>,
+    /// Throttle with HTTP 429 and no code, instead of 400 + 130429.
+    throttle_http: bool,
+    failures: VecDeque<(u16, i64)>,
+    stall_next: usize,
+    token_expired: bool,
+    window_closed: HashSet<String>,
+    statuses: bool,
+    media: HashMap<String, (String, Vec<u8>)>,
+}
+
+struct Shared {
+    token: String,
+    webhooks: Option<Webhooks>,
+    received: Mutex<Vec<Received>>,
+    behaviour: Mutex<Behaviour>,
+    addr: SocketAddr,
+    http: reqwest::Client,
+}
+
+#[derive(Clone)]
+pub struct FakeGraph {
+    shared: Arc<Shared>,
+}
+
+/// How long a stalled answer takes: longer than any client timeout in the tests.
+const STALL: Duration = Duration::from_secs(300);
+
+impl FakeGraph {
+    /// Starts the fake on a random local port. It accepts `token` only; with `webhooks`, it
+    /// sends status webhooks for what it accepts once [`FakeGraph::send_statuses`] is on.
+    ///
+    /// # Panics
+    /// When no local port can be bound.
+    pub async fn start(token: &str, webhooks: Option<Webhooks>) -> FakeGraph {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the fake Graph API");
+        let addr = listener.local_addr().expect("local addr");
+        let shared = Arc::new(Shared {
+            token: token.to_owned(),
+            webhooks,
+            received: Mutex::new(Vec::new()),
+            behaviour: Mutex::new(Behaviour::default()),
+            addr,
+            http: reqwest::Client::new(),
+        });
+        let app = axum::Router::new()
+            .route("/{version}/{number}/messages", post(messages))
+            .route("/{version}/{media}", get(media_info))
+            .route("/download/{media}", get(download))
+            .with_state(shared.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeGraph { shared }
+    }
+
+    /// The API base to configure (`SABI_WHATSAPP_API_BASE`), with a version.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v23.0", self.shared.addr)
+    }
+
+    /// Everything received so far, in arrival order.
+    pub fn received(&self) -> Vec<Received> {
+        lock(&self.shared.received).clone()
+    }
+
+    /// Message sends accepted so far (each with its wamid), in arrival order.
+    pub fn accepted(&self) -> Vec<Received> {
+        self.received()
+            .into_iter()
+            .filter(|r| r.wamid.is_some() && r.is_message())
+            .collect()
+    }
+
+    /// Answers every message send with a throttling error for `duration`.
+    pub fn throttle_for(&self, duration: Duration, http_429: bool) {
+        let mut b = lock(&self.shared.behaviour);
+        b.throttle_until = Some(Instant::now() + duration);
+        b.throttle_http = http_429;
+    }
+
+    /// The next message sends fail with (HTTP status, Meta code), in order.
+    pub fn fail_next(&self, failures: &[(u16, i64)]) {
+        lock(&self.shared.behaviour).failures.extend(failures);
+    }
+
+    /// The next `n` message sends are accepted but never answered.
+    pub fn stall_next(&self, n: usize) {
+        lock(&self.shared.behaviour).stall_next += n;
+    }
+
+    /// From now on the token is refused with code 190.
+    pub fn expire_token(&self) {
+        lock(&self.shared.behaviour).token_expired = true;
+    }
+
+    /// Non-template messages to `recipient` are accepted, then fail with 131047 in a status
+    /// webhook, as Meta does outside the customer service window.
+    pub fn close_window(&self, recipient: &str) {
+        lock(&self.shared.behaviour)
+            .window_closed
+            .insert(recipient.to_owned());
+    }
+
+    /// Sends `sent` and `delivered` status webhooks for accepted messages.
+    pub fn send_statuses(&self, on: bool) {
+        lock(&self.shared.behaviour).statuses = on;
+    }
+
+    /// Serves `bytes` as media `id`.
+    pub fn add_media(&self, id: &str, mime_type: &str, bytes: Vec<u8>) {
+        lock(&self.shared.behaviour)
+            .media
+            .insert(id.to_owned(), (mime_type.to_owned(), bytes));
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn error(status: u16, code: i64, message: &str) -> Response {
+    let body = json!({"error": {
+        "message": format!("(#{code}) {message}"),
+        "type": "OAuthException",
+        "code": code,
+        "error_data": {"messaging_product": "whatsapp", "details": message},
+        "fbtrace_id": "AFakeTraceId",
+    }});
+    (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+        Json(body),
+    )
+        .into_response()
+}
+
+fn authorised(shared: &Shared, headers: &HeaderMap) -> bool {
+    let expected = format!("Bearer {}", shared.token);
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == expected)
+        && !lock(&shared.behaviour).token_expired
+}
+
+/// An error answer: HTTP status, Meta code, message.
+type Refusal = (u16, i64, &'static str);
+
+/// What the reference requires of a send body; the error Meta gives otherwise.
+fn check_shape(body: &Value) -> Result<(), Refusal> {
+    if body["messaging_product"] != "whatsapp" {
+        return Err((400, 100, "messaging_product must be whatsapp"));
+    }
+    if body.get("status").is_some() {
+        return match body["message_id"].as_str() {
+            Some(id) if id.starts_with("wamid.") => Ok(()),
+            _ => Err((400, 100, "unknown message_id")),
+        };
+    }
+    if body["to"].as_str().is_none() && body["recipient"].as_str().is_none() {
+        return Err((400, 131_008, "to or recipient is required"));
+    }
+    let kind = body["type"].as_str().unwrap_or_default();
+    if body.get(kind).is_none() {
+        return Err((400, 131_008, "the message object is missing"));
+    }
+    match kind {
+        "text" => match body["text"]["body"].as_str() {
+            Some(text) if text.chars().count() <= 4096 && !text.is_empty() => Ok(()),
+            _ => Err((400, 100, "text.body missing or over 4096 characters")),
+        },
+        "interactive" => {
+            let text = body["interactive"]["body"]["text"]
+                .as_str()
+                .unwrap_or_default();
+            let buttons = body["interactive"]["action"]["buttons"]
+                .as_array()
+                .map_or(0, Vec::len);
+            let over = if buttons > 0 { 1024 } else { 4096 };
+            if text.is_empty() || text.chars().count() > over || buttons > 3 {
+                Err((400, 100, "interactive message out of limits"))
+            } else {
+                Ok(())
+            }
+        }
+        "template" => match (
+            body["template"]["name"].as_str(),
+            body["template"]["language"]["code"].as_str(),
+        ) {
+            (Some(_), Some(_)) => Ok(()),
+            _ => Err((400, 131_008, "template name and language are required")),
+        },
+        "reaction" | "image" | "audio" | "document" | "video" | "sticker" => Ok(()),
+        _ => Err((400, 100, "unknown message type")),
+    }
+}
+
+enum Plan {
+    Accept { stall: bool, fail_window: bool },
+    Refuse(Response),
+}
+
+fn plan(shared: &Shared, body: &Value) -> Plan {
+    let mut b = lock(&shared.behaviour);
+    if b.throttle_until.is_some_and(|until| Instant::now() < until) {
+        return Plan::Refuse(if b.throttle_http {
+            (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "1")]).into_response()
+        } else {
+            error(400, 130_429, "Rate limit hit")
+        });
+    }
+    if let Some((status, code)) = b.failures.pop_front() {
+        return Plan::Refuse(error(status, code, "injected failure"));
+    }
+    let stall = b.stall_next > 0;
+    if stall {
+        b.stall_next -= 1;
+    }
+    let recipient = body["to"].as_str().or_else(|| body["recipient"].as_str());
+    let fail_window =
+        body["type"] != "template" && recipient.is_some_and(|r| b.window_closed.contains(r));
+    Plan::Accept { stall, fail_window }
+}
+
+async fn messages(
+    State(shared): State<Arc<Shared>>,
+    Path((_version, number)): Path<(String, String)>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
+    let at = Instant::now();
+    let Ok(body) = serde_json::from_slice::<Value>(&raw) else {
+        return error(400, 100, "malformed JSON");
+    };
+    let mut received = Received {
+        at,
+        number: number.clone(),
+        body: body.clone(),
+        wamid: None,
+    };
+    if !authorised(&shared, &headers) {
+        lock(&shared.received).push(received);
+        return error(
+            401,
+            190,
+            "Error validating access token: Session has expired",
+        );
+    }
+    if let Err((status, code, message)) = check_shape(&body) {
+        lock(&shared.received).push(received);
+        return error(status, code, message);
+    }
+    if body.get("status").is_some() {
+        lock(&shared.received).push(received);
+        return Json(json!({"success": true})).into_response();
+    }
+    let (stall, fail_window) = match plan(&shared, &body) {
+        Plan::Refuse(response) => {
+            lock(&shared.received).push(received);
+            return response;
+        }
+        Plan::Accept { stall, fail_window } => (stall, fail_window),
+    };
+    let wamid = format!("wamid.FAKE{}", uuid_like());
+    received.wamid = Some(wamid.clone());
+    lock(&shared.received).push(received);
+    let recipient = body["to"]
+        .as_str()
+        .or_else(|| body["recipient"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let callback = body["biz_opaque_callback_data"].as_str().map(str::to_owned);
+    let statuses = lock(&shared.behaviour).statuses || fail_window || stall;
+    if statuses {
+        let shared = shared.clone();
+        let (number, wamid, recipient) = (number.clone(), wamid.clone(), recipient.clone());
+        tokio::spawn(async move {
+            let list: &[&str] = if fail_window {
+                &["failed"]
+            } else {
+                &["sent", "delivered"]
+            };
+            for status in list {
+                post_status(
+                    &shared,
+                    &number,
+                    &wamid,
+                    &recipient,
+                    status,
+                    callback.as_deref(),
+                )
+                .await;
+            }
+        });
+    }
+    if stall {
+        tokio::time::sleep(STALL).await;
+    }
+    let input_key = if body["to"].is_string() {
+        "wa_id"
+    } else {
+        "user_id"
+    };
+    let mut answer = json!({
+        "messaging_product": "whatsapp",
+        "contacts": [{"input": recipient, input_key: recipient}],
+        "messages": [{"id": wamid}],
+    });
+    if body["type"] == "template" {
+        answer["messages"][0]["message_status"] = json!("accepted");
+    }
+    Json(answer).into_response()
+}
+
+fn uuid_like() -> String {
+    let mut bytes = [0u8; 12];
+    getrandom::fill(&mut bytes).unwrap_or_default();
+    hex::encode_upper(bytes)
+}
+
+/// A status webhook, signed like Meta, posted until Sabi answers 200 (a few tries).
+async fn post_status(
+    shared: &Shared,
+    number: &str,
+    wamid: &str,
+    recipient: &str,
+    status: &str,
+    callback: Option<&str>,
+) {
+    let Some(hooks) = &shared.webhooks else {
+        return;
+    };
+    let mut item = json!({
+        "id": wamid,
+        "status": status,
+        "timestamp": (chrono_now_secs()).to_string(),
+        "recipient_id": recipient,
+    });
+    if let Some(callback) = callback {
+        item["biz_opaque_callback_data"] = json!(callback);
+    }
+    if status == "failed" {
+        item["errors"] = json!([{
+            "code": 131_047,
+            "title": "Re-engagement message",
+            "message": "Re-engagement message",
+            "error_data": {"details": "Message failed to send because more than 24 hours have passed since the customer last replied to this number."},
+        }]);
+    }
+    let body = wire::encode(&json!({
+        "object": "whatsapp_business_account",
+        "entry": [{"id": "100000000000000", "changes": [{"field": "messages", "value": {
+            "messaging_product": "whatsapp",
+            "metadata": {"display_phone_number": "15550000000", "phone_number_id": number},
+            "statuses": [item],
+        }}]}],
+    }));
+    let signature = sign(
+        &SecretString::from(hooks.app_secret.clone()),
+        body.as_bytes(),
+    );
+    for _ in 0..20 {
+        let sent = shared
+            .http
+            .post(&hooks.url)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("X-Hub-Signature-256", &signature)
+            .body(body.clone())
+            .send()
+            .await;
+        if sent.is_ok_and(|r| r.status() == StatusCode::OK) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn chrono_now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+async fn media_info(
+    State(shared): State<Arc<Shared>>,
+    Path((_version, media)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorised(&shared, &headers) {
+        return error(401, 190, "Error validating access token");
+    }
+    let known = lock(&shared.behaviour).media.get(&media).cloned();
+    match known {
+        Some((mime_type, bytes)) => Json(json!({
+            "messaging_product": "whatsapp",
+            "url": format!("http://{}/download/{media}", shared.addr),
+            "mime_type": mime_type,
+            "sha256": "0",
+            "file_size": bytes.len().to_string(),
+            "id": media,
+        }))
+        .into_response(),
+        None => error(400, 100, "unknown media id"),
+    }
+}
+
+async fn download(
+    State(shared): State<Arc<Shared>>,
+    Path(media): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorised(&shared, &headers) {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let known = lock(&shared.behaviour).media.get(&media).cloned();
+    match known {
+        Some((mime_type, bytes)) => ([(header::CONTENT_TYPE, mime_type)], bytes).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
