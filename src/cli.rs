@@ -54,7 +54,7 @@ enum Command {
         #[arg(long)]
         limit: Option<usize>,
     },
-    /// Print reply parts in the outbox (sandbox and queued alike).
+    /// Print reply parts in the outbox, with how their sending went.
     Outbox {
         #[arg(long)]
         json: bool,
@@ -196,36 +196,37 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn serve(config: &Config, role: Role) -> anyhow::Result<()> {
+    // Listening before anything slow (training the router), so a SIGTERM during start-up
+    // also ends in a clean stop.
+    let stop = shutdown_signal()?;
     let app = App::build(config, role).await?;
     let shutdown = app.shutdown_token();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        stop.await;
         tracing::info!("shutdown signal received");
         shutdown.cancel();
     });
     app.run_until_stopped().await
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Resolves on SIGTERM or Ctrl-C.
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
+        let mut term = signal(SignalKind::terminate())?;
+        Ok(async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
             }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
-        }
+        })
     }
     #[cfg(not(unix))]
     {
-        let _ = ctrl_c.await;
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }
 
@@ -304,7 +305,14 @@ async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
                 "part": entry.part,
                 "text": entry.text,
                 "state": entry.state,
+                "kind": entry.kind,
+                "attempts": entry.attempts,
+                "wamid": entry.wamid,
+                "delivery": entry.delivery,
+                "error_code": entry.error_code,
+                "error": entry.error,
                 "created_at": rfc3339(entry.created_at_ms),
+                "sent_at": entry.sent_at_ms.map(rfc3339),
                 "turn_started_at_ms": entry.turn_started_at_ms,
                 "turn_finished_at_ms": entry.turn_finished_at_ms,
             });
@@ -312,9 +320,10 @@ async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
         } else {
             writeln!(
                 out,
-                "{:>6}  {:<8} {:<18} {:<16} batch {} part {}  {}",
+                "{:>6}  {:<13} {:<9} {:<18} {:<16} batch {} part {}  {}",
                 entry.id,
                 entry.state,
+                entry.delivery.as_deref().unwrap_or("-"),
                 c.business,
                 c.customer,
                 entry.batch_id,
@@ -340,6 +349,7 @@ async fn review(config: &Config, as_json: bool) -> anyhow::Result<()> {
                 "customer": c.customer,
                 "batch": item.batch_id,
                 "reason": item.reason,
+                "outbox_id": item.outbox_id,
                 "error": item.error,
                 "created_at": rfc3339(item.created_at_ms),
                 "messages": item.messages.iter().map(|m| m.external_id.as_str()).collect::<Vec<_>>(),

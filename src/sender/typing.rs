@@ -5,6 +5,7 @@
 //! it after 25 s, so it is sent again every 20 s while the turn runs. It is best effort: a
 //! failure is logged and the turn goes on.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,8 @@ use crate::worker::{TurnError, TurnHandler, TurnOutcome};
 
 /// How often the indicator is shown again while a turn runs.
 const REFRESH: Duration = Duration::from_secs(20);
+/// The longest a turn waits for its first indicator to go out.
+const FIRST_WAIT: Duration = Duration::from_secs(2);
 
 pub struct Typing {
     inner: Arc<dyn TurnHandler>,
@@ -27,13 +30,22 @@ impl Typing {
         Arc::new(Typing { inner, sender })
     }
 
-    async fn show(sender: Arc<Sender>, business: String, message_id: String) {
+    async fn show(&self, business: &str, message_id: &str) {
+        self.sender.pacer().acquire(business).await;
+        if let Err(e) = self
+            .sender
+            .graph()
+            .mark_read(business, message_id, true)
+            .await
+        {
+            tracing::warn!(error.message = %e, "could not show the typing indicator");
+        }
+    }
+
+    async fn keep_showing(&self, business: &str, message_id: &str) -> Infallible {
         loop {
-            sender.pacer().acquire(&business).await;
-            if let Err(e) = sender.graph().mark_read(&business, &message_id, true).await {
-                tracing::warn!(error.message = %e, "could not show the typing indicator");
-            }
             tokio::time::sleep(REFRESH).await;
+            self.show(business, message_id).await;
         }
     }
 }
@@ -41,19 +53,21 @@ impl Typing {
 #[async_trait]
 impl TurnHandler for Typing {
     async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
-        let last = batch.messages.last().map(|m| m.external_id.clone());
-        let indicator = match (batch.conversation.channel, last) {
-            (Channel::Whatsapp, Some(message_id)) => Some(tokio::spawn(Typing::show(
-                self.sender.clone(),
-                batch.conversation.business.clone(),
-                message_id,
-            ))),
-            _ => None,
+        let last = batch.messages.last().map(|m| m.external_id.as_str());
+        let (Channel::Whatsapp, Some(message_id)) = (batch.conversation.channel, last) else {
+            return self.inner.handle(batch).await;
         };
-        let outcome = self.inner.handle(batch).await;
-        if let Some(indicator) = indicator {
-            indicator.abort();
+        let business = batch.conversation.business.as_str();
+        // The turn ends only once the first indicator went out (or gave up), so it comes
+        // before the reply; a slow Graph API holds the turn back by no more than FIRST_WAIT.
+        let first = tokio::time::timeout(FIRST_WAIT, self.show(business, message_id));
+        let work = async {
+            let (outcome, _) = tokio::join!(self.inner.handle(batch), first);
+            outcome
+        };
+        tokio::select! {
+            outcome = work => outcome,
+            never = self.keep_showing(business, message_id) => match never {},
         }
-        outcome
     }
 }

@@ -79,7 +79,7 @@ struct Behaviour {
 
 struct Shared {
     token: String,
-    webhooks: Option<Webhooks>,
+    webhooks: Mutex<Option<Webhooks>>,
     received: Mutex<Vec<Received>>,
     behaviour: Mutex<Behaviour>,
     addr: SocketAddr,
@@ -95,19 +95,18 @@ pub struct FakeGraph {
 const STALL: Duration = Duration::from_secs(300);
 
 impl FakeGraph {
-    /// Starts the fake on a random local port. It accepts `token` only; with `webhooks`, it
-    /// sends status webhooks for what it accepts once [`FakeGraph::send_statuses`] is on.
+    /// Starts the fake on a random local port. It accepts `token` only.
     ///
     /// # Panics
     /// When no local port can be bound.
-    pub async fn start(token: &str, webhooks: Option<Webhooks>) -> FakeGraph {
+    pub async fn start(token: &str) -> FakeGraph {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the fake Graph API");
         let addr = listener.local_addr().expect("local addr");
         let shared = Arc::new(Shared {
             token: token.to_owned(),
-            webhooks,
+            webhooks: Mutex::new(None),
             received: Mutex::new(Vec::new()),
             behaviour: Mutex::new(Behaviour::default()),
             addr,
@@ -127,6 +126,11 @@ impl FakeGraph {
     /// The API base to configure (`SABI_WHATSAPP_API_BASE`), with a version.
     pub fn base_url(&self) -> String {
         format!("http://{}/v23.0", self.shared.addr)
+    }
+
+    /// Where status webhooks go: without this, none are sent.
+    pub fn deliver_statuses_to(&self, webhooks: Webhooks) {
+        *lock(&self.shared.webhooks) = Some(webhooks);
     }
 
     /// Everything received so far, in arrival order.
@@ -172,7 +176,8 @@ impl FakeGraph {
             .insert(recipient.to_owned());
     }
 
-    /// Sends `sent` and `delivered` status webhooks for accepted messages.
+    /// Sends `sent` and `delivered` status webhooks for every accepted message (a stalled or
+    /// window-failed one always gets its statuses).
     pub fn send_statuses(&self, on: bool) {
         lock(&self.shared.behaviour).statuses = on;
     }
@@ -397,7 +402,7 @@ async fn post_status(
     status: &str,
     callback: Option<&str>,
 ) {
-    let Some(hooks) = &shared.webhooks else {
+    let Some(hooks) = lock(&shared.webhooks).clone() else {
         return;
     };
     let mut item = json!({

@@ -13,6 +13,7 @@ mod helpers;
 mod metrics;
 mod openapi;
 mod router;
+mod sender;
 mod webchat;
 mod webhook;
 mod workers;

@@ -23,7 +23,7 @@ pub(super) fn claim_sends(conn: &Connection, claim: &SendClaim) -> Result<Vec<Se
     let halted = serde_json::to_string(&claim.halted).unwrap_or_else(|_| "[]".into());
     let ids: Vec<i64> = conn
         .prepare_cached(&format!(
-            "SELECT o.id FROM outbox o INDEXED BY outbox_due JOIN conversations c ON c.id = o.conversation_id
+            "SELECT o.id FROM outbox o JOIN conversations c ON c.id = o.conversation_id
              WHERE o.state IN ('queued', 'window_closed')
                AND coalesce(o.next_attempt_at, 0) <= ?1 AND coalesce(c.send_after, 0) <= ?1
                AND o.business NOT IN (SELECT value FROM json_each(?2))
@@ -56,7 +56,7 @@ fn settle_lapsed(conn: &Connection, claim: &SendClaim) -> Result<()> {
     )?;
     let expired: Vec<(i64, i64)> = conn
         .prepare_cached(
-            "SELECT id, batch_id FROM outbox INDEXED BY outbox_sending
+            "SELECT id, batch_id FROM outbox
              WHERE state = 'unknown' AND send_until <= ?1",
         )
         .and_then(|mut s| {
@@ -340,10 +340,10 @@ pub(super) fn next_send_due(conn: &Connection) -> Result<Option<i64>> {
     conn.prepare_cached(
         "SELECT min(t) FROM (
              SELECT min(max(coalesce(o.next_attempt_at, 0), coalesce(c.send_after, 0))) AS t
-             FROM outbox o INDEXED BY outbox_due JOIN conversations c ON c.id = o.conversation_id
+             FROM outbox o JOIN conversations c ON c.id = o.conversation_id
              WHERE o.state IN ('queued', 'window_closed')
-             UNION ALL SELECT min(send_until) FROM outbox INDEXED BY outbox_sending
-             WHERE state IN ('sending', 'unknown'))",
+             UNION ALL SELECT min(send_until) FROM outbox WHERE state = 'sending'
+             UNION ALL SELECT min(send_until) FROM outbox WHERE state = 'unknown')",
     )
     .and_then(|mut s| s.query_row([], |r| r.get(0)))
     .map_err(unavailable)

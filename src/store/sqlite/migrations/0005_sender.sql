@@ -30,7 +30,8 @@ UPDATE outbox SET state = 'served' WHERE channel = 'webchat';
 CREATE INDEX outbox_active ON outbox (conversation_id, id)
     WHERE state IN ('queued', 'sending', 'unknown', 'window_closed');
 CREATE INDEX outbox_due ON outbox (id) WHERE state IN ('queued', 'window_closed');
-CREATE INDEX outbox_sending ON outbox (send_until) WHERE state IN ('sending', 'unknown');
+CREATE INDEX outbox_sending ON outbox (send_until) WHERE state = 'sending';
+CREATE INDEX outbox_unknown ON outbox (send_until) WHERE state = 'unknown';
 CREATE UNIQUE INDEX outbox_wamid ON outbox (wamid) WHERE wamid IS NOT NULL;
 
 -- Pacing per recipient, and the customer service window.

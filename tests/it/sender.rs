@@ -1,0 +1,602 @@
+//! The sender against the fake Graph API: pacing per number and per recipient, order, at most
+//! once, throttling storms, lost answers, the 24-hour window, long texts, and expired tokens.
+//! Sabi runs whole (ingress, scheduler, sender) on the real clock.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sabi::app::{App, Role};
+use sabi::clock::{Clock, SystemClock};
+use sabi::domain::{Batch, ReplyPart};
+use sabi::store::{self, CALLBACK_PREFIX, OutboxEntry, SendClaim, SendResult, Store};
+use sabi::testing::graph::{FakeGraph, Received, Webhooks};
+use sabi::worker::{TurnError, TurnHandler, TurnOutcome};
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::{SECRET, config, signature, text_webhook_at};
+
+const TOKEN: &str = "it-graph-token";
+
+/// Replies to every batch with `parts` numbered parts, naming the customer.
+struct Parts(usize);
+
+#[async_trait::async_trait]
+impl TurnHandler for Parts {
+    async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
+        let customer = &batch.conversation.customer;
+        Ok(TurnOutcome::Reply(
+            (0..self.0)
+                .map(|i| ReplyPart::text(format!("{customer} part {i}")))
+                .collect(),
+        ))
+    }
+}
+
+/// Replies with a fixed text.
+struct Says(String);
+
+#[async_trait::async_trait]
+impl TurnHandler for Says {
+    async fn handle(&self, _batch: &Batch) -> Result<TurnOutcome, TurnError> {
+        Ok(TurnOutcome::Reply(vec![ReplyPart::text(self.0.clone())]))
+    }
+}
+
+/// Sabi with a sender, talking to a fake Graph API that sends status webhooks back.
+struct Sending {
+    fake: FakeGraph,
+    store: Arc<dyn Store>,
+    client: reqwest::Client,
+    url: String,
+    shutdown: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+impl Sending {
+    async fn start(handler: Arc<dyn TurnHandler>, extra: &[(&str, &str)]) -> Sending {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Sending::launch(dir, handler, extra, true).await
+    }
+
+    /// Sabi with its store (and `sabi.toml`, if the test wrote one) in `dir`; the fake sends
+    /// status webhooks back when `statuses_to_sabi`.
+    async fn launch(
+        dir: tempfile::TempDir,
+        handler: Arc<dyn TurnHandler>,
+        extra: &[(&str, &str)],
+        statuses_to_sabi: bool,
+    ) -> Sending {
+        let fake = FakeGraph::start(TOKEN).await;
+        let base = fake.base_url();
+        let mut env = vec![
+            ("SABI_WHATSAPP_ACCESS_TOKEN", TOKEN),
+            ("SABI_WHATSAPP_API_BASE", base.as_str()),
+            ("SABI_BATCH_WINDOW", "0"),
+        ];
+        env.extend_from_slice(extra);
+        let config = config(dir.path(), &env);
+        let app = App::build_with(&config, Role::All, Arc::new(SystemClock), Some(handler))
+            .await
+            .expect("app builds");
+        let url = format!("http://{}", app.addr().expect("bound"));
+        if statuses_to_sabi {
+            fake.deliver_statuses_to(Webhooks {
+                url: format!("{url}/webhook/whatsapp"),
+                app_secret: SECRET.into(),
+            });
+        }
+        let store = app.store();
+        let shutdown = app.shutdown_token();
+        tokio::spawn(app.run_until_stopped());
+        Sending {
+            fake,
+            store,
+            client: reqwest::Client::new(),
+            url,
+            shutdown,
+            _dir: dir,
+        }
+    }
+
+    /// A customer's text message, sent `age_s` seconds ago.
+    async fn customer_writes(&self, id: &str, from: &str, text: &str, age_s: i64) {
+        let body = text_webhook_at(id, from, text, now_s() - age_s);
+        let response = self
+            .client
+            .post(format!("{}/webhook/whatsapp", self.url))
+            .header("content-type", "application/json")
+            .header("x-hub-signature-256", signature(&body))
+            .body(body)
+            .send()
+            .await
+            .expect("webhook sent");
+        assert_eq!(response.status(), 200);
+    }
+
+    async fn outbox(&self) -> Vec<OutboxEntry> {
+        self.store.outbox(None).await.expect("outbox")
+    }
+
+    /// Waits until `done` holds for the outbox (or fails after `limit`).
+    async fn wait_for(&self, limit: Duration, done: impl Fn(&[OutboxEntry]) -> bool) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let outbox = self.outbox().await;
+            if done(&outbox) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "gave up waiting; outbox states: {:?}",
+                states(&outbox)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+fn states(outbox: &[OutboxEntry]) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for entry in outbox {
+        *counts.entry(entry.state.clone()).or_default() += 1;
+    }
+    counts
+}
+
+fn all_accepted(count: usize) -> impl Fn(&[OutboxEntry]) -> bool {
+    move |outbox| outbox.len() == count && outbox.iter().all(|e| e.state == "accepted")
+}
+
+fn customer(i: usize) -> String {
+    format!("23480{i:08}")
+}
+
+/// The most requests seen in any one-second window.
+fn busiest_second(sends: &[Received]) -> usize {
+    let mut times: Vec<_> = sends.iter().map(|r| r.at).collect();
+    times.sort();
+    let mut most = 0;
+    let mut start = 0;
+    for end in 0..times.len() {
+        while times[end] - times[start] >= Duration::from_secs(1) {
+            start += 1;
+        }
+        most = most.max(end - start + 1);
+    }
+    most
+}
+
+/// Checks the invariants of delivered load: every part once, in order per customer, spaced.
+fn check_delivery(sends: &[Received], customers: usize, parts: usize, spacing: Duration) {
+    let texts: Vec<&str> = sends.iter().filter_map(Received::text).collect();
+    let unique: HashSet<&str> = texts.iter().copied().collect();
+    assert_eq!(texts.len(), unique.len(), "a part was sent twice");
+    assert_eq!(texts.len(), customers * parts, "every part is sent");
+    let mut per_customer: HashMap<&str, Vec<&Received>> = HashMap::new();
+    for send in sends {
+        per_customer
+            .entry(send.recipient().expect("recipient"))
+            .or_default()
+            .push(send);
+    }
+    for (to, sends) in per_customer {
+        let order: Vec<&str> = sends.iter().filter_map(|s| s.text()).collect();
+        let expected: Vec<String> = (0..parts).map(|i| format!("{to} part {i}")).collect();
+        assert_eq!(order, expected, "order for {to}");
+        for pair in sends.windows(2) {
+            let gap = pair[1].at - pair[0].at;
+            assert!(gap >= spacing, "{to} got two messages {gap:?} apart");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_keep_the_rate_the_spacing_and_the_order_and_go_once() {
+    let (customers, parts, rate) = (500, 10, 400);
+    let sabi = Sending::start(
+        Arc::new(Parts(parts)),
+        &[
+            ("SABI_OUTBOUND_RATE", "400"),
+            ("SABI_PAIR_SPACING", "200ms"),
+            ("SABI_TURNS", "20"),
+        ],
+    )
+    .await;
+    for i in 0..customers {
+        sabi.customer_writes(&format!("wamid.in{i}"), &customer(i), "hello", 0)
+            .await;
+    }
+    sabi.wait_for(Duration::from_secs(120), all_accepted(customers * parts))
+        .await;
+    let sends = sabi.fake.accepted();
+    let busiest = busiest_second(&sends);
+    assert!(
+        busiest <= rate,
+        "{busiest} sends in one second, over {rate}"
+    );
+    check_delivery(&sends, customers, parts, Duration::from_millis(200));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttling_storm_delays_but_loses_and_doubles_nothing() {
+    let (customers, parts) = (100, 5);
+    let sabi = Sending::start(
+        Arc::new(Parts(parts)),
+        &[
+            ("SABI_OUTBOUND_RATE", "200"),
+            ("SABI_PAIR_SPACING", "50ms"),
+            ("SABI_TURNS", "20"),
+        ],
+    )
+    .await;
+    for i in 0..customers {
+        sabi.customer_writes(&format!("wamid.in{i}"), &customer(i), "hello", 0)
+            .await;
+    }
+    sabi.wait_for(Duration::from_secs(60), |outbox| {
+        outbox.iter().filter(|e| e.state == "accepted").count() >= 100
+    })
+    .await;
+    // Meta's 130429, then plain HTTP 429 with Retry-After.
+    sabi.fake.throttle_for(Duration::from_secs(1), false);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    sabi.fake.throttle_for(Duration::from_secs(1), true);
+    sabi.wait_for(Duration::from_secs(120), all_accepted(customers * parts))
+        .await;
+    let refused = sabi.fake.received().len() - sabi.fake.accepted().len();
+    assert!(refused > 0, "the storm refused something");
+    check_delivery(
+        &sabi.fake.accepted(),
+        customers,
+        parts,
+        Duration::from_millis(50),
+    );
+    assert!(sabi.metrics().await.contains("outcome=\"throttled\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_answer_is_never_resent_and_the_status_webhook_settles_it() {
+    let sabi = Sending::start(
+        Arc::new(Parts(2)),
+        &[("SABI_SEND_TIMEOUT", "300ms"), ("SABI_PAIR_SPACING", "0")],
+    )
+    .await;
+    sabi.fake.stall_next(1);
+    let from = customer(1);
+    sabi.customer_writes("wamid.in1", &from, "hello", 0).await;
+    sabi.wait_for(Duration::from_secs(30), |outbox| {
+        outbox.len() == 2
+            && outbox.iter().all(|e| e.state == "accepted")
+            && outbox[0].delivery.as_deref() == Some("delivered")
+    })
+    .await;
+    let sends = sabi.fake.accepted();
+    assert_eq!(sends.len(), 2, "the stalled part was not sent again");
+    let outbox = sabi.outbox().await;
+    assert_eq!(
+        outbox[0].wamid, sends[0].wamid,
+        "the status webhook named it"
+    );
+    assert_eq!(outbox[0].attempts, 1);
+    assert_eq!(sends[1].text(), Some(format!("{from} part 1").as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_answer_without_a_status_goes_to_review() {
+    let sabi = Sending::launch(
+        tempfile::tempdir().expect("tempdir"),
+        Arc::new(Parts(1)),
+        &[
+            ("SABI_SEND_TIMEOUT", "300ms"),
+            ("SABI_UNKNOWN_OUTCOME_WAIT", "1s"),
+        ],
+        false,
+    )
+    .await;
+    sabi.fake.stall_next(1);
+    sabi.customer_writes("wamid.in1", &customer(1), "hello", 0)
+        .await;
+    sabi.wait_for(Duration::from_secs(30), |outbox| {
+        outbox.len() == 1 && outbox[0].state == "review"
+    })
+    .await;
+    let review = sabi.store.review_queue(None).await.expect("review");
+    assert_eq!(review.len(), 1);
+    assert_eq!(review[0].reason, "unknown_outcome");
+    assert_eq!(review[0].outbox_id, Some(sabi.outbox().await[0].id));
+    assert_eq!(sabi.fake.accepted().len(), 1, "never sent twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outside_the_window_the_template_goes_or_the_reply_waits_for_a_person() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("sabi.toml"),
+        "[whatsapp.window_template]\nname = \"reply_waiting\"\nlanguage = \"en_US\"\nparameters = [\"Sabi\"]\n",
+    )
+    .expect("write sabi.toml");
+    // Batches may be answered a day late here, so the window can close before the reply.
+    let late = [("SABI_REVIEW_AFTER", "48h")];
+    let sabi = Sending::launch(dir, Arc::new(Says("hi".into())), &late, true).await;
+    sabi.customer_writes("wamid.old", &customer(1), "hello?", 25 * 3600)
+        .await;
+    // Meta fails a text outside the window asynchronously (131047): it goes again as the template.
+    sabi.fake.close_window(&customer(2));
+    sabi.customer_writes("wamid.new", &customer(2), "hello", 0)
+        .await;
+    sabi.wait_for(Duration::from_secs(30), |outbox| {
+        outbox.len() == 2 && outbox.iter().all(|e| e.state == "accepted")
+    })
+    .await;
+    let outbox = sabi.outbox().await;
+    assert!(outbox.iter().all(|e| e.kind == "template"), "{outbox:?}");
+    let kinds: Vec<String> = sabi
+        .fake
+        .received()
+        .iter()
+        .filter(|r| r.is_message())
+        .filter_map(|r| r.body["type"].as_str().map(str::to_owned))
+        .collect();
+    // The old conversation got the template only; the new one its text (failed by Meta), then
+    // the template.
+    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
+    assert_eq!(count("template"), 2, "{kinds:?}");
+    assert_eq!(count("text"), 1, "{kinds:?}");
+
+    let no_template = Sending::start(Arc::new(Says("hi".into())), &late).await;
+    no_template
+        .customer_writes("wamid.old", &customer(1), "hello?", 25 * 3600)
+        .await;
+    no_template
+        .wait_for(Duration::from_secs(30), |outbox| {
+            outbox.len() == 1 && outbox[0].state == "review"
+        })
+        .await;
+    let review = no_template.store.review_queue(None).await.expect("review");
+    assert_eq!(review[0].reason, "window_closed");
+    assert!(no_template.fake.accepted().is_empty(), "nothing was sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_replies_are_split_whole_and_in_order() {
+    let paragraph = "Your transfer of ₦25,000 to Ada 👩🏽‍💻 is on its way. ".repeat(40);
+    let text = format!("{paragraph}\n\n{paragraph}\n\n{paragraph}🇳🇬");
+    let sabi = Sending::start(Arc::new(Says(text.clone())), &[("SABI_PAIR_SPACING", "0")]).await;
+    sabi.customer_writes("wamid.in1", &customer(1), "status?", 0)
+        .await;
+    sabi.wait_for(Duration::from_secs(30), |outbox| {
+        !outbox.is_empty() && outbox.iter().all(|e| e.state == "accepted")
+    })
+    .await;
+    let parts: Vec<String> = sabi
+        .fake
+        .accepted()
+        .iter()
+        .filter_map(|r| r.text().map(str::to_owned))
+        .collect();
+    assert!(parts.len() >= 2, "{} parts", parts.len());
+    for part in &parts {
+        assert!(part.encode_utf16().count() <= 4096);
+    }
+    let squash = |s: &str| s.split_whitespace().collect::<String>();
+    assert_eq!(
+        squash(&parts.concat()),
+        squash(&text),
+        "nothing lost or cut apart"
+    );
+    assert!(parts.concat().matches("👩🏽‍💻").count() == 120);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_token_halts_the_number_loses_nothing_and_raises_the_alert() {
+    let sabi = Sending::start(Arc::new(Parts(3)), &[("SABI_PAIR_SPACING", "0")]).await;
+    sabi.fake.expire_token();
+    for i in 0..5 {
+        sabi.customer_writes(&format!("wamid.in{i}"), &customer(i), "hello", 0)
+            .await;
+    }
+    sabi.wait_for(Duration::from_secs(30), |outbox| outbox.len() == 15)
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let tried = sabi
+        .fake
+        .received()
+        .iter()
+        .filter(|r| r.is_message())
+        .count();
+    assert!(
+        (1..=5).contains(&tried),
+        "{tried} sends tried with a dead token"
+    );
+    let outbox = sabi.outbox().await;
+    assert!(
+        outbox
+            .iter()
+            .all(|e| e.state == "queued" && e.wamid.is_none()),
+        "{:?}",
+        states(&outbox)
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        sabi.fake
+            .received()
+            .iter()
+            .filter(|r| r.is_message())
+            .count(),
+        tried,
+        "nothing more is tried once halted"
+    );
+    let metrics = sabi.metrics().await;
+    assert!(
+        metrics.contains("sabi_halted_numbers 1"),
+        "the alert is visible in /metrics"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typing_indicator_shows_for_answered_batches_only() {
+    let sabi = Sending::start(Arc::new(Says("hi".into())), &[]).await;
+    sabi.customer_writes("wamid.fresh", &customer(1), "hello", 0)
+        .await;
+    // Older than the 15-minute limit: a person answers it, so no indicator.
+    sabi.customer_writes("wamid.stale", &customer(2), "hello", 3600)
+        .await;
+    sabi.wait_for(Duration::from_secs(30), |outbox| {
+        outbox.len() == 1 && outbox[0].state == "accepted"
+    })
+    .await;
+    let receipts: Vec<Received> = sabi
+        .fake
+        .received()
+        .into_iter()
+        .filter(|r| !r.is_message())
+        .collect();
+    assert_eq!(receipts.len(), 1, "{receipts:?}");
+    assert_eq!(receipts[0].body["message_id"], "wamid.fresh");
+    assert_eq!(receipts[0].body["typing_indicator"]["type"], "text");
+    let first_message = sabi.fake.accepted()[0].at;
+    assert!(
+        receipts[0].at <= first_message,
+        "typing shows before the reply"
+    );
+}
+
+/// A status webhook for a message Sabi sent, as Meta writes it.
+fn status_webhook(
+    wamid: &str,
+    status: &str,
+    callback: Option<&str>,
+    error: Option<i64>,
+) -> Vec<u8> {
+    let mut item = serde_json::json!({
+        "id": wamid, "status": status, "timestamp": "1781000000", "recipient_id": customer(1),
+    });
+    if let Some(callback) = callback {
+        item["biz_opaque_callback_data"] = callback.into();
+    }
+    if let Some(code) = error {
+        item["errors"] = serde_json::json!([{"code": code, "title": "failed"}]);
+    }
+    let body = serde_json::json!({"object": "whatsapp_business_account", "entry": [{"id": "1",
+        "changes": [{"field": "messages", "value": {"messaging_product": "whatsapp",
+            "metadata": {"phone_number_id": "100000000000001"}, "statuses": [item]}}]}]});
+    sabi::ingress::whatsapp::wire::encode(&body).into_bytes()
+}
+
+#[tokio::test]
+async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
+    let fake = FakeGraph::start(TOKEN).await;
+    let base = fake.base_url();
+    let app = crate::helpers::TestApp::spawn_with(
+        Some(Arc::new(Parts(2))),
+        &[
+            ("SABI_WHATSAPP_ACCESS_TOKEN", TOKEN),
+            ("SABI_WHATSAPP_API_BASE", base.as_str()),
+            ("SABI_BATCH_WINDOW", "0"),
+        ],
+    )
+    .await;
+    let webhook = crate::helpers::text_webhook("wamid.in1", &customer(1), "hello");
+    assert_eq!(app.post_whatsapp_webhook(webhook).await.status(), 200);
+    app.scheduler.drain().await.expect("turn");
+    let claim = |now_ms: i64| SendClaim {
+        now_ms,
+        lease_ms: 1_000,
+        unknown_wait_ms: 60_000,
+        limit: 10,
+        halted: Vec::new(),
+    };
+    let now = app.clock.now_ms();
+
+    // Only the head of the customer's queue is claimable.
+    let jobs = app.store.claim_sends(claim(now)).await.expect("claim");
+    assert_eq!(jobs.len(), 1);
+    let head = &jobs[0];
+    assert_eq!(head.part, 0);
+    let stale = app
+        .store
+        .record_send(head.id, head.attempt + 1, now, SendResult::Untried)
+        .await;
+    assert!(matches!(stale, Err(store::Error::LeaseLost)));
+
+    // The sender vanished mid-send: the part may have left, so it is never claimed again,
+    // and it still blocks the part after it.
+    let later = now + 5_000;
+    assert!(
+        app.store
+            .claim_sends(claim(later))
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+    assert_eq!(
+        app.store.outbox(None).await.expect("outbox")[0].state,
+        "unknown"
+    );
+
+    // Its status webhook settles it; statuses never go backwards.
+    let callback = format!("{CALLBACK_PREFIX}{}", head.id);
+    for status in ["read", "delivered", "sent"] {
+        let body = status_webhook("wamid.OUT1", status, Some(&callback), None);
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    }
+    let outbox = app.store.outbox(None).await.expect("outbox");
+    assert_eq!(outbox[0].state, "accepted");
+    assert_eq!(outbox[0].wamid.as_deref(), Some("wamid.OUT1"));
+    assert_eq!(outbox[0].delivery.as_deref(), Some("read"));
+
+    // Now the next part goes; Meta fails it later for good: a person is told.
+    let jobs = app.store.claim_sends(claim(later)).await.expect("claim");
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].part, 1);
+    let accepted = SendResult::Accepted {
+        wamid: "wamid.OUT2".into(),
+        template: false,
+        next_send_at_ms: later,
+    };
+    app.store
+        .record_send(jobs[0].id, jobs[0].attempt, later, accepted.clone())
+        .await
+        .expect("recorded");
+    let twice = app
+        .store
+        .record_send(jobs[0].id, jobs[0].attempt, later, accepted)
+        .await;
+    assert!(
+        matches!(twice, Err(store::Error::LeaseLost)),
+        "recorded once"
+    );
+    let body = status_webhook("wamid.OUT2", "failed", None, Some(131_026));
+    assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    let outbox = app.store.outbox(None).await.expect("outbox");
+    assert_eq!(outbox[1].state, "failed");
+    assert_eq!(outbox[1].error_code, Some(131_026));
+    let review = app.store.review_queue(None).await.expect("review");
+    assert_eq!(review.len(), 1);
+    assert_eq!(review[0].reason, "send_failed");
+    assert_eq!(review[0].outbox_id, Some(outbox[1].id));
+}
