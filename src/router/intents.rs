@@ -43,6 +43,10 @@ pub struct IntentSpec {
     pub action: ActionKind,
     /// The reply template (for `reply`), or what the customer is told (for `handoff`).
     pub reply: Option<String>,
+    /// Quick replies offered under the reply (WhatsApp shows up to 3 as buttons, up to 10 as
+    /// a list; a tap comes back as a message with the option's text).
+    #[serde(default)]
+    pub options: Vec<String>,
     #[serde(default)]
     pub patterns: Vec<String>,
     #[serde(default)]

@@ -88,6 +88,7 @@ struct Intent {
     threshold: f32,
     action: ActionKind,
     reply: Option<String>,
+    options: Vec<String>,
     overrides: Vec<usize>,
 }
 
@@ -191,6 +192,7 @@ impl Router {
                 threshold: spec.threshold,
                 action: spec.action,
                 reply: spec.reply.clone(),
+                options: spec.options.clone(),
                 overrides: spec.overrides.iter().filter_map(|o| index_of(o)).collect(),
             })
             .collect();
@@ -247,12 +249,12 @@ impl Router {
         self.intents.iter().map(|i| i.name.clone()).collect()
     }
 
-    /// The action and reply template of an intent.
-    pub fn action(&self, intent: &str) -> Option<(ActionKind, Option<&str>)> {
+    /// The action, reply template and quick replies of an intent.
+    pub fn action(&self, intent: &str) -> Option<(ActionKind, Option<&str>, &[String])> {
         self.intents
             .iter()
             .find(|i| i.name == intent)
-            .map(|i| (i.action, i.reply.as_deref()))
+            .map(|i| (i.action, i.reply.as_deref(), i.options.as_slice()))
     }
 
     /// (intent, confidence, tier, fallback reason, secondary intent)

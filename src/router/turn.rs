@@ -101,12 +101,16 @@ impl TurnHandler for RouterHandler {
             .router
             .action(&routing.intent)
             .filter(|_| routing.local);
-        let Some((kind, template)) = action else {
+        let Some((kind, template, options)) = action else {
             return self.agent.handle(batch).await;
         };
         let reply = match template {
             Some(template) => match self.fill(template, batch, &routing).await {
-                Some(text) => vec![ReplyPart::text(text)],
+                Some(text) => vec![ReplyPart {
+                    text,
+                    options: options.to_vec(),
+                    quote: None,
+                }],
                 // A template names an entity the message does not carry, or its tool failed.
                 None => return self.agent.handle(batch).await,
             },

@@ -56,14 +56,14 @@ struct Sending {
 impl Sending {
     async fn start(handler: Arc<dyn TurnHandler>, extra: &[(&str, &str)]) -> Sending {
         let dir = tempfile::tempdir().expect("tempdir");
-        Sending::launch(dir, handler, extra, true).await
+        Sending::launch(dir, Some(handler), extra, true).await
     }
 
     /// Sabi with its store (and `sabi.toml`, if the test wrote one) in `dir`; the fake sends
     /// status webhooks back when `statuses_to_sabi`.
     async fn launch(
         dir: tempfile::TempDir,
-        handler: Arc<dyn TurnHandler>,
+        handler: Option<Arc<dyn TurnHandler>>,
         extra: &[(&str, &str)],
         statuses_to_sabi: bool,
     ) -> Sending {
@@ -76,7 +76,7 @@ impl Sending {
         ];
         env.extend_from_slice(extra);
         let config = config(dir.path(), &env);
-        let app = App::build_with(&config, Role::All, Arc::new(SystemClock), Some(handler))
+        let app = App::build_with(&config, Role::All, Arc::new(SystemClock), handler)
             .await
             .expect("app builds");
         let url = format!("http://{}", app.addr().expect("bound"));
@@ -309,7 +309,7 @@ async fn a_lost_answer_is_never_resent_and_the_status_webhook_settles_it() {
 async fn a_lost_answer_without_a_status_goes_to_review() {
     let sabi = Sending::launch(
         tempfile::tempdir().expect("tempdir"),
-        Arc::new(Parts(1)),
+        Some(Arc::new(Parts(1))),
         &[
             ("SABI_SEND_TIMEOUT", "300ms"),
             ("SABI_UNKNOWN_OUTCOME_WAIT", "1s"),
@@ -341,7 +341,7 @@ async fn outside_the_window_the_template_goes_or_the_reply_waits_for_a_person() 
     .expect("write sabi.toml");
     // Batches may be answered a day late here, so the window can close before the reply.
     let late = [("SABI_REVIEW_AFTER", "48h")];
-    let sabi = Sending::launch(dir, Arc::new(Says("hi".into())), &late, true).await;
+    let sabi = Sending::launch(dir, Some(Arc::new(Says("hi".into()))), &late, true).await;
     sabi.customer_writes("wamid.old", &customer(1), "hello?", 25 * 3600)
         .await;
     // Meta fails a text outside the window asynchronously (131047): it goes again as the template.
@@ -599,4 +599,69 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
     assert_eq!(review.len(), 1);
     assert_eq!(review[0].reason, "send_failed");
     assert_eq!(review[0].outbox_id, Some(outbox[1].id));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intent_offers_quick_replies_as_buttons_and_a_tap_routes_on_its_own() {
+    let sabi = Sending::launch(tempfile::tempdir().expect("tempdir"), None, &[], true).await;
+    sabi.customer_writes("wamid.hi", &customer(1), "good morning", 0)
+        .await;
+    sabi.wait_for(Duration::from_secs(30), |outbox| {
+        outbox.len() == 1 && outbox[0].state == "accepted"
+    })
+    .await;
+    let greeting = &sabi.fake.accepted()[0];
+    assert_eq!(greeting.body["type"], "interactive");
+    let buttons = greeting.body["interactive"]["action"]["buttons"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(buttons.len(), 3);
+    let title = buttons[1]["reply"]["title"].as_str().unwrap_or_default();
+    assert_eq!(title, "Track my order");
+    // The customer taps it: it arrives as a text with the button's title, and routes.
+    sabi.customer_writes("wamid.tap", &customer(1), title, 0)
+        .await;
+    sabi.wait_for(Duration::from_secs(30), |outbox| {
+        outbox.len() == 2 && outbox[1].state == "accepted"
+    })
+    .await;
+    let answer = sabi.fake.accepted()[1]
+        .text()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(answer.to_lowercase().contains("order"), "{answer}");
+}
+
+#[tokio::test]
+async fn media_is_looked_up_and_downloaded_with_the_token_within_a_size_limit() {
+    use sabi::sender::graph::{Graph, GraphError};
+    let fake = FakeGraph::start(TOKEN).await;
+    fake.add_media("media.1", "audio/ogg; codecs=opus", vec![7u8; 2048]);
+    let graph = Graph::new(
+        &fake.base_url(),
+        TOKEN.to_owned().into(),
+        Duration::from_secs(5),
+    )
+    .expect("client");
+    let info = graph.media("media.1").await.expect("media info");
+    assert_eq!(info.mime_type, "audio/ogg; codecs=opus");
+    assert_eq!(
+        graph.download(&info.url, 4096).await.expect("bytes").len(),
+        2048
+    );
+    assert!(matches!(
+        graph.download(&info.url, 1024).await,
+        Err(GraphError::TooLarge(1024))
+    ));
+    let stranger = Graph::new(
+        &fake.base_url(),
+        "wrong".to_owned().into(),
+        Duration::from_secs(5),
+    )
+    .expect("client");
+    assert!(matches!(
+        stranger.download(&info.url, 4096).await,
+        Err(GraphError::Api { status: 401, .. })
+    ));
 }
