@@ -138,6 +138,11 @@ impl FakeGraph {
         lock(&self.shared.received).clone()
     }
 
+    /// How many requests arrived so far.
+    pub fn request_count(&self) -> usize {
+        lock(&self.shared.received).len()
+    }
+
     /// Message sends accepted so far (each with its wamid), in arrival order.
     pub fn accepted(&self) -> Vec<Received> {
         self.received()

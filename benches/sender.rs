@@ -1,0 +1,192 @@
+//! Sender benchmark: reply parts through the outbox to the fake Graph API with the rate limit
+//! lifted, against the same sends made straight with the Graph client at the same concurrency.
+//!
+//! `cargo bench --bench sender` prints sends/s both ways and the outbox's overhead per send
+//! (claim under a lease, the at-most-once bookkeeping, the commit of each outcome). The fake
+//! runs in the same process. `SENDER_BENCH_PARTS` changes the count (default 5,000; 200 under
+//! `cargo test`, as a smoke check).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sabi::clock::{Clock, SystemClock};
+use sabi::domain::{BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, ReplyPart};
+use sabi::sender::graph::{Envelope, Graph, Message};
+use sabi::sender::{Sender, SenderSettings};
+use sabi::store::{Ending, Ingest, SqliteStore, Store};
+use sabi::testing::graph::FakeGraph;
+use tokio_util::sync::CancellationToken;
+
+const TOKEN: &str = "bench-token";
+const BUSINESS: &str = "100000000000001";
+const IN_FLIGHT: usize = 64;
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let parts: usize = std::env::var("SENDER_BENCH_PARTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if full { 5_000 } else { 200 });
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        println!("sender bench: {parts} parts to {parts} customers, {IN_FLIGHT} in flight, SQLite (fsync per commit), fake Graph API in process");
+        let direct = direct(parts).await;
+        let outbox = through_outbox(parts).await;
+        let per_send = |d: Duration| d.as_secs_f64() / parts as f64 * 1e6;
+        println!(
+            "direct: {:.0} sends/s; through the outbox: {:.0} sends/s ({:.2}x the direct rate); overhead per send {:.0} µs",
+            parts as f64 / direct.as_secs_f64(),
+            parts as f64 / outbox.as_secs_f64(),
+            direct.as_secs_f64() / outbox.as_secs_f64(),
+            per_send(outbox) - per_send(direct),
+        );
+    });
+}
+
+fn graph(fake: &FakeGraph) -> Graph {
+    Graph::new(
+        &fake.base_url(),
+        TOKEN.to_owned().into(),
+        Duration::from_secs(10),
+    )
+    .expect("client")
+}
+
+fn customer(n: usize) -> String {
+    format!("2348{n:09}")
+}
+
+/// The same sends straight through the client: the fake's and the HTTP stack's own cost.
+async fn direct(parts: usize) -> Duration {
+    let fake = FakeGraph::start(TOKEN).await;
+    let graph = Arc::new(graph(&fake));
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..IN_FLIGHT {
+        let (graph, next) = (graph.clone(), next.clone());
+        workers.spawn(async move {
+            loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n >= parts {
+                    return;
+                }
+                let to = customer(n);
+                let envelope = Envelope {
+                    from: BUSINESS,
+                    to: &to,
+                    quote: None,
+                    callback: Some("sabi:outbox:0"),
+                };
+                let message = Message::Text {
+                    body: "Your order ships tomorrow.",
+                    options: &[],
+                };
+                graph.send(envelope, message).await.expect("sent");
+            }
+        });
+    }
+    while workers.join_next().await.is_some() {}
+    started.elapsed()
+}
+
+async fn through_outbox(parts: usize) -> Duration {
+    let fake = FakeGraph::start(TOKEN).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(&dir.path().join("sabi.db"))
+            .await
+            .expect("store"),
+    );
+    fill_outbox(&store, parts).await;
+    let settings = SenderSettings {
+        rate: 1_000_000,
+        pair_spacing: Duration::ZERO,
+        lease: Duration::from_secs(60),
+        unknown_wait: Duration::from_secs(600),
+        max_failures: 6,
+        retry_base: Duration::from_secs(2),
+        window: Duration::from_secs(24 * 3600),
+        template: None,
+        in_flight: IN_FLIGHT,
+        poll_interval: Duration::from_millis(100),
+    };
+    let sender = Sender::new(
+        store.clone(),
+        Arc::new(SystemClock),
+        graph(&fake),
+        settings,
+        sabi::metrics::Metrics::new(),
+    );
+    let stop = CancellationToken::new();
+    let started = Instant::now();
+    let run = tokio::spawn(sender.run(stop.clone()));
+    while fake.request_count() < parts {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Every outcome recorded, too.
+    while store.next_send_due().await.expect("due").is_some() {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed = started.elapsed();
+    stop.cancel();
+    run.await.expect("sender");
+    let outbox = store.outbox(None).await.expect("outbox");
+    assert!(
+        outbox.iter().all(|e| e.state == "accepted"),
+        "every part accepted once"
+    );
+    assert_eq!(fake.accepted().len(), parts, "nothing sent twice");
+    elapsed
+}
+
+/// One reply part per customer, queued as a turn writes it.
+async fn fill_outbox(store: &Arc<dyn Store>, parts: usize) {
+    let now = SystemClock.now_ms();
+    for chunk in (0..parts).collect::<Vec<_>>().chunks(500) {
+        let items = chunk.iter().map(|&n| message(n, now)).collect();
+        let delivery = Ingest {
+            items,
+            quarantined: Vec::new(),
+            received_at_ms: now,
+            policy: BatchPolicy {
+                window_ms: 0,
+                cap_ms: 0,
+            },
+        };
+        store.ingest(delivery).await.expect("ingest");
+    }
+    let claims = store.claim(now, 60_000, parts).await.expect("claim");
+    assert_eq!(claims.len(), parts);
+    for claim in claims {
+        let ending = Ending::Replied {
+            parts: vec![ReplyPart::text("Your order ships tomorrow.")],
+            sandbox: false,
+        };
+        store
+            .finish(claim.batch.id, claim.token, now, ending)
+            .await
+            .expect("finish");
+    }
+}
+
+fn message(n: usize, now_ms: i64) -> InboundItem {
+    let customer = customer(n);
+    InboundItem {
+        kind: ItemKind::Message,
+        channel: Channel::Whatsapp,
+        dedupe_key: format!("wamid.sendbench{n}"),
+        business: Some(BUSINESS.into()),
+        customer: Some(customer.clone()),
+        item_type: Some("text".into()),
+        text: Some("where is my order".into()),
+        media_id: None,
+        provider_ts: Some(now_ms / 1000),
+        turn: Some(ConversationKey {
+            channel: Channel::Whatsapp,
+            business: BUSINESS.into(),
+            customer,
+        }),
+        facts: serde_json::json!({}),
+    }
+}
