@@ -352,14 +352,11 @@ impl Sender {
                 self.halt(number);
                 SendResult::Untried
             }
+            // Meta says the window closed, whatever Sabi's clock said: the template goes next.
             Class::WindowClosed if as_text && self.settings.template.is_some() => {
-                // Meta says the window closed: the template goes next, at once.
-                SendResult::Retry {
-                    at_ms: now,
-                    failure: false,
+                SendResult::WindowClosed {
                     code,
                     error: error.to_string(),
-                    recipient_after_ms: None,
                 }
             }
             Class::WindowClosed => SendResult::Review {
@@ -405,6 +402,7 @@ fn result_name(result: &SendResult) -> &'static str {
         SendResult::Retry { failure: false, .. } => "throttled",
         SendResult::Retry { failure: true, .. } => "retry",
         SendResult::Untried => "halted",
+        SendResult::WindowClosed { .. } => "window_closed",
         SendResult::Unknown { .. } => "unknown",
         SendResult::Review { .. } => "review",
     }

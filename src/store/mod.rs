@@ -209,6 +209,9 @@ pub enum SendResult {
     },
     /// Not tried at all (its number is halted): back to the queue as it was.
     Untried,
+    /// Meta refused the text because the customer service window had closed: from now on
+    /// only the template may go for this part, at once.
+    WindowClosed { code: Option<i64>, error: String },
     /// The request may have left: never resent; a status webhook naming it settles it, or it
     /// goes to review after `wait_until_ms`.
     Unknown { error: String, wait_until_ms: i64 },

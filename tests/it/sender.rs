@@ -367,6 +367,15 @@ async fn outside_the_window_the_template_goes_or_the_reply_waits_for_a_person() 
     assert_eq!(count("template"), 2, "{kinds:?}");
     assert_eq!(count("text"), 1, "{kinds:?}");
 
+    // Meta refuses a text at once with 131047 although Sabi thought the window open.
+    sabi.fake.fail_next(&[(400, 131_047)]);
+    sabi.customer_writes("wamid.third", &customer(3), "hello", 0)
+        .await;
+    sabi.wait_for(Duration::from_secs(30), |outbox| {
+        outbox.len() == 3 && outbox[2].state == "accepted" && outbox[2].kind == "template"
+    })
+    .await;
+
     let no_template = Sending::start(Arc::new(Says("hi".into())), &late).await;
     no_template
         .customer_writes("wamid.old", &customer(1), "hello?", 25 * 3600)

@@ -182,6 +182,13 @@ pub(super) fn record_send(
              WHERE id = ?1",
             params![id],
         ),
+        SendResult::WindowClosed { code, error } => execute(
+            conn,
+            "UPDATE outbox SET state = 'window_closed', window_closed = 1, error_code = ?2,
+                    error = ?3, next_attempt_at = NULL, send_until = NULL, updated_at = ?4
+             WHERE id = ?1",
+            params![id, code, error, now],
+        ),
         SendResult::Unknown {
             error,
             wait_until_ms,
