@@ -21,9 +21,9 @@ use sabi::domain::{
     ReplyPart,
 };
 use sabi::store::{
-    self, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ending, InboxQuery, Ingest,
-    IngestReceipt, OutboxEntry, ReviewEntry, SendClaim, SendJob, SendResult, SqliteStore, Store,
-    StoredItem, StoredQuarantine,
+    self, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ending, HistoryEntry, InboxQuery,
+    Ingest, IngestReceipt, OutboxEntry, ReviewEntry, SendClaim, SendJob, SendResult, SqliteStore,
+    Store, StoredItem, StoredQuarantine,
 };
 use sabi::worker::policy::EnginePolicy;
 use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler, TurnOutcome};
@@ -339,6 +339,10 @@ impl Store for CountingStore {
     ) -> store::Result<()> {
         self.count();
         self.inner.record_send(id, attempt, now_ms, result).await
+    }
+    async fn history(&self, batch: i64, turns: usize) -> store::Result<Vec<HistoryEntry>> {
+        self.count();
+        self.inner.history(batch, turns).await
     }
     async fn next_send_due(&self) -> store::Result<Option<i64>> {
         self.count();

@@ -9,6 +9,9 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::llm::{Llm, Provider, Retries};
+use crate::agent::voice::{Transcriber, VoiceNotes};
+use crate::agent::{Agent, AgentSettings};
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::ingress::{self, Ingress};
@@ -41,27 +44,98 @@ pub struct App {
     shutdown: CancellationToken,
 }
 
-/// The router in front of the sandbox acknowledgement (the agent's place until it is configured).
-fn default_handler(config: &Config, clock: SharedClock) -> anyhow::Result<Arc<dyn TurnHandler>> {
-    let acknowledger = Acknowledger::new(clock, config.engine.sandbox_reply_delay);
-    if !config.router.enabled {
-        return Ok(acknowledger);
-    }
-    let source = config.router.intents_source()?;
-    let started = std::time::Instant::now();
-    let router = Router::from_source(&source, &[])?;
-    tracing::info!(
-        took_ms = started.elapsed().as_millis() as u64,
-        intents = router.labels().len(),
-        "router trained"
-    );
+/// The turn pipeline: voice notes to text, then the router, then the agent (the sandbox
+/// acknowledgement stands in while no LLM is configured).
+fn default_handler(
+    config: &Config,
+    clock: SharedClock,
+    store: &Arc<dyn Store>,
+    graph: Option<&Graph>,
+) -> anyhow::Result<Arc<dyn TurnHandler>> {
     // Header secrets are read from the environment once, here: a missing one stops start-up.
-    let tools = Tools::new(&config.tools, &|var| std::env::var(var).ok())?;
-    Ok(RouterHandler::new(
-        Arc::new(router),
-        Arc::new(tools),
-        acknowledger,
-    ))
+    let tools = Arc::new(Tools::new(&config.tools, &|var| std::env::var(var).ok())?);
+    let router = if config.router.enabled {
+        let source = config.router.intents_source()?;
+        let started = std::time::Instant::now();
+        let router = Router::from_source(&source, &[])?;
+        tracing::info!(
+            took_ms = started.elapsed().as_millis() as u64,
+            intents = router.labels().len(),
+            "router trained"
+        );
+        Some(Arc::new(router))
+    } else {
+        None
+    };
+    let agent: Arc<dyn TurnHandler> = match agent(config, store, &tools, router.clone())? {
+        Some(agent) => agent,
+        None => Acknowledger::new(clock, config.engine.sandbox_reply_delay),
+    };
+    let handler = match router {
+        Some(router) => RouterHandler::new(router, tools, agent),
+        None => agent,
+    };
+    let transcribe_base = config
+        .llm
+        .transcribe_base_url
+        .as_ref()
+        .or(config.llm.base_url.as_ref());
+    match (graph, transcribe_base) {
+        (Some(graph), Some(base)) => {
+            let transcriber = Transcriber {
+                base_url: base.clone(),
+                api_key: config.llm.api_key.clone(),
+                model: config.llm.transcribe_model.clone(),
+                max_bytes: config.llm.media_max_bytes as u64,
+                timeout: config.llm.timeout,
+            };
+            Ok(VoiceNotes::new(handler, graph.clone(), transcriber)?)
+        }
+        _ => Ok(handler),
+    }
+}
+
+/// The LLM agent, when one is configured.
+fn agent(
+    config: &Config,
+    store: &Arc<dyn Store>,
+    tools: &Arc<Tools>,
+    router: Option<Arc<Router>>,
+) -> anyhow::Result<Option<Arc<dyn TurnHandler>>> {
+    let llm = &config.llm;
+    let (Some(base_url), Some(model)) = (&llm.base_url, &llm.model) else {
+        return Ok(None);
+    };
+    let primary = Provider {
+        base_url: base_url.clone(),
+        api_key: llm.api_key.clone(),
+        model: model.clone(),
+    };
+    let fallback = llm.fallback.as_ref().map(|f| Provider {
+        base_url: f.base_url.clone(),
+        api_key: f.api_key.clone(),
+        model: f.model.clone(),
+    });
+    let retries = Retries {
+        attempts: llm.attempts,
+        backoff: llm.backoff,
+    };
+    let client =
+        Llm::new(primary, fallback, llm.timeout, retries).context("building the LLM client")?;
+    let settings = AgentSettings {
+        system_prompt: llm.system_prompt.clone(),
+        max_tool_rounds: llm.max_tool_rounds,
+        history_tokens: llm.history_tokens,
+        redact: llm.redact,
+        turn_timeout: llm.turn_timeout,
+    };
+    Ok(Some(Agent::new(
+        client,
+        tools.clone(),
+        store.clone(),
+        router,
+        settings,
+    )))
 }
 
 impl App {
@@ -84,32 +158,34 @@ impl App {
         clock: SharedClock,
         handler: Option<Arc<dyn TurnHandler>>,
     ) -> anyhow::Result<App> {
-        let handler = match handler {
-            Some(handler) => handler,
-            None => default_handler(config, clock.clone())?,
-        };
         let store = store::open(&config.store)
             .await
             .context("opening the store")?;
         let metrics = Metrics::new();
-        let sender = match &config.whatsapp.access_token {
+        let graph = match &config.whatsapp.access_token {
             None => None,
-            Some(token) => {
-                let graph = Graph::new(
+            Some(token) => Some(
+                Graph::new(
                     &config.whatsapp.api_base,
                     token.clone(),
                     config.whatsapp.send_timeout,
                 )
-                .context("building the Graph API client")?;
-                Some(Sender::new(
-                    store.clone(),
-                    clock.clone(),
-                    graph,
-                    config.sender_settings(),
-                    metrics.clone(),
-                ))
-            }
+                .context("building the Graph API client")?,
+            ),
         };
+        let handler = match handler {
+            Some(handler) => handler,
+            None => default_handler(config, clock.clone(), &store, graph.as_ref())?,
+        };
+        let sender = graph.map(|graph| {
+            Sender::new(
+                store.clone(),
+                clock.clone(),
+                graph,
+                config.sender_settings(),
+                metrics.clone(),
+            )
+        });
         let handler = match &sender {
             Some(sender) if config.whatsapp.typing_indicator => {
                 Typing::new(handler, sender.clone()) as Arc<dyn TurnHandler>

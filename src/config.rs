@@ -300,15 +300,85 @@ impl Default for WebchatConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
-    /// OpenAI-compatible base URL (`https://api.openai.com/v1`, a local vLLM, ...).
+    /// OpenAI-compatible base URL (`https://api.openai.com/v1`, a local vLLM, ...). Unset: no
+    /// agent; the sandbox acknowledgement answers what the router does not.
     pub base_url: Option<String>,
     pub api_key: Option<SecretString>,
     pub model: Option<String>,
+    /// A second provider, tried when the first is out of tries.
+    pub fallback: Option<FallbackLlm>,
+    /// What the agent is told about the business and how to answer.
+    #[serde(default = "defaults::system_prompt")]
+    pub system_prompt: String,
+    /// How long one model call may take.
+    #[serde(default = "defaults::llm_timeout", with = "duration")]
+    pub timeout: Duration,
+    /// How long a whole agent turn may take (every call and tool).
+    #[serde(default = "defaults::turn_timeout", with = "duration")]
+    pub turn_timeout: Duration,
+    /// Tries per provider and call (429, 5xx and timeouts are retried).
+    #[serde(default = "defaults::llm_attempts", deserialize_with = "number::u32")]
+    pub attempts: u32,
+    /// The wait after a failed call, doubled after each further one.
+    #[serde(default = "defaults::llm_backoff", with = "duration")]
+    pub backoff: Duration,
+    /// Rounds of tool calls before the agent must answer.
+    #[serde(default = "defaults::tool_rounds", deserialize_with = "number::u32")]
+    pub max_tool_rounds: u32,
+    /// Roughly how many tokens of earlier conversation go to the model.
+    #[serde(
+        default = "defaults::history_tokens",
+        deserialize_with = "number::usize"
+    )]
+    pub history_tokens: usize,
+    /// Mask phone and account numbers before text leaves for the model.
+    #[serde(default)]
+    pub redact: bool,
     /// Speech-to-text base URL; the LLM's when unset.
     pub transcribe_base_url: Option<String>,
+    /// The speech-to-text model.
+    #[serde(default = "defaults::transcribe_model")]
+    pub transcribe_model: String,
+    /// The largest voice note downloaded for transcription (Meta allows 16 MB).
+    #[serde(
+        default = "defaults::media_max_bytes",
+        deserialize_with = "number::usize"
+    )]
+    pub media_max_bytes: usize,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            base_url: None,
+            api_key: None,
+            model: None,
+            fallback: None,
+            system_prompt: defaults::system_prompt(),
+            timeout: defaults::llm_timeout(),
+            turn_timeout: defaults::turn_timeout(),
+            attempts: defaults::llm_attempts(),
+            backoff: defaults::llm_backoff(),
+            max_tool_rounds: defaults::tool_rounds(),
+            history_tokens: defaults::history_tokens(),
+            redact: false,
+            transcribe_base_url: None,
+            transcribe_model: defaults::transcribe_model(),
+            media_max_bytes: defaults::media_max_bytes(),
+        }
+    }
+}
+
+/// The fallback provider.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FallbackLlm {
+    pub base_url: String,
+    pub api_key: Option<SecretString>,
+    pub model: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -469,6 +539,11 @@ impl Config {
                 "whatsapp.outbound_rate (SABI_OUTBOUND_RATE): must be at least 1".into(),
             ));
         }
+        if self.llm.base_url.is_some() && self.llm.model.is_none() {
+            return Err(Error(
+                "llm.model (SABI_LLM_MODEL): required once llm.base_url is set".into(),
+            ));
+        }
         if self.whatsapp.sends_in_flight == 0 || self.whatsapp.send_max_failures == 0 {
             return Err(Error(
                 "whatsapp.sends_in_flight and whatsapp.send_max_failures: must be at least 1"
@@ -598,6 +673,37 @@ mod defaults {
     }
     pub(super) fn outbound_rate() -> u32 {
         80
+    }
+    pub(super) fn system_prompt() -> String {
+        "You are the customer support assistant of this business on WhatsApp and web chat. \
+         Answer briefly and kindly, in the customer's own language or Pidgin. Use the tools to \
+         look things up; never invent balances, orders or policies. If you cannot help, say a \
+         person will follow up."
+            .into()
+    }
+    pub(super) fn llm_timeout() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub(super) fn turn_timeout() -> Duration {
+        Duration::from_secs(90)
+    }
+    pub(super) fn llm_attempts() -> u32 {
+        3
+    }
+    pub(super) fn llm_backoff() -> Duration {
+        Duration::from_secs(1)
+    }
+    pub(super) fn tool_rounds() -> u32 {
+        4
+    }
+    pub(super) fn history_tokens() -> usize {
+        2000
+    }
+    pub(super) fn transcribe_model() -> String {
+        "whisper-1".into()
+    }
+    pub(super) fn media_max_bytes() -> usize {
+        16 * 1024 * 1024
     }
     pub(super) fn pair_spacing() -> Duration {
         Duration::from_secs(1)

@@ -24,6 +24,7 @@
 //! - [`config`]: one typed configuration (`sabi.toml` + `SABI_*`), validated at start.
 //! - [`ingress`]: the HTTP edge; nothing slow happens there.
 //! - [`store`]: the only place state lives; SQLite embedded by default.
+//! - [`agent`]: the LLM agent with tools and stored history; voice notes to text.
 //! - [`router`]: Pidgin-aware intent routing: patterns, a classifier, fallback to the agent.
 //! - [`sender`]: the Graph API client and the outbox's delivery: pacing, retries, the window.
 //! - [`tools`]: the business's HTTP endpoints, declared in configuration.
@@ -32,6 +33,7 @@
 //! - [`app`]: wires the parts and runs them until stopped.
 //! - [`cli`]: the `sabi` commands.
 
+pub mod agent;
 pub mod app;
 pub mod cli;
 pub mod clock;

@@ -117,6 +117,25 @@ impl Tools {
         })
     }
 
+    /// The tools as an OpenAI-compatible model is offered them.
+    pub fn definitions(&self) -> Vec<Value> {
+        self.tools
+            .iter()
+            .map(|t| {
+                let parameters = t
+                    .config
+                    .parameters
+                    .clone()
+                    .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+                serde_json::json!({"type": "function", "function": {
+                    "name": t.config.name,
+                    "description": t.config.description,
+                    "parameters": parameters,
+                }})
+            })
+            .collect()
+    }
+
     /// Calls `name` with `arguments` and returns its JSON answer.
     ///
     /// # Errors

@@ -237,6 +237,24 @@ pub struct ReviewEntry {
     pub messages: Vec<BatchMessage>,
 }
 
+/// Who said something in a conversation's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speaker {
+    Customer,
+    /// A reply Sabi sent (or kept, in sandbox mode).
+    Business,
+    /// A note: the conversation went to a person, and why.
+    Note,
+}
+
+/// One line of a conversation's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub at_ms: i64,
+    pub speaker: Speaker,
+    pub text: String,
+}
+
 /// A web-chat question to keep, with its job.
 #[derive(Debug, Clone)]
 pub struct ChatSubmission {
@@ -363,6 +381,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// The earliest time a reply part may become claimable, if any waits.
     async fn next_send_due(&self) -> Result<Option<i64>>;
+
+    /// What was said in the last `turns` turns of `batch`'s conversation before it: the
+    /// customer's messages, the replies, and hand-off notes, oldest first.
+    async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>>;
 
     /// Open review items, oldest first.
     async fn review_queue(&self, limit: Option<usize>) -> Result<Vec<ReviewEntry>>;

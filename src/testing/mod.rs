@@ -3,3 +3,4 @@
 //! feature only.
 
 pub mod graph;
+pub mod llm;

@@ -3,6 +3,7 @@
 // Test modules share helpers through `pub` items of a private module.
 #![allow(unreachable_pub)]
 
+mod agent;
 mod browser;
 mod cli;
 mod corpus;

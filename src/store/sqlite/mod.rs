@@ -22,8 +22,8 @@ use sha2::{Digest, Sha256};
 
 use self::writer::Writer;
 use super::{
-    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ending, Error, InboxQuery, Ingest,
-    IngestReceipt, OutboxEntry, Result, ReviewEntry, SendClaim, SendJob, SendResult, Store,
+    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ending, Error, HistoryEntry, InboxQuery,
+    Ingest, IngestReceipt, OutboxEntry, Result, ReviewEntry, SendClaim, SendJob, SendResult, Store,
     StoredItem, StoredQuarantine,
 };
 use crate::domain::{
@@ -37,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_quarantine_dedupe.sql"),
     include_str!("migrations/0004_chat_jobs.sql"),
     include_str!("migrations/0005_sender.sql"),
+    include_str!("migrations/0006_history.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -213,6 +214,11 @@ impl Store for SqliteStore {
     ) -> Result<()> {
         self.writer
             .write(move |conn| outbox::record_send(conn, id, attempt, now_ms, &result))
+            .await
+    }
+
+    async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
+        self.read(move |conn| turns::history(conn, batch, turns))
             .await
     }
 

@@ -8,7 +8,7 @@ use super::{limit_param, unavailable};
 use crate::domain::{
     Batch, BatchMessage, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
-use crate::store::{Ending, Error, Result, ReviewEntry};
+use crate::store::{Ending, Error, HistoryEntry, Result, ReviewEntry, Speaker};
 
 pub(super) fn claim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
     let mut claims = reclaim(conn, now, lease, limit)?;
@@ -333,4 +333,35 @@ pub(super) fn execute(conn: &Connection, sql: &str, params: impl rusqlite::Param
         .and_then(|mut s| s.execute(params))
         .map(drop)
         .map_err(unavailable)
+}
+
+pub(super) fn history(conn: &Connection, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
+    conn.prepare_cached(
+        "WITH recent AS (
+             SELECT id FROM batches
+             WHERE conversation_id = (SELECT conversation_id FROM batches WHERE id = ?1) AND id < ?1
+             ORDER BY id DESC LIMIT ?2)
+         SELECT received_at, 0, coalesce(text, '[' || coalesce(item_type, 'message') || ']')
+             FROM inbox WHERE batch_id IN (SELECT id FROM recent)
+         UNION ALL SELECT created_at, 1, body FROM outbox WHERE batch_id IN (SELECT id FROM recent)
+         UNION ALL SELECT created_at, 2, 'handed to a person (' || reason || ')' || coalesce(': ' || error, '')
+             FROM review WHERE batch_id IN (SELECT id FROM recent) AND outbox_id IS NULL
+         ORDER BY 1, 2",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![batch, limit_param(turns)], |r| {
+            let speaker = match r.get::<_, i64>(1)? {
+                0 => Speaker::Customer,
+                1 => Speaker::Business,
+                _ => Speaker::Note,
+            };
+            Ok(HistoryEntry {
+                at_ms: r.get(0)?,
+                speaker,
+                text: r.get(2)?,
+            })
+        })?
+        .collect()
+    })
+    .map_err(unavailable)
 }

@@ -1,0 +1,248 @@
+//! An OpenAI-compatible chat-completions client with tool calling: OpenAI, Groq, Together,
+//! vLLM, Ollama and LiteLLM all speak it, chosen by base URL, key and model.
+//!
+//! Each call is bounded by a timeout and retried with backoff on 429, 5xx and transport
+//! errors; when the primary provider is out of tries, the fallback provider (if configured)
+//! gets the same request. Only then does the call fail, and the turn with it.
+
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// One provider: where, with which key, which model.
+#[derive(Debug, Clone)]
+pub struct Provider {
+    pub base_url: String,
+    pub api_key: Option<SecretString>,
+    pub model: String,
+}
+
+/// A message of the conversation sent to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: impl Into<String>) -> ChatMessage {
+        ChatMessage {
+            role: role.to_owned(),
+            content: Some(content.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    pub fn tool_result(call_id: &str, content: String) -> ChatMessage {
+        ChatMessage {
+            tool_call_id: Some(call_id.to_owned()),
+            ..ChatMessage::new("tool", content)
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type", default = "function_type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+fn function_type() -> String {
+    "function".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// JSON text, as the model wrote it.
+    pub arguments: String,
+}
+
+/// Tokens a call used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+    }
+}
+
+/// What the model answered: text, tool calls, or both.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    pub message: ChatMessage,
+    pub usage: Usage,
+    /// Which provider answered (its model), for the logs.
+    pub model: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error("LLM HTTP {status}: {body}")]
+    Status { status: u16, body: String },
+    #[error("LLM unreachable or too slow: {0}")]
+    Transport(String),
+    #[error("LLM answer unreadable: {0}")]
+    Unreadable(String),
+}
+
+impl LlmError {
+    fn retryable(&self) -> bool {
+        match self {
+            LlmError::Status { status, .. } => *status == 429 || *status >= 500,
+            LlmError::Transport(_) => true,
+            LlmError::Unreadable(_) => false,
+        }
+    }
+}
+
+/// Retry settings of every provider.
+#[derive(Debug, Clone)]
+pub struct Retries {
+    /// Tries per provider.
+    pub attempts: u32,
+    /// The first wait; doubled after each further failure.
+    pub backoff: Duration,
+}
+
+pub struct Llm {
+    http: reqwest::Client,
+    providers: Vec<Provider>,
+    retries: Retries,
+}
+
+impl Llm {
+    /// A client for `primary`, then `fallback`, each call bounded by `timeout`.
+    ///
+    /// # Errors
+    /// When the HTTP client cannot be built.
+    pub fn new(
+        primary: Provider,
+        fallback: Option<Provider>,
+        timeout: Duration,
+        retries: Retries,
+    ) -> reqwest::Result<Llm> {
+        let http = reqwest::Client::builder().timeout(timeout).build()?;
+        Ok(Llm {
+            http,
+            providers: std::iter::once(primary).chain(fallback).collect(),
+            retries,
+        })
+    }
+
+    /// One completion: every provider in turn, each with its retries.
+    ///
+    /// # Errors
+    /// The last provider's last error.
+    pub async fn complete(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[Value],
+    ) -> Result<Completion, LlmError> {
+        let mut last = LlmError::Transport("no provider configured".into());
+        for provider in &self.providers {
+            for attempt in 0..self.retries.attempts.max(1) {
+                if attempt > 0 {
+                    tokio::time::sleep(
+                        self.retries
+                            .backoff
+                            .saturating_mul(1 << (attempt - 1).min(8)),
+                    )
+                    .await;
+                }
+                match self.call(provider, messages, tools).await {
+                    Ok(completion) => return Ok(completion),
+                    Err(e) => {
+                        tracing::warn!(model = %provider.model, attempt = attempt + 1, error.message = %e, "LLM call failed");
+                        let retry = e.retryable();
+                        last = e;
+                        if !retry {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        Err(last)
+    }
+
+    async fn call(
+        &self,
+        provider: &Provider,
+        messages: &[ChatMessage],
+        tools: &[Value],
+    ) -> Result<Completion, LlmError> {
+        #[derive(Deserialize)]
+        struct Answer {
+            choices: Vec<Choice>,
+            #[serde(default)]
+            usage: Usage,
+        }
+        #[derive(Deserialize)]
+        struct Choice {
+            message: ChatMessage,
+        }
+        let mut body = json!({ "model": provider.model, "messages": messages });
+        if !tools.is_empty() {
+            body["tools"] = json!(tools);
+        }
+        let url = format!(
+            "{}/chat/completions",
+            provider.base_url.trim_end_matches('/')
+        );
+        let mut request = self.http.post(url).json(&body);
+        if let Some(key) = &provider.api_key {
+            request = request.bearer_auth(key.expose_secret());
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| LlmError::Transport(e.to_string()))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body: String = response
+                .text()
+                .await
+                .unwrap_or_default()
+                .chars()
+                .take(300)
+                .collect();
+            return Err(LlmError::Status {
+                status: status.as_u16(),
+                body,
+            });
+        }
+        let answer: Answer = response
+            .json()
+            .await
+            .map_err(|e| LlmError::Unreadable(e.to_string()))?;
+        let message = answer
+            .choices
+            .into_iter()
+            .next()
+            .map(|c| c.message)
+            .ok_or_else(|| LlmError::Unreadable("no choices".into()))?;
+        Ok(Completion {
+            message,
+            usage: answer.usage,
+            model: provider.model.clone(),
+        })
+    }
+}

@@ -1,0 +1,249 @@
+//! Agent: what the router does not answer goes to an LLM with the business's tools.
+//!
+//! Everything the model sees comes from the store, never from a worker's memory: the earlier
+//! turns of the conversation (customer messages, Sabi's replies, hand-off notes) within a token
+//! budget, then the router's guess and entities as context, then the batch. The agent runs the
+//! tool calls the model asks for (in parallel), gives their answers (or errors) back, and stops
+//! after a configured number of rounds. A failed model call fails the turn: the engine retries
+//! it, then hands it to a person.
+
+pub mod llm;
+pub mod voice;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+use serde_json::{Map, Value};
+
+use self::llm::{ChatMessage, Llm, ToolCall, Usage};
+use crate::domain::{Batch, ReplyPart};
+use crate::router::Router;
+use crate::store::{HistoryEntry, Speaker, Store};
+use crate::tools::Tools;
+use crate::worker::{TurnError, TurnHandler, TurnOutcome};
+
+/// How the agent works, typed once from configuration.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    pub system_prompt: String,
+    pub max_tool_rounds: u32,
+    /// Roughly how many tokens of earlier conversation the model sees.
+    pub history_tokens: usize,
+    /// Mask long digit runs (phone and account numbers) before text leaves for the model.
+    pub redact: bool,
+    pub turn_timeout: Duration,
+}
+
+/// Earlier turns read from the store; the token budget trims them further.
+const HISTORY_TURNS: usize = 20;
+
+pub struct Agent {
+    llm: Llm,
+    tools: Arc<Tools>,
+    store: Arc<dyn Store>,
+    router: Option<Arc<Router>>,
+    settings: AgentSettings,
+}
+
+impl Agent {
+    pub fn new(
+        llm: Llm,
+        tools: Arc<Tools>,
+        store: Arc<dyn Store>,
+        router: Option<Arc<Router>>,
+        settings: AgentSettings,
+    ) -> Arc<Agent> {
+        Arc::new(Agent {
+            llm,
+            tools,
+            store,
+            router,
+            settings,
+        })
+    }
+
+    async fn converse(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
+        let history = self
+            .store
+            .history(batch.id, HISTORY_TURNS)
+            .await
+            .map_err(|e| TurnError(format!("reading the history: {e}")))?;
+        let mut messages = self.prompt(batch, &history);
+        let tools = self.tools.definitions();
+        let mut usage = Usage::default();
+        for round in 0..=self.settings.max_tool_rounds {
+            // The last round offers no tools: the model must answer.
+            let offered: &[Value] = if round < self.settings.max_tool_rounds {
+                &tools
+            } else {
+                &[]
+            };
+            let completion = self
+                .llm
+                .complete(&messages, offered)
+                .await
+                .map_err(|e| TurnError(e.to_string()))?;
+            usage += completion.usage;
+            let calls = completion.message.tool_calls.clone();
+            if calls.is_empty() || offered.is_empty() {
+                let text = completion.message.content.unwrap_or_default();
+                let text = text.trim();
+                if text.is_empty() {
+                    return Err(TurnError("the model gave an empty answer".into()));
+                }
+                tracing::info!(
+                    batch = batch.id,
+                    model = %completion.model,
+                    rounds = round + 1,
+                    prompt_tokens = usage.prompt_tokens,
+                    completion_tokens = usage.completion_tokens,
+                    "agent answered"
+                );
+                return Ok(TurnOutcome::Reply(vec![ReplyPart::text(text)]));
+            }
+            messages.push(completion.message);
+            let results = join_all(calls.iter().map(|call| self.run_tool(call))).await;
+            for (call, result) in calls.iter().zip(results) {
+                messages.push(ChatMessage::tool_result(&call.id, result));
+            }
+        }
+        Err(TurnError("the agent ran out of tool rounds".into()))
+    }
+
+    /// System prompt, history within the budget, context, and the batch.
+    fn prompt(&self, batch: &Batch, history: &[HistoryEntry]) -> Vec<ChatMessage> {
+        let mut messages = vec![ChatMessage::new(
+            "system",
+            self.settings.system_prompt.clone(),
+        )];
+        messages.extend(self.history_messages(history));
+        let text = batch
+            .messages
+            .iter()
+            .map(|m| {
+                m.text
+                    .clone()
+                    .unwrap_or_else(|| format!("[{}]", m.item_type.as_deref().unwrap_or("message")))
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        if let Some(router) = &self.router {
+            let routing = router.route(&text);
+            let entities = serde_json::to_string(&routing.entities).unwrap_or_default();
+            messages.push(ChatMessage::new(
+                "system",
+                self.clean(&format!(
+                    "Context from the intent router: best guess {} (confidence {:.2}); entities {entities}.",
+                    routing.intent, routing.confidence
+                )),
+            ));
+        }
+        messages.push(ChatMessage::new("user", self.clean(&text)));
+        messages
+    }
+
+    /// The newest history that fits the budget (about 4 characters a token), oldest first.
+    fn history_messages(&self, history: &[HistoryEntry]) -> Vec<ChatMessage> {
+        let mut budget = self.settings.history_tokens.saturating_mul(4);
+        let mut kept = Vec::new();
+        for entry in history.iter().rev() {
+            let Some(left) = budget.checked_sub(entry.text.len()) else {
+                break;
+            };
+            budget = left;
+            let (role, text) = match entry.speaker {
+                Speaker::Customer => ("user", self.clean(&entry.text)),
+                Speaker::Business => ("assistant", self.clean(&entry.text)),
+                Speaker::Note => ("system", format!("Note: {}", entry.text)),
+            };
+            kept.push(ChatMessage::new(role, text));
+        }
+        kept.reverse();
+        kept
+    }
+
+    fn clean(&self, text: &str) -> String {
+        if self.settings.redact {
+            redact(text)
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// A tool's answer as the model reads it; a failure is an answer too, never a crash.
+    async fn run_tool(&self, call: &ToolCall) -> String {
+        let arguments: Map<String, Value> = match serde_json::from_str(&call.function.arguments) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) | Err(_) if call.function.arguments.trim().is_empty() => Map::new(),
+            _ => {
+                return serde_json::json!({"error": "arguments are not a JSON object"}).to_string();
+            }
+        };
+        match self.tools.call(&call.function.name, &arguments).await {
+            Ok(answer) => answer.to_string(),
+            Err(e) => {
+                tracing::warn!(tool = %call.function.name, error.message = %e, "tool call failed");
+                serde_json::json!({"error": e.to_string()}).to_string()
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl TurnHandler for Agent {
+    async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
+        tokio::time::timeout(self.settings.turn_timeout, self.converse(batch))
+            .await
+            .map_err(|_| TurnError("the agent ran out of time".into()))?
+    }
+}
+
+/// Runs of 7 or more digits (phone and account numbers, spaces and dashes allowed inside)
+/// masked, keeping the last 4 so the customer can still be told which one.
+pub fn redact(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        if !chars[i].is_ascii_digit() {
+            out.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut digits = Vec::new();
+        while i < chars.len()
+            && (chars[i].is_ascii_digit()
+                || (matches!(chars[i], ' ' | '-')
+                    && chars.get(i + 1).is_some_and(char::is_ascii_digit)))
+        {
+            if chars[i].is_ascii_digit() {
+                digits.push(chars[i]);
+            }
+            i += 1;
+        }
+        if digits.len() >= 7 {
+            let tail: String = digits[digits.len() - 4..].iter().collect();
+            out.push_str(&format!("[number ending {tail}]"));
+        } else {
+            out.extend(&chars[start..i]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_numbers_are_masked_and_amounts_kept() {
+        assert_eq!(
+            redact("send 5000 to 0123456789 or call +234 803 123 4567"),
+            "send 5000 to [number ending 6789] or call +[number ending 4567]"
+        );
+        assert_eq!(redact("no numbers here"), "no numbers here");
+    }
+}

@@ -1,0 +1,340 @@
+//! The agent against a fake OpenAI-compatible server and a fake business API: the prompt and
+//! history it sends, tool calls, retries and the fallback provider, voice notes, and history
+//! that survives a restart.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sabi::agent::voice::CANNOT_LISTEN;
+use sabi::clock::Clock;
+use sabi::store::OutboxEntry;
+use sabi::testing::graph::FakeGraph;
+use sabi::testing::llm::{Answer, FakeLlm};
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, text_webhook};
+
+const PROMPT: &str = "You are Ada, the assistant of Sabi Bank.";
+
+/// A business API with one tool endpoint; records the paths it was called on.
+async fn order_api() -> (String, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let app = axum::Router::new().route(
+        "/orders/{id}",
+        axum::routing::get(move |uri: axum::http::Uri| {
+            let record = record.clone();
+            async move {
+                record.lock().expect("lock").push(uri.to_string());
+                axum::Json(json!({"order": {"status": "shipped", "eta": "tomorrow"}}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), seen)
+}
+
+/// `sabi.toml` with the prompt, fast retries, and the order tool.
+fn write_config(dir: &tempfile::TempDir, api: &str, extra: &str) {
+    let config = format!(
+        "[llm]\nsystem_prompt = {PROMPT:?}\nattempts = 2\nbackoff = \"10ms\"\ntimeout = \"500ms\"\n{extra}\n\
+         [[tools]]\nname = \"order_status\"\ndescription = \"Where an order is\"\n\
+         parameters = {{ type = \"object\", properties = {{ order_id = {{ type = \"string\" }} }}, required = [\"order_id\"] }}\n\
+         url = \"{api}/orders/{{order_id}}\"\ntimeout = \"2s\"\n"
+    );
+    std::fs::write(dir.path().join("sabi.toml"), config).expect("write sabi.toml");
+}
+
+async fn start(dir: tempfile::TempDir, llm: &FakeLlm, extra: &[(&str, &str)]) -> TestApp {
+    let base = llm.base_url();
+    let mut env = vec![
+        ("SABI_LLM_BASE_URL", base.as_str()),
+        ("SABI_LLM_MODEL", "fake-model"),
+        ("SABI_BATCH_WINDOW", "0"),
+    ];
+    env.extend_from_slice(extra);
+    TestApp::spawn_in(dir, None, &env).await
+}
+
+/// The customer writes; the turn runs.
+async fn turn(app: &TestApp, id: &str, text: &str) {
+    let response = app
+        .post_whatsapp_webhook(text_webhook(id, "2348031234567", text))
+        .await;
+    assert_eq!(response.status(), 200);
+    app.scheduler.drain().await.expect("turn");
+}
+
+async fn outbox(app: &TestApp) -> Vec<OutboxEntry> {
+    app.store.outbox(None).await.expect("outbox")
+}
+
+fn roles_and_texts(request: &Value) -> Vec<(String, String)> {
+    request["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or_default().to_owned(),
+                m["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+const OUT_OF_SCOPE: &str = "Which restaurant in Lekki would you recommend for a birthday?";
+
+#[tokio::test]
+async fn the_model_gets_prompt_history_and_tools_and_its_answer_goes_once() {
+    let llm = FakeLlm::start().await;
+    let (api, calls) = order_api().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, &api, "");
+    let app = start(dir, &llm, &[]).await;
+
+    turn(&app, "wamid.1", "good morning").await; // answered by the router
+    assert!(
+        llm.completions().is_empty(),
+        "routine questions never reach the model"
+    );
+
+    llm.script([
+        Answer::ToolCall("order_status".into(), json!({"order_id": "48213"})),
+        Answer::Text("Your order ships tomorrow.".into()),
+    ]);
+    turn(&app, "wamid.2", OUT_OF_SCOPE).await;
+
+    let requests = llm.completions();
+    assert_eq!(requests.len(), 2);
+    let first = roles_and_texts(&requests[0]);
+    assert_eq!(first[0], ("system".into(), PROMPT.into()));
+    assert!(
+        first.contains(&("user".into(), "good morning".into())),
+        "{first:?}"
+    );
+    assert!(
+        first.iter().any(|(role, _)| role == "assistant"),
+        "the earlier reply: {first:?}"
+    );
+    assert!(
+        first
+            .iter()
+            .any(|(role, text)| role == "system" && text.contains("intent router"))
+    );
+    assert_eq!(first.last().map(|(_, t)| t.as_str()), Some(OUT_OF_SCOPE));
+    assert_eq!(requests[0]["model"], "fake-model");
+    assert_eq!(requests[0]["tools"][0]["function"]["name"], "order_status");
+
+    assert_eq!(
+        *calls.lock().expect("lock"),
+        vec!["/orders/48213".to_owned()]
+    );
+    let tool_message = requests[1]["messages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "tool").cloned())
+        .expect("the tool's answer went back to the model");
+    assert_eq!(tool_message["tool_call_id"], "call_1");
+    assert!(
+        tool_message["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("shipped")
+    );
+
+    let replies = outbox(&app).await;
+    assert_eq!(replies.len(), 2);
+    assert_eq!(replies[1].text, "Your order ships tomorrow.");
+    app.scheduler.drain().await.expect("nothing more");
+    assert_eq!(outbox(&app).await.len(), 2, "answered once");
+}
+
+#[tokio::test]
+async fn a_failing_tool_is_an_answer_for_the_model_not_a_crash() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, "http://127.0.0.1:9", "");
+    let app = start(dir, &llm, &[]).await;
+    llm.script([
+        Answer::ToolCall("order_status".into(), json!({"order_id": "1"})),
+        Answer::ToolCall("no_such_tool".into(), json!({})),
+        Answer::Text("Sorry, I cannot look that up now.".into()),
+    ]);
+    turn(&app, "wamid.1", OUT_OF_SCOPE).await;
+    let requests = llm.completions();
+    assert_eq!(requests.len(), 3);
+    let errors: Vec<String> = requests[2]["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(errors.len(), 2);
+    assert!(errors.iter().all(|e| e.contains("error")), "{errors:?}");
+    assert_eq!(
+        outbox(&app).await[0].text,
+        "Sorry, I cannot look that up now."
+    );
+}
+
+#[tokio::test]
+async fn failures_are_retried_then_the_fallback_answers_then_review() {
+    let primary = FakeLlm::start().await;
+    let fallback = FakeLlm::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let extra = format!(
+        "[llm.fallback]\nbase_url = \"{}\"\nmodel = \"backup-model\"\n\n[engine]\nmax_attempts = 2\n",
+        fallback.base_url()
+    );
+    write_config(&dir, "http://127.0.0.1:9", &extra);
+    let app = start(dir, &primary, &[]).await;
+
+    // A 500 and a stalled call use up the primary's two tries; the fallback answers.
+    primary.script([Answer::Status(500), Answer::Stall]);
+    fallback.script([Answer::Text("From the backup.".into())]);
+    turn(&app, "wamid.1", OUT_OF_SCOPE).await;
+    assert_eq!(primary.completions().len(), 2);
+    assert_eq!(fallback.completions()[0]["model"], "backup-model");
+    assert_eq!(outbox(&app).await[0].text, "From the backup.");
+
+    // Everything down: the turn fails, is retried after its backoff, then goes to a person.
+    primary.script([
+        Answer::Status(503),
+        Answer::Status(429),
+        Answer::Status(500),
+        Answer::Status(500),
+    ]);
+    fallback.script([
+        Answer::Status(500),
+        Answer::Status(502),
+        Answer::Status(500),
+        Answer::Status(500),
+    ]);
+    turn(&app, "wamid.2", "And which cinema?").await;
+    app.clock.advance(Duration::from_secs(6));
+    app.scheduler.drain().await.expect("retry");
+    let review = app.store.review_queue(None).await.expect("review");
+    assert_eq!(review.len(), 1);
+    assert_eq!(review[0].reason, "out_of_retries");
+    assert_eq!(
+        outbox(&app).await.len(),
+        1,
+        "no reply for the failed batch, none twice"
+    );
+}
+
+fn voice_webhook(id: &str, media_id: &str) -> Vec<u8> {
+    let body = json!({"object": "whatsapp_business_account", "entry": [{"id": "1", "changes": [{
+        "field": "messages", "value": {
+            "messaging_product": "whatsapp",
+            "metadata": {"display_phone_number": "15550000000", "phone_number_id": "100000000000001"},
+            "contacts": [{"profile": {"name": "Ada"}, "wa_id": "2348031234567"}],
+            "messages": [{"from": "2348031234567", "id": id, "timestamp": (crate::helpers::START_MS / 1000).to_string(),
+                "type": "audio", "audio": {"id": media_id, "mime_type": "audio/ogg; codecs=opus", "voice": true}}]}}]}]});
+    sabi::ingress::whatsapp::wire::encode(&body).into_bytes()
+}
+
+#[tokio::test]
+async fn a_voice_note_is_downloaded_transcribed_routed_and_answered() {
+    let llm = FakeLlm::start().await;
+    let graph = FakeGraph::start("graph-token").await;
+    let audio = b"OggS fake opus voice note".to_vec();
+    graph.add_media("media.voice1", "audio/ogg; codecs=opus", audio.clone());
+    llm.set_transcript("Abeg wetin be my account balance?");
+    let base = graph.base_url();
+    let app = start(
+        tempfile::tempdir().expect("tempdir"),
+        &llm,
+        &[
+            ("SABI_WHATSAPP_ACCESS_TOKEN", "graph-token"),
+            ("SABI_WHATSAPP_API_BASE", base.as_str()),
+        ],
+    )
+    .await;
+    assert_eq!(
+        app.post_whatsapp_webhook(voice_webhook("wamid.v1", "media.voice1"))
+            .await
+            .status(),
+        200
+    );
+    app.scheduler.drain().await.expect("turn");
+    let uploads = llm.transcriptions();
+    assert_eq!(uploads.len(), 1);
+    let upload = String::from_utf8_lossy(&uploads[0]);
+    assert!(
+        upload.contains("OggS fake opus voice note"),
+        "the downloaded audio was sent"
+    );
+    assert!(upload.contains("whisper-1"));
+    let reply = &outbox(&app).await[0].text;
+    assert!(
+        reply.to_lowercase().contains("balance"),
+        "routed as a balance question: {reply}"
+    );
+    assert!(
+        llm.completions().is_empty(),
+        "the router answered it locally"
+    );
+
+    // A voice note that cannot be fetched gets a kind answer, not silence.
+    assert_eq!(
+        app.post_whatsapp_webhook(voice_webhook("wamid.v2", "media.unknown"))
+            .await
+            .status(),
+        200
+    );
+    app.clock.advance(Duration::from_secs(1));
+    app.scheduler.drain().await.expect("turn");
+    assert_eq!(outbox(&app).await[1].text, CANNOT_LISTEN);
+}
+
+#[tokio::test]
+async fn a_third_turn_sees_the_first_two_from_the_store_after_a_restart() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, "http://127.0.0.1:9", "");
+    let mut app = start(dir, &llm, &[]).await;
+    llm.script([
+        Answer::Text("First answer.".into()),
+        Answer::Text("Second answer.".into()),
+    ]);
+    turn(&app, "wamid.1", OUT_OF_SCOPE).await;
+    app.clock.advance(Duration::from_secs(1));
+    turn(&app, "wamid.2", "And which cinema nearby?").await;
+
+    // A new process on the same store: nothing of the conversation is in memory.
+    let dir = std::mem::replace(&mut app.dir, tempfile::tempdir().expect("tempdir"));
+    let now = app.clock.now_ms();
+    drop(app);
+    let app = start(dir, &llm, &[]).await;
+    let elapsed = u64::try_from(now + 1_000 - app.clock.now_ms()).expect("later");
+    app.clock.advance(Duration::from_millis(elapsed));
+    llm.script([Answer::Text("Third answer.".into())]);
+    turn(&app, "wamid.3", "Thanks, and is parking free?").await;
+
+    let third = roles_and_texts(llm.completions().last().expect("a request"));
+    let said: Vec<&str> = third
+        .iter()
+        .filter(|(role, _)| role == "user" || role == "assistant")
+        .map(|(_, text)| text.as_str())
+        .collect();
+    assert_eq!(
+        said,
+        vec![
+            OUT_OF_SCOPE,
+            "First answer.",
+            "And which cinema nearby?",
+            "Second answer.",
+            "Thanks, and is parking free?"
+        ]
+    );
+}
