@@ -344,9 +344,9 @@ impl Store for CountingStore {
         self.count();
         self.inner.history(batch, turns).await
     }
-    async fn next_send_due(&self) -> store::Result<Option<i64>> {
+    async fn next_send_due(&self, skip: Vec<String>) -> store::Result<Option<i64>> {
         self.count();
-        self.inner.next_send_due().await
+        self.inner.next_send_due(skip).await
     }
     async fn review_queue(&self, limit: Option<usize>) -> store::Result<Vec<ReviewEntry>> {
         self.count();

@@ -125,7 +125,12 @@ async fn through_outbox(parts: usize) -> Duration {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     // Every outcome recorded, too.
-    while store.next_send_due().await.expect("due").is_some() {
+    while store
+        .next_send_due(Vec::new())
+        .await
+        .expect("due")
+        .is_some()
+    {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let elapsed = started.elapsed();

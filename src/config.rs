@@ -636,8 +636,9 @@ impl Config {
         crate::sender::SenderSettings {
             rate: w.outbound_rate,
             pair_spacing: w.pair_spacing,
-            // A claimed send is held for its pacing wait and the call itself.
-            lease: w.send_timeout.saturating_mul(2) + Duration::from_secs(30),
+            // A claimed send is held for its pacing wait (a throttled number is not claimed
+            // from, and its holds are capped at 75 s) and the call itself.
+            lease: w.send_timeout.saturating_mul(2) + Duration::from_secs(120),
             unknown_wait: w.unknown_outcome_wait,
             max_failures: w.send_max_failures,
             retry_base: w.send_retry_base,

@@ -33,7 +33,7 @@ pub use self::typing::Typing;
 use crate::clock::SharedClock;
 use crate::domain::ReviewReason;
 use crate::metrics::Metrics;
-use crate::store::{self, CALLBACK_PREFIX, SendClaim, SendJob, SendResult, Store};
+use crate::store::{self, SendClaim, SendJob, SendResult, Store, send_callback};
 
 /// How the sender runs, typed once from configuration.
 #[derive(Debug, Clone)]
@@ -174,14 +174,13 @@ impl Sender {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let halted = self.halted_numbers();
         self.store
             .claim_sends(SendClaim {
                 now_ms: self.clock.now_ms(),
                 lease_ms: millis(self.settings.lease),
                 unknown_wait_ms: millis(self.settings.unknown_wait),
                 limit,
-                halted,
+                halted: self.skipped_numbers(),
             })
             .await
     }
@@ -189,8 +188,12 @@ impl Sender {
     async fn next_wake(&self) -> i64 {
         let now = self.clock.now_ms();
         let poll = now.saturating_add(millis(self.settings.poll_interval));
-        match self.store.next_send_due().await {
-            Ok(Some(due)) => due.clamp(now.saturating_add(5), poll),
+        match self.store.next_send_due(self.skipped_numbers()).await {
+            // Due now but not claimed: every slot is busy, or another node has it.
+            Ok(Some(due)) if due <= now => {
+                now.saturating_add(millis(self.settings.poll_interval) / 10)
+            }
+            Ok(Some(due)) => due.min(poll),
             Ok(None) => poll,
             Err(e) => {
                 tracing::warn!(error.message = %e, "could not read the next send time");
@@ -207,13 +210,18 @@ impl Sender {
         }
     }
 
-    fn halted_numbers(&self) -> Vec<String> {
-        self.halted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .cloned()
-            .collect()
+    /// Numbers not to claim for now: halted ones, and those a throttling answer holds back
+    /// (their parts would only wait in the pacer, holding a lease).
+    fn skipped_numbers(&self) -> Vec<String> {
+        let mut numbers = self.pacer.held(Duration::from_secs(1));
+        numbers.extend(
+            self.halted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        numbers
     }
 
     /// One part: paced, checked against the window, sent once, and its outcome recorded.
@@ -271,24 +279,30 @@ impl Sender {
             && job
                 .last_inbound_at_ms
                 .is_some_and(|at| now < at.saturating_add(millis(self.settings.window)));
-        let message = if window_open {
-            Message::Text {
+        let message = match (&self.settings.template, window_open) {
+            (_, true) => Message::Text {
                 body: &job.text,
                 options: &job.options,
+            },
+            // One template per reply: it invites the customer back; a person sends the rest.
+            (Some(template), false) if job.part == 0 => Message::Template(template),
+            (Some(_), false) => {
+                return SendResult::Review {
+                    reason: ReviewReason::WindowClosed,
+                    code: None,
+                    error: "the 24-hour window had closed; the template went with the first part"
+                        .into(),
+                };
             }
-        } else {
-            match &self.settings.template {
-                Some(template) => Message::Template(template),
-                None => {
-                    return SendResult::Review {
-                        reason: ReviewReason::WindowClosed,
-                        code: None,
-                        error: "the 24-hour customer service window has closed and no template is configured".into(),
-                    };
-                }
+            (None, false) => {
+                return SendResult::Review {
+                    reason: ReviewReason::WindowClosed,
+                    code: None,
+                    error: "the 24-hour customer service window has closed and no template is configured".into(),
+                };
             }
         };
-        let callback = format!("{CALLBACK_PREFIX}{}", job.id);
+        let callback = send_callback(job.id, job.attempt);
         let envelope = Envelope {
             from: &job.conversation.business,
             to: &job.conversation.customer,
@@ -353,7 +367,7 @@ impl Sender {
                 SendResult::Untried
             }
             // Meta says the window closed, whatever Sabi's clock said: the template goes next.
-            Class::WindowClosed if as_text && self.settings.template.is_some() => {
+            Class::WindowClosed if as_text && self.settings.template.is_some() && job.part == 0 => {
                 SendResult::WindowClosed {
                     code,
                     error: error.to_string(),

@@ -42,6 +42,16 @@ impl Pacer {
         slot - now
     }
 
+    /// Numbers whose next slot is more than `horizon` away: held back by a throttling answer.
+    pub(crate) fn held(&self, horizon: Duration) -> Vec<String> {
+        let limit = Instant::now() + horizon;
+        let next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        next.iter()
+            .filter(|(_, slot)| **slot > limit)
+            .map(|(number, _)| number.clone())
+            .collect()
+    }
+
     /// No request from `number` before `wait` from now.
     pub(crate) fn hold(&self, number: &str, wait: Duration) {
         let until = Instant::now() + wait;
@@ -74,6 +84,7 @@ mod tests {
     async fn a_hold_delays_the_next_slot() {
         let pacer = Pacer::new(1000);
         pacer.hold("a", Duration::from_secs(2));
+        assert_eq!(pacer.held(Duration::from_secs(1)), vec!["a".to_owned()]);
         let waited = pacer.acquire("a").await;
         assert!(waited >= Duration::from_secs(2));
     }

@@ -16,8 +16,8 @@ pub enum Class {
     Throttled { retry_after: Option<Duration> },
     /// Too many messages to this one customer (131056): wait 4^n seconds.
     PairLimited,
-    /// Worth another try after a backoff (5xx, 1, 2, 131000, 131016, 131057, 133004, or the
-    /// request never reached Meta).
+    /// Meta said it did not take it, and another try may work (1, 2, 131000, 131016, 131057,
+    /// 133004), or the request never reached Meta.
     Transient,
     /// The access token expired (190, 0): stop sending from this number.
     TokenExpired,
@@ -25,7 +25,8 @@ pub enum Class {
     WindowClosed,
     /// Meta refused it for good (100, 131026, 131049, 131050, 368, ...): never again.
     Permanent,
-    /// The request may have reached Meta: never resend blindly.
+    /// The request may have reached Meta (no answer, or a 5xx without Meta's error body):
+    /// never resend blindly.
     Unknown,
 }
 
@@ -52,7 +53,9 @@ pub fn classify(error: &GraphError) -> Class {
                 retry_after: *retry_after,
             },
             None if *status == 401 => Class::TokenExpired,
-            None if *status >= 500 => Class::Transient,
+            // A 5xx without Meta's error body came from a gateway in front of it: the message
+            // may have been taken, so it is never sent again blindly.
+            None if *status >= 500 => Class::Unknown,
             None => Class::Permanent,
         },
     }
@@ -73,7 +76,7 @@ pub fn wait(class: Class, n: u32, base: Duration) -> Duration {
     match class {
         Class::Throttled { retry_after } => {
             let backoff = base.saturating_mul(1 << exponent).min(MAX_THROTTLE_WAIT);
-            retry_after.map_or(backoff, |asked| asked.max(backoff))
+            retry_after.map_or(backoff, |asked| asked.clamp(backoff, MAX_THROTTLE_WAIT))
         }
         // Meta's advice for the pair limit: 4^n seconds.
         Class::PairLimited => Duration::from_secs(4u64.saturating_pow(exponent)).min(MAX_PAIR_WAIT),
@@ -124,7 +127,7 @@ mod tests {
             classify(&api(429, None)),
             Class::Throttled { retry_after: None }
         );
-        assert_eq!(classify(&api(503, None)), Class::Transient);
+        assert_eq!(classify(&api(503, None)), Class::Unknown);
         assert_eq!(
             classify(&GraphError::Unknown("timeout".into())),
             Class::Unknown
@@ -146,6 +149,14 @@ mod tests {
             retry_after: Some(Duration::from_secs(30)),
         };
         assert_eq!(wait(asked, 1, base), Duration::from_secs(30));
+        let greedy = Class::Throttled {
+            retry_after: Some(Duration::from_secs(3600)),
+        };
+        assert_eq!(
+            wait(greedy, 1, base),
+            MAX_THROTTLE_WAIT,
+            "capped below the send lease"
+        );
         assert_eq!(wait(Class::PairLimited, 1, base), Duration::from_secs(1));
         assert_eq!(wait(Class::PairLimited, 3, base), Duration::from_secs(16));
     }

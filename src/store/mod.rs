@@ -38,9 +38,17 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What a send puts in `biz_opaque_callback_data`, before the outbox id: a status webhook
-/// carrying it settles a send whose outcome was unknown.
-pub const CALLBACK_PREFIX: &str = "sabi:outbox:";
+/// What a send puts in `biz_opaque_callback_data`: the outbox part and the attempt, so a
+/// status webhook settles exactly that send when its answer was lost.
+pub fn send_callback(outbox_id: i64, attempt: u32) -> String {
+    format!("sabi:outbox:{outbox_id}:{attempt}")
+}
+
+/// The (outbox part, attempt) a callback names, if it is one of Sabi's.
+pub fn parse_send_callback(callback: &str) -> Option<(i64, u32)> {
+    let (id, attempt) = callback.strip_prefix("sabi:outbox:")?.split_once(':')?;
+    Some((id.parse().ok()?, attempt.parse().ok()?))
+}
 
 /// Meta's error code for a message sent outside the customer service window. A part that
 /// fails with it is queued again, to go as the configured template.
@@ -379,8 +387,9 @@ pub trait Store: Send + Sync + 'static {
         result: SendResult,
     ) -> Result<()>;
 
-    /// The earliest time a reply part may become claimable, if any waits.
-    async fn next_send_due(&self) -> Result<Option<i64>>;
+    /// The earliest time a reply part may become claimable (the head of its recipient's
+    /// queue, not from a number in `skip`), or an unsettled send's lease or wait ends.
+    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>>;
 
     /// What was said in the last `turns` turns of `batch`'s conversation before it: the
     /// customer's messages, the replies, and hand-off notes, oldest first.

@@ -93,6 +93,8 @@ pub struct FakeGraph {
 
 /// How long a stalled answer takes: longer than any client timeout in the tests.
 const STALL: Duration = Duration::from_secs(300);
+/// When a stalled send's status webhooks go out.
+const STALLED_STATUS_DELAY: Duration = Duration::from_secs(1);
 
 impl FakeGraph {
     /// Starts the fake on a random local port. It accepts `token` only.
@@ -355,6 +357,10 @@ async fn messages(
         let shared = shared.clone();
         let (number, wamid, recipient) = (number.clone(), wamid.clone(), recipient.clone());
         tokio::spawn(async move {
+            // A stalled send's statuses come after the client gave up, as late webhooks do.
+            if stall {
+                tokio::time::sleep(STALLED_STATUS_DELAY).await;
+            }
             let list: &[&str] = if fail_window {
                 &["failed"]
             } else {

@@ -222,8 +222,9 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn next_send_due(&self) -> Result<Option<i64>> {
-        self.read(outbox::next_send_due).await
+    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>> {
+        self.read(move |conn| outbox::next_send_due(conn, &skip))
+            .await
     }
 
     async fn review_queue(&self, limit: Option<usize>) -> Result<Vec<ReviewEntry>> {
@@ -585,4 +586,49 @@ fn quarantine(conn: &Connection, limit: Option<usize>) -> Result<Vec<StoredQuara
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store at `version` with one WhatsApp reply queued, as builds before the sender left it.
+    fn store_at(version: usize) -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let conn = connect(&dir.path().join("s.db")).expect("open");
+        for sql in &MIGRATIONS[..version] {
+            conn.execute_batch(sql).expect("old migration");
+        }
+        conn.execute_batch(
+            "INSERT INTO conversations (id, channel, business, customer) VALUES (1, 'whatsapp', 'b', 'c');
+             INSERT INTO batches (id, conversation_id, state, token, attempts, due_at, created_at, started_at)
+                 VALUES (1, 1, 'done', 1, 1, 0, 0, 0);
+             INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at)
+                 VALUES (1, 0, 'whatsapp', 'b', 'c', 'old reply', 'queued', 0);",
+        )
+        .expect("old rows");
+        conn.pragma_update(None, "user_version", version)
+            .expect("version");
+        (dir, conn)
+    }
+
+    #[test]
+    fn replies_queued_before_the_sender_go_to_a_person_not_out() {
+        let (_dir, conn) = store_at(4);
+        migrate(&conn).expect("migrated");
+        let (state, conversation): (String, i64) = conn
+            .query_row("SELECT state, conversation_id FROM outbox", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .expect("row");
+        assert_eq!((state.as_str(), conversation), ("review", 1));
+        let reason: String = conn
+            .query_row(
+                "SELECT reason FROM review WHERE outbox_id IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .expect("review item");
+        assert_eq!(reason, "send_failed");
+    }
 }

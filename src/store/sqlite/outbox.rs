@@ -12,7 +12,7 @@ use super::turns::execute;
 use super::{limit_param, unavailable};
 use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::{
-    CALLBACK_PREFIX, Error, OutboxEntry, Result, SendClaim, SendJob, SendResult, WINDOW_CLOSED,
+    Error, OutboxEntry, Result, SendClaim, SendJob, SendResult, WINDOW_CLOSED, parse_send_callback,
 };
 
 /// Parts that still hold their recipient's queue.
@@ -47,6 +47,13 @@ pub(super) fn claim_sends(conn: &Connection, claim: &SendClaim) -> Result<Vec<Se
 /// Sends whose lease lapsed (their sender died or hung mid-request) may have reached Meta:
 /// they become unknown. Unknown ones that no status webhook settled in time go to review.
 fn settle_lapsed(conn: &Connection, claim: &SendClaim) -> Result<()> {
+    execute(
+        conn,
+        "UPDATE outbox SET state = 'accepted', sent_at = coalesce(sent_at, ?1), send_until = NULL,
+                updated_at = ?1
+         WHERE state = 'sending' AND send_until <= ?1 AND wamid IS NOT NULL",
+        params![claim.now_ms],
+    )?;
     execute(
         conn,
         "UPDATE outbox SET state = 'unknown', send_until = ?1 + ?2, updated_at = ?1,
@@ -127,18 +134,33 @@ pub(super) fn record_send(
     now: i64,
     result: &SendResult,
 ) -> Result<()> {
-    let held: Option<(i64, i64)> = conn
+    let held: Option<(i64, i64, Option<String>)> = conn
         .prepare_cached(
-            "SELECT batch_id, conversation_id FROM outbox
+            "SELECT batch_id, conversation_id, wamid FROM outbox
              WHERE id = ?1 AND attempts = ?2 AND state = 'sending'",
         )
         .and_then(|mut s| {
-            s.query_row(params![id, attempt], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
+            s.query_row(params![id, attempt], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()
         })
         .map_err(unavailable)?;
-    let Some((batch, conversation)) = held else {
+    let Some((batch, conversation, noted)) = held else {
         return Err(Error::LeaseLost);
+    };
+    // A status webhook already named this send: Meta has it, whatever the sender saw.
+    let settled;
+    let result = match (noted, result) {
+        (Some(wamid), result) if !matches!(result, SendResult::Accepted { .. }) => {
+            settled = SendResult::Accepted {
+                wamid,
+                template: false,
+                next_send_at_ms: now,
+            };
+            &settled
+        }
+        (_, result) => result,
     };
     match result {
         SendResult::Accepted {
@@ -148,10 +170,11 @@ pub(super) fn record_send(
         } => {
             execute(
                 conn,
-                "UPDATE outbox SET state = 'accepted', wamid = ?2, kind = ?3, sent_at = ?4,
-                        send_until = NULL, updated_at = ?4
+                "UPDATE outbox SET state = 'accepted', wamid = ?2,
+                        kind = CASE WHEN ?3 OR window_closed THEN 'template' ELSE 'text' END,
+                        sent_at = ?4, send_until = NULL, updated_at = ?4
                  WHERE id = ?1",
-                params![id, wamid, if *template { "template" } else { "text" }, now],
+                params![id, wamid, template, now],
             )?;
             hold_recipient(conn, conversation, *next_send_at_ms)
         }
@@ -184,8 +207,9 @@ pub(super) fn record_send(
         ),
         SendResult::WindowClosed { code, error } => execute(
             conn,
-            "UPDATE outbox SET state = 'window_closed', window_closed = 1, error_code = ?2,
-                    error = ?3, next_attempt_at = NULL, send_until = NULL, updated_at = ?4
+            "UPDATE outbox SET state = 'window_closed', window_closed = 1, wamid = NULL,
+                    error_code = ?2, error = ?3, next_attempt_at = NULL, send_until = NULL,
+                    updated_at = ?4
              WHERE id = ?1",
             params![id, code, error, now],
         ),
@@ -260,15 +284,23 @@ pub(super) fn reconcile(conn: &Connection, update: StatusUpdate<'_>, now: i64) -
     let Some((id, batch, state, kind, delivery)) = find_sent(conn, update)? else {
         return Ok(());
     };
-    if matches!(state.as_str(), "sending" | "unknown") {
-        // Meta has it: the send left after all. Never sent again.
-        execute(
+    match state.as_str() {
+        // The sender still holds it: note Meta's id; the sender records the outcome (and the
+        // recipient's spacing), and whatever it saw, the part counts as accepted.
+        "sending" => execute(
+            conn,
+            "UPDATE outbox SET wamid = ?2, updated_at = ?3 WHERE id = ?1",
+            params![id, update.wamid, now],
+        )?,
+        // Its answer was lost, but Meta has it: it left after all, and is never sent again.
+        "unknown" => execute(
             conn,
             "UPDATE outbox SET state = 'accepted', wamid = ?2, sent_at = coalesce(sent_at, ?3),
                     send_until = NULL, updated_at = ?3
              WHERE id = ?1",
             params![id, update.wamid, now],
-        )?;
+        )?,
+        _ => {}
     }
     if rank(update.status) <= delivery.as_deref().map_or(0, rank) {
         return Ok(());
@@ -288,11 +320,13 @@ pub(super) fn reconcile(conn: &Connection, update: StatusUpdate<'_>, now: i64) -
             .map_or_else(|| "unknown".to_owned(), |c| c.to_string())
     );
     if update.error_code == Some(WINDOW_CLOSED) && kind == "text" {
-        // The customer service window had closed: the part goes again, as the template.
+        // The customer service window had closed: the part goes again, as the template, a new
+        // message with its own id and statuses.
         return execute(
             conn,
-            "UPDATE outbox SET state = 'window_closed', error_code = ?2, error = ?3,
-                    next_attempt_at = NULL, updated_at = ?4
+            "UPDATE outbox SET state = 'window_closed', window_closed = 1, wamid = NULL,
+                    delivery = NULL, error_code = ?2, error = ?3, next_attempt_at = NULL,
+                    updated_at = ?4
              WHERE id = ?1",
             params![id, update.error_code, error, now],
         );
@@ -307,6 +341,8 @@ pub(super) fn reconcile(conn: &Connection, update: StatusUpdate<'_>, now: i64) -
 
 type SentRow = (i64, i64, String, String, Option<String>);
 
+/// The part a status names: by Meta's id, or, for a send whose answer never came, by the
+/// (part, attempt) in its callback data.
 fn find_sent(conn: &Connection, update: StatusUpdate<'_>) -> Result<Option<SentRow>> {
     let row = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?));
     let by_wamid = conn
@@ -316,18 +352,14 @@ fn find_sent(conn: &Connection, update: StatusUpdate<'_>) -> Result<Option<SentR
     if by_wamid.is_some() {
         return Ok(by_wamid);
     }
-    let Some(id) = update
-        .callback
-        .and_then(|c| c.strip_prefix(CALLBACK_PREFIX))
-        .and_then(|id| id.parse::<i64>().ok())
-    else {
+    let Some((id, attempt)) = update.callback.and_then(parse_send_callback) else {
         return Ok(None);
     };
     conn.prepare_cached(
         "SELECT id, batch_id, state, kind, delivery FROM outbox
-         WHERE id = ?1 AND wamid IS NULL AND state IN ('sending', 'unknown')",
+         WHERE id = ?1 AND attempts = ?2 AND wamid IS NULL AND state IN ('sending', 'unknown')",
     )
-    .and_then(|mut s| s.query_row(params![id], row).optional())
+    .and_then(|mut s| s.query_row(params![id, attempt], row).optional())
     .map_err(unavailable)
 }
 
@@ -343,16 +375,20 @@ fn rank(status: &str) -> u8 {
     }
 }
 
-pub(super) fn next_send_due(conn: &Connection) -> Result<Option<i64>> {
-    conn.prepare_cached(
+pub(super) fn next_send_due(conn: &Connection, skip: &[String]) -> Result<Option<i64>> {
+    let skip = serde_json::to_string(skip).unwrap_or_else(|_| "[]".into());
+    conn.prepare_cached(&format!(
         "SELECT min(t) FROM (
              SELECT min(max(coalesce(o.next_attempt_at, 0), coalesce(c.send_after, 0))) AS t
              FROM outbox o JOIN conversations c ON c.id = o.conversation_id
              WHERE o.state IN ('queued', 'window_closed')
+               AND o.business NOT IN (SELECT value FROM json_each(?1))
+               AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.conversation_id = o.conversation_id
+                               AND p.id < o.id AND p.state IN {UNSETTLED})
              UNION ALL SELECT min(send_until) FROM outbox WHERE state = 'sending'
-             UNION ALL SELECT min(send_until) FROM outbox WHERE state = 'unknown')",
-    )
-    .and_then(|mut s| s.query_row([], |r| r.get(0)))
+             UNION ALL SELECT min(send_until) FROM outbox WHERE state = 'unknown')"
+    ))
+    .and_then(|mut s| s.query_row(params![skip], |r| r.get(0)))
     .map_err(unavailable)
 }
 

@@ -59,3 +59,11 @@ ALTER TABLE review_v2 RENAME TO review;
 CREATE UNIQUE INDEX review_batch ON review (batch_id) WHERE outbox_id IS NULL;
 CREATE UNIQUE INDEX review_outbox ON review (outbox_id) WHERE outbox_id IS NOT NULL;
 CREATE INDEX review_open ON review (id) WHERE state = 'open';
+
+-- Replies queued before Sabi could send were never sent, and may be days old by now: a person
+-- decides about each, rather than all of them going out at once, out of context.
+INSERT INTO review (batch_id, outbox_id, reason, error, state, created_at)
+    SELECT batch_id, id, 'send_failed', 'queued before this version could send; not sent automatically',
+           'open', created_at
+    FROM outbox WHERE state = 'queued';
+UPDATE outbox SET state = 'review' WHERE state = 'queued';
