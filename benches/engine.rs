@@ -23,7 +23,7 @@ use sabi::domain::{
 use sabi::store::{
     self, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ending, HistoryEntry, InboxQuery,
     Ingest, IngestReceipt, OutboxEntry, ReviewEntry, SendClaim, SendJob, SendResult, SqliteStore,
-    Store, StoredItem, StoredQuarantine,
+    Store, StoredItem, StoredQuarantine, TurnStats, TurnUsage,
 };
 use sabi::worker::policy::EnginePolicy;
 use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler, TurnOutcome};
@@ -339,6 +339,18 @@ impl Store for CountingStore {
     ) -> store::Result<()> {
         self.count();
         self.inner.record_send(id, attempt, now_ms, result).await
+    }
+    async fn set_stage(&self, batch: i64, stage: &str) -> store::Result<()> {
+        self.count();
+        self.inner.set_stage(batch, stage).await
+    }
+    async fn add_usage(&self, batch: i64, usage: TurnUsage) -> store::Result<()> {
+        self.count();
+        self.inner.add_usage(batch, usage).await
+    }
+    async fn turn_stats(&self, since_ms: i64) -> store::Result<TurnStats> {
+        self.count();
+        self.inner.turn_stats(since_ms).await
     }
     async fn history(&self, batch: i64, turns: usize) -> store::Result<Vec<HistoryEntry>> {
         self.count();

@@ -9,6 +9,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::external::ExternalAgent;
 use crate::agent::llm::{Llm, Provider, Retries};
 use crate::agent::voice::{Transcriber, VoiceNotes};
 use crate::agent::{Agent, AgentSettings};
@@ -95,13 +96,24 @@ fn default_handler(
     }
 }
 
-/// The LLM agent, when one is configured.
+/// The agent: an external one, or the built-in LLM agent, when either is configured.
 fn agent(
     config: &Config,
     store: &Arc<dyn Store>,
     tools: &Arc<Tools>,
     router: Option<Arc<Router>>,
 ) -> anyhow::Result<Option<Arc<dyn TurnHandler>>> {
+    if let Some(external) = &config.external_agent {
+        let agent = ExternalAgent::new(
+            external.url.clone(),
+            external.secret.clone(),
+            external.timeout,
+            store.clone(),
+            router,
+        )
+        .context("building the external agent's client")?;
+        return Ok(Some(agent));
+    }
     let llm = &config.llm;
     let (Some(base_url), Some(model)) = (&llm.base_url, &llm.model) else {
         return Ok(None);
@@ -128,6 +140,8 @@ fn agent(
         history_tokens: llm.history_tokens,
         redact: llm.redact,
         turn_timeout: llm.turn_timeout,
+        prompt_price: llm.prompt_price,
+        completion_price: llm.completion_price,
     };
     Ok(Some(Agent::new(
         client,

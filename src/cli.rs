@@ -82,6 +82,15 @@ enum Command {
         #[arg(long, conflicts_with_all = ["text", "jsonl", "eval"])]
         print_intents: bool,
     },
+    /// Who answered the turns (router, agent, people), the model's tokens and cost, and the
+    /// spend the router avoided.
+    Stats {
+        /// Only turns that ended within this long (like 24h or 7d); all of them by default.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        since: Option<Duration>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the raw deliveries (or parts) that Sabi could not understand.
     Quarantine {
         #[arg(long)]
@@ -157,6 +166,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .await
             }
             Command::Quarantine { json } => quarantine(&config, json).await,
+            Command::Stats { since, json } => stats(&config, since, json).await,
             Command::Route {
                 text,
                 jsonl,
@@ -331,6 +341,57 @@ async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
                 entry.text
             )?;
         }
+    }
+    Ok(())
+}
+
+async fn stats(config: &Config, since: Option<Duration>, as_json: bool) -> anyhow::Result<()> {
+    let store = store::open(&config.store).await?;
+    let since_ms = since.map_or(0, |d| {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        i64::try_from(now.saturating_sub(d).as_millis()).unwrap_or(0)
+    });
+    let s = store.turn_stats(since_ms).await?;
+    let turns = s.local + s.agent + s.people;
+    let share = |n: u64| {
+        if turns == 0 {
+            0.0
+        } else {
+            100.0 * n as f64 / turns as f64
+        }
+    };
+    // What the locally answered turns would have cost at the agent's average turn.
+    let average = if s.agent == 0 {
+        0.0
+    } else {
+        s.cost / s.agent as f64
+    };
+    let avoided = average * s.local as f64;
+    if as_json {
+        let line = json!({
+            "turns": turns,
+            "local": s.local,
+            "agent": s.agent,
+            "people": s.people,
+            "prompt_tokens": s.prompt_tokens,
+            "completion_tokens": s.completion_tokens,
+            "cost": s.cost,
+            "cost_avoided": avoided,
+        });
+        println!("{line}");
+    } else {
+        println!("turns        {turns}");
+        println!("local        {} ({:.1} %)", s.local, share(s.local));
+        println!("agent        {} ({:.1} %)", s.agent, share(s.agent));
+        println!("people       {} ({:.1} %)", s.people, share(s.people));
+        println!(
+            "tokens       {} prompt, {} completion",
+            s.prompt_tokens, s.completion_tokens
+        );
+        println!("cost         {:.4}", s.cost);
+        println!("avoided      {avoided:.4} (local turns at the agent's average of {average:.4})");
     }
     Ok(())
 }

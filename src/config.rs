@@ -64,6 +64,8 @@ pub struct Config {
     pub webchat: WebchatConfig,
     #[serde(default)]
     pub llm: LlmConfig,
+    /// Your own agent instead of the built-in one (`[external_agent]`).
+    pub external_agent: Option<ExternalAgentConfig>,
     #[serde(default)]
     pub engine: EngineConfig,
     #[serde(default)]
@@ -337,6 +339,12 @@ pub struct LlmConfig {
     /// Mask phone and account numbers before text leaves for the model.
     #[serde(default)]
     pub redact: bool,
+    /// Price per million prompt tokens, for `sabi stats`'s cost estimate.
+    #[serde(default)]
+    pub prompt_price: f64,
+    /// Price per million completion tokens.
+    #[serde(default)]
+    pub completion_price: f64,
     /// Speech-to-text base URL; the LLM's when unset.
     pub transcribe_base_url: Option<String>,
     /// The speech-to-text model.
@@ -365,11 +373,24 @@ impl Default for LlmConfig {
             max_tool_rounds: defaults::tool_rounds(),
             history_tokens: defaults::history_tokens(),
             redact: false,
+            prompt_price: 0.0,
+            completion_price: 0.0,
             transcribe_base_url: None,
             transcribe_model: defaults::transcribe_model(),
             media_max_bytes: defaults::media_max_bytes(),
         }
     }
+}
+
+/// An agent of your own that Sabi posts batches to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalAgentConfig {
+    pub url: String,
+    /// Signs every request (`X-Sabi-Signature-256`), so the agent can check it came from Sabi.
+    pub secret: SecretString,
+    #[serde(default = "defaults::turn_timeout", with = "duration")]
+    pub timeout: Duration,
 }
 
 /// The fallback provider.

@@ -7,6 +7,7 @@
 //! after a configured number of rounds. A failed model call fails the turn: the engine retries
 //! it, then hands it to a person.
 
+pub mod external;
 pub mod llm;
 pub mod voice;
 
@@ -18,9 +19,9 @@ use futures_util::future::join_all;
 use serde_json::{Map, Value};
 
 use self::llm::{ChatMessage, Llm, ToolCall, Usage};
-use crate::domain::{Batch, ReplyPart};
+use crate::domain::{Batch, Channel, ReplyPart};
 use crate::router::Router;
-use crate::store::{HistoryEntry, Speaker, Store};
+use crate::store::{HistoryEntry, Speaker, Store, TurnUsage};
 use crate::tools::Tools;
 use crate::worker::{TurnError, TurnHandler, TurnOutcome};
 
@@ -34,6 +35,9 @@ pub struct AgentSettings {
     /// Mask long digit runs (phone and account numbers) before text leaves for the model.
     pub redact: bool,
     pub turn_timeout: Duration,
+    /// Prices per million prompt and completion tokens, for the cost estimate.
+    pub prompt_price: f64,
+    pub completion_price: f64,
 }
 
 /// Earlier turns read from the store; the token budget trims them further.
@@ -73,19 +77,32 @@ impl Agent {
         let mut messages = self.prompt(batch, &history);
         let tools = self.tools.definitions();
         let mut usage = Usage::default();
+        let outcome = self.rounds(batch, &mut messages, &tools, &mut usage).await;
+        self.record_usage(batch.id, usage).await;
+        outcome
+    }
+
+    async fn rounds(
+        &self,
+        batch: &Batch,
+        messages: &mut Vec<ChatMessage>,
+        tools: &[Value],
+        usage: &mut Usage,
+    ) -> Result<TurnOutcome, TurnError> {
         for round in 0..=self.settings.max_tool_rounds {
+            self.stage(batch, "writing the answer").await;
             // The last round offers no tools: the model must answer.
             let offered: &[Value] = if round < self.settings.max_tool_rounds {
-                &tools
+                tools
             } else {
                 &[]
             };
             let completion = self
                 .llm
-                .complete(&messages, offered)
+                .complete(messages, offered)
                 .await
                 .map_err(|e| TurnError(e.to_string()))?;
-            usage += completion.usage;
+            *usage += completion.usage;
             let calls = completion.message.tool_calls.clone();
             if calls.is_empty() || offered.is_empty() {
                 let text = completion.message.content.unwrap_or_default();
@@ -104,12 +121,40 @@ impl Agent {
                 return Ok(TurnOutcome::Reply(vec![ReplyPart::text(text)]));
             }
             messages.push(completion.message);
+            self.stage(batch, "looking it up").await;
             let results = join_all(calls.iter().map(|call| self.run_tool(call))).await;
             for (call, result) in calls.iter().zip(results) {
                 messages.push(ChatMessage::tool_result(&call.id, result));
             }
         }
         Err(TurnError("the agent ran out of tool rounds".into()))
+    }
+
+    /// Best effort: a stage is only shown to web-chat customers (WhatsApp has the typing
+    /// indicator), so only their turns pay for the write.
+    async fn stage(&self, batch: &Batch, stage: &str) {
+        if batch.conversation.channel != Channel::Webchat {
+            return;
+        }
+        if let Err(e) = self.store.set_stage(batch.id, stage).await {
+            tracing::debug!(error.message = %e, "could not record the turn's stage");
+        }
+    }
+
+    async fn record_usage(&self, batch: i64, usage: Usage) {
+        if usage == Usage::default() {
+            return;
+        }
+        let per_million = |tokens: u64, price: f64| tokens as f64 * price / 1_000_000.0;
+        let usage = TurnUsage {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            cost: per_million(usage.prompt_tokens, self.settings.prompt_price)
+                + per_million(usage.completion_tokens, self.settings.completion_price),
+        };
+        if let Err(e) = self.store.add_usage(batch, usage).await {
+            tracing::warn!(batch, error.message = %e, "could not record the turn's token usage");
+        }
     }
 
     /// System prompt, history within the budget, context, and the batch.

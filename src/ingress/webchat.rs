@@ -340,7 +340,13 @@ impl JobView {
         };
         match job.status {
             JobStatus::Queued => view.position = Some(job.position.unwrap_or(0)),
-            JobStatus::Started => view.stage = Some("checking your message".into()),
+            JobStatus::Started => {
+                view.stage = Some(
+                    job.stage
+                        .clone()
+                        .unwrap_or_else(|| "checking your message".into()),
+                );
+            }
             JobStatus::Finished => view.answer = Some(Answer { text: job.answer.clone() }),
             JobStatus::Failed => {
                 view.error = Some(

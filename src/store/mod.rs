@@ -245,6 +245,29 @@ pub struct ReviewEntry {
     pub messages: Vec<BatchMessage>,
 }
 
+/// What one agent turn's model calls used.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TurnUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Estimated from the configured prices, in their currency.
+    pub cost: f64,
+}
+
+/// Turns since a time, by who answered them, and what the model cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TurnStats {
+    /// Answered without a model call (the router, or the sandbox acknowledgement).
+    pub local: u64,
+    /// Answered by the agent.
+    pub agent: u64,
+    /// Handed to people (review, hand-offs included).
+    pub people: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost: f64,
+}
+
 /// Who said something in a conversation's history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Speaker {
@@ -304,6 +327,8 @@ pub struct ChatJob {
     pub job_id: String,
     pub session_id: String,
     pub status: JobStatus,
+    /// What its turn is doing, once started, if the turn said.
+    pub stage: Option<String>,
     /// Questions ahead of this one, while queued.
     pub position: Option<u64>,
     pub answer: Option<String>,
@@ -394,6 +419,15 @@ pub trait Store: Send + Sync + 'static {
     /// What was said in the last `turns` turns of `batch`'s conversation before it: the
     /// customer's messages, the replies, and hand-off notes, oldest first.
     async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>>;
+
+    /// Records what a running turn is doing now ("looking it up"); shown by the web chat.
+    async fn set_stage(&self, batch: i64, stage: &str) -> Result<()>;
+
+    /// Adds what a turn's model calls used.
+    async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()>;
+
+    /// Turns that ended since `since_ms`.
+    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats>;
 
     /// Open review items, oldest first.
     async fn review_queue(&self, limit: Option<usize>) -> Result<Vec<ReviewEntry>>;

@@ -338,3 +338,156 @@ async fn a_third_turn_sees_the_first_two_from_the_store_after_a_restart() {
         ]
     );
 }
+
+#[tokio::test]
+async fn usage_is_stored_per_turn_and_stats_count_who_answered() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(
+        &dir,
+        "http://127.0.0.1:9",
+        "prompt_price = 2.0\ncompletion_price = 10.0\n",
+    );
+    let app = start(dir, &llm, &[]).await;
+    turn(&app, "wamid.1", "good morning").await; // the router
+    app.clock.advance(Duration::from_secs(1));
+    turn(&app, "wamid.2", OUT_OF_SCOPE).await; // the agent: 100 + 20 tokens
+    let stats = app.store.turn_stats(0).await.expect("stats");
+    assert_eq!((stats.local, stats.agent, stats.people), (1, 1, 0));
+    assert_eq!((stats.prompt_tokens, stats.completion_tokens), (100, 20));
+    assert!((stats.cost - (100.0 * 2.0 + 20.0 * 10.0) / 1e6).abs() < 1e-12);
+
+    let printed = crate::helpers::json_lines(app.dir.path(), &["stats", "--json"]);
+    assert_eq!(printed[0]["turns"], 2);
+    assert_eq!(printed[0]["agent"], 1);
+    assert!(printed[0]["cost_avoided"].as_f64().unwrap_or_default() > 0.0);
+}
+
+#[tokio::test]
+async fn a_web_chat_question_shows_the_agent_s_stage_while_it_works() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, "http://127.0.0.1:9", "");
+    let app = start(dir, &llm, &[]).await;
+    llm.script([Answer::Stall, Answer::Stall]);
+    let posted: Value = app
+        .client
+        .post(app.url("/chat"))
+        .json(&json!({"session_id": "s-stage", "question": OUT_OF_SCOPE}))
+        .send()
+        .await
+        .expect("posted")
+        .json()
+        .await
+        .expect("json");
+    let id = posted["job_id"].as_str().expect("job id").to_owned();
+    let scheduler = app.scheduler.clone();
+    let turn = tokio::spawn(async move { scheduler.drain().await });
+    let mut seen = None;
+    for _ in 0..100 {
+        let view: Value = app
+            .client
+            .get(app.url(&format!("/chat/{id}?session_id=s-stage")))
+            .send()
+            .await
+            .expect("got")
+            .json()
+            .await
+            .expect("json");
+        if view["status"] == "started" && view["stage"] == "writing the answer" {
+            seen = Some(view);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(seen.is_some(), "the stage was shown while the model worked");
+    turn.await.expect("turn task").expect("drained");
+}
+
+/// A team's own agent: checks Sabi's signature, answers by the customer's words.
+async fn external_agent(secret: &'static str) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let app = axum::Router::new().route(
+        "/agent",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+            let record = record.clone();
+            async move {
+                let expected = sabi::ingress::whatsapp::sign(&secret.to_owned().into(), &body);
+                let signed = headers
+                    .get(sabi::agent::external::SIGNATURE_HEADER)
+                    .and_then(|v| v.to_str().ok());
+                if signed != Some(expected.as_str()) {
+                    return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({})));
+                }
+                let batch: Value = serde_json::from_slice(&body).unwrap_or_default();
+                record.lock().expect("lock").push(batch.clone());
+                let text = batch["messages"][0]["text"].as_str().unwrap_or_default();
+                let answer = if text.contains("visa") {
+                    json!({"handoff": "asked for a person", "reply": "A colleague will reply soon."})
+                } else {
+                    json!({"reply": format!("Our own agent says hi to: {text}"), "options": ["Yes", "No"]})
+                };
+                (axum::http::StatusCode::OK, axum::Json(answer))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/agent"), seen)
+}
+
+#[tokio::test]
+async fn an_external_agent_gets_the_signed_batch_and_its_answer_is_delivered() {
+    let (url, seen) = external_agent("agent-secret").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("sabi.toml"),
+        format!("[external_agent]\nurl = {url:?}\nsecret = \"agent-secret\"\ntimeout = \"2s\"\n"),
+    )
+    .expect("write sabi.toml");
+    let app = TestApp::spawn_in(dir, None, &[("SABI_BATCH_WINDOW", "0")]).await;
+    turn(&app, "wamid.1", OUT_OF_SCOPE).await;
+    app.clock.advance(Duration::from_secs(1));
+    turn(
+        &app,
+        "wamid.2",
+        "Can you write me a letter for my visa application?",
+    )
+    .await;
+
+    let batches = seen.lock().expect("lock").clone();
+    assert_eq!(batches.len(), 2, "the signature checked out both times");
+    assert_eq!(batches[0]["conversation"]["customer"], "2348031234567");
+    assert!(batches[0]["routing"]["intent"].is_string());
+    assert_eq!(batches[1]["history"][0]["text"], OUT_OF_SCOPE);
+    let replies = outbox(&app).await;
+    assert_eq!(
+        replies[0].text,
+        format!("Our own agent says hi to: {OUT_OF_SCOPE}")
+    );
+    assert_eq!(replies[1].text, "A colleague will reply soon.");
+    let review = app.store.review_queue(None).await.expect("review");
+    assert_eq!(review[0].reason, "handoff_asked");
+}
+
+#[tokio::test]
+async fn with_redaction_no_phone_or_account_number_reaches_the_model() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, "http://127.0.0.1:9", "redact = true\n");
+    let app = start(dir, &llm, &[]).await;
+    let question = "Which restaurant in Lekki is good for a birthday? My number is 08031234567, account 0123456789";
+    turn(&app, "wamid.1", question).await;
+    let sent = llm.completions()[0].to_string();
+    assert!(
+        !sent.contains("08031234567") && !sent.contains("0123456789"),
+        "{sent}"
+    );
+    assert!(sent.contains("[number ending 4567]"));
+}

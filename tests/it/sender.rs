@@ -292,7 +292,10 @@ async fn a_throttling_storm_delays_but_loses_and_doubles_nothing() {
 async fn a_lost_answer_is_never_resent_and_the_status_webhook_settles_it() {
     let sabi = Sending::start(
         Arc::new(Parts(2)),
-        &[("SABI_SEND_TIMEOUT", "300ms"), ("SABI_PAIR_SPACING", "200ms")],
+        &[
+            ("SABI_SEND_TIMEOUT", "300ms"),
+            ("SABI_PAIR_SPACING", "200ms"),
+        ],
     )
     .await;
     sabi.fake.stall_next(1);

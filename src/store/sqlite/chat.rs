@@ -138,14 +138,26 @@ pub(super) fn job(conn: &Connection, job_id: &str, now: i64) -> Result<Option<Ch
         (JobStatus::Finished, Some(batch)) => answer_of(conn, batch)?,
         _ => None,
     };
+    let stage = match (status, batch) {
+        (JobStatus::Started, Some(batch)) => stage_of(conn, batch)?,
+        _ => None,
+    };
     Ok(Some(ChatJob {
         job_id: job_id.to_owned(),
         session_id,
         status,
+        stage,
         position,
         answer,
         created_at_ms,
     }))
+}
+
+fn stage_of(conn: &Connection, batch: i64) -> Result<Option<String>> {
+    conn.prepare_cached("SELECT stage FROM batches WHERE id = ?1")
+        .and_then(|mut s| s.query_row(params![batch], |r| r.get(0)).optional())
+        .map(Option::flatten)
+        .map_err(unavailable)
 }
 
 /// The inbox state of the question, as the browser understands it.

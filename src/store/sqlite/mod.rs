@@ -24,7 +24,7 @@ use self::writer::Writer;
 use super::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ending, Error, HistoryEntry, InboxQuery,
     Ingest, IngestReceipt, OutboxEntry, Result, ReviewEntry, SendClaim, SendJob, SendResult, Store,
-    StoredItem, StoredQuarantine,
+    StoredItem, StoredQuarantine, TurnStats, TurnUsage,
 };
 use crate::domain::{
     BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken, Quarantined,
@@ -37,7 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_quarantine_dedupe.sql"),
     include_str!("migrations/0004_chat_jobs.sql"),
     include_str!("migrations/0005_sender.sql"),
-    include_str!("migrations/0006_history.sql"),
+    include_str!("migrations/0006_agent.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -215,6 +215,23 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| outbox::record_send(conn, id, attempt, now_ms, &result))
             .await
+    }
+
+    async fn set_stage(&self, batch: i64, stage: &str) -> Result<()> {
+        let stage = stage.to_owned();
+        self.writer
+            .write(move |conn| turns::set_stage(conn, batch, &stage))
+            .await
+    }
+
+    async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()> {
+        self.writer
+            .write(move |conn| turns::add_usage(conn, batch, usage))
+            .await
+    }
+
+    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats> {
+        self.read(move |conn| turns::stats(conn, since_ms)).await
     }
 
     async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {

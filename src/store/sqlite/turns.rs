@@ -8,7 +8,9 @@ use super::{limit_param, unavailable};
 use crate::domain::{
     Batch, BatchMessage, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
-use crate::store::{Ending, Error, HistoryEntry, Result, ReviewEntry, Speaker};
+use crate::store::{
+    Ending, Error, HistoryEntry, Result, ReviewEntry, Speaker, TurnStats, TurnUsage,
+};
 
 pub(super) fn claim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
     let mut claims = reclaim(conn, now, lease, limit)?;
@@ -362,6 +364,55 @@ pub(super) fn history(conn: &Connection, batch: i64, turns: usize) -> Result<Vec
             })
         })?
         .collect()
+    })
+    .map_err(unavailable)
+}
+
+pub(super) fn set_stage(conn: &Connection, batch: i64, stage: &str) -> Result<()> {
+    execute(
+        conn,
+        "UPDATE batches SET stage = ?2 WHERE id = ?1 AND state = 'running'",
+        params![batch, stage],
+    )
+}
+
+pub(super) fn add_usage(conn: &Connection, batch: i64, usage: TurnUsage) -> Result<()> {
+    let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    execute(
+        conn,
+        "UPDATE batches SET prompt_tokens = coalesce(prompt_tokens, 0) + ?2,
+                completion_tokens = coalesce(completion_tokens, 0) + ?3,
+                cost = coalesce(cost, 0) + ?4
+         WHERE id = ?1",
+        params![
+            batch,
+            tokens(usage.prompt_tokens),
+            tokens(usage.completion_tokens),
+            usage.cost
+        ],
+    )
+}
+
+pub(super) fn stats(conn: &Connection, since: i64) -> Result<TurnStats> {
+    conn.prepare_cached(
+        "SELECT count(*) FILTER (WHERE state = 'done' AND prompt_tokens IS NULL),
+                count(*) FILTER (WHERE state = 'done' AND prompt_tokens IS NOT NULL),
+                count(*) FILTER (WHERE state = 'review'),
+                coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0),
+                coalesce(sum(cost), 0.0)
+         FROM batches WHERE finished_at >= ?1",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![since], |r| {
+            Ok(TurnStats {
+                local: r.get(0)?,
+                agent: r.get(1)?,
+                people: r.get(2)?,
+                prompt_tokens: r.get(3)?,
+                completion_tokens: r.get(4)?,
+                cost: r.get(5)?,
+            })
+        })
     })
     .map_err(unavailable)
 }

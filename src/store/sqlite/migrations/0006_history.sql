@@ -1,2 +1,0 @@
--- A conversation's earlier turns, for the agent's history.
-CREATE INDEX batches_conversation ON batches (conversation_id, id);
