@@ -21,9 +21,10 @@ use sabi::domain::{
     ReplyPart,
 };
 use sabi::store::{
-    self, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ending, HistoryEntry, InboxQuery,
-    Ingest, IngestReceipt, OutboxEntry, ReviewEntry, SendClaim, SendJob, SendResult, SqliteStore,
-    Store, StoredItem, StoredQuarantine, TurnStats, TurnUsage,
+    self, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Gauges,
+    HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, ReviewEntry,
+    ReviewQuery, SendClaim, SendJob, SendResult, SqliteStore, Store, StoredItem, StoredQuarantine,
+    TurnStats, TurnUsage,
 };
 use sabi::worker::policy::EnginePolicy;
 use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler, TurnOutcome};
@@ -360,9 +361,34 @@ impl Store for CountingStore {
         self.count();
         self.inner.next_send_due(skip).await
     }
-    async fn review_queue(&self, limit: Option<usize>) -> store::Result<Vec<ReviewEntry>> {
+    async fn review_queue(&self, query: ReviewQuery) -> store::Result<Vec<ReviewEntry>> {
         self.count();
-        self.inner.review_queue(limit).await
+        self.inner.review_queue(query).await
+    }
+    async fn review_item(&self, id: i64) -> store::Result<Option<ReviewEntry>> {
+        self.count();
+        self.inner.review_item(id).await
+    }
+    async fn resolve_review(
+        &self,
+        id: i64,
+        now_ms: i64,
+        resolution: Resolution,
+    ) -> store::Result<()> {
+        self.count();
+        self.inner.resolve_review(id, now_ms, resolution).await
+    }
+    async fn conversations(
+        &self,
+        customer: &str,
+        turns: usize,
+    ) -> store::Result<Vec<ConversationView>> {
+        self.count();
+        self.inner.conversations(customer, turns).await
+    }
+    async fn gauges(&self, now_ms: i64) -> store::Result<Gauges> {
+        self.count();
+        self.inner.gauges(now_ms).await
     }
     async fn submit_chat(&self, submission: ChatSubmission) -> store::Result<ChatReceipt> {
         self.count();

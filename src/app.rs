@@ -219,7 +219,14 @@ impl App {
                 let listener = TcpListener::bind(config.listen)
                     .await
                     .with_context(|| format!("binding {}", config.listen))?;
-                let state = Ingress::new(config, store.clone(), clock, scheduler.wakeup(), metrics);
+                let state = Ingress::new(
+                    config,
+                    store.clone(),
+                    clock,
+                    scheduler.wakeup(),
+                    scheduler.outbox_wakeup(),
+                    metrics,
+                );
                 Some((
                     listener,
                     ingress::router(state, config.ingress.max_body_bytes),

@@ -11,11 +11,12 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use crate::app::{App, Role};
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::domain::{Channel, ItemKind};
 use crate::ingress::whatsapp::{sign, wire};
 use crate::router::{self, Router};
-use crate::store::{self, InboxQuery, StoredItem};
+use crate::store::{self, InboxQuery, Resolution, ReviewEntry, ReviewQuery, StoredItem};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -59,8 +60,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print batches waiting for a person.
+    /// The review queue: what waits for a person, and settling it (`sabi review` lists).
     Review {
+        #[command(subcommand)]
+        action: Option<ReviewAction>,
+        /// One JSON object per line (for the list).
         #[arg(long)]
         json: bool,
     },
@@ -118,6 +122,30 @@ enum Command {
     },
 }
 
+#[derive(Debug, clap::Subcommand)]
+pub enum ReviewAction {
+    /// Open items, oldest first.
+    Ls {
+        /// Only this reason: too_old, out_of_retries, handoff_asked, unknown_outcome,
+        /// window_closed, send_failed.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Only this customer.
+        #[arg(long)]
+        customer: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One item with its conversation, as JSON.
+    Show { id: i64 },
+    /// Reply to the customer as a person, through the outbox and all its rules.
+    Reply { id: i64, text: String },
+    /// Back to the agent (a failed or unknown send: sent again).
+    Requeue { id: i64 },
+    /// Nothing more to do.
+    Close { id: i64 },
+}
+
 fn parse_kind(s: &str) -> Result<ItemKind, String> {
     ItemKind::parse(s)
         .ok_or_else(|| format!("unknown kind {s:?}: message, status, value_error or field_event"))
@@ -146,7 +174,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         match cli.command {
             Command::Serve { role } => serve(&config, role).await,
             Command::Outbox { json } => outbox(&config, json).await,
-            Command::Review { json } => review(&config, json).await,
+            Command::Review { action, json } => {
+                let action = action.unwrap_or(ReviewAction::Ls {
+                    reason: None,
+                    customer: None,
+                    json,
+                });
+                review(&config, action).await
+            }
             Command::Inbox {
                 json,
                 kind,
@@ -396,28 +431,66 @@ async fn stats(config: &Config, since: Option<Duration>, as_json: bool) -> anyho
     Ok(())
 }
 
-async fn review(config: &Config, as_json: bool) -> anyhow::Result<()> {
+async fn review(config: &Config, action: ReviewAction) -> anyhow::Result<()> {
     let store = store::open(&config.store).await?;
+    let now = crate::clock::SystemClock.now_ms();
+    let resolution = match action {
+        ReviewAction::Ls {
+            reason,
+            customer,
+            json,
+        } => {
+            let query = ReviewQuery {
+                reason,
+                customer,
+                limit: None,
+            };
+            return list_review(store.review_queue(query).await?, json);
+        }
+        ReviewAction::Show { id } => {
+            let item = store
+                .review_item(id)
+                .await?
+                .with_context(|| format!("no review item {id}"))?;
+            let conversations = store.conversations(&item.conversation.customer, 50).await?;
+            let conversation = conversations
+                .iter()
+                .find(|c| c.conversation == item.conversation)
+                .map(crate::ingress::conversation_json);
+            let shown =
+                json!({"item": crate::ingress::review_json(&item), "conversation": conversation});
+            println!("{}", serde_json::to_string_pretty(&shown)?);
+            return Ok(());
+        }
+        ReviewAction::Reply { id, text } => {
+            anyhow::ensure!(!text.trim().is_empty(), "the reply is empty");
+            (
+                id,
+                Resolution::Reply {
+                    text: text.trim().to_owned(),
+                    sandbox: config.whatsapp.sandbox(),
+                },
+            )
+        }
+        ReviewAction::Requeue { id } => (id, Resolution::Requeue),
+        ReviewAction::Close { id } => (id, Resolution::Close),
+    };
+    let (id, resolution) = resolution;
+    match store.resolve_review(id, now, resolution).await {
+        Err(store::Error::NotFound) => anyhow::bail!("no open review item {id}"),
+        outcome => outcome?,
+    }
+    println!("review item {id} settled; a running Sabi picks it up within its poll interval");
+    Ok(())
+}
+
+fn list_review(items: Vec<ReviewEntry>, as_json: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    for item in store.review_queue(None).await? {
-        let c = &item.conversation;
-        let texts: Vec<Option<&str>> = item.messages.iter().map(|m| m.text.as_deref()).collect();
+    for item in items {
         if as_json {
-            let line = json!({
-                "id": item.id,
-                "channel": c.channel.as_str(),
-                "business_number": c.business,
-                "customer": c.customer,
-                "batch": item.batch_id,
-                "reason": item.reason,
-                "outbox_id": item.outbox_id,
-                "error": item.error,
-                "created_at": rfc3339(item.created_at_ms),
-                "messages": item.messages.iter().map(|m| m.external_id.as_str()).collect::<Vec<_>>(),
-                "texts": texts,
-            });
-            writeln!(out, "{line}")?;
+            writeln!(out, "{}", crate::ingress::review_json(&item))?;
         } else {
+            let c = &item.conversation;
             writeln!(
                 out,
                 "{:>6}  {:<15} {:<18} {:<16} {} message(s)  {}",

@@ -40,6 +40,12 @@ pub enum ApiError {
     JobNotFound,
     #[error("internal error: {0}")]
     Internal(String),
+    #[error("missing or wrong bearer token")]
+    Unauthorized,
+    #[error("requests from this address are not allowed")]
+    ForbiddenSource,
+    #[error("no such item")]
+    NotFound,
 }
 
 impl ApiError {
@@ -65,6 +71,17 @@ impl ApiError {
             ),
             ApiError::UnreadableBody(_) => {
                 (StatusCode::BAD_REQUEST, "unreadable_body", self.to_string())
+            }
+            ApiError::Store(store::Error::NotFound) | ApiError::NotFound => {
+                (StatusCode::NOT_FOUND, "not_found", "No such item.".into())
+            }
+            ApiError::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "A valid bearer token is required.".into(),
+            ),
+            ApiError::ForbiddenSource => {
+                (StatusCode::FORBIDDEN, "forbidden_source", self.to_string())
             }
             ApiError::Store(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -3,15 +3,20 @@
 //! Each route reads its input, turns it into domain values, makes one store call and answers.
 //! The WhatsApp webhook acknowledges only what the store has durably kept.
 
+mod admin;
 mod health;
 mod webchat;
 pub mod whatsapp;
 
+pub use self::admin::{conversation_json, review_json};
+
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
+use axum::{Router, middleware};
+use secrecy::SecretString;
+use tokio::sync::Notify;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
@@ -28,7 +33,18 @@ pub struct Ingress {
     pub webchat: WebchatSettings,
     /// Wakes this process's scheduler when new work is due sooner than it planned to look.
     pub wakeup: Arc<Wakeup>,
+    /// Wakes this process's sender when a person's reply is queued.
+    pub outbox: Arc<Notify>,
     pub metrics: Arc<Metrics>,
+    pub admin: AdminSettings,
+}
+
+/// The admin API's settings.
+pub struct AdminSettings {
+    /// No token: the admin API is off.
+    pub token: Option<SecretString>,
+    /// Replies are kept, never sent (no access token).
+    pub sandbox: bool,
 }
 
 pub type AppState = Arc<Ingress>;
@@ -39,6 +55,7 @@ impl Ingress {
         store: Arc<dyn Store>,
         clock: SharedClock,
         wakeup: Arc<Wakeup>,
+        outbox: Arc<Notify>,
         metrics: Arc<Metrics>,
     ) -> AppState {
         Arc::new(Ingress {
@@ -47,7 +64,12 @@ impl Ingress {
             whatsapp: whatsapp::Settings::from_config(config),
             webchat: WebchatSettings::from_config(config),
             wakeup,
+            outbox,
             metrics,
+            admin: AdminSettings {
+                token: config.admin.token.clone(),
+                sandbox: config.whatsapp.sandbox(),
+            },
         })
     }
 }
@@ -92,13 +114,29 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/chat/{job_id}/events", get(webchat::events))
         .route("/openapi.json", get(webchat::openapi))
         .layer(DefaultBodyLimit::max(WEBCHAT_MAX_BODY));
-    Router::new()
+    let mut routes = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .merge(webhook)
-        .merge(webchat)
-        .with_state(state)
+        .merge(webchat);
+    if state.admin.token.is_some() {
+        let api = Router::new()
+            .route("/admin/review", get(admin::list))
+            .route("/admin/review/{id}", get(admin::show))
+            .route("/admin/review/{id}/reply", post(admin::reply))
+            .route("/admin/review/{id}/requeue", post(admin::requeue))
+            .route("/admin/review/{id}/close", post(admin::close))
+            .route("/admin/conversations", get(admin::conversations))
+            .route("/admin/stats", get(admin::stats))
+            .layer(middleware::from_fn_with_state(
+                state.clone(),
+                admin::require_token,
+            ))
+            .layer(DefaultBodyLimit::max(WEBCHAT_MAX_BODY));
+        routes = routes.merge(api).route("/desk", get(admin::desk));
+    }
+    routes.with_state(state)
 }
 
 /// A chat question is at most a few kilobytes.

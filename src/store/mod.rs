@@ -34,6 +34,9 @@ pub enum Error {
     /// batch has ended. The write was refused.
     #[error("lease lost: the batch was taken over or has ended")]
     LeaseLost,
+    /// No such item (or it is no longer open).
+    #[error("not found")]
+    NotFound,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -238,6 +241,8 @@ pub struct ReviewEntry {
     pub batch_id: i64,
     /// The reply part it is about, when a send went wrong.
     pub outbox_id: Option<i64>,
+    /// `open`, or how a person settled it: `replied`, `requeued`, `closed`.
+    pub state: String,
     pub conversation: ConversationKey,
     pub reason: String,
     pub error: Option<String>,
@@ -284,6 +289,54 @@ pub struct HistoryEntry {
     pub at_ms: i64,
     pub speaker: Speaker,
     pub text: String,
+}
+
+/// Which review items to list.
+#[derive(Debug, Clone, Default)]
+pub struct ReviewQuery {
+    /// Only items of this reason (`too_old`, `handoff_asked`, ...).
+    pub reason: Option<String>,
+    /// Only items of this customer.
+    pub customer: Option<String>,
+    pub limit: Option<usize>,
+}
+
+/// How a person settles a review item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolution {
+    /// A person's reply to the customer, through the outbox and all its rules.
+    Reply { text: String, sandbox: bool },
+    /// Back to the automatic path: a batch's messages become pending again for a new turn; a
+    /// failed or unknown send is queued again (the person accepts it may arrive twice).
+    Requeue,
+    /// Nothing more to do.
+    Close,
+}
+
+/// A conversation and what was said in it, for people.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConversationView {
+    pub conversation: ConversationKey,
+    /// When the customer last wrote (the 24-hour window starts there).
+    pub last_inbound_at_ms: Option<i64>,
+    pub history: Vec<HistoryEntry>,
+}
+
+/// Counts of the pipeline's state now, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// Conversations whose batch is due and not yet claimed.
+    pub due: u64,
+    /// Batches held by a worker.
+    pub running: u64,
+    /// Batches waiting for a retry.
+    pub waiting: u64,
+    /// Open review items.
+    pub review: u64,
+    /// Reply parts waiting to be sent.
+    pub queued_sends: u64,
+    /// Sends whose outcome is unknown.
+    pub unknown_sends: u64,
 }
 
 /// A web-chat question to keep, with its job.
@@ -430,7 +483,22 @@ pub trait Store: Send + Sync + 'static {
     async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats>;
 
     /// Open review items, oldest first.
-    async fn review_queue(&self, limit: Option<usize>) -> Result<Vec<ReviewEntry>>;
+    async fn review_queue(&self, query: ReviewQuery) -> Result<Vec<ReviewEntry>>;
+
+    /// One review item, open or settled.
+    async fn review_item(&self, id: i64) -> Result<Option<ReviewEntry>>;
+
+    /// Settles an open review item, atomically with what it asks for.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when no open item has this id.
+    async fn resolve_review(&self, id: i64, now_ms: i64, resolution: Resolution) -> Result<()>;
+
+    /// The conversations of a customer, with their history (the last `turns` turns).
+    async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>>;
+
+    /// The pipeline's counts now.
+    async fn gauges(&self, now_ms: i64) -> Result<Gauges>;
 
     /// Keeps a web-chat question and its job in one atomic step; the same (session, message
     /// id) always gives the same job, also when two submissions race.

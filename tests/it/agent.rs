@@ -2,6 +2,7 @@
 //! history it sends, tool calls, retries and the fallback provider, voice notes, and history
 //! that survives a restart.
 
+use sabi::store::ReviewQuery;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -222,7 +223,11 @@ async fn failures_are_retried_then_the_fallback_answers_then_review() {
     turn(&app, "wamid.2", "And which cinema?").await;
     app.clock.advance(Duration::from_secs(6));
     app.scheduler.drain().await.expect("retry");
-    let review = app.store.review_queue(None).await.expect("review");
+    let review = app
+        .store
+        .review_queue(ReviewQuery::default())
+        .await
+        .expect("review");
     assert_eq!(review.len(), 1);
     assert_eq!(review[0].reason, "out_of_retries");
     assert_eq!(
@@ -472,7 +477,11 @@ async fn an_external_agent_gets_the_signed_batch_and_its_answer_is_delivered() {
         format!("Our own agent says hi to: {OUT_OF_SCOPE}")
     );
     assert_eq!(replies[1].text, "A colleague will reply soon.");
-    let review = app.store.review_queue(None).await.expect("review");
+    let review = app
+        .store
+        .review_queue(ReviewQuery::default())
+        .await
+        .expect("review");
     assert_eq!(review[0].reason, "handoff_asked");
 }
 

@@ -1,6 +1,7 @@
 //! The conversation engine on the SQLite store, driven with the injected clock: batching
 //! windows and caps, one turn at a time, fencing, retries with backoff, review, shutdown.
 
+use sabi::store::ReviewQuery;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -354,7 +355,11 @@ async fn failed_turns_back_off_then_go_to_review() {
         "nothing after the last attempt"
     );
 
-    let review = app.store.review_queue(None).await.expect("review");
+    let review = app
+        .store
+        .review_queue(ReviewQuery::default())
+        .await
+        .expect("review");
     assert_eq!(review.len(), 1);
     assert_eq!(review[0].reason, "out_of_retries");
     assert_eq!(review[0].error.as_deref(), Some("the model is down"));
@@ -378,7 +383,7 @@ async fn a_turn_that_succeeds_on_retry_replies_once() {
     assert_eq!(app.store.outbox(None).await.expect("outbox").len(), 1);
     assert!(
         app.store
-            .review_queue(None)
+            .review_queue(ReviewQuery::default())
             .await
             .expect("review")
             .is_empty()
@@ -400,7 +405,11 @@ async fn a_batch_too_old_for_an_automatic_reply_goes_to_review() {
     app.clock.advance(Duration::from_secs(20));
     assert_eq!(app.scheduler.drain().await.expect("drain"), 1);
     assert!(recorder.turns().is_empty(), "no automatic reply");
-    let review = app.store.review_queue(None).await.expect("review");
+    let review = app
+        .store
+        .review_queue(ReviewQuery::default())
+        .await
+        .expect("review");
     assert_eq!(review.len(), 1);
     assert_eq!(review[0].reason, "too_old");
     assert!(app.store.outbox(None).await.expect("outbox").is_empty());

@@ -1,6 +1,7 @@
 //! The intent router: its targets on the labelled corpus (cross-validated), its command-line
 //! interface as outside tools use it, a bad intents file, and the router inside the turn.
 
+use sabi::store::ReviewQuery;
 use std::io::Write;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -154,7 +155,11 @@ async fn the_router_answers_in_the_turn() {
         "{outbox:?}"
     );
 
-    let review = app.store.review_queue(None).await.expect("review");
+    let review = app
+        .store
+        .review_queue(ReviewQuery::default())
+        .await
+        .expect("review");
     assert_eq!(review.len(), 1);
     assert_eq!(review[0].reason, "handoff_asked");
     assert_eq!(review[0].conversation.customer, "2348000000002");

@@ -2,6 +2,7 @@
 //! once, throttling storms, lost answers, the 24-hour window, long texts, and expired tokens.
 //! Sabi runs whole (ingress, scheduler, sender) on the real clock.
 
+use sabi::store::ReviewQuery;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -337,7 +338,11 @@ async fn a_lost_answer_without_a_status_goes_to_review() {
         outbox.len() == 1 && outbox[0].state == "review"
     })
     .await;
-    let review = sabi.store.review_queue(None).await.expect("review");
+    let review = sabi
+        .store
+        .review_queue(ReviewQuery::default())
+        .await
+        .expect("review");
     assert_eq!(review.len(), 1);
     assert_eq!(review[0].reason, "unknown_outcome");
     assert_eq!(review[0].outbox_id, Some(sabi.outbox().await[0].id));
@@ -380,7 +385,11 @@ async fn outside_the_window_the_template_goes_or_the_reply_waits_for_a_person() 
             .all(|e| e.kind == "template"),
         "{outbox:?}"
     );
-    let review = sabi.store.review_queue(None).await.expect("review");
+    let review = sabi
+        .store
+        .review_queue(ReviewQuery::default())
+        .await
+        .expect("review");
     assert_eq!(review.len(), 2);
     assert!(review.iter().all(|r| r.reason == "window_closed"));
     let kinds: Vec<String> = sabi
@@ -413,7 +422,11 @@ async fn outside_the_window_the_template_goes_or_the_reply_waits_for_a_person() 
             outbox.len() == 1 && outbox[0].state == "review"
         })
         .await;
-    let review = no_template.store.review_queue(None).await.expect("review");
+    let review = no_template
+        .store
+        .review_queue(ReviewQuery::default())
+        .await
+        .expect("review");
     assert_eq!(review[0].reason, "window_closed");
     assert!(no_template.fake.accepted().is_empty(), "nothing was sent");
 }
@@ -632,7 +645,11 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
     let outbox = app.store.outbox(None).await.expect("outbox");
     assert_eq!(outbox[1].state, "failed");
     assert_eq!(outbox[1].error_code, Some(131_026));
-    let review = app.store.review_queue(None).await.expect("review");
+    let review = app
+        .store
+        .review_queue(ReviewQuery::default())
+        .await
+        .expect("review");
     assert_eq!(review.len(), 1);
     assert_eq!(review[0].reason, "send_failed");
     assert_eq!(review[0].outbox_id, Some(outbox[1].id));

@@ -8,6 +8,7 @@
 
 mod chat;
 mod outbox;
+mod review;
 mod turns;
 mod writer;
 
@@ -22,9 +23,10 @@ use sha2::{Digest, Sha256};
 
 use self::writer::Writer;
 use super::{
-    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ending, Error, HistoryEntry, InboxQuery,
-    Ingest, IngestReceipt, OutboxEntry, Result, ReviewEntry, SendClaim, SendJob, SendResult, Store,
-    StoredItem, StoredQuarantine, TurnStats, TurnUsage,
+    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
+    HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry,
+    ReviewQuery, SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, TurnStats,
+    TurnUsage,
 };
 use crate::domain::{
     BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken, Quarantined,
@@ -38,6 +40,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_chat_jobs.sql"),
     include_str!("migrations/0005_sender.sql"),
     include_str!("migrations/0006_agent.sql"),
+    include_str!("migrations/0007_review_resolution.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -244,9 +247,28 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn review_queue(&self, limit: Option<usize>) -> Result<Vec<ReviewEntry>> {
-        self.read(move |conn| turns::review_queue(conn, limit))
+    async fn review_queue(&self, query: ReviewQuery) -> Result<Vec<ReviewEntry>> {
+        self.read(move |conn| review::queue(conn, &query)).await
+    }
+
+    async fn review_item(&self, id: i64) -> Result<Option<ReviewEntry>> {
+        self.read(move |conn| review::item(conn, id)).await
+    }
+
+    async fn resolve_review(&self, id: i64, now_ms: i64, resolution: Resolution) -> Result<()> {
+        self.writer
+            .write(move |conn| review::resolve(conn, id, now_ms, &resolution))
             .await
+    }
+
+    async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>> {
+        let customer = customer.to_owned();
+        self.read(move |conn| review::conversations(conn, &customer, turns))
+            .await
+    }
+
+    async fn gauges(&self, now_ms: i64) -> Result<Gauges> {
+        self.read(move |conn| review::gauges(conn, now_ms)).await
     }
 
     async fn submit_chat(&self, submission: ChatSubmission) -> Result<ChatReceipt> {

@@ -8,9 +8,7 @@ use super::{limit_param, unavailable};
 use crate::domain::{
     Batch, BatchMessage, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
-use crate::store::{
-    Ending, Error, HistoryEntry, Result, ReviewEntry, Speaker, TurnStats, TurnUsage,
-};
+use crate::store::{Ending, Error, HistoryEntry, Result, Speaker, TurnStats, TurnUsage};
 
 pub(super) fn claim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
     let mut claims = reclaim(conn, now, lease, limit)?;
@@ -97,7 +95,7 @@ fn open_batches(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result
     Ok(claims)
 }
 
-fn load_batch(conn: &Connection, id: i64) -> Result<Batch> {
+pub(super) fn load_batch(conn: &Connection, id: i64) -> Result<Batch> {
     let (conversation, due_at_ms) = conn
         .prepare_cached(
             "SELECT c.channel, c.business, c.customer, b.due_at
@@ -291,36 +289,6 @@ pub(super) fn next_due(conn: &Connection) -> Result<Option<i64>> {
     .map_err(unavailable)
 }
 
-pub(super) fn review_queue(conn: &Connection, limit: Option<usize>) -> Result<Vec<ReviewEntry>> {
-    type Row = (i64, i64, String, Option<String>, i64, Option<i64>);
-    let rows: Vec<Row> = conn
-        .prepare_cached(
-            "SELECT id, batch_id, reason, error, created_at, outbox_id FROM review WHERE state = 'open' ORDER BY id LIMIT ?1",
-        )
-        .and_then(|mut s| {
-            s.query_map(params![limit_param(limit.unwrap_or(usize::MAX))], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
-            })?
-            .collect()
-        })
-        .map_err(unavailable)?;
-    rows.into_iter()
-        .map(|(id, batch_id, reason, error, created_at_ms, outbox_id)| {
-            let batch = load_batch(conn, batch_id)?;
-            Ok(ReviewEntry {
-                id,
-                batch_id,
-                outbox_id,
-                conversation: batch.conversation,
-                reason,
-                error,
-                created_at_ms,
-                messages: batch.messages,
-            })
-        })
-        .collect()
-}
-
 fn query_ids(conn: &Connection, sql: &str, now: i64, limit: usize) -> Result<Vec<i64>> {
     conn.prepare_cached(sql)
         .and_then(|mut s| {
@@ -338,10 +306,26 @@ pub(super) fn execute(conn: &Connection, sql: &str, params: impl rusqlite::Param
 }
 
 pub(super) fn history(conn: &Connection, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
+    let conversation: Option<i64> = conn
+        .prepare_cached("SELECT conversation_id FROM batches WHERE id = ?1")
+        .and_then(|mut s| s.query_row(params![batch], |r| r.get(0)).optional())
+        .map_err(unavailable)?;
+    match conversation {
+        Some(conversation) => conversation_history(conn, conversation, batch, turns),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// What was said in the last `turns` turns of a conversation before batch `before`.
+pub(super) fn conversation_history(
+    conn: &Connection,
+    conversation: i64,
+    before: i64,
+    turns: usize,
+) -> Result<Vec<HistoryEntry>> {
     conn.prepare_cached(
         "WITH recent AS (
-             SELECT id FROM batches
-             WHERE conversation_id = (SELECT conversation_id FROM batches WHERE id = ?1) AND id < ?1
+             SELECT id FROM batches WHERE conversation_id = ?3 AND id < ?1
              ORDER BY id DESC LIMIT ?2)
          SELECT received_at, 0, coalesce(text, '[' || coalesce(item_type, 'message') || ']')
              FROM inbox WHERE batch_id IN (SELECT id FROM recent)
@@ -351,7 +335,7 @@ pub(super) fn history(conn: &Connection, batch: i64, turns: usize) -> Result<Vec
          ORDER BY 1, 2",
     )
     .and_then(|mut s| {
-        s.query_map(params![batch, limit_param(turns)], |r| {
+        s.query_map(params![before, limit_param(turns), conversation], |r| {
             let speaker = match r.get::<_, i64>(1)? {
                 0 => Speaker::Customer,
                 1 => Speaker::Business,

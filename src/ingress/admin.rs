@@ -1,0 +1,248 @@
+//! The admin API: people take over what Sabi handed them. Everything under `/admin/` needs
+//! `Authorization: Bearer <SABI_ADMIN_TOKEN>` (compared in constant time); with no token
+//! configured the routes do not exist. The review desk page (`/desk`) holds no data itself:
+//! it asks for the token and calls this API.
+//!
+//! - `GET /admin/review?reason=&customer=&limit=`: open review items, oldest first;
+//! - `GET /admin/review/{id}`: one item with its conversation;
+//! - `POST /admin/review/{id}/reply` `{"text": "..."}`: a person's reply, through the outbox
+//!   and all its rules (order, pacing, the 24-hour window);
+//! - `POST /admin/review/{id}/requeue`: back to the agent (or, for a send, sent again);
+//! - `POST /admin/review/{id}/close`;
+//! - `GET /admin/conversations?customer=`: a customer's conversations and history;
+//! - `GET /admin/stats?since_ms=`: who answered, tokens and cost.
+
+use axum::Json;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{Html, Response};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::AppState;
+use crate::http::ApiError;
+use crate::store::{ConversationView, Resolution, ReviewEntry, ReviewQuery, Speaker};
+
+/// History turns shown with a review item or a conversation.
+const TURNS_SHOWN: usize = 50;
+
+/// Refuses any request without the admin token, before any data is read.
+pub(super) async fn require_token(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let expected = state.admin.token.as_ref().ok_or(ApiError::Unauthorized)?;
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if !token_matches(given, expected) {
+        return Err(ApiError::Unauthorized);
+    }
+    Ok(next.run(request).await)
+}
+
+/// Constant time whatever the lengths: the digests are compared, not the tokens.
+fn token_matches(given: &str, expected: &SecretString) -> bool {
+    let given = Sha256::digest(given.as_bytes());
+    let expected = Sha256::digest(expected.expose_secret().as_bytes());
+    bool::from(given.ct_eq(&expected))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ListQuery {
+    reason: Option<String>,
+    customer: Option<String>,
+    limit: Option<usize>,
+}
+
+pub(super) async fn list(
+    State(state): State<AppState>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let items = state
+        .store
+        .review_queue(ReviewQuery {
+            reason: query.reason,
+            customer: query.customer,
+            limit: Some(query.limit.unwrap_or(100).min(1000)),
+        })
+        .await?;
+    Ok(Json(
+        json!({ "items": items.iter().map(review_json).collect::<Vec<_>>() }),
+    ))
+}
+
+pub(super) async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let item = state
+        .store
+        .review_item(id)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    let conversations = state
+        .store
+        .conversations(&item.conversation.customer, TURNS_SHOWN)
+        .await?;
+    let conversation = conversations
+        .iter()
+        .find(|c| c.conversation == item.conversation)
+        .map(conversation_json);
+    Ok(Json(
+        json!({ "item": review_json(&item), "conversation": conversation }),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Reply {
+    text: String,
+}
+
+pub(super) async fn reply(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    Json(reply): Json<Reply>,
+) -> Result<Json<Value>, ApiError> {
+    let text = reply.text.trim();
+    if text.is_empty() {
+        return Err(ApiError::Invalid {
+            field: "text",
+            why: "must not be empty".into(),
+        });
+    }
+    let resolution = Resolution::Reply {
+        text: text.to_owned(),
+        sandbox: state.admin.sandbox,
+    };
+    settle(&state, id, resolution).await
+}
+
+pub(super) async fn requeue(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    settle(&state, id, Resolution::Requeue).await
+}
+
+pub(super) async fn close(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    settle(&state, id, Resolution::Close).await
+}
+
+async fn settle(
+    state: &AppState,
+    id: i64,
+    resolution: Resolution,
+) -> Result<Json<Value>, ApiError> {
+    let requeued = resolution == Resolution::Requeue;
+    let now = state.clock.now_ms();
+    state.store.resolve_review(id, now, resolution).await?;
+    // This node's workers look at once; other nodes find it at their next poll.
+    state.outbox.notify_one();
+    if requeued {
+        state.wakeup.due_at(now);
+    }
+    let item = state
+        .store
+        .review_item(id)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    Ok(Json(review_json(&item)))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CustomerQuery {
+    customer: String,
+}
+
+pub(super) async fn conversations(
+    State(state): State<AppState>,
+    Query(query): Query<CustomerQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let found = state
+        .store
+        .conversations(&query.customer, TURNS_SHOWN)
+        .await?;
+    Ok(Json(json!({
+        "conversations": found.iter().map(conversation_json).collect::<Vec<_>>()
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct StatsQuery {
+    since_ms: Option<i64>,
+}
+
+pub(super) async fn stats(
+    State(state): State<AppState>,
+    Query(query): Query<StatsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let s = state.store.turn_stats(query.since_ms.unwrap_or(0)).await?;
+    Ok(Json(json!({
+        "local": s.local,
+        "agent": s.agent,
+        "people": s.people,
+        "prompt_tokens": s.prompt_tokens,
+        "completion_tokens": s.completion_tokens,
+        "cost": s.cost,
+    })))
+}
+
+/// The review desk: a page that lists the queue with a reply box.
+pub(super) async fn desk() -> Html<&'static str> {
+    Html(include_str!("desk.html"))
+}
+
+/// A review item as people read it (the admin API and `sabi review --json`).
+pub fn review_json(item: &ReviewEntry) -> Value {
+    let c = &item.conversation;
+    json!({
+        "id": item.id,
+        "state": item.state,
+        "reason": item.reason,
+        "error": item.error,
+        "channel": c.channel.as_str(),
+        "business_number": c.business,
+        "customer": c.customer,
+        "batch": item.batch_id,
+        "outbox_id": item.outbox_id,
+        "created_at_ms": item.created_at_ms,
+        "messages": item.messages.iter().map(|m| json!({
+            "id": m.external_id,
+            "type": m.item_type,
+            "text": m.text,
+            "sent_at_ms": m.sent_at_ms(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// A conversation and its history as people read it.
+pub fn conversation_json(view: &ConversationView) -> Value {
+    let c = &view.conversation;
+    json!({
+        "channel": c.channel.as_str(),
+        "business_number": c.business,
+        "customer": c.customer,
+        "last_inbound_at_ms": view.last_inbound_at_ms,
+        "history": view.history.iter().map(|h| json!({
+            "speaker": match h.speaker {
+                Speaker::Customer => "customer",
+                Speaker::Business => "business",
+                Speaker::Note => "note",
+            },
+            "text": h.text,
+            "at_ms": h.at_ms,
+        })).collect::<Vec<_>>(),
+    })
+}

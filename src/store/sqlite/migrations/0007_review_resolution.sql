@@ -1,0 +1,6 @@
+-- How a person settled a review item: replied, requeued (back to the agent, or a send tried
+-- again) or closed.
+ALTER TABLE review ADD COLUMN resolved_at INTEGER;
+ALTER TABLE review ADD COLUMN resolution TEXT;
+ALTER TABLE review ADD COLUMN resolution_note TEXT;
+CREATE INDEX conversations_customer ON conversations (customer);

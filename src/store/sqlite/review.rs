@@ -1,0 +1,203 @@
+//! The people's side of the SQLite store: the review queue, settling its items, conversations
+//! by customer, and the pipeline's counts for `/metrics`.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::turns::{conversation_history, execute, load_batch};
+use super::{limit_param, unavailable};
+use crate::domain::ConversationKey;
+use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
+
+type Row = (i64, i64, String, Option<String>, i64, Option<i64>, String);
+
+const COLUMNS: &str = "r.id, r.batch_id, r.reason, r.error, r.created_at, r.outbox_id, r.state";
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+    ))
+}
+
+fn entry(conn: &Connection, row: Row) -> Result<ReviewEntry> {
+    let (id, batch_id, reason, error, created_at_ms, outbox_id, state) = row;
+    let batch = load_batch(conn, batch_id)?;
+    Ok(ReviewEntry {
+        id,
+        batch_id,
+        outbox_id,
+        state,
+        conversation: batch.conversation,
+        reason,
+        error,
+        created_at_ms,
+        messages: batch.messages,
+    })
+}
+
+pub(super) fn queue(conn: &Connection, query: &ReviewQuery) -> Result<Vec<ReviewEntry>> {
+    let rows: Vec<Row> = conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM review r JOIN batches b ON b.id = r.batch_id
+             JOIN conversations c ON c.id = b.conversation_id
+             WHERE r.state = 'open' AND (?1 IS NULL OR r.reason = ?1) AND (?2 IS NULL OR c.customer = ?2)
+             ORDER BY r.id LIMIT ?3"
+        ))
+        .and_then(|mut s| {
+            s.query_map(
+                params![
+                    query.reason,
+                    query.customer,
+                    limit_param(query.limit.unwrap_or(usize::MAX))
+                ],
+                row,
+            )?
+            .collect()
+        })
+        .map_err(unavailable)?;
+    rows.into_iter().map(|r| entry(conn, r)).collect()
+}
+
+pub(super) fn item(conn: &Connection, id: i64) -> Result<Option<ReviewEntry>> {
+    let found = conn
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM review r WHERE r.id = ?1"))
+        .and_then(|mut s| s.query_row(params![id], row).optional())
+        .map_err(unavailable)?;
+    found.map(|r| entry(conn, r)).transpose()
+}
+
+pub(super) fn resolve(conn: &Connection, id: i64, now: i64, resolution: &Resolution) -> Result<()> {
+    let open: Option<(i64, Option<i64>)> = conn
+        .prepare_cached("SELECT batch_id, outbox_id FROM review WHERE id = ?1 AND state = 'open'")
+        .and_then(|mut s| {
+            s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .map_err(unavailable)?;
+    let Some((batch, outbox)) = open else {
+        return Err(Error::NotFound);
+    };
+    let (state, note) = match resolution {
+        Resolution::Reply { text, sandbox } => {
+            person_reply(conn, batch, now, text, *sandbox)?;
+            ("replied", Some(text.as_str()))
+        }
+        Resolution::Requeue => {
+            match outbox {
+                Some(part) => requeue_send(conn, part, now)?,
+                None => requeue_batch(conn, batch, now)?,
+            }
+            ("requeued", None)
+        }
+        Resolution::Close => ("closed", None),
+    };
+    execute(
+        conn,
+        "UPDATE review SET state = ?2, resolved_at = ?3, resolution = ?2, resolution_note = ?4
+         WHERE id = ?1",
+        params![id, state, now, note],
+    )
+}
+
+/// A person's reply joins the batch's reply parts, after the last, and goes out like any
+/// other part: in order, paced, inside the 24-hour window (or as the template).
+fn person_reply(conn: &Connection, batch: i64, now: i64, text: &str, sandbox: bool) -> Result<()> {
+    execute(
+        conn,
+        "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
+                             conversation_id, updated_at)
+         SELECT b.id, coalesce((SELECT max(part) + 1 FROM outbox WHERE batch_id = b.id), 0),
+                c.channel, c.business, c.customer, ?3,
+                CASE WHEN c.channel = 'webchat' THEN 'served' WHEN ?4 THEN 'sandbox' ELSE 'queued' END,
+                ?2, c.id, ?2
+         FROM batches b JOIN conversations c ON c.id = b.conversation_id WHERE b.id = ?1",
+        params![batch, now, text, sandbox],
+    )
+}
+
+/// The batch's messages wait for a new turn, due now; the old batch stays as it ended.
+fn requeue_batch(conn: &Connection, batch: i64, now: i64) -> Result<()> {
+    execute(
+        conn,
+        "UPDATE inbox SET state = 'pending', batch_id = NULL WHERE batch_id = ?1 AND kind = 'message'",
+        params![batch],
+    )?;
+    execute(
+        conn,
+        "UPDATE conversations SET first_pending_at = coalesce(first_pending_at, ?2),
+                last_pending_at = ?2, due_at = ?2
+         WHERE id = (SELECT conversation_id FROM batches WHERE id = ?1)",
+        params![batch, now],
+    )
+}
+
+/// A person decided the part may go again: a fresh start, whatever happened before.
+fn requeue_send(conn: &Connection, part: i64, now: i64) -> Result<()> {
+    execute(
+        conn,
+        "UPDATE outbox SET state = CASE WHEN window_closed THEN 'window_closed' ELSE 'queued' END,
+                wamid = NULL, delivery = NULL, failures = 0, next_attempt_at = NULL,
+                send_until = NULL, updated_at = ?2
+         WHERE id = ?1",
+        params![part, now],
+    )
+}
+
+pub(super) fn conversations(
+    conn: &Connection,
+    customer: &str,
+    turns: usize,
+) -> Result<Vec<ConversationView>> {
+    let found: Vec<(i64, ConversationKey, Option<i64>)> = conn
+        .prepare_cached(
+            "SELECT id, channel, business, customer, last_inbound_at FROM conversations
+             WHERE customer = ?1 ORDER BY id",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![customer], |r| {
+                let key = ConversationKey {
+                    channel: r.get(1)?,
+                    business: r.get(2)?,
+                    customer: r.get(3)?,
+                };
+                Ok((r.get(0)?, key, r.get(4)?))
+            })?
+            .collect()
+        })
+        .map_err(unavailable)?;
+    found
+        .into_iter()
+        .map(|(id, conversation, last_inbound_at_ms)| {
+            Ok(ConversationView {
+                conversation,
+                last_inbound_at_ms,
+                history: conversation_history(conn, id, i64::MAX, turns)?,
+            })
+        })
+        .collect()
+}
+
+pub(super) fn gauges(conn: &Connection, now: i64) -> Result<Gauges> {
+    let count = |sql: &str| -> Result<u64> {
+        conn.prepare_cached(sql)
+            .and_then(|mut s| s.query_row(params![now], |r| r.get(0)))
+            .map_err(unavailable)
+    };
+    Ok(Gauges {
+        due: count(
+            "SELECT count(*) FROM conversations WHERE due_at <= ?1 AND open_batch_id IS NULL",
+        )?,
+        running: count("SELECT count(*) + 0 * ?1 FROM batches WHERE state = 'running'")?,
+        waiting: count("SELECT count(*) + 0 * ?1 FROM batches WHERE state = 'waiting'")?,
+        review: count("SELECT count(*) + 0 * ?1 FROM review WHERE state = 'open'")?,
+        queued_sends: count(
+            "SELECT count(*) + 0 * ?1 FROM outbox WHERE state IN ('queued', 'window_closed')",
+        )?,
+        unknown_sends: count("SELECT count(*) + 0 * ?1 FROM outbox WHERE state = 'unknown'")?,
+    })
+}
