@@ -81,19 +81,24 @@ fn default_handler(
         .transcribe_base_url
         .as_ref()
         .or(config.llm.base_url.as_ref());
-    match (graph, transcribe_base) {
-        (Some(graph), Some(base)) => {
-            let transcriber = Transcriber {
+    let hearing = match (graph, transcribe_base) {
+        (Some(graph), Some(base)) => Some((
+            graph.clone(),
+            Transcriber {
                 base_url: base.clone(),
-                api_key: config.llm.api_key.clone(),
+                api_key: config
+                    .llm
+                    .transcribe_api_key
+                    .clone()
+                    .or_else(|| config.llm.api_key.clone()),
                 model: config.llm.transcribe_model.clone(),
                 max_bytes: config.llm.media_max_bytes as u64,
                 timeout: config.llm.timeout,
-            };
-            Ok(VoiceNotes::new(handler, graph.clone(), transcriber)?)
-        }
-        _ => Ok(handler),
-    }
+            },
+        )),
+        _ => None,
+    };
+    Ok(VoiceNotes::new(handler, hearing)?)
 }
 
 /// The agent: an external one, or the built-in LLM agent, when either is configured.

@@ -347,6 +347,8 @@ pub struct LlmConfig {
     pub completion_price: f64,
     /// Speech-to-text base URL; the LLM's when unset.
     pub transcribe_base_url: Option<String>,
+    /// Speech-to-text key; the LLM's when unset.
+    pub transcribe_api_key: Option<SecretString>,
     /// The speech-to-text model.
     #[serde(default = "defaults::transcribe_model")]
     pub transcribe_model: String,
@@ -376,6 +378,7 @@ impl Default for LlmConfig {
             prompt_price: 0.0,
             completion_price: 0.0,
             transcribe_base_url: None,
+            transcribe_api_key: None,
             transcribe_model: defaults::transcribe_model(),
             media_max_bytes: defaults::media_max_bytes(),
         }
@@ -703,14 +706,15 @@ mod defaults {
          person will follow up."
             .into()
     }
+    // Two tries of 20 s (and a 1 s wait) on each of two providers fit in the turn's 120 s.
     pub(super) fn llm_timeout() -> Duration {
-        Duration::from_secs(30)
+        Duration::from_secs(20)
     }
     pub(super) fn turn_timeout() -> Duration {
-        Duration::from_secs(90)
+        Duration::from_secs(120)
     }
     pub(super) fn llm_attempts() -> u32 {
-        3
+        2
     }
     pub(super) fn llm_backoff() -> Duration {
         Duration::from_secs(1)

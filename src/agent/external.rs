@@ -1,9 +1,11 @@
 //! An external agent: teams with their own agent stack keep it, and get Sabi's delivery
 //! guarantees. Sabi posts the batch (messages, history from the store, the router's guess and
-//! entities) as JSON signed with HMAC-SHA256 (`X-Sabi-Signature-256: sha256=<hex>`, the same
-//! scheme as Meta's webhooks), and expects the reply in the answer:
-//! `{"reply": "text", "options": ["..."]}`, or `{"handoff": "note", "reply": "optional text"}`.
-//! Anything else fails the turn, which the engine retries or hands to a person.
+//! entities) as JSON with `X-Sabi-Timestamp` (Unix seconds) and `X-Sabi-Signature-256:
+//! sha256=<hex>`, the HMAC-SHA256 of `<timestamp>.<body>` with the shared secret; the agent should
+//! refuse old timestamps (say, over 5 minutes), so a captured request cannot be replayed. It
+//! expects the reply in the answer (at most 1 MiB): `{"reply": "text", "options": ["..."]}`, or
+//! `{"handoff": "note", "reply": "optional text"}`. Anything else fails the turn, which the
+//! engine retries or hands to a person.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,11 +18,15 @@ use serde_json::json;
 use crate::domain::{Batch, ReplyPart};
 use crate::ingress::whatsapp::sign;
 use crate::router::Router;
-use crate::store::{Speaker, Store};
+use crate::store::{Speaker, Store, TurnUsage};
 use crate::worker::{TurnError, TurnHandler, TurnOutcome};
 
-/// The header carrying the body's signature.
+/// The header carrying the signature of `<timestamp>.<body>`.
 pub const SIGNATURE_HEADER: &str = "X-Sabi-Signature-256";
+/// The header carrying the time of signing, Unix seconds.
+pub const TIMESTAMP_HEADER: &str = "X-Sabi-Timestamp";
+/// The largest answer read.
+const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 
 pub struct ExternalAgent {
     url: String,
@@ -105,12 +111,21 @@ impl ExternalAgent {
 #[async_trait]
 impl TurnHandler for ExternalAgent {
     async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
+        // Marks the turn as the agent's in `sabi stats` (no tokens are known here).
+        if let Err(e) = self.store.add_usage(batch.id, TurnUsage::default()).await {
+            tracing::debug!(error.message = %e, "could not mark the turn as the agent's");
+        }
         let body = self.body(batch).await?;
-        let signature = sign(&self.secret, body.as_bytes());
-        let response = self
+        let timestamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            .to_string();
+        let signature = sign(&self.secret, format!("{timestamp}.{body}").as_bytes());
+        let mut response = self
             .http
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(TIMESTAMP_HEADER, timestamp)
             .header(SIGNATURE_HEADER, signature)
             .body(body)
             .send()
@@ -120,9 +135,18 @@ impl TurnHandler for ExternalAgent {
         if !status.is_success() {
             return Err(TurnError(format!("external agent answered {status}")));
         }
-        let answer: Answer = response
-            .json()
+        let mut raw = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
+            .map_err(|e| TurnError(format!("external agent's answer cut off: {e}")))?
+        {
+            if raw.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(TurnError("external agent's answer is over 1 MiB".into()));
+            }
+            raw.extend_from_slice(&chunk);
+        }
+        let answer: Answer = serde_json::from_slice(&raw)
             .map_err(|e| TurnError(format!("external agent's answer unreadable: {e}")))?;
         let part = |text: String, options: Vec<String>| ReplyPart {
             text,
@@ -135,7 +159,11 @@ impl TurnHandler for ExternalAgent {
                 reply,
                 options,
             } => Ok(TurnOutcome::Handoff {
-                parts: reply.map(|r| part(r, options)).into_iter().collect(),
+                parts: reply
+                    .filter(|r| !r.trim().is_empty())
+                    .map(|r| part(r, options))
+                    .into_iter()
+                    .collect(),
                 note,
             }),
             Answer {

@@ -25,7 +25,12 @@ pub struct ChatMessage {
     pub role: String,
     #[serde(default)]
     pub content: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // Some servers send `"tool_calls": null` on plain answers.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
@@ -68,12 +73,20 @@ pub struct FunctionCall {
     pub arguments: String,
 }
 
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
 /// Tokens a call used.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub struct Usage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub prompt_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub completion_tokens: u64,
 }
 
@@ -192,7 +205,7 @@ impl Llm {
         #[derive(Deserialize)]
         struct Answer {
             choices: Vec<Choice>,
-            #[serde(default)]
+            #[serde(default, deserialize_with = "null_as_default")]
             usage: Usage,
         }
         #[derive(Deserialize)]
@@ -244,5 +257,38 @@ impl Llm {
             usage: answer.usage,
             model: provider.model.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn null_tool_calls_and_usage_read_as_none() {
+        let message: ChatMessage =
+            serde_json::from_str(r#"{"role":"assistant","content":"hi","tool_calls":null}"#)
+                .expect("readable");
+        assert!(message.tool_calls.is_empty());
+        let usage: Usage =
+            serde_json::from_str(r#"{"prompt_tokens":null,"completion_tokens":3}"#).expect("usage");
+        assert_eq!(usage.completion_tokens, 3);
+        // An assistant message asking for tools is sent back with null content, as OpenAI's.
+        let asked = ChatMessage {
+            role: "assistant".into(),
+            content: None,
+            tool_calls: vec![ToolCall {
+                id: "call_9".into(),
+                kind: "function".into(),
+                function: FunctionCall {
+                    name: "t".into(),
+                    arguments: "{}".into(),
+                },
+            }],
+            tool_call_id: None,
+        };
+        let sent = serde_json::to_value(&asked).expect("json");
+        assert_eq!(sent["content"], Value::Null);
+        assert_eq!(sent["tool_calls"][0]["type"], "function");
     }
 }

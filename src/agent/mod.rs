@@ -77,7 +77,11 @@ impl Agent {
         let mut messages = self.prompt(batch, &history);
         let tools = self.tools.definitions();
         let mut usage = Usage::default();
-        let outcome = self.rounds(batch, &mut messages, &tools, &mut usage).await;
+        let rounds = self.rounds(batch, &mut messages, &tools, &mut usage);
+        let outcome = tokio::time::timeout(self.settings.turn_timeout, rounds)
+            .await
+            .unwrap_or_else(|_| Err(TurnError("the agent ran out of time".into())));
+        // Also for a turn that failed: its rounds were paid for.
         self.record_usage(batch.id, usage).await;
         outcome
     }
@@ -124,7 +128,7 @@ impl Agent {
             self.stage(batch, "looking it up").await;
             let results = join_all(calls.iter().map(|call| self.run_tool(call))).await;
             for (call, result) in calls.iter().zip(results) {
-                messages.push(ChatMessage::tool_result(&call.id, result));
+                messages.push(ChatMessage::tool_result(&call.id, self.clean(&result)));
             }
         }
         Err(TurnError("the agent ran out of tool rounds".into()))
@@ -141,10 +145,8 @@ impl Agent {
         }
     }
 
+    /// Recorded for every agent turn, even at zero tokens: it marks the turn as the agent's.
     async fn record_usage(&self, batch: i64, usage: Usage) {
-        if usage == Usage::default() {
-            return;
-        }
         let per_million = |tokens: u64, price: f64| tokens as f64 * price / 1_000_000.0;
         let usage = TurnUsage {
             prompt_tokens: usage.prompt_tokens,
@@ -159,11 +161,6 @@ impl Agent {
 
     /// System prompt, history within the budget, context, and the batch.
     fn prompt(&self, batch: &Batch, history: &[HistoryEntry]) -> Vec<ChatMessage> {
-        let mut messages = vec![ChatMessage::new(
-            "system",
-            self.settings.system_prompt.clone(),
-        )];
-        messages.extend(self.history_messages(history));
         let text = batch
             .messages
             .iter()
@@ -174,25 +171,36 @@ impl Agent {
             })
             .collect::<Vec<_>>()
             .join("\n");
+        // One system message: strict chat templates allow none later.
+        let mut system = self.settings.system_prompt.clone();
         if let Some(router) = &self.router {
             let routing = router.route(&text);
             let entities = serde_json::to_string(&routing.entities).unwrap_or_default();
-            messages.push(ChatMessage::new(
-                "system",
-                self.clean(&format!(
-                    "Context from the intent router: best guess {} (confidence {:.2}); entities {entities}.",
-                    routing.intent, routing.confidence
-                )),
-            ));
+            system.push_str(&self.clean(&format!(
+                "\n\nContext from the intent router about the customer's latest messages: best guess {} (confidence {:.2}); entities {entities}.",
+                routing.intent, routing.confidence
+            )));
         }
-        messages.push(ChatMessage::new("user", self.clean(&text)));
+        let mut messages = vec![ChatMessage::new("system", system)];
+        messages.extend(self.history_messages(history));
+        let text = self.clean(&text);
+        match messages.last_mut() {
+            // The last turn got no reply (it failed, or went to a person): one user message.
+            Some(last) if last.role == "user" => {
+                let earlier = last.content.take().unwrap_or_default();
+                last.content = Some(format!("{earlier}\n{text}"));
+            }
+            _ => messages.push(ChatMessage::new("user", text)),
+        }
         messages
     }
 
     /// The newest history that fits the budget (about 4 characters a token), oldest first.
+    /// Notes go on Sabi's side and same-speaker lines are merged, so the roles alternate as
+    /// strict chat templates want.
     fn history_messages(&self, history: &[HistoryEntry]) -> Vec<ChatMessage> {
         let mut budget = self.settings.history_tokens.saturating_mul(4);
-        let mut kept = Vec::new();
+        let mut kept: Vec<(&str, String)> = Vec::new();
         for entry in history.iter().rev() {
             let Some(left) = budget.checked_sub(entry.text.len()) else {
                 break;
@@ -201,12 +209,17 @@ impl Agent {
             let (role, text) = match entry.speaker {
                 Speaker::Customer => ("user", self.clean(&entry.text)),
                 Speaker::Business => ("assistant", self.clean(&entry.text)),
-                Speaker::Note => ("system", format!("Note: {}", entry.text)),
+                Speaker::Note => ("assistant", self.clean(&format!("[note: {}]", entry.text))),
             };
-            kept.push(ChatMessage::new(role, text));
+            match kept.last_mut() {
+                Some((last, earlier)) if *last == role => *earlier = format!("{text}\n{earlier}"),
+                _ => kept.push((role, text)),
+            }
         }
-        kept.reverse();
-        kept
+        kept.into_iter()
+            .rev()
+            .map(|(role, text)| ChatMessage::new(role, text))
+            .collect()
     }
 
     fn clean(&self, text: &str) -> String {
@@ -239,14 +252,13 @@ impl Agent {
 #[async_trait]
 impl TurnHandler for Agent {
     async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
-        tokio::time::timeout(self.settings.turn_timeout, self.converse(batch))
-            .await
-            .map_err(|_| TurnError("the agent ran out of time".into()))?
+        self.converse(batch).await
     }
 }
 
-/// Runs of 7 or more digits (phone and account numbers, spaces and dashes allowed inside)
-/// masked, keeping the last 4 so the customer can still be told which one.
+/// Runs of 10 or more digits (Nigerian account numbers have 10, phone numbers 11 to 13; spaces,
+/// dashes, dots and brackets allowed inside) masked, keeping the last 4 so the customer can still
+/// be told which one. Amounts and dates are shorter and stay.
 pub fn redact(text: &str) -> String {
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());
@@ -257,19 +269,29 @@ pub fn redact(text: &str) -> String {
             i += 1;
             continue;
         }
+        // "(0803) 123 4567": the bracket belongs to the number.
+        let bracketed = out.ends_with('(');
         let start = i;
         let mut digits = Vec::new();
         while i < chars.len()
             && (chars[i].is_ascii_digit()
-                || (matches!(chars[i], ' ' | '-')
-                    && chars.get(i + 1).is_some_and(char::is_ascii_digit)))
+                || (matches!(chars[i], ' ' | '-' | '.' | ')')
+                    && chars
+                        .get(i + 1)
+                        .is_some_and(|c| c.is_ascii_digit() || *c == ' ')
+                    && chars.get(i + 2).is_some_and(char::is_ascii_digit)
+                    || matches!(chars[i], ' ' | '-' | '.')
+                        && chars.get(i + 1).is_some_and(char::is_ascii_digit)))
         {
             if chars[i].is_ascii_digit() {
                 digits.push(chars[i]);
             }
             i += 1;
         }
-        if digits.len() >= 7 {
+        if digits.len() >= 10 {
+            if bracketed {
+                out.pop();
+            }
             let tail: String = digits[digits.len() - 4..].iter().collect();
             out.push_str(&format!("[number ending {tail}]"));
         } else {
@@ -284,10 +306,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn long_numbers_are_masked_and_amounts_kept() {
+    fn long_numbers_are_masked_and_amounts_and_dates_kept() {
         assert_eq!(
-            redact("send 5000 to 0123456789 or call +234 803 123 4567"),
-            "send 5000 to [number ending 6789] or call +[number ending 4567]"
+            redact("send 1500000 to 0123456789 or call +234 803 123 4567"),
+            "send 1500000 to [number ending 6789] or call +[number ending 4567]"
+        );
+        assert_eq!(
+            redact("(0803) 123 4567 or 0803.123.4567 on 2024-05-01"),
+            "[number ending 4567] or [number ending 4567] on 2024-05-01"
         );
         assert_eq!(redact("no numbers here"), "no numbers here");
     }

@@ -2,9 +2,11 @@
 //!
 //! An audio message is looked up and downloaded through the Graph API at once (its URL
 //! expires within minutes), within a size limit, and transcribed through an OpenAI-compatible
-//! `/audio/transcriptions` endpoint; the transcript takes the message's place as text. Images
-//! and documents already carry their captions as text. When a voice note cannot be heard, the
-//! customer is asked kindly to type instead: never silence.
+//! `/audio/transcriptions` endpoint, all of a batch's notes at once; each transcript takes its
+//! message's place as text. Images and documents already carry their captions as text. When a
+//! batch is only voice notes and one cannot be heard (or Sabi cannot fetch media: sandbox mode,
+//! no transcription configured), the customer is asked kindly to type instead: never silence.
+//! In a batch with typed text, an unheard note is marked as such and the rest is answered.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +14,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::domain::{Batch, ReplyPart};
+use futures_util::future::join_all;
+
+use crate::domain::{Batch, BatchMessage, ReplyPart};
 use crate::sender::graph::Graph;
 use crate::worker::{TurnError, TurnHandler, TurnOutcome};
 
@@ -30,10 +34,13 @@ pub struct Transcriber {
     pub timeout: Duration,
 }
 
+/// What stands in for a voice note that could not be heard, beside typed messages.
+const UNHEARD: &str = "[a voice note that could not be transcribed]";
+
 pub struct VoiceNotes {
     inner: Arc<dyn TurnHandler>,
-    graph: Graph,
-    transcriber: Transcriber,
+    /// Without a Graph client (sandbox mode) or a transcriber, no note can be heard.
+    hearing: Option<(Graph, Transcriber)>,
     http: reqwest::Client,
 }
 
@@ -42,29 +49,29 @@ impl VoiceNotes {
     /// When the HTTP client cannot be built.
     pub fn new(
         inner: Arc<dyn TurnHandler>,
-        graph: Graph,
-        transcriber: Transcriber,
+        hearing: Option<(Graph, Transcriber)>,
     ) -> reqwest::Result<Arc<VoiceNotes>> {
-        let http = reqwest::Client::builder()
-            .timeout(transcriber.timeout)
-            .build()?;
+        let timeout = hearing
+            .as_ref()
+            .map_or(Duration::from_secs(30), |(_, t)| t.timeout);
+        let http = reqwest::Client::builder().timeout(timeout).build()?;
         Ok(Arc::new(VoiceNotes {
             inner,
-            graph,
-            transcriber,
+            hearing,
             http,
         }))
     }
 
     async fn transcribe(&self, media_id: &str) -> Result<String, String> {
-        let media = self
-            .graph
-            .media(media_id)
-            .await
-            .map_err(|e| e.to_string())?;
-        let audio = self
-            .graph
-            .download(&media.url, self.transcriber.max_bytes)
+        let Some((graph, transcriber)) = &self.hearing else {
+            return Err(
+                "voice notes cannot be fetched here (sandbox mode, or no transcription configured)"
+                    .into(),
+            );
+        };
+        let media = graph.media(media_id).await.map_err(|e| e.to_string())?;
+        let audio = graph
+            .download(&media.url, transcriber.max_bytes)
             .await
             .map_err(|e| e.to_string())?;
         let file = reqwest::multipart::Part::bytes(audio)
@@ -76,14 +83,14 @@ impl VoiceNotes {
             })
             .map_err(|e| e.to_string())?;
         let form = reqwest::multipart::Form::new()
-            .text("model", self.transcriber.model.clone())
+            .text("model", transcriber.model.clone())
             .part("file", file);
         let url = format!(
             "{}/audio/transcriptions",
-            self.transcriber.base_url.trim_end_matches('/')
+            transcriber.base_url.trim_end_matches('/')
         );
         let mut request = self.http.post(url).multipart(form);
-        if let Some(key) = &self.transcriber.api_key {
+        if let Some(key) = &transcriber.api_key {
             request = request.bearer_auth(key.expose_secret());
         }
         let response = request.send().await.map_err(|e| e.to_string())?;
@@ -106,22 +113,38 @@ impl VoiceNotes {
 #[async_trait]
 impl TurnHandler for VoiceNotes {
     async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
-        let voice = |m: &crate::domain::BatchMessage| {
+        let voice = |m: &BatchMessage| {
             m.item_type.as_deref() == Some("audio") && m.media_id.is_some() && m.text.is_none()
         };
         if !batch.messages.iter().any(voice) {
             return self.inner.handle(batch).await;
         }
         let mut heard = batch.clone();
-        for message in heard.messages.iter_mut().filter(|m| voice(m)) {
-            let media_id = message.media_id.clone().unwrap_or_default();
-            match self.transcribe(&media_id).await {
+        let notes: Vec<&mut BatchMessage> =
+            heard.messages.iter_mut().filter(|m| voice(m)).collect();
+        let transcripts = join_all(
+            notes
+                .iter()
+                .map(|m| self.transcribe(m.media_id.as_deref().unwrap_or_default())),
+        )
+        .await;
+        let mut unheard = 0;
+        for (message, transcript) in notes.into_iter().zip(transcripts) {
+            match transcript {
                 Ok(text) => message.text = Some(text),
                 Err(e) => {
                     tracing::warn!(batch = batch.id, error.message = %e, "voice note not transcribed");
-                    return Ok(TurnOutcome::Reply(vec![ReplyPart::text(CANNOT_LISTEN)]));
+                    message.text = Some(UNHEARD.into());
+                    unheard += 1;
                 }
             }
+        }
+        let typed = heard
+            .messages
+            .iter()
+            .any(|m| m.text.as_deref().is_some_and(|t| t != UNHEARD));
+        if unheard > 0 && !typed {
+            return Ok(TurnOutcome::Reply(vec![ReplyPart::text(CANNOT_LISTEN)]));
         }
         self.inner.handle(&heard).await
     }

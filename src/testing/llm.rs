@@ -21,6 +21,8 @@ pub enum Answer {
     Text(String),
     /// Asks for one tool call: (name, arguments).
     ToolCall(String, Value),
+    /// Asks for several tool calls at once, with ids `call_1`, `call_2`, ...
+    ToolCalls(Vec<(String, Value)>),
     /// Fails with this HTTP status.
     Status(u16),
     /// Never answers (the client's timeout fires).
@@ -106,13 +108,12 @@ async fn complete(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) ->
             tokio::time::sleep(Duration::from_secs(300)).await;
             return StatusCode::GATEWAY_TIMEOUT.into_response();
         }
-        Some(Answer::ToolCall(name, arguments)) => json!({
-            "role": "assistant",
-            "content": null,
-            "tool_calls": [{"id": "call_1", "type": "function",
-                            "function": {"name": name, "arguments": arguments.to_string()}}],
-        }),
-        Some(Answer::Text(text)) => json!({"role": "assistant", "content": text}),
+        Some(Answer::ToolCall(name, arguments)) => tool_calls(vec![(name, arguments)]),
+        Some(Answer::ToolCalls(calls)) => tool_calls(calls),
+        // `"tool_calls": null`, as LiteLLM and others send on plain answers.
+        Some(Answer::Text(text)) => {
+            json!({"role": "assistant", "content": text, "tool_calls": null})
+        }
         None => {
             let last_user = body["messages"]
                 .as_array()
@@ -131,6 +132,18 @@ async fn complete(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) ->
         "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
     }))
     .into_response()
+}
+
+fn tool_calls(calls: Vec<(String, Value)>) -> Value {
+    let calls: Vec<Value> = calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, arguments))| {
+            json!({"id": format!("call_{}", i + 1), "type": "function",
+                   "function": {"name": name, "arguments": arguments.to_string()}})
+        })
+        .collect();
+    json!({"role": "assistant", "content": null, "tool_calls": calls})
 }
 
 async fn transcribe(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {

@@ -116,7 +116,8 @@ async fn the_model_gets_prompt_history_and_tools_and_its_answer_goes_once() {
     let requests = llm.completions();
     assert_eq!(requests.len(), 2);
     let first = roles_and_texts(&requests[0]);
-    assert_eq!(first[0], ("system".into(), PROMPT.into()));
+    assert_eq!(first[0].0, "system");
+    assert!(first[0].1.starts_with(PROMPT), "{:?}", first[0]);
     assert!(
         first.contains(&("user".into(), "good morning".into())),
         "{first:?}"
@@ -418,11 +419,18 @@ async fn external_agent(secret: &'static str) -> (String, Arc<Mutex<Vec<Value>>>
         axum::routing::post(move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
             let record = record.clone();
             async move {
-                let expected = sabi::ingress::whatsapp::sign(&secret.to_owned().into(), &body);
-                let signed = headers
-                    .get(sabi::agent::external::SIGNATURE_HEADER)
-                    .and_then(|v| v.to_str().ok());
-                if signed != Some(expected.as_str()) {
+                let header = |name: &str| {
+                    headers
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                let timestamp = header(sabi::agent::external::TIMESTAMP_HEADER);
+                let signed_bytes = [timestamp.as_bytes(), b".", &body].concat();
+                let expected = sabi::ingress::whatsapp::sign(&secret.to_owned().into(), &signed_bytes);
+                let signed = Some(header(sabi::agent::external::SIGNATURE_HEADER));
+                if signed.as_deref() != Some(expected.as_str()) {
                     return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({})));
                 }
                 let batch: Value = serde_json::from_slice(&body).unwrap_or_default();
@@ -499,4 +507,111 @@ async fn with_redaction_no_phone_or_account_number_reaches_the_model() {
         "{sent}"
     );
     assert!(sent.contains("[number ending 4567]"));
+}
+
+#[tokio::test]
+async fn several_tool_calls_run_together_and_each_answer_names_its_call() {
+    let llm = FakeLlm::start().await;
+    let (api, calls) = order_api().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, &api, "");
+    let app = start(dir, &llm, &[]).await;
+    llm.script([
+        Answer::ToolCalls(vec![
+            ("order_status".into(), json!({"order_id": "111"})),
+            ("order_status".into(), json!({"order_id": "222"})),
+        ]),
+        Answer::Text("Both ship tomorrow.".into()),
+    ]);
+    turn(&app, "wamid.1", OUT_OF_SCOPE).await;
+    let mut paths = calls.lock().expect("lock").clone();
+    paths.sort();
+    assert_eq!(paths, ["/orders/111", "/orders/222"]);
+    let second = &llm.completions()[1];
+    let ids: Vec<&str> = second["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter(|m| m["role"] == "tool")
+                .filter_map(|m| m["tool_call_id"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(ids, ["call_1", "call_2"]);
+    assert_eq!(outbox(&app).await[0].text, "Both ship tomorrow.");
+}
+
+#[tokio::test]
+async fn the_last_round_offers_no_tools_and_a_slow_turn_fails_in_time() {
+    let llm = FakeLlm::start().await;
+    let (api, _) = order_api().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, &api, "max_tool_rounds = 1\nturn_timeout = \"1s\"\n");
+    let app = start(dir, &llm, &[]).await;
+    llm.script([
+        Answer::ToolCall("order_status".into(), json!({"order_id": "1"})),
+        Answer::Text("Done looking.".into()),
+    ]);
+    turn(&app, "wamid.1", OUT_OF_SCOPE).await;
+    let requests = llm.completions();
+    assert!(requests[0].get("tools").is_some());
+    assert!(
+        requests[1].get("tools").is_none(),
+        "the model must answer now"
+    );
+    assert_eq!(outbox(&app).await[0].text, "Done looking.");
+
+    // Stalled calls: the turn gives up at its limit and is retried later; nothing is sent.
+    llm.script([Answer::Stall, Answer::Stall, Answer::Stall, Answer::Stall]);
+    app.clock.advance(Duration::from_secs(1));
+    turn(&app, "wamid.2", "And which cinema?").await;
+    assert_eq!(outbox(&app).await.len(), 1);
+    let stats = app.store.turn_stats(0).await.expect("stats");
+    assert_eq!(stats.agent, 1, "the failed turn is not counted as answered");
+}
+
+#[tokio::test]
+async fn voice_notes_beside_typed_text_and_in_sandbox_mode() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, "http://127.0.0.1:9", "");
+    // Sandbox mode: no Graph API to fetch media from, so a lone voice note gets the kind answer.
+    let app = start(dir, &llm, &[]).await;
+    assert_eq!(
+        app.post_whatsapp_webhook(voice_webhook("wamid.v1", "media.1"))
+            .await
+            .status(),
+        200
+    );
+    app.scheduler.drain().await.expect("turn");
+    assert_eq!(outbox(&app).await[0].text, CANNOT_LISTEN);
+    assert!(llm.completions().is_empty());
+}
+
+#[tokio::test]
+async fn an_unheard_voice_note_beside_typed_text_does_not_silence_the_text() {
+    let llm = FakeLlm::start().await;
+    let graph = FakeGraph::start("graph-token").await;
+    let base = graph.base_url();
+    let app = start(
+        tempfile::tempdir().expect("tempdir"),
+        &llm,
+        &[
+            ("SABI_WHATSAPP_ACCESS_TOKEN", "graph-token"),
+            ("SABI_WHATSAPP_API_BASE", base.as_str()),
+        ],
+    )
+    .await;
+    let typed = text_webhook("wamid.t1", "2348031234567", OUT_OF_SCOPE);
+    assert_eq!(app.post_whatsapp_webhook(typed).await.status(), 200);
+    let voice = voice_webhook("wamid.v1", "media.missing");
+    assert_eq!(app.post_whatsapp_webhook(voice).await.status(), 200);
+    app.scheduler.drain().await.expect("one turn for both");
+    let asked = roles_and_texts(&llm.completions()[0]);
+    let said = &asked.last().expect("the batch").1;
+    assert!(
+        said.contains(OUT_OF_SCOPE) && said.contains("could not be transcribed"),
+        "{said}"
+    );
+    assert!(outbox(&app).await[0].text.starts_with("fake answer"));
 }

@@ -316,7 +316,9 @@ pub(super) fn history(conn: &Connection, batch: i64, turns: usize) -> Result<Vec
     }
 }
 
-/// What was said in the last `turns` turns of a conversation before batch `before`.
+/// What was said in the last `turns` turns of a conversation before batch `before`, turn by
+/// turn: the customer's messages in the order sent, the reply parts that went (or will go) out,
+/// then hand-off notes.
 pub(super) fn conversation_history(
     conn: &Connection,
     conversation: i64,
@@ -327,12 +329,15 @@ pub(super) fn conversation_history(
         "WITH recent AS (
              SELECT id FROM batches WHERE conversation_id = ?3 AND id < ?1
              ORDER BY id DESC LIMIT ?2)
-         SELECT received_at, 0, coalesce(text, '[' || coalesce(item_type, 'message') || ']')
+         SELECT received_at, 0, coalesce(text, '[' || coalesce(item_type, 'message') || ']'),
+                batch_id, coalesce(provider_ts, 0), seq
              FROM inbox WHERE batch_id IN (SELECT id FROM recent)
-         UNION ALL SELECT created_at, 1, body FROM outbox WHERE batch_id IN (SELECT id FROM recent)
-         UNION ALL SELECT created_at, 2, 'handed to a person (' || reason || ')' || coalesce(': ' || error, '')
+         UNION ALL SELECT created_at, 1, body, batch_id, part, 0 FROM outbox
+             WHERE batch_id IN (SELECT id FROM recent) AND state NOT IN ('failed', 'review', 'window_closed')
+         UNION ALL SELECT created_at, 2, 'handed to a person (' || reason || ')' || coalesce(': ' || error, ''),
+                batch_id, id, 0
              FROM review WHERE batch_id IN (SELECT id FROM recent) AND outbox_id IS NULL
-         ORDER BY 1, 2",
+         ORDER BY 4, 2, 5, 6",
     )
     .and_then(|mut s| {
         s.query_map(params![before, limit_param(turns), conversation], |r| {
