@@ -95,12 +95,14 @@ async fn agent_turns(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
         prompt_price: 0.15,
         completion_price: 0.6,
     };
+    let metrics = sabi::metrics::Metrics::new();
     let agent = Agent::new(
         llm(fake),
         Arc::new(tools),
         store.clone(),
         Some(Arc::new(router)),
         settings,
+        metrics,
     );
     let mut samples = Vec::with_capacity(turns);
     for n in 0..turns {

@@ -52,6 +52,7 @@ fn default_handler(
     clock: SharedClock,
     store: &Arc<dyn Store>,
     graph: Option<&Graph>,
+    metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Arc<dyn TurnHandler>> {
     // Header secrets are read from the environment once, here: a missing one stops start-up.
     let tools = Arc::new(Tools::new(&config.tools, &|var| std::env::var(var).ok())?);
@@ -68,12 +69,12 @@ fn default_handler(
     } else {
         None
     };
-    let agent: Arc<dyn TurnHandler> = match agent(config, store, &tools, router.clone())? {
+    let agent: Arc<dyn TurnHandler> = match agent(config, store, &tools, router.clone(), metrics)? {
         Some(agent) => agent,
         None => Acknowledger::new(clock, config.engine.sandbox_reply_delay),
     };
     let handler = match router {
-        Some(router) => RouterHandler::new(router, tools, agent),
+        Some(router) => RouterHandler::new(router, tools, agent, metrics.clone()),
         None => agent,
     };
     let transcribe_base = config
@@ -107,6 +108,7 @@ fn agent(
     store: &Arc<dyn Store>,
     tools: &Arc<Tools>,
     router: Option<Arc<Router>>,
+    metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Option<Arc<dyn TurnHandler>>> {
     if let Some(external) = &config.external_agent {
         let agent = ExternalAgent::new(
@@ -154,6 +156,7 @@ fn agent(
         store.clone(),
         router,
         settings,
+        metrics.clone(),
     )))
 }
 
@@ -194,7 +197,7 @@ impl App {
         };
         let handler = match handler {
             Some(handler) => handler,
-            None => default_handler(config, clock.clone(), &store, graph.as_ref())?,
+            None => default_handler(config, clock.clone(), &store, graph.as_ref(), &metrics)?,
         };
         let sender = graph.map(|graph| {
             Sender::new(
@@ -302,7 +305,8 @@ impl App {
                 let addr = listener.local_addr()?;
                 tracing::info!(%addr, chat_page = %format!("http://{addr}/"), "sabi listening");
                 let stop = shutdown.clone();
-                axum::serve(listener, router)
+                let service = router.into_make_service_with_connect_info::<SocketAddr>();
+                axum::serve(listener, service)
                     .with_graceful_shutdown(async move { stop.cancelled().await })
                     .await
                     .context("serving HTTP")?;

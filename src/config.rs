@@ -458,12 +458,21 @@ pub struct IngressConfig {
     /// Largest request body accepted (Meta sends up to 3 MB).
     #[serde(default = "defaults::max_body", deserialize_with = "number::usize")]
     pub max_body_bytes: usize,
+    /// Networks the WhatsApp webhook accepts requests from (CIDR, like Meta's published
+    /// ranges); empty accepts any. A valid signature is still required.
+    #[serde(default)]
+    pub webhook_allow: Vec<ipnet::IpNet>,
+    /// Proxies whose `X-Forwarded-For` is believed (CIDR); from anyone else it is ignored.
+    #[serde(default)]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 impl Default for IngressConfig {
     fn default() -> Self {
         IngressConfig {
             max_body_bytes: defaults::max_body(),
+            webhook_allow: Vec::new(),
+            trusted_proxies: Vec::new(),
         }
     }
 }

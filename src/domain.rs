@@ -165,6 +165,8 @@ pub struct Claim {
     pub token: LeaseToken,
     /// 1 for the first try; every claim of the same batch counts one more.
     pub attempt: u32,
+    /// A person sent these messages back to the agent: answer them however old they are.
+    pub requeued: bool,
 }
 
 /// One part of a reply, in order.

@@ -2,6 +2,7 @@
 //! `GET /metrics`. One registry per process, shared by the ingress and the scheduler.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -10,10 +11,27 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::store::Gauges;
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Outcome {
     pub outcome: String,
 }
+
+/// How the router decided: its tier, and who answers (`local`, `agent`, `handoff`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Routed {
+    pub tier: String,
+    pub decision: String,
+}
+
+/// `prompt` or `completion`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenKind {
+    pub kind: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 pub struct Metrics {
     registry: Registry,
@@ -39,6 +57,22 @@ pub struct Metrics {
     pub rate_limit_waits: Counter,
     /// Business numbers halted because their token was refused (190): an alert.
     pub halted_numbers: Gauge,
+    /// Messages per batch.
+    pub batch_messages: Histogram,
+    /// A turn's time from claim to its recorded end, by how it ended.
+    pub turn_seconds: HistogramFamily<Outcome>,
+    /// Batches routed, by tier and decision.
+    pub routed: Family<Routed, Counter>,
+    /// Model tokens, and their estimated cost.
+    pub llm_tokens: Family<TokenKind, Counter>,
+    pub llm_cost: Counter<f64, AtomicU64>,
+    /// The pipeline's counts, read from the store at each scrape.
+    pub due: Gauge,
+    pub running: Gauge,
+    pub waiting: Gauge,
+    pub review_open: Gauge,
+    pub sends_queued: Gauge,
+    pub sends_unknown: Gauge,
 }
 
 impl Metrics {
@@ -58,6 +92,56 @@ impl Metrics {
         let rate_limit_waits = Counter::default();
         let halted_numbers = Gauge::default();
         registry.register("sabi_sends", "Sends by result", sends.clone());
+        let batch_messages = Histogram::new([1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0]);
+        registry.register(
+            "sabi_batch_messages",
+            "Messages per batch",
+            batch_messages.clone(),
+        );
+        let turn_seconds: HistogramFamily<Outcome> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 18)));
+        registry.register(
+            "sabi_turn_seconds",
+            "Turn time from claim to its recorded end, by outcome",
+            turn_seconds.clone(),
+        );
+        let routed = Family::<Routed, Counter>::default();
+        registry.register(
+            "sabi_routed",
+            "Batches routed, by tier and decision",
+            routed.clone(),
+        );
+        let llm_tokens = Family::<TokenKind, Counter>::default();
+        registry.register("sabi_llm_tokens", "Model tokens", llm_tokens.clone());
+        let llm_cost = Counter::<f64, AtomicU64>::default();
+        registry.register(
+            "sabi_llm_cost",
+            "Estimated model cost, in the configured prices' currency",
+            llm_cost.clone(),
+        );
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let gauge = Gauge::default();
+            registry.register(name, help, gauge.clone());
+            gauge
+        };
+        let due = gauge(
+            &mut registry,
+            "sabi_due",
+            "Conversations due and not yet claimed",
+        );
+        let running = gauge(&mut registry, "sabi_running", "Batches held by a worker");
+        let waiting = gauge(&mut registry, "sabi_waiting", "Batches waiting for a retry");
+        let review_open = gauge(&mut registry, "sabi_review_open", "Open review items");
+        let sends_queued = gauge(
+            &mut registry,
+            "sabi_sends_queued",
+            "Reply parts waiting to be sent",
+        );
+        let sends_unknown = gauge(
+            &mut registry,
+            "sabi_sends_unknown",
+            "Sends whose outcome is unknown",
+        );
         registry.register(
             "sabi_send_errors",
             "Graph API errors by Meta's code",
@@ -123,6 +207,17 @@ impl Metrics {
             send_errors,
             rate_limit_waits,
             halted_numbers,
+            batch_messages,
+            turn_seconds,
+            routed,
+            llm_tokens,
+            llm_cost,
+            due,
+            running,
+            waiting,
+            review_open,
+            sends_queued,
+            sends_unknown,
         })
     }
 
@@ -133,6 +228,19 @@ impl Metrics {
                 outcome: outcome.to_owned(),
             })
             .inc();
+    }
+
+    /// The store's counts, as of now.
+    pub fn observe_store(&self, gauges: &Gauges) {
+        let set = |gauge: &Gauge, n: u64| {
+            gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
+        };
+        set(&self.due, gauges.due);
+        set(&self.running, gauges.running);
+        set(&self.waiting, gauges.waiting);
+        set(&self.review_open, gauges.review);
+        set(&self.sends_queued, gauges.queued_sends);
+        set(&self.sends_unknown, gauges.unknown_sends);
     }
 
     /// The Prometheus text exposition of every metric.

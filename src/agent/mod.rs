@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 
 use self::llm::{ChatMessage, Llm, ToolCall, Usage};
 use crate::domain::{Batch, Channel, ReplyPart};
+use crate::metrics::{Metrics, TokenKind};
 use crate::router::Router;
 use crate::store::{HistoryEntry, Speaker, Store, TurnUsage};
 use crate::tools::Tools;
@@ -49,6 +50,7 @@ pub struct Agent {
     store: Arc<dyn Store>,
     router: Option<Arc<Router>>,
     settings: AgentSettings,
+    metrics: Arc<Metrics>,
 }
 
 impl Agent {
@@ -58,6 +60,7 @@ impl Agent {
         store: Arc<dyn Store>,
         router: Option<Arc<Router>>,
         settings: AgentSettings,
+        metrics: Arc<Metrics>,
     ) -> Arc<Agent> {
         Arc::new(Agent {
             llm,
@@ -65,6 +68,7 @@ impl Agent {
             store,
             router,
             settings,
+            metrics,
         })
     }
 
@@ -154,6 +158,16 @@ impl Agent {
             cost: per_million(usage.prompt_tokens, self.settings.prompt_price)
                 + per_million(usage.completion_tokens, self.settings.completion_price),
         };
+        for (kind, tokens) in [
+            ("prompt", usage.prompt_tokens),
+            ("completion", usage.completion_tokens),
+        ] {
+            self.metrics
+                .llm_tokens
+                .get_or_create(&TokenKind { kind: kind.into() })
+                .inc_by(tokens);
+        }
+        self.metrics.llm_cost.inc_by(usage.cost);
         if let Err(e) = self.store.add_usage(batch, usage).await {
             tracing::warn!(batch, error.message = %e, "could not record the turn's token usage");
         }

@@ -20,8 +20,15 @@ pub(super) async fn readyz(
     Ok((StatusCode::OK, "ready"))
 }
 
-/// Prometheus text exposition (OpenMetrics) of this process's metrics.
+/// Prometheus text exposition (OpenMetrics) of this process's metrics, with the pipeline's
+/// counts read from the store (left as they were when it cannot be read).
 pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    match state.store.gauges(state.clock.now_ms()).await {
+        Ok(gauges) => state.metrics.observe_store(&gauges),
+        Err(e) => {
+            tracing::warn!(error.message = %e, "could not read the store's counts for /metrics")
+        }
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -5,10 +5,12 @@
 
 mod admin;
 mod health;
+mod source;
 mod webchat;
 pub mod whatsapp;
 
 pub use self::admin::{conversation_json, review_json};
+pub use self::source::SourcePolicy;
 
 use std::sync::Arc;
 
@@ -37,6 +39,8 @@ pub struct Ingress {
     pub outbox: Arc<Notify>,
     pub metrics: Arc<Metrics>,
     pub admin: AdminSettings,
+    /// Who may call the webhook.
+    pub source: SourcePolicy,
 }
 
 /// The admin API's settings.
@@ -70,6 +74,10 @@ impl Ingress {
                 token: config.admin.token.clone(),
                 sandbox: config.whatsapp.sandbox(),
             },
+            source: SourcePolicy {
+                allow: config.ingress.webhook_allow.clone(),
+                trusted_proxies: config.ingress.trusted_proxies.clone(),
+            },
         })
     }
 }
@@ -100,12 +108,15 @@ impl WebchatSettings {
 
 /// Every route of the HTTP server.
 pub fn router(state: AppState, max_body_bytes: usize) -> Router {
-    let webhook = Router::new()
+    let mut webhook = Router::new()
         .route(
             "/webhook/whatsapp",
             get(whatsapp::verify).post(whatsapp::receive),
         )
         .layer(DefaultBodyLimit::max(max_body_bytes));
+    if !state.source.allow.is_empty() {
+        webhook = webhook.layer(middleware::from_fn_with_state(state.clone(), source::guard));
+    }
     let webchat = Router::new()
         .route("/", get(webchat::page))
         .route("/chat", post(webchat::submit))

@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 
 use super::{ActionKind, Entities, PLEASANTRIES, Router, Routing};
 use crate::domain::{Batch, Channel, ReplyPart};
+use crate::metrics::{Metrics, Routed};
 use crate::tools::Tools;
 use crate::worker::{TurnError, TurnHandler, TurnOutcome};
 
@@ -22,6 +23,7 @@ pub struct RouterHandler {
     tools: Arc<Tools>,
     /// Answers what the router does not: the LLM agent.
     agent: Arc<dyn TurnHandler>,
+    metrics: Arc<Metrics>,
 }
 
 impl RouterHandler {
@@ -29,12 +31,24 @@ impl RouterHandler {
         router: Arc<Router>,
         tools: Arc<Tools>,
         agent: Arc<dyn TurnHandler>,
+        metrics: Arc<Metrics>,
     ) -> Arc<RouterHandler> {
         Arc::new(RouterHandler {
             router,
             tools,
             agent,
+            metrics,
         })
+    }
+
+    fn count(&self, routing: &Routing, decision: &str) {
+        self.metrics
+            .routed
+            .get_or_create(&Routed {
+                tier: format!("{:?}", routing.tier).to_lowercase(),
+                decision: decision.to_owned(),
+            })
+            .inc();
     }
 
     /// The template with its tool fields and entities filled; `None` when it cannot be. Filled
@@ -102,8 +116,17 @@ impl TurnHandler for RouterHandler {
             .action(&routing.intent)
             .filter(|_| routing.local);
         let Some((kind, template, options)) = action else {
+            self.count(&routing, "agent");
             return self.agent.handle(batch).await;
         };
+        self.count(
+            &routing,
+            match kind {
+                ActionKind::Reply => "local",
+                ActionKind::Handoff => "handoff",
+                ActionKind::Agent => "agent",
+            },
+        );
         let reply = match template {
             Some(template) => match self.fill(template, batch, &routing).await {
                 Some(text) => vec![ReplyPart {

@@ -253,6 +253,7 @@ impl Scheduler {
             batch,
             token,
             attempt,
+            ..
         } = claim;
         let guard = LeaseGuard::spawn(
             self.store.clone(),
@@ -295,6 +296,9 @@ impl Scheduler {
         if attempt > 1 {
             self.metrics.reclaims.inc();
         }
+        self.metrics
+            .batch_messages
+            .observe(batch.messages.len() as f64);
         match self
             .store
             .finish(batch.id, token, self.clock.now_ms(), ending)
@@ -305,6 +309,13 @@ impl Scheduler {
                     self.outbox.notify_one();
                 }
                 Metrics::count(&self.metrics.turns, outcome);
+                let took = self.clock.now_ms().saturating_sub(started) as f64 / 1000.0;
+                self.metrics
+                    .turn_seconds
+                    .get_or_create(&crate::metrics::Outcome {
+                        outcome: outcome.to_owned(),
+                    })
+                    .observe(took);
                 tracing::info!(
                     batch = batch.id,
                     attempt,

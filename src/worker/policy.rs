@@ -24,13 +24,13 @@ pub enum Decision {
 }
 
 /// Decides before any work: a batch out of attempts (its workers kept dying) or too old for an
-/// automatic reply goes to a person.
+/// automatic reply goes to a person, unless a person sent it back.
 pub fn decide(claim: &Claim, now_ms: i64, policy: &EnginePolicy) -> Decision {
     if claim.attempt > policy.max_attempts {
         return Decision::Review(ReviewReason::OutOfRetries);
     }
     let age = now_ms.saturating_sub(claim.batch.first_sent_at_ms());
-    if age > millis(policy.review_after) {
+    if age > millis(policy.review_after) && !claim.requeued {
         return Decision::Review(ReviewReason::TooOld);
     }
     Decision::Run
@@ -94,6 +94,7 @@ mod tests {
             },
             token: LeaseToken(attempt.into()),
             attempt,
+            requeued: false,
         }
     }
 
@@ -150,6 +151,15 @@ mod tests {
         assert_eq!(
             decide(&claim(5, sent), sent * 1000, &p),
             Decision::Review(ReviewReason::OutOfRetries)
+        );
+        let sent_back = Claim {
+            requeued: true,
+            ..claim(1, sent)
+        };
+        assert_eq!(
+            decide(&sent_back, (sent + 3600) * 1000, &p),
+            Decision::Run,
+            "a person sent it back: answered however old"
         );
     }
 }

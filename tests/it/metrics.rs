@@ -84,4 +84,34 @@ async fn counters_move_as_messages_flow() {
         1.0
     );
     assert_eq!(get(r#"sabi_turns_total{outcome="replied"}"#), 2.0);
+    assert_eq!(get("sabi_batch_messages_count"), 2.0);
+    assert_eq!(get(r#"sabi_turn_seconds_count{outcome="replied"}"#), 2.0);
+    let routed: f64 = after
+        .iter()
+        .filter(|(name, _)| name.starts_with("sabi_routed_total{"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(routed, 2.0, "both batches went through the router");
+    for gauge in [
+        "sabi_due",
+        "sabi_running",
+        "sabi_waiting",
+        "sabi_review_open",
+        "sabi_sends_queued",
+    ] {
+        assert_eq!(after.get(gauge), Some(&0.0), "{gauge} is exposed");
+    }
+}
+
+#[tokio::test]
+async fn store_gauges_follow_the_pipeline() {
+    let app = TestApp::spawn().await;
+    for i in 0..3 {
+        let body = text_webhook(&format!("wamid.g{i}"), &format!("23480000000{i}"), "hello");
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    }
+    app.clock.advance(Duration::from_secs(20));
+    assert_eq!(scrape(&app).await.get("sabi_due"), Some(&3.0));
+    app.scheduler.drain().await.expect("drain");
+    assert_eq!(scrape(&app).await.get("sabi_due"), Some(&0.0));
 }

@@ -20,7 +20,7 @@ use crate::helpers::{SECRET, config, signature, text_webhook_at};
 const TOKEN: &str = "it-graph-token";
 
 /// Replies to every batch with `parts` numbered parts, naming the customer.
-struct Parts(usize);
+pub struct Parts(pub usize);
 
 #[async_trait::async_trait]
 impl TurnHandler for Parts {
@@ -35,7 +35,7 @@ impl TurnHandler for Parts {
 }
 
 /// Replies with a fixed text.
-struct Says(String);
+pub struct Says(pub String);
 
 #[async_trait::async_trait]
 impl TurnHandler for Says {
@@ -45,24 +45,24 @@ impl TurnHandler for Says {
 }
 
 /// Sabi with a sender, talking to a fake Graph API that sends status webhooks back.
-struct Sending {
-    fake: FakeGraph,
-    store: Arc<dyn Store>,
-    client: reqwest::Client,
-    url: String,
+pub struct Sending {
+    pub fake: FakeGraph,
+    pub store: Arc<dyn Store>,
+    pub client: reqwest::Client,
+    pub url: String,
     shutdown: CancellationToken,
     _dir: tempfile::TempDir,
 }
 
 impl Sending {
-    async fn start(handler: Arc<dyn TurnHandler>, extra: &[(&str, &str)]) -> Sending {
+    pub async fn start(handler: Arc<dyn TurnHandler>, extra: &[(&str, &str)]) -> Sending {
         let dir = tempfile::tempdir().expect("tempdir");
         Sending::launch(dir, Some(handler), extra, true).await
     }
 
     /// Sabi with its store (and `sabi.toml`, if the test wrote one) in `dir`; the fake sends
     /// status webhooks back when `statuses_to_sabi`.
-    async fn launch(
+    pub async fn launch(
         dir: tempfile::TempDir,
         handler: Option<Arc<dyn TurnHandler>>,
         extra: &[(&str, &str)],
@@ -101,7 +101,7 @@ impl Sending {
     }
 
     /// A customer's text message, sent `age_s` seconds ago.
-    async fn customer_writes(&self, id: &str, from: &str, text: &str, age_s: i64) {
+    pub async fn customer_writes(&self, id: &str, from: &str, text: &str, age_s: i64) {
         let body = text_webhook_at(id, from, text, now_s() - age_s);
         let response = self
             .client
@@ -115,12 +115,12 @@ impl Sending {
         assert_eq!(response.status(), 200);
     }
 
-    async fn outbox(&self) -> Vec<OutboxEntry> {
+    pub async fn outbox(&self) -> Vec<OutboxEntry> {
         self.store.outbox(None).await.expect("outbox")
     }
 
     /// Waits until `done` holds for the outbox (or fails after `limit`).
-    async fn wait_for(&self, limit: Duration, done: impl Fn(&[OutboxEntry]) -> bool) {
+    pub async fn wait_for(&self, limit: Duration, done: impl Fn(&[OutboxEntry]) -> bool) {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let outbox = self.outbox().await;
@@ -136,7 +136,7 @@ impl Sending {
         }
     }
 
-    async fn metrics(&self) -> String {
+    pub async fn metrics(&self) -> String {
         self.client
             .get(format!("{}/metrics", self.url))
             .send()
@@ -172,7 +172,7 @@ fn all_accepted(count: usize) -> impl Fn(&[OutboxEntry]) -> bool {
     move |outbox| outbox.len() == count && outbox.iter().all(|e| e.state == "accepted")
 }
 
-fn customer(i: usize) -> String {
+pub fn customer(i: usize) -> String {
     format!("23480{i:08}")
 }
 

@@ -130,7 +130,7 @@ fn requeue_batch(conn: &Connection, batch: i64, now: i64) -> Result<()> {
     execute(
         conn,
         "UPDATE conversations SET first_pending_at = coalesce(first_pending_at, ?2),
-                last_pending_at = ?2, due_at = ?2
+                last_pending_at = ?2, due_at = ?2, requeued = 1
          WHERE id = (SELECT conversation_id FROM batches WHERE id = ?1)",
         params![batch, now],
     )

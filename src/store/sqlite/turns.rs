@@ -31,15 +31,15 @@ fn reclaim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<
     )?;
     let mut claims = Vec::with_capacity(ids.len());
     for id in ids {
-        let (token, attempts): (i64, u32) = conn
+        let (token, attempts, requeued): (i64, u32, bool) = conn
             .prepare_cached(
                 "UPDATE batches SET state = 'running', token = token + 1, attempts = attempts + 1,
                         lease_until = ?2, next_attempt_at = NULL, started_at = ?3
-                 WHERE id = ?1 RETURNING token, attempts",
+                 WHERE id = ?1 RETURNING token, attempts, requeued",
             )
             .and_then(|mut s| {
                 s.query_row(params![id, now + lease, now], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })
             })
             .map_err(unavailable)?;
@@ -47,6 +47,7 @@ fn reclaim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<
             batch: load_batch(conn, id)?,
             token: LeaseToken(token),
             attempt: attempts,
+            requeued,
         });
     }
     Ok(claims)
@@ -54,26 +55,26 @@ fn reclaim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<
 
 /// New batches: every pending message of each due conversation that has no batch open.
 fn open_batches(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
-    let conversations: Vec<(i64, i64)> = conn
+    let conversations: Vec<(i64, i64, bool)> = conn
         .prepare_cached(
-            "SELECT id, due_at FROM conversations
+            "SELECT id, due_at, requeued FROM conversations
              WHERE due_at <= ?1 AND open_batch_id IS NULL ORDER BY due_at LIMIT ?2",
         )
         .and_then(|mut s| {
             s.query_map(params![now, limit_param(limit)], |r| {
-                Ok((r.get(0)?, r.get(1)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })?
             .collect()
         })
         .map_err(unavailable)?;
     let mut claims = Vec::with_capacity(conversations.len());
-    for (conversation, due_at) in conversations {
+    for (conversation, due_at, requeued) in conversations {
         let batch: i64 = conn
             .prepare_cached(
-                "INSERT INTO batches (conversation_id, state, token, attempts, lease_until, due_at, created_at, started_at)
-                 VALUES (?1, 'running', 1, 1, ?2, ?3, ?4, ?4) RETURNING id",
+                "INSERT INTO batches (conversation_id, state, token, attempts, lease_until, due_at, created_at, started_at, requeued)
+                 VALUES (?1, 'running', 1, 1, ?2, ?3, ?4, ?4, ?5) RETURNING id",
             )
-            .and_then(|mut s| s.query_row(params![conversation, now + lease, due_at, now], |r| r.get(0)))
+            .and_then(|mut s| s.query_row(params![conversation, now + lease, due_at, now, requeued], |r| r.get(0)))
             .map_err(unavailable)?;
         execute(
             conn,
@@ -82,7 +83,8 @@ fn open_batches(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result
         )?;
         execute(
             conn,
-            "UPDATE conversations SET open_batch_id = ?1, first_pending_at = NULL, last_pending_at = NULL, due_at = NULL
+            "UPDATE conversations SET open_batch_id = ?1, first_pending_at = NULL, last_pending_at = NULL, due_at = NULL,
+                    requeued = 0
              WHERE id = ?2",
             params![batch, conversation],
         )?;
@@ -90,6 +92,7 @@ fn open_batches(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result
             batch: load_batch(conn, batch)?,
             token: LeaseToken(1),
             attempt: 1,
+            requeued,
         });
     }
     Ok(claims)

@@ -4,3 +4,7 @@ ALTER TABLE review ADD COLUMN resolved_at INTEGER;
 ALTER TABLE review ADD COLUMN resolution TEXT;
 ALTER TABLE review ADD COLUMN resolution_note TEXT;
 CREATE INDEX conversations_customer ON conversations (customer);
+-- A person sent the conversation's messages back to the agent: its next batch is answered
+-- however old they are.
+ALTER TABLE conversations ADD COLUMN requeued INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE batches ADD COLUMN requeued INTEGER NOT NULL DEFAULT 0;

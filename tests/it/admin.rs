@@ -1,0 +1,284 @@
+//! The admin API: its token, the review queue settled by people (a reply that goes out once
+//! through the fake Graph API, a requeue back to the agent, a close), and the webhook's
+//! source allow-list.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{SabiProcess, TestApp, text_webhook};
+use crate::sender::{Says, Sending, customer};
+
+const TOKEN: &str = "admin-secret-token";
+
+const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/admin/review"),
+    ("GET", "/admin/review/1"),
+    ("POST", "/admin/review/1/reply"),
+    ("POST", "/admin/review/1/requeue"),
+    ("POST", "/admin/review/1/close"),
+    ("GET", "/admin/conversations?customer=2348031234567"),
+    ("GET", "/admin/stats"),
+];
+
+async fn call(
+    client: &reqwest::Client,
+    url: &str,
+    method: &str,
+    auth: Option<&str>,
+    body: Option<Value>,
+) -> (u16, String) {
+    let mut request = match method {
+        "POST" => client.post(url),
+        _ => client.get(url),
+    };
+    if let Some(auth) = auth {
+        request = request.header("authorization", auth);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("sent");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("body"))
+}
+
+#[tokio::test]
+async fn every_admin_route_wants_the_token_and_says_nothing_without_it() {
+    let app = TestApp::spawn_with(None, &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    // Something to leak: a review item with the customer's words.
+    let old = crate::helpers::text_webhook_at("wamid.a1", "2348031234567", "my secret words", 0);
+    assert_eq!(app.post_whatsapp_webhook(old).await.status(), 200);
+    app.clock.advance(Duration::from_secs(20));
+    app.scheduler.drain().await.expect("turn");
+    let good = format!("Bearer {TOKEN}");
+    let wrong = [
+        None,
+        Some("Bearer wrong".to_owned()),
+        Some(TOKEN.to_owned()),
+        Some(format!("Bearer {TOKEN}x")),
+        Some(format!("bearer {TOKEN}")),
+    ];
+    for (method, path) in ROUTES {
+        for auth in &wrong {
+            let body = (*method == "POST").then(|| json!({"text": "hi"}));
+            let (status, text) =
+                call(&app.client, &app.url(path), method, auth.as_deref(), body).await;
+            assert_eq!(status, 401, "{method} {path} with {auth:?}");
+            assert!(
+                !text.contains("secret words") && !text.contains("2348031234567"),
+                "{text}"
+            );
+        }
+    }
+    let (status, text) = call(
+        &app.client,
+        &app.url("/admin/review"),
+        "GET",
+        Some(&good),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(text.contains("my secret words"));
+
+    // No token configured: there is no admin API at all.
+    let off = TestApp::spawn().await;
+    let (status, _) = call(
+        &off.client,
+        &off.url("/admin/review"),
+        "GET",
+        Some(&good),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+}
+
+async fn admin(sabi: &Sending, method: &str, path: &str, body: Option<Value>) -> Value {
+    let auth = format!("Bearer {TOKEN}");
+    let url = format!("{}{path}", sabi.url);
+    let (status, text) = call(&sabi.client, &url, method, Some(&auth), body).await;
+    assert_eq!(status, 200, "{method} {path}: {text}");
+    serde_json::from_str(&text).expect("json")
+}
+
+async fn review_ids(sabi: &Sending) -> Vec<i64> {
+    let queue = admin(sabi, "GET", "/admin/review?reason=too_old", None).await;
+    queue["items"]
+        .as_array()
+        .map(|items| items.iter().filter_map(|i| i["id"].as_i64()).collect())
+        .unwrap_or_default()
+}
+
+/// Waits until the queue has `n` items.
+async fn wait_for_review(sabi: &Sending, n: usize) -> Vec<i64> {
+    for _ in 0..200 {
+        let ids = review_ids(sabi).await;
+        if ids.len() == n {
+            return ids;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the review queue never had {n} items");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn people_reply_requeue_and_close_review_items() {
+    let sabi = Sending::start(
+        Arc::new(Says("The agent's answer.".into())),
+        &[("SABI_ADMIN_TOKEN", TOKEN), ("SABI_PAIR_SPACING", "0")],
+    )
+    .await;
+    // Three customers wrote an hour ago: too old for an automatic reply.
+    for i in 1..=3 {
+        sabi.customer_writes(
+            &format!("wamid.old{i}"),
+            &customer(i),
+            "are you there?",
+            3600,
+        )
+        .await;
+    }
+    let ids = wait_for_review(&sabi, 3).await;
+    assert!(
+        sabi.fake.accepted().is_empty(),
+        "nothing automatic went out"
+    );
+
+    // One item, with its conversation.
+    let shown = admin(&sabi, "GET", &format!("/admin/review/{}", ids[0]), None).await;
+    assert_eq!(shown["item"]["reason"], "too_old");
+    assert_eq!(
+        shown["conversation"]["history"][0]["text"],
+        "are you there?"
+    );
+
+    // A person's reply goes out once, through the sender.
+    let reply = json!({"text": "Sorry for the wait, how can we help?"});
+    let settled = admin(
+        &sabi,
+        "POST",
+        &format!("/admin/review/{}/reply", ids[0]),
+        Some(reply),
+    )
+    .await;
+    assert_eq!(settled["state"], "replied");
+    sabi.wait_for(Duration::from_secs(30), |outbox| {
+        outbox.iter().any(|e| e.state == "accepted")
+    })
+    .await;
+    // Settling twice is refused: an item is settled once.
+    let auth = format!("Bearer {TOKEN}");
+    let again = format!("{}/admin/review/{}/reply", sabi.url, ids[0]);
+    let (status, _) = call(
+        &sabi.client,
+        &again,
+        "POST",
+        Some(&auth),
+        Some(json!({"text": "x"})),
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    // Back to the agent: answered now, however old.
+    admin(
+        &sabi,
+        "POST",
+        &format!("/admin/review/{}/requeue", ids[1]),
+        None,
+    )
+    .await;
+    sabi.wait_for(Duration::from_secs(30), |outbox| {
+        outbox.iter().filter(|e| e.state == "accepted").count() == 2
+    })
+    .await;
+
+    // Closed: gone from the queue, nothing sent.
+    admin(
+        &sabi,
+        "POST",
+        &format!("/admin/review/{}/close", ids[2]),
+        None,
+    )
+    .await;
+    assert!(review_ids(&sabi).await.is_empty());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let texts: Vec<String> = sabi
+        .fake
+        .accepted()
+        .iter()
+        .filter_map(|r| r.text().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "Sorry for the wait, how can we help?",
+            "The agent's answer."
+        ],
+        "one person's reply and one agent answer, each once"
+    );
+
+    // The replied item's customer (items are made in whatever order the turns ended).
+    let replied = shown["item"]["customer"]
+        .as_str()
+        .expect("customer")
+        .to_owned();
+    let found = admin(
+        &sabi,
+        "GET",
+        &format!("/admin/conversations?customer={replied}"),
+        None,
+    )
+    .await;
+    let history = &found["conversations"][0]["history"];
+    assert_eq!(history[1]["text"], "Sorry for the wait, how can we help?");
+}
+
+#[tokio::test]
+async fn the_webhook_allow_list_refuses_outsiders_even_with_a_valid_signature() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Sabi is reached from 127.0.0.1, outside the list, and 127.0.0.1 is no trusted proxy.
+    let config = dir.path().join("allow.toml");
+    std::fs::write(
+        &config,
+        "[ingress]\nwebhook_allow = [\"31.13.24.0/21\"]\ntrusted_proxies = [\"10.0.0.0/8\"]\n",
+    )
+    .expect("write");
+    let config = config.to_str().expect("utf-8 path").to_owned();
+    let sabi = SabiProcess::start_with(dir.path(), &[("SABI_CONFIG", config.as_str())]);
+    let body = text_webhook("wamid.allow1", "2348031234567", "hello");
+    let signature = crate::helpers::signature(&body);
+    let client = reqwest::Client::new();
+    for forwarded in [None, Some("31.13.24.9")] {
+        let mut request = client
+            .post(sabi.url("/webhook/whatsapp"))
+            .header("content-type", "application/json")
+            .header("x-hub-signature-256", &signature)
+            .body(body.clone());
+        if let Some(ip) = forwarded {
+            // A spoofed header from an untrusted peer changes nothing.
+            request = request.header("x-forwarded-for", ip);
+        }
+        let response = request.send().await.expect("sent");
+        assert_eq!(response.status(), 403, "forwarded {forwarded:?}");
+    }
+    let metrics = client
+        .get(sabi.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(r#"sabi_webhook_requests_total{outcome="forbidden_source"} 2"#),
+        "{metrics}"
+    );
+    drop(sabi);
+    assert!(
+        crate::helpers::inbox_json(dir.path()).is_empty(),
+        "nothing stored"
+    );
+}
