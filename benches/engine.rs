@@ -131,6 +131,7 @@ fn settings() -> EngineSettings {
         shutdown_grace: Duration::from_secs(10),
         sandbox: true,
         quote_replies: false,
+        log_customer_data: false,
         policy: EnginePolicy {
             max_attempts: 4,
             retry_base: Duration::from_secs(5),

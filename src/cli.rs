@@ -157,7 +157,6 @@ fn parse_channel(s: &str) -> Result<Channel, String> {
 
 /// Runs a command and turns its outcome into the process's exit code.
 pub fn main(cli: Cli) -> ExitCode {
-    crate::telemetry::init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -169,6 +168,7 @@ pub fn main(cli: Cli) -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load(cli.config.as_deref(), std::env::vars())?;
+    crate::telemetry::init(config.logging.format);
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         match cli.command {

@@ -40,6 +40,7 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_TURNS", "engine.turns_per_node"),
     ("SABI_SANDBOX_REPLY_DELAY", "engine.sandbox_reply_delay"),
     ("SABI_INTENTS_FILE", "router.intents_file"),
+    ("SABI_LOG_FORMAT", "logging.format"),
 ];
 
 /// The app secret used when none is configured, in sandbox mode only, so that `sabi serve`
@@ -74,9 +75,31 @@ pub struct Config {
     pub admin: AdminConfig,
     #[serde(default)]
     pub router: RouterConfig,
+    #[serde(default)]
+    pub logging: LoggingConfig,
     /// The business's HTTP tools, for reply templates and the agent (`[[tools]]`).
     #[serde(default)]
     pub tools: Vec<crate::tools::ToolConfig>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoggingConfig {
+    /// `text` (the default) or `json`, one object per line.
+    #[serde(default)]
+    pub format: LogFormat,
+    /// Put customers' phone numbers and message text in the logs (off: a short hash names the
+    /// conversation instead).
+    #[serde(default)]
+    pub customer_data: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -653,6 +676,7 @@ impl Config {
             shutdown_grace: self.engine.shutdown_grace,
             sandbox: self.whatsapp.sandbox(),
             quote_replies: self.whatsapp.quote_replies,
+            log_customer_data: self.logging.customer_data,
             policy: EnginePolicy {
                 max_attempts: self.engine.max_attempts,
                 retry_base: self.engine.retry_base,

@@ -46,6 +46,8 @@ pub struct EngineSettings {
     pub sandbox: bool,
     /// A WhatsApp reply's first part quotes the customer's latest message.
     pub quote_replies: bool,
+    /// The turn's log line names the customer and quotes their words (off: a short hash).
+    pub log_customer_data: bool,
     pub policy: EnginePolicy,
 }
 
@@ -316,15 +318,7 @@ impl Scheduler {
                         outcome: outcome.to_owned(),
                     })
                     .observe(took);
-                tracing::info!(
-                    batch = batch.id,
-                    attempt,
-                    messages = batch.messages.len(),
-                    outcome,
-                    delay_ms = started.saturating_sub(batch.due_at_ms),
-                    took_ms = self.clock.now_ms().saturating_sub(started),
-                    "turn ended"
-                );
+                self.log_turn(&batch, attempt, outcome, started);
             }
             Err(store::Error::LeaseLost) => {
                 Metrics::count(&self.metrics.turns, "lease_lost");
@@ -345,6 +339,26 @@ impl Scheduler {
 }
 
 impl Scheduler {
+    /// One line per turn: its outcome and timings; the customer only when configured.
+    fn log_turn(&self, batch: &Batch, attempt: u32, outcome: &str, started: i64) {
+        let conversation = crate::telemetry::conversation_tag(&batch.conversation);
+        let delay_ms = started.saturating_sub(batch.due_at_ms);
+        let took_ms = self.clock.now_ms().saturating_sub(started);
+        let messages = batch.messages.len();
+        if self.settings.log_customer_data {
+            let texts: Vec<&str> = batch
+                .messages
+                .iter()
+                .filter_map(|m| m.text.as_deref())
+                .collect();
+            tracing::info!(batch = batch.id, %conversation, customer = %batch.conversation.customer,
+                ?texts, attempt, messages, outcome, delay_ms, took_ms, "turn ended");
+        } else {
+            tracing::info!(batch = batch.id, %conversation, attempt, messages, outcome, delay_ms,
+                took_ms, "turn ended");
+        }
+    }
+
     /// A reply as its channel takes it: WhatsApp parts within Meta's limits, the first quoting
     /// the customer when configured.
     fn outgoing(&self, batch: &Batch, mut parts: Vec<ReplyPart>) -> Vec<ReplyPart> {

@@ -282,3 +282,60 @@ async fn the_webhook_allow_list_refuses_outsiders_even_with_a_valid_signature() 
         "nothing stored"
     );
 }
+
+/// A full turn through a child `sabi serve`, its logs kept.
+async fn logged_turn(env: &[(&str, &str)]) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut all = vec![("SABI_BATCH_WINDOW", "0")];
+    all.extend_from_slice(env);
+    let sabi = SabiProcess::start_with(dir.path(), &all);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let body = crate::helpers::text_webhook_at(
+        "wamid.log1",
+        "2348031234567",
+        "Abeg wetin be my balance for 0123456789?",
+        now,
+    );
+    let response = reqwest::Client::new()
+        .post(sabi.url("/webhook/whatsapp"))
+        .header("content-type", "application/json")
+        .header("x-hub-signature-256", crate::helpers::signature(&body))
+        .body(body)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), 200);
+    for _ in 0..200 {
+        if sabi.logs().iter().any(|l| l.contains("turn ended")) {
+            return sabi.logs();
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no turn ended: {:?}", sabi.logs());
+}
+
+#[tokio::test]
+async fn logs_of_a_full_turn_hold_no_phone_number_or_message_text_by_default() {
+    let logs = logged_turn(&[]).await.join("\n");
+    for secret in ["2348031234567", "Abeg", "balance for", "0123456789"] {
+        assert!(
+            !logs.contains(secret),
+            "{secret:?} leaked into the logs:\n{logs}"
+        );
+    }
+    assert!(
+        logs.contains("conversation="),
+        "the turn line names the conversation by a tag"
+    );
+
+    let json = logged_turn(&[("SABI_LOG_FORMAT", "json")]).await;
+    let turn = json
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["message"] == "turn ended")
+        .expect("a JSON line for the turn");
+    assert_eq!(turn["outcome"], "replied");
+    assert!(turn["took_ms"].is_number() && turn["delay_ms"].is_number());
+}

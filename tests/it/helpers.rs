@@ -155,6 +155,7 @@ pub fn text_webhook_at(id: &str, from: &str, text: &str, sent_at_s: i64) -> Vec<
 pub struct SabiProcess {
     child: Child,
     pub addr: SocketAddr,
+    logs: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl SabiProcess {
@@ -173,29 +174,50 @@ impl SabiProcess {
         let mut child = sabi_command(dir)
             .args(["serve", "--role", role])
             .env("SABI_LISTEN", "127.0.0.1:0")
-            .env("SABI_LOG", "info")
+            .env("SABI_LOG", "sabi=debug,info")
             .envs(env.iter().copied())
             .stderr(Stdio::piped())
             .spawn()
             .expect("sabi serve starts");
         let stderr = child.stderr.take().expect("stderr piped");
         let mut lines = BufReader::new(stderr).lines();
+        let logs = Arc::new(std::sync::Mutex::new(Vec::new()));
         let addr = loop {
             let line = lines
                 .next()
                 .expect("sabi serve exited before it was ready")
                 .expect("stderr line");
-            if let Some(rest) = line.split("addr=").nth(1) {
-                let addr = rest.split_whitespace().next().unwrap_or_default();
+            logs.lock().expect("logs").push(line.clone());
+            // Text logs say `addr=...`, JSON logs `"addr":"..."`.
+            let addr = line
+                .split("addr=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .or_else(|| {
+                    line.split("\"addr\":\"")
+                        .nth(1)
+                        .and_then(|rest| rest.split('"').next())
+                });
+            if let Some(addr) = addr.filter(|_| line.contains("sabi listening")) {
                 break addr.parse().expect("listen address");
             }
             if role == "worker" && line.contains("scheduler started") {
                 break SocketAddr::from(([127, 0, 0, 1], 0));
             }
         };
-        // Keep draining stderr so the child never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        SabiProcess { child, addr }
+        // Keep draining stderr so the child never blocks on a full pipe, and keep the lines.
+        let kept = logs.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                kept.lock().expect("logs").push(line);
+            }
+        });
+        SabiProcess { child, addr, logs }
+    }
+
+    /// Every log line so far.
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lock().expect("logs").clone()
     }
 
     pub fn url(&self, path: &str) -> String {
