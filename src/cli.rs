@@ -100,6 +100,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the effective configuration (secrets left out), or with --example a complete,
+    /// commented sabi.toml with every default.
+    Config {
+        #[arg(long)]
+        example: bool,
+    },
+    /// Check the configuration, and reach the store, the Graph API and the LLM with it.
+    Check,
     /// Post a signed WhatsApp text-message webhook to a running Sabi, as Meta would.
     Send {
         /// The message text.
@@ -167,12 +175,22 @@ pub fn main(cli: Cli) -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    // The example needs no configuration, so a broken one cannot stop it.
+    if let Command::Config { example: true } = cli.command {
+        print!("{}", crate::config::example()?);
+        return Ok(());
+    }
     let config = Config::load(cli.config.as_deref(), std::env::vars())?;
     crate::telemetry::init(config.logging.format);
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         match cli.command {
             Command::Serve { role } => serve(&config, role).await,
+            Command::Config { .. } => {
+                print!("{}", toml::to_string(&config)?);
+                Ok(())
+            }
+            Command::Check => check(&config).await,
             Command::Outbox { json } => outbox(&config, json).await,
             Command::Review { action, json } => {
                 let action = action.unwrap_or(ReviewAction::Ls {
@@ -377,6 +395,21 @@ async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
             )?;
         }
     }
+    Ok(())
+}
+
+async fn check(config: &Config) -> anyhow::Result<()> {
+    let findings = crate::check::run(config).await;
+    for f in &findings {
+        println!(
+            "{:<14} {}  {}",
+            f.what,
+            if f.ok { "ok  " } else { "FAIL" },
+            f.says
+        );
+    }
+    let failed = findings.iter().filter(|f| !f.ok).count();
+    anyhow::ensure!(failed == 0, "{failed} check(s) failed");
     Ok(())
 }
 

@@ -21,8 +21,10 @@
 //! Browser ── GET /chat/{id}, /chat/{id}/events ─► store::Store::chat_job (any node)
 //! ```
 //!
-//! - [`config`]: one typed configuration (`sabi.toml` + `SABI_*`), validated at start.
-//! - [`ingress`]: the HTTP edge; nothing slow happens there.
+//! - [`config`]: one typed configuration (`sabi.toml` + `SABI_*`), validated at start; its
+//!   commented example; [`check`] reaches what it names.
+//! - [`ingress`]: the HTTP edge (webhook, web chat, health, metrics, the admin API and review
+//!   desk); nothing slow happens there.
 //! - [`store`]: the only place state lives; SQLite embedded by default.
 //! - [`agent`]: the LLM agent with tools and stored history; voice notes to text.
 //! - [`router`]: Pidgin-aware intent routing: patterns, a classifier, fallback to the agent.
@@ -35,6 +37,7 @@
 
 pub mod agent;
 pub mod app;
+pub mod check;
 pub mod cli;
 pub mod clock;
 pub mod config;

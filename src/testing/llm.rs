@@ -12,7 +12,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 /// What the next chat completion does.
@@ -54,6 +54,7 @@ impl FakeLlm {
         let shared = Arc::new(Shared::default());
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(complete))
+            .route("/v1/models", get(models))
             .route("/v1/audio/transcriptions", post(transcribe))
             .with_state(shared.clone());
         tokio::spawn(async move {
@@ -132,6 +133,10 @@ async fn complete(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) ->
         "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
     }))
     .into_response()
+}
+
+async fn models() -> Json<Value> {
+    Json(json!({"object": "list", "data": [{"id": "fake-model", "object": "model"}]}))
 }
 
 fn tool_calls(calls: Vec<(String, Value)>) -> Value {

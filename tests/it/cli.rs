@@ -79,3 +79,81 @@ fn a_bad_setting_stops_start_up_naming_it() {
         "{stderr}"
     );
 }
+
+/// `sabi` run off the async threads, its exit status and stdout.
+async fn sabi_output(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let mut command = sabi_command(dir);
+    command.args(args);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("joined")
+        .expect("sabi runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn check_reaches_the_store_the_graph_api_and_the_llm() {
+    let graph = sabi::testing::graph::FakeGraph::start("check-token").await;
+    let llm = sabi::testing::llm::FakeLlm::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (graph_base, llm_base) = (graph.base_url(), llm.base_url());
+    let env = [
+        ("SABI_WHATSAPP_ACCESS_TOKEN", "check-token"),
+        ("SABI_WHATSAPP_API_BASE", graph_base.as_str()),
+        ("SABI_LLM_BASE_URL", llm_base.as_str()),
+        ("SABI_LLM_MODEL", "fake-model"),
+    ];
+    let (ok, out) = sabi_output(dir.path(), &["check"], &env).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("store") && out.contains("the access token is accepted"),
+        "{out}"
+    );
+    assert!(out.contains("the key is accepted"), "{out}");
+
+    graph.expire_token();
+    let (ok, out) = sabi_output(dir.path(), &["check"], &env).await;
+    assert!(!ok);
+    assert!(
+        out.contains("FAIL") && out.contains("the access token is refused"),
+        "{out}"
+    );
+
+    let unreachable = [
+        ("SABI_LLM_BASE_URL", "http://127.0.0.1:9/v1"),
+        ("SABI_LLM_MODEL", "m"),
+    ];
+    let (ok, out) = sabi_output(dir.path(), &["check"], &unreachable).await;
+    assert!(!ok);
+    assert!(out.contains("cannot be reached"), "{out}");
+}
+
+#[tokio::test]
+async fn config_prints_the_example_and_the_effective_settings_without_secrets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ok, example) = sabi_output(dir.path(), &["config", "--example"], &[]).await;
+    assert!(ok);
+    assert!(example.contains("[whatsapp]") && example.contains("batch_window = \"20s\""));
+    assert!(
+        example.contains("#[[tools]]"),
+        "optional tables shown commented out"
+    );
+    let (ok, effective) = sabi_output(
+        dir.path(),
+        &["config"],
+        &[
+            ("SABI_BATCH_WINDOW", "5s"),
+            ("SABI_ADMIN_TOKEN", "do-not-print"),
+        ],
+    )
+    .await;
+    assert!(ok);
+    assert!(effective.contains("batch_window = \"5s\""), "{effective}");
+    assert!(!effective.contains("do-not-print") && !effective.contains(crate::helpers::SECRET));
+}

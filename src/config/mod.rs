@@ -5,12 +5,14 @@
 //! start; a bad value stops start-up with a message naming the setting (and its variable).
 //! Business code only ever sees typed values: durations, addresses, secrets.
 
+mod example;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use secrecy::SecretString;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::domain::BatchPolicy;
 use crate::worker::EngineSettings;
@@ -50,7 +52,7 @@ pub const SANDBOX_APP_SECRET: &str = "sabi-sandbox-secret";
 /// The longest batch window a channel may have.
 const MAX_WINDOW: Duration = Duration::from_secs(300);
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Address the HTTP server listens on.
@@ -82,7 +84,7 @@ pub struct Config {
     pub tools: Vec<crate::tools::ToolConfig>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoggingConfig {
     /// `text` (the default) or `json`, one object per line.
@@ -94,7 +96,7 @@ pub struct LoggingConfig {
     pub customer_data: bool,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     #[default]
@@ -102,7 +104,7 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouterConfig {
     /// Answer routine messages locally; off sends every batch to the agent.
@@ -141,8 +143,8 @@ impl RouterConfig {
 
 /// The store backend, written as a URL (`sqlite://sabi-data/sabi.db`) or as a table
 /// (`{ kind = "sqlite", path = "..." }`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(try_from = "StoreSpec")]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(try_from = "StoreSpec", into = "String")]
 pub enum StoreConfig {
     Sqlite { path: PathBuf },
 }
@@ -168,6 +170,14 @@ enum StoreTable {
     Sqlite { path: PathBuf },
 }
 
+impl From<StoreConfig> for String {
+    fn from(store: StoreConfig) -> String {
+        match store {
+            StoreConfig::Sqlite { path } => format!("sqlite://{}", path.display()),
+        }
+    }
+}
+
 impl TryFrom<StoreSpec> for StoreConfig {
     type Error = String;
 
@@ -184,17 +194,21 @@ impl TryFrom<StoreSpec> for StoreConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WhatsappConfig {
     /// The Meta app's secret: webhooks are signed with it. Unset in sandbox mode means a fixed
     /// sandbox secret that `sabi send` also uses.
+    #[serde(skip_serializing)]
     pub app_secret: Option<SecretString>,
     /// The previous app secret, still accepted while a rotation is under way.
+    #[serde(skip_serializing)]
     pub previous_app_secret: Option<SecretString>,
     /// The token Meta echoes when it verifies the callback URL. Unset: verification refused.
+    #[serde(skip_serializing)]
     pub verify_token: Option<SecretString>,
     /// Graph API access token. Unset means sandbox mode: replies are stored, not sent.
+    #[serde(skip_serializing)]
     pub access_token: Option<SecretString>,
     /// Graph API base URL, with its version.
     #[serde(default = "defaults::api_base")]
@@ -290,7 +304,7 @@ impl WhatsappConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebchatConfig {
     /// Web chat answers each question at once by default.
@@ -325,12 +339,13 @@ impl Default for WebchatConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
     /// OpenAI-compatible base URL (`https://api.openai.com/v1`, a local vLLM, ...). Unset: no
     /// agent; the sandbox acknowledgement answers what the router does not.
     pub base_url: Option<String>,
+    #[serde(skip_serializing)]
     pub api_key: Option<SecretString>,
     pub model: Option<String>,
     /// A second provider, tried when the first is out of tries.
@@ -371,6 +386,7 @@ pub struct LlmConfig {
     /// Speech-to-text base URL; the LLM's when unset.
     pub transcribe_base_url: Option<String>,
     /// Speech-to-text key; the LLM's when unset.
+    #[serde(skip_serializing)]
     pub transcribe_api_key: Option<SecretString>,
     /// The speech-to-text model.
     #[serde(default = "defaults::transcribe_model")]
@@ -409,26 +425,28 @@ impl Default for LlmConfig {
 }
 
 /// An agent of your own that Sabi posts batches to.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExternalAgentConfig {
     pub url: String,
     /// Signs every request (`X-Sabi-Signature-256`), so the agent can check it came from Sabi.
+    #[serde(skip_serializing)]
     pub secret: SecretString,
     #[serde(default = "defaults::turn_timeout", with = "duration")]
     pub timeout: Duration,
 }
 
 /// The fallback provider.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FallbackLlm {
     pub base_url: String,
+    #[serde(skip_serializing)]
     pub api_key: Option<SecretString>,
     pub model: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineConfig {
     /// How long a claimed batch is held; renewed every quarter of it.
@@ -475,7 +493,7 @@ impl Default for EngineConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct IngressConfig {
     /// Largest request body accepted (Meta sends up to 3 MB).
@@ -500,10 +518,11 @@ impl Default for IngressConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// Bearer token of the admin API; unset means the admin API is off.
+    #[serde(skip_serializing)]
     pub token: Option<SecretString>,
 }
 
@@ -512,7 +531,18 @@ pub struct AdminConfig {
 #[error("configuration: {0}")]
 pub struct Error(String);
 
+pub use self::example::example;
+
 impl Config {
+    /// Every setting at its default.
+    ///
+    /// # Errors
+    /// Never in practice: the defaults are valid (a test holds them to it).
+    pub fn defaults() -> Result<Config, Error> {
+        serde_path_to_error::deserialize(toml::Value::Table(toml::Table::new()))
+            .map_err(|e| Error(format!("{}: {}", e.path(), e.inner())))
+    }
+
     /// Loads defaults, then `file` if given (it must exist) or `./sabi.toml` if present, then
     /// the `SABI_*` variables among `env`.
     ///
@@ -835,6 +865,10 @@ pub(crate) mod duration {
     enum Spec {
         Seconds(u64),
         Text(String),
+    }
+
+    pub(crate) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {

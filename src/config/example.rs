@@ -1,0 +1,409 @@
+//! `sabi config --example`: a complete, commented `sabi.toml`, its values taken from the typed
+//! configuration's own defaults. Tests hold the list below to the code: every default the
+//! configuration serialises must be documented here, the example must load as it is, and it
+//! must still load with every optional setting switched on, so no entry names a setting the
+//! code does not have.
+
+use super::{Config, ENV, Error};
+
+/// One documented setting. `unset` is shown, commented out, when the setting has no default:
+/// a value for a key, or a whole table when it starts with `[`.
+struct Setting {
+    path: &'static str,
+    doc: &'static str,
+    unset: Option<&'static str>,
+}
+
+const fn set(path: &'static str, doc: &'static str) -> Setting {
+    Setting {
+        path,
+        doc,
+        unset: None,
+    }
+}
+
+const fn opt(path: &'static str, doc: &'static str, unset: &'static str) -> Setting {
+    Setting {
+        path,
+        doc,
+        unset: Some(unset),
+    }
+}
+
+const SETTINGS: &[Setting] = &[
+    set("listen", "Address the HTTP server listens on."),
+    set(
+        "store",
+        "Where state lives: sqlite://PATH (embedded; the directory is created).",
+    ),
+    opt(
+        "whatsapp.app_secret",
+        "The Meta app's secret: webhooks are signed with it. Required once an access token is set.",
+        "\"your-app-secret\"",
+    ),
+    opt(
+        "whatsapp.previous_app_secret",
+        "The previous app secret, still accepted while you rotate it.",
+        "\"old-app-secret\"",
+    ),
+    opt(
+        "whatsapp.verify_token",
+        "The token you type in Meta's dashboard to verify the callback URL.",
+        "\"your-verify-token\"",
+    ),
+    opt(
+        "whatsapp.access_token",
+        "Graph API access token. Unset: sandbox mode, replies are kept and never sent.",
+        "\"EAAG...\"",
+    ),
+    set("whatsapp.api_base", "Graph API base URL, with its version."),
+    set(
+        "whatsapp.batch_window",
+        "A conversation is answered this long after its latest message (0 to 300 s).",
+    ),
+    set(
+        "whatsapp.batch_max_wait",
+        "...and never later than this long after its first (at least the window).",
+    ),
+    set(
+        "whatsapp.outbound_rate",
+        "Messages per second per business number (Meta's default is 80).",
+    ),
+    set(
+        "whatsapp.pair_spacing",
+        "Least time between two messages to one customer.",
+    ),
+    set(
+        "whatsapp.send_timeout",
+        "How long one Graph API call may take.",
+    ),
+    set(
+        "whatsapp.unknown_outcome_wait",
+        "A send whose answer was lost waits this long for its status webhook, then goes to review.",
+    ),
+    set(
+        "whatsapp.send_max_failures",
+        "Failed tries of one send before review (throttling does not count).",
+    ),
+    set(
+        "whatsapp.send_retry_base",
+        "The wait after a failed send, doubled after each further failure.",
+    ),
+    set("whatsapp.sends_in_flight", "Sends at once on one node."),
+    set(
+        "whatsapp.typing_indicator",
+        "Mark the customer's message read, with the typing indicator, while a turn works.",
+    ),
+    set(
+        "whatsapp.quote_replies",
+        "A reply's first part quotes the customer's latest message.",
+    ),
+    opt(
+        "whatsapp.window_template",
+        "Sent instead of a reply once the 24-hour window has closed (else the reply goes to review).",
+        "[whatsapp.window_template]\nname = \"reply_waiting\"\nlanguage = \"en_US\"\nparameters = [\"Sabi\"]",
+    ),
+    set(
+        "webchat.batch_window",
+        "Web chat answers each question at once by default.",
+    ),
+    set(
+        "webchat.batch_max_wait",
+        "The cap from a session's first waiting question.",
+    ),
+    set(
+        "webchat.site",
+        "The business side of web-chat conversations.",
+    ),
+    set(
+        "webchat.result_ttl",
+        "How long a job's answer can be fetched (history keeps it longer).",
+    ),
+    set(
+        "webchat.max_queue",
+        "Questions waiting beyond this are refused with 503 and Retry-After.",
+    ),
+    set(
+        "webchat.per_session_per_minute",
+        "Questions one session may ask per minute before 429.",
+    ),
+    opt(
+        "llm.base_url",
+        "OpenAI-compatible base URL. Unset: no agent; a plain acknowledgement answers what the router does not.",
+        "\"https://api.openai.com/v1\"",
+    ),
+    opt("llm.api_key", "The provider's key.", "\"sk-...\""),
+    opt(
+        "llm.model",
+        "The model (required with a base URL).",
+        "\"gpt-4o-mini\"",
+    ),
+    set(
+        "llm.system_prompt",
+        "What the agent is told about the business and how to answer.",
+    ),
+    set("llm.timeout", "How long one model call may take."),
+    set(
+        "llm.turn_timeout",
+        "How long a whole agent turn may take (every call and tool).",
+    ),
+    set(
+        "llm.attempts",
+        "Tries per provider and call (429, 5xx and timeouts are retried).",
+    ),
+    set(
+        "llm.backoff",
+        "The wait after a failed call, doubled after each further one.",
+    ),
+    set(
+        "llm.max_tool_rounds",
+        "Rounds of tool calls before the agent must answer.",
+    ),
+    set(
+        "llm.history_tokens",
+        "Roughly how many tokens of earlier conversation the model sees.",
+    ),
+    set(
+        "llm.redact",
+        "Mask phone and account numbers before text leaves for the model.",
+    ),
+    set(
+        "llm.prompt_price",
+        "Price per million prompt tokens, for the cost estimate.",
+    ),
+    set(
+        "llm.completion_price",
+        "Price per million completion tokens.",
+    ),
+    opt(
+        "llm.transcribe_base_url",
+        "Speech-to-text base URL for voice notes; the LLM's when unset.",
+        "\"http://127.0.0.1:8000/v1\"",
+    ),
+    opt(
+        "llm.transcribe_api_key",
+        "Speech-to-text key; the LLM's when unset.",
+        "\"sk-...\"",
+    ),
+    set("llm.transcribe_model", "The speech-to-text model."),
+    set(
+        "llm.media_max_bytes",
+        "The largest voice note downloaded for transcription.",
+    ),
+    opt(
+        "llm.fallback",
+        "A second provider, tried when the first is out of tries.",
+        "[llm.fallback]\nbase_url = \"http://127.0.0.1:11434/v1\"\nmodel = \"llama3.1\"",
+    ),
+    set(
+        "engine.lease",
+        "How long a claimed batch is held; renewed every quarter of it.",
+    ),
+    set(
+        "engine.review_after",
+        "A batch older than this goes to a person instead of an automatic reply.",
+    ),
+    set(
+        "engine.shutdown_grace",
+        "How long running work may take to finish at shutdown.",
+    ),
+    set("engine.turns_per_node", "Turns at once on one node."),
+    set(
+        "engine.max_attempts",
+        "Tries of a turn before its batch goes to review.",
+    ),
+    set(
+        "engine.retry_base",
+        "The wait after a failed turn, doubled after each further failure.",
+    ),
+    set(
+        "engine.poll_interval",
+        "How often a worker asks the store for work other nodes stored.",
+    ),
+    set(
+        "engine.sandbox_reply_delay",
+        "The sandbox acknowledgement's thinking time.",
+    ),
+    set(
+        "ingress.max_body_bytes",
+        "Largest request body accepted (Meta sends up to 3 MB).",
+    ),
+    set(
+        "ingress.webhook_allow",
+        "Networks the WhatsApp webhook accepts (CIDR, like Meta's published ranges); empty accepts any.",
+    ),
+    set(
+        "ingress.trusted_proxies",
+        "Proxies whose X-Forwarded-For is believed (CIDR).",
+    ),
+    opt(
+        "admin.token",
+        "Bearer token of the admin API and the review desk; unset turns them off.",
+        "\"a-long-random-token\"",
+    ),
+    set(
+        "router.enabled",
+        "Answer routine messages locally; off sends every batch to the agent.",
+    ),
+    opt(
+        "router.intents_file",
+        "The intents file; the built-in one when unset (`sabi route --print-intents`).",
+        "\"/etc/sabi/intents.toml\"",
+    ),
+    set("logging.format", "text, or json (one object per line)."),
+    set(
+        "logging.customer_data",
+        "Put customers' phone numbers and words in the logs (off: a hash names the conversation).",
+    ),
+    opt(
+        "external_agent",
+        "Your own agent instead of the built-in one: Sabi posts signed batches and sends its answers.",
+        "[external_agent]\nurl = \"https://agent.example.com/turn\"\nsecret = \"shared-secret\"\ntimeout = \"2m\"",
+    ),
+    opt(
+        "tools",
+        "The business's HTTP tools, for reply templates and the agent (repeat the table per tool).",
+        "[[tools]]\nname = \"order_status\"\ndescription = \"Where an order is\"\nparameters = { type = \"object\", properties = { order_id = { type = \"string\" } }, required = [\"order_id\"] }\nmethod = \"GET\"\nurl = \"https://api.example.com/orders/{order_id}\"\nheaders = { Authorization = \"Bearer ${ORDERS_API_TOKEN}\" }\ntimeout = \"5s\"",
+    ),
+];
+
+/// The commented example, every value from the configuration's defaults.
+///
+/// # Errors
+/// When the defaults do not serialise (a bug the tests catch).
+pub fn example() -> Result<String, Error> {
+    let defaults = Config::defaults()?;
+    let table = toml::Table::try_from(&defaults)
+        .map_err(|e| Error(format!("serialising the defaults: {e}")))?;
+    let mut out = String::from(
+        "# sabi.toml: every setting with its default. Lines starting with `#` and a letter are\n\
+         # optional settings: remove the `#` to use them. SABI_* environment variables override\n\
+         # this file.\n",
+    );
+    let mut section = "";
+    let mut blocks: Vec<&Setting> = Vec::new();
+    for setting in SETTINGS {
+        let (head, key) = setting.path.split_once('.').unwrap_or(("", setting.path));
+        let head = if setting.unset.is_some_and(|u| u.starts_with('[')) && head.is_empty() {
+            key
+        } else {
+            head
+        };
+        if head != section {
+            flush(&mut out, &mut blocks);
+            section = head;
+            if !section.is_empty() && table.get(section).is_some_and(toml::Value::is_table) {
+                out.push_str(&format!("\n[{section}]\n"));
+            }
+        }
+        match setting.unset {
+            Some(block) if block.starts_with('[') => blocks.push(setting),
+            unset => {
+                out.push_str(&doc_lines(setting));
+                let value = lookup(&table, setting.path);
+                match (value, unset) {
+                    (Some(value), _) => out.push_str(&format!("{key} = {value}\n")),
+                    (None, Some(example)) => out.push_str(&format!("#{key} = {example}\n")),
+                    (None, None) => {
+                        return Err(Error(format!(
+                            "{}: no default and no example",
+                            setting.path
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    flush(&mut out, &mut blocks);
+    Ok(out)
+}
+
+fn flush(out: &mut String, blocks: &mut Vec<&Setting>) {
+    for setting in blocks.drain(..) {
+        out.push('\n');
+        out.push_str(&doc_lines(setting));
+        for line in setting.unset.unwrap_or_default().lines() {
+            out.push('#');
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+}
+
+fn doc_lines(setting: &Setting) -> String {
+    let env = ENV
+        .iter()
+        .find(|(_, path)| *path == setting.path)
+        .map(|(var, _)| format!(" ({var})"))
+        .unwrap_or_default();
+    format!("# {}{env}\n", setting.doc)
+}
+
+fn lookup<'a>(table: &'a toml::Table, path: &str) -> Option<&'a toml::Value> {
+    let mut parts = path.split('.');
+    let mut value = table.get(parts.next()?)?;
+    for part in parts {
+        value = value.as_table()?.get(part)?;
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config, Error> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("sabi.toml");
+        std::fs::write(&file, text).expect("write");
+        Config::load(Some(&file), Vec::new())
+    }
+
+    fn leaves(prefix: &str, table: &toml::Table, out: &mut Vec<String>) {
+        for (key, value) in table {
+            let path = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            match value {
+                toml::Value::Table(inner) => leaves(&path, inner, out),
+                _ => out.push(path),
+            }
+        }
+    }
+
+    #[test]
+    fn every_default_is_documented() {
+        let defaults = Config::defaults().expect("defaults");
+        let table = toml::Table::try_from(&defaults).expect("serialise");
+        let mut paths = Vec::new();
+        leaves("", &table, &mut paths);
+        for path in paths {
+            assert!(
+                SETTINGS.iter().any(|s| s.path == path),
+                "{path} has no entry in the example"
+            );
+        }
+    }
+
+    #[test]
+    fn the_example_loads_as_it_is_and_with_everything_switched_on() {
+        let text = example().expect("example");
+        let plain = load(&text).expect("the example loads");
+        assert_eq!(plain.listen, Config::defaults().expect("defaults").listen);
+        // Every optional line uncommented: each names a real setting with a valid value.
+        let on: String = text
+            .lines()
+            .map(|line| match line.strip_prefix('#') {
+                Some(rest) if !rest.starts_with(' ') && !rest.is_empty() => rest,
+                _ => line,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let full = load(&on).unwrap_or_else(|e| panic!("{e}\n{on}"));
+        assert!(full.external_agent.is_some() && full.llm.fallback.is_some());
+        assert_eq!(full.tools.len(), 1);
+        assert!(!full.whatsapp.sandbox());
+    }
+}
