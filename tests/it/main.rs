@@ -7,6 +7,7 @@ mod admin;
 mod agent;
 mod browser;
 mod cli;
+mod conformance;
 mod corpus;
 mod crash;
 mod engine;

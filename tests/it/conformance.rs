@@ -1,0 +1,458 @@
+//! The store conformance suite: the same cases for every backend, at the level of the `Store`
+//! interface, each on a fresh store. A backend is added by one line in `conformance!` below
+//! (its constructor); every case then runs against it.
+//!
+//! The cases try to break the invariants the rest of Sabi relies on: deduplication (also under
+//! concurrency), order, windows and caps, one claimer wins, lapsed leases, stale tokens,
+//! messages during a turn, outbox at-most-once, review, web-chat job idempotency, history.
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use sabi::domain::{
+    BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, ReplyPart, ReviewReason,
+};
+use sabi::store::{
+    self, ChatSubmission, Ending, Ingest, Resolution, ReviewQuery, SendClaim, SendResult,
+    SqliteStore, Store,
+};
+
+/// A fresh SQLite store in its own directory (kept alive by the returned guard).
+async fn sqlite() -> (Arc<dyn Store>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = SqliteStore::open(&dir.path().join("sabi.db"))
+        .await
+        .expect("store");
+    (Arc::new(store), dir)
+}
+
+/// One test per (backend, case).
+macro_rules! conformance {
+    ($backend:ident: $($case:ident),* $(,)?) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let (store, _guard) = super::$backend().await;
+                    super::$case(store).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(sqlite:
+    duplicates_change_nothing_even_at_once,
+    a_batch_is_in_the_order_sent,
+    due_is_the_window_after_the_last_but_never_past_the_cap,
+    one_claimer_wins,
+    a_lapsed_lease_is_taken_over_with_a_new_token,
+    stale_tokens_are_refused,
+    messages_during_a_turn_wait_for_the_next,
+    reply_parts_are_written_and_sent_at_most_once,
+    review_items_are_settled_once,
+    chat_jobs_are_idempotent_under_races,
+    history_is_read_from_the_store_in_turn_order,
+);
+
+const T0: i64 = 1_781_000_000_000;
+const POLICY: BatchPolicy = BatchPolicy {
+    window_ms: 10_000,
+    cap_ms: 12_000,
+};
+
+fn key(customer: &str) -> ConversationKey {
+    ConversationKey {
+        channel: Channel::Whatsapp,
+        business: "100000000000001".into(),
+        customer: customer.into(),
+    }
+}
+
+fn message(id: &str, customer: &str, text: &str, sent_s: i64) -> InboundItem {
+    InboundItem {
+        kind: ItemKind::Message,
+        channel: Channel::Whatsapp,
+        dedupe_key: id.into(),
+        business: Some("100000000000001".into()),
+        customer: Some(customer.into()),
+        item_type: Some("text".into()),
+        text: Some(text.into()),
+        media_id: None,
+        provider_ts: Some(sent_s),
+        turn: Some(key(customer)),
+        facts: serde_json::json!({"id": id}),
+    }
+}
+
+async fn ingest(store: &Arc<dyn Store>, items: Vec<InboundItem>, at: i64) -> store::IngestReceipt {
+    let delivery = Ingest {
+        items,
+        quarantined: Vec::new(),
+        received_at_ms: at,
+        policy: POLICY,
+    };
+    store.ingest(delivery).await.expect("ingest")
+}
+
+fn reply(text: &str) -> Ending {
+    Ending::Replied {
+        parts: vec![ReplyPart::text(text)],
+        sandbox: false,
+    }
+}
+
+async fn duplicates_change_nothing_even_at_once(store: Arc<dyn Store>) {
+    let item = message("wamid.d1", "c1", "hello", T0 / 1000);
+    let receipts = join_all((0..20).map(|_| ingest(&store, vec![item.clone()], T0))).await;
+    assert_eq!(receipts.iter().map(|r| r.stored).sum::<usize>(), 1);
+    assert_eq!(receipts.iter().map(|r| r.duplicates).sum::<usize>(), 19);
+    let other = message("wamid.d1", "c1", "other words", T0 / 1000);
+    assert_eq!(ingest(&store, vec![other], T0).await.anomalies, 1);
+    let inbox = store.inbox(Default::default()).await.expect("inbox");
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0].item.text.as_deref(), Some("hello"));
+}
+
+async fn a_batch_is_in_the_order_sent(store: Arc<dyn Store>) {
+    // Delivered in reverse, one webhook each.
+    for (i, sent) in [(3, 30), (2, 20), (1, 10)] {
+        let item = message(
+            &format!("wamid.o{i}"),
+            "c1",
+            &format!("m{i}"),
+            T0 / 1000 + sent,
+        );
+        ingest(&store, vec![item], T0).await;
+    }
+    let claims = store.claim(T0 + 60_000, 1_000, 10).await.expect("claim");
+    let texts: Vec<_> = claims[0]
+        .batch
+        .messages
+        .iter()
+        .filter_map(|m| m.text.clone())
+        .collect();
+    assert_eq!(texts, ["m1", "m2", "m3"]);
+}
+
+async fn due_is_the_window_after_the_last_but_never_past_the_cap(store: Arc<dyn Store>) {
+    let first = ingest(&store, vec![message("wamid.w1", "c1", "a", T0 / 1000)], T0).await;
+    assert_eq!(first.earliest_due_ms, Some(T0 + 10_000));
+    let second = ingest(
+        &store,
+        vec![message("wamid.w2", "c1", "b", T0 / 1000 + 5)],
+        T0 + 5_000,
+    )
+    .await;
+    // min(last + window, first + cap) = min(15 s, 12 s)
+    assert_eq!(second.earliest_due_ms, Some(T0 + 12_000));
+    assert!(
+        store
+            .claim(T0 + 11_999, 1_000, 10)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+    let claims = store.claim(T0 + 12_000, 1_000, 10).await.expect("claim");
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0].batch.messages.len(), 2);
+}
+
+async fn one_claimer_wins(store: Arc<dyn Store>) {
+    ingest(&store, vec![message("wamid.c1", "c1", "a", T0 / 1000)], T0).await;
+    let at = T0 + 20_000;
+    let claims = join_all((0..10).map(|_| store.claim(at, 1_000, 5))).await;
+    let won: usize = claims.into_iter().map(|c| c.expect("claim").len()).sum();
+    assert_eq!(won, 1);
+}
+
+async fn a_lapsed_lease_is_taken_over_with_a_new_token(store: Arc<dyn Store>) {
+    ingest(&store, vec![message("wamid.l1", "c1", "a", T0 / 1000)], T0).await;
+    let at = T0 + 20_000;
+    let first = store.claim(at, 1_000, 5).await.expect("claim").remove(0);
+    assert!(
+        store
+            .claim(at + 999, 1_000, 5)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+    let again = store.claim(at + 1_000, 1_000, 5).await.expect("claim");
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].batch.id, first.batch.id);
+    assert_eq!(again[0].attempt, 2);
+    assert_ne!(again[0].token, first.token);
+    // Renewing keeps it.
+    store
+        .renew(first.batch.id, again[0].token, at + 1_500, 1_000)
+        .await
+        .expect("renew");
+    assert!(
+        store
+            .claim(at + 2_200, 1_000, 5)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+}
+
+async fn stale_tokens_are_refused(store: Arc<dyn Store>) {
+    ingest(&store, vec![message("wamid.s1", "c1", "a", T0 / 1000)], T0).await;
+    let at = T0 + 20_000;
+    let stale = store.claim(at, 1_000, 5).await.expect("claim").remove(0);
+    let fresh = store
+        .claim(at + 1_000, 1_000, 5)
+        .await
+        .expect("claim")
+        .remove(0);
+    let refused = store
+        .finish(stale.batch.id, stale.token, at + 1_100, reply("late"))
+        .await;
+    assert!(matches!(refused, Err(store::Error::LeaseLost)));
+    let refused = store
+        .renew(stale.batch.id, stale.token, at + 1_100, 1_000)
+        .await;
+    assert!(matches!(refused, Err(store::Error::LeaseLost)));
+    assert!(
+        store.outbox(None).await.expect("outbox").is_empty(),
+        "nothing written"
+    );
+    store
+        .finish(fresh.batch.id, fresh.token, at + 1_200, reply("on time"))
+        .await
+        .expect("finish");
+    let again = store
+        .finish(fresh.batch.id, fresh.token, at + 1_300, reply("twice"))
+        .await;
+    assert!(
+        matches!(again, Err(store::Error::LeaseLost)),
+        "a batch ends once"
+    );
+    let outbox = store.outbox(None).await.expect("outbox");
+    assert_eq!(outbox.len(), 1);
+    assert_eq!(outbox[0].text, "on time");
+}
+
+async fn messages_during_a_turn_wait_for_the_next(store: Arc<dyn Store>) {
+    ingest(
+        &store,
+        vec![message("wamid.t1", "c1", "first", T0 / 1000)],
+        T0,
+    )
+    .await;
+    let at = T0 + 20_000;
+    let running = store.claim(at, 60_000, 5).await.expect("claim").remove(0);
+    ingest(
+        &store,
+        vec![message("wamid.t2", "c1", "second", at / 1000)],
+        at,
+    )
+    .await;
+    assert!(
+        store
+            .claim(at + 30_000, 60_000, 5)
+            .await
+            .expect("claim")
+            .is_empty(),
+        "no second turn while one runs"
+    );
+    store
+        .finish(running.batch.id, running.token, at + 31_000, reply("ok"))
+        .await
+        .expect("finish");
+    let next = store.claim(at + 31_000, 60_000, 5).await.expect("claim");
+    assert_eq!(next.len(), 1);
+    let texts: Vec<_> = next[0]
+        .batch
+        .messages
+        .iter()
+        .filter_map(|m| m.text.clone())
+        .collect();
+    assert_eq!(texts, ["second"]);
+}
+
+async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
+    for c in ["c1", "c2", "c3"] {
+        ingest(
+            &store,
+            vec![message(&format!("wamid.p-{c}"), c, "hi", T0 / 1000)],
+            T0,
+        )
+        .await;
+    }
+    let at = T0 + 20_000;
+    for claim in store.claim(at, 60_000, 5).await.expect("claim") {
+        let parts = vec![ReplyPart::text("one"), ReplyPart::text("two")];
+        let ending = Ending::Replied {
+            parts,
+            sandbox: false,
+        };
+        store
+            .finish(claim.batch.id, claim.token, at, ending)
+            .await
+            .expect("finish");
+    }
+    let claim = |now_ms| SendClaim {
+        now_ms,
+        lease_ms: 10_000,
+        unknown_wait_ms: 60_000,
+        limit: 10,
+        halted: Vec::new(),
+    };
+    // Many senders at once: each head part goes to exactly one of them.
+    let claimed: Vec<_> = join_all((0..8).map(|_| store.claim_sends(claim(at))))
+        .await
+        .into_iter()
+        .flat_map(|jobs| jobs.expect("claim sends"))
+        .collect();
+    assert_eq!(claimed.len(), 3, "one head part per customer, once");
+    assert!(claimed.iter().all(|j| j.part == 0));
+    for job in &claimed {
+        let accepted = SendResult::Accepted {
+            wamid: format!("wamid.out-{}", job.id),
+            template: false,
+            next_send_at_ms: at,
+        };
+        store
+            .record_send(job.id, job.attempt, at, accepted.clone())
+            .await
+            .expect("recorded");
+        let twice = store.record_send(job.id, job.attempt, at, accepted).await;
+        assert!(matches!(twice, Err(store::Error::LeaseLost)));
+    }
+    let next = store.claim_sends(claim(at)).await.expect("claim sends");
+    assert_eq!(next.len(), 3);
+    assert!(next.iter().all(|j| j.part == 1), "in order per customer");
+}
+
+async fn review_items_are_settled_once(store: Arc<dyn Store>) {
+    ingest(
+        &store,
+        vec![message("wamid.r1", "c1", "help", T0 / 1000)],
+        T0,
+    )
+    .await;
+    let at = T0 + 20_000;
+    let claim = store.claim(at, 60_000, 5).await.expect("claim").remove(0);
+    let review = Ending::Review {
+        reason: ReviewReason::TooOld,
+        error: None,
+    };
+    store
+        .finish(claim.batch.id, claim.token, at, review)
+        .await
+        .expect("finish");
+    let queue = store
+        .review_queue(ReviewQuery::default())
+        .await
+        .expect("queue");
+    assert_eq!(queue.len(), 1);
+    assert_eq!(queue[0].reason, "too_old");
+    let id = queue[0].id;
+    let answer = Resolution::Reply {
+        text: "A person here.".into(),
+        sandbox: false,
+    };
+    let settled = join_all((0..5).map(|_| store.resolve_review(id, at, answer.clone()))).await;
+    assert_eq!(
+        settled.iter().filter(|r| r.is_ok()).count(),
+        1,
+        "settled once"
+    );
+    assert!(
+        settled
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .all(|e| matches!(e, store::Error::NotFound))
+    );
+    let outbox = store.outbox(None).await.expect("outbox");
+    assert_eq!(outbox.len(), 1);
+    assert_eq!(outbox[0].state, "queued");
+    assert!(
+        store
+            .review_queue(ReviewQuery::default())
+            .await
+            .expect("queue")
+            .is_empty()
+    );
+}
+
+async fn chat_jobs_are_idempotent_under_races(store: Arc<dyn Store>) {
+    let submit = |n: usize| {
+        let store = store.clone();
+        async move {
+            store
+                .submit_chat(ChatSubmission {
+                    session_id: "s-1".into(),
+                    message_id: Some("m-1".into()),
+                    question: "where is my order?".into(),
+                    business: "web".into(),
+                    job_id: format!("job-{n}"),
+                    now_ms: T0,
+                    policy: BatchPolicy {
+                        window_ms: 0,
+                        cap_ms: 60_000,
+                    },
+                    keep_ms: 3_600_000,
+                })
+                .await
+                .expect("submitted")
+        }
+    };
+    let receipts = join_all((0..10).map(submit)).await;
+    assert_eq!(receipts.iter().filter(|r| r.created).count(), 1);
+    let job = &receipts[0].job_id;
+    assert!(receipts.iter().all(|r| &r.job_id == job), "one job");
+    let found = store
+        .chat_job_for_message("s-1", "m-1")
+        .await
+        .expect("lookup");
+    assert_eq!(found.as_ref(), Some(job));
+    assert!(
+        store
+            .chat_job(job, T0 + 3_600_000)
+            .await
+            .expect("job")
+            .is_none(),
+        "expired"
+    );
+    assert_eq!(store.chat_queue_depth().await.expect("depth"), 1);
+}
+
+async fn history_is_read_from_the_store_in_turn_order(store: Arc<dyn Store>) {
+    let mut at = T0;
+    let mut last = 0;
+    for (i, (said, answered)) in [("hello", "Hi!"), ("my order?", "Ships tomorrow.")]
+        .into_iter()
+        .enumerate()
+    {
+        ingest(
+            &store,
+            vec![message(&format!("wamid.h{i}"), "c1", said, at / 1000)],
+            at,
+        )
+        .await;
+        at += 20_000;
+        let claim = store.claim(at, 60_000, 5).await.expect("claim").remove(0);
+        last = claim.batch.id;
+        store
+            .finish(claim.batch.id, claim.token, at, reply(answered))
+            .await
+            .expect("finish");
+    }
+    ingest(
+        &store,
+        vec![message("wamid.h9", "c1", "thanks", at / 1000)],
+        at,
+    )
+    .await;
+    let third = store
+        .claim(at + 20_000, 60_000, 5)
+        .await
+        .expect("claim")
+        .remove(0);
+    assert!(third.batch.id > last);
+    let history = store.history(third.batch.id, 10).await.expect("history");
+    let said: Vec<_> = history.iter().map(|h| h.text.as_str()).collect();
+    assert_eq!(said, ["hello", "Hi!", "my order?", "Ships tomorrow."]);
+}
