@@ -8,6 +8,7 @@
 //!
 //! Driver errors never cross this interface: each backend maps them into [`Error`].
 
+mod items;
 mod sqlite;
 
 use std::sync::Arc;

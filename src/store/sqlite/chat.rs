@@ -4,10 +4,10 @@
 //! transaction: two racing double-taps cannot both create a job.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::json;
 
-use super::{Encoded, ingest, limit_param, unavailable};
-use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind};
+use super::{ingest, limit_param, unavailable};
+use crate::store::items::{Encoded, POSITION_CAP, message_key, question_item, status_of};
+
 use crate::store::{ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ingest, JobStatus, Result};
 
 pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<ChatReceipt> {
@@ -56,12 +56,6 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<ChatReceip
     })
 }
 
-/// The inbox key of a question: the session's length first, so that no two (session,
-/// message id) pairs can spell the same key even though both may contain `:`.
-fn message_key(session_id: &str, message_id: &str) -> String {
-    format!("{}:{session_id}:{message_id}", session_id.len())
-}
-
 /// The job already made for (session, message id), if any.
 pub(super) fn job_for_message(
     conn: &Connection,
@@ -75,32 +69,6 @@ fn job_for_key(conn: &Connection, key: &str) -> Result<Option<String>> {
     conn.prepare_cached("SELECT job_id FROM chat_jobs WHERE message_key = ?1")
         .and_then(|mut st| st.query_row(params![key], |r| r.get(0)).optional())
         .map_err(unavailable)
-}
-
-fn question_item(s: &ChatSubmission, key: String) -> InboundItem {
-    InboundItem {
-        kind: ItemKind::Message,
-        channel: Channel::Webchat,
-        dedupe_key: key,
-        business: Some(s.business.clone()),
-        customer: Some(s.session_id.clone()),
-        item_type: Some("text".into()),
-        text: Some(s.question.clone()),
-        media_id: None,
-        provider_ts: None,
-        turn: Some(ConversationKey {
-            channel: Channel::Webchat,
-            business: s.business.clone(),
-            customer: s.session_id.clone(),
-        }),
-        facts: json!({
-            "kind": "message",
-            "type": "text",
-            "session_id": s.session_id,
-            "message_id": s.message_id,
-            "job_id": s.job_id,
-        }),
-    }
 }
 
 pub(super) fn job(conn: &Connection, job_id: &str, now: i64) -> Result<Option<ChatJob>> {
@@ -160,16 +128,6 @@ fn stage_of(conn: &Connection, batch: i64) -> Result<Option<String>> {
         .map_err(unavailable)
 }
 
-/// The inbox state of the question, as the browser understands it.
-fn status_of(state: &str) -> JobStatus {
-    match state {
-        "pending" => JobStatus::Queued,
-        "batched" => JobStatus::Started,
-        "answered" => JobStatus::Finished,
-        _ => JobStatus::Failed,
-    }
-}
-
 /// Questions ahead, counted up to [`POSITION_CAP`]: past it the exact figure tells a person
 /// nothing more, and counting further would cost every poll a longer scan.
 fn queued_ahead(conn: &Connection, seq: i64) -> Result<u64> {
@@ -180,9 +138,6 @@ fn queued_ahead(conn: &Connection, seq: i64) -> Result<u64> {
     .and_then(|mut st| st.query_row(params![seq, POSITION_CAP], |r| r.get(0)))
     .map_err(unavailable)
 }
-
-/// The largest queue position reported.
-const POSITION_CAP: i64 = 10_000;
 
 /// The reply to the batch the question was answered in, its parts joined.
 fn answer_of(conn: &Connection, batch: i64) -> Result<Option<String>> {

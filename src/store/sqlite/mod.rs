@@ -19,9 +19,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
-use sha2::{Digest, Sha256};
 
 use self::writer::Writer;
+use super::items::{Encoded, quarantine_hash};
 use super::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
     HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry,
@@ -347,24 +347,6 @@ impl Store for SqliteStore {
     }
 }
 
-/// An item's facts as stored, and the hash a redelivery is compared on.
-struct Encoded {
-    facts: String,
-    hash: Vec<u8>,
-}
-
-impl Encoded {
-    fn of(item: &InboundItem) -> Encoded {
-        let facts = item.facts.to_string();
-        // The normalised content, not the delivery's formatting, decides what is "the same".
-        let mut hasher = Sha256::new();
-        hasher.update(facts.as_bytes());
-        hasher.update(item.text.as_deref().unwrap_or_default().as_bytes());
-        let hash = hasher.finalize()[..16].to_vec();
-        Encoded { facts, hash }
-    }
-}
-
 fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<IngestReceipt> {
     let mut receipt = IngestReceipt::default();
     for (item, Encoded { facts, hash }) in delivery.items.iter().zip(encoded) {
@@ -408,7 +390,7 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
         }
     }
     for q in &delivery.quarantined {
-        let hash = Sha256::digest(q.raw.as_bytes())[..16].to_vec();
+        let hash = quarantine_hash(q);
         let inserted = conn
             .prepare_cached(
                 "INSERT INTO quarantine (channel, received_at, reason, raw, hash) VALUES (?1, ?2, ?3, ?4, ?5)

@@ -1,0 +1,79 @@
+//! What every backend stores the same way: an item's encoded facts and the hash a redelivery is
+//! compared on, a web-chat question as an inbox item, and what an inbox state means to a
+//! browser. Backends share these so they agree byte for byte.
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
+use crate::store::{ChatSubmission, JobStatus};
+
+/// An item's facts as stored, and the hash a redelivery is compared on.
+pub(crate) struct Encoded {
+    pub(crate) facts: String,
+    pub(crate) hash: Vec<u8>,
+}
+
+impl Encoded {
+    pub(crate) fn of(item: &InboundItem) -> Encoded {
+        let facts = item.facts.to_string();
+        // The normalised content, not the delivery's formatting, decides what is "the same".
+        let mut hasher = Sha256::new();
+        hasher.update(facts.as_bytes());
+        hasher.update(item.text.as_deref().unwrap_or_default().as_bytes());
+        let hash = hasher.finalize()[..16].to_vec();
+        Encoded { facts, hash }
+    }
+}
+
+/// A quarantined part is kept once however often it is redelivered.
+pub(crate) fn quarantine_hash(q: &Quarantined) -> Vec<u8> {
+    Sha256::digest(q.raw.as_bytes())[..16].to_vec()
+}
+
+/// The inbox key of a question: the session's length first, so that no two (session,
+/// message id) pairs can spell the same key even though both may contain `:`.
+pub(crate) fn message_key(session_id: &str, message_id: &str) -> String {
+    format!("{}:{session_id}:{message_id}", session_id.len())
+}
+
+/// A web-chat question as an inbox message: the session is the customer, the site the business.
+pub(crate) fn question_item(s: &ChatSubmission, key: String) -> InboundItem {
+    InboundItem {
+        kind: ItemKind::Message,
+        channel: Channel::Webchat,
+        dedupe_key: key,
+        business: Some(s.business.clone()),
+        customer: Some(s.session_id.clone()),
+        item_type: Some("text".into()),
+        text: Some(s.question.clone()),
+        media_id: None,
+        provider_ts: None,
+        turn: Some(ConversationKey {
+            channel: Channel::Webchat,
+            business: s.business.clone(),
+            customer: s.session_id.clone(),
+        }),
+        facts: json!({
+            "kind": "message",
+            "type": "text",
+            "session_id": s.session_id,
+            "message_id": s.message_id,
+            "job_id": s.job_id,
+        }),
+    }
+}
+
+/// The inbox state of the question, as the browser understands it.
+pub(crate) fn status_of(state: &str) -> JobStatus {
+    match state {
+        "pending" => JobStatus::Queued,
+        "batched" => JobStatus::Started,
+        "answered" => JobStatus::Finished,
+        _ => JobStatus::Failed,
+    }
+}
+
+/// The largest queue position reported: past it the exact figure tells a person nothing more,
+/// and counting further would cost every poll a longer scan.
+pub(crate) const POSITION_CAP: i64 = 10_000;
