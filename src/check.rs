@@ -93,8 +93,11 @@ async fn check_llm(config: &Config, http: &reqwest::Client) -> Finding {
             format!("{url}: reachable, the key is accepted"),
         ),
         Ok(401 | 403) => finding("LLM", false, format!("{url}: the API key is refused")),
-        // Some servers have no model list; reaching them is what matters here.
-        Ok(404 | 405) => finding("LLM", true, format!("{url}: reachable (no model list)")),
+        Ok(404) => finding(
+            "LLM",
+            false,
+            format!("{url} answered 404: does llm.base_url end with its API version (like /v1)?"),
+        ),
         Ok(status) => finding("LLM", false, format!("{url} answered HTTP {status}")),
         Err(e) => finding("LLM", false, format!("{url} cannot be reached: {e}")),
     }

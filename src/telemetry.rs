@@ -9,6 +9,7 @@
 //! on: lines name a conversation by a short hash instead ([`conversation_tag`]).
 
 use std::io::IsTerminal;
+use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 use tracing_subscriber::EnvFilter;
@@ -30,10 +31,20 @@ pub fn init(format: LogFormat) {
     };
 }
 
-/// A stable, short name for a conversation that does not reveal the customer: the same
-/// conversation always gets the same tag, so its lines can be followed.
+/// A short name for a conversation that does not reveal the customer: within one process the
+/// same conversation always gets the same tag, so its lines can be followed. The hash is keyed
+/// with a random per-process key, so a tag cannot be turned back into a phone number by trying
+/// them all.
 pub fn conversation_tag(key: &ConversationKey) -> String {
+    static KEY: OnceLock<[u8; 32]> = OnceLock::new();
+    let secret = KEY.get_or_init(|| {
+        let mut key = [0u8; 32];
+        // Without randomness the tag is only unkeyed; it still names no customer directly.
+        let _ = getrandom::fill(&mut key);
+        key
+    });
     let digest = Sha256::new()
+        .chain_update(secret)
         .chain_update(key.channel.as_str())
         .chain_update([0])
         .chain_update(&key.business)

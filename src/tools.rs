@@ -31,6 +31,7 @@ pub struct ToolConfig {
     pub url: String,
     /// Header values may name environment variables: `Bearer ${BANK_API_TOKEN}`.
     #[serde(default)]
+    #[serde(skip_serializing)]
     pub headers: BTreeMap<String, String>,
     #[serde(default = "default_timeout", with = "crate::config::duration")]
     pub timeout: Duration,

@@ -117,6 +117,15 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// What went wrong, without anything the provider echoed.
+    pub fn kind(&self) -> String {
+        match self {
+            LlmError::Status { status, .. } => format!("HTTP {status}"),
+            LlmError::Transport(_) => "unreachable or too slow".into(),
+            LlmError::Unreadable(_) => "unreadable answer".into(),
+        }
+    }
+
     fn retryable(&self) -> bool {
         match self {
             LlmError::Status { status, .. } => *status == 429 || *status >= 500,
@@ -183,7 +192,8 @@ impl Llm {
                 match self.call(provider, messages, tools).await {
                     Ok(completion) => return Ok(completion),
                     Err(e) => {
-                        tracing::warn!(model = %provider.model, attempt = attempt + 1, error.message = %e, "LLM call failed");
+                        // Only the kind of failure: an error body may echo the prompt.
+                        tracing::warn!(model = %provider.model, attempt = attempt + 1, error.kind = e.kind(), "LLM call failed");
                         let retry = e.retryable();
                         last = e;
                         if !retry {

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::BatchPolicy;
@@ -625,6 +625,16 @@ impl Config {
                 "whatsapp.outbound_rate (SABI_OUTBOUND_RATE): must be at least 1".into(),
             ));
         }
+        if self
+            .admin
+            .token
+            .as_ref()
+            .is_some_and(|t| t.expose_secret().trim().len() < 16)
+        {
+            return Err(Error(
+                "admin.token (SABI_ADMIN_TOKEN): at least 16 characters, or unset to turn the admin API off".into(),
+            ));
+        }
         if self.llm.base_url.is_some() && self.llm.model.is_none() {
             return Err(Error(
                 "llm.model (SABI_LLM_MODEL): required once llm.base_url is set".into(),
@@ -986,6 +996,8 @@ mod tests {
                 "listen (from SABI_LISTEN)",
             ),
             (vec![("SABI_STORE", "mysql://x")], "store (from SABI_STORE)"),
+            (vec![("SABI_ADMIN_TOKEN", "")], "admin.token"),
+            (vec![("SABI_ADMIN_TOKEN", "short")], "admin.token"),
             (
                 vec![("SABI_OUTBOUND_RATE", "fast")],
                 "whatsapp.outbound_rate",

@@ -26,6 +26,7 @@ impl SourcePolicy {
     /// The address the request comes from: the peer, unless the peer is a trusted proxy; then
     /// the right-most `X-Forwarded-For` entry that is not itself a trusted proxy.
     pub fn client(&self, peer: IpAddr, forwarded_for: Option<&str>) -> Option<IpAddr> {
+        let peer = peer.to_canonical();
         if !self.trusted(peer) {
             return Some(peer);
         }
@@ -34,7 +35,7 @@ impl SourcePolicy {
         };
         for hop in chain.rsplit(',').map(str::trim) {
             // An entry that is not an address makes the whole chain untrustworthy.
-            let ip: IpAddr = hop.parse().ok()?;
+            let ip = hop_address(hop)?;
             if !self.trusted(ip) {
                 return Some(ip);
             }
@@ -54,16 +55,33 @@ impl SourcePolicy {
     }
 }
 
+/// One `X-Forwarded-For` entry: an address, possibly with a port (`1.2.3.4:5678`,
+/// `[2001:db8::1]:443`).
+fn hop_address(hop: &str) -> Option<IpAddr> {
+    if let Ok(ip) = hop.parse::<IpAddr>() {
+        return Some(ip.to_canonical());
+    }
+    hop.parse::<SocketAddr>()
+        .ok()
+        .map(|addr| addr.ip().to_canonical())
+}
+
 pub(super) async fn guard(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let forwarded_for = request
+    // Every X-Forwarded-For line, in order, as one chain: a proxy may add its own line after
+    // one the client sent.
+    let lines: Vec<&str> = request
         .headers()
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok());
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let chain = lines.join(",");
+    let forwarded_for = (!lines.is_empty()).then_some(chain.as_str());
     if !state.source.allows(peer.ip(), forwarded_for) {
         Metrics::count(&state.metrics.webhooks, "forbidden_source");
         return Err(ApiError::ForbiddenSource);
@@ -100,6 +118,12 @@ mod tests {
         assert!(p.allows(ip("10.1.2.3"), Some("31.13.24.9, 10.9.9.9")));
         assert!(!p.allows(ip("10.1.2.3"), Some("31.13.24.9, junk")));
         assert!(p.allows(ip("2a03:2880::1"), None));
+        assert!(p.allows(ip("::ffff:31.13.24.9"), None), "IPv4-mapped peers");
+        assert!(
+            p.allows(ip("10.1.2.3"), Some("8.8.8.8, 31.13.24.9:443")),
+            "ports"
+        );
+        assert!(p.allows(ip("::ffff:10.1.2.3"), Some("31.13.24.9")));
         assert!(SourcePolicy::default().allows(ip("8.8.8.8"), None));
     }
 }

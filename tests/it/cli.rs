@@ -149,11 +149,14 @@ async fn config_prints_the_example_and_the_effective_settings_without_secrets() 
         &["config"],
         &[
             ("SABI_BATCH_WINDOW", "5s"),
-            ("SABI_ADMIN_TOKEN", "do-not-print"),
+            ("SABI_ADMIN_TOKEN", "do-not-print-this-token"),
         ],
     )
     .await;
     assert!(ok);
     assert!(effective.contains("batch_window = \"5s\""), "{effective}");
-    assert!(!effective.contains("do-not-print") && !effective.contains(crate::helpers::SECRET));
+    assert!(
+        !effective.contains("do-not-print-this-token")
+            && !effective.contains(crate::helpers::SECRET)
+    );
 }

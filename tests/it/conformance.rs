@@ -51,6 +51,7 @@ conformance!(sqlite:
     messages_during_a_turn_wait_for_the_next,
     reply_parts_are_written_and_sent_at_most_once,
     review_items_are_settled_once,
+    a_requeued_send_that_fails_again_is_back_in_review,
     chat_jobs_are_idempotent_under_races,
     history_is_read_from_the_store_in_turn_order,
 );
@@ -455,4 +456,52 @@ async fn history_is_read_from_the_store_in_turn_order(store: Arc<dyn Store>) {
     let history = store.history(third.batch.id, 10).await.expect("history");
     let said: Vec<_> = history.iter().map(|h| h.text.as_str()).collect();
     assert_eq!(said, ["hello", "Hi!", "my order?", "Ships tomorrow."]);
+}
+
+async fn a_requeued_send_that_fails_again_is_back_in_review(store: Arc<dyn Store>) {
+    ingest(&store, vec![message("wamid.q1", "c1", "hi", T0 / 1000)], T0).await;
+    let at = T0 + 20_000;
+    let claim = store.claim(at, 60_000, 5).await.expect("claim").remove(0);
+    store
+        .finish(claim.batch.id, claim.token, at, reply("hello"))
+        .await
+        .expect("finish");
+    let sends = SendClaim {
+        now_ms: at,
+        lease_ms: 10_000,
+        unknown_wait_ms: 60_000,
+        limit: 10,
+        halted: Vec::new(),
+    };
+    let refused = |code| SendResult::Review {
+        reason: ReviewReason::SendFailed,
+        code: Some(code),
+        error: "refused".into(),
+    };
+    for round in 0..2 {
+        let job = store
+            .claim_sends(sends.clone())
+            .await
+            .expect("claim")
+            .remove(0);
+        store
+            .record_send(job.id, job.attempt, at, refused(131_026))
+            .await
+            .expect("recorded");
+        let queue = store
+            .review_queue(ReviewQuery::default())
+            .await
+            .expect("queue");
+        assert_eq!(
+            queue.len(),
+            1,
+            "round {round}: the failed send waits for a person"
+        );
+        if round == 0 {
+            store
+                .resolve_review(queue[0].id, at, Resolution::Requeue)
+                .await
+                .expect("requeued");
+        }
+    }
 }

@@ -253,6 +253,7 @@ fn hold_recipient(conn: &Connection, conversation: i64, until: i64) -> Result<()
     )
 }
 
+/// Opens the part's review item, or opens it again (a person requeued it and it failed anew).
 fn review(
     conn: &Connection,
     batch: i64,
@@ -265,7 +266,10 @@ fn review(
         conn,
         "INSERT INTO review (batch_id, outbox_id, reason, error, state, created_at)
          VALUES (?1, ?2, ?3, ?4, 'open', ?5)
-         ON CONFLICT (outbox_id) WHERE outbox_id IS NOT NULL DO NOTHING",
+         ON CONFLICT (outbox_id) WHERE outbox_id IS NOT NULL DO UPDATE SET
+             reason = excluded.reason, error = excluded.error, state = 'open',
+             created_at = excluded.created_at, resolved_at = NULL, resolution = NULL,
+             resolution_note = NULL",
         params![batch, outbox, reason.as_str(), error, now],
     )
 }

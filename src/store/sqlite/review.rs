@@ -105,8 +105,15 @@ pub(super) fn resolve(conn: &Connection, id: i64, now: i64, resolution: &Resolut
 }
 
 /// A person's reply joins the batch's reply parts, after the last, and goes out like any
-/// other part: in order, paced, inside the 24-hour window (or as the template).
+/// other part: in order, paced, inside the 24-hour window (or as the template). A web-chat
+/// question counts as answered then, so its browser shows the reply.
 fn person_reply(conn: &Connection, batch: i64, now: i64, text: &str, sandbox: bool) -> Result<()> {
+    execute(
+        conn,
+        "UPDATE inbox SET state = 'answered'
+         WHERE batch_id = ?1 AND channel = 'webchat' AND kind = 'message'",
+        params![batch],
+    )?;
     execute(
         conn,
         "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
