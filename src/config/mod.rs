@@ -58,7 +58,7 @@ pub struct Config {
     /// Address the HTTP server listens on.
     #[serde(default = "defaults::listen")]
     pub listen: SocketAddr,
-    /// Where state lives: `sqlite://PATH` (embedded, the default).
+    /// Where state lives: `sqlite://PATH` (embedded, the default) or `postgres://...`.
     #[serde(default)]
     pub store: StoreConfig,
     #[serde(default)]
@@ -146,7 +146,13 @@ impl RouterConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(try_from = "StoreSpec", into = "String")]
 pub enum StoreConfig {
-    Sqlite { path: PathBuf },
+    Sqlite {
+        path: PathBuf,
+    },
+    /// `postgres://user:password@host/database`: several nodes share it.
+    Postgres {
+        url: String,
+    },
 }
 
 impl Default for StoreConfig {
@@ -174,7 +180,23 @@ impl From<StoreConfig> for String {
     fn from(store: StoreConfig) -> String {
         match store {
             StoreConfig::Sqlite { path } => format!("sqlite://{}", path.display()),
+            // Printed configurations never show the database password.
+            StoreConfig::Postgres { url } => without_password(&url),
         }
+    }
+}
+
+/// `postgres://user:secret@host/db` as `postgres://user:***@host/db`.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((credentials, host)) if credentials.contains(':') => {
+            let user = credentials.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_owned(),
     }
 }
 
@@ -188,7 +210,12 @@ impl TryFrom<StoreSpec> for StoreConfig {
                 Some(("sqlite", path)) if !path.is_empty() => {
                     Ok(StoreConfig::Sqlite { path: path.into() })
                 }
-                _ => Err(format!("unsupported store {url:?}: expected sqlite://PATH")),
+                Some(("postgres" | "postgresql", rest)) if !rest.is_empty() => {
+                    Ok(StoreConfig::Postgres { url })
+                }
+                _ => Err(format!(
+                    "unsupported store {url:?}: expected sqlite://PATH or postgres://..."
+                )),
             },
         }
     }

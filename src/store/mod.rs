@@ -9,12 +9,14 @@
 //! Driver errors never cross this interface: each backend maps them into [`Error`].
 
 mod items;
+mod postgres;
 mod sqlite;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
+pub use self::postgres::PgStore;
 pub use self::sqlite::SqliteStore;
 use crate::config::StoreConfig;
 use crate::domain::{
@@ -532,5 +534,6 @@ pub trait Store: Send + Sync + 'static {
 pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>> {
     match config {
         StoreConfig::Sqlite { path } => Ok(Arc::new(SqliteStore::open(path).await?)),
+        StoreConfig::Postgres { url } => Ok(Arc::new(PgStore::open(url).await?)),
     }
 }

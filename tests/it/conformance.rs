@@ -1,6 +1,6 @@
 //! The store conformance suite: the same cases for every backend, at the level of the `Store`
-//! interface, each on a fresh store. A backend is added by one line in `conformance!` below
-//! (its constructor); every case then runs against it.
+//! interface, each on a fresh store (a new SQLite file, a new PostgreSQL database). A backend
+//! is added by its constructor and one `suite!` line; every case then runs against it.
 //!
 //! The cases try to break the invariants the rest of Sabi relies on: deduplication (also under
 //! concurrency), order, windows and caps, one claimer wins, lapsed leases, stale tokens,
@@ -13,9 +13,10 @@ use sabi::domain::{
     BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, ReplyPart, ReviewReason,
 };
 use sabi::store::{
-    self, ChatSubmission, Ending, Ingest, Resolution, ReviewQuery, SendClaim, SendResult,
+    self, ChatSubmission, Ending, Ingest, PgStore, Resolution, ReviewQuery, SendClaim, SendResult,
     SqliteStore, Store,
 };
+use sqlx::{Connection, PgConnection};
 
 /// A fresh SQLite store in its own directory (kept alive by the returned guard).
 async fn sqlite() -> (Arc<dyn Store>, tempfile::TempDir) {
@@ -26,35 +27,98 @@ async fn sqlite() -> (Arc<dyn Store>, tempfile::TempDir) {
     (Arc::new(store), dir)
 }
 
-/// One test per (backend, case).
-macro_rules! conformance {
-    ($backend:ident: $($case:ident),* $(,)?) => {
-        mod $backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let (store, _guard) = super::$backend().await;
-                    super::$case(store).await;
-                }
-            )*
+/// A fresh PostgreSQL database, dropped when the guard goes. The server is
+/// `SABI_TEST_POSTGRES` (default: the local one, as CI runs it).
+async fn postgres() -> (Arc<dyn Store>, PgDatabase) {
+    let db = PgDatabase::create().await;
+    let store = PgStore::open(&db.url).await.expect("postgres store");
+    (Arc::new(store), db)
+}
+
+/// A throwaway database on the test server.
+pub struct PgDatabase {
+    pub url: String,
+    name: String,
+}
+
+fn postgres_server() -> String {
+    std::env::var("SABI_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432".to_owned())
+}
+
+impl PgDatabase {
+    pub async fn create() -> PgDatabase {
+        let mut id = [0u8; 6];
+        getrandom::fill(&mut id).expect("random");
+        let name = format!("sabi_test_{}", hex::encode(id));
+        let server = postgres_server();
+        let mut admin = PgConnection::connect(&format!("{server}/postgres"))
+            .await
+            .expect("the test PostgreSQL server is reachable (SABI_TEST_POSTGRES)");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("create database");
+        PgDatabase {
+            url: format!("{server}/{name}"),
+            name,
         }
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let (server, name) = (postgres_server(), self.name.clone());
+        // Drop runs outside any runtime's reach: a thread of its own does the async cleanup.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                if let Ok(mut admin) = PgConnection::connect(&format!("{server}/postgres")).await {
+                    let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                    let _ = sqlx::query(&sql).execute(&mut admin).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Every case, against one backend.
+macro_rules! suite {
+    ($backend:ident) => {
+        mod $backend {
+            suite!(@cases $backend:
+                duplicates_change_nothing_even_at_once,
+                a_batch_is_in_the_order_sent,
+                due_is_the_window_after_the_last_but_never_past_the_cap,
+                one_claimer_wins,
+                a_lapsed_lease_is_taken_over_with_a_new_token,
+                stale_tokens_are_refused,
+                messages_during_a_turn_wait_for_the_next,
+                reply_parts_are_written_and_sent_at_most_once,
+                review_items_are_settled_once,
+                a_requeued_send_that_fails_again_is_back_in_review,
+                chat_jobs_are_idempotent_under_races,
+                history_is_read_from_the_store_in_turn_order,
+            );
+        }
+    };
+    (@cases $backend:ident: $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let (store, _guard) = super::$backend().await;
+                super::$case(store).await;
+            }
+        )*
     };
 }
 
-conformance!(sqlite:
-    duplicates_change_nothing_even_at_once,
-    a_batch_is_in_the_order_sent,
-    due_is_the_window_after_the_last_but_never_past_the_cap,
-    one_claimer_wins,
-    a_lapsed_lease_is_taken_over_with_a_new_token,
-    stale_tokens_are_refused,
-    messages_during_a_turn_wait_for_the_next,
-    reply_parts_are_written_and_sent_at_most_once,
-    review_items_are_settled_once,
-    a_requeued_send_that_fails_again_is_back_in_review,
-    chat_jobs_are_idempotent_under_races,
-    history_is_read_from_the_store_in_turn_order,
-);
+suite!(sqlite);
+suite!(postgres);
 
 const T0: i64 = 1_781_000_000_000;
 const POLICY: BatchPolicy = BatchPolicy {

@@ -1,0 +1,428 @@
+//! Deliveries and web-chat questions into the PostgreSQL store, and reading them back.
+//!
+//! An item is inserted first (`ON CONFLICT DO NOTHING`): a concurrent copy of the same item
+//! waits on the unique index and then finds it there, so only the first copy schedules its
+//! conversation.
+
+use sqlx::{PgConnection, PgPool, Row};
+
+use super::{limit, outbox, unavailable};
+use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
+use crate::store::items::{
+    Encoded, POSITION_CAP, message_key, quarantine_hash, question_item, status_of,
+};
+use crate::store::{
+    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest, IngestReceipt,
+    JobStatus, Result, StoredItem, StoredQuarantine,
+};
+
+pub(super) async fn ingest(pool: &PgPool, delivery: &Ingest) -> Result<IngestReceipt> {
+    let encoded: Vec<Encoded> = delivery.items.iter().map(Encoded::of).collect();
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let receipt = ingest_in(&mut tx, delivery, &encoded).await?;
+    tx.commit().await.map_err(unavailable)?;
+    Ok(receipt)
+}
+
+async fn ingest_in(
+    conn: &mut PgConnection,
+    delivery: &Ingest,
+    encoded: &[Encoded],
+) -> Result<IngestReceipt> {
+    let mut receipt = IngestReceipt::default();
+    for (item, Encoded { facts, hash }) in delivery.items.iter().zip(encoded) {
+        let state = match (item.kind, &item.turn) {
+            (ItemKind::Message, Some(_)) => "pending",
+            (ItemKind::Message, None) => "skipped",
+            _ => "recorded",
+        };
+        let seq: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO inbox (channel, dedupe_key, kind, business, customer, item_type, text,
+                                media_id, provider_ts, received_at, state, content_hash, facts)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             ON CONFLICT (channel, dedupe_key) DO NOTHING RETURNING seq",
+        )
+        .bind(item.channel.as_str())
+        .bind(&item.dedupe_key)
+        .bind(item.kind.as_str())
+        .bind(&item.business)
+        .bind(&item.customer)
+        .bind(&item.item_type)
+        .bind(&item.text)
+        .bind(&item.media_id)
+        .bind(item.provider_ts)
+        .bind(delivery.received_at_ms)
+        .bind(state)
+        .bind(hash)
+        .bind(facts)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        let Some(seq) = seq else {
+            count_redelivery(conn, item, hash, &mut receipt).await?;
+            continue;
+        };
+        receipt.stored += 1;
+        if let Some(key) = &item.turn {
+            let sent_at = item.provider_ts.map_or(delivery.received_at_ms, |s| {
+                s.saturating_mul(1000).min(delivery.received_at_ms)
+            });
+            let (conversation, due) = schedule(conn, key, delivery, sent_at).await?;
+            receipt.earliest_due_ms = Some(receipt.earliest_due_ms.map_or(due, |d| d.min(due)));
+            sqlx::query("UPDATE inbox SET conversation_id = $2 WHERE seq = $1")
+                .bind(seq)
+                .bind(conversation)
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+        }
+        if item.kind == ItemKind::Status {
+            outbox::reconcile_status(conn, item, delivery.received_at_ms).await?;
+        }
+    }
+    for q in &delivery.quarantined {
+        receipt.quarantined += keep_quarantined(conn, q, delivery.received_at_ms).await?;
+    }
+    Ok(receipt)
+}
+
+async fn count_redelivery(
+    conn: &mut PgConnection,
+    item: &InboundItem,
+    hash: &[u8],
+    receipt: &mut IngestReceipt,
+) -> Result<()> {
+    let stored: Vec<u8> =
+        sqlx::query_scalar("SELECT content_hash FROM inbox WHERE channel = $1 AND dedupe_key = $2")
+            .bind(item.channel.as_str())
+            .bind(&item.dedupe_key)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+    if stored == hash {
+        receipt.duplicates += 1;
+    } else {
+        receipt.anomalies += 1;
+        tracing::warn!(
+            channel = item.channel.as_str(),
+            key = %item.dedupe_key,
+            "anomaly: a redelivered id carries other content; the first copy is kept"
+        );
+    }
+    Ok(())
+}
+
+/// Due one window after the latest message, never later than the cap after the first.
+async fn schedule(
+    conn: &mut PgConnection,
+    key: &ConversationKey,
+    delivery: &Ingest,
+    sent_at: i64,
+) -> Result<(i64, i64)> {
+    let row = sqlx::query(
+        "INSERT INTO conversations (channel, business, customer, first_pending_at, last_pending_at,
+                                    due_at, last_inbound_at)
+         VALUES ($1, $2, $3, $4, $4, $4 + LEAST($5, $6), $7)
+         ON CONFLICT (channel, business, customer) DO UPDATE SET
+             first_pending_at = COALESCE(conversations.first_pending_at, EXCLUDED.first_pending_at),
+             last_pending_at = EXCLUDED.last_pending_at,
+             due_at = LEAST(EXCLUDED.last_pending_at + $5,
+                            COALESCE(conversations.first_pending_at, EXCLUDED.first_pending_at) + $6),
+             last_inbound_at = GREATEST(COALESCE(conversations.last_inbound_at, 0), EXCLUDED.last_inbound_at)
+         RETURNING id, due_at",
+    )
+    .bind(key.channel.as_str())
+    .bind(&key.business)
+    .bind(&key.customer)
+    .bind(delivery.received_at_ms)
+    .bind(delivery.policy.window_ms)
+    .bind(delivery.policy.cap_ms)
+    .bind(sent_at)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    Ok((row.get(0), row.get(1)))
+}
+
+async fn keep_quarantined(conn: &mut PgConnection, q: &Quarantined, at: i64) -> Result<usize> {
+    let done = sqlx::query(
+        "INSERT INTO quarantine (channel, received_at, reason, raw, hash) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (channel, hash) DO NOTHING",
+    )
+    .bind(q.channel.as_str())
+    .bind(at)
+    .bind(&q.reason)
+    .bind(&q.raw)
+    .bind(quarantine_hash(q))
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(usize::try_from(done.rows_affected()).unwrap_or(0))
+}
+
+pub(super) fn channel(name: &str) -> Result<Channel> {
+    Channel::parse(name).ok_or_else(|| Error::Schema(format!("unknown channel {name:?}")))
+}
+
+pub(super) async fn inbox(pool: &PgPool, query: &InboxQuery) -> Result<Vec<StoredItem>> {
+    let rows = sqlx::query(
+        "SELECT seq, channel, dedupe_key, kind, business, customer, item_type, text, media_id,
+                provider_ts, received_at, state, batch_id, facts
+         FROM inbox
+         WHERE seq > $1 AND ($2::text IS NULL OR kind = $2) AND ($3::text IS NULL OR channel = $3)
+         ORDER BY seq LIMIT $4",
+    )
+    .bind(query.after.unwrap_or(0))
+    .bind(query.kind.map(ItemKind::as_str))
+    .bind(query.channel.map(Channel::as_str))
+    .bind(limit(query.limit))
+    .fetch_all(pool)
+    .await
+    .map_err(unavailable)?;
+    rows.iter()
+        .map(|r| {
+            let kind: String = r.get(3);
+            let facts: String = r.get(13);
+            Ok(StoredItem {
+                seq: r.get(0),
+                item: InboundItem {
+                    kind: ItemKind::parse(&kind)
+                        .ok_or_else(|| Error::Schema(format!("unknown kind {kind:?}")))?,
+                    channel: channel(r.get(1))?,
+                    dedupe_key: r.get(2),
+                    business: r.get(4),
+                    customer: r.get(5),
+                    item_type: r.get(6),
+                    text: r.get(7),
+                    media_id: r.get(8),
+                    provider_ts: r.get(9),
+                    turn: None,
+                    facts: serde_json::from_str(&facts)
+                        .map_err(|e| Error::Schema(format!("undecodable facts: {e}")))?,
+                },
+                received_at_ms: r.get(10),
+                state: r.get(11),
+                batch: r.get(12),
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn quarantine(
+    pool: &PgPool,
+    count: Option<usize>,
+) -> Result<Vec<StoredQuarantine>> {
+    let rows = sqlx::query(
+        "SELECT id, channel, received_at, reason, raw FROM quarantine ORDER BY id LIMIT $1",
+    )
+    .bind(limit(count))
+    .fetch_all(pool)
+    .await
+    .map_err(unavailable)?;
+    rows.iter()
+        .map(|r| {
+            Ok(StoredQuarantine {
+                id: r.get(0),
+                received_at_ms: r.get(2),
+                quarantined: Quarantined {
+                    channel: channel(r.get(1))?,
+                    reason: r.get(3),
+                    raw: r.get(4),
+                },
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<ChatReceipt> {
+    let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    if let Some(job_id) = job_for_key(&mut tx, &key).await? {
+        return Ok(ChatReceipt {
+            job_id,
+            created: false,
+            earliest_due_ms: None,
+        });
+    }
+    let item = question_item(s, key.clone());
+    let encoded = Encoded::of(&item);
+    let delivery = Ingest {
+        items: vec![item],
+        quarantined: Vec::new(),
+        received_at_ms: s.now_ms,
+        policy: s.policy,
+    };
+    let receipt = ingest_in(&mut tx, &delivery, std::slice::from_ref(&encoded)).await?;
+    let made: Option<String> = sqlx::query_scalar(
+        "INSERT INTO chat_jobs (job_id, session_id, message_key, inbox_seq, created_at, expires_at)
+         SELECT $1, $2, $3, seq, $4, $5 FROM inbox WHERE channel = 'webchat' AND dedupe_key = $3
+         ON CONFLICT (message_key) DO NOTHING RETURNING job_id",
+    )
+    .bind(&s.job_id)
+    .bind(&s.session_id)
+    .bind(&key)
+    .bind(s.now_ms)
+    .bind(s.now_ms.saturating_add(s.keep_ms))
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(unavailable)?;
+    let outcome = match made {
+        Some(job_id) => ChatReceipt {
+            job_id,
+            created: true,
+            earliest_due_ms: receipt.earliest_due_ms,
+        },
+        // A racing submission of the same message made the job first.
+        None => ChatReceipt {
+            job_id: job_for_key(&mut tx, &key).await?.ok_or(Error::NotFound)?,
+            created: false,
+            earliest_due_ms: None,
+        },
+    };
+    tx.commit().await.map_err(unavailable)?;
+    Ok(outcome)
+}
+
+async fn job_for_key(conn: &mut PgConnection, key: &str) -> Result<Option<String>> {
+    sqlx::query_scalar("SELECT job_id FROM chat_jobs WHERE message_key = $1")
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(unavailable)
+}
+
+pub(super) async fn job_for_message(
+    pool: &PgPool,
+    session_id: &str,
+    message_id: &str,
+) -> Result<Option<String>> {
+    let mut conn = pool.acquire().await.map_err(unavailable)?;
+    job_for_key(&mut conn, &message_key(session_id, message_id)).await
+}
+
+pub(super) async fn chat_job(pool: &PgPool, job_id: &str, now: i64) -> Result<Option<ChatJob>> {
+    let row = sqlx::query(
+        "SELECT j.session_id, j.created_at, j.expires_at, i.state, i.batch_id, i.seq
+         FROM chat_jobs j JOIN inbox i ON i.seq = j.inbox_seq WHERE j.job_id = $1",
+    )
+    .bind(job_id)
+    .fetch_optional(pool)
+    .await
+    .map_err(unavailable)?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let expires_at: i64 = row.get(2);
+    if expires_at <= now {
+        return Ok(None);
+    }
+    let status = status_of(row.get(3));
+    let batch: Option<i64> = row.get(4);
+    let position = match status {
+        JobStatus::Queued => Some(queued_ahead(pool, row.get(5)).await?),
+        _ => None,
+    };
+    let answer = match (status, batch) {
+        (JobStatus::Finished, Some(batch)) => answer_of(pool, batch).await?,
+        _ => None,
+    };
+    let stage = match (status, batch) {
+        (JobStatus::Started, Some(batch)) => {
+            sqlx::query_scalar::<_, Option<String>>("SELECT stage FROM batches WHERE id = $1")
+                .bind(batch)
+                .fetch_optional(pool)
+                .await
+                .map_err(unavailable)?
+                .flatten()
+        }
+        _ => None,
+    };
+    Ok(Some(ChatJob {
+        job_id: job_id.to_owned(),
+        session_id: row.get(0),
+        status,
+        stage,
+        position,
+        answer,
+        created_at_ms: row.get(1),
+    }))
+}
+
+async fn queued_ahead(pool: &PgPool, seq: i64) -> Result<u64> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT 1 FROM inbox
+         WHERE state = 'pending' AND channel = 'webchat' AND seq < $1 LIMIT $2) ahead",
+    )
+    .bind(seq)
+    .bind(POSITION_CAP)
+    .fetch_one(pool)
+    .await
+    .map_err(unavailable)?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+async fn answer_of(pool: &PgPool, batch: i64) -> Result<Option<String>> {
+    let parts: Vec<String> =
+        sqlx::query_scalar("SELECT body FROM outbox WHERE batch_id = $1 ORDER BY part")
+            .bind(batch)
+            .fetch_all(pool)
+            .await
+            .map_err(unavailable)?;
+    Ok((!parts.is_empty()).then(|| parts.join("\n\n")))
+}
+
+pub(super) async fn chat_history(
+    pool: &PgPool,
+    session_id: &str,
+    count: usize,
+) -> Result<Vec<ChatExchange>> {
+    let rows = sqlx::query(
+        "SELECT j.job_id, i.text, i.state, i.batch_id, j.created_at
+         FROM chat_jobs j JOIN inbox i ON i.seq = j.inbox_seq
+         WHERE j.session_id = $1 ORDER BY j.created_at DESC, i.seq DESC LIMIT $2",
+    )
+    .bind(session_id)
+    .bind(limit(Some(count)))
+    .fetch_all(pool)
+    .await
+    .map_err(unavailable)?;
+    let mut exchanges = Vec::with_capacity(rows.len());
+    for row in rows.iter().rev() {
+        let status = status_of(row.get(2));
+        let batch: Option<i64> = row.get(3);
+        let answer = match (status, batch) {
+            (JobStatus::Finished, Some(batch)) => answer_of(pool, batch).await?,
+            _ => None,
+        };
+        exchanges.push(ChatExchange {
+            job_id: row.get(0),
+            question: row.get::<Option<String>, _>(1).unwrap_or_default(),
+            answer,
+            status,
+            asked_at_ms: row.get(4),
+        });
+    }
+    Ok(exchanges)
+}
+
+pub(super) async fn queue_depth(pool: &PgPool) -> Result<u64> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM inbox WHERE state = 'pending' AND channel = 'webchat'",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(unavailable)?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+pub(super) async fn session_recent(pool: &PgPool, session_id: &str, since: i64) -> Result<u64> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM chat_jobs WHERE session_id = $1 AND created_at >= $2",
+    )
+    .bind(session_id)
+    .bind(since)
+    .fetch_one(pool)
+    .await
+    .map_err(unavailable)?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}

@@ -1,0 +1,238 @@
+//! PostgreSQL backend: several Sabi nodes share one database.
+//!
+//! Every operation is one transaction on a pooled connection. Claims lock with
+//! `FOR UPDATE SKIP LOCKED`, so concurrent workers never take the same batch or reply part;
+//! every turn write re-reads the batch's fencing token under `FOR UPDATE`. PostgreSQL commits
+//! concurrent transactions with one WAL flush (its own group commit), so acknowledgements from
+//! many webhook requests share fsyncs as they do in the SQLite writer. The schema is created at
+//! start under an advisory lock, so nodes starting together create it once.
+//!
+//! The SQL mirrors the SQLite backend's; the conformance suite holds both to the same behaviour.
+
+mod ingest;
+mod outbox;
+mod review;
+mod turns;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use super::{
+    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
+    HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry,
+    ReviewQuery, SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, TurnStats,
+    TurnUsage,
+};
+use crate::domain::{Claim, LeaseToken};
+
+const SCHEMA: &str = include_str!("schema.sql");
+/// The schema version this build writes and expects.
+const VERSION: i32 = 1;
+/// Any constant: the advisory lock nodes take to create the schema one at a time.
+const MIGRATION_LOCK: i64 = 0x5ab1_5ab1;
+
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// Connects and creates the schema when the database has none.
+    ///
+    /// # Errors
+    /// When the server cannot be reached, or its schema is of another version.
+    pub async fn open(url: &str) -> Result<PgStore> {
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await
+            .map_err(unavailable)?;
+        migrate(&pool).await?;
+        Ok(PgStore { pool })
+    }
+}
+
+async fn migrate(pool: &PgPool) -> Result<()> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+    sqlx::query("CREATE TABLE IF NOT EXISTS sabi_schema (version INTEGER NOT NULL)")
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+    let version: Option<i32> = sqlx::query_scalar("SELECT max(version) FROM sabi_schema")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+    match version {
+        None => {
+            sqlx::raw_sql(SCHEMA)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| Error::Schema(format!("creating the schema failed: {e}")))?;
+            sqlx::query("INSERT INTO sabi_schema (version) VALUES ($1)")
+                .bind(VERSION)
+                .execute(&mut *tx)
+                .await
+                .map_err(unavailable)?;
+        }
+        Some(VERSION) => {}
+        Some(other) => {
+            return Err(Error::Schema(format!(
+                "the database is at version {other}, this build expects {VERSION}"
+            )));
+        }
+    }
+    tx.commit().await.map_err(unavailable)
+}
+
+pub(super) fn unavailable(e: sqlx::Error) -> Error {
+    Error::Unavailable(e.to_string())
+}
+
+/// Row limits as PostgreSQL takes them.
+fn limit(n: Option<usize>) -> i64 {
+    n.map_or(i64::MAX, |n| i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
+        ingest::ingest(&self.pool, &delivery).await
+    }
+
+    async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {
+        ingest::inbox(&self.pool, &query).await
+    }
+
+    async fn quarantine(&self, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
+        ingest::quarantine(&self.pool, limit).await
+    }
+
+    async fn ready(&self) -> Result<()> {
+        let version: Option<i32> = sqlx::query_scalar("SELECT max(version) FROM sabi_schema")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        match version {
+            Some(VERSION) => Ok(()),
+            other => Err(Error::Schema(format!(
+                "schema version {other:?}, expected {VERSION}"
+            ))),
+        }
+    }
+
+    async fn claim(&self, now_ms: i64, lease_ms: i64, limit: usize) -> Result<Vec<Claim>> {
+        turns::claim(&self.pool, now_ms, lease_ms, limit).await
+    }
+
+    async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()> {
+        turns::renew(&self.pool, batch, token, now_ms, lease_ms).await
+    }
+
+    async fn finish(
+        &self,
+        batch: i64,
+        token: LeaseToken,
+        now_ms: i64,
+        ending: Ending,
+    ) -> Result<()> {
+        turns::finish(&self.pool, batch, token, now_ms, &ending).await
+    }
+
+    async fn next_due(&self) -> Result<Option<i64>> {
+        turns::next_due(&self.pool).await
+    }
+
+    async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
+        outbox::outbox(&self.pool, limit).await
+    }
+
+    async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
+        outbox::claim_sends(&self.pool, &claim).await
+    }
+
+    async fn record_send(
+        &self,
+        id: i64,
+        attempt: u32,
+        now_ms: i64,
+        result: SendResult,
+    ) -> Result<()> {
+        outbox::record_send(&self.pool, id, attempt, now_ms, &result).await
+    }
+
+    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>> {
+        outbox::next_send_due(&self.pool, &skip).await
+    }
+
+    async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
+        turns::history(&self.pool, batch, turns).await
+    }
+
+    async fn set_stage(&self, batch: i64, stage: &str) -> Result<()> {
+        turns::set_stage(&self.pool, batch, stage).await
+    }
+
+    async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()> {
+        turns::add_usage(&self.pool, batch, usage).await
+    }
+
+    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats> {
+        turns::stats(&self.pool, since_ms).await
+    }
+
+    async fn review_queue(&self, query: ReviewQuery) -> Result<Vec<ReviewEntry>> {
+        review::queue(&self.pool, &query).await
+    }
+
+    async fn review_item(&self, id: i64) -> Result<Option<ReviewEntry>> {
+        review::item(&self.pool, id).await
+    }
+
+    async fn resolve_review(&self, id: i64, now_ms: i64, resolution: Resolution) -> Result<()> {
+        review::resolve(&self.pool, id, now_ms, &resolution).await
+    }
+
+    async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>> {
+        review::conversations(&self.pool, customer, turns).await
+    }
+
+    async fn gauges(&self, now_ms: i64) -> Result<Gauges> {
+        review::gauges(&self.pool, now_ms).await
+    }
+
+    async fn submit_chat(&self, submission: ChatSubmission) -> Result<ChatReceipt> {
+        ingest::submit_chat(&self.pool, &submission).await
+    }
+
+    async fn chat_job_for_message(
+        &self,
+        session_id: &str,
+        message_id: &str,
+    ) -> Result<Option<String>> {
+        ingest::job_for_message(&self.pool, session_id, message_id).await
+    }
+
+    async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>> {
+        ingest::chat_job(&self.pool, job_id, now_ms).await
+    }
+
+    async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>> {
+        ingest::chat_history(&self.pool, session_id, limit).await
+    }
+
+    async fn chat_queue_depth(&self) -> Result<u64> {
+        ingest::queue_depth(&self.pool).await
+    }
+
+    async fn chat_session_recent(&self, session_id: &str, since_ms: i64) -> Result<u64> {
+        ingest::session_recent(&self.pool, session_id, since_ms).await
+    }
+}

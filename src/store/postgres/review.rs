@@ -1,0 +1,230 @@
+//! The people's side of the PostgreSQL store: the review queue, settling its items,
+//! conversations by customer, and the pipeline's counts (the SQLite backend's rules).
+
+use sqlx::{PgConnection, PgPool, Row};
+
+use super::ingest::channel;
+use super::turns::{conversation_history, load_batch};
+use super::{limit, unavailable};
+use crate::domain::ConversationKey;
+use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
+
+const COLUMNS: &str = "r.id, r.batch_id, r.reason, r.error, r.created_at, r.outbox_id, r.state";
+
+async fn entries(
+    conn: &mut PgConnection,
+    rows: Vec<sqlx::postgres::PgRow>,
+) -> Result<Vec<ReviewEntry>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let batch = load_batch(conn, r.get(1)).await?;
+        out.push(ReviewEntry {
+            id: r.get(0),
+            batch_id: r.get(1),
+            outbox_id: r.get(5),
+            state: r.get(6),
+            conversation: batch.conversation,
+            reason: r.get(2),
+            error: r.get(3),
+            created_at_ms: r.get(4),
+            messages: batch.messages,
+        });
+    }
+    Ok(out)
+}
+
+pub(super) async fn queue(pool: &PgPool, query: &ReviewQuery) -> Result<Vec<ReviewEntry>> {
+    let mut conn = pool.acquire().await.map_err(unavailable)?;
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM review r JOIN batches b ON b.id = r.batch_id
+         JOIN conversations c ON c.id = b.conversation_id
+         WHERE r.state = 'open' AND ($1::text IS NULL OR r.reason = $1)
+           AND ($2::text IS NULL OR c.customer = $2)
+         ORDER BY r.id LIMIT $3"
+    ))
+    .bind(&query.reason)
+    .bind(&query.customer)
+    .bind(limit(query.limit))
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    entries(&mut conn, rows).await
+}
+
+pub(super) async fn item(pool: &PgPool, id: i64) -> Result<Option<ReviewEntry>> {
+    let mut conn = pool.acquire().await.map_err(unavailable)?;
+    let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM review r WHERE r.id = $1"))
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    Ok(entries(&mut conn, rows).await?.pop())
+}
+
+pub(super) async fn resolve(
+    pool: &PgPool,
+    id: i64,
+    now: i64,
+    resolution: &Resolution,
+) -> Result<()> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let open = sqlx::query(
+        "SELECT batch_id, outbox_id FROM review WHERE id = $1 AND state = 'open' FOR UPDATE",
+    )
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(unavailable)?;
+    let Some(open) = open else {
+        return Err(Error::NotFound);
+    };
+    let (batch, outbox): (i64, Option<i64>) = (open.get(0), open.get(1));
+    let (state, note) = match resolution {
+        Resolution::Reply { text, sandbox } => {
+            person_reply(&mut tx, batch, now, text, *sandbox).await?;
+            ("replied", Some(text.as_str()))
+        }
+        Resolution::Requeue => {
+            match outbox {
+                Some(part) => requeue_send(&mut tx, part, now).await?,
+                None => requeue_batch(&mut tx, batch, now).await?,
+            }
+            ("requeued", None)
+        }
+        Resolution::Close => ("closed", None),
+    };
+    sqlx::query(
+        "UPDATE review SET state = $2, resolved_at = $3, resolution = $2, resolution_note = $4
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(state)
+    .bind(now)
+    .bind(note)
+    .execute(&mut *tx)
+    .await
+    .map_err(unavailable)?;
+    tx.commit().await.map_err(unavailable)
+}
+
+async fn person_reply(
+    conn: &mut PgConnection,
+    batch: i64,
+    now: i64,
+    text: &str,
+    sandbox: bool,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE inbox SET state = 'answered' WHERE batch_id = $1 AND channel = 'webchat' AND kind = 'message'",
+    )
+    .bind(batch)
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    sqlx::query(
+        "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
+                             conversation_id, updated_at)
+         SELECT b.id, COALESCE((SELECT max(part) + 1 FROM outbox WHERE batch_id = b.id), 0),
+                c.channel, c.business, c.customer, $3,
+                CASE WHEN c.channel = 'webchat' THEN 'served' WHEN $4 THEN 'sandbox' ELSE 'queued' END,
+                $2, c.id, $2
+         FROM batches b JOIN conversations c ON c.id = b.conversation_id WHERE b.id = $1",
+    )
+    .bind(batch)
+    .bind(now)
+    .bind(text)
+    .bind(sandbox)
+    .execute(&mut *conn)
+    .await
+    .map(drop)
+    .map_err(unavailable)
+}
+
+async fn requeue_batch(conn: &mut PgConnection, batch: i64, now: i64) -> Result<()> {
+    sqlx::query(
+        "UPDATE inbox SET state = 'pending', batch_id = NULL WHERE batch_id = $1 AND kind = 'message'",
+    )
+    .bind(batch)
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    sqlx::query(
+        "UPDATE conversations SET first_pending_at = COALESCE(first_pending_at, $2),
+                last_pending_at = $2, due_at = $2, requeued = true
+         WHERE id = (SELECT conversation_id FROM batches WHERE id = $1)",
+    )
+    .bind(batch)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map(drop)
+    .map_err(unavailable)
+}
+
+async fn requeue_send(conn: &mut PgConnection, part: i64, now: i64) -> Result<()> {
+    sqlx::query(
+        "UPDATE outbox SET state = CASE WHEN window_closed THEN 'window_closed' ELSE 'queued' END,
+                wamid = NULL, delivery = NULL, failures = 0, next_attempt_at = NULL,
+                send_until = NULL, updated_at = $2
+         WHERE id = $1",
+    )
+    .bind(part)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map(drop)
+    .map_err(unavailable)
+}
+
+pub(super) async fn conversations(
+    pool: &PgPool,
+    customer: &str,
+    turns: usize,
+) -> Result<Vec<ConversationView>> {
+    let rows = sqlx::query(
+        "SELECT id, channel, business, customer, last_inbound_at FROM conversations
+         WHERE customer = $1 ORDER BY id",
+    )
+    .bind(customer)
+    .fetch_all(pool)
+    .await
+    .map_err(unavailable)?;
+    let mut views = Vec::with_capacity(rows.len());
+    for r in rows {
+        views.push(ConversationView {
+            conversation: ConversationKey {
+                channel: channel(r.get(1))?,
+                business: r.get(2),
+                customer: r.get(3),
+            },
+            last_inbound_at_ms: r.get(4),
+            history: conversation_history(pool, r.get(0), i64::MAX, turns).await?,
+        });
+    }
+    Ok(views)
+}
+
+pub(super) async fn gauges(pool: &PgPool, now: i64) -> Result<Gauges> {
+    let row = sqlx::query(
+        "SELECT
+             (SELECT count(*) FROM conversations WHERE due_at <= $1 AND open_batch_id IS NULL),
+             (SELECT count(*) FROM batches WHERE state = 'running'),
+             (SELECT count(*) FROM batches WHERE state = 'waiting'),
+             (SELECT count(*) FROM review WHERE state = 'open'),
+             (SELECT count(*) FROM outbox WHERE state IN ('queued', 'window_closed')),
+             (SELECT count(*) FROM outbox WHERE state = 'unknown')",
+    )
+    .bind(now)
+    .fetch_one(pool)
+    .await
+    .map_err(unavailable)?;
+    let n = |i: usize| u64::try_from(row.get::<i64, _>(i)).unwrap_or(0);
+    Ok(Gauges {
+        due: n(0),
+        running: n(1),
+        waiting: n(2),
+        review: n(3),
+        queued_sends: n(4),
+        unknown_sends: n(5),
+    })
+}

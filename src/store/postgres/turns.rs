@@ -1,0 +1,466 @@
+//! The engine's side of the PostgreSQL store: claims under `FOR UPDATE SKIP LOCKED`, leases
+//! with fencing tokens checked under `FOR UPDATE`, turn endings, history and usage.
+
+use sqlx::{PgConnection, PgPool, Row};
+
+use super::ingest::channel;
+use super::{limit, unavailable};
+use crate::domain::{
+    Batch, BatchMessage, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
+};
+use crate::store::{Ending, Error, HistoryEntry, Result, Speaker, TurnStats, TurnUsage};
+
+pub(super) async fn claim(pool: &PgPool, now: i64, lease: i64, count: usize) -> Result<Vec<Claim>> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut claims = reclaim(&mut tx, now, lease, count).await?;
+    if claims.len() < count {
+        let fresh = open_batches(&mut tx, now, lease, count - claims.len()).await?;
+        claims.extend(fresh);
+    }
+    tx.commit().await.map_err(unavailable)?;
+    Ok(claims)
+}
+
+/// Batches whose lease lapsed or whose retry time came; rows another claimer holds are skipped.
+async fn reclaim(
+    conn: &mut PgConnection,
+    now: i64,
+    lease: i64,
+    count: usize,
+) -> Result<Vec<Claim>> {
+    let rows = sqlx::query(
+        "UPDATE batches SET state = 'running', token = token + 1, attempts = attempts + 1,
+                lease_until = $2, next_attempt_at = NULL, started_at = $1
+         WHERE id IN (SELECT id FROM batches
+                      WHERE (state = 'running' AND lease_until <= $1)
+                         OR (state = 'waiting' AND next_attempt_at <= $1)
+                      ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+         RETURNING id, token, attempts, requeued",
+    )
+    .bind(now)
+    .bind(now + lease)
+    .bind(limit(Some(count)))
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let mut claims = Vec::with_capacity(rows.len());
+    for row in rows {
+        let attempts: i32 = row.get(2);
+        claims.push(Claim {
+            batch: load_batch(conn, row.get(0)).await?,
+            token: LeaseToken(row.get(1)),
+            attempt: u32::try_from(attempts).unwrap_or(u32::MAX),
+            requeued: row.get(3),
+        });
+    }
+    Ok(claims)
+}
+
+/// New batches: every pending message of each due conversation that has no batch open.
+async fn open_batches(
+    conn: &mut PgConnection,
+    now: i64,
+    lease: i64,
+    count: usize,
+) -> Result<Vec<Claim>> {
+    let due = sqlx::query(
+        "SELECT id, due_at, requeued FROM conversations
+         WHERE due_at <= $1 AND open_batch_id IS NULL
+         ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(now)
+    .bind(limit(Some(count)))
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let mut claims = Vec::with_capacity(due.len());
+    for row in due {
+        let (conversation, due_at, requeued): (i64, i64, bool) =
+            (row.get(0), row.get(1), row.get(2));
+        let batch: i64 = sqlx::query_scalar(
+            "INSERT INTO batches (conversation_id, state, token, attempts, lease_until, due_at,
+                                  created_at, started_at, requeued)
+             VALUES ($1, 'running', 1, 1, $2, $3, $4, $4, $5) RETURNING id",
+        )
+        .bind(conversation)
+        .bind(now + lease)
+        .bind(due_at)
+        .bind(now)
+        .bind(requeued)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        sqlx::query(
+            "UPDATE inbox SET state = 'batched', batch_id = $1
+             WHERE conversation_id = $2 AND state = 'pending'",
+        )
+        .bind(batch)
+        .bind(conversation)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        sqlx::query(
+            "UPDATE conversations SET open_batch_id = $1, first_pending_at = NULL,
+                    last_pending_at = NULL, due_at = NULL, requeued = false
+             WHERE id = $2",
+        )
+        .bind(batch)
+        .bind(conversation)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        claims.push(Claim {
+            batch: load_batch(conn, batch).await?,
+            token: LeaseToken(1),
+            attempt: 1,
+            requeued,
+        });
+    }
+    Ok(claims)
+}
+
+pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch> {
+    let row = sqlx::query(
+        "SELECT c.channel, c.business, c.customer, b.due_at
+         FROM batches b JOIN conversations c ON c.id = b.conversation_id WHERE b.id = $1",
+    )
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let conversation = ConversationKey {
+        channel: channel(row.get(0))?,
+        business: row.get(1),
+        customer: row.get(2),
+    };
+    let messages = sqlx::query(
+        "SELECT seq, dedupe_key, item_type, text, media_id, provider_ts, received_at
+         FROM inbox WHERE batch_id = $1 ORDER BY provider_ts, seq",
+    )
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?
+    .iter()
+    .map(|r| BatchMessage {
+        seq: r.get(0),
+        external_id: r.get(1),
+        item_type: r.get(2),
+        text: r.get(3),
+        media_id: r.get(4),
+        provider_ts: r.get(5),
+        received_at_ms: r.get(6),
+    })
+    .collect();
+    Ok(Batch {
+        id,
+        conversation,
+        messages,
+        due_at_ms: row.get(3),
+    })
+}
+
+/// The conversation of a running batch whose latest token is `token`, locked for this
+/// transaction; anything else is a lost lease.
+async fn check_token(conn: &mut PgConnection, batch: i64, token: LeaseToken) -> Result<i64> {
+    let row =
+        sqlx::query("SELECT token, state, conversation_id FROM batches WHERE id = $1 FOR UPDATE")
+            .bind(batch)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+    match row {
+        Some(row) if row.get::<i64, _>(0) == token.0 && row.get::<String, _>(1) == "running" => {
+            Ok(row.get(2))
+        }
+        _ => Err(Error::LeaseLost),
+    }
+}
+
+pub(super) async fn renew(
+    pool: &PgPool,
+    batch: i64,
+    token: LeaseToken,
+    now: i64,
+    lease: i64,
+) -> Result<()> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    check_token(&mut tx, batch, token).await?;
+    exec(
+        &mut tx,
+        "UPDATE batches SET lease_until = $2 WHERE id = $1",
+        batch,
+        now + lease,
+    )
+    .await?;
+    tx.commit().await.map_err(unavailable)
+}
+
+pub(super) async fn finish(
+    pool: &PgPool,
+    batch: i64,
+    token: LeaseToken,
+    now: i64,
+    ending: &Ending,
+) -> Result<()> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let conversation = check_token(&mut tx, batch, token).await?;
+    match ending {
+        Ending::Replied { parts, sandbox } => {
+            write_reply(&mut tx, batch, conversation, now, parts, *sandbox).await?;
+            close(&mut tx, batch, conversation, now, "done", "answered").await?;
+        }
+        Ending::RetryAt { at_ms, error } => {
+            sqlx::query(
+                "UPDATE batches SET state = 'waiting', lease_until = NULL, next_attempt_at = $2,
+                        last_error = $3 WHERE id = $1",
+            )
+            .bind(batch)
+            .bind(at_ms)
+            .bind(error)
+            .execute(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+        }
+        Ending::Review { reason, error } => {
+            to_review(&mut tx, batch, conversation, now, *reason, error.as_deref()).await?;
+        }
+        Ending::Handoff {
+            parts,
+            sandbox,
+            note,
+        } => {
+            write_reply(&mut tx, batch, conversation, now, parts, *sandbox).await?;
+            let reason = ReviewReason::HandoffAsked;
+            to_review(&mut tx, batch, conversation, now, reason, Some(note)).await?;
+        }
+    }
+    tx.commit().await.map_err(unavailable)
+}
+
+async fn write_reply(
+    conn: &mut PgConnection,
+    batch: i64,
+    conversation: i64,
+    now: i64,
+    parts: &[ReplyPart],
+    sandbox: bool,
+) -> Result<()> {
+    for (index, part) in parts.iter().enumerate() {
+        let options = (!part.options.is_empty())
+            .then(|| serde_json::to_string(&part.options).unwrap_or_default());
+        sqlx::query(
+            "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
+                                 conversation_id, options, reply_to, updated_at)
+             SELECT $1, $2, channel, business, customer, $3,
+                    CASE WHEN channel = 'webchat' THEN 'served' WHEN $4 THEN 'sandbox' ELSE 'queued' END,
+                    $5, id, $7, $8, $5
+             FROM conversations WHERE id = $6
+             ON CONFLICT (batch_id, part) DO NOTHING",
+        )
+        .bind(batch)
+        .bind(i32::try_from(index).unwrap_or(i32::MAX))
+        .bind(&part.text)
+        .bind(sandbox)
+        .bind(now)
+        .bind(conversation)
+        .bind(options)
+        .bind(&part.quote)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    }
+    Ok(())
+}
+
+async fn to_review(
+    conn: &mut PgConnection,
+    batch: i64,
+    conversation: i64,
+    now: i64,
+    reason: ReviewReason,
+    error: Option<&str>,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO review (batch_id, reason, error, state, created_at) VALUES ($1, $2, $3, 'open', $4)",
+    )
+    .bind(batch)
+    .bind(reason.as_str())
+    .bind(error)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    sqlx::query("UPDATE batches SET last_error = COALESCE($2, last_error) WHERE id = $1")
+        .bind(batch)
+        .bind(error)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    close(conn, batch, conversation, now, "review", "review").await
+}
+
+/// Ends a batch for good and lets its conversation's next batch be claimed.
+async fn close(
+    conn: &mut PgConnection,
+    batch: i64,
+    conversation: i64,
+    now: i64,
+    state: &str,
+    messages: &str,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE batches SET state = $2, lease_until = NULL, finished_at = $3 WHERE id = $1",
+    )
+    .bind(batch)
+    .bind(state)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    sqlx::query("UPDATE inbox SET state = $2 WHERE batch_id = $1")
+        .bind(batch)
+        .bind(messages)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    sqlx::query(
+        "UPDATE conversations SET open_batch_id = NULL WHERE id = $1 AND open_batch_id = $2",
+    )
+    .bind(conversation)
+    .bind(batch)
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
+/// `UPDATE ... WHERE id = $1` with one more value.
+async fn exec(conn: &mut PgConnection, sql: &str, id: i64, value: i64) -> Result<()> {
+    sqlx::query(sql)
+        .bind(id)
+        .bind(value)
+        .execute(&mut *conn)
+        .await
+        .map(drop)
+        .map_err(unavailable)
+}
+
+pub(super) async fn next_due(pool: &PgPool) -> Result<Option<i64>> {
+    sqlx::query_scalar(
+        "SELECT LEAST(
+             (SELECT min(due_at) FROM conversations WHERE open_batch_id IS NULL AND due_at IS NOT NULL),
+             (SELECT min(lease_until) FROM batches WHERE state = 'running'),
+             (SELECT min(next_attempt_at) FROM batches WHERE state = 'waiting'))",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(unavailable)
+}
+
+pub(super) async fn history(pool: &PgPool, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
+    let conversation: Option<i64> =
+        sqlx::query_scalar("SELECT conversation_id FROM batches WHERE id = $1")
+            .bind(batch)
+            .fetch_optional(pool)
+            .await
+            .map_err(unavailable)?;
+    match conversation {
+        Some(conversation) => conversation_history(pool, conversation, batch, turns).await,
+        None => Ok(Vec::new()),
+    }
+}
+
+/// What was said in the last `turns` turns of a conversation before batch `before`, turn by
+/// turn (the SQLite backend's order).
+pub(super) async fn conversation_history(
+    pool: &PgPool,
+    conversation: i64,
+    before: i64,
+    turns: usize,
+) -> Result<Vec<HistoryEntry>> {
+    let rows = sqlx::query(
+        "WITH recent AS (
+             SELECT id FROM batches WHERE conversation_id = $3 AND id < $1
+             ORDER BY id DESC LIMIT $2)
+         SELECT received_at, 0, COALESCE(text, '[' || COALESCE(item_type, 'message') || ']'),
+                batch_id, COALESCE(provider_ts, 0), seq
+             FROM inbox WHERE batch_id IN (SELECT id FROM recent)
+         UNION ALL SELECT created_at, 1, body, batch_id, part, 0 FROM outbox
+             WHERE batch_id IN (SELECT id FROM recent) AND state NOT IN ('failed', 'review', 'window_closed')
+         UNION ALL SELECT created_at, 2, 'handed to a person (' || reason || ')' || COALESCE(': ' || error, ''),
+                batch_id, id, 0
+             FROM review WHERE batch_id IN (SELECT id FROM recent) AND outbox_id IS NULL
+         ORDER BY 4, 2, 5, 6",
+    )
+    .bind(before)
+    .bind(limit(Some(turns)))
+    .bind(conversation)
+    .fetch_all(pool)
+    .await
+    .map_err(unavailable)?;
+    Ok(rows
+        .iter()
+        .map(|r| HistoryEntry {
+            at_ms: r.get(0),
+            speaker: match r.get::<i32, _>(1) {
+                0 => Speaker::Customer,
+                1 => Speaker::Business,
+                _ => Speaker::Note,
+            },
+            text: r.get(2),
+        })
+        .collect())
+}
+
+pub(super) async fn set_stage(pool: &PgPool, batch: i64, stage: &str) -> Result<()> {
+    sqlx::query("UPDATE batches SET stage = $2 WHERE id = $1 AND state = 'running'")
+        .bind(batch)
+        .bind(stage)
+        .execute(pool)
+        .await
+        .map(drop)
+        .map_err(unavailable)
+}
+
+pub(super) async fn add_usage(pool: &PgPool, batch: i64, usage: TurnUsage) -> Result<()> {
+    let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    sqlx::query(
+        "UPDATE batches SET prompt_tokens = COALESCE(prompt_tokens, 0) + $2,
+                completion_tokens = COALESCE(completion_tokens, 0) + $3,
+                cost = COALESCE(cost, 0) + $4
+         WHERE id = $1",
+    )
+    .bind(batch)
+    .bind(tokens(usage.prompt_tokens))
+    .bind(tokens(usage.completion_tokens))
+    .bind(usage.cost)
+    .execute(pool)
+    .await
+    .map(drop)
+    .map_err(unavailable)
+}
+
+pub(super) async fn stats(pool: &PgPool, since: i64) -> Result<TurnStats> {
+    let row = sqlx::query(
+        "SELECT count(*) FILTER (WHERE state = 'done' AND prompt_tokens IS NULL),
+                count(*) FILTER (WHERE state = 'done' AND prompt_tokens IS NOT NULL),
+                count(*) FILTER (WHERE state = 'review'),
+                COALESCE(sum(prompt_tokens), 0)::BIGINT, COALESCE(sum(completion_tokens), 0)::BIGINT,
+                COALESCE(sum(cost), 0)::DOUBLE PRECISION
+         FROM batches WHERE finished_at >= $1",
+    )
+    .bind(since)
+    .fetch_one(pool)
+    .await
+    .map_err(unavailable)?;
+    let n = |i: usize| u64::try_from(row.get::<i64, _>(i)).unwrap_or(0);
+    Ok(TurnStats {
+        local: n(0),
+        agent: n(1),
+        people: n(2),
+        prompt_tokens: n(3),
+        completion_tokens: n(4),
+        cost: row.get(5),
+    })
+}
