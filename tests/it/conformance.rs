@@ -29,7 +29,7 @@ async fn sqlite() -> (Arc<dyn Store>, tempfile::TempDir) {
 
 /// A fresh PostgreSQL database, dropped when the guard goes. The server is
 /// `SABI_TEST_POSTGRES` (default: the local one, as CI runs it).
-async fn postgres() -> (Arc<dyn Store>, PgDatabase) {
+pub async fn postgres() -> (Arc<dyn Store>, PgDatabase) {
     let db = PgDatabase::create().await;
     let store = PgStore::open(&db.url).await.expect("postgres store");
     (Arc::new(store), db)

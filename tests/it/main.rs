@@ -14,6 +14,7 @@ mod engine;
 mod fuzz;
 mod helpers;
 mod metrics;
+mod nodes;
 mod openapi;
 mod router;
 mod sender;

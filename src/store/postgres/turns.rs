@@ -56,7 +56,8 @@ async fn reclaim(
     Ok(claims)
 }
 
-/// New batches: every pending message of each due conversation that has no batch open.
+/// New batches: every pending message of each due conversation that has no batch open; a
+/// batch never starts before the conversation's previous one finished (clocks may disagree).
 async fn open_batches(
     conn: &mut PgConnection,
     now: i64,
@@ -80,7 +81,9 @@ async fn open_batches(
         let batch: i64 = sqlx::query_scalar(
             "INSERT INTO batches (conversation_id, state, token, attempts, lease_until, due_at,
                                   created_at, started_at, requeued)
-             VALUES ($1, 'running', 1, 1, $2, $3, $4, $4, $5) RETURNING id",
+             VALUES ($1, 'running', 1, 1, $2, $3, $4,
+                     GREATEST($4, (SELECT max(finished_at) FROM batches WHERE conversation_id = $1)),
+                     $5) RETURNING id",
         )
         .bind(conversation)
         .bind(now + lease)

@@ -53,7 +53,9 @@ fn reclaim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<
     Ok(claims)
 }
 
-/// New batches: every pending message of each due conversation that has no batch open.
+/// New batches: every pending message of each due conversation that has no batch open. A
+/// batch never starts before the conversation's previous one finished, even when the caller's
+/// `now` was read before it waited for the write lock (or on a node whose clock is behind).
 fn open_batches(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
     let conversations: Vec<(i64, i64, bool)> = conn
         .prepare_cached(
@@ -72,7 +74,9 @@ fn open_batches(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result
         let batch: i64 = conn
             .prepare_cached(
                 "INSERT INTO batches (conversation_id, state, token, attempts, lease_until, due_at, created_at, started_at, requeued)
-                 VALUES (?1, 'running', 1, 1, ?2, ?3, ?4, ?4, ?5) RETURNING id",
+                 VALUES (?1, 'running', 1, 1, ?2, ?3, ?4,
+                         max(?4, coalesce((SELECT max(finished_at) FROM batches WHERE conversation_id = ?1), ?4)),
+                         ?5) RETURNING id",
             )
             .and_then(|mut s| s.query_row(params![conversation, now + lease, due_at, now, requeued], |r| r.get(0)))
             .map_err(unavailable)?;

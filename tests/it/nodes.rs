@@ -1,0 +1,313 @@
+//! Several nodes on one PostgreSQL store: two `--role api` nodes and two `--role worker`
+//! nodes take a stream of webhooks and web-chat questions while processes are killed with
+//! SIGKILL at random moments. Nothing acknowledged is lost, nothing is answered twice, and no
+//! conversation has two turns at once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::conformance::PgDatabase;
+use crate::helpers::{SabiProcess, sabi_command, signature, text_webhook_at};
+
+const CONVERSATIONS: usize = 150;
+const BURST: usize = 3;
+const QUESTIONS: usize = 60;
+const CLIENTS: usize = 8;
+
+/// A `sabi` command's JSON lines, on the given store.
+fn json_lines(dir: &Path, store: &str, args: &[&str]) -> Vec<Value> {
+    let output = sabi_command(dir)
+        .env("SABI_STORE", store)
+        .args(args)
+        .output()
+        .expect("sabi runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+fn random_below(n: u64) -> u64 {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("random");
+    u64::from_le_bytes(bytes) % n.max(1)
+}
+
+/// Posts to the first node that acknowledges; a killed node's refusals are not acknowledgements.
+async fn deliver(client: &reqwest::Client, urls: &[String], body: Vec<u8>) {
+    for attempt in 0..50 {
+        let url = &urls[attempt % urls.len()];
+        let sent = client
+            .post(format!("{url}/webhook/whatsapp"))
+            .header("x-hub-signature-256", signature(&body))
+            .body(body.clone())
+            .send()
+            .await;
+        if sent.is_ok_and(|r| r.status() == 200) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no node acknowledged a webhook");
+}
+
+async fn ask(client: &reqwest::Client, urls: &[String], n: usize) {
+    let body = json!({"session_id": format!("s-{n}"), "message_id": "m-1", "question": "hello"});
+    for attempt in 0..50 {
+        let url = &urls[attempt % urls.len()];
+        let sent = client.post(format!("{url}/chat")).json(&body).send().await;
+        if sent.is_ok_and(|r| r.status() == 202) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no node accepted a question");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_on_postgres_lose_nothing_and_answer_once_while_killed() {
+    let db = PgDatabase::create().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = db.url.clone();
+    let env = [
+        ("SABI_STORE", store.as_str()),
+        ("SABI_BATCH_WINDOW", "200ms"),
+        ("SABI_BATCH_MAX_WAIT", "1s"),
+        ("SABI_LEASE", "2s"),
+    ];
+    let mut apis = vec![
+        SabiProcess::spawn(dir.path(), "api", &env),
+        SabiProcess::spawn(dir.path(), "api", &env),
+    ];
+    let mut workers = vec![
+        SabiProcess::spawn(dir.path(), "worker", &env),
+        SabiProcess::spawn(dir.path(), "worker", &env),
+    ];
+    let urls: Arc<Vec<String>> = Arc::new(apis.iter().map(|a| a.url("")).collect());
+    let client = reqwest::Client::new();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut senders = tokio::task::JoinSet::new();
+    for c in 0..CLIENTS {
+        let (client, urls, sent) = (client.clone(), urls.clone(), sent.clone());
+        senders.spawn(async move {
+            for n in (c..CONVERSATIONS).step_by(CLIENTS) {
+                for m in 0..BURST {
+                    let id = format!("wamid.n{n}-{m}");
+                    let body =
+                        text_webhook_at(&id, &format!("2348{n:09}"), &format!("{n}-{m}"), now_s());
+                    deliver(&client, &urls, body).await;
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            for n in (c..QUESTIONS).step_by(CLIENTS) {
+                ask(&client, &urls, n).await;
+            }
+        });
+    }
+    // Kill one API node and one worker at random moments of the stream; a new worker joins.
+    let total = CONVERSATIONS * BURST;
+    let kill_api_at = total / 4 + random_below(total as u64 / 2) as usize;
+    let kill_worker_at = total / 4 + random_below(total as u64 / 2) as usize;
+    let (mut api_killed, mut worker_killed) = (false, false);
+    while !(senders.is_empty() || api_killed && worker_killed) {
+        let so_far = sent.load(Ordering::Relaxed);
+        if !api_killed && so_far >= kill_api_at {
+            apis.remove(random_below(2) as usize).kill9();
+            api_killed = true;
+        }
+        if !worker_killed && so_far >= kill_worker_at {
+            workers.remove(random_below(2) as usize).kill9();
+            workers.push(SabiProcess::spawn(dir.path(), "worker", &env));
+            worker_killed = true;
+        }
+        if so_far >= total {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while let Some(done) = senders.join_next().await {
+        done.expect("sender");
+    }
+
+    // Everything acknowledged is stored, and answered.
+    let expected = total + QUESTIONS;
+    let start = Instant::now();
+    let inbox = loop {
+        let inbox = json_lines(dir.path(), &store, &["inbox", "--json"]);
+        let answered = inbox.iter().filter(|i| i["state"] == "answered").count();
+        if answered == expected || start.elapsed() > Duration::from_secs(90) {
+            break inbox;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(
+        inbox.len(),
+        expected,
+        "every acknowledged message is stored, once"
+    );
+    let unanswered: Vec<_> = inbox.iter().filter(|i| i["state"] != "answered").collect();
+    assert!(unanswered.is_empty(), "unanswered: {unanswered:?}");
+
+    // One reply per batch, and per conversation no two turns at once.
+    let outbox = json_lines(dir.path(), &store, &["outbox", "--json"]);
+    let mut per_batch: HashMap<i64, usize> = HashMap::new();
+    let mut turns: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
+    for reply in &outbox {
+        *per_batch
+            .entry(reply["batch"].as_i64().expect("batch"))
+            .or_default() += 1;
+        turns
+            .entry(reply["customer"].as_str().expect("customer").to_owned())
+            .or_default()
+            .push((
+                reply["turn_started_at_ms"].as_i64().expect("start"),
+                reply["turn_finished_at_ms"].as_i64().expect("end"),
+            ));
+    }
+    assert!(
+        per_batch.values().all(|n| *n == 1),
+        "no batch answered twice"
+    );
+    for (customer, mut intervals) in turns {
+        intervals.sort();
+        for pair in intervals.windows(2) {
+            assert!(pair[0].1 <= pair[1].0, "{customer}: {pair:?} overlap");
+        }
+    }
+    drop((apis, workers));
+}
+
+/// A TCP proxy in front of PostgreSQL that the test can cut: every connection dropped and new
+/// ones refused while down, as if the server had died.
+struct Cable {
+    port: u16,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    cut: Arc<tokio::sync::Notify>,
+}
+
+impl Cable {
+    async fn to(target: String) -> Cable {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let cut = Arc::new(tokio::sync::Notify::new());
+        let (state, cutter) = (up.clone(), cut.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !state.load(Ordering::SeqCst) {
+                    continue; // dropped: refused
+                }
+                let (target, cutter) = (target.clone(), cutter.clone());
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        () = cutter.notified() => {}
+                    }
+                });
+            }
+        });
+        Cable { port, up, cut }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        self.cut.notify_waiters();
+    }
+
+    fn mend(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_postgres_down_webhooks_get_503_and_everything_resumes_after() {
+    let db = PgDatabase::create().await;
+    let server = db
+        .url
+        .rsplit_once('/')
+        .map(|(s, _)| s.to_owned())
+        .expect("server");
+    let host = server
+        .rsplit_once('@')
+        .map_or(server.as_str(), |(_, h)| h)
+        .to_owned();
+    let cable = Cable::to(host.clone()).await;
+    let through = db.url.replace(&host, &format!("127.0.0.1:{}", cable.port));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [("SABI_STORE", through.as_str()), ("SABI_BATCH_WINDOW", "0")];
+    let sabi = SabiProcess::spawn(dir.path(), "all", &env);
+    let client = reqwest::Client::new();
+    let post = |id: &str| {
+        let body = text_webhook_at(id, "2348031234567", "hello", now_s());
+        client
+            .post(sabi.url("/webhook/whatsapp"))
+            .header("x-hub-signature-256", signature(&body))
+            .body(body)
+            .send()
+    };
+    assert_eq!(post("wamid.up1").await.expect("sent").status(), 200);
+
+    cable.cut();
+    let refused = post("wamid.down1").await.expect("sent");
+    assert_eq!(refused.status(), 503, "never a 200 for what was not kept");
+    assert!(refused.headers().contains_key("retry-after"));
+    let ready = client
+        .get(sabi.url("/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), 503);
+    // Long enough for the worker to try its store and pause.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    cable.mend();
+    // Meta retries; now it is kept, and both messages are answered.
+    let start = Instant::now();
+    loop {
+        if post("wamid.down1").await.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the store never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let start = Instant::now();
+    loop {
+        let inbox = json_lines(dir.path(), &db.url, &["inbox", "--json"]);
+        if inbox.len() == 2 && inbox.iter().all(|i| i["state"] == "answered") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "not resumed: {inbox:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        sabi.logs().iter().any(|l| l.contains("claiming failed")),
+        "the worker paused and said so"
+    );
+}
