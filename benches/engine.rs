@@ -7,6 +7,9 @@
 //!   its handler's start (p50/p99) — the in-process wake-up at work;
 //! - store round trips per message (every store call counted, ingest included).
 //!
+//! Every figure comes for each backend in the same run: SQLite, then PostgreSQL (the local
+//! server, or `ENGINE_BENCH_POSTGRES`), each on a fresh store.
+//!
 //! `ENGINE_BENCH_CONVERSATIONS` changes the conversation count. Under `cargo test` it runs
 //! with 100 conversations, as a smoke check that the benchmark still works.
 
@@ -22,12 +25,13 @@ use sabi::domain::{
 };
 use sabi::store::{
     self, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Gauges,
-    HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, ReviewEntry,
+    HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, PgStore, Resolution, ReviewEntry,
     ReviewQuery, SendClaim, SendJob, SendResult, SqliteStore, Store, StoredItem, StoredQuarantine,
     TurnStats, TurnUsage,
 };
 use sabi::worker::policy::EnginePolicy;
 use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler, TurnOutcome};
+use sqlx::{Connection, PgConnection};
 use tokio_util::sync::CancellationToken;
 
 const MESSAGES_PER_CONVERSATION: usize = 3;
@@ -41,17 +45,65 @@ fn main() {
         .unwrap_or(if full { 10_000 } else { 100 });
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        println!("engine bench: {conversations} conversations x {MESSAGES_PER_CONVERSATION} messages, SQLite (fsync per commit), 5 turns at once");
-        backlog(conversations).await;
-        steady(conversations).await;
+        println!("engine bench: {conversations} conversations x {MESSAGES_PER_CONVERSATION} messages, 5 turns at once, durable commits");
+        let server = std::env::var("ENGINE_BENCH_POSTGRES")
+            .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432".to_owned());
+        for backend in [Backend::Sqlite, Backend::Postgres(server)] {
+            println!("-- {}", backend.name());
+            backlog(&backend, conversations).await;
+            steady(&backend, conversations).await;
+        }
     });
 }
 
-/// Everything stored first; then how fast the scheduler turns it over.
-async fn backlog(conversations: usize) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = CountingStore::open(dir.path()).await;
+/// Where the bench's store lives: a fresh SQLite file, or a fresh database on a server.
+enum Backend {
+    Sqlite,
+    Postgres(String),
+}
+
+impl Backend {
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::Sqlite => "SQLite (fsync per commit)",
+            Backend::Postgres(_) => "PostgreSQL (local server, synchronous_commit on)",
+        }
+    }
+}
+
+/// Keeps the bench's store alive, and drops it after.
+enum Place {
+    Dir(#[allow(dead_code)] tempfile::TempDir),
+    Database { server: String, name: String },
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if let Place::Database { server, name } = self {
+            let (server, name) = (server.clone(), name.clone());
+            let _ = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Runtime::new().expect("runtime");
+                runtime.block_on(async {
+                    if let Ok(mut admin) =
+                        PgConnection::connect(&format!("{server}/postgres")).await
+                    {
+                        let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                        let _ = sqlx::query(&sql).execute(&mut admin).await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+/// Everything stored first (timed: ingest throughput, 256 deliveries in flight); then how fast
+/// the scheduler turns it over.
+async fn backlog(backend: &Backend, conversations: usize) {
+    let (store, _place) = CountingStore::open(backend).await;
+    let ingest_started = Instant::now();
     ingest_all(&store, 0..conversations, 0).await;
+    let ingest_took = ingest_started.elapsed();
     let ingest_calls = store.calls();
     let (handler, scheduler) = scheduler_over(&store);
     let started = Instant::now();
@@ -64,6 +116,10 @@ async fn backlog(conversations: usize) {
     let engine_calls = store.calls() - ingest_calls;
     let messages = (conversations * MESSAGES_PER_CONVERSATION) as f64;
     println!(
+        "ingest: {:.0} deliveries/s (one message each, durable)",
+        messages / ingest_took.as_secs_f64()
+    );
+    println!(
         "backlog: {} turns in {:.2} s = {:.0} turns/s; store round trips per message: {:.2} (ingest {:.2}, engine {:.2})",
         conversations,
         elapsed.as_secs_f64(),
@@ -75,9 +131,8 @@ async fn backlog(conversations: usize) {
 }
 
 /// Conversations arrive at a fixed rate while the scheduler runs: the delay from due to start.
-async fn steady(conversations: usize) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = CountingStore::open(dir.path()).await;
+async fn steady(backend: &Backend, conversations: usize) {
+    let (store, _place) = CountingStore::open(backend).await;
     let (handler, scheduler) = scheduler_over(&store);
     let stop = CancellationToken::new();
     let run = tokio::spawn(scheduler.clone().run(stop.clone()));
@@ -252,21 +307,48 @@ impl TurnHandler for NoOp {
     }
 }
 
-/// The SQLite store, counting every call that reaches it.
+/// A store, counting every call that reaches it.
 struct CountingStore {
-    inner: SqliteStore,
+    inner: Box<dyn Store>,
     calls: AtomicU64,
 }
 
 impl CountingStore {
-    async fn open(dir: &std::path::Path) -> Arc<CountingStore> {
-        let inner = SqliteStore::open(&dir.join("bench.db"))
-            .await
-            .expect("store");
-        Arc::new(CountingStore {
+    async fn open(backend: &Backend) -> (Arc<CountingStore>, Place) {
+        let (inner, place): (Box<dyn Store>, Place) = match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let store = SqliteStore::open(&dir.path().join("bench.db"))
+                    .await
+                    .expect("store");
+                (Box::new(store), Place::Dir(dir))
+            }
+            Backend::Postgres(server) => {
+                let mut id = [0u8; 6];
+                getrandom::fill(&mut id).expect("random");
+                let name = format!("sabi_bench_{}", hex::encode(id));
+                let mut admin = PgConnection::connect(&format!("{server}/postgres"))
+                    .await
+                    .expect("the PostgreSQL server is reachable (ENGINE_BENCH_POSTGRES)");
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut admin)
+                    .await
+                    .expect("create database");
+                let store = PgStore::open(&format!("{server}/{name}"))
+                    .await
+                    .expect("store");
+                let place = Place::Database {
+                    server: server.clone(),
+                    name,
+                };
+                (Box::new(store), place)
+            }
+        };
+        let store = Arc::new(CountingStore {
             inner,
             calls: AtomicU64::new(0),
-        })
+        });
+        (store, place)
     }
 
     fn calls(&self) -> u64 {
