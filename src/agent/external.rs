@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::domain::{Batch, ReplyPart};
 use crate::ingress::whatsapp::sign;
 use crate::router::Router;
-use crate::store::{Speaker, Store, TurnUsage};
+use crate::store::{Store, TurnUsage};
 use crate::worker::{TurnError, TurnHandler, TurnOutcome};
 
 /// The header carrying the signature of `<timestamp>.<body>`.
@@ -94,11 +94,7 @@ impl ExternalAgent {
                 "sent_at_ms": m.sent_at_ms(),
             })).collect::<Vec<_>>(),
             "history": history.iter().map(|h| json!({
-                "speaker": match h.speaker {
-                    Speaker::Customer => "customer",
-                    Speaker::Business => "business",
-                    Speaker::Note => "note",
-                },
+                "speaker": h.speaker.as_str(),
                 "text": h.text,
                 "at_ms": h.at_ms,
             })).collect::<Vec<_>>(),

@@ -25,7 +25,7 @@ use subtle::ConstantTimeEq;
 
 use super::AppState;
 use crate::http::ApiError;
-use crate::store::{ConversationView, Resolution, ReviewEntry, ReviewQuery, Speaker};
+use crate::store::{ConversationView, Resolution, ReviewEntry, ReviewQuery};
 
 /// History turns shown with a review item or a conversation.
 const TURNS_SHOWN: usize = 50;
@@ -236,11 +236,7 @@ pub fn conversation_json(view: &ConversationView) -> Value {
         "customer": c.customer,
         "last_inbound_at_ms": view.last_inbound_at_ms,
         "history": view.history.iter().map(|h| json!({
-            "speaker": match h.speaker {
-                Speaker::Customer => "customer",
-                Speaker::Business => "business",
-                Speaker::Note => "note",
-            },
+            "speaker": h.speaker.as_str(),
             "text": h.text,
             "at_ms": h.at_ms,
         })).collect::<Vec<_>>(),

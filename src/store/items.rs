@@ -77,3 +77,18 @@ pub(crate) fn status_of(state: &str) -> JobStatus {
 /// The largest queue position reported: past it the exact figure tells a person nothing more,
 /// and counting further would cost every poll a longer scan.
 pub(crate) const POSITION_CAP: i64 = 10_000;
+
+/// Reply parts that still hold their recipient's queue (as an SQL list).
+pub(crate) const UNSETTLED: &str = "('queued', 'sending', 'unknown', 'window_closed')";
+
+/// Meta's delivery statuses only move forward: a late `sent` never hides a `read`. `failed`
+/// overrides only `sent` (Meta may accept, then fail to deliver).
+pub(crate) fn delivery_rank(status: &str) -> u8 {
+    match status {
+        "sent" => 1,
+        "failed" => 2,
+        "delivered" => 3,
+        "read" | "played" => 4,
+        _ => 0,
+    }
+}

@@ -286,6 +286,16 @@ pub enum Speaker {
     Note,
 }
 
+impl Speaker {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Speaker::Customer => "customer",
+            Speaker::Business => "business",
+            Speaker::Note => "note",
+        }
+    }
+}
+
 /// One line of a conversation's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryEntry {

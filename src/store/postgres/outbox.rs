@@ -8,12 +8,10 @@ use sqlx::{PgConnection, PgPool, Row};
 use super::ingest::channel;
 use super::{limit, unavailable};
 use crate::domain::{ConversationKey, InboundItem, ReviewReason};
+use crate::store::items::{UNSETTLED, delivery_rank};
 use crate::store::{
     Error, OutboxEntry, Result, SendClaim, SendJob, SendResult, WINDOW_CLOSED, parse_send_callback,
 };
-
-/// Parts that still hold their recipient's queue.
-const UNSETTLED: &str = "('queued', 'sending', 'unknown', 'window_closed')";
 
 pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Vec<SendJob>> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
@@ -370,7 +368,7 @@ pub(super) async fn reconcile_status(
         }
         _ => {}
     }
-    if rank(status) <= delivery.as_deref().map_or(0, rank) {
+    if delivery_rank(status) <= delivery.as_deref().map_or(0, delivery_rank) {
         return Ok(());
     }
     sqlx::query("UPDATE outbox SET delivery = $2, updated_at = $3 WHERE id = $1")
@@ -441,17 +439,6 @@ async fn find_sent(
     .fetch_optional(&mut *conn)
     .await
     .map_err(unavailable)
-}
-
-/// Statuses only move forward (the SQLite backend's ranks).
-fn rank(status: &str) -> u8 {
-    match status {
-        "sent" => 1,
-        "failed" => 2,
-        "delivered" => 3,
-        "read" | "played" => 4,
-        _ => 0,
-    }
 }
 
 pub(super) async fn next_send_due(pool: &PgPool, skip: &[String]) -> Result<Option<i64>> {

@@ -11,12 +11,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::turns::execute;
 use super::{limit_param, unavailable};
 use crate::domain::{ConversationKey, ReviewReason};
+use crate::store::items::{UNSETTLED, delivery_rank};
 use crate::store::{
     Error, OutboxEntry, Result, SendClaim, SendJob, SendResult, WINDOW_CLOSED, parse_send_callback,
 };
-
-/// Parts that still hold their recipient's queue.
-const UNSETTLED: &str = "('queued', 'sending', 'unknown', 'window_closed')";
 
 pub(super) fn claim_sends(conn: &Connection, claim: &SendClaim) -> Result<Vec<SendJob>> {
     settle_lapsed(conn, claim)?;
@@ -306,7 +304,7 @@ pub(super) fn reconcile(conn: &Connection, update: StatusUpdate<'_>, now: i64) -
         )?,
         _ => {}
     }
-    if rank(update.status) <= delivery.as_deref().map_or(0, rank) {
+    if delivery_rank(update.status) <= delivery.as_deref().map_or(0, delivery_rank) {
         return Ok(());
     }
     execute(
@@ -365,18 +363,6 @@ fn find_sent(conn: &Connection, update: StatusUpdate<'_>) -> Result<Option<SentR
     )
     .and_then(|mut s| s.query_row(params![id, attempt], row).optional())
     .map_err(unavailable)
-}
-
-/// Statuses only move forward: a late `sent` never hides a `read`. `failed` overrides only
-/// `sent` (Meta may accept, then fail to deliver).
-fn rank(status: &str) -> u8 {
-    match status {
-        "sent" => 1,
-        "failed" => 2,
-        "delivered" => 3,
-        "read" | "played" => 4,
-        _ => 0,
-    }
 }
 
 pub(super) fn next_send_due(conn: &Connection, skip: &[String]) -> Result<Option<i64>> {
