@@ -1,5 +1,6 @@
-//! `sabi check`: is this configuration ready to run? It reaches the store, the Graph API and
-//! the LLM with the configured credentials and says what is wrong in plain words.
+//! `sabi check`: is this configuration ready to run? It looks at the store (without creating or
+//! migrating it), and reaches the Graph API and the LLM with the configured credentials, saying
+//! what is wrong in plain words.
 
 use std::time::Duration;
 
@@ -36,13 +37,11 @@ pub async fn run(config: &Config) -> Vec<Finding> {
     findings
 }
 
+/// Looks without touching: a check against a live store never creates or migrates it.
 async fn check_store(config: &Config) -> Finding {
-    match store::open(&config.store).await {
-        Err(e) => finding("store", false, format!("cannot open it: {e}")),
-        Ok(store) => match store.ready().await {
-            Ok(()) => finding("store", true, "reachable, schema current"),
-            Err(e) => finding("store", false, format!("not ready: {e}")),
-        },
+    match store::probe(&config.store).await {
+        Ok(says) => finding("store", true, says),
+        Err(e) => finding("store", false, e.to_string()),
     }
 }
 

@@ -537,6 +537,18 @@ pub trait Store: Send + Sync + 'static {
     async fn chat_session_recent(&self, session_id: &str, since_ms: i64) -> Result<u64>;
 }
 
+/// Looks at the configured backend without changing it (no file created, no migration):
+/// what a `sabi check` may do against a live store.
+///
+/// # Errors
+/// When it cannot be reached, does not exist yet, or its schema is not this build's.
+pub async fn probe(config: &StoreConfig) -> Result<String> {
+    match config {
+        StoreConfig::Sqlite { path } => sqlite::probe(path).await,
+        StoreConfig::Postgres { url } => postgres::probe(url).await,
+    }
+}
+
 /// Opens the configured backend, creating and migrating it when needed.
 ///
 /// # Errors

@@ -109,6 +109,14 @@ async fn check_reaches_the_store_the_graph_api_and_the_llm() {
         ("SABI_LLM_BASE_URL", llm_base.as_str()),
         ("SABI_LLM_MODEL", "fake-model"),
     ];
+    // A check never creates the store: none yet is a failure, said plainly.
+    let (ok, out) = sabi_output(dir.path(), &["check"], &env).await;
+    assert!(!ok && out.contains("no database at"), "{out}");
+    assert!(
+        !dir.path().join("sabi.db").exists(),
+        "the check created nothing"
+    );
+    sabi_output(dir.path(), &["inbox"], &env).await; // opens (creates) the store
     let (ok, out) = sabi_output(dir.path(), &["check"], &env).await;
     assert!(ok, "{out}");
     assert!(

@@ -55,6 +55,33 @@ impl PgStore {
     }
 }
 
+/// The database's schema version, read-only: nothing is created.
+pub(super) async fn probe(url: &str) -> Result<String> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .map_err(unavailable)?;
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('sabi_schema') IS NOT NULL")
+        .fetch_one(&mut conn)
+        .await
+        .map_err(unavailable)?;
+    if !exists {
+        return Err(Error::Schema(
+            "the database has no Sabi schema yet (`sabi serve` creates it)".into(),
+        ));
+    }
+    let version: Option<i32> = sqlx::query_scalar("SELECT max(version) FROM sabi_schema")
+        .fetch_one(&mut conn)
+        .await
+        .map_err(unavailable)?;
+    match version {
+        Some(VERSION) => Ok("reachable, schema current".into()),
+        other => Err(Error::Schema(format!(
+            "schema version {other:?}; this build expects {VERSION}"
+        ))),
+    }
+}
+
 async fn migrate(pool: &PgPool) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")

@@ -159,6 +159,39 @@ fn apply_migrations(conn: &Connection) -> Result<()> {
         .map_err(unavailable)
 }
 
+/// The schema version of the file at `path`, read-only: nothing is created or migrated.
+pub(super) async fn probe(path: &Path) -> Result<String> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        if !path.exists() {
+            return Err(Error::Unavailable(format!(
+                "no database at {} yet (`sabi serve` creates it)",
+                path.display()
+            )));
+        }
+        let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(unavailable)?;
+        let version: usize = conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(unavailable)?;
+        match version.cmp(&MIGRATIONS.len()) {
+            std::cmp::Ordering::Equal => Ok(format!("{}: schema current", path.display())),
+            std::cmp::Ordering::Less => Err(Error::Schema(format!(
+                "{}: schema version {version}; this build migrates it to {} at start",
+                path.display(),
+                MIGRATIONS.len()
+            ))),
+            std::cmp::Ordering::Greater => Err(Error::Schema(format!(
+                "{}: schema version {version} is newer than this build's {}",
+                path.display(),
+                MIGRATIONS.len()
+            ))),
+        }
+    })
+    .await
+    .map_err(|e| Error::Unavailable(e.to_string()))?
+}
+
 /// A row limit as SQLite takes it (`usize::MAX` is "no limit").
 fn limit_param(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
