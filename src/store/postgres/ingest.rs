@@ -67,14 +67,8 @@ async fn ingest_in(
             let sent_at = item.provider_ts.map_or(delivery.received_at_ms, |s| {
                 s.saturating_mul(1000).min(delivery.received_at_ms)
             });
-            let (conversation, due) = schedule(conn, key, delivery, sent_at).await?;
+            let due = schedule(conn, key, delivery, sent_at, seq).await?;
             receipt.earliest_due_ms = Some(receipt.earliest_due_ms.map_or(due, |d| d.min(due)));
-            sqlx::query("UPDATE inbox SET conversation_id = $2 WHERE seq = $1")
-                .bind(seq)
-                .bind(conversation)
-                .execute(&mut *conn)
-                .await
-                .map_err(unavailable)?;
         }
         if item.kind == ItemKind::Status {
             outbox::reconcile_status(conn, item, delivery.received_at_ms).await?;
@@ -112,24 +106,29 @@ async fn count_redelivery(
     Ok(())
 }
 
-/// Due one window after the latest message, never later than the cap after the first.
+/// Due one window after the latest message, never later than the cap after the first; the
+/// message (`seq`) joins the conversation in the same statement.
 async fn schedule(
     conn: &mut PgConnection,
     key: &ConversationKey,
     delivery: &Ingest,
     sent_at: i64,
-) -> Result<(i64, i64)> {
-    let row = sqlx::query(
-        "INSERT INTO conversations (channel, business, customer, first_pending_at, last_pending_at,
-                                    due_at, last_inbound_at)
-         VALUES ($1, $2, $3, $4, $4, $4 + LEAST($5, $6), $7)
-         ON CONFLICT (channel, business, customer) DO UPDATE SET
-             first_pending_at = COALESCE(conversations.first_pending_at, EXCLUDED.first_pending_at),
-             last_pending_at = EXCLUDED.last_pending_at,
-             due_at = LEAST(EXCLUDED.last_pending_at + $5,
-                            COALESCE(conversations.first_pending_at, EXCLUDED.first_pending_at) + $6),
-             last_inbound_at = GREATEST(COALESCE(conversations.last_inbound_at, 0), EXCLUDED.last_inbound_at)
-         RETURNING id, due_at",
+    seq: i64,
+) -> Result<i64> {
+    sqlx::query_scalar(
+        "WITH conversation AS (
+             INSERT INTO conversations (channel, business, customer, first_pending_at,
+                                        last_pending_at, due_at, last_inbound_at)
+             VALUES ($1, $2, $3, $4, $4, $4 + LEAST($5, $6), $7)
+             ON CONFLICT (channel, business, customer) DO UPDATE SET
+                 first_pending_at = COALESCE(conversations.first_pending_at, EXCLUDED.first_pending_at),
+                 last_pending_at = EXCLUDED.last_pending_at,
+                 due_at = LEAST(EXCLUDED.last_pending_at + $5,
+                                COALESCE(conversations.first_pending_at, EXCLUDED.first_pending_at) + $6),
+                 last_inbound_at = GREATEST(COALESCE(conversations.last_inbound_at, 0), EXCLUDED.last_inbound_at)
+             RETURNING id, due_at)
+         UPDATE inbox SET conversation_id = conversation.id FROM conversation
+         WHERE inbox.seq = $8 RETURNING conversation.due_at",
     )
     .bind(key.channel.as_str())
     .bind(&key.business)
@@ -138,10 +137,10 @@ async fn schedule(
     .bind(delivery.policy.window_ms)
     .bind(delivery.policy.cap_ms)
     .bind(sent_at)
+    .bind(seq)
     .fetch_one(&mut *conn)
     .await
-    .map_err(unavailable)?;
-    Ok((row.get(0), row.get(1)))
+    .map_err(unavailable)
 }
 
 async fn keep_quarantined(conn: &mut PgConnection, q: &Quarantined, at: i64) -> Result<usize> {
