@@ -78,12 +78,24 @@ async fn open_batches(
     for row in due {
         let (conversation, due_at, requeued): (i64, i64, bool) =
             (row.get(0), row.get(1), row.get(2));
+        // The batch, its messages and the conversation's open batch, in one statement.
         let batch: i64 = sqlx::query_scalar(
-            "INSERT INTO batches (conversation_id, state, token, attempts, lease_until, due_at,
-                                  created_at, started_at, requeued)
-             VALUES ($1, 'running', 1, 1, $2, $3, $4,
-                     GREATEST($4, (SELECT max(finished_at) FROM batches WHERE conversation_id = $1)),
-                     $5) RETURNING id",
+            "WITH batch AS (
+                 INSERT INTO batches (conversation_id, state, token, attempts, lease_until, due_at,
+                                      created_at, started_at, requeued)
+                 VALUES ($1, 'running', 1, 1, $2, $3, $4,
+                         GREATEST($4, (SELECT max(finished_at) FROM batches WHERE conversation_id = $1)),
+                         $5)
+                 RETURNING id),
+             messages AS (
+                 UPDATE inbox SET state = 'batched', batch_id = (SELECT id FROM batch)
+                 WHERE conversation_id = $1 AND state = 'pending'),
+             opened AS (
+                 UPDATE conversations SET open_batch_id = (SELECT id FROM batch),
+                        first_pending_at = NULL, last_pending_at = NULL, due_at = NULL,
+                        requeued = false
+                 WHERE id = $1)
+             SELECT id FROM batch",
         )
         .bind(conversation)
         .bind(now + lease)
@@ -91,25 +103,6 @@ async fn open_batches(
         .bind(now)
         .bind(requeued)
         .fetch_one(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-        sqlx::query(
-            "UPDATE inbox SET state = 'batched', batch_id = $1
-             WHERE conversation_id = $2 AND state = 'pending'",
-        )
-        .bind(batch)
-        .bind(conversation)
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-        sqlx::query(
-            "UPDATE conversations SET open_batch_id = $1, first_pending_at = NULL,
-                    last_pending_at = NULL, due_at = NULL, requeued = false
-             WHERE id = $2",
-        )
-        .bind(batch)
-        .bind(conversation)
-        .execute(&mut *conn)
         .await
         .map_err(unavailable)?;
         claims.push(Claim {
@@ -303,7 +296,7 @@ async fn to_review(
     close(conn, batch, conversation, now, "review", "review").await
 }
 
-/// Ends a batch for good and lets its conversation's next batch be claimed.
+/// Ends a batch for good and lets its conversation's next batch be claimed, in one statement.
 async fn close(
     conn: &mut PgConnection,
     batch: i64,
@@ -313,29 +306,21 @@ async fn close(
     messages: &str,
 ) -> Result<()> {
     sqlx::query(
-        "UPDATE batches SET state = $2, lease_until = NULL, finished_at = $3 WHERE id = $1",
+        "WITH ended AS (
+             UPDATE batches SET state = $2, lease_until = NULL, finished_at = $3 WHERE id = $1),
+         answered AS (
+             UPDATE inbox SET state = $4 WHERE batch_id = $1)
+         UPDATE conversations SET open_batch_id = NULL WHERE id = $5 AND open_batch_id = $1",
     )
     .bind(batch)
     .bind(state)
     .bind(now)
-    .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
-    sqlx::query("UPDATE inbox SET state = $2 WHERE batch_id = $1")
-        .bind(batch)
-        .bind(messages)
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-    sqlx::query(
-        "UPDATE conversations SET open_batch_id = NULL WHERE id = $1 AND open_batch_id = $2",
-    )
+    .bind(messages)
     .bind(conversation)
-    .bind(batch)
     .execute(&mut *conn)
     .await
-    .map_err(unavailable)?;
-    Ok(())
+    .map(drop)
+    .map_err(unavailable)
 }
 
 /// `UPDATE ... WHERE id = $1` with one more value.
