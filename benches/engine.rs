@@ -10,7 +10,8 @@
 //! Every figure comes for each backend in the same run: SQLite, then PostgreSQL (the local
 //! server, or `ENGINE_BENCH_POSTGRES`), each on a fresh store.
 //!
-//! `ENGINE_BENCH_CONVERSATIONS` changes the conversation count. Under `cargo test` it runs
+//! `ENGINE_BENCH_CONVERSATIONS` changes the conversation count, `ENGINE_BENCH_RATE` the steady
+//! arrival rate (1,000 conversations/s). Under `cargo test` it runs
 //! with 100 conversations, as a smoke check that the benchmark still works.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -136,7 +137,11 @@ async fn steady(backend: &Backend, conversations: usize) {
     let (handler, scheduler) = scheduler_over(&store);
     let stop = CancellationToken::new();
     let run = tokio::spawn(scheduler.clone().run(stop.clone()));
-    let rate = 1_000.0; // conversations per second
+    // New conversations per second.
+    let rate: f64 = std::env::var("ENGINE_BENCH_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000.0);
     let window_ms = 50;
     let started = Instant::now();
     let mut senders = tokio::task::JoinSet::new();
