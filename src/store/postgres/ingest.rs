@@ -30,7 +30,8 @@ async fn ingest_in(
     encoded: &[Encoded],
 ) -> Result<IngestReceipt> {
     let mut receipt = IngestReceipt::default();
-    for (item, Encoded { facts, hash }) in delivery.items.iter().zip(encoded) {
+    for index in lock_order(&delivery.items) {
+        let (item, Encoded { facts, hash }) = (&delivery.items[index], &encoded[index]);
         let state = match (item.kind, &item.turn) {
             (ItemKind::Message, Some(_)) => "pending",
             (ItemKind::Message, None) => "skipped",
@@ -78,6 +79,23 @@ async fn ingest_in(
         receipt.quarantined += keep_quarantined(conn, q, delivery.received_at_ms).await?;
     }
     Ok(receipt)
+}
+
+/// The order a delivery's items are stored in, so that concurrent transactions take row locks
+/// in one order and cannot deadlock: statuses first (they lock reply parts, and a sender locks a
+/// part before its conversation), then messages by conversation. A conversation's own messages
+/// keep their order, so arrival order still breaks ties within it.
+fn lock_order(items: &[InboundItem]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&i| {
+        let item = &items[i];
+        let conversation = item
+            .turn
+            .as_ref()
+            .map(|k| (k.channel.as_str(), k.business.as_str(), k.customer.as_str()));
+        (item.kind != ItemKind::Status, conversation)
+    });
+    order
 }
 
 async fn count_redelivery(

@@ -120,7 +120,38 @@ async fn migrate(pool: &PgPool) -> Result<()> {
 }
 
 pub(super) fn unavailable(e: sqlx::Error) -> Error {
-    Error::Unavailable(e.to_string())
+    let conflict = e
+        .as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|code| code == "40P01" || code == "40001");
+    if conflict {
+        Error::Unavailable(format!("{CONFLICT}{e}"))
+    } else {
+        Error::Unavailable(e.to_string())
+    }
+}
+
+/// How an error from a deadlock or a serialization failure starts: nothing was written, and the
+/// same transaction may simply run again.
+const CONFLICT: &str = "transaction conflict, retried: ";
+
+/// Runs a transaction again when PostgreSQL aborted it for a deadlock (transactions of several
+/// nodes may lock the same rows in other orders), up to a few times.
+async fn retrying<T, F, Fut>(mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match op().await {
+            Err(Error::Unavailable(why)) if why.starts_with(CONFLICT) && tries < 3 => {
+                tries += 1;
+                tracing::debug!(tries, "store transaction conflict; running it again");
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 /// Row limits as PostgreSQL takes them.
@@ -131,7 +162,7 @@ fn limit(n: Option<usize>) -> i64 {
 #[async_trait]
 impl Store for PgStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
-        ingest::ingest(&self.pool, &delivery).await
+        retrying(|| ingest::ingest(&self.pool, &delivery)).await
     }
 
     async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {
@@ -156,7 +187,7 @@ impl Store for PgStore {
     }
 
     async fn claim(&self, now_ms: i64, lease_ms: i64, limit: usize) -> Result<Vec<Claim>> {
-        turns::claim(&self.pool, now_ms, lease_ms, limit).await
+        retrying(|| turns::claim(&self.pool, now_ms, lease_ms, limit)).await
     }
 
     async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()> {
@@ -170,7 +201,7 @@ impl Store for PgStore {
         now_ms: i64,
         ending: Ending,
     ) -> Result<()> {
-        turns::finish(&self.pool, batch, token, now_ms, &ending).await
+        retrying(|| turns::finish(&self.pool, batch, token, now_ms, &ending)).await
     }
 
     async fn next_due(&self) -> Result<Option<i64>> {
@@ -182,7 +213,7 @@ impl Store for PgStore {
     }
 
     async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
-        outbox::claim_sends(&self.pool, &claim).await
+        retrying(|| outbox::claim_sends(&self.pool, &claim)).await
     }
 
     async fn record_send(
@@ -192,7 +223,7 @@ impl Store for PgStore {
         now_ms: i64,
         result: SendResult,
     ) -> Result<()> {
-        outbox::record_send(&self.pool, id, attempt, now_ms, &result).await
+        retrying(|| outbox::record_send(&self.pool, id, attempt, now_ms, &result)).await
     }
 
     async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>> {
@@ -224,7 +255,7 @@ impl Store for PgStore {
     }
 
     async fn resolve_review(&self, id: i64, now_ms: i64, resolution: Resolution) -> Result<()> {
-        review::resolve(&self.pool, id, now_ms, &resolution).await
+        retrying(|| review::resolve(&self.pool, id, now_ms, &resolution)).await
     }
 
     async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>> {
@@ -236,7 +267,7 @@ impl Store for PgStore {
     }
 
     async fn submit_chat(&self, submission: ChatSubmission) -> Result<ChatReceipt> {
-        ingest::submit_chat(&self.pool, &submission).await
+        retrying(|| ingest::submit_chat(&self.pool, &submission)).await
     }
 
     async fn chat_job_for_message(

@@ -73,18 +73,16 @@ pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Vec<
 /// Sends whose lease lapsed may have reached Meta: unknown (or accepted, when a status webhook
 /// named them meanwhile). Unknown ones past their wait go to review.
 async fn settle_lapsed(conn: &mut PgConnection, claim: &SendClaim) -> Result<()> {
+    // One statement: a status webhook noting Meta's id between two statements would
+    // otherwise leave an accepted send marked unknown.
     sqlx::query(
-        "UPDATE outbox SET state = 'accepted', sent_at = COALESCE(sent_at, $1), send_until = NULL,
-                updated_at = $1
-         WHERE state = 'sending' AND send_until <= $1 AND wamid IS NOT NULL",
-    )
-    .bind(claim.now_ms)
-    .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
-    sqlx::query(
-        "UPDATE outbox SET state = 'unknown', send_until = $1 + $2, updated_at = $1,
-                error = COALESCE(error, 'the sender stopped while sending')
+        "UPDATE outbox SET
+             state = CASE WHEN wamid IS NOT NULL THEN 'accepted' ELSE 'unknown' END,
+             sent_at = CASE WHEN wamid IS NOT NULL THEN COALESCE(sent_at, $1) ELSE sent_at END,
+             send_until = CASE WHEN wamid IS NOT NULL THEN NULL ELSE $1 + $2 END,
+             error = CASE WHEN wamid IS NOT NULL THEN error
+                          ELSE COALESCE(error, 'the sender stopped while sending') END,
+             updated_at = $1
          WHERE state = 'sending' AND send_until <= $1",
     )
     .bind(claim.now_ms)
@@ -429,13 +427,16 @@ async fn find_sent(
     let Some((id, attempt)) = callback.and_then(parse_send_callback) else {
         return Ok(None);
     };
+    // `wamid = $3` too: a sender recording this very id may commit while we wait on the row.
     sqlx::query(
         "SELECT id, batch_id, state, kind, delivery FROM outbox
-         WHERE id = $1 AND attempts = $2 AND wamid IS NULL AND state IN ('sending', 'unknown')
+         WHERE id = $1 AND attempts = $2 AND (wamid IS NULL OR wamid = $3)
+           AND state IN ('sending', 'unknown', 'accepted')
          FOR UPDATE",
     )
     .bind(id)
     .bind(i32::try_from(attempt).unwrap_or(i32::MAX))
+    .bind(wamid)
     .fetch_optional(&mut *conn)
     .await
     .map_err(unavailable)

@@ -4,7 +4,7 @@
 use sqlx::{PgConnection, PgPool, Row};
 
 use super::ingest::channel;
-use super::turns::{conversation_history, load_batch};
+use super::turns::{conversation_history, load_batch, lock_conversation};
 use super::{limit, unavailable};
 use crate::domain::ConversationKey;
 use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
@@ -114,6 +114,13 @@ async fn person_reply(
     text: &str,
     sandbox: bool,
 ) -> Result<()> {
+    let conversation: i64 = sqlx::query_scalar("SELECT conversation_id FROM batches WHERE id = $1")
+        .bind(batch)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    // Also orders two people's replies to one batch: the second numbers its part after the first.
+    lock_conversation(conn, conversation).await?;
     sqlx::query(
         "UPDATE inbox SET state = 'answered' WHERE batch_id = $1 AND channel = 'webchat' AND kind = 'message'",
     )

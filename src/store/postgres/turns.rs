@@ -242,6 +242,7 @@ async fn write_reply(
     parts: &[ReplyPart],
     sandbox: bool,
 ) -> Result<()> {
+    lock_conversation(conn, conversation).await?;
     for (index, part) in parts.iter().enumerate() {
         let options = (!part.options.is_empty())
             .then(|| serde_json::to_string(&part.options).unwrap_or_default());
@@ -267,6 +268,17 @@ async fn write_reply(
         .map_err(unavailable)?;
     }
     Ok(())
+}
+
+/// Reply parts get their ids (the head-of-line order) under the conversation's row lock, so
+/// per conversation the ids follow commit order, whichever node writes them.
+pub(super) async fn lock_conversation(conn: &mut PgConnection, conversation: i64) -> Result<()> {
+    sqlx::query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE")
+        .bind(conversation)
+        .execute(&mut *conn)
+        .await
+        .map(drop)
+        .map_err(unavailable)
 }
 
 async fn to_review(
