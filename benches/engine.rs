@@ -429,6 +429,15 @@ impl Store for CountingStore {
         self.count();
         self.inner.record_send(id, attempt, now_ms, result).await
     }
+    async fn set_transcript(
+        &self,
+        channel: Channel,
+        external_id: &str,
+        text: &str,
+    ) -> store::Result<()> {
+        self.count();
+        self.inner.set_transcript(channel, external_id, text).await
+    }
     async fn set_stage(&self, batch: i64, stage: &str) -> store::Result<()> {
         self.count();
         self.inner.set_stage(batch, stage).await

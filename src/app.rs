@@ -99,7 +99,7 @@ fn default_handler(
         )),
         _ => None,
     };
-    Ok(VoiceNotes::new(handler, hearing)?)
+    Ok(VoiceNotes::new(handler, store.clone(), hearing)?)
 }
 
 /// The agent: an external one, or the built-in LLM agent, when either is configured.

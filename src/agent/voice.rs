@@ -18,6 +18,7 @@ use futures_util::future::join_all;
 
 use crate::domain::{Batch, BatchMessage, ReplyPart};
 use crate::sender::graph::Graph;
+use crate::store::Store;
 use crate::worker::{TurnError, TurnHandler, TurnOutcome};
 
 /// What the customer is told when their voice note could not be transcribed.
@@ -39,6 +40,8 @@ const UNHEARD: &str = "[a voice note that could not be transcribed]";
 
 pub struct VoiceNotes {
     inner: Arc<dyn TurnHandler>,
+    /// Where transcripts are kept, as the notes' text.
+    store: Arc<dyn Store>,
     /// Without a Graph client (sandbox mode) or a transcriber, no note can be heard.
     hearing: Option<(Graph, Transcriber)>,
     http: reqwest::Client,
@@ -49,6 +52,7 @@ impl VoiceNotes {
     /// When the HTTP client cannot be built.
     pub fn new(
         inner: Arc<dyn TurnHandler>,
+        store: Arc<dyn Store>,
         hearing: Option<(Graph, Transcriber)>,
     ) -> reqwest::Result<Arc<VoiceNotes>> {
         let timeout = hearing
@@ -57,6 +61,7 @@ impl VoiceNotes {
         let http = reqwest::Client::builder().timeout(timeout).build()?;
         Ok(Arc::new(VoiceNotes {
             inner,
+            store,
             hearing,
             http,
         }))
@@ -131,7 +136,16 @@ impl TurnHandler for VoiceNotes {
         let mut unheard = 0;
         for (message, transcript) in notes.into_iter().zip(transcripts) {
             match transcript {
-                Ok(text) => message.text = Some(text),
+                Ok(text) => {
+                    let kept = self
+                        .store
+                        .set_transcript(batch.conversation.channel, &message.external_id, &text)
+                        .await;
+                    if let Err(e) = kept {
+                        tracing::warn!(error.message = %e, "could not keep a transcript");
+                    }
+                    message.text = Some(text);
+                }
                 Err(e) => {
                     tracing::warn!(batch = batch.id, error.message = %e, "voice note not transcribed");
                     message.text = Some(UNHEARD.into());

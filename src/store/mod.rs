@@ -486,6 +486,10 @@ pub trait Store: Send + Sync + 'static {
     /// customer's messages, the replies, and hand-off notes, oldest first.
     async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>>;
 
+    /// Keeps the transcript of a voice note as the message's text (only where it has none), so
+    /// history and people read what was said.
+    async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()>;
+
     /// Records what a running turn is doing now ("looking it up"); shown by the web chat.
     async fn set_stage(&self, batch: i64, stage: &str) -> Result<()>;
 

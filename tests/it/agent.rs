@@ -290,6 +290,16 @@ async fn a_voice_note_is_downloaded_transcribed_routed_and_answered() {
         llm.completions().is_empty(),
         "the router answered it locally"
     );
+    let stored = app.inbox().await;
+    let note = stored
+        .iter()
+        .find(|i| i.item.dedupe_key == "wamid.v1")
+        .expect("the note");
+    assert_eq!(
+        note.item.text.as_deref(),
+        Some("Abeg wetin be my account balance?"),
+        "the transcript is kept for history and people"
+    );
 
     // A voice note that cannot be fetched gets a kind answer, not silence.
     assert_eq!(

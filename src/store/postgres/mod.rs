@@ -26,7 +26,7 @@ use super::{
     ReviewQuery, SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, TurnStats,
     TurnUsage,
 };
-use crate::domain::{Claim, LeaseToken};
+use crate::domain::{Channel, Claim, LeaseToken};
 
 const SCHEMA: &str = include_str!("schema.sql");
 /// The schema version this build writes and expects.
@@ -232,6 +232,19 @@ impl Store for PgStore {
 
     async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
         turns::history(&self.pool, batch, turns).await
+    }
+
+    async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE inbox SET text = $3 WHERE channel = $1 AND dedupe_key = $2 AND text IS NULL",
+        )
+        .bind(channel.as_str())
+        .bind(external_id)
+        .bind(text)
+        .execute(&self.pool)
+        .await
+        .map(drop)
+        .map_err(unavailable)
     }
 
     async fn set_stage(&self, batch: i64, stage: &str) -> Result<()> {

@@ -253,6 +253,20 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()> {
+        let (id, text) = (external_id.to_owned(), text.to_owned());
+        self.writer
+            .write(move |conn| {
+                conn.prepare_cached(
+                    "UPDATE inbox SET text = ?3 WHERE channel = ?1 AND dedupe_key = ?2 AND text IS NULL",
+                )
+                .and_then(|mut s| s.execute(params![channel.as_str(), id, text]))
+                .map(drop)
+                .map_err(unavailable)
+            })
+            .await
+    }
+
     async fn set_stage(&self, batch: i64, stage: &str) -> Result<()> {
         let stage = stage.to_owned();
         self.writer
