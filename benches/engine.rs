@@ -72,15 +72,15 @@ impl Backend {
     }
 }
 
-/// Keeps the bench's store alive, and drops it after.
-enum Place {
-    Dir(#[allow(dead_code)] tempfile::TempDir),
-    Database { server: String, name: String },
+/// Keeps the bench's store alive (its directory), and drops its database after.
+struct Place {
+    _dir: Option<tempfile::TempDir>,
+    database: Option<(String, String)>,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        if let Place::Database { server, name } = self {
+        if let Some((server, name)) = &self.database {
             let (server, name) = (server.clone(), name.clone());
             let _ = std::thread::spawn(move || {
                 let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -326,7 +326,11 @@ impl CountingStore {
                 let store = SqliteStore::open(&dir.path().join("bench.db"))
                     .await
                     .expect("store");
-                (Box::new(store), Place::Dir(dir))
+                let place = Place {
+                    _dir: Some(dir),
+                    database: None,
+                };
+                (Box::new(store), place)
             }
             Backend::Postgres(server) => {
                 let mut id = [0u8; 6];
@@ -342,9 +346,9 @@ impl CountingStore {
                 let store = PgStore::open(&format!("{server}/{name}"))
                     .await
                     .expect("store");
-                let place = Place::Database {
-                    server: server.clone(),
-                    name,
+                let place = Place {
+                    _dir: None,
+                    database: Some((server.clone(), name)),
                 };
                 (Box::new(store), place)
             }

@@ -25,7 +25,8 @@
 //!   commented example; [`check`] reaches what it names.
 //! - [`ingress`]: the HTTP edge (webhook, web chat, health, metrics, the admin API and review
 //!   desk); nothing slow happens there.
-//! - [`store`]: the only place state lives; SQLite embedded by default.
+//! - [`store`]: the only place state lives; SQLite embedded by default, PostgreSQL for several
+//!   nodes.
 //! - [`agent`]: the LLM agent with tools and stored history; voice notes to text.
 //! - [`router`]: Pidgin-aware intent routing: patterns, a classifier, fallback to the agent.
 //! - [`sender`]: the Graph API client and the outbox's delivery: pacing, retries, the window.
