@@ -491,7 +491,7 @@ impl Store for CountingStore {
         self.count();
         self.inner.gauges(now_ms).await
     }
-    async fn submit_chat(&self, submission: ChatSubmission) -> store::Result<ChatReceipt> {
+    async fn submit_chat(&self, submission: ChatSubmission) -> store::Result<Option<ChatReceipt>> {
         self.count();
         self.inner.submit_chat(submission).await
     }
@@ -520,9 +520,5 @@ impl Store for CountingStore {
     async fn chat_queue_depth(&self) -> store::Result<u64> {
         self.count();
         self.inner.chat_queue_depth().await
-    }
-    async fn chat_session_recent(&self, session_id: &str, since_ms: i64) -> store::Result<u64> {
-        self.count();
-        self.inner.chat_session_recent(session_id, since_ms).await
     }
 }

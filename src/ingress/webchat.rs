@@ -135,13 +135,6 @@ async fn accept(
     if settings.queue.depth(state, now).await? >= settings.max_queue as u64 {
         return Err(ApiError::Busy);
     }
-    let recent = state
-        .store
-        .chat_session_recent(&q.session_id, now - 60_000)
-        .await?;
-    if recent >= settings.per_session_per_minute as u64 {
-        return Err(ApiError::TooFast);
-    }
     let receipt = state
         .store
         .submit_chat(ChatSubmission {
@@ -153,8 +146,10 @@ async fn accept(
             now_ms: now,
             policy: settings.policy,
             keep_ms: settings.result_ttl_ms,
+            per_minute: settings.per_session_per_minute as u64,
         })
-        .await?;
+        .await?
+        .ok_or(ApiError::TooFast)?;
     if let Some(due) = receipt.earliest_due_ms {
         state.wakeup.due_at(due);
     }

@@ -367,6 +367,9 @@ pub struct ChatSubmission {
     pub policy: BatchPolicy,
     /// How long the job's result can be fetched.
     pub keep_ms: i64,
+    /// At most this many new questions from one session in the minute before `now_ms`; counted
+    /// and stored in one atomic step, so a burst cannot slip past the limit.
+    pub per_minute: u64,
 }
 
 /// The job a submission gave.
@@ -518,8 +521,9 @@ pub trait Store: Send + Sync + 'static {
     async fn gauges(&self, now_ms: i64) -> Result<Gauges>;
 
     /// Keeps a web-chat question and its job in one atomic step; the same (session, message
-    /// id) always gives the same job, also when two submissions race.
-    async fn submit_chat(&self, submission: ChatSubmission) -> Result<ChatReceipt>;
+    /// id) always gives the same job, also when two submissions race. `None`: the session asked
+    /// too often (its `per_minute` limit), and nothing was stored.
+    async fn submit_chat(&self, submission: ChatSubmission) -> Result<Option<ChatReceipt>>;
 
     /// The job already made for this (session, message id), if any.
     async fn chat_job_for_message(
@@ -536,9 +540,6 @@ pub trait Store: Send + Sync + 'static {
 
     /// Web-chat questions waiting for a turn. Counts them: callers keep the figure a moment.
     async fn chat_queue_depth(&self) -> Result<u64>;
-
-    /// How many questions `session_id` asked since `since_ms`.
-    async fn chat_session_recent(&self, session_id: &str, since_ms: i64) -> Result<u64>;
 }
 
 /// Looks at the configured backend without changing it (no file created, no migration):

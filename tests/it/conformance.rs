@@ -102,6 +102,7 @@ macro_rules! suite {
                 review_items_are_settled_once,
                 a_requeued_send_that_fails_again_is_back_in_review,
                 chat_jobs_are_idempotent_under_races,
+                a_session_burst_cannot_pass_its_limit,
                 crossing_deliveries_all_land,
                 history_is_read_from_the_store_in_turn_order,
             );
@@ -460,9 +461,11 @@ async fn chat_jobs_are_idempotent_under_races(store: Arc<dyn Store>) {
                         cap_ms: 60_000,
                     },
                     keep_ms: 3_600_000,
+                    per_minute: 20,
                 })
                 .await
                 .expect("submitted")
+                .expect("within the session's limit")
         }
     };
     let receipts = join_all((0..10).map(submit)).await;
@@ -601,4 +604,40 @@ async fn crossing_deliveries_all_land(store: Arc<dyn Store>) {
         .map(|r| r.expect("every delivery is kept").stored)
         .sum();
     assert_eq!(stored, 80);
+}
+
+async fn a_session_burst_cannot_pass_its_limit(store: Arc<dyn Store>) {
+    let submit = |n: usize| {
+        let store = store.clone();
+        async move {
+            store
+                .submit_chat(ChatSubmission {
+                    session_id: "s-burst".into(),
+                    message_id: Some(format!("m-{n}")),
+                    question: format!("question {n}"),
+                    business: "web".into(),
+                    job_id: format!("burst-{n}"),
+                    now_ms: T0,
+                    policy: BatchPolicy {
+                        window_ms: 0,
+                        cap_ms: 60_000,
+                    },
+                    keep_ms: 3_600_000,
+                    per_minute: 3,
+                })
+                .await
+                .expect("submit")
+        }
+    };
+    let outcomes = join_all((0..10).map(submit)).await;
+    assert_eq!(
+        outcomes.iter().filter(|o| o.is_some()).count(),
+        3,
+        "exactly the limit"
+    );
+    assert_eq!(
+        store.chat_queue_depth().await.expect("depth"),
+        3,
+        "the refused stored nothing"
+    );
 }

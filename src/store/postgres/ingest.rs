@@ -251,15 +251,24 @@ pub(super) async fn quarantine(
         .collect()
 }
 
-pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<ChatReceipt> {
+pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Option<ChatReceipt>> {
     let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
     let mut tx = pool.begin().await.map_err(unavailable)?;
+    // One session's submissions take turns, so its count and its insert are one step.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('sabi.chat.' || $1))")
+        .bind(&s.session_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?;
     if let Some(job_id) = job_for_key(&mut tx, &key).await? {
-        return Ok(ChatReceipt {
+        return Ok(Some(ChatReceipt {
             job_id,
             created: false,
             earliest_due_ms: None,
-        });
+        }));
+    }
+    if session_recent(&mut tx, &s.session_id, s.now_ms - 60_000).await? >= s.per_minute {
+        return Ok(None);
     }
     let item = question_item(s, key.clone());
     let encoded = Encoded::of(&item);
@@ -297,7 +306,7 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Cha
         },
     };
     tx.commit().await.map_err(unavailable)?;
-    Ok(outcome)
+    Ok(Some(outcome))
 }
 
 async fn job_for_key(conn: &mut PgConnection, key: &str) -> Result<Option<String>> {
@@ -432,13 +441,13 @@ pub(super) async fn queue_depth(pool: &PgPool) -> Result<u64> {
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-pub(super) async fn session_recent(pool: &PgPool, session_id: &str, since: i64) -> Result<u64> {
+async fn session_recent(conn: &mut PgConnection, session_id: &str, since: i64) -> Result<u64> {
     let n: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM chat_jobs WHERE session_id = $1 AND created_at >= $2",
     )
     .bind(session_id)
     .bind(since)
-    .fetch_one(pool)
+    .fetch_one(&mut *conn)
     .await
     .map_err(unavailable)?;
     Ok(u64::try_from(n).unwrap_or(0))

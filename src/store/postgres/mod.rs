@@ -279,7 +279,7 @@ impl Store for PgStore {
         review::gauges(&self.pool, now_ms).await
     }
 
-    async fn submit_chat(&self, submission: ChatSubmission) -> Result<ChatReceipt> {
+    async fn submit_chat(&self, submission: ChatSubmission) -> Result<Option<ChatReceipt>> {
         retrying(|| ingest::submit_chat(&self.pool, &submission)).await
     }
 
@@ -301,9 +301,5 @@ impl Store for PgStore {
 
     async fn chat_queue_depth(&self) -> Result<u64> {
         ingest::queue_depth(&self.pool).await
-    }
-
-    async fn chat_session_recent(&self, session_id: &str, since_ms: i64) -> Result<u64> {
-        ingest::session_recent(&self.pool, session_id, since_ms).await
     }
 }

@@ -10,16 +10,20 @@ use crate::store::items::{Encoded, POSITION_CAP, message_key, question_item, sta
 
 use crate::store::{ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ingest, JobStatus, Result};
 
-pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<ChatReceipt> {
+pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Option<ChatReceipt>> {
     let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
     // Asked again inside the transaction: two submissions racing past the HTTP layer's own
     // lookup meet here, one after the other.
     if let Some(job_id) = job_for_key(conn, &key)? {
-        return Ok(ChatReceipt {
+        return Ok(Some(ChatReceipt {
             job_id,
             created: false,
             earliest_due_ms: None,
-        });
+        }));
+    }
+    // Counted in the same transaction as the insert: the single writer makes it exact.
+    if session_recent(conn, &s.session_id, s.now_ms - 60_000)? >= s.per_minute {
+        return Ok(None);
     }
     let item = question_item(s, key.clone());
     let encoded = Encoded::of(&item);
@@ -49,11 +53,11 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<ChatReceip
         ])
     })
     .map_err(unavailable)?;
-    Ok(ChatReceipt {
+    Ok(Some(ChatReceipt {
         job_id: s.job_id.clone(),
         created: true,
         earliest_due_ms: receipt.earliest_due_ms,
-    })
+    }))
 }
 
 /// The job already made for (session, message id), if any.
@@ -191,7 +195,7 @@ pub(super) fn queue_depth(conn: &Connection) -> Result<u64> {
     .map_err(unavailable)
 }
 
-pub(super) fn session_recent(conn: &Connection, session_id: &str, since: i64) -> Result<u64> {
+fn session_recent(conn: &Connection, session_id: &str, since: i64) -> Result<u64> {
     conn.prepare_cached("SELECT count(*) FROM chat_jobs WHERE session_id = ?1 AND created_at >= ?2")
         .and_then(|mut st| st.query_row(params![session_id, since], |r| r.get(0)))
         .map_err(unavailable)

@@ -318,7 +318,7 @@ impl Store for SqliteStore {
         self.read(move |conn| review::gauges(conn, now_ms)).await
     }
 
-    async fn submit_chat(&self, submission: ChatSubmission) -> Result<ChatReceipt> {
+    async fn submit_chat(&self, submission: ChatSubmission) -> Result<Option<ChatReceipt>> {
         self.writer
             .write(move |conn| chat::submit(conn, &submission))
             .await
@@ -348,12 +348,6 @@ impl Store for SqliteStore {
 
     async fn chat_queue_depth(&self) -> Result<u64> {
         self.read(chat::queue_depth).await
-    }
-
-    async fn chat_session_recent(&self, session_id: &str, since_ms: i64) -> Result<u64> {
-        let session_id = session_id.to_owned();
-        self.read(move |conn| chat::session_recent(conn, &session_id, since_ms))
-            .await
     }
 
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
