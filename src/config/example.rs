@@ -127,6 +127,10 @@ const SETTINGS: &[Setting] = &[
         "webchat.per_session_per_minute",
         "Questions one session may ask per minute before 429.",
     ),
+    set(
+        "webchat.max_streams",
+        "Event streams open at once on one node; more get 503 and poll instead.",
+    ),
     opt(
         "llm.base_url",
         "OpenAI-compatible base URL. Unset: no agent; a plain acknowledgement answers what the router does not.",

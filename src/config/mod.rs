@@ -351,6 +351,9 @@ pub struct WebchatConfig {
     /// Questions one session may ask per minute before it gets 429.
     #[serde(default = "defaults::session_rate", deserialize_with = "number::usize")]
     pub per_session_per_minute: usize,
+    /// Event streams open at once on one node; more get 503 (browsers then poll).
+    #[serde(default = "defaults::max_streams", deserialize_with = "number::usize")]
+    pub max_streams: usize,
 }
 
 impl Default for WebchatConfig {
@@ -362,6 +365,7 @@ impl Default for WebchatConfig {
             result_ttl: defaults::result_ttl(),
             max_queue: defaults::max_queue(),
             per_session_per_minute: defaults::session_rate(),
+            max_streams: defaults::max_streams(),
         }
     }
 }
@@ -866,6 +870,9 @@ mod defaults {
     }
     pub(super) fn max_queue() -> usize {
         1000
+    }
+    pub(super) fn max_streams() -> usize {
+        10_000
     }
     pub(super) fn session_rate() -> usize {
         20

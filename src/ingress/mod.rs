@@ -90,6 +90,8 @@ pub struct WebchatSettings {
     pub max_queue: usize,
     pub per_session_per_minute: usize,
     pub queue: webchat::QueueGauge,
+    /// One permit per open event stream.
+    pub streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl WebchatSettings {
@@ -102,6 +104,7 @@ impl WebchatSettings {
             max_queue: webchat.max_queue,
             per_session_per_minute: webchat.per_session_per_minute,
             queue: webchat::QueueGauge::default(),
+            streams: Arc::new(tokio::sync::Semaphore::new(webchat.max_streams)),
         }
     }
 }

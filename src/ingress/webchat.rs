@@ -397,6 +397,7 @@ fn rank(status: JobStatus) -> u64 {
             content_type = "text/event-stream", body = StatusEvent),
         (status = 404, description = "Unknown, expired, or another session's job", body = ErrorBody),
         (status = 422, description = "No session id", body = ErrorBody),
+        (status = 503, description = "Too many streams open on this node: poll instead", body = ErrorBody),
     )
 )]
 pub(super) async fn events(
@@ -407,6 +408,13 @@ pub(super) async fn events(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let session = session(query)?;
     let job = owned_job(&state, &job_id, &session.session_id).await?;
+    // Each stream polls the store: their number is bounded, and the page falls back to polling.
+    let permit = state
+        .webchat
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::Busy)?;
     let resume_after: u64 = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -421,6 +429,7 @@ pub(super) async fn events(
             pending: Some(job),
             deadline: tokio::time::Instant::now() + EVENTS_LIFETIME,
             done: false,
+            _permit: permit,
         },
         next_event,
     );
@@ -437,6 +446,8 @@ struct EventsState {
     pending: Option<ChatJob>,
     deadline: tokio::time::Instant,
     done: bool,
+    /// Held while the stream is open.
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 async fn next_event(mut s: EventsState) -> Option<(Result<Event, Infallible>, EventsState)> {

@@ -440,3 +440,33 @@ async fn a_resend_gets_its_job_even_when_the_queue_is_full() {
     assert_eq!(ask(&app, "t", "two", Some("m-2")).await.status(), 503);
     assert_eq!(job_id(ask(&app, "s", "one", Some("m-1")).await).await, id);
 }
+
+#[tokio::test]
+async fn event_streams_are_bounded_and_a_closed_one_frees_its_place() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("sabi.toml"), "[webchat]\nmax_streams = 1\n").expect("write");
+    let app = TestApp::spawn_in(dir, None, &[]).await;
+    let id = job_id(ask(&app, "s-streams", "hello", Some("m-1")).await).await;
+    let url = app.url(&format!("/chat/{id}/events?session_id=s-streams"));
+    let first = app.client.get(&url).send().await.expect("stream");
+    assert_eq!(first.status(), 200);
+    let second = app.client.get(&url).send().await.expect("refused");
+    assert_eq!(second.status(), 503, "one stream per node here");
+    drop(first);
+    let mut reopened = 0;
+    for _ in 0..100 {
+        reopened = app
+            .client
+            .get(&url)
+            .send()
+            .await
+            .expect("stream")
+            .status()
+            .as_u16();
+        if reopened == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(reopened, 200, "a closed stream frees its place");
+}
