@@ -179,6 +179,7 @@ fn scheduler_over(store: &Arc<CountingStore>) -> (Arc<NoOp>, Arc<Scheduler>) {
         handler.clone(),
         settings(),
         sabi::metrics::Metrics::new(),
+        Arc::new(tokio::sync::Notify::new()),
     );
     (handler, scheduler)
 }

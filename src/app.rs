@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::external::ExternalAgent;
@@ -214,12 +215,17 @@ impl App {
             }
             _ => handler,
         };
+        // Written reply parts wake this node's sender (none in sandbox mode: nothing listens).
+        let outbox = sender
+            .as_ref()
+            .map_or_else(|| Arc::new(Notify::new()), |s| s.wakeup());
         let scheduler = Scheduler::new(
             store.clone(),
             clock.clone(),
             handler,
             config.engine_settings(),
             metrics.clone(),
+            outbox.clone(),
         );
         let http = match role {
             Role::Worker => None,
@@ -232,7 +238,7 @@ impl App {
                     store.clone(),
                     clock,
                     scheduler.wakeup(),
-                    scheduler.outbox_wakeup(),
+                    outbox,
                     metrics,
                 );
                 Some((
@@ -245,9 +251,6 @@ impl App {
             tracing::warn!(
                 "no WhatsApp app secret configured: sandbox mode accepts webhooks signed with the sandbox secret"
             );
-        }
-        if let Some(sender) = &sender {
-            sender.wake_on(scheduler.outbox_wakeup());
         }
         Ok(App {
             http,

@@ -459,6 +459,28 @@ mod tests {
     }
 
     #[test]
+    fn reactions_name_the_message_and_never_quote() {
+        let quoting = Envelope {
+            quote: Some("wamid.in"),
+            ..envelope("1")
+        };
+        let body = message_body(
+            quoting,
+            Message::Reaction {
+                message_id: "wamid.in",
+                emoji: "👍",
+            },
+        );
+        assert_eq!(body["type"], "reaction");
+        assert_eq!(body["reaction"]["message_id"], "wamid.in");
+        assert_eq!(body["reaction"]["emoji"], "👍");
+        assert!(
+            body.get("context").is_none(),
+            "a reaction cannot be a contextual reply"
+        );
+    }
+
+    #[test]
     fn templates_carry_positional_parameters() {
         let template = Template {
             name: "reply_waiting".into(),

@@ -67,7 +67,7 @@ pub struct Sender {
     settings: SenderSettings,
     pacer: Pacer,
     halted: Mutex<HashSet<String>>,
-    wakeup: Mutex<Arc<Notify>>,
+    wakeup: Arc<Notify>,
     metrics: Arc<Metrics>,
 }
 
@@ -86,14 +86,15 @@ impl Sender {
             pacer: Pacer::new(settings.rate),
             settings,
             halted: Mutex::new(HashSet::new()),
-            wakeup: Mutex::new(Arc::new(Notify::new())),
+            wakeup: Arc::new(Notify::new()),
             metrics,
         })
     }
 
-    /// Look at once when `notify` fires (a turn wrote a reply).
-    pub fn wake_on(&self, notify: Arc<Notify>) {
-        *self.wakeup.lock().unwrap_or_else(|p| p.into_inner()) = notify;
+    /// Notified when a reply part is written (a turn ended, a person replied), so the loop
+    /// looks at once.
+    pub fn wakeup(&self) -> Arc<Notify> {
+        self.wakeup.clone()
     }
 
     /// The Graph client, for read receipts and media.
@@ -110,11 +111,6 @@ impl Sender {
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let permits = Arc::new(Semaphore::new(self.settings.in_flight));
         let mut running = JoinSet::new();
-        let wakeup = self
-            .wakeup
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
         tracing::info!(rate = self.settings.rate, "sender started");
         while !shutdown.is_cancelled() {
             let free = permits.available_permits();
@@ -144,30 +140,13 @@ impl Sender {
             let deadline = self.next_wake().await;
             tokio::select! {
                 () = shutdown.cancelled() => {}
-                () = wakeup.notified() => {}
+                () = self.wakeup.notified() => {}
                 Some(_) = running.join_next(), if !running.is_empty() => {}
                 () = self.clock.sleep_until(deadline) => {}
             }
         }
         // Sends in flight finish: cutting them off would only make their outcome unknown.
         while running.join_next().await.is_some() {}
-    }
-
-    /// Claims and sends everything due now, then waits for those sends. For tests and tools
-    /// that drive the sender by hand.
-    ///
-    /// # Errors
-    /// When the store cannot claim.
-    pub async fn drain(self: &Arc<Self>) -> Result<usize, store::Error> {
-        let jobs = self.claim(self.settings.in_flight).await?;
-        let count = jobs.len();
-        let mut running = JoinSet::new();
-        for job in jobs {
-            let this = self.clone();
-            running.spawn(async move { this.deliver(job).await });
-        }
-        while running.join_next().await.is_some() {}
-        Ok(count)
     }
 
     async fn claim(&self, limit: usize) -> Result<Vec<SendJob>, store::Error> {

@@ -6,7 +6,9 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
-use crate::store::{ChatSubmission, JobStatus};
+use std::borrow::Cow;
+
+use crate::store::{ChatSubmission, JobStatus, SendResult};
 
 /// An item's facts as stored, and the hash a redelivery is compared on.
 pub(crate) struct Encoded {
@@ -90,5 +92,24 @@ pub(crate) fn delivery_rank(status: &str) -> u8 {
         "delivered" => 3,
         "read" | "played" => 4,
         _ => 0,
+    }
+}
+
+/// A sender's outcome, once a status webhook may already have named the send (and noted Meta's
+/// id on it): then Meta has it, whatever the sender saw.
+pub(crate) fn with_noted_wamid(
+    noted: Option<String>,
+    result: &SendResult,
+    now: i64,
+) -> Cow<'_, SendResult> {
+    match noted {
+        Some(wamid) if !matches!(result, SendResult::Accepted { .. }) => {
+            Cow::Owned(SendResult::Accepted {
+                wamid,
+                template: false,
+                next_send_at_ms: now,
+            })
+        }
+        _ => Cow::Borrowed(result),
     }
 }

@@ -64,7 +64,7 @@ pub struct Scheduler {
     handler: Arc<dyn TurnHandler>,
     settings: EngineSettings,
     wakeup: Arc<Wakeup>,
-    /// Notified when a turn writes reply parts for the sender.
+    /// Told when a turn writes reply parts, so the sender looks at once.
     outbox: Arc<Notify>,
     metrics: Arc<Metrics>,
 }
@@ -76,6 +76,7 @@ impl Scheduler {
         handler: Arc<dyn TurnHandler>,
         settings: EngineSettings,
         metrics: Arc<Metrics>,
+        outbox: Arc<Notify>,
     ) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             store,
@@ -83,7 +84,7 @@ impl Scheduler {
             handler,
             settings,
             wakeup: Arc::new(Wakeup::default()),
-            outbox: Arc::new(Notify::new()),
+            outbox,
             metrics,
         })
     }
@@ -92,11 +93,6 @@ impl Scheduler {
     /// than planned.
     pub fn wakeup(&self) -> Arc<Wakeup> {
         self.wakeup.clone()
-    }
-
-    /// Notified when a turn wrote reply parts, so the sender looks at once.
-    pub fn outbox_wakeup(&self) -> Arc<Notify> {
-        self.outbox.clone()
     }
 
     /// Claims every batch due now (up to the per-node limit) and runs those turns to their end.

@@ -8,7 +8,7 @@ use sqlx::{PgConnection, PgPool, Row};
 use super::ingest::channel;
 use super::{limit, unavailable};
 use crate::domain::{ConversationKey, InboundItem, ReviewReason};
-use crate::store::items::{UNSETTLED, delivery_rank};
+use crate::store::items::{UNSETTLED, delivery_rank, with_noted_wamid};
 use crate::store::{
     Error, OutboxEntry, Result, SendClaim, SendJob, SendResult, WINDOW_CLOSED, parse_send_callback,
 };
@@ -136,19 +136,8 @@ pub(super) async fn record_send(
     };
     let (batch, conversation, noted): (i64, i64, Option<String>) =
         (held.get(0), held.get(1), held.get(2));
-    // A status webhook already named this send: Meta has it, whatever the sender saw.
-    let settled;
-    let result = match (noted, result) {
-        (Some(wamid), result) if !matches!(result, SendResult::Accepted { .. }) => {
-            settled = SendResult::Accepted {
-                wamid,
-                template: false,
-                next_send_at_ms: now,
-            };
-            &settled
-        }
-        (_, result) => result,
-    };
+    let result = with_noted_wamid(noted, result, now);
+    let result = result.as_ref();
     apply(&mut tx, id, batch, conversation, now, result).await?;
     tx.commit().await.map_err(unavailable)
 }

@@ -11,7 +11,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::turns::execute;
 use super::{limit_param, unavailable};
 use crate::domain::{ConversationKey, ReviewReason};
-use crate::store::items::{UNSETTLED, delivery_rank};
+use crate::store::items::{UNSETTLED, delivery_rank, with_noted_wamid};
 use crate::store::{
     Error, OutboxEntry, Result, SendClaim, SendJob, SendResult, WINDOW_CLOSED, parse_send_callback,
 };
@@ -147,19 +147,8 @@ pub(super) fn record_send(
     let Some((batch, conversation, noted)) = held else {
         return Err(Error::LeaseLost);
     };
-    // A status webhook already named this send: Meta has it, whatever the sender saw.
-    let settled;
-    let result = match (noted, result) {
-        (Some(wamid), result) if !matches!(result, SendResult::Accepted { .. }) => {
-            settled = SendResult::Accepted {
-                wamid,
-                template: false,
-                next_send_at_ms: now,
-            };
-            &settled
-        }
-        (_, result) => result,
-    };
+    let result = with_noted_wamid(noted, result, now);
+    let result = result.as_ref();
     match result {
         SendResult::Accepted {
             wamid,
