@@ -153,6 +153,11 @@ pub enum StoreConfig {
     Postgres {
         url: String,
     },
+    /// `redis://[:password@]host[:port][/db][?prefix=NAME&durability=require]`: several nodes
+    /// share it (Valkey too).
+    Redis {
+        url: String,
+    },
 }
 
 impl Default for StoreConfig {
@@ -181,7 +186,7 @@ impl From<StoreConfig> for String {
         match store {
             StoreConfig::Sqlite { path } => format!("sqlite://{}", path.display()),
             // Printed configurations never show the database password.
-            StoreConfig::Postgres { url } => without_password(&url),
+            StoreConfig::Postgres { url } | StoreConfig::Redis { url } => without_password(&url),
         }
     }
 }
@@ -213,8 +218,9 @@ impl TryFrom<StoreSpec> for StoreConfig {
                 Some(("postgres" | "postgresql", rest)) if !rest.is_empty() => {
                     Ok(StoreConfig::Postgres { url })
                 }
+                Some(("redis", rest)) if !rest.is_empty() => Ok(StoreConfig::Redis { url }),
                 _ => Err(format!(
-                    "unsupported store {url:?}: expected sqlite://PATH or postgres://..."
+                    "unsupported store {url:?}: expected sqlite://PATH, postgres://... or redis://..."
                 )),
             },
         }

@@ -10,6 +10,7 @@
 
 mod items;
 mod postgres;
+mod redis;
 mod sqlite;
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 pub use self::postgres::PgStore;
+pub use self::redis::RedisStore;
 pub use self::sqlite::SqliteStore;
 use crate::config::StoreConfig;
 use crate::domain::{
@@ -551,6 +553,7 @@ pub async fn probe(config: &StoreConfig) -> Result<String> {
     match config {
         StoreConfig::Sqlite { path } => sqlite::probe(path).await,
         StoreConfig::Postgres { url } => postgres::probe(url).await,
+        StoreConfig::Redis { url } => redis::probe(url).await,
     }
 }
 
@@ -562,5 +565,6 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>> {
     match config {
         StoreConfig::Sqlite { path } => Ok(Arc::new(SqliteStore::open(path).await?)),
         StoreConfig::Postgres { url } => Ok(Arc::new(PgStore::open(url).await?)),
+        StoreConfig::Redis { url } => Ok(Arc::new(RedisStore::open(url).await?)),
     }
 }

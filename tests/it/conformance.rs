@@ -1,5 +1,6 @@
 //! The store conformance suite: the same cases for every backend, at the level of the `Store`
-//! interface, each on a fresh store (a new SQLite file, a new PostgreSQL database). A backend
+//! interface, each on a fresh store (a new SQLite file, a new PostgreSQL database, a new Redis
+//! key prefix). A backend
 //! is added by its constructor and one `suite!` line; every case then runs against it.
 //!
 //! The cases try to break the invariants the rest of Sabi relies on: deduplication (also under
@@ -13,8 +14,8 @@ use sabi::domain::{
     BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, ReplyPart, ReviewReason,
 };
 use sabi::store::{
-    self, ChatSubmission, Ending, Ingest, PgStore, Resolution, ReviewQuery, SendClaim, SendResult,
-    SqliteStore, Store,
+    self, ChatSubmission, Ending, Ingest, PgStore, RedisStore, Resolution, ReviewQuery, SendClaim,
+    SendResult, SqliteStore, Store,
 };
 use sqlx::{Connection, PgConnection};
 
@@ -86,6 +87,61 @@ impl Drop for PgDatabase {
     }
 }
 
+/// A fresh key prefix on the test Redis, its keys deleted when the guard goes. The server is
+/// `SABI_TEST_REDIS` (default: the local one, as CI runs it).
+pub async fn redis() -> (Arc<dyn Store>, RedisPrefix) {
+    let prefix = RedisPrefix::new();
+    let store = RedisStore::open(&prefix.url).await.expect("redis store");
+    (Arc::new(store), prefix)
+}
+
+/// A throwaway key prefix on the test server.
+pub struct RedisPrefix {
+    pub url: String,
+    server: String,
+    pattern: String,
+}
+
+fn redis_server() -> String {
+    std::env::var("SABI_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+impl RedisPrefix {
+    pub fn new() -> RedisPrefix {
+        let mut id = [0u8; 6];
+        getrandom::fill(&mut id).expect("random");
+        let name = format!("sabi_test_{}", hex::encode(id));
+        let server = redis_server();
+        RedisPrefix {
+            url: format!("{server}?prefix={name}"),
+            server,
+            pattern: format!("{{{name}}}:*"),
+        }
+    }
+}
+
+impl Drop for RedisPrefix {
+    fn drop(&mut self) {
+        let (server, pattern) = (self.server.clone(), self.pattern.clone());
+        let _ = std::thread::spawn(move || {
+            let Ok(client) = ::redis::Client::open(server) else {
+                return;
+            };
+            let Ok(mut conn) = client.get_connection() else {
+                return;
+            };
+            let keys: Vec<String> = ::redis::cmd("KEYS")
+                .arg(&pattern)
+                .query(&mut conn)
+                .unwrap_or_default();
+            for chunk in keys.chunks(500) {
+                let _: ::redis::RedisResult<()> = ::redis::cmd("DEL").arg(chunk).query(&mut conn);
+            }
+        })
+        .join();
+    }
+}
+
 /// Every case, against one backend.
 macro_rules! suite {
     ($backend:ident) => {
@@ -121,6 +177,7 @@ macro_rules! suite {
 
 suite!(sqlite);
 suite!(postgres);
+suite!(redis);
 
 const T0: i64 = 1_781_000_000_000;
 const POLICY: BatchPolicy = BatchPolicy {

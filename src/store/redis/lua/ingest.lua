@@ -1,0 +1,146 @@
+-- Deliveries and web-chat questions in, and the inbox and quarantine read back.
+
+local function conversation_of(turn)
+  local name = turn.ch .. '\n' .. turn.biz .. '\n' .. turn.cust
+  local id = redis.call('HGET', k('ckey'), name)
+  if id then
+    return id
+  end
+  id = int(redis.call('HINCRBY', k('ids'), 'conversation', 1))
+  redis.call('HSET', k('ckey'), name, id)
+  put(k('c', id), {ch = turn.ch, biz = turn.biz, cust = turn.cust})
+  redis.call('ZADD', k('cust', turn.cust), id, id)
+  return id
+end
+
+-- Due one window after the latest message, never later than the cap after the first; the
+-- message joins its conversation's pending ones.
+local function schedule(turn, d, sent_at, seq)
+  local conv = conversation_of(turn)
+  local c = get(k('c', conv), 'first', 'last_in', 'open')
+  local first = tonumber(c.first) or d.recv
+  local due = math.min(d.recv + d.window, first + d.cap)
+  put(k('c', conv), {
+    first = first, due = due, last_in = math.max(tonumber(c.last_in) or 0, sent_at),
+  })
+  put(k('in', seq), {conv = conv})
+  redis.call('ZADD', k('c', conv, 'pend'), int(seq), int(seq))
+  if not c.open then
+    redis.call('ZADD', k('due'), int(due), conv)
+  end
+  return due
+end
+
+local function keep_item(it, d, receipt)
+  local seq = redis.call('HINCRBY', k('ids'), 'inbox', 1)
+  local state = 'recorded'
+  if it.kind == 'message' then
+    state = it.turn and 'pending' or 'skipped'
+  end
+  put(k('in', seq), {
+    ch = it.ch, key = it.key, kind = it.kind, biz = it.biz, cust = it.cust, type = it.type,
+    text = it.text, media = it.media, pts = it.pts, recv = d.recv, state = state,
+    hash = it.hash, facts = it.facts,
+  })
+  redis.call('HSET', k('dedupe'), it.ch .. '\n' .. it.key, int(seq))
+  redis.call('ZADD', k('inbox'), int(seq), int(seq))
+  receipt.stored = receipt.stored + 1
+  if it.turn then
+    local sent_at = d.recv
+    if it.pts then
+      sent_at = math.min(it.pts * 1000, d.recv)
+    end
+    receipt.due = earliest(receipt.due, schedule(it.turn, d, sent_at, seq))
+    if it.ch == 'webchat' then
+      redis.call('ZADD', k('wc'), int(seq), int(seq))
+    end
+  end
+  if it.status then
+    reconcile(it.status, d.recv)
+  end
+end
+
+local function keep_quarantined(q, d, receipt)
+  local name = q.ch .. '\n' .. q.hash
+  if redis.call('HEXISTS', k('qhash'), name) == 1 then
+    return
+  end
+  local id = redis.call('HINCRBY', k('ids'), 'quarantine', 1)
+  put(k('q', id), {ch = q.ch, recv = d.recv, reason = q.reason, raw = q.raw})
+  redis.call('HSET', k('qhash'), name, int(id))
+  redis.call('ZADD', k('quarantine'), int(id), int(id))
+  receipt.quarantined = receipt.quarantined + 1
+end
+
+-- A whole delivery: each item once per (channel, key); a redelivery with other content is an
+-- anomaly, reported and not kept.
+local function ingest(d)
+  local receipt = {stored = 0, duplicates = 0, anomalies = {}, quarantined = 0}
+  for _, it in ipairs(d.items) do
+    local seen = redis.call('HGET', k('dedupe'), it.ch .. '\n' .. it.key)
+    if not seen then
+      keep_item(it, d, receipt)
+    elseif redis.call('HGET', k('in', seen), 'hash') == it.hash then
+      receipt.duplicates = receipt.duplicates + 1
+    else
+      receipt.anomalies[#receipt.anomalies + 1] = it.key
+    end
+  end
+  for _, q in ipairs(d.quarantined) do
+    keep_quarantined(q, d, receipt)
+  end
+  return receipt
+end
+
+local function set_transcript(a)
+  local seq = redis.call('HGET', k('dedupe'), a.ch .. '\n' .. a.key)
+  if seq then
+    redis.call('HSETNX', k('in', seq), 'text', a.text)
+  end
+  return true
+end
+
+-- Pages of the inbox and of the quarantine: a bounded scan per call, so that listing a large
+-- store never holds Redis for long; the caller goes on from `last`.
+local SCAN = 500
+
+local function inbox(a)
+  local page = redis.call('ZRANGEBYSCORE', k('inbox'), '(' .. int(a.after), '+inf', 'LIMIT', 0,
+    SCAN)
+  local items = {}
+  for _, seq in ipairs(page) do
+    local i = get(k('in', seq), 'ch', 'key', 'kind', 'biz', 'cust', 'type', 'text', 'media',
+      'pts', 'recv', 'state', 'batch', 'facts')
+    if (not a.kind or i.kind == a.kind) and (not a.ch or i.ch == a.ch) and #items < a.limit then
+      items[#items + 1] = {
+        seq = tonumber(seq), ch = i.ch, key = i.key, kind = i.kind, biz = i.biz, cust = i.cust,
+        type = i.type, text = i.text, media = i.media, pts = tonumber(i.pts),
+        recv = tonumber(i.recv), state = i.state, batch = tonumber(i.batch), facts = i.facts,
+      }
+    end
+  end
+  return {items = items, last = tonumber(page[#page]), more = #page == SCAN}
+end
+
+local function quarantine(a)
+  local page = redis.call('ZRANGEBYSCORE', k('quarantine'), '(' .. int(a.after), '+inf',
+    'LIMIT', 0, math.min(a.limit, SCAN))
+  local items = {}
+  for _, id in ipairs(page) do
+    local q = get(k('q', id), 'ch', 'recv', 'reason', 'raw')
+    items[#items + 1] = {
+      id = tonumber(id), ch = q.ch, recv = tonumber(q.recv), reason = q.reason, raw = q.raw,
+    }
+  end
+  return {items = items, last = tonumber(page[#page]), more = #page == SCAN}
+end
+
+local function outbox(a)
+  local page = redis.call('ZRANGEBYSCORE', k('outbox'), '(' .. int(a.after), '+inf', 'LIMIT', 0,
+    math.min(a.limit, SCAN))
+  local items = {}
+  for _, id in ipairs(page) do
+    items[#items + 1] = part_entry(id)
+  end
+  return {items = items, last = tonumber(page[#page]), more = #page == SCAN}
+end

@@ -1,0 +1,161 @@
+-- Sabi's store on Redis: one script, one operation per call (see main.lua).
+--
+-- Every key starts with KEYS[1], the deployment's hash tag ("{sabi}"), so all of them live in
+-- one slot: a delivery that touches several conversations is still one atomic script, also on
+-- Redis Cluster. Numbers are written as integers ("%d"): Lua holds them as doubles, exact for
+-- every id and millisecond time Sabi stores.
+--
+-- Layout (P = the tag):
+--   P:ids                  hash   counters: inbox, conversation, batch, outbox, review, quarantine
+--   P:schema               string layout version
+--   P:in:<seq>             hash   an inbox item;  P:inbox zset of every seq;  P:dedupe hash
+--                                 "<channel>\n<key>" -> seq;  P:wc zset of pending web-chat seqs
+--   P:c:<id>               hash   a conversation; P:ckey hash "<channel>\n<business>\n<customer>"
+--                                 -> id; P:c:<id>:pend zset of its pending seqs; :batches zset;
+--                                 :unsettled zset of its reply parts that hold its queue;
+--                                 P:cust:<customer> zset of conversation ids;
+--                                 P:due zset conversation -> due time (only with no batch open)
+--   P:b:<id>               hash   a batch; :msgs zset of its seqs; :parts zset outbox id by part;
+--                                 P:running zset -> lease end; P:waiting zset -> retry time;
+--                                 P:finished zset -> end time
+--   P:o:<id>               hash   a reply part; P:outbox zset of every id; P:ready zset of parts
+--                                 queued or window-closed; P:sending and P:unknown zsets -> the
+--                                 time their wait ends; P:wamid hash Meta's id -> part
+--   P:r:<id>               hash   a review item; P:review zset of open ones; P:rbatch hash
+--                                 batch -> item; P:rout hash part -> item
+--   P:q:<id>               hash   a quarantined part; P:quarantine zset; P:qhash hash
+--   P:job:<id>             hash   a web-chat job; P:jobkey hash message key -> job;
+--                                 P:sj:<session> zset job by seq; P:sr:<session> zset job by time
+
+local P = KEYS[1]
+
+local function k(...)
+  return P .. ':' .. table.concat({...}, ':')
+end
+
+local function int(x)
+  return string.format('%d', x)
+end
+
+-- Sets hash fields; numbers as integers, booleans as "1"/"0", nil fields untouched.
+local function put(key, fields)
+  local args = {}
+  for name, v in pairs(fields) do
+    args[#args + 1] = name
+    if type(v) == 'number' then
+      args[#args + 1] = int(v)
+    elseif type(v) == 'boolean' then
+      args[#args + 1] = v and '1' or '0'
+    else
+      args[#args + 1] = v
+    end
+  end
+  if #args > 0 then
+    redis.call('HSET', key, unpack(args))
+  end
+end
+
+-- The named fields of a hash that are set, as strings.
+local function get(key, ...)
+  local names = {...}
+  local values = redis.call('HMGET', key, unpack(names))
+  local row = {}
+  for i, name in ipairs(names) do
+    if values[i] then
+      row[name] = values[i]
+    end
+  end
+  return row
+end
+
+local function first_score(key)
+  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  return tonumber(head[2])
+end
+
+local function earliest(...)
+  local best
+  for _, v in pairs({...}) do
+    if not best or v < best then
+      best = v
+    end
+  end
+  return best
+end
+
+-- Reply parts that still hold their recipient's queue, and those a sender may claim.
+local UNSETTLED = {queued = true, sending = true, unknown = true, window_closed = true}
+local READY = {queued = true, window_closed = true}
+
+-- Moves a reply part to `state` with `fields`, keeping every index of parts by state in step.
+-- `till` is when a sending or unknown part's wait ends.
+local function move_part(id, state, fields)
+  fields = fields or {}
+  fields.state = state
+  put(k('o', id), fields)
+  local conv = redis.call('HGET', k('o', id), 'conv')
+  local m = int(id)
+  if UNSETTLED[state] then
+    redis.call('ZADD', k('c', conv, 'unsettled'), m, m)
+  else
+    redis.call('ZREM', k('c', conv, 'unsettled'), m)
+  end
+  if READY[state] then
+    redis.call('ZADD', k('ready'), m, m)
+  else
+    redis.call('ZREM', k('ready'), m)
+  end
+  redis.call('ZREM', k('sending'), m)
+  redis.call('ZREM', k('unknown'), m)
+  if state == 'sending' or state == 'unknown' then
+    redis.call('ZADD', k(state), int(fields.till), m)
+  else
+    redis.call('HDEL', k('o', id), 'till')
+  end
+end
+
+-- Writes reply part number `part` of a batch: served at once on the web chat, kept in sandbox
+-- mode, queued for the sender otherwise.
+local function add_part(batch, conv, part, text, options, quote, now, sandbox)
+  local c = get(k('c', conv), 'ch', 'biz', 'cust')
+  local state = 'queued'
+  if c.ch == 'webchat' then
+    state = 'served'
+  elseif sandbox then
+    state = 'sandbox'
+  end
+  local id = redis.call('HINCRBY', k('ids'), 'outbox', 1)
+  put(k('o', id), {
+    batch = batch, part = part, ch = c.ch, biz = c.biz, cust = c.cust, conv = conv, body = text,
+    options = options, reply_to = quote, kind = 'text', attempts = 0, failures = 0,
+    created = now, updated = now,
+  })
+  redis.call('ZADD', k('outbox'), int(id), int(id))
+  redis.call('ZADD', k('b', batch, 'parts'), int(part), int(id))
+  move_part(id, state)
+end
+
+-- Opens a review item: one per batch, or one per reply part (opened again when a part a
+-- person requeued fails anew).
+local function open_review(batch, part, reason, err, now)
+  local id = part and redis.call('HGET', k('rout'), part)
+  if not id then
+    id = redis.call('HINCRBY', k('ids'), 'review', 1)
+    if part then
+      redis.call('HSET', k('rout'), int(part), int(id))
+    else
+      redis.call('HSET', k('rbatch'), int(batch), int(id))
+    end
+  end
+  redis.call('DEL', k('r', id))
+  put(k('r', id), {
+    batch = batch, outbox = part, reason = reason, err = err, state = 'open', created = now,
+  })
+  redis.call('ZADD', k('review'), int(id), int(id))
+end
+
+-- A refused operation: main.lua turns it into the error reply "<code> <why>". Only returned
+-- before any write.
+local function fail(code, why)
+  return {__error = code .. ' ' .. why}
+end

@@ -1,0 +1,36 @@
+-- One operation per call: ARGV[1] names it, ARGV[2] holds its arguments as JSON; the reply is
+-- its result as JSON, or an error reply "SABI_<WHAT>" written before anything was changed.
+
+-- JSON nulls (cjson.null is a truthy value) become plain absent fields.
+local function clean(v)
+  if v == cjson.null then
+    return nil
+  end
+  if type(v) == 'table' then
+    for name, x in pairs(v) do
+      v[name] = clean(x)
+    end
+  end
+  return v
+end
+
+local OPS = {
+  ingest = ingest, set_transcript = set_transcript, inbox = inbox, quarantine = quarantine,
+  claim = claim, renew = renew, finish = finish, next_due = next_due, history = history,
+  set_stage = set_stage, add_usage = add_usage, turn_stats = turn_stats,
+  outbox = outbox, claim_sends = claim_sends, record_send = record_send,
+  next_send_due = next_send_due, review_queue = review_queue, review_item = review_item,
+  resolve_review = resolve_review, conversations = conversations, gauges = gauges,
+  submit_chat = submit_chat, job_for_message = job_for_message, chat_job = chat_job,
+  chat_history = chat_history, chat_queue_depth = chat_queue_depth,
+}
+
+local op = OPS[ARGV[1]]
+if not op then
+  return redis.error_reply('SABI_UNKNOWN_OPERATION ' .. ARGV[1])
+end
+local out = op(clean(cjson.decode(ARGV[2])))
+if type(out) == 'table' and out.__error then
+  return redis.error_reply(out.__error)
+end
+return cjson.encode(out)

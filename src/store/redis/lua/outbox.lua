@@ -1,0 +1,219 @@
+-- The sender's side: a part is claimed only as the head of its recipient's queue, with a fresh
+-- attempt number its outcome must carry; a send that may have left is never claimed again but
+-- waits for its status webhook. The same rules as the SQL backends'.
+
+local WINDOW_CLOSED = 131047
+
+-- Meta's delivery statuses only move forward (the Rust side's `delivery_rank`).
+local RANK = {sent = 1, failed = 2, delivered = 3, read = 4, played = 4}
+
+local function rank(status)
+  return status and RANK[status] or 0
+end
+
+local function note_wamid(id, wamid)
+  redis.call('HSET', k('wamid'), wamid, int(id))
+end
+
+local function forget_wamid(id)
+  local wamid = redis.call('HGET', k('o', id), 'wamid')
+  if wamid then
+    redis.call('HDEL', k('wamid'), wamid)
+    redis.call('HDEL', k('o', id), 'wamid')
+  end
+end
+
+local function hold_recipient(conv, till)
+  local after = tonumber(redis.call('HGET', k('c', conv), 'send_after')) or 0
+  put(k('c', conv), {send_after = math.max(after, till)})
+end
+
+-- Sends whose lease lapsed may have reached Meta: unknown, or accepted when a status webhook
+-- named them meanwhile. Unknown ones past their wait go to review.
+local function settle_lapsed(now, wait)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('sending'), '-inf', int(now))) do
+    local o = get(k('o', id), 'wamid', 'sent', 'err')
+    if o.wamid then
+      move_part(id, 'accepted', {sent = tonumber(o.sent) or now, updated = now})
+    else
+      move_part(id, 'unknown', {
+        till = now + wait, err = o.err or 'the sender stopped while sending', updated = now,
+      })
+    end
+  end
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('unknown'), '-inf', int(now))) do
+    move_part(id, 'review', {updated = now})
+    open_review(redis.call('HGET', k('o', id), 'batch'), tonumber(id), 'unknown_outcome',
+      'no status webhook named this send in time; it may or may not have been delivered', now)
+  end
+end
+
+-- A queued part the sender may take now: the head of its recipient's queue, due, paced, and
+-- of a number that is not halted.
+local function head_due(id, now, halted)
+  local o = get(k('o', id), 'conv', 'next', 'biz')
+  if halted[o.biz] or (tonumber(o.next) or 0) > now then
+    return nil
+  end
+  local after = tonumber(redis.call('HGET', k('c', o.conv), 'send_after')) or 0
+  local head = redis.call('ZRANGE', k('c', o.conv, 'unsettled'), 0, 0)[1]
+  return after <= now and head == id
+end
+
+local function claim_sends(a)
+  settle_lapsed(a.now, a.unknown_wait)
+  local halted = {}
+  for _, number in ipairs(a.halted) do
+    halted[number] = true
+  end
+  local jobs = {}
+  for _, id in ipairs(redis.call('ZRANGE', k('ready'), 0, -1)) do
+    if #jobs >= a.limit then
+      break
+    end
+    if head_due(id, a.now, halted) then
+      local o = get(k('o', id), 'state', 'attempts')
+      local attempt = tonumber(o.attempts) + 1
+      move_part(id, 'sending', {
+        attempts = attempt, till = a.now + a.lease, window_closed = o.state == 'window_closed',
+      })
+      local p = get(k('o', id), 'batch', 'part', 'ch', 'biz', 'cust', 'body', 'options',
+        'reply_to', 'failures', 'conv')
+      jobs[#jobs + 1] = {
+        id = tonumber(id), batch = tonumber(p.batch), part = tonumber(p.part), ch = p.ch,
+        biz = p.biz, cust = p.cust, text = p.body, options = p.options, quote = p.reply_to,
+        attempt = attempt, failures = tonumber(p.failures), window_closed = o.state == 'window_closed',
+        last_in = tonumber(redis.call('HGET', k('c', p.conv), 'last_in')),
+      }
+    end
+  end
+  return jobs
+end
+
+local function next_send_due(a)
+  local skip = {}
+  for _, number in ipairs(a.skip) do
+    skip[number] = true
+  end
+  local best
+  for _, id in ipairs(redis.call('ZRANGE', k('ready'), 0, -1)) do
+    local o = get(k('o', id), 'conv', 'next', 'biz')
+    if not skip[o.biz] and redis.call('ZRANGE', k('c', o.conv, 'unsettled'), 0, 0)[1] == id then
+      local after = tonumber(redis.call('HGET', k('c', o.conv), 'send_after')) or 0
+      best = earliest(best, math.max(tonumber(o.next) or 0, after))
+    end
+  end
+  return earliest(best, first_score(k('sending')), first_score(k('unknown')))
+end
+
+local function record_send(a)
+  local id, now, r = a.id, a.now, a.result
+  local o = get(k('o', id), 'state', 'attempts', 'batch', 'conv', 'wamid', 'window_closed')
+  if o.state ~= 'sending' or tonumber(o.attempts) ~= a.attempt then
+    return fail('SABI_LEASE_LOST', 'the lease is no longer held')
+  end
+  -- A status webhook already named this send: Meta has it, whatever the sender saw.
+  if o.wamid and r.kind ~= 'accepted' then
+    r = {kind = 'accepted', wamid = o.wamid, template = false, next = now}
+  end
+  local closed = o.window_closed == '1'
+  local back = closed and 'window_closed' or 'queued'
+  if r.kind == 'accepted' then
+    local kind = (r.template or closed) and 'template' or 'text'
+    move_part(id, 'accepted', {wamid = r.wamid, kind = kind, sent = now, updated = now})
+    note_wamid(id, r.wamid)
+    hold_recipient(o.conv, r.next)
+  elseif r.kind == 'retry' then
+    local failures = tonumber(redis.call('HGET', k('o', id), 'failures')) or 0
+    move_part(id, back, {
+      next = r.at, failures = failures + (r.failure and 1 or 0), error_code = r.code,
+      err = r.error, updated = now,
+    })
+    if not r.code then
+      redis.call('HDEL', k('o', id), 'error_code')
+    end
+    if r.recipient_after then
+      hold_recipient(o.conv, r.recipient_after)
+    end
+  elseif r.kind == 'untried' then
+    move_part(id, back, {attempts = tonumber(o.attempts) - 1})
+  elseif r.kind == 'window_closed' then
+    forget_wamid(id)
+    move_part(id, 'window_closed', {
+      window_closed = true, error_code = r.code, err = r.error, updated = now,
+    })
+    redis.call('HDEL', k('o', id), 'next')
+  elseif r.kind == 'unknown' then
+    move_part(id, 'unknown', {till = r.wait_until, err = r.error, updated = now})
+  else
+    move_part(id, r.reason == 'send_failed' and 'failed' or 'review', {
+      error_code = r.code, err = r.error, updated = now,
+    })
+    open_review(o.batch, id, r.reason, r.error, now)
+  end
+  return true
+end
+
+local function find_sent(st)
+  local id = redis.call('HGET', k('wamid'), st.wamid)
+  if id then
+    return id
+  end
+  if not st.callback_id then
+    return nil
+  end
+  local o = get(k('o', st.callback_id), 'state', 'attempts', 'wamid')
+  local named = o.state == 'sending' or o.state == 'unknown' or o.state == 'accepted'
+  if named and tonumber(o.attempts) == st.callback_attempt
+      and (not o.wamid or o.wamid == st.wamid) then
+    return int(st.callback_id)
+  end
+end
+
+-- A status of a message Sabi sent settles its reply part, in the ingest's script.
+local function reconcile(st, now)
+  local id = find_sent(st)
+  if not id then
+    return
+  end
+  local o = get(k('o', id), 'batch', 'state', 'kind', 'delivery', 'sent')
+  if o.state == 'sending' then
+    put(k('o', id), {wamid = st.wamid, updated = now})
+    note_wamid(id, st.wamid)
+  elseif o.state == 'unknown' then
+    move_part(id, 'accepted', {wamid = st.wamid, sent = tonumber(o.sent) or now, updated = now})
+    note_wamid(id, st.wamid)
+  end
+  if rank(st.status) <= rank(o.delivery) then
+    return
+  end
+  put(k('o', id), {delivery = st.status, updated = now})
+  if st.status ~= 'failed' then
+    return
+  end
+  local err = 'Meta reported the message failed (code ' .. (st.code and int(st.code) or 'unknown') .. ')'
+  if st.code == WINDOW_CLOSED and o.kind == 'text' then
+    forget_wamid(id)
+    move_part(id, 'window_closed', {
+      window_closed = true, error_code = st.code, err = err, updated = now,
+    })
+    redis.call('HDEL', k('o', id), 'delivery', 'next')
+    return
+  end
+  move_part(id, 'failed', {error_code = st.code, err = err})
+  open_review(o.batch, tonumber(id), 'send_failed', err, now)
+end
+
+local function part_entry(id)
+  local o = get(k('o', id), 'batch', 'part', 'ch', 'biz', 'cust', 'body', 'state', 'created',
+    'kind', 'attempts', 'wamid', 'delivery', 'error_code', 'err', 'sent')
+  local b = get(k('b', o.batch), 'started', 'finished')
+  return {
+    id = tonumber(id), batch = tonumber(o.batch), part = tonumber(o.part), ch = o.ch,
+    biz = o.biz, cust = o.cust, text = o.body, state = o.state, kind = o.kind,
+    attempts = tonumber(o.attempts), wamid = o.wamid, delivery = o.delivery,
+    error_code = tonumber(o.error_code), error = o.err, created = tonumber(o.created),
+    sent = tonumber(o.sent), started = tonumber(b.started),
+    finished = tonumber(b.finished) or tonumber(o.created),
+  }
+end

@@ -1,0 +1,120 @@
+-- The people's side: the review queue, settling its items, conversations by customer, and the
+-- pipeline's counts.
+
+local function review_entry(id)
+  local r = get(k('r', id), 'batch', 'outbox', 'state', 'reason', 'err', 'created')
+  if not r.batch then
+    return nil
+  end
+  return {
+    id = tonumber(id), batch = load_batch(r.batch), outbox = tonumber(r.outbox), state = r.state,
+    reason = r.reason, error = r.err, created = tonumber(r.created),
+  }
+end
+
+local function review_queue(a)
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGE', k('review'), 0, -1)) do
+    if #out >= a.limit then
+      break
+    end
+    local r = get(k('r', id), 'reason', 'batch')
+    local conv = redis.call('HGET', k('b', r.batch), 'conv')
+    local customer = redis.call('HGET', k('c', conv), 'cust')
+    if (not a.reason or r.reason == a.reason) and (not a.customer or customer == a.customer) then
+      out[#out + 1] = review_entry(id)
+    end
+  end
+  return out
+end
+
+local function review_item(a)
+  return review_entry(a.id)
+end
+
+-- A person's reply to the customer: the batch's web-chat questions count as answered, and the
+-- reply is the batch's next part.
+local function person_reply(batch, now, text, sandbox)
+  local conv = redis.call('HGET', k('b', batch), 'conv')
+  for _, seq in ipairs(redis.call('ZRANGE', k('b', batch, 'msgs'), 0, -1)) do
+    local i = get(k('in', seq), 'ch', 'kind')
+    if i.ch == 'webchat' and i.kind == 'message' then
+      put(k('in', seq), {state = 'answered'})
+    end
+  end
+  local last = redis.call('ZRANGE', k('b', batch, 'parts'), -1, -1, 'WITHSCORES')[2]
+  local part = last and tonumber(last) + 1 or 0
+  add_part(batch, conv, part, text, nil, nil, now, sandbox)
+end
+
+-- The batch's messages are pending again, and due at once, for a turn that answers them
+-- however old they are.
+local function requeue_batch(batch, now)
+  local conv = redis.call('HGET', k('b', batch), 'conv')
+  for _, seq in ipairs(redis.call('ZRANGE', k('b', batch, 'msgs'), 0, -1)) do
+    put(k('in', seq), {state = 'pending'})
+    redis.call('HDEL', k('in', seq), 'batch')
+    redis.call('ZADD', k('c', conv, 'pend'), seq, seq)
+    if redis.call('HGET', k('in', seq), 'ch') == 'webchat' then
+      redis.call('ZADD', k('wc'), seq, seq)
+    end
+  end
+  redis.call('DEL', k('b', batch, 'msgs'))
+  local c = get(k('c', conv), 'first', 'open')
+  put(k('c', conv), {first = tonumber(c.first) or now, due = now, requeued = true})
+  if not c.open then
+    redis.call('ZADD', k('due'), int(now), conv)
+  end
+end
+
+local function requeue_send(part, now)
+  local closed = redis.call('HGET', k('o', part), 'window_closed') == '1'
+  forget_wamid(part)
+  redis.call('HDEL', k('o', part), 'delivery', 'next')
+  move_part(part, closed and 'window_closed' or 'queued', {failures = 0, updated = now})
+end
+
+local function resolve_review(a)
+  local r = get(k('r', a.id), 'state', 'batch', 'outbox')
+  if r.state ~= 'open' then
+    return fail('SABI_NOT_FOUND', 'no open review item has this id')
+  end
+  local how, state, note = a.resolution, 'closed', nil
+  if how.kind == 'reply' then
+    person_reply(r.batch, a.now, how.text, how.sandbox)
+    state, note = 'replied', how.text
+  elseif how.kind == 'requeue' then
+    if r.outbox then
+      requeue_send(r.outbox, a.now)
+    else
+      requeue_batch(r.batch, a.now)
+    end
+    state = 'requeued'
+  end
+  put(k('r', a.id), {state = state, resolved = a.now, resolution = state, note = note})
+  redis.call('ZREM', k('review'), int(a.id))
+  return true
+end
+
+local function conversations(a)
+  local views = {}
+  for _, conv in ipairs(redis.call('ZRANGE', k('cust', a.customer), 0, -1)) do
+    local c = get(k('c', conv), 'ch', 'biz', 'cust', 'last_in')
+    views[#views + 1] = {
+      ch = c.ch, biz = c.biz, cust = c.cust, last_in = tonumber(c.last_in),
+      history = conversation_history(conv, nil, a.turns),
+    }
+  end
+  return views
+end
+
+local function gauges(a)
+  return {
+    due = redis.call('ZCOUNT', k('due'), '-inf', int(a.now)),
+    running = redis.call('ZCARD', k('running')),
+    waiting = redis.call('ZCARD', k('waiting')),
+    review = redis.call('ZCARD', k('review')),
+    queued_sends = redis.call('ZCARD', k('ready')),
+    unknown_sends = redis.call('ZCARD', k('unknown')),
+  }
+end

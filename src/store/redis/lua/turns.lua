@@ -1,0 +1,245 @@
+-- The engine's side: claims, leases with fencing tokens, turn endings, history and usage.
+
+local function load_batch(id)
+  local b = get(k('b', id), 'conv', 'due')
+  local c = get(k('c', b.conv), 'ch', 'biz', 'cust')
+  local messages = {}
+  for _, seq in ipairs(redis.call('ZRANGE', k('b', id, 'msgs'), 0, -1)) do
+    local m = get(k('in', seq), 'key', 'type', 'text', 'media', 'pts', 'recv')
+    messages[#messages + 1] = {
+      seq = tonumber(seq), key = m.key, type = m.type, text = m.text, media = m.media,
+      pts = tonumber(m.pts), recv = tonumber(m.recv),
+    }
+  end
+  return {
+    id = tonumber(id), ch = c.ch, biz = c.biz, cust = c.cust, due = tonumber(b.due),
+    messages = messages,
+  }
+end
+
+-- Batches whose lease lapsed or whose retry time came, the longest due first.
+local function reclaim(now, lease, limit)
+  local lapsed = {}
+  for _, set in ipairs({'running', 'waiting'}) do
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', k(set), '-inf', int(now))) do
+      lapsed[#lapsed + 1] = {id = id, due = tonumber(redis.call('HGET', k('b', id), 'due'))}
+    end
+  end
+  table.sort(lapsed, function(x, y) return x.due < y.due end)
+  local claims = {}
+  for i = 1, math.min(#lapsed, limit) do
+    local id = lapsed[i].id
+    local b = get(k('b', id), 'token', 'attempts', 'requeued')
+    local token, attempt = tonumber(b.token) + 1, tonumber(b.attempts) + 1
+    put(k('b', id), {
+      state = 'running', token = token, attempts = attempt, lease = now + lease, started = now,
+    })
+    redis.call('HDEL', k('b', id), 'next')
+    redis.call('ZREM', k('waiting'), id)
+    redis.call('ZADD', k('running'), int(now + lease), id)
+    claims[#claims + 1] = {
+      batch = load_batch(id), token = token, attempt = attempt, requeued = b.requeued == '1',
+    }
+  end
+  return claims
+end
+
+-- A new batch of every pending message of a due conversation; it never starts before the
+-- conversation's previous one finished (clocks of nodes may disagree).
+local function open_batch(conv, now, lease)
+  local c = get(k('c', conv), 'due', 'requeued', 'finished')
+  local id = redis.call('HINCRBY', k('ids'), 'batch', 1)
+  local requeued = c.requeued == '1'
+  put(k('b', id), {
+    conv = conv, state = 'running', token = 1, attempts = 1, lease = now + lease,
+    due = tonumber(c.due), created = now, started = math.max(now, tonumber(c.finished) or 0),
+    requeued = requeued,
+  })
+  redis.call('ZADD', k('running'), int(now + lease), int(id))
+  redis.call('ZADD', k('c', conv, 'batches'), int(id), int(id))
+  local pending = k('c', conv, 'pend')
+  for _, seq in ipairs(redis.call('ZRANGE', pending, 0, -1)) do
+    put(k('in', seq), {state = 'batched', batch = id})
+    redis.call('ZADD', k('b', id, 'msgs'), seq, seq)
+    redis.call('ZREM', k('wc'), seq)
+  end
+  redis.call('DEL', pending)
+  redis.call('HDEL', k('c', conv), 'first', 'due', 'requeued')
+  put(k('c', conv), {open = id})
+  redis.call('ZREM', k('due'), conv)
+  return {batch = load_batch(id), token = 1, attempt = 1, requeued = requeued}
+end
+
+local function claim(a)
+  local claims = reclaim(a.now, a.lease, a.limit)
+  if #claims < a.limit then
+    local due = redis.call('ZRANGEBYSCORE', k('due'), '-inf', int(a.now), 'LIMIT', 0,
+      a.limit - #claims)
+    for _, conv in ipairs(due) do
+      claims[#claims + 1] = open_batch(conv, a.now, a.lease)
+    end
+  end
+  return claims
+end
+
+-- The conversation of a running batch whose latest token is `token`, or nil: a lost lease.
+local function holder(batch, token)
+  local b = get(k('b', batch), 'token', 'state', 'conv')
+  if b.state == 'running' and tonumber(b.token) == token then
+    return b.conv
+  end
+end
+
+local function renew(a)
+  if not holder(a.batch, a.token) then
+    return fail('SABI_LEASE_LOST', 'the lease is no longer held')
+  end
+  put(k('b', a.batch), {lease = a.now + a.lease})
+  redis.call('ZADD', k('running'), int(a.now + a.lease), int(a.batch))
+  return true
+end
+
+-- Ends a batch for good and lets its conversation's next batch be claimed.
+local function close(batch, conv, now, state, messages)
+  put(k('b', batch), {state = state, finished = now})
+  redis.call('HDEL', k('b', batch), 'lease')
+  redis.call('ZREM', k('running'), int(batch))
+  redis.call('ZADD', k('finished'), int(now), int(batch))
+  for _, seq in ipairs(redis.call('ZRANGE', k('b', batch, 'msgs'), 0, -1)) do
+    put(k('in', seq), {state = messages})
+  end
+  local c = get(k('c', conv), 'open', 'due', 'finished')
+  put(k('c', conv), {finished = math.max(tonumber(c.finished) or 0, now)})
+  if tonumber(c.open) == tonumber(batch) then
+    redis.call('HDEL', k('c', conv), 'open')
+    if c.due then
+      redis.call('ZADD', k('due'), c.due, conv)
+    end
+  end
+end
+
+local function write_reply(batch, conv, now, parts, sandbox)
+  for index, p in ipairs(parts) do
+    local written = redis.call('ZRANGEBYSCORE', k('b', batch, 'parts'), index - 1, index - 1)
+    if #written == 0 then
+      add_part(batch, conv, index - 1, p.text, p.options, p.quote, now, sandbox)
+    end
+  end
+end
+
+local function to_review(batch, conv, now, reason, err)
+  open_review(batch, nil, reason, err, now)
+  put(k('b', batch), {err = err})
+  close(batch, conv, now, 'review', 'review')
+end
+
+local function finish(a)
+  local conv = holder(a.batch, a.token)
+  if not conv then
+    return fail('SABI_LEASE_LOST', 'the lease is no longer held')
+  end
+  local e, batch, now = a.ending, a.batch, a.now
+  if e.kind == 'replied' then
+    write_reply(batch, conv, now, e.parts, e.sandbox)
+    close(batch, conv, now, 'done', 'answered')
+  elseif e.kind == 'retry' then
+    put(k('b', batch), {state = 'waiting', next = e.at, err = e.error})
+    redis.call('HDEL', k('b', batch), 'lease')
+    redis.call('ZREM', k('running'), int(batch))
+    redis.call('ZADD', k('waiting'), int(e.at), int(batch))
+  elseif e.kind == 'review' then
+    to_review(batch, conv, now, e.reason, e.error)
+  else
+    write_reply(batch, conv, now, e.parts, e.sandbox)
+    to_review(batch, conv, now, 'handoff_asked', e.note)
+  end
+  return true
+end
+
+local function next_due()
+  return earliest(first_score(k('due')), first_score(k('running')), first_score(k('waiting')))
+end
+
+-- What was said in the last `turns` turns of a conversation before batch `before` (all of
+-- them when nil), turn by turn: the customer's messages, the replies, the hand-off note.
+local function conversation_history(conv, before, turns)
+  local top = before and ('(' .. int(before)) or '+inf'
+  local recent = redis.call('ZREVRANGEBYSCORE', k('c', conv, 'batches'), top, '-inf', 'LIMIT', 0,
+    turns)
+  local out = {}
+  for i = #recent, 1, -1 do
+    local batch = recent[i]
+    local said = {}
+    for _, seq in ipairs(redis.call('ZRANGE', k('b', batch, 'msgs'), 0, -1)) do
+      local m = get(k('in', seq), 'recv', 'text', 'type', 'pts')
+      said[#said + 1] = {
+        at = tonumber(m.recv), text = m.text or ('[' .. (m.type or 'message') .. ']'),
+        pts = tonumber(m.pts) or 0, seq = tonumber(seq),
+      }
+    end
+    table.sort(said, function(x, y)
+      if x.pts ~= y.pts then
+        return x.pts < y.pts
+      end
+      return x.seq < y.seq
+    end)
+    for _, m in ipairs(said) do
+      out[#out + 1] = {at = m.at, speaker = 'customer', text = m.text}
+    end
+    for _, id in ipairs(redis.call('ZRANGE', k('b', batch, 'parts'), 0, -1)) do
+      local o = get(k('o', id), 'created', 'body', 'state')
+      if o.state ~= 'failed' and o.state ~= 'review' and o.state ~= 'window_closed' then
+        out[#out + 1] = {at = tonumber(o.created), speaker = 'business', text = o.body}
+      end
+    end
+    local review = redis.call('HGET', k('rbatch'), batch)
+    if review then
+      local r = get(k('r', review), 'created', 'reason', 'err')
+      local note = 'handed to a person (' .. r.reason .. ')' .. (r.err and (': ' .. r.err) or '')
+      out[#out + 1] = {at = tonumber(r.created), speaker = 'note', text = note}
+    end
+  end
+  return out
+end
+
+local function history(a)
+  local conv = redis.call('HGET', k('b', a.batch), 'conv')
+  if not conv then
+    return {}
+  end
+  return conversation_history(conv, a.batch, a.turns)
+end
+
+local function set_stage(a)
+  if redis.call('HGET', k('b', a.batch), 'state') == 'running' then
+    redis.call('HSET', k('b', a.batch), 'stage', a.stage)
+  end
+  return true
+end
+
+local function add_usage(a)
+  local key = k('b', a.batch)
+  redis.call('HINCRBY', key, 'prompt_tokens', int(a.prompt_tokens))
+  redis.call('HINCRBY', key, 'completion_tokens', int(a.completion_tokens))
+  redis.call('HINCRBYFLOAT', key, 'cost', string.format('%.17g', a.cost))
+  return true
+end
+
+local function turn_stats(a)
+  local s = {local_turns = 0, agent = 0, people = 0, prompt_tokens = 0, completion_tokens = 0,
+    cost = 0}
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('finished'), int(a.since), '+inf')) do
+    local b = get(k('b', id), 'state', 'prompt_tokens', 'completion_tokens', 'cost')
+    if b.state == 'done' and b.prompt_tokens then
+      s.agent = s.agent + 1
+    elseif b.state == 'done' then
+      s.local_turns = s.local_turns + 1
+    elseif b.state == 'review' then
+      s.people = s.people + 1
+    end
+    s.prompt_tokens = s.prompt_tokens + (tonumber(b.prompt_tokens) or 0)
+    s.completion_tokens = s.completion_tokens + (tonumber(b.completion_tokens) or 0)
+    s.cost = s.cost + (tonumber(b.cost) or 0)
+  end
+  return s
+end

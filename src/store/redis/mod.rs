@@ -1,0 +1,575 @@
+//! Redis (or Valkey) backend: several Sabi nodes share one server.
+//!
+//! Every operation is one run of one Lua script (`lua/`, sent once and then called by its
+//! hash). Redis runs a script alone, so an ingest's append, deduplication and scheduling, a
+//! claim, or a turn's ending with its fencing check is one atomic step in one round trip. A
+//! script checks everything it may refuse before its first write, so a refusal changes nothing.
+//!
+//! All keys of a deployment share one hash tag, `{sabi}` (or `{<prefix>}`), so they live in one
+//! slot: a delivery that touches several conversations is still one script, also on Redis
+//! Cluster. A deployment therefore lives on one shard; several deployments spread over many.
+//!
+//! Durability is the server's: an acknowledgement is as durable as Redis's append-only file
+//! makes it. At start Sabi reads the server's persistence settings and warns, or with
+//! `?durability=require` refuses to start, when an acknowledged message could be lost.
+
+mod wire;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Script};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use self::wire::{
+    List, Page, RawClaim, RawConversation, RawExchange, RawGauges, RawItem, RawJob, RawLine,
+    RawPart, RawQuarantined, RawReceipt, RawReview, RawSendJob, RawStats, Receipt,
+};
+use super::items::message_key;
+use super::{
+    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
+    HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry,
+    ReviewQuery, SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, TurnStats,
+    TurnUsage,
+};
+use crate::domain::{Channel, Claim, ItemKind, LeaseToken};
+use crate::store::items::question_item;
+
+const SCRIPT: &str = concat!(
+    include_str!("lua/keys.lua"),
+    include_str!("lua/outbox.lua"),
+    include_str!("lua/turns.lua"),
+    include_str!("lua/ingest.lua"),
+    include_str!("lua/people.lua"),
+    include_str!("lua/chat.lua"),
+    include_str!("lua/main.lua"),
+);
+
+/// The key layout this build writes and expects (`<tag>:schema`).
+const VERSION: &str = "1";
+
+/// Rows asked for when the caller set no limit: more than any listing shows.
+const NO_LIMIT: usize = 1_000_000_000;
+
+pub struct RedisStore {
+    conn: ConnectionManager,
+    script: Script,
+    /// `{prefix}`: every key starts with it.
+    tag: String,
+}
+
+/// What `SABI_STORE=redis://…` says: the server, and Sabi's own options in its query
+/// (`prefix=NAME` for the keys, `durability=warn|require`), which the driver does not see.
+#[derive(Debug, PartialEq)]
+struct Target {
+    server: String,
+    tag: String,
+    require_durable: bool,
+}
+
+impl Target {
+    fn parse(url: &str) -> Result<Target> {
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut kept = Vec::new();
+        let mut prefix = "sabi";
+        let mut require_durable = false;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("prefix", name)) => prefix = name,
+                Some(("durability", "warn")) => require_durable = false,
+                Some(("durability", "require")) => require_durable = true,
+                Some(("durability", other)) => {
+                    return Err(Error::Unavailable(format!(
+                        "durability={other:?}: expected warn or require"
+                    )));
+                }
+                _ => kept.push(pair),
+            }
+        }
+        if prefix.is_empty() || prefix.contains(['{', '}']) {
+            return Err(Error::Unavailable(format!(
+                "prefix={prefix:?}: a key prefix is a non-empty name without braces"
+            )));
+        }
+        let server = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        Ok(Target {
+            server,
+            tag: format!("{{{prefix}}}"),
+            require_durable,
+        })
+    }
+}
+
+fn unavailable(e: RedisError) -> Error {
+    Error::Unavailable(e.to_string())
+}
+
+/// The script's refusals, and everything else as the server being unavailable.
+fn refused(e: RedisError) -> Error {
+    match e.code() {
+        Some("SABI_LEASE_LOST") => Error::LeaseLost,
+        Some("SABI_NOT_FOUND") => Error::NotFound,
+        _ => unavailable(e),
+    }
+}
+
+impl RedisStore {
+    /// Connects, checks the server's persistence, and writes the layout version when the
+    /// prefix is new.
+    ///
+    /// # Errors
+    /// When the server cannot be reached, its keys are of another layout, or (with
+    /// `durability=require`) it could lose acknowledged messages.
+    pub async fn open(url: &str) -> Result<RedisStore> {
+        let target = Target::parse(url)?;
+        let client = redis::Client::open(target.server.as_str()).map_err(unavailable)?;
+        // Commands fail fast while the server is away (the ingress answers 503) and the
+        // connection is made again in the background.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(5)))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(1));
+        let conn = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(unavailable)?;
+        let store = RedisStore {
+            conn,
+            script: Script::new(SCRIPT),
+            tag: target.tag,
+        };
+        match store.persistence().await {
+            Persistence::Durable(_) => {}
+            Persistence::Risky(why) if target.require_durable => {
+                return Err(Error::Unavailable(format!(
+                    "refusing to start (durability=require): {why}"
+                )));
+            }
+            Persistence::Risky(why) => tracing::warn!("{why}"),
+        }
+        store.claim_layout().await?;
+        Ok(store)
+    }
+
+    /// Runs one operation of the script.
+    async fn call<T: DeserializeOwned>(&self, op: &str, args: Value) -> Result<T> {
+        let mut conn = self.conn.clone();
+        let reply: String = self
+            .script
+            .key(&self.tag)
+            .arg(op)
+            .arg(args.to_string())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(refused)?;
+        serde_json::from_str(&reply)
+            .map_err(|e| Error::Schema(format!("undecodable reply to {op}: {e}")))
+    }
+
+    /// A listing, page by page (each page is a short script run).
+    async fn pages<T: DeserializeOwned>(
+        &self,
+        op: &str,
+        limit: Option<usize>,
+        args: impl Fn(i64, usize) -> Value,
+    ) -> Result<Vec<T>> {
+        let want = limit.unwrap_or(NO_LIMIT);
+        let (mut out, mut after) = (Vec::new(), 0);
+        while out.len() < want {
+            let page: Page<T> = self.call(op, args(after, want - out.len())).await?;
+            out.extend(page.items.0);
+            match page.last {
+                Some(last) if page.more => after = last,
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn claim_layout(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let key = format!("{}:schema", self.tag);
+        let _: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(VERSION)
+            .arg("NX")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        self.ready().await
+    }
+
+    async fn persistence(&self) -> Persistence {
+        persistence(&mut self.conn.clone()).await
+    }
+}
+
+/// Whether the server keeps what it acknowledged.
+enum Persistence {
+    Durable(String),
+    Risky(String),
+}
+
+async fn config_value<C: redis::aio::ConnectionLike>(conn: &mut C, name: &str) -> Option<String> {
+    let pair: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query_async(conn)
+        .await
+        .ok()?;
+    pair.into_iter().nth(1)
+}
+
+/// Reads `appendonly` and `appendfsync`: with the append-only file flushed every write
+/// (`always`) or every second (`everysec`), a Redis crash loses nothing acknowledged (an OS
+/// crash or power loss may lose the last second with `everysec`); without it, a restart loses
+/// everything since the last snapshot.
+async fn persistence<C: redis::aio::ConnectionLike>(conn: &mut C) -> Persistence {
+    let aof = config_value(conn, "appendonly").await;
+    let fsync = config_value(conn, "appendfsync").await;
+    match (aof.as_deref(), fsync.as_deref()) {
+        (Some("yes"), Some("always")) => {
+            Persistence::Durable("append-only file, flushed on every write".into())
+        }
+        (Some("yes"), Some("everysec")) => Persistence::Durable(
+            "append-only file, flushed every second (a power loss may lose the last second)".into(),
+        ),
+        (Some("yes"), Some(other)) => Persistence::Risky(format!(
+            "Redis flushes its append-only file only when the OS does (appendfsync {other}): \
+             acknowledged messages can be lost; set appendfsync always or everysec"
+        )),
+        (Some(_), _) => Persistence::Risky(
+            "Redis keeps no append-only file (appendonly no): acknowledged messages are lost \
+             when it restarts; set appendonly yes with appendfsync always or everysec"
+                .into(),
+        ),
+        (None, _) => Persistence::Risky(
+            "cannot read Redis's persistence settings (CONFIG GET is not allowed): make sure \
+             it runs with appendonly yes and appendfsync always or everysec"
+                .into(),
+        ),
+    }
+}
+
+/// Looks at the server without writing: reachability, layout version and persistence.
+pub(super) async fn probe(url: &str) -> Result<String> {
+    let target = Target::parse(url)?;
+    let client = redis::Client::open(target.server.as_str()).map_err(unavailable)?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(unavailable)?;
+    let version: Option<String> = redis::cmd("GET")
+        .arg(format!("{}:schema", target.tag))
+        .query_async(&mut conn)
+        .await
+        .map_err(unavailable)?;
+    match version.as_deref() {
+        Some(VERSION) => {}
+        None => {
+            return Err(Error::Schema(format!(
+                "no Sabi keys under {} yet (`sabi serve` writes them)",
+                target.tag
+            )));
+        }
+        Some(other) => {
+            return Err(Error::Schema(format!(
+                "key layout {other}; this build expects {VERSION}"
+            )));
+        }
+    }
+    Ok(match persistence(&mut conn).await {
+        Persistence::Durable(how) => format!("reachable, layout current, {how}"),
+        Persistence::Risky(why) => format!("reachable, layout current; warning: {why}"),
+    })
+}
+
+/// A count as the script takes it.
+fn count(n: usize) -> usize {
+    n.min(NO_LIMIT)
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
+        let receipt: Receipt = self.call("ingest", wire::delivery(&delivery)).await?;
+        for key in &receipt.anomalies.0 {
+            tracing::warn!(
+                key = %key,
+                "anomaly: a redelivered id carries other content; the first copy is kept"
+            );
+        }
+        Ok(IngestReceipt {
+            stored: receipt.stored,
+            duplicates: receipt.duplicates,
+            anomalies: receipt.anomalies.0.len(),
+            quarantined: receipt.quarantined,
+            earliest_due_ms: receipt.due,
+        })
+    }
+
+    async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {
+        let kind = query.kind.map(ItemKind::as_str);
+        let channel = query.channel.map(Channel::as_str);
+        let start = query.after.unwrap_or(0);
+        let raw: Vec<RawItem> = self
+            .pages("inbox", query.limit, |after, limit| {
+                json!({"after": after.max(start), "limit": limit, "kind": kind, "ch": channel})
+            })
+            .await?;
+        raw.into_iter().map(RawItem::into_item).collect()
+    }
+
+    async fn quarantine(&self, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
+        let raw: Vec<RawQuarantined> = self
+            .pages(
+                "quarantine",
+                limit,
+                |after, limit| json!({"after": after, "limit": limit}),
+            )
+            .await?;
+        raw.into_iter()
+            .map(RawQuarantined::into_quarantined)
+            .collect()
+    }
+
+    async fn ready(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let version: Option<String> = redis::cmd("GET")
+            .arg(format!("{}:schema", self.tag))
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        match version.as_deref() {
+            Some(VERSION) => Ok(()),
+            other => Err(Error::Schema(format!(
+                "key layout {other:?} under {}, expected {VERSION}",
+                self.tag
+            ))),
+        }
+    }
+
+    async fn claim(&self, now_ms: i64, lease_ms: i64, limit: usize) -> Result<Vec<Claim>> {
+        let raw: List<RawClaim> = self
+            .call(
+                "claim",
+                json!({"now": now_ms, "lease": lease_ms, "limit": count(limit)}),
+            )
+            .await?;
+        raw.0.into_iter().map(RawClaim::into_claim).collect()
+    }
+
+    async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()> {
+        let args = json!({"batch": batch, "token": token.0, "now": now_ms, "lease": lease_ms});
+        let _: bool = self.call("renew", args).await?;
+        Ok(())
+    }
+
+    async fn finish(
+        &self,
+        batch: i64,
+        token: LeaseToken,
+        now_ms: i64,
+        ending: Ending,
+    ) -> Result<()> {
+        let args = json!({
+            "batch": batch, "token": token.0, "now": now_ms, "ending": wire::ending(&ending),
+        });
+        let _: bool = self.call("finish", args).await?;
+        Ok(())
+    }
+
+    async fn next_due(&self) -> Result<Option<i64>> {
+        self.call("next_due", json!({})).await
+    }
+
+    async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
+        let raw: Vec<RawPart> = self
+            .pages(
+                "outbox",
+                limit,
+                |after, limit| json!({"after": after, "limit": limit}),
+            )
+            .await?;
+        raw.into_iter().map(RawPart::into_entry).collect()
+    }
+
+    async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
+        let args = json!({
+            "now": claim.now_ms, "lease": claim.lease_ms, "unknown_wait": claim.unknown_wait_ms,
+            "limit": count(claim.limit), "halted": claim.halted,
+        });
+        let raw: List<RawSendJob> = self.call("claim_sends", args).await?;
+        raw.0.into_iter().map(RawSendJob::into_job).collect()
+    }
+
+    async fn record_send(
+        &self,
+        id: i64,
+        attempt: u32,
+        now_ms: i64,
+        result: SendResult,
+    ) -> Result<()> {
+        let args = json!({
+            "id": id, "attempt": attempt, "now": now_ms, "result": wire::send_result(&result),
+        });
+        let _: bool = self.call("record_send", args).await?;
+        Ok(())
+    }
+
+    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>> {
+        self.call("next_send_due", json!({"skip": skip})).await
+    }
+
+    async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
+        let lines: List<RawLine> = self
+            .call("history", json!({"batch": batch, "turns": count(turns)}))
+            .await?;
+        Ok(wire::history(lines))
+    }
+
+    async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()> {
+        let args = json!({"ch": channel.as_str(), "key": external_id, "text": text});
+        let _: bool = self.call("set_transcript", args).await?;
+        Ok(())
+    }
+
+    async fn set_stage(&self, batch: i64, stage: &str) -> Result<()> {
+        let _: bool = self
+            .call("set_stage", json!({"batch": batch, "stage": stage}))
+            .await?;
+        Ok(())
+    }
+
+    async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()> {
+        let args = json!({
+            "batch": batch, "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens, "cost": usage.cost,
+        });
+        let _: bool = self.call("add_usage", args).await?;
+        Ok(())
+    }
+
+    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats> {
+        let stats: RawStats = self.call("turn_stats", json!({"since": since_ms})).await?;
+        Ok(stats.into())
+    }
+
+    async fn review_queue(&self, query: ReviewQuery) -> Result<Vec<ReviewEntry>> {
+        let args = json!({
+            "reason": query.reason, "customer": query.customer,
+            "limit": count(query.limit.unwrap_or(NO_LIMIT)),
+        });
+        let raw: List<RawReview> = self.call("review_queue", args).await?;
+        raw.0.into_iter().map(RawReview::into_entry).collect()
+    }
+
+    async fn review_item(&self, id: i64) -> Result<Option<ReviewEntry>> {
+        let raw: Option<RawReview> = self.call("review_item", json!({"id": id})).await?;
+        raw.map(RawReview::into_entry).transpose()
+    }
+
+    async fn resolve_review(&self, id: i64, now_ms: i64, resolution: Resolution) -> Result<()> {
+        let args = json!({"id": id, "now": now_ms, "resolution": wire::resolution(&resolution)});
+        let _: bool = self.call("resolve_review", args).await?;
+        Ok(())
+    }
+
+    async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>> {
+        let raw: List<RawConversation> = self
+            .call(
+                "conversations",
+                json!({"customer": customer, "turns": count(turns)}),
+            )
+            .await?;
+        raw.0.into_iter().map(RawConversation::into_view).collect()
+    }
+
+    async fn gauges(&self, now_ms: i64) -> Result<Gauges> {
+        let raw: RawGauges = self.call("gauges", json!({"now": now_ms})).await?;
+        Ok(raw.into())
+    }
+
+    async fn submit_chat(&self, s: ChatSubmission) -> Result<Option<ChatReceipt>> {
+        let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
+        let item = wire::item(&question_item(&s, key.clone()));
+        let args = json!({
+            "key": key, "session": s.session_id, "job": s.job_id, "now": s.now_ms,
+            "keep": s.keep_ms, "per_minute": s.per_minute, "item": item,
+            "window": s.policy.window_ms, "cap": s.policy.cap_ms,
+        });
+        let raw: RawReceipt = self.call("submit_chat", args).await?;
+        if raw.limited {
+            return Ok(None);
+        }
+        let job_id = raw
+            .job
+            .ok_or_else(|| Error::Schema("a chat receipt without a job".into()))?;
+        Ok(Some(ChatReceipt {
+            job_id,
+            created: raw.created,
+            earliest_due_ms: raw.due,
+        }))
+    }
+
+    async fn chat_job_for_message(
+        &self,
+        session_id: &str,
+        message_id: &str,
+    ) -> Result<Option<String>> {
+        let key = message_key(session_id, message_id);
+        self.call("job_for_message", json!({"key": key})).await
+    }
+
+    async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>> {
+        let raw: Option<RawJob> = self
+            .call("chat_job", json!({"job": job_id, "now": now_ms}))
+            .await?;
+        Ok(raw.map(|j| j.into_job(job_id)))
+    }
+
+    async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>> {
+        let raw: List<RawExchange> = self
+            .call(
+                "chat_history",
+                json!({"session": session_id, "limit": count(limit)}),
+            )
+            .await?;
+        Ok(raw.0.into_iter().map(ChatExchange::from).collect())
+    }
+
+    async fn chat_queue_depth(&self) -> Result<u64> {
+        self.call("chat_queue_depth", json!({})).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sabi_options_are_taken_out_of_the_url() {
+        let t =
+            Target::parse("redis://:pw@host:6380/2?prefix=shop&durability=require&protocol=resp3")
+                .expect("parses");
+        assert_eq!(
+            t,
+            Target {
+                server: "redis://:pw@host:6380/2?protocol=resp3".into(),
+                tag: "{shop}".into(),
+                require_durable: true,
+            }
+        );
+        let plain = Target::parse("redis://127.0.0.1").expect("parses");
+        assert_eq!(plain.tag, "{sabi}");
+        assert!(!plain.require_durable);
+        assert!(Target::parse("redis://h?durability=maybe").is_err());
+        assert!(Target::parse("redis://h?prefix={x}").is_err());
+    }
+}

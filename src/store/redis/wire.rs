@@ -1,0 +1,585 @@
+//! What crosses to and from the script: arguments as JSON, and the JSON shapes of its replies
+//! with how they become the store's types. Field names are the script's own (its hash fields).
+
+use serde::{Deserialize, Deserializer};
+use serde_json::{Value, json};
+
+use crate::domain::{
+    Batch, BatchMessage, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
+    ReplyPart,
+};
+use crate::store::items::{Encoded, quarantine_hash, status_of};
+use crate::store::{
+    ChatExchange, ChatJob, ConversationView, Ending, Error, Gauges, HistoryEntry, Ingest,
+    OutboxEntry, Resolution, Result, ReviewEntry, SendJob, SendResult, Speaker, StoredItem,
+    StoredQuarantine, TurnStats, parse_send_callback,
+};
+
+/// A list in a reply. Lua's JSON encoder cannot tell an empty list from an empty object and
+/// writes `{}`; any other object is still an error.
+#[derive(Debug, Default)]
+pub(super) struct List<T>(pub(super) Vec<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for List<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Shape<T> {
+            Items(Vec<T>),
+            Empty(std::collections::BTreeMap<String, ()>),
+        }
+        match Shape::deserialize(d)? {
+            Shape::Items(items) => Ok(List(items)),
+            Shape::Empty(map) if map.is_empty() => Ok(List(Vec::new())),
+            Shape::Empty(_) => Err(serde::de::Error::custom("expected a list")),
+        }
+    }
+}
+
+fn channel(name: &str) -> Result<Channel> {
+    Channel::parse(name).ok_or_else(|| Error::Schema(format!("unknown channel {name:?}")))
+}
+
+fn conversation(ch: &str, biz: String, cust: String) -> Result<ConversationKey> {
+    Ok(ConversationKey {
+        channel: channel(ch)?,
+        business: biz,
+        customer: cust,
+    })
+}
+
+/// A delivery as the script takes it: each item with its hash, and what a status settles.
+pub(super) fn delivery(d: &Ingest) -> Value {
+    json!({
+        "recv": d.received_at_ms,
+        "window": d.policy.window_ms,
+        "cap": d.policy.cap_ms,
+        "items": d.items.iter().map(item).collect::<Vec<_>>(),
+        "quarantined": d.quarantined.iter().map(|q| json!({
+            "ch": q.channel.as_str(),
+            "reason": q.reason,
+            "raw": q.raw,
+            "hash": hex::encode(quarantine_hash(q)),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+pub(super) fn item(item: &InboundItem) -> Value {
+    let Encoded { facts, hash } = Encoded::of(item);
+    json!({
+        "ch": item.channel.as_str(),
+        "key": item.dedupe_key,
+        "kind": item.kind.as_str(),
+        "biz": item.business,
+        "cust": item.customer,
+        "type": item.item_type,
+        "text": item.text,
+        "media": item.media_id,
+        "pts": item.provider_ts,
+        "hash": hex::encode(hash),
+        "facts": facts,
+        "turn": item.turn.as_ref().map(|t| json!({
+            "ch": t.channel.as_str(), "biz": t.business, "cust": t.customer,
+        })),
+        "status": status(item),
+    })
+}
+
+/// The status of a message Sabi sent: which send it names, and how it went.
+fn status(item: &InboundItem) -> Option<Value> {
+    if item.kind != ItemKind::Status {
+        return None;
+    }
+    let facts = &item.facts;
+    let callback = facts["biz_opaque_callback_data"]
+        .as_str()
+        .and_then(parse_send_callback);
+    Some(json!({
+        "wamid": facts["id"].as_str()?,
+        "status": facts["status"].as_str()?,
+        "callback_id": callback.map(|c| c.0),
+        "callback_attempt": callback.map(|c| c.1),
+        "code": facts["error_codes"].get(0).and_then(Value::as_i64),
+    }))
+}
+
+fn parts(parts: &[ReplyPart]) -> Value {
+    parts
+        .iter()
+        .map(|p| {
+            let options = (!p.options.is_empty())
+                .then(|| serde_json::to_string(&p.options).unwrap_or_default());
+            json!({"text": p.text, "options": options, "quote": p.quote})
+        })
+        .collect()
+}
+
+pub(super) fn ending(e: &Ending) -> Value {
+    match e {
+        Ending::Replied { parts: p, sandbox } => {
+            json!({"kind": "replied", "parts": parts(p), "sandbox": sandbox})
+        }
+        Ending::RetryAt { at_ms, error } => json!({"kind": "retry", "at": at_ms, "error": error}),
+        Ending::Review { reason, error } => {
+            json!({"kind": "review", "reason": reason.as_str(), "error": error})
+        }
+        Ending::Handoff {
+            parts: p,
+            sandbox,
+            note,
+        } => json!({"kind": "handoff", "parts": parts(p), "sandbox": sandbox, "note": note}),
+    }
+}
+
+pub(super) fn send_result(r: &SendResult) -> Value {
+    match r {
+        SendResult::Accepted {
+            wamid,
+            template,
+            next_send_at_ms,
+        } => {
+            json!({"kind": "accepted", "wamid": wamid, "template": template, "next": next_send_at_ms})
+        }
+        SendResult::Retry {
+            at_ms,
+            failure,
+            code,
+            error,
+            recipient_after_ms,
+        } => json!({
+            "kind": "retry", "at": at_ms, "failure": failure, "code": code, "error": error,
+            "recipient_after": recipient_after_ms,
+        }),
+        SendResult::Untried => json!({"kind": "untried"}),
+        SendResult::WindowClosed { code, error } => {
+            json!({"kind": "window_closed", "code": code, "error": error})
+        }
+        SendResult::Unknown {
+            error,
+            wait_until_ms,
+        } => json!({"kind": "unknown", "error": error, "wait_until": wait_until_ms}),
+        SendResult::Review {
+            reason,
+            code,
+            error,
+        } => json!({"kind": "review", "reason": reason.as_str(), "code": code, "error": error}),
+    }
+}
+
+pub(super) fn resolution(r: &Resolution) -> Value {
+    match r {
+        Resolution::Reply { text, sandbox } => {
+            json!({"kind": "reply", "text": text, "sandbox": sandbox})
+        }
+        Resolution::Requeue => json!({"kind": "requeue"}),
+        Resolution::Close => json!({"kind": "close"}),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct Receipt {
+    pub(super) stored: usize,
+    pub(super) duplicates: usize,
+    pub(super) anomalies: List<String>,
+    pub(super) quarantined: usize,
+    pub(super) due: Option<i64>,
+}
+
+/// One page of a listing, and where the next one starts.
+#[derive(Deserialize)]
+pub(super) struct Page<T> {
+    pub(super) items: List<T>,
+    pub(super) last: Option<i64>,
+    pub(super) more: bool,
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawMessage {
+    seq: i64,
+    key: String,
+    #[serde(rename = "type")]
+    item_type: Option<String>,
+    text: Option<String>,
+    media: Option<String>,
+    pts: Option<i64>,
+    recv: i64,
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawBatch {
+    id: i64,
+    ch: String,
+    biz: String,
+    cust: String,
+    due: i64,
+    messages: List<RawMessage>,
+}
+
+impl RawBatch {
+    /// The batch, its messages in the order the customer sent them (unknown times first, as
+    /// the SQLite backend orders them).
+    pub(super) fn into_batch(self) -> Result<Batch> {
+        let mut messages: Vec<BatchMessage> = self
+            .messages
+            .0
+            .into_iter()
+            .map(|m| BatchMessage {
+                seq: m.seq,
+                external_id: m.key,
+                item_type: m.item_type,
+                text: m.text,
+                media_id: m.media,
+                provider_ts: m.pts,
+                received_at_ms: m.recv,
+            })
+            .collect();
+        messages.sort_by_key(|m| (m.provider_ts, m.seq));
+        Ok(Batch {
+            id: self.id,
+            conversation: conversation(&self.ch, self.biz, self.cust)?,
+            messages,
+            due_at_ms: self.due,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawClaim {
+    batch: RawBatch,
+    token: i64,
+    attempt: u32,
+    requeued: bool,
+}
+
+impl RawClaim {
+    pub(super) fn into_claim(self) -> Result<Claim> {
+        Ok(Claim {
+            batch: self.batch.into_batch()?,
+            token: LeaseToken(self.token),
+            attempt: self.attempt,
+            requeued: self.requeued,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawItem {
+    seq: i64,
+    ch: String,
+    key: String,
+    kind: String,
+    biz: Option<String>,
+    cust: Option<String>,
+    #[serde(rename = "type")]
+    item_type: Option<String>,
+    text: Option<String>,
+    media: Option<String>,
+    pts: Option<i64>,
+    recv: i64,
+    state: String,
+    batch: Option<i64>,
+    facts: String,
+}
+
+impl RawItem {
+    pub(super) fn into_item(self) -> Result<StoredItem> {
+        Ok(StoredItem {
+            seq: self.seq,
+            item: InboundItem {
+                kind: ItemKind::parse(&self.kind)
+                    .ok_or_else(|| Error::Schema(format!("unknown kind {:?}", self.kind)))?,
+                channel: channel(&self.ch)?,
+                dedupe_key: self.key,
+                business: self.biz,
+                customer: self.cust,
+                item_type: self.item_type,
+                text: self.text,
+                media_id: self.media,
+                provider_ts: self.pts,
+                turn: None,
+                facts: serde_json::from_str(&self.facts)
+                    .map_err(|e| Error::Schema(format!("undecodable facts: {e}")))?,
+            },
+            received_at_ms: self.recv,
+            state: self.state,
+            batch: self.batch,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawQuarantined {
+    id: i64,
+    ch: String,
+    recv: i64,
+    reason: String,
+    raw: String,
+}
+
+impl RawQuarantined {
+    pub(super) fn into_quarantined(self) -> Result<StoredQuarantine> {
+        Ok(StoredQuarantine {
+            id: self.id,
+            received_at_ms: self.recv,
+            quarantined: crate::domain::Quarantined {
+                channel: channel(&self.ch)?,
+                reason: self.reason,
+                raw: self.raw,
+            },
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawPart {
+    id: i64,
+    batch: i64,
+    part: u32,
+    ch: String,
+    biz: String,
+    cust: String,
+    text: String,
+    state: String,
+    kind: String,
+    attempts: u32,
+    wamid: Option<String>,
+    delivery: Option<String>,
+    error_code: Option<i64>,
+    error: Option<String>,
+    created: i64,
+    sent: Option<i64>,
+    started: i64,
+    finished: i64,
+}
+
+impl RawPart {
+    pub(super) fn into_entry(self) -> Result<OutboxEntry> {
+        Ok(OutboxEntry {
+            id: self.id,
+            batch_id: self.batch,
+            part: self.part,
+            conversation: conversation(&self.ch, self.biz, self.cust)?,
+            text: self.text,
+            state: self.state,
+            kind: self.kind,
+            attempts: self.attempts,
+            wamid: self.wamid,
+            delivery: self.delivery,
+            error_code: self.error_code,
+            error: self.error,
+            created_at_ms: self.created,
+            sent_at_ms: self.sent,
+            turn_started_at_ms: self.started,
+            turn_finished_at_ms: self.finished,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawSendJob {
+    id: i64,
+    batch: i64,
+    part: u32,
+    ch: String,
+    biz: String,
+    cust: String,
+    text: String,
+    options: Option<String>,
+    quote: Option<String>,
+    attempt: u32,
+    failures: u32,
+    window_closed: bool,
+    last_in: Option<i64>,
+}
+
+impl RawSendJob {
+    pub(super) fn into_job(self) -> Result<SendJob> {
+        Ok(SendJob {
+            id: self.id,
+            batch_id: self.batch,
+            part: self.part,
+            conversation: conversation(&self.ch, self.biz, self.cust)?,
+            text: self.text,
+            options: self
+                .options
+                .and_then(|o| serde_json::from_str(&o).ok())
+                .unwrap_or_default(),
+            quote: self.quote,
+            attempt: self.attempt,
+            failures: self.failures,
+            window_closed: self.window_closed,
+            last_inbound_at_ms: self.last_in,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawReview {
+    id: i64,
+    batch: RawBatch,
+    outbox: Option<i64>,
+    state: String,
+    reason: String,
+    error: Option<String>,
+    created: i64,
+}
+
+impl RawReview {
+    pub(super) fn into_entry(self) -> Result<ReviewEntry> {
+        let batch = self.batch.into_batch()?;
+        Ok(ReviewEntry {
+            id: self.id,
+            batch_id: batch.id,
+            outbox_id: self.outbox,
+            state: self.state,
+            conversation: batch.conversation,
+            reason: self.reason,
+            error: self.error,
+            created_at_ms: self.created,
+            messages: batch.messages,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawLine {
+    at: i64,
+    speaker: String,
+    text: String,
+}
+
+pub(super) fn history(lines: List<RawLine>) -> Vec<HistoryEntry> {
+    lines
+        .0
+        .into_iter()
+        .map(|l| HistoryEntry {
+            at_ms: l.at,
+            speaker: match l.speaker.as_str() {
+                "customer" => Speaker::Customer,
+                "business" => Speaker::Business,
+                _ => Speaker::Note,
+            },
+            text: l.text,
+        })
+        .collect()
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawConversation {
+    ch: String,
+    biz: String,
+    cust: String,
+    last_in: Option<i64>,
+    history: List<RawLine>,
+}
+
+impl RawConversation {
+    pub(super) fn into_view(self) -> Result<ConversationView> {
+        Ok(ConversationView {
+            conversation: conversation(&self.ch, self.biz, self.cust)?,
+            last_inbound_at_ms: self.last_in,
+            history: history(self.history),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawGauges {
+    due: u64,
+    running: u64,
+    waiting: u64,
+    review: u64,
+    queued_sends: u64,
+    unknown_sends: u64,
+}
+
+impl From<RawGauges> for Gauges {
+    fn from(g: RawGauges) -> Gauges {
+        Gauges {
+            due: g.due,
+            running: g.running,
+            waiting: g.waiting,
+            review: g.review,
+            queued_sends: g.queued_sends,
+            unknown_sends: g.unknown_sends,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawStats {
+    local_turns: u64,
+    agent: u64,
+    people: u64,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    cost: f64,
+}
+
+impl From<RawStats> for TurnStats {
+    fn from(s: RawStats) -> TurnStats {
+        TurnStats {
+            local: s.local_turns,
+            agent: s.agent,
+            people: s.people,
+            prompt_tokens: s.prompt_tokens,
+            completion_tokens: s.completion_tokens,
+            cost: s.cost,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawReceipt {
+    pub(super) job: Option<String>,
+    #[serde(default)]
+    pub(super) created: bool,
+    pub(super) due: Option<i64>,
+    #[serde(default)]
+    pub(super) limited: bool,
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawJob {
+    session: String,
+    created: i64,
+    state: String,
+    position: Option<u64>,
+    answer: Option<String>,
+    stage: Option<String>,
+}
+
+impl RawJob {
+    pub(super) fn into_job(self, job_id: &str) -> ChatJob {
+        ChatJob {
+            job_id: job_id.to_owned(),
+            session_id: self.session,
+            status: status_of(&self.state),
+            stage: self.stage,
+            position: self.position,
+            answer: self.answer,
+            created_at_ms: self.created,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawExchange {
+    job: String,
+    question: String,
+    state: String,
+    created: i64,
+    answer: Option<String>,
+}
+
+impl From<RawExchange> for ChatExchange {
+    fn from(e: RawExchange) -> ChatExchange {
+        ChatExchange {
+            job_id: e.job,
+            question: e.question,
+            answer: e.answer,
+            status: status_of(&e.state),
+            asked_at_ms: e.created,
+        }
+    }
+}
