@@ -1,7 +1,8 @@
-//! Several nodes on one PostgreSQL store: two `--role api` nodes and two `--role worker`
-//! nodes take a stream of webhooks and web-chat questions while processes are killed with
-//! SIGKILL at random moments. Nothing acknowledged is lost, nothing is answered twice, and no
-//! conversation has two turns at once.
+//! Several nodes on one shared store (PostgreSQL, and Redis): two `--role api` nodes and two
+//! `--role worker` nodes take a stream of webhooks and web-chat questions while processes are
+//! killed with SIGKILL at random moments. Nothing acknowledged is lost, nothing is answered
+//! twice, and no conversation has two turns at once. With the store down, webhooks get 503 and
+//! everything resumes when it is back.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::conformance::PgDatabase;
+use crate::conformance::{PgDatabase, RedisPrefix};
 use crate::helpers::{SabiProcess, sabi_command, signature, text_webhook_at};
 
 const CONVERSATIONS: usize = 150;
@@ -83,10 +84,19 @@ async fn ask(client: &reqwest::Client, urls: &[String], n: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_on_postgres_lose_nothing_and_answer_once_while_killed() {
     let db = PgDatabase::create().await;
+    nodes_lose_nothing_and_answer_once_while_killed(&db.url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_on_redis_lose_nothing_and_answer_once_while_killed() {
+    let prefix = RedisPrefix::new();
+    nodes_lose_nothing_and_answer_once_while_killed(&prefix.url).await;
+}
+
+async fn nodes_lose_nothing_and_answer_once_while_killed(store: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = db.url.clone();
     let env = [
-        ("SABI_STORE", store.as_str()),
+        ("SABI_STORE", store),
         ("SABI_BATCH_WINDOW", "200ms"),
         ("SABI_BATCH_MAX_WAIT", "1s"),
         ("SABI_LEASE", "2s"),
@@ -149,7 +159,7 @@ async fn nodes_on_postgres_lose_nothing_and_answer_once_while_killed() {
     let expected = total + QUESTIONS;
     let start = Instant::now();
     let inbox = loop {
-        let inbox = json_lines(dir.path(), &store, &["inbox", "--json"]);
+        let inbox = json_lines(dir.path(), store, &["inbox", "--json"]);
         let answered = inbox.iter().filter(|i| i["state"] == "answered").count();
         if answered == expected || start.elapsed() > Duration::from_secs(90) {
             break inbox;
@@ -165,7 +175,7 @@ async fn nodes_on_postgres_lose_nothing_and_answer_once_while_killed() {
     assert!(unanswered.is_empty(), "unanswered: {unanswered:?}");
 
     // One reply per batch, and per conversation no two turns at once.
-    let outbox = json_lines(dir.path(), &store, &["outbox", "--json"]);
+    let outbox = json_lines(dir.path(), store, &["outbox", "--json"]);
     let mut per_batch: HashMap<i64, usize> = HashMap::new();
     let mut turns: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
     for reply in &outbox {
@@ -240,6 +250,22 @@ impl Cable {
     }
 }
 
+/// A way to take the store away from Sabi and give it back.
+trait Outage {
+    fn down(&mut self);
+    fn up(&mut self);
+}
+
+impl Outage for Cable {
+    fn down(&mut self) {
+        self.cut();
+    }
+
+    fn up(&mut self) {
+        self.mend();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_postgres_down_webhooks_get_503_and_everything_resumes_after() {
     let db = PgDatabase::create().await;
@@ -254,8 +280,111 @@ async fn with_postgres_down_webhooks_get_503_and_everything_resumes_after() {
         .to_owned();
     let cable = Cable::to(host.clone()).await;
     let through = db.url.replace(&host, &format!("127.0.0.1:{}", cable.port));
+    store_down_then_back(&through, &db.url, cable).await;
+}
+
+/// A Redis server of the test's own, keeping an append-only file flushed on every write, that
+/// the test can kill with SIGKILL and start again on the same port and files.
+struct RedisServer {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<std::process::Child>,
+}
+
+impl RedisServer {
+    fn start() -> RedisServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let mut server = RedisServer {
+            port,
+            dir: tempfile::tempdir().expect("tempdir"),
+            child: None,
+        };
+        server.up();
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Outage for RedisServer {
+    fn up(&mut self) {
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "yes", "--appendfsync", "always"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server runs (it is on PATH where Redis is installed)");
+        self.child = Some(child);
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn down(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_killed_webhooks_get_503_and_everything_resumes_after() {
+    let server = RedisServer::start();
+    let url = format!("{}?durability=require", server.url());
+    store_down_then_back(&url, &url, server).await;
+}
+
+#[test]
+fn a_redis_that_could_lose_acknowledged_messages_is_refused_on_request() {
+    // The shared test server keeps nothing on disk, as CI runs it.
+    let prefix = RedisPrefix::new();
     let dir = tempfile::tempdir().expect("tempdir");
-    let env = [("SABI_STORE", through.as_str()), ("SABI_BATCH_WINDOW", "0")];
+    let output = sabi_command(dir.path())
+        .env("SABI_STORE", format!("{}&durability=require", prefix.url))
+        .env("SABI_LISTEN", "127.0.0.1:0")
+        .args(["serve"])
+        .output()
+        .expect("sabi runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if stderr.contains("append-only file, flushed") {
+        return; // this server does keep an append-only file: nothing to refuse
+    }
+    assert!(!output.status.success(), "refused to start");
+    assert!(stderr.contains("refusing to start"), "{stderr}");
+}
+
+/// Sabi on a store that goes away: webhooks answer 503 (never 200), readiness fails, the
+/// worker pauses and says so, and when the store is back what Meta redelivers is kept and
+/// everything is answered, the message acknowledged before the outage included.
+async fn store_down_then_back(store: &str, cli_store: &str, mut outage: impl Outage) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [("SABI_STORE", store), ("SABI_BATCH_WINDOW", "0")];
     let sabi = SabiProcess::spawn(dir.path(), "all", &env);
     let client = reqwest::Client::new();
     let post = |id: &str| {
@@ -268,7 +397,7 @@ async fn with_postgres_down_webhooks_get_503_and_everything_resumes_after() {
     };
     assert_eq!(post("wamid.up1").await.expect("sent").status(), 200);
 
-    cable.cut();
+    outage.down();
     let refused = post("wamid.down1").await.expect("sent");
     assert_eq!(refused.status(), 503, "never a 200 for what was not kept");
     assert!(refused.headers().contains_key("retry-after"));
@@ -281,7 +410,7 @@ async fn with_postgres_down_webhooks_get_503_and_everything_resumes_after() {
     // Long enough for the worker to try its store and pause.
     tokio::time::sleep(Duration::from_millis(2500)).await;
 
-    cable.mend();
+    outage.up();
     // Meta retries; now it is kept, and both messages are answered.
     let start = Instant::now();
     loop {
@@ -296,7 +425,7 @@ async fn with_postgres_down_webhooks_get_503_and_everything_resumes_after() {
     }
     let start = Instant::now();
     loop {
-        let inbox = json_lines(dir.path(), &db.url, &["inbox", "--json"]);
+        let inbox = json_lines(dir.path(), cli_store, &["inbox", "--json"]);
         if inbox.len() == 2 && inbox.iter().all(|i| i["state"] == "answered") {
             break;
         }
