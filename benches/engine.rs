@@ -8,7 +8,8 @@
 //! - store round trips per message (every store call counted, ingest included).
 //!
 //! Every figure comes for each backend in the same run: SQLite, then PostgreSQL (the local
-//! server, or `ENGINE_BENCH_POSTGRES`), each on a fresh store.
+//! server, or `ENGINE_BENCH_POSTGRES`), then Redis (a server of the bench's own with its
+//! append-only file flushed on every write, or `ENGINE_BENCH_REDIS`), each on a fresh store.
 //!
 //! `ENGINE_BENCH_CONVERSATIONS` changes the conversation count, `ENGINE_BENCH_RATE` the steady
 //! arrival rate (1,000 conversations/s). Under `cargo test` it runs
@@ -26,9 +27,9 @@ use sabi::domain::{
 };
 use sabi::store::{
     self, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Gauges,
-    HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, PgStore, Resolution, ReviewEntry,
-    ReviewQuery, SendClaim, SendJob, SendResult, SqliteStore, Store, StoredItem, StoredQuarantine,
-    TurnStats, TurnUsage,
+    HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, PgStore, RedisStore, Resolution,
+    ReviewEntry, ReviewQuery, SendClaim, SendJob, SendResult, SqliteStore, Store, StoredItem,
+    StoredQuarantine, TurnStats, TurnUsage,
 };
 use sabi::worker::policy::EnginePolicy;
 use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler, TurnOutcome};
@@ -49,7 +50,8 @@ fn main() {
         println!("engine bench: {conversations} conversations x {MESSAGES_PER_CONVERSATION} messages, 5 turns at once, durable commits");
         let server = std::env::var("ENGINE_BENCH_POSTGRES")
             .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432".to_owned());
-        for backend in [Backend::Sqlite, Backend::Postgres(server)] {
+        let redis = std::env::var("ENGINE_BENCH_REDIS").ok();
+        for backend in [Backend::Sqlite, Backend::Postgres(server), Backend::Redis(redis)] {
             println!("-- {}", backend.name());
             backlog(&backend, conversations).await;
             steady(&backend, conversations).await;
@@ -61,6 +63,8 @@ fn main() {
 enum Backend {
     Sqlite,
     Postgres(String),
+    /// A server's URL, or none: the bench starts its own.
+    Redis(Option<String>),
 }
 
 impl Backend {
@@ -68,18 +72,26 @@ impl Backend {
         match self {
             Backend::Sqlite => "SQLite (fsync per commit)",
             Backend::Postgres(_) => "PostgreSQL (local server, synchronous_commit on)",
+            Backend::Redis(Some(_)) => "Redis (ENGINE_BENCH_REDIS, its own persistence)",
+            Backend::Redis(None) => "Redis (own server, appendfsync always)",
         }
     }
 }
 
-/// Keeps the bench's store alive (its directory), and drops its database after.
+/// Keeps the bench's store alive (its directory, its Redis server), and drops its database
+/// after.
 struct Place {
     _dir: Option<tempfile::TempDir>,
     database: Option<(String, String)>,
+    server: Option<std::process::Child>,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
+        if let Some(server) = &mut self.server {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
         if let Some((server, name)) = &self.database {
             let (server, name) = (server.clone(), name.clone());
             let _ = std::thread::spawn(move || {
@@ -330,6 +342,7 @@ impl CountingStore {
                 let place = Place {
                     _dir: Some(dir),
                     database: None,
+                    server: None,
                 };
                 (Box::new(store), place)
             }
@@ -350,6 +363,29 @@ impl CountingStore {
                 let place = Place {
                     _dir: None,
                     database: Some((server.clone(), name)),
+                    server: None,
+                };
+                (Box::new(store), place)
+            }
+            Backend::Redis(Some(url)) => {
+                let mut id = [0u8; 6];
+                getrandom::fill(&mut id).expect("random");
+                let url = format!("{url}?prefix=sabi_bench_{}", hex::encode(id));
+                let store = RedisStore::open(&url).await.expect("redis store");
+                let place = Place {
+                    _dir: None,
+                    database: None,
+                    server: None,
+                };
+                (Box::new(store), place)
+            }
+            Backend::Redis(None) => {
+                let (child, dir, url) = redis_server().await;
+                let store = RedisStore::open(&url).await.expect("redis store");
+                let place = Place {
+                    _dir: Some(dir),
+                    database: None,
+                    server: Some(child),
                 };
                 (Box::new(store), place)
             }
@@ -522,4 +558,36 @@ impl Store for CountingStore {
         self.count();
         self.inner.chat_queue_depth().await
     }
+}
+
+/// A Redis server of the bench's own on a free port, keeping an append-only file flushed on
+/// every write: acknowledgements as durable as the other backends'.
+async fn redis_server() -> (std::process::Child, tempfile::TempDir, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let child = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "yes", "--appendfsync", "always"])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server runs (or set ENGINE_BENCH_REDIS)");
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (child, dir, format!("redis://127.0.0.1:{port}"))
 }

@@ -18,9 +18,26 @@ use tokio_util::sync::CancellationToken;
 pub const SECRET: &str = "it-app-secret";
 pub const VERIFY_TOKEN: &str = "it-verify-token";
 
+/// The store of the test that owns `dir`: SQLite in `dir`, or with `SABI_TEST_STORE=redis://…`
+/// a key prefix of the dir's own on that server (a whole-suite run on Redis).
+pub fn store_url(dir: &Path) -> String {
+    match std::env::var("SABI_TEST_STORE") {
+        Ok(server) if server.starts_with("redis://") => {
+            let name = dir
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into());
+            format!(
+                "{server}?prefix=sabi_it{}",
+                name.replace(['{', '}', '.'], "_")
+            )
+        }
+        _ => format!("sqlite://{}", dir.join("sabi.db").display()),
+    }
+}
+
 /// A config for tests: port 0, a store in `dir`, a known app secret and verify token.
 pub fn config(dir: &Path, extra: &[(&str, &str)]) -> Config {
-    let store = format!("sqlite://{}", dir.join("sabi.db").display());
+    let store = store_url(dir);
     let mut env = vec![
         ("SABI_LISTEN", "127.0.0.1:0"),
         ("SABI_STORE", store.as_str()),
@@ -246,10 +263,7 @@ pub fn sabi_command(dir: &Path) -> Command {
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("SABI_CONFIG", "/dev/null")
-        .env(
-            "SABI_STORE",
-            format!("sqlite://{}", dir.join("sabi.db").display()),
-        )
+        .env("SABI_STORE", store_url(dir))
         .env("SABI_WHATSAPP_APP_SECRET", SECRET)
         .env("SABI_WHATSAPP_VERIFY_TOKEN", VERIFY_TOKEN);
     command

@@ -295,6 +295,14 @@ fn count(n: usize) -> usize {
     n.min(NO_LIMIT)
 }
 
+/// The largest integer the script's numbers (Lua doubles) hold exactly, and its JSON writes
+/// without an exponent: "never" as a time.
+const LATEST_MS: i64 = 99_999_999_999_999;
+
+fn exact(ms: i64) -> i64 {
+    ms.min(LATEST_MS)
+}
+
 #[async_trait]
 impl Store for RedisStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
@@ -450,7 +458,8 @@ impl Store for RedisStore {
     async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()> {
         let args = json!({
             "batch": batch, "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens, "cost": usage.cost,
+            "completion_tokens": usage.completion_tokens,
+            "cost": if usage.cost.is_finite() { usage.cost } else { 0.0 },
         });
         let _: bool = self.call("add_usage", args).await?;
         Ok(())
@@ -501,7 +510,8 @@ impl Store for RedisStore {
         let item = wire::item(&question_item(&s, key.clone()));
         let args = json!({
             "key": key, "session": s.session_id, "job": s.job_id, "now": s.now_ms,
-            "keep": s.keep_ms, "per_minute": s.per_minute, "item": item,
+            "expires": exact(s.now_ms.saturating_add(s.keep_ms)), "per_minute": s.per_minute,
+            "item": item,
             "window": s.policy.window_ms, "cap": s.policy.cap_ms,
         });
         let raw: RawReceipt = self.call("submit_chat", args).await?;

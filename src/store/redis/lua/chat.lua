@@ -17,7 +17,7 @@ local function submit_chat(a)
     cap = a.cap})
   local seq = redis.call('HGET', k('dedupe'), 'webchat\n' .. a.key)
   put(k('job', a.job), {
-    session = a.session, mkey = a.key, seq = seq, created = a.now, expires = a.now + a.keep,
+    session = a.session, mkey = a.key, seq = seq, created = a.now, expires = a.expires,
   })
   redis.call('HSET', k('jobkey'), a.key, a.job)
   redis.call('ZADD', k('sr', a.session), int(a.now), a.job)
@@ -57,6 +57,9 @@ local function chat_job(a)
 end
 
 local function chat_history(a)
+  if a.limit < 1 then
+    return {}
+  end
   local jobs = redis.call('ZREVRANGE', k('sj', a.session), 0, a.limit - 1)
   local out = {}
   for n = #jobs, 1, -1 do

@@ -26,7 +26,7 @@ local function schedule(turn, d, sent_at, seq)
   put(k('in', seq), {conv = conv})
   redis.call('ZADD', k('c', conv, 'pend'), int(seq), int(seq))
   if not c.open then
-    redis.call('ZADD', k('due'), int(due), conv)
+    redis.call('ZADD', k('due'), int(due), pad(conv))
   end
   return due
 end

@@ -20,7 +20,10 @@
 --                                 P:finished zset -> end time
 --   P:o:<id>               hash   a reply part; P:outbox zset of every id; P:ready zset of parts
 --                                 queued or window-closed; P:sending and P:unknown zsets -> the
---                                 time their wait ends; P:wamid hash Meta's id -> part
+--                                 time their wait ends; P:wamid hash Meta's id -> part;
+--                                 P:heads zset conversation -> when the oldest part holding its
+--                                 queue may go, while that part waits to be sent
+--   P:stats                hash   turns ended and what they used, since the start
 --   P:r:<id>               hash   a review item; P:review zset of open ones; P:rbatch hash
 --                                 batch -> item; P:rout hash part -> item
 --   P:q:<id>               hash   a quarantined part; P:quarantine zset; P:qhash hash
@@ -35,6 +38,13 @@ end
 
 local function int(x)
   return string.format('%d', x)
+end
+
+-- A conversation as a member of a time-scored set: zero-padded, so that conversations due at
+-- the same time come out in the order they began, as in the SQL backends (Redis orders equal
+-- scores by member bytes). tonumber() reads it back.
+local function pad(id)
+  return string.format('%015d', id)
 end
 
 -- Sets hash fields; numbers as integers, booleans as "1"/"0", nil fields untouched.
@@ -87,6 +97,21 @@ end
 local UNSETTLED = {queued = true, sending = true, unknown = true, window_closed = true}
 local READY = {queued = true, window_closed = true}
 
+-- Keeps a conversation's place in the sender's work list: listed, at the time its oldest
+-- unsettled part may go, only while that part waits to be sent.
+local function refresh_head(conv)
+  local head = redis.call('ZRANGE', k('c', conv, 'unsettled'), 0, 0)[1]
+  if head then
+    local o = get(k('o', head), 'state', 'next')
+    if READY[o.state] then
+      local after = tonumber(redis.call('HGET', k('c', conv), 'send_after')) or 0
+      redis.call('ZADD', k('heads'), int(math.max(tonumber(o.next) or 0, after)), pad(conv))
+      return
+    end
+  end
+  redis.call('ZREM', k('heads'), pad(conv))
+end
+
 -- Moves a reply part to `state` with `fields`, keeping every index of parts by state in step.
 -- `till` is when a sending or unknown part's wait ends.
 local function move_part(id, state, fields)
@@ -112,6 +137,7 @@ local function move_part(id, state, fields)
   else
     redis.call('HDEL', k('o', id), 'till')
   end
+  refresh_head(conv)
 end
 
 -- Writes reply part number `part` of a batch: served at once on the web chat, kept in sandbox

@@ -26,12 +26,26 @@ end
 local function hold_recipient(conv, till)
   local after = tonumber(redis.call('HGET', k('c', conv), 'send_after')) or 0
   put(k('c', conv), {send_after = math.max(after, till)})
+  refresh_head(conv)
 end
+
+-- Meta's error code of the latest try, or none.
+local function set_code(id, code)
+  if code then
+    put(k('o', id), {error_code = code})
+  else
+    redis.call('HDEL', k('o', id), 'error_code')
+  end
+end
+
+-- At most this many lapsed sends settle per claim: the rest wait for the next one.
+local SETTLE = 256
 
 -- Sends whose lease lapsed may have reached Meta: unknown, or accepted when a status webhook
 -- named them meanwhile. Unknown ones past their wait go to review.
 local function settle_lapsed(now, wait)
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('sending'), '-inf', int(now))) do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('sending'), '-inf', int(now), 'LIMIT', 0,
+      SETTLE)) do
     local o = get(k('o', id), 'wamid', 'sent', 'err')
     if o.wamid then
       move_part(id, 'accepted', {sent = tonumber(o.sent) or now, updated = now})
@@ -41,67 +55,80 @@ local function settle_lapsed(now, wait)
       })
     end
   end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('unknown'), '-inf', int(now))) do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('unknown'), '-inf', int(now), 'LIMIT', 0,
+      SETTLE)) do
     move_part(id, 'review', {updated = now})
     open_review(redis.call('HGET', k('o', id), 'batch'), tonumber(id), 'unknown_outcome',
       'no status webhook named this send in time; it may or may not have been delivered', now)
   end
 end
 
--- A queued part the sender may take now: the head of its recipient's queue, due, paced, and
--- of a number that is not halted.
-local function head_due(id, now, halted)
-  local o = get(k('o', id), 'conv', 'next', 'biz')
-  if halted[o.biz] or (tonumber(o.next) or 0) > now then
-    return nil
+local function set_of(list)
+  local set = {}
+  for _, v in ipairs(list) do
+    set[v] = true
   end
-  local after = tonumber(redis.call('HGET', k('c', o.conv), 'send_after')) or 0
-  local head = redis.call('ZRANGE', k('c', o.conv, 'unsettled'), 0, 0)[1]
-  return after <= now and head == id
+  return set
 end
 
+-- Hands the head part of a conversation to a sender under a send lease.
+local function claim_head(conv, now, lease)
+  local id = redis.call('ZRANGE', k('c', conv, 'unsettled'), 0, 0)[1]
+  local o = get(k('o', id), 'state', 'attempts')
+  local attempt = tonumber(o.attempts) + 1
+  local closed = o.state == 'window_closed'
+  move_part(id, 'sending', {attempts = attempt, till = now + lease, window_closed = closed})
+  local p = get(k('o', id), 'batch', 'part', 'ch', 'biz', 'cust', 'body', 'options',
+    'reply_to', 'failures')
+  return {
+    id = tonumber(id), batch = tonumber(p.batch), part = tonumber(p.part), ch = p.ch,
+    biz = p.biz, cust = p.cust, text = p.body, options = p.options, quote = p.reply_to,
+    attempt = attempt, failures = tonumber(p.failures), window_closed = closed,
+    last_in = tonumber(redis.call('HGET', k('c', conv), 'last_in')),
+  }
+end
+
+-- Per recipient only the oldest part not yet settled, once its pacing allows, and not from a
+-- halted number; the work list is read a page at a time.
 local function claim_sends(a)
   settle_lapsed(a.now, a.unknown_wait)
-  local halted = {}
-  for _, number in ipairs(a.halted) do
-    halted[number] = true
-  end
-  local jobs = {}
-  for _, id in ipairs(redis.call('ZRANGE', k('ready'), 0, -1)) do
-    if #jobs >= a.limit then
+  local halted = set_of(a.halted)
+  local jobs, skipped = {}, 0
+  while #jobs < a.limit do
+    local due = redis.call('ZRANGEBYSCORE', k('heads'), '-inf', int(a.now), 'LIMIT', skipped,
+      64)
+    if #due == 0 then
       break
     end
-    if head_due(id, a.now, halted) then
-      local o = get(k('o', id), 'state', 'attempts')
-      local attempt = tonumber(o.attempts) + 1
-      move_part(id, 'sending', {
-        attempts = attempt, till = a.now + a.lease, window_closed = o.state == 'window_closed',
-      })
-      local p = get(k('o', id), 'batch', 'part', 'ch', 'biz', 'cust', 'body', 'options',
-        'reply_to', 'failures', 'conv')
-      jobs[#jobs + 1] = {
-        id = tonumber(id), batch = tonumber(p.batch), part = tonumber(p.part), ch = p.ch,
-        biz = p.biz, cust = p.cust, text = p.body, options = p.options, quote = p.reply_to,
-        attempt = attempt, failures = tonumber(p.failures), window_closed = o.state == 'window_closed',
-        last_in = tonumber(redis.call('HGET', k('c', p.conv), 'last_in')),
-      }
+    for _, member in ipairs(due) do
+      local conv = tonumber(member)
+      if #jobs >= a.limit then
+        break
+      end
+      if halted[redis.call('HGET', k('c', conv), 'biz')] then
+        skipped = skipped + 1
+      else
+        jobs[#jobs + 1] = claim_head(conv, a.now, a.lease)
+      end
     end
   end
   return jobs
 end
 
 local function next_send_due(a)
-  local skip = {}
-  for _, number in ipairs(a.skip) do
-    skip[number] = true
-  end
-  local best
-  for _, id in ipairs(redis.call('ZRANGE', k('ready'), 0, -1)) do
-    local o = get(k('o', id), 'conv', 'next', 'biz')
-    if not skip[o.biz] and redis.call('ZRANGE', k('c', o.conv, 'unsettled'), 0, 0)[1] == id then
-      local after = tonumber(redis.call('HGET', k('c', o.conv), 'send_after')) or 0
-      best = earliest(best, math.max(tonumber(o.next) or 0, after))
+  local skip = set_of(a.skip)
+  local best, from = nil, 0
+  while not best do
+    local heads = redis.call('ZRANGE', k('heads'), from, from + 63, 'WITHSCORES')
+    if #heads == 0 then
+      break
     end
+    for i = 1, #heads, 2 do
+      if not best and not skip[redis.call('HGET', k('c', tonumber(heads[i])), 'biz')] then
+        best = tonumber(heads[i + 1])
+      end
+    end
+    from = from + 64
   end
   return earliest(best, first_score(k('sending')), first_score(k('unknown')))
 end
@@ -119,19 +146,19 @@ local function record_send(a)
   local closed = o.window_closed == '1'
   local back = closed and 'window_closed' or 'queued'
   if r.kind == 'accepted' then
+    if o.wamid ~= r.wamid then
+      forget_wamid(id)
+    end
     local kind = (r.template or closed) and 'template' or 'text'
     move_part(id, 'accepted', {wamid = r.wamid, kind = kind, sent = now, updated = now})
     note_wamid(id, r.wamid)
     hold_recipient(o.conv, r.next)
   elseif r.kind == 'retry' then
     local failures = tonumber(redis.call('HGET', k('o', id), 'failures')) or 0
+    set_code(id, r.code)
     move_part(id, back, {
-      next = r.at, failures = failures + (r.failure and 1 or 0), error_code = r.code,
-      err = r.error, updated = now,
+      next = r.at, failures = failures + (r.failure and 1 or 0), err = r.error, updated = now,
     })
-    if not r.code then
-      redis.call('HDEL', k('o', id), 'error_code')
-    end
     if r.recipient_after then
       hold_recipient(o.conv, r.recipient_after)
     end
@@ -139,15 +166,15 @@ local function record_send(a)
     move_part(id, back, {attempts = tonumber(o.attempts) - 1})
   elseif r.kind == 'window_closed' then
     forget_wamid(id)
-    move_part(id, 'window_closed', {
-      window_closed = true, error_code = r.code, err = r.error, updated = now,
-    })
+    set_code(id, r.code)
     redis.call('HDEL', k('o', id), 'next')
+    move_part(id, 'window_closed', {window_closed = true, err = r.error, updated = now})
   elseif r.kind == 'unknown' then
     move_part(id, 'unknown', {till = r.wait_until, err = r.error, updated = now})
   else
+    set_code(id, r.code)
     move_part(id, r.reason == 'send_failed' and 'failed' or 'review', {
-      error_code = r.code, err = r.error, updated = now,
+      err = r.error, updated = now,
     })
     open_review(o.batch, id, r.reason, r.error, now)
   end
@@ -194,13 +221,13 @@ local function reconcile(st, now)
   local err = 'Meta reported the message failed (code ' .. (st.code and int(st.code) or 'unknown') .. ')'
   if st.code == WINDOW_CLOSED and o.kind == 'text' then
     forget_wamid(id)
-    move_part(id, 'window_closed', {
-      window_closed = true, error_code = st.code, err = err, updated = now,
-    })
+    set_code(id, st.code)
     redis.call('HDEL', k('o', id), 'delivery', 'next')
+    move_part(id, 'window_closed', {window_closed = true, err = err, updated = now})
     return
   end
-  move_part(id, 'failed', {error_code = st.code, err = err})
+  set_code(id, st.code)
+  move_part(id, 'failed', {err = err})
   open_review(o.batch, tonumber(id), 'send_failed', err, now)
 end
 

@@ -63,7 +63,7 @@ local function requeue_batch(batch, now)
   local c = get(k('c', conv), 'first', 'open')
   put(k('c', conv), {first = tonumber(c.first) or now, due = now, requeued = true})
   if not c.open then
-    redis.call('ZADD', k('due'), int(now), conv)
+    redis.call('ZADD', k('due'), int(now), pad(conv))
   end
 end
 

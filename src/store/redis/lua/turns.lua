@@ -21,11 +21,17 @@ end
 local function reclaim(now, lease, limit)
   local lapsed = {}
   for _, set in ipairs({'running', 'waiting'}) do
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', k(set), '-inf', int(now))) do
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', k(set), '-inf', int(now), 'LIMIT', 0,
+        limit)) do
       lapsed[#lapsed + 1] = {id = id, due = tonumber(redis.call('HGET', k('b', id), 'due'))}
     end
   end
-  table.sort(lapsed, function(x, y) return x.due < y.due end)
+  table.sort(lapsed, function(x, y)
+    if x.due ~= y.due then
+      return x.due < y.due
+    end
+    return tonumber(x.id) < tonumber(y.id)
+  end)
   local claims = {}
   for i = 1, math.min(#lapsed, limit) do
     local id = lapsed[i].id
@@ -66,7 +72,7 @@ local function open_batch(conv, now, lease)
   redis.call('DEL', pending)
   redis.call('HDEL', k('c', conv), 'first', 'due', 'requeued')
   put(k('c', conv), {open = id})
-  redis.call('ZREM', k('due'), conv)
+  redis.call('ZREM', k('due'), pad(conv))
   return {batch = load_batch(id), token = 1, attempt = 1, requeued = requeued}
 end
 
@@ -76,7 +82,7 @@ local function claim(a)
     local due = redis.call('ZRANGEBYSCORE', k('due'), '-inf', int(a.now), 'LIMIT', 0,
       a.limit - #claims)
     for _, conv in ipairs(due) do
-      claims[#claims + 1] = open_batch(conv, a.now, a.lease)
+      claims[#claims + 1] = open_batch(tonumber(conv), a.now, a.lease)
     end
   end
   return claims
@@ -99,9 +105,22 @@ local function renew(a)
   return true
 end
 
+-- Counts an ended turn, and what its model calls used, in the running totals.
+local function count_turn(b)
+  local who = 'people'
+  if b.state == 'done' then
+    who = b.prompt_tokens and 'agent' or 'local_turns'
+  end
+  redis.call('HINCRBY', k('stats'), who, 1)
+  redis.call('HINCRBY', k('stats'), 'prompt_tokens', b.prompt_tokens or 0)
+  redis.call('HINCRBY', k('stats'), 'completion_tokens', b.completion_tokens or 0)
+  redis.call('HINCRBYFLOAT', k('stats'), 'cost', b.cost or 0)
+end
+
 -- Ends a batch for good and lets its conversation's next batch be claimed.
 local function close(batch, conv, now, state, messages)
   put(k('b', batch), {state = state, finished = now})
+  count_turn(get(k('b', batch), 'state', 'prompt_tokens', 'completion_tokens', 'cost'))
   redis.call('HDEL', k('b', batch), 'lease')
   redis.call('ZREM', k('running'), int(batch))
   redis.call('ZADD', k('finished'), int(now), int(batch))
@@ -113,7 +132,7 @@ local function close(batch, conv, now, state, messages)
   if tonumber(c.open) == tonumber(batch) then
     redis.call('HDEL', k('c', conv), 'open')
     if c.due then
-      redis.call('ZADD', k('due'), c.due, conv)
+      redis.call('ZADD', k('due'), c.due, pad(conv))
     end
   end
 end
@@ -217,17 +236,40 @@ local function set_stage(a)
   return true
 end
 
+-- Usage of a turn that already ended (its worker lost the lease) joins the totals too.
 local function add_usage(a)
   local key = k('b', a.batch)
+  if redis.call('EXISTS', key) == 0 then
+    return true
+  end
+  local cost = string.format('%.17g', a.cost)
   redis.call('HINCRBY', key, 'prompt_tokens', int(a.prompt_tokens))
   redis.call('HINCRBY', key, 'completion_tokens', int(a.completion_tokens))
-  redis.call('HINCRBYFLOAT', key, 'cost', string.format('%.17g', a.cost))
+  redis.call('HINCRBYFLOAT', key, 'cost', cost)
+  if redis.call('HEXISTS', key, 'finished') == 1 then
+    redis.call('HINCRBY', k('stats'), 'prompt_tokens', int(a.prompt_tokens))
+    redis.call('HINCRBY', k('stats'), 'completion_tokens', int(a.completion_tokens))
+    redis.call('HINCRBYFLOAT', k('stats'), 'cost', cost)
+  end
   return true
 end
 
+-- Turns ended since `since`: the running totals when that is before the first turn ended
+-- (the usual question: "so far"), else the turns of that window.
 local function turn_stats(a)
-  local s = {local_turns = 0, agent = 0, people = 0, prompt_tokens = 0, completion_tokens = 0,
-    cost = 0}
+  local names = {'local_turns', 'agent', 'people', 'prompt_tokens', 'completion_tokens', 'cost'}
+  local s = {}
+  local first = first_score(k('finished'))
+  if not first or a.since <= first then
+    local totals = redis.call('HMGET', k('stats'), unpack(names))
+    for i, name in ipairs(names) do
+      s[name] = tonumber(totals[i]) or 0
+    end
+    return s
+  end
+  for _, name in ipairs(names) do
+    s[name] = 0
+  end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('finished'), int(a.since), '+inf')) do
     local b = get(k('b', id), 'state', 'prompt_tokens', 'completion_tokens', 'cost')
     if b.state == 'done' and b.prompt_tokens then
