@@ -114,7 +114,8 @@ impl Sender {
         tracing::info!(rate = self.settings.rate, "sender started");
         while !shutdown.is_cancelled() {
             let free = permits.available_permits();
-            let jobs = match self.claim(free).await {
+            let claimed_at = self.clock.now_ms();
+            let jobs = match self.claim(claimed_at, free).await {
                 Ok(jobs) => jobs,
                 Err(e) => {
                     tracing::error!(error.message = %e, "claiming sends failed; pausing before the next try");
@@ -129,7 +130,7 @@ impl Sender {
                 };
                 let this = self.clone();
                 running.spawn(async move {
-                    this.deliver(job).await;
+                    this.deliver(job, claimed_at).await;
                     drop(permit);
                 });
             }
@@ -149,13 +150,13 @@ impl Sender {
         while running.join_next().await.is_some() {}
     }
 
-    async fn claim(&self, limit: usize) -> Result<Vec<SendJob>, store::Error> {
+    async fn claim(&self, now_ms: i64, limit: usize) -> Result<Vec<SendJob>, store::Error> {
         if limit == 0 {
             return Ok(Vec::new());
         }
         self.store
             .claim_sends(SendClaim {
-                now_ms: self.clock.now_ms(),
+                now_ms,
                 lease_ms: millis(self.settings.lease),
                 unknown_wait_ms: millis(self.settings.unknown_wait),
                 limit,
@@ -203,8 +204,9 @@ impl Sender {
         numbers
     }
 
-    /// One part: paced, checked against the window, sent once, and its outcome recorded.
-    async fn deliver(&self, job: SendJob) {
+    /// One part (claimed at `claimed_at`): paced, checked against the window, sent once, and its
+    /// outcome recorded.
+    async fn deliver(&self, job: SendJob, claimed_at: i64) {
         let number = job.conversation.business.clone();
         let waited = self.pacer.acquire(&number).await;
         if !waited.is_zero() {
@@ -230,11 +232,10 @@ impl Sender {
         {
             Metrics::count(&self.metrics.send_errors, &code.to_string());
         }
-        match self
-            .store
-            .record_send(job.id, job.attempt, self.clock.now_ms(), result.clone())
-            .await
-        {
+        let lease_ms = millis(self.settings.lease);
+        // Stop trying before the lease lapses: past it the part counts as unknown anyway.
+        let deadline = claimed_at.saturating_add(lease_ms - lease_ms / 8);
+        match self.record(&job, &result, deadline).await {
             Ok(()) => tracing::debug!(
                 outbox = job.id,
                 result = result_name(&result),
@@ -249,6 +250,29 @@ impl Sender {
                 error.message = %e,
                 "could not record a send; its lease will lapse and it will wait as unknown"
             ),
+        }
+    }
+
+    /// Records a send's outcome. While the store is unreachable it tries again until
+    /// `deadline`, so a short outage does not turn a send Meta accepted into an unknown one.
+    /// Trying twice is harmless: the store refuses an attempt that is no longer being sent.
+    async fn record(&self, job: &SendJob, result: &SendResult, deadline: i64) -> store::Result<()> {
+        let mut wait = Duration::from_millis(100);
+        loop {
+            let now = self.clock.now_ms();
+            match self
+                .store
+                .record_send(job.id, job.attempt, now, result.clone())
+                .await
+            {
+                Err(store::Error::Unavailable(why)) if now < deadline => {
+                    tracing::warn!(outbox = job.id, error.message = %why, "could not record a send; trying again");
+                    let until = now.saturating_add(millis(wait)).min(deadline);
+                    self.clock.sleep_until(until).await;
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+                outcome => return outcome,
+            }
         }
     }
 

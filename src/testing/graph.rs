@@ -71,6 +71,8 @@ struct Behaviour {
     throttle_http: bool,
     failures: VecDeque<(u16, i64)>,
     stall_next: usize,
+    /// How long accepted sends take to be answered.
+    answer_delay: Duration,
     token_expired: bool,
     window_closed: HashSet<String>,
     statuses: bool,
@@ -168,6 +170,11 @@ impl FakeGraph {
     /// The next `n` message sends are accepted but never answered.
     pub fn stall_next(&self, n: usize) {
         lock(&self.shared.behaviour).stall_next += n;
+    }
+
+    /// From now on accepted message sends are answered after `delay` (a slow Graph API).
+    pub fn answer_after(&self, delay: Duration) {
+        lock(&self.shared.behaviour).answer_delay = delay;
     }
 
     /// From now on the token is refused with code 190.
@@ -382,6 +389,8 @@ async fn messages(
     if stall {
         tokio::time::sleep(STALL).await;
     }
+    let delay = lock(&shared.behaviour).answer_delay;
+    tokio::time::sleep(delay).await;
     let input_key = if body["to"].is_string() {
         "wa_id"
     } else {

@@ -27,7 +27,7 @@ use self::lease::LeaseGuard;
 use self::policy::{Decision, EnginePolicy};
 pub use self::wakeup::Wakeup;
 use crate::clock::SharedClock;
-use crate::domain::{Batch, Channel, Claim, ReplyPart};
+use crate::domain::{Batch, Channel, Claim, LeaseToken, ReplyPart};
 use crate::metrics::Metrics;
 use crate::sender::split;
 use crate::store::{self, Ending, Store};
@@ -297,11 +297,7 @@ impl Scheduler {
         self.metrics
             .batch_messages
             .observe(batch.messages.len() as f64);
-        match self
-            .store
-            .finish(batch.id, token, self.clock.now_ms(), ending)
-            .await
-        {
+        match self.record_ending(batch.id, token, ending, &guard).await {
             Ok(()) => {
                 if matches!(outcome, "replied" | "handoff") {
                     self.outbox.notify_one();
@@ -335,6 +331,34 @@ impl Scheduler {
 }
 
 impl Scheduler {
+    /// Records how a turn ended. While the store is unreachable it tries again for as long as
+    /// the lease holds, so a short outage costs the customer a delay, not the turn's work (and
+    /// its model calls). Trying twice is harmless: the store refuses an ended or stale lease.
+    async fn record_ending(
+        &self,
+        batch: i64,
+        token: LeaseToken,
+        ending: Ending,
+        guard: &LeaseGuard,
+    ) -> store::Result<()> {
+        let lost = guard.lost();
+        let mut wait = Duration::from_millis(100);
+        loop {
+            let now = self.clock.now_ms();
+            match self.store.finish(batch, token, now, ending.clone()).await {
+                Err(store::Error::Unavailable(why)) if !lost.is_cancelled() => {
+                    tracing::warn!(batch, error.message = %why, "could not record the end of the turn; trying again while the lease holds");
+                    tokio::select! {
+                        () = lost.cancelled() => return Err(store::Error::Unavailable(why)),
+                        () = self.clock.sleep_until(now.saturating_add(millis(wait))) => {}
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
     /// One line per turn: its outcome and timings; the customer only when configured.
     fn log_turn(&self, batch: &Batch, attempt: u32, outcome: &str, started: i64) {
         let conversation = crate::telemetry::conversation_tag(&batch.conversation);

@@ -548,3 +548,56 @@ async fn a_turn_stops_when_its_lease_runs_out_unrenewed() {
     assert_eq!(app.store.outbox(None).await.expect("outbox").len(), 1);
     assert_eq!(recorder.turns().len(), 2);
 }
+
+/// The store is away just when a turn ends: the worker keeps trying to record the ending while
+/// its lease holds, and the reply is kept once the store is back, without running the turn again
+/// or waiting for the lease to lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_ends_while_the_store_is_away_is_recorded_when_it_is_back() {
+    let hold = Arc::new(Semaphore::new(0));
+    let recorder = Recorder::held(hold.clone());
+    let app = app_with(&recorder, &[("SABI_BATCH_WINDOW", "0s")]).await;
+    post(&app, "wamid.away", "hello", START_MS / 1000).await;
+    let first = {
+        let scheduler = app.scheduler.clone();
+        tokio::spawn(async move { scheduler.tick().await })
+    };
+    while recorder.turns().is_empty() {
+        tokio::task::yield_now().await;
+    }
+
+    let path = app.dir.path().join("sabi.db");
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(path).expect("open");
+        conn.execute_batch("BEGIN EXCLUSIVE").expect("lock");
+        locked_tx.send(()).expect("signal");
+        release_rx.recv().expect("release");
+        conn.execute_batch("COMMIT").expect("unlock");
+    });
+    locked_rx.recv().expect("locked");
+    // The turn ends now, while the store cannot commit.
+    hold.add_permits(1);
+    let post_503 = app
+        .post_whatsapp_webhook(text_webhook_at("wamid.probe", "2348000000009", "x", 1))
+        .await;
+    assert_eq!(post_503.status(), 503, "the store is away");
+    release_tx.send(()).expect("release");
+    holder.join().expect("holder");
+
+    // Seconds, not the 120 s lease: the worker's next try records the reply.
+    let mut first = first;
+    for _ in 0..100 {
+        app.clock.advance(Duration::from_millis(500));
+        if let Ok(done) = tokio::time::timeout(Duration::from_millis(50), &mut first).await {
+            done.expect("tick").expect("tick ran");
+            break;
+        }
+    }
+    assert!(first.is_finished(), "the ending was never recorded");
+    let outbox = app.store.outbox(None).await.expect("outbox");
+    assert_eq!(outbox.len(), 1, "one reply");
+    assert_eq!(recorder.turns().len(), 1, "the turn ran once");
+    assert_eq!(states(&app).await, vec!["answered"]);
+}

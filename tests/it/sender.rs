@@ -51,7 +51,7 @@ pub struct Sending {
     pub client: reqwest::Client,
     pub url: String,
     shutdown: CancellationToken,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Sending {
@@ -96,7 +96,7 @@ impl Sending {
             client: reqwest::Client::new(),
             url,
             shutdown,
-            _dir: dir,
+            dir,
         }
     }
 
@@ -718,4 +718,51 @@ async fn media_is_looked_up_and_downloaded_with_the_token_within_a_size_limit() 
         stranger.download(&info.url, 4096).await,
         Err(GraphError::Api { status: 401, .. })
     ));
+}
+
+/// Meta's answer comes while the store cannot commit: the sender keeps trying to record it
+/// within its lease, and the part ends accepted with Meta's id, not left to wait as unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_comes_while_the_store_is_away_is_recorded_when_it_is_back() {
+    let sabi = Sending::launch(
+        tempfile::tempdir().expect("tempdir"),
+        Some(Arc::new(Parts(1))),
+        &[("SABI_SEND_TIMEOUT", "30s")],
+        false,
+    )
+    .await;
+    sabi.fake.answer_after(Duration::from_millis(500));
+    sabi.customer_writes("wamid.in1", &customer(1), "hello", 0)
+        .await;
+    let start = tokio::time::Instant::now();
+    while sabi.fake.accepted().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "nothing was sent"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // Meta has the send; the store is locked before its answer comes, for longer than the
+    // store waits for a lock, so the first record fails.
+    let path = sabi.dir.path().join("sabi.db");
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(path).expect("open");
+        conn.execute_batch("BEGIN EXCLUSIVE").expect("lock");
+        locked_tx.send(()).expect("signal");
+        std::thread::sleep(Duration::from_millis(6500));
+        conn.execute_batch("COMMIT").expect("unlock");
+    });
+    locked_rx.recv().expect("locked");
+    holder.join().expect("holder");
+
+    sabi.wait_for(Duration::from_secs(10), |outbox| {
+        outbox.len() == 1 && outbox[0].state == "accepted"
+    })
+    .await;
+    let outbox = sabi.outbox().await;
+    assert_eq!(outbox[0].wamid, sabi.fake.accepted()[0].wamid);
+    assert_eq!(outbox[0].attempts, 1, "sent once");
+    assert_eq!(sabi.fake.accepted().len(), 1);
 }
