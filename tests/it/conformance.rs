@@ -120,6 +120,13 @@ impl RedisPrefix {
     }
 }
 
+impl RedisPrefix {
+    /// The hash tag its keys start with.
+    pub fn tag(&self) -> String {
+        self.pattern.trim_end_matches(":*").to_owned()
+    }
+}
+
 impl Drop for RedisPrefix {
     fn drop(&mut self) {
         let (server, pattern) = (self.server.clone(), self.pattern.clone());

@@ -384,7 +384,13 @@ fn a_redis_that_could_lose_acknowledged_messages_is_refused_on_request() {
 /// everything is answered, the message acknowledged before the outage included.
 async fn store_down_then_back(store: &str, cli_store: &str, mut outage: impl Outage) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let env = [("SABI_STORE", store), ("SABI_BATCH_WINDOW", "0")];
+    // A claim the store made just as it went away, whose answer never came back, is taken
+    // again once its lease lapses: a short lease keeps that within the test's patience.
+    let env = [
+        ("SABI_STORE", store),
+        ("SABI_BATCH_WINDOW", "0"),
+        ("SABI_LEASE", "3s"),
+    ];
     let sabi = SabiProcess::spawn(dir.path(), "all", &env);
     let client = reqwest::Client::new();
     let post = |id: &str| {
@@ -431,12 +437,48 @@ async fn store_down_then_back(store: &str, cli_store: &str, mut outage: impl Out
         }
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "not resumed: {inbox:?}"
+            "not resumed: {inbox:?}\nlogs:\n{}",
+            sabi.logs().join("\n")
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(
         sabi.logs().iter().any(|l| l.contains("claiming failed")),
         "the worker paused and said so"
+    );
+}
+
+#[tokio::test]
+async fn a_redis_that_lost_its_keys_is_said_and_stays_ready() {
+    let prefix = RedisPrefix::new();
+    let store = sabi::store::RedisStore::open(&prefix.url)
+        .await
+        .expect("store");
+    // As after a restart without an append-only file.
+    let server =
+        redis::Client::open(prefix.url.split('?').next().expect("server")).expect("client");
+    let mut conn = server
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", prefix.tag()))
+        .query_async(&mut conn)
+        .await
+        .expect("keys");
+    assert!(!keys.is_empty());
+    let () = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .expect("del");
+    use sabi::store::Store;
+    store.ready().await.expect("ready again");
+    assert!(
+        store
+            .inbox(Default::default())
+            .await
+            .expect("inbox")
+            .is_empty()
     );
 }

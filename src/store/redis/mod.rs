@@ -192,6 +192,7 @@ impl RedisStore {
         Ok(out)
     }
 
+    /// Writes the layout version when the prefix has none, and checks it.
     async fn claim_layout(&self) -> Result<()> {
         let mut conn = self.conn.clone();
         let key = format!("{}:schema", self.tag);
@@ -202,7 +203,18 @@ impl RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        self.ready().await
+        let version: Option<String> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        match version.as_deref() {
+            Some(VERSION) => Ok(()),
+            other => Err(Error::Schema(format!(
+                "key layout {other:?} under {}, expected {VERSION}",
+                self.tag
+            ))),
+        }
     }
 
     async fn persistence(&self) -> Persistence {
@@ -356,8 +368,17 @@ impl Store for RedisStore {
             .map_err(unavailable)?;
         match version.as_deref() {
             Some(VERSION) => Ok(()),
-            other => Err(Error::Schema(format!(
-                "key layout {other:?} under {}, expected {VERSION}",
+            // Everything is gone: the server restarted without persistence, or was flushed.
+            // What it lost is lost; Sabi says so loudly and goes on with what comes now.
+            None => {
+                tracing::error!(
+                    prefix = %self.tag,
+                    "the Redis store has lost its keys (restarted without an append-only file, or flushed): stored messages and replies are gone"
+                );
+                self.claim_layout().await
+            }
+            Some(other) => Err(Error::Schema(format!(
+                "key layout {other} under {}, expected {VERSION}",
                 self.tag
             ))),
         }
