@@ -142,7 +142,8 @@ impl RouterConfig {
 }
 
 /// The store backend, written as a URL (`sqlite://sabi-data/sabi.db`) or as a table
-/// (`{ kind = "sqlite", path = "..." }`).
+/// (`{ kind = "sqlite", path = "..." }`, `{ kind = "postgres", url = "..." }`,
+/// `{ kind = "redis", url = "..." }`).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(try_from = "StoreSpec", into = "String")]
 pub enum StoreConfig {
@@ -179,6 +180,8 @@ enum StoreSpec {
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 enum StoreTable {
     Sqlite { path: PathBuf },
+    Postgres { url: String },
+    Redis { url: String },
 }
 
 impl From<StoreConfig> for String {
@@ -205,12 +208,25 @@ fn without_password(url: &str) -> String {
     }
 }
 
+/// A table's URL, which must be of the kind the table names.
+fn of_kind(url: String, kind: &str) -> Result<StoreConfig, String> {
+    let store = StoreConfig::try_from(StoreSpec::Url(url))?;
+    match (&store, kind) {
+        (StoreConfig::Postgres { .. }, "postgres") | (StoreConfig::Redis { .. }, "redis") => {
+            Ok(store)
+        }
+        _ => Err(format!("a store of kind {kind:?} needs a {kind}:// url")),
+    }
+}
+
 impl TryFrom<StoreSpec> for StoreConfig {
     type Error = String;
 
     fn try_from(spec: StoreSpec) -> Result<Self, String> {
         match spec {
             StoreSpec::Table(StoreTable::Sqlite { path }) => Ok(StoreConfig::Sqlite { path }),
+            StoreSpec::Table(StoreTable::Postgres { url }) => of_kind(url, "postgres"),
+            StoreSpec::Table(StoreTable::Redis { url }) => of_kind(url, "redis"),
             StoreSpec::Url(url) => match url.split_once("://") {
                 Some(("sqlite", path)) if !path.is_empty() => {
                     Ok(StoreConfig::Sqlite { path: path.into() })
@@ -1087,5 +1103,23 @@ mod tests {
                 path: "data/s.db".into()
             }
         );
+        std::fs::write(
+            &file,
+            "store = { kind = \"redis\", url = \"redis://cache:6379/0?prefix=shop\" }\n",
+        )
+        .expect("write");
+        let c = Config::load(Some(&file), env(&[])).expect("valid");
+        assert_eq!(
+            c.store,
+            StoreConfig::Redis {
+                url: "redis://cache:6379/0?prefix=shop".into()
+            }
+        );
+        std::fs::write(
+            &file,
+            "store = { kind = \"redis\", url = \"postgres://db/sabi\" }\n",
+        )
+        .expect("write");
+        assert!(Config::load(Some(&file), env(&[])).is_err());
     }
 }
