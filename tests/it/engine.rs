@@ -13,7 +13,7 @@ use sabi::worker::{TickOutcome, TurnError, TurnHandler, TurnOutcome};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{START_MS, TestApp, text_webhook_at};
+use crate::helpers::{START_MS, StoreLock, TestApp, text_webhook_at};
 
 const CUSTOMER: &str = "2348031234567";
 
@@ -514,17 +514,7 @@ async fn a_turn_stops_when_its_lease_runs_out_unrenewed() {
         tokio::task::yield_now().await;
     }
 
-    let path = app.dir.path().join("sabi.db");
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let holder = std::thread::spawn(move || {
-        let conn = rusqlite::Connection::open(path).expect("open");
-        conn.execute_batch("BEGIN EXCLUSIVE").expect("lock");
-        locked_tx.send(()).expect("signal");
-        release_rx.recv().expect("release");
-        conn.execute_batch("COMMIT").expect("unlock");
-    });
-    locked_rx.recv().expect("locked");
+    let lock = StoreLock::take(app.dir.path());
     // Renewals fail (the store is locked) until the lease has run out.
     app.clock.advance(Duration::from_secs(30));
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -534,8 +524,7 @@ async fn a_turn_stops_when_its_lease_runs_out_unrenewed() {
         outcome.is_ok(),
         "the turn did not stop when its lease ran out"
     );
-    release_tx.send(()).expect("release");
-    holder.join().expect("holder");
+    lock.release();
     assert!(
         app.store.outbox(None).await.expect("outbox").is_empty(),
         "the abandoned turn wrote nothing"
@@ -566,25 +555,14 @@ async fn a_turn_that_ends_while_the_store_is_away_is_recorded_when_it_is_back() 
         tokio::task::yield_now().await;
     }
 
-    let path = app.dir.path().join("sabi.db");
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let holder = std::thread::spawn(move || {
-        let conn = rusqlite::Connection::open(path).expect("open");
-        conn.execute_batch("BEGIN EXCLUSIVE").expect("lock");
-        locked_tx.send(()).expect("signal");
-        release_rx.recv().expect("release");
-        conn.execute_batch("COMMIT").expect("unlock");
-    });
-    locked_rx.recv().expect("locked");
+    let lock = StoreLock::take(app.dir.path());
     // The turn ends now, while the store cannot commit.
     hold.add_permits(1);
     let post_503 = app
         .post_whatsapp_webhook(text_webhook_at("wamid.probe", "2348000000009", "x", 1))
         .await;
     assert_eq!(post_503.status(), 503, "the store is away");
-    release_tx.send(()).expect("release");
-    holder.join().expect("holder");
+    lock.release();
 
     // Seconds, not the 120 s lease: the worker's next try records the reply.
     let mut first = first;

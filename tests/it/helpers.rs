@@ -347,3 +347,49 @@ pub async fn run_to_success(mut command: Command) -> String {
     );
     stdout
 }
+
+/// Another writer holding SQLite's write lock on a store file, as a stuck process would: Sabi
+/// cannot commit until it is released (or dropped).
+pub struct StoreLock {
+    release: Option<std::sync::mpsc::Sender<()>>,
+    holder: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StoreLock {
+    /// Takes the lock on `dir`'s store and returns once it is held.
+    pub fn take(dir: &Path) -> StoreLock {
+        let path = dir.join("sabi.db");
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let conn = rusqlite::Connection::open(path).expect("open");
+            conn.execute_batch("BEGIN EXCLUSIVE").expect("lock");
+            locked_tx.send(()).expect("signal");
+            let _ = release_rx.recv();
+            conn.execute_batch("COMMIT").expect("unlock");
+        });
+        locked_rx.recv().expect("locked");
+        StoreLock {
+            release: Some(release),
+            holder: Some(holder),
+        }
+    }
+
+    /// Lets go of the lock and waits until it is free.
+    pub fn release(mut self) {
+        self.free();
+    }
+
+    fn free(&mut self) {
+        drop(self.release.take());
+        if let Some(holder) = self.holder.take() {
+            holder.join().expect("lock holder");
+        }
+    }
+}
+
+impl Drop for StoreLock {
+    fn drop(&mut self) {
+        self.free();
+    }
+}

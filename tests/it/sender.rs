@@ -15,7 +15,7 @@ use sabi::testing::graph::{FakeGraph, Received, Webhooks};
 use sabi::worker::{TurnError, TurnHandler, TurnOutcome};
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{SECRET, config, signature, text_webhook_at};
+use crate::helpers::{SECRET, StoreLock, config, signature, text_webhook_at};
 
 const TOKEN: &str = "it-graph-token";
 
@@ -745,17 +745,9 @@ async fn an_answer_that_comes_while_the_store_is_away_is_recorded_when_it_is_bac
 
     // Meta has the send; the store is locked before its answer comes, for longer than the
     // store waits for a lock, so the first record fails.
-    let path = sabi.dir.path().join("sabi.db");
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let holder = std::thread::spawn(move || {
-        let conn = rusqlite::Connection::open(path).expect("open");
-        conn.execute_batch("BEGIN EXCLUSIVE").expect("lock");
-        locked_tx.send(()).expect("signal");
-        std::thread::sleep(Duration::from_millis(6500));
-        conn.execute_batch("COMMIT").expect("unlock");
-    });
-    locked_rx.recv().expect("locked");
-    holder.join().expect("holder");
+    let lock = StoreLock::take(sabi.dir.path());
+    tokio::time::sleep(Duration::from_millis(6500)).await;
+    lock.release();
 
     sabi.wait_for(Duration::from_secs(10), |outbox| {
         outbox.len() == 1 && outbox[0].state == "accepted"

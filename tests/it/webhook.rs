@@ -1,9 +1,8 @@
 //! The WhatsApp webhook over real HTTP: verification, signatures, bad input, duplicates.
 
-use rusqlite::Connection;
 use sabi::domain::ItemKind;
 
-use crate::helpers::{START_MS, TestApp, VERIFY_TOKEN, signature, text_webhook};
+use crate::helpers::{START_MS, StoreLock, TestApp, VERIFY_TOKEN, signature, text_webhook};
 
 #[tokio::test]
 async fn verification_echoes_the_challenge_byte_for_byte() {
@@ -285,17 +284,7 @@ async fn many_messages_in_one_post_are_all_stored() {
 #[tokio::test]
 async fn a_store_that_cannot_commit_answers_503() {
     let app = TestApp::spawn().await;
-    let path = app.dir.path().join("sabi.db");
-    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let holder = std::thread::spawn(move || {
-        let conn = Connection::open(path).expect("open");
-        conn.execute_batch("BEGIN EXCLUSIVE").expect("lock");
-        locked_tx.send(()).expect("signal");
-        release_rx.recv().expect("release");
-        conn.execute_batch("COMMIT").expect("unlock");
-    });
-    locked_rx.recv().expect("locked");
+    let lock = StoreLock::take(app.dir.path());
     let body = text_webhook("wamid.locked", "1", "hello");
     let response = app.post_whatsapp_webhook(body.clone()).await;
     assert_eq!(response.status(), 503);
@@ -309,8 +298,7 @@ async fn a_store_that_cannot_commit_answers_503() {
             .contains("lock"),
         "no internals leak"
     );
-    release_tx.send(()).expect("release");
-    holder.join().expect("holder");
+    lock.release();
     assert!(app.inbox().await.is_empty());
     assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
     assert_eq!(app.inbox().await.len(), 1);
