@@ -253,27 +253,18 @@ impl Sender {
         }
     }
 
-    /// Records a send's outcome. While the store is unreachable it tries again until
-    /// `deadline`, so a short outage does not turn a send Meta accepted into an unknown one.
-    /// Trying twice is harmless: the store refuses an attempt that is no longer being sent.
+    /// Records a send's outcome; through a short store outage until `deadline`, so that a send
+    /// Meta accepted does not become an unknown one.
     async fn record(&self, job: &SendJob, result: &SendResult, deadline: i64) -> store::Result<()> {
-        let mut wait = Duration::from_millis(100);
-        loop {
-            let now = self.clock.now_ms();
-            match self
-                .store
-                .record_send(job.id, job.attempt, now, result.clone())
-                .await
-            {
-                Err(store::Error::Unavailable(why)) if now < deadline => {
-                    tracing::warn!(outbox = job.id, error.message = %why, "could not record a send; trying again");
-                    let until = now.saturating_add(millis(wait)).min(deadline);
-                    self.clock.sleep_until(until).await;
-                    wait = (wait * 2).min(Duration::from_secs(2));
-                }
-                outcome => return outcome,
-            }
-        }
+        store::write_through_outage(
+            &self.clock,
+            || self.clock.now_ms() < deadline,
+            |now| {
+                self.store
+                    .record_send(job.id, job.attempt, now, result.clone())
+            },
+        )
+        .await
     }
 
     async fn attempt(&self, job: &SendJob) -> SendResult {

@@ -20,6 +20,7 @@ use async_trait::async_trait;
 pub use self::postgres::PgStore;
 pub use self::redis::RedisStore;
 pub use self::sqlite::SqliteStore;
+use crate::clock::SharedClock;
 use crate::config::StoreConfig;
 use crate::domain::{
     BatchMessage, BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
@@ -56,6 +57,45 @@ pub fn send_callback(outbox_id: i64, attempt: u32) -> String {
 pub fn parse_send_callback(callback: &str) -> Option<(i64, u32)> {
     let (id, attempt) = callback.strip_prefix("sabi:outbox:")?.split_once(':')?;
     Some((id.parse().ok()?, attempt.parse().ok()?))
+}
+
+/// Runs a fenced write (a turn's ending, a send's outcome) again while the store is unreachable:
+/// up to eight more tries, 0.1 s apart doubling to 2 s (about 9 s in all), and only while
+/// `holds()` says the lease is still this node's. A short outage then costs a delay, not the
+/// work. A try whose answer was lost may have written: when a later try is refused as a lost
+/// lease, the write has most likely landed, and that counts as done.
+///
+/// # Errors
+/// The last error when the store stayed away, or the first that is not [`Error::Unavailable`].
+pub async fn write_through_outage<F, Fut>(
+    clock: &SharedClock,
+    holds: impl Fn() -> bool,
+    mut write: F,
+) -> Result<()>
+where
+    F: FnMut(i64) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let mut wait_ms = 100;
+    let mut failed = 0;
+    loop {
+        let now = clock.now_ms();
+        match write(now).await {
+            Err(Error::Unavailable(why)) if failed < 8 && holds() => {
+                failed += 1;
+                tracing::warn!(error.message = %why, tries = failed, "the store is unreachable; trying the write again");
+                clock.sleep_until(now.saturating_add(wait_ms)).await;
+                wait_ms = (wait_ms * 2).min(2_000);
+            }
+            Err(Error::LeaseLost) if failed > 0 => {
+                tracing::info!(
+                    "a try whose answer was lost has most likely written this; nothing more to write"
+                );
+                return Ok(());
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 /// Meta's error code for a message sent outside the customer service window. A part that
@@ -156,7 +196,8 @@ pub struct OutboxEntry {
     pub state: String,
     /// What went out: `text` (or interactive, with options) or `template`.
     pub kind: String,
-    /// Sends tried (claims by a sender).
+    /// Claims by a sender, a claim given back untried included: the latest is the fencing
+    /// token of the send under way.
     pub attempts: u32,
     /// Meta's id, once it accepted the send.
     pub wamid: Option<String>,
@@ -223,7 +264,8 @@ pub enum SendResult {
         error: String,
         recipient_after_ms: Option<i64>,
     },
-    /// Not tried at all (its number is halted): back to the queue as it was.
+    /// Not tried at all (its number is halted): back to the queue. Its attempt number stays
+    /// spent, so a late write of this outcome can never settle a later claim of the part.
     Untried,
     /// Meta refused the text because the customer service window had closed: from now on
     /// only the template may go for this part, at once.

@@ -331,9 +331,7 @@ impl Scheduler {
 }
 
 impl Scheduler {
-    /// Records how a turn ended. While the store is unreachable it tries again for as long as
-    /// the lease holds, so a short outage costs the customer a delay, not the turn's work (and
-    /// its model calls). Trying twice is harmless: the store refuses an ended or stale lease.
+    /// Records how a turn ended; through a short store outage while the lease holds.
     async fn record_ending(
         &self,
         batch: i64,
@@ -342,21 +340,12 @@ impl Scheduler {
         guard: &LeaseGuard,
     ) -> store::Result<()> {
         let lost = guard.lost();
-        let mut wait = Duration::from_millis(100);
-        loop {
-            let now = self.clock.now_ms();
-            match self.store.finish(batch, token, now, ending.clone()).await {
-                Err(store::Error::Unavailable(why)) if !lost.is_cancelled() => {
-                    tracing::warn!(batch, error.message = %why, "could not record the end of the turn; trying again while the lease holds");
-                    tokio::select! {
-                        () = lost.cancelled() => return Err(store::Error::Unavailable(why)),
-                        () = self.clock.sleep_until(now.saturating_add(millis(wait))) => {}
-                    }
-                    wait = (wait * 2).min(Duration::from_secs(2));
-                }
-                outcome => return outcome,
-            }
-        }
+        store::write_through_outage(
+            &self.clock,
+            || !lost.is_cancelled(),
+            |now| self.store.finish(batch, token, now, ending.clone()),
+        )
+        .await
     }
 
     /// One line per turn: its outcome and timings; the customer only when configured.

@@ -448,13 +448,16 @@ async fn store_down_then_back(store: &str, cli_store: &str, mut outage: impl Out
     );
 }
 
+/// Redis lost its keys (a restart without an append-only file, a flush): a node that started
+/// before refuses every call (503s, not ready) rather than fence with ids and tokens that may
+/// now name other work; a node started after works on the new, empty store.
 #[tokio::test]
-async fn a_redis_that_lost_its_keys_is_said_and_stays_ready() {
+async fn a_redis_that_lost_its_keys_is_refused_until_the_node_restarts() {
+    use sabi::store::{InboxQuery, Store};
     let prefix = RedisPrefix::new();
-    let store = sabi::store::RedisStore::open(&prefix.url)
+    let before = sabi::store::RedisStore::open(&prefix.url)
         .await
         .expect("store");
-    // As after a restart without an append-only file.
     let server =
         redis::Client::open(prefix.url.split('?').next().expect("server")).expect("client");
     let mut conn = server
@@ -472,13 +475,25 @@ async fn a_redis_that_lost_its_keys_is_said_and_stays_ready() {
         .query_async(&mut conn)
         .await
         .expect("del");
-    use sabi::store::Store;
-    store.ready().await.expect("ready again");
+
+    assert!(matches!(
+        before.ready().await,
+        Err(sabi::store::Error::Schema(_))
+    ));
+    assert!(before.claim(0, 1000, 5).await.is_err(), "no claims");
+    let after = sabi::store::RedisStore::open(&prefix.url)
+        .await
+        .expect("a restarted node");
+    after.ready().await.expect("ready");
     assert!(
-        store
-            .inbox(Default::default())
+        after
+            .inbox(InboxQuery::default())
             .await
             .expect("inbox")
             .is_empty()
+    );
+    assert!(
+        before.inbox(InboxQuery::default()).await.is_err(),
+        "the node that started before still refuses"
     );
 }

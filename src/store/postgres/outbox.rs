@@ -201,7 +201,7 @@ async fn apply(
         SendResult::Untried => {
             sqlx::query(
                 "UPDATE outbox SET state = CASE WHEN window_closed THEN 'window_closed' ELSE 'queued' END,
-                        attempts = attempts - 1, send_until = NULL
+                        send_until = NULL
                  WHERE id = $1",
             )
             .bind(id)

@@ -58,6 +58,8 @@ pub struct RedisStore {
     script: Script,
     /// `{prefix}`: every key starts with it.
     tag: String,
+    /// The store's epoch, read at open: a script refuses a call of another epoch.
+    epoch: String,
 }
 
 /// What `SABI_STORE=redis://…` says: the server, and Sabi's own options in its query
@@ -115,8 +117,17 @@ fn refused(e: RedisError) -> Error {
     match e.code() {
         Some("SABI_LEASE_LOST") => Error::LeaseLost,
         Some("SABI_NOT_FOUND") => Error::NotFound,
+        Some("SABI_RESET") => reset(),
         _ => unavailable(e),
     }
+}
+
+fn reset() -> Error {
+    Error::Schema(
+        "the Redis store was reset since this node started (its keys were lost or made again): \
+         restart the node"
+            .into(),
+    )
 }
 
 impl RedisStore {
@@ -139,10 +150,11 @@ impl RedisStore {
         let conn = ConnectionManager::new_with_config(client, config)
             .await
             .map_err(unavailable)?;
-        let store = RedisStore {
+        let mut store = RedisStore {
             conn,
             script: Script::new(SCRIPT),
             tag: target.tag,
+            epoch: String::new(),
         };
         match store.persistence().await {
             Persistence::Durable(_) => {}
@@ -153,7 +165,7 @@ impl RedisStore {
             }
             Persistence::Risky(why) => tracing::warn!("{why}"),
         }
-        store.claim_layout().await?;
+        store.epoch = store.claim_layout().await?;
         Ok(store)
     }
 
@@ -165,6 +177,7 @@ impl RedisStore {
             .key(&self.tag)
             .arg(op)
             .arg(args.to_string())
+            .arg(&self.epoch)
             .invoke_async(&mut conn)
             .await
             .map_err(refused)?;
@@ -192,29 +205,44 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// Writes the layout version when the prefix has none, and checks it.
-    async fn claim_layout(&self) -> Result<()> {
+    /// Writes the layout version and a fresh epoch when the prefix has none; checks the
+    /// version and returns the epoch.
+    async fn claim_layout(&self) -> Result<String> {
+        let mut id = [0u8; 8];
+        getrandom::fill(&mut id).map_err(|e| Error::Unavailable(e.to_string()))?;
         let mut conn = self.conn.clone();
-        let key = format!("{}:schema", self.tag);
-        let _: Option<String> = redis::cmd("SET")
-            .arg(&key)
+        let (schema, epoch) = (self.key("schema"), self.key("epoch"));
+        // One MULTI: two nodes starting together agree on one epoch.
+        let (version, epoch): (Option<String>, Option<String>) = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg(&schema)
             .arg(VERSION)
             .arg("NX")
+            .ignore()
+            .cmd("SET")
+            .arg(&epoch)
+            .arg(hex::encode(id))
+            .arg("NX")
+            .ignore()
+            .cmd("GET")
+            .arg(&schema)
+            .cmd("GET")
+            .arg(&epoch)
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        let version: Option<String> = redis::cmd("GET")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        match version.as_deref() {
-            Some(VERSION) => Ok(()),
-            other => Err(Error::Schema(format!(
+        match (version.as_deref(), epoch) {
+            (Some(VERSION), Some(epoch)) => Ok(epoch),
+            (other, _) => Err(Error::Schema(format!(
                 "key layout {other:?} under {}, expected {VERSION}",
                 self.tag
             ))),
         }
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}:{name}", self.tag)
     }
 
     async fn persistence(&self) -> Persistence {
@@ -238,11 +266,30 @@ async fn config_value<C: redis::aio::ConnectionLike>(conn: &mut C, name: &str) -
     pair.into_iter().nth(1)
 }
 
+/// Whether the server keeps what it acknowledged: its append-only file (below), and that it
+/// never evicts keys to make room (Sabi sets no expiry, so only an `allkeys-*` policy would).
+async fn persistence<C: redis::aio::ConnectionLike>(conn: &mut C) -> Persistence {
+    let kept = append_only(conn).await;
+    match config_value(conn, "maxmemory-policy").await {
+        Some(policy) if policy.starts_with("allkeys") => {
+            let evicts = format!(
+                "Redis evicts keys when it is full (maxmemory-policy {policy}): stored messages \
+                 can vanish; set noeviction"
+            );
+            match kept {
+                Persistence::Risky(why) => Persistence::Risky(format!("{why}; and {evicts}")),
+                Persistence::Durable(_) => Persistence::Risky(evicts),
+            }
+        }
+        _ => kept,
+    }
+}
+
 /// Reads `appendonly` and `appendfsync`: with the append-only file flushed every write
 /// (`always`) or every second (`everysec`), a Redis crash loses nothing acknowledged (an OS
 /// crash or power loss may lose the last second with `everysec`); without it, a restart loses
 /// everything since the last snapshot.
-async fn persistence<C: redis::aio::ConnectionLike>(conn: &mut C) -> Persistence {
+async fn append_only<C: redis::aio::ConnectionLike>(conn: &mut C) -> Persistence {
     let aof = config_value(conn, "appendonly").await;
     let fsync = config_value(conn, "appendfsync").await;
     match (aof.as_deref(), fsync.as_deref()) {
@@ -361,23 +408,21 @@ impl Store for RedisStore {
 
     async fn ready(&self) -> Result<()> {
         let mut conn = self.conn.clone();
-        let version: Option<String> = redis::cmd("GET")
-            .arg(format!("{}:schema", self.tag))
+        let (version, epoch): (Option<String>, Option<String>) = redis::pipe()
+            .cmd("GET")
+            .arg(self.key("schema"))
+            .cmd("GET")
+            .arg(self.key("epoch"))
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        match version.as_deref() {
-            Some(VERSION) => Ok(()),
-            // Everything is gone: the server restarted without persistence, or was flushed.
-            // What it lost is lost; Sabi says so loudly and goes on with what comes now.
-            None => {
-                tracing::error!(
-                    prefix = %self.tag,
-                    "the Redis store has lost its keys (restarted without an append-only file, or flushed): stored messages and replies are gone"
-                );
-                self.claim_layout().await
+        match (version.as_deref(), epoch) {
+            (Some(VERSION), Some(epoch)) if epoch == self.epoch => Ok(()),
+            (Some(VERSION) | None, _) => {
+                tracing::error!(prefix = %self.tag, "the Redis store was reset since this node started (restarted without an append-only file, or flushed): what it held is gone, and this node refuses work until it is restarted");
+                Err(reset())
             }
-            Some(other) => Err(Error::Schema(format!(
+            (Some(other), _) => Err(Error::Schema(format!(
                 "key layout {other} under {}, expected {VERSION}",
                 self.tag
             ))),

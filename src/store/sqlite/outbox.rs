@@ -188,7 +188,7 @@ pub(super) fn record_send(
         SendResult::Untried => execute(
             conn,
             "UPDATE outbox SET state = CASE WHEN window_closed THEN 'window_closed' ELSE 'queued' END,
-                    attempts = attempts - 1, send_until = NULL
+                    send_until = NULL
              WHERE id = ?1",
             params![id],
         ),

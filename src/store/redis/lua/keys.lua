@@ -8,6 +8,7 @@
 -- Layout (P = the tag):
 --   P:ids                  hash   counters: inbox, conversation, batch, outbox, review, quarantine
 --   P:schema               string layout version
+--   P:epoch                string random, written with the layout: every call carries it
 --   P:in:<seq>             hash   an inbox item;  P:inbox zset of every seq;  P:dedupe hash
 --                                 "<channel>\n<key>" -> seq;  P:wc zset of pending web-chat seqs
 --   P:c:<id>               hash   a conversation; P:ckey hash "<channel>\n<business>\n<customer>"

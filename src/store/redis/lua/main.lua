@@ -1,5 +1,6 @@
--- One operation per call: ARGV[1] names it, ARGV[2] holds its arguments as JSON; the reply is
--- its result as JSON, or an error reply "SABI_<WHAT>" written before anything was changed.
+-- One operation per call: ARGV[1] names it, ARGV[2] holds its arguments as JSON, ARGV[3] is the
+-- store's epoch as the calling node read it at start; the reply is its result as JSON, or an
+-- error reply "SABI_<WHAT> <why>" written before anything was changed.
 
 -- JSON nulls (cjson.null is a truthy value) become plain absent fields.
 local function clean(v)
@@ -24,6 +25,12 @@ local OPS = {
   submit_chat = submit_chat, job_for_message = job_for_message, chat_job = chat_job,
   chat_history = chat_history, chat_queue_depth = chat_queue_depth,
 }
+
+-- Keys lost (a restart without persistence, a flush) and made again start every counter anew:
+-- a node that started before must not fence with ids and tokens that now name other work.
+if redis.call('GET', k('epoch')) ~= ARGV[3] then
+  return redis.error_reply('SABI_RESET the store was reset since this node started; restart it')
+end
 
 local op = OPS[ARGV[1]]
 if not op then

@@ -163,7 +163,7 @@ local function record_send(a)
       hold_recipient(o.conv, r.recipient_after)
     end
   elseif r.kind == 'untried' then
-    move_part(id, back, {attempts = tonumber(o.attempts) - 1})
+    move_part(id, back)
   elseif r.kind == 'window_closed' then
     forget_wamid(id)
     set_code(id, r.code)

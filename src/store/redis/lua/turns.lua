@@ -243,10 +243,16 @@ local function add_usage(a)
     return true
   end
   local cost = string.format('%.17g', a.cost)
+  local b = get(key, 'state', 'finished', 'prompt_tokens')
+  if b.finished and b.state == 'done' and not b.prompt_tokens then
+    -- It was counted as answered without a model call when it ended.
+    redis.call('HINCRBY', k('stats'), 'local_turns', -1)
+    redis.call('HINCRBY', k('stats'), 'agent', 1)
+  end
   redis.call('HINCRBY', key, 'prompt_tokens', int(a.prompt_tokens))
   redis.call('HINCRBY', key, 'completion_tokens', int(a.completion_tokens))
   redis.call('HINCRBYFLOAT', key, 'cost', cost)
-  if redis.call('HEXISTS', key, 'finished') == 1 then
+  if b.finished then
     redis.call('HINCRBY', k('stats'), 'prompt_tokens', int(a.prompt_tokens))
     redis.call('HINCRBY', k('stats'), 'completion_tokens', int(a.completion_tokens))
     redis.call('HINCRBYFLOAT', k('stats'), 'cost', cost)
