@@ -154,8 +154,8 @@ pub enum StoreConfig {
     Postgres {
         url: String,
     },
-    /// `redis://[:password@]host[:port][/db][?prefix=NAME&durability=require]`: several nodes
-    /// share it (Valkey too).
+    /// `redis://[:password@]host[:port][/db][?prefix=NAME&durability=require]`, or `rediss://`
+    /// over TLS (`&ca=PATH` for a private CA): several nodes share it (Valkey too).
     Redis {
         url: String,
     },
@@ -234,9 +234,11 @@ impl TryFrom<StoreSpec> for StoreConfig {
                 Some(("postgres" | "postgresql", rest)) if !rest.is_empty() => {
                     Ok(StoreConfig::Postgres { url })
                 }
-                Some(("redis", rest)) if !rest.is_empty() => Ok(StoreConfig::Redis { url }),
+                Some(("redis" | "rediss", rest)) if !rest.is_empty() => {
+                    Ok(StoreConfig::Redis { url })
+                }
                 _ => Err(format!(
-                    "unsupported store {url:?}: expected sqlite://PATH, postgres://... or redis://..."
+                    "unsupported store {url:?}: expected sqlite://PATH, postgres://..., redis://... or rediss://..."
                 )),
             },
         }

@@ -284,15 +284,32 @@ async fn with_postgres_down_webhooks_get_503_and_everything_resumes_after() {
 }
 
 /// A Redis server of the test's own, keeping an append-only file flushed on every write, that
-/// the test can kill with SIGKILL and start again on the same port and files.
+/// the test can kill with SIGKILL and start again on the same port and files; over TLS, with a
+/// certificate from a CA of its own, when asked.
 struct RedisServer {
     port: u16,
     dir: tempfile::TempDir,
     child: Option<std::process::Child>,
+    tls: bool,
 }
+
+/// Makes `ca.pem`, and `cert.pem` + `key.pem` for 127.0.0.1 signed by it.
+const TEST_CA_SCRIPT: &str = "set -e
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -keyout ca.key -out ca.pem \\
+  -subj /CN=sabi-test-ca -addext basicConstraints=critical,CA:TRUE \\
+  -addext keyUsage=critical,keyCertSign
+openssl req -newkey rsa:2048 -nodes -keyout key.pem -out server.csr -subj /CN=127.0.0.1
+printf 'subjectAltName=IP:127.0.0.1\\nbasicConstraints=CA:FALSE\\n' > ext
+openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \\
+  -extfile ext -out cert.pem
+";
 
 impl RedisServer {
     fn start() -> RedisServer {
+        RedisServer::start_with(false)
+    }
+
+    fn start_with(tls: bool) -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -301,9 +318,25 @@ impl RedisServer {
             port,
             dir: tempfile::tempdir().expect("tempdir"),
             child: None,
+            tls,
         };
+        if tls {
+            // A CA of the test's own (`ca.pem`) and the server's certificate signed by it.
+            let made = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(TEST_CA_SCRIPT)
+                .current_dir(server.dir.path())
+                .output()
+                .expect("openssl runs");
+            assert!(made.status.success(), "openssl: {made:?}");
+        }
         server.up();
         server
+    }
+
+    /// The CA that signed the server's certificate.
+    fn ca(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
     }
 
     fn url(&self) -> String {
@@ -313,18 +346,28 @@ impl RedisServer {
 
 impl Outage for RedisServer {
     fn up(&mut self) {
-        let child = std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
+        let port = self.port.to_string();
+        let mut command = std::process::Command::new("redis-server");
+        if self.tls {
+            command
+                .args([
+                    "--port",
+                    "0",
+                    "--tls-port",
+                    &port,
+                    "--tls-auth-clients",
+                    "no",
+                ])
+                .args(["--tls-cert-file", "cert.pem", "--tls-key-file", "key.pem"]);
+        } else {
+            command.args(["--port", &port]);
+        }
+        let child = command
+            .args(["--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "yes", "--appendfsync", "always"])
             .arg("--dir")
             .arg(self.dir.path())
+            .current_dir(self.dir.path())
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server runs (it is on PATH where Redis is installed)");
@@ -495,5 +538,31 @@ async fn a_redis_that_lost_its_keys_is_refused_until_the_node_restarts() {
     assert!(
         before.inbox(InboxQuery::default()).await.is_err(),
         "the node that started before still refuses"
+    );
+}
+
+/// `rediss://`: the store over TLS, trusting the CA given with `ca=`; a server whose certificate
+/// nobody vouches for is refused.
+#[tokio::test]
+async fn redis_over_tls_trusts_the_given_ca_and_refuses_an_unknown_one() {
+    use sabi::store::{InboxQuery, RedisStore, Store};
+    let server = RedisServer::start_with(true);
+    let url = format!("rediss://127.0.0.1:{}", server.port);
+    let trusted = format!("{url}?ca={}&durability=require", server.ca().display());
+    let store = RedisStore::open(&trusted).await.expect("over TLS");
+    store.ready().await.expect("ready");
+    assert!(
+        store
+            .inbox(InboxQuery::default())
+            .await
+            .expect("inbox")
+            .is_empty()
+    );
+    let Err(refused) = RedisStore::open(&url).await else {
+        panic!("a self-signed certificate was trusted without its CA");
+    };
+    assert!(
+        refused.to_string().to_lowercase().contains("certificate"),
+        "{refused}"
     );
 }

@@ -62,13 +62,15 @@ pub struct RedisStore {
     epoch: String,
 }
 
-/// What `SABI_STORE=redis://…` says: the server, and Sabi's own options in its query
-/// (`prefix=NAME` for the keys, `durability=warn|require`), which the driver does not see.
+/// What `SABI_STORE=redis://…` (or `rediss://…`, over TLS) says: the server, and Sabi's own
+/// options in its query (`prefix=NAME` for the keys, `durability=warn|require`, `ca=PATH` for a
+/// CA certificate to trust instead of the system's), which the driver does not see.
 #[derive(Debug, PartialEq)]
 struct Target {
     server: String,
     tag: String,
     require_durable: bool,
+    ca: Option<std::path::PathBuf>,
 }
 
 impl Target {
@@ -77,9 +79,11 @@ impl Target {
         let mut kept = Vec::new();
         let mut prefix = "sabi";
         let mut require_durable = false;
+        let mut ca = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("prefix", name)) => prefix = name,
+                Some(("ca", path)) => ca = Some(path.into()),
                 Some(("durability", "warn")) => require_durable = false,
                 Some(("durability", "require")) => require_durable = true,
                 Some(("durability", other)) => {
@@ -104,7 +108,23 @@ impl Target {
             server,
             tag: format!("{{{prefix}}}"),
             require_durable,
+            ca,
         })
+    }
+
+    /// The driver's client; over TLS it trusts the system's CAs, or only `ca` when given.
+    fn client(&self) -> Result<redis::Client> {
+        let Some(ca) = &self.ca else {
+            return redis::Client::open(self.server.as_str()).map_err(unavailable);
+        };
+        let root = std::fs::read(ca).map_err(|e| {
+            Error::Unavailable(format!("reading the CA certificate {}: {e}", ca.display()))
+        })?;
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root),
+        };
+        redis::Client::build_with_tls(self.server.as_str(), certificates).map_err(unavailable)
     }
 }
 
@@ -139,7 +159,7 @@ impl RedisStore {
     /// `durability=require`) it could lose acknowledged messages.
     pub async fn open(url: &str) -> Result<RedisStore> {
         let target = Target::parse(url)?;
-        let client = redis::Client::open(target.server.as_str()).map_err(unavailable)?;
+        let client = target.client()?;
         // Commands fail fast while the server is away (the ingress answers 503) and the
         // connection is made again in the background.
         let config = ConnectionManagerConfig::new()
@@ -319,7 +339,7 @@ async fn append_only<C: redis::aio::ConnectionLike>(conn: &mut C) -> Persistence
 /// Looks at the server without writing: reachability, layout version and persistence.
 pub(super) async fn probe(url: &str) -> Result<String> {
     let target = Target::parse(url)?;
-    let client = redis::Client::open(target.server.as_str()).map_err(unavailable)?;
+    let client = target.client()?;
     let mut conn = client
         .get_multiplexed_async_connection()
         .await
@@ -640,6 +660,7 @@ mod tests {
                 server: "redis://:pw@host:6380/2?protocol=resp3".into(),
                 tag: "{shop}".into(),
                 require_durable: true,
+                ca: None,
             }
         );
         let plain = Target::parse("redis://127.0.0.1").expect("parses");
