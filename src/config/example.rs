@@ -34,7 +34,7 @@ const SETTINGS: &[Setting] = &[
     set("listen", "Address the HTTP server listens on."),
     set(
         "store",
-        "Where state lives: sqlite://PATH (embedded; the directory is created), or for several nodes postgres://USER:PASSWORD@HOST/DB or redis://[:PASSWORD@]HOST[:PORT][/DB][?prefix=NAME&durability=require] (rediss://...&ca=PATH over TLS).",
+        "Where state lives: sqlite://PATH (embedded; the directory is created), or for several nodes postgres://USER:PASSWORD@HOST/DB or redis://[:PASSWORD@]HOST[:PORT][/DB][?prefix=NAME&durability=require&cluster=true] (rediss://...&ca=PATH over TLS).",
     ),
     opt(
         "whatsapp.app_secret",

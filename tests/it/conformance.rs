@@ -149,26 +149,33 @@ impl Drop for RedisPrefix {
     }
 }
 
-/// Every case, against one backend.
+/// Every case, named once: `cases!(then!(args))` calls `then!(args case, case, ...)`.
+macro_rules! cases {
+    ($then:ident!($($args:tt)*)) => {
+        $then!($($args)*
+            duplicates_change_nothing_even_at_once,
+            a_batch_is_in_the_order_sent,
+            due_is_the_window_after_the_last_but_never_past_the_cap,
+            one_claimer_wins,
+            a_lapsed_lease_is_taken_over_with_a_new_token,
+            stale_tokens_are_refused,
+            messages_during_a_turn_wait_for_the_next,
+            reply_parts_are_written_and_sent_at_most_once,
+            review_items_are_settled_once,
+            a_requeued_send_that_fails_again_is_back_in_review,
+            chat_jobs_are_idempotent_under_races,
+            a_session_burst_cannot_pass_its_limit,
+            crossing_deliveries_all_land,
+            history_is_read_from_the_store_in_turn_order,
+        );
+    };
+}
+
+/// Every case, against one backend: a test each, on a fresh store each.
 macro_rules! suite {
     ($backend:ident) => {
         mod $backend {
-            suite!(@cases $backend:
-                duplicates_change_nothing_even_at_once,
-                a_batch_is_in_the_order_sent,
-                due_is_the_window_after_the_last_but_never_past_the_cap,
-                one_claimer_wins,
-                a_lapsed_lease_is_taken_over_with_a_new_token,
-                stale_tokens_are_refused,
-                messages_during_a_turn_wait_for_the_next,
-                reply_parts_are_written_and_sent_at_most_once,
-                review_items_are_settled_once,
-                a_requeued_send_that_fails_again_is_back_in_review,
-                chat_jobs_are_idempotent_under_races,
-                a_session_burst_cannot_pass_its_limit,
-                crossing_deliveries_all_land,
-                history_is_read_from_the_store_in_turn_order,
-            );
+            cases!(suite!(@cases $backend:));
         }
     };
     (@cases $backend:ident: $($case:ident),* $(,)?) => {
@@ -180,6 +187,120 @@ macro_rules! suite {
             }
         )*
     };
+}
+
+/// Every case on a Redis Cluster of three nodes started for the purpose: one test, each case
+/// on a key prefix of its own (so on a slot of its own, wherever the cluster put it).
+macro_rules! on_cluster {
+    ($($case:ident),* $(,)?) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn every_case_passes_on_a_redis_cluster() {
+            let cluster = RedisCluster::start();
+            $(
+                let store = RedisStore::open(&cluster.url(stringify!($case)))
+                    .await
+                    .expect("cluster store");
+                $case(Arc::new(store)).await;
+            )*
+        }
+    };
+}
+
+cases!(on_cluster!());
+
+/// Three `redis-server` nodes in cluster mode on free ports, the slots shared out by
+/// `redis-cli --cluster create`; stopped when dropped.
+struct RedisCluster {
+    ports: Vec<u16>,
+    nodes: Vec<std::process::Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisCluster {
+    fn start() -> RedisCluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ports: Vec<u16> = (0..3)
+            .map(|_| {
+                std::net::TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .expect("free port")
+                    .port()
+            })
+            .collect();
+        let nodes = ports
+            .iter()
+            .map(|port| {
+                let node_dir = dir.path().join(port.to_string());
+                std::fs::create_dir(&node_dir).expect("node dir");
+                std::process::Command::new("redis-server")
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args([
+                        "--cluster-enabled",
+                        "yes",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                    ])
+                    .current_dir(&node_dir)
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("redis-server runs")
+            })
+            .collect();
+        let cluster = RedisCluster {
+            ports,
+            nodes,
+            _dir: dir,
+        };
+        for port in &cluster.ports {
+            wait_for(|| std::net::TcpStream::connect(("127.0.0.1", *port)).is_ok());
+        }
+        let made = std::process::Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(cluster.ports.iter().map(|p| format!("127.0.0.1:{p}")))
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli runs");
+        assert!(made.status.success(), "cluster create: {made:?}");
+        for port in &cluster.ports {
+            wait_for(|| {
+                std::process::Command::new("redis-cli")
+                    .args(["-p", &port.to_string(), "cluster", "info"])
+                    .output()
+                    .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+            });
+        }
+        cluster
+    }
+
+    /// The store on the cluster, under `prefix`, reached through its first node.
+    fn url(&self, prefix: &str) -> String {
+        format!(
+            "redis://127.0.0.1:{}?cluster=true&prefix={prefix}",
+            self.ports[0]
+        )
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            let _ = node.kill();
+            let _ = node.wait();
+        }
+    }
+}
+
+fn wait_for(done: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "the cluster did not come up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 suite!(sqlite);

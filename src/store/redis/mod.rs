@@ -13,16 +13,15 @@
 //! makes it. At start Sabi reads the server's persistence settings and warns, or with
 //! `?durability=require` refuses to start, when an acknowledged message could be lost.
 
+mod connection;
 mod wire;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use self::connection::{Connection, Target};
 use self::wire::{
     List, Page, RawClaim, RawConversation, RawExchange, RawGauges, RawItem, RawJob, RawLine,
     RawPart, RawQuarantined, RawReceipt, RawReview, RawSendJob, RawStats, Receipt,
@@ -50,82 +49,21 @@ const SCRIPT: &str = concat!(
 /// The key layout this build writes and expects (`<tag>:schema`).
 const VERSION: &str = "1";
 
+/// Writes the layout version and the epoch unless they are there, and reads them back.
+const LAYOUT: &str = "redis.call('SET', KEYS[1], ARGV[1], 'NX')
+redis.call('SET', KEYS[2], ARGV[2], 'NX')
+return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}";
+
 /// Rows asked for when the caller set no limit: more than any listing shows.
 const NO_LIMIT: usize = 1_000_000_000;
 
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Connection,
     script: Script,
     /// `{prefix}`: every key starts with it.
     tag: String,
     /// The store's epoch, read at open: a script refuses a call of another epoch.
     epoch: String,
-}
-
-/// What `SABI_STORE=redis://…` (or `rediss://…`, over TLS) says: the server, and Sabi's own
-/// options in its query (`prefix=NAME` for the keys, `durability=warn|require`, `ca=PATH` for a
-/// CA certificate to trust instead of the system's), which the driver does not see.
-#[derive(Debug, PartialEq)]
-struct Target {
-    server: String,
-    tag: String,
-    require_durable: bool,
-    ca: Option<std::path::PathBuf>,
-}
-
-impl Target {
-    fn parse(url: &str) -> Result<Target> {
-        let (base, query) = url.split_once('?').unwrap_or((url, ""));
-        let mut kept = Vec::new();
-        let mut prefix = "sabi";
-        let mut require_durable = false;
-        let mut ca = None;
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("prefix", name)) => prefix = name,
-                Some(("ca", path)) => ca = Some(path.into()),
-                Some(("durability", "warn")) => require_durable = false,
-                Some(("durability", "require")) => require_durable = true,
-                Some(("durability", other)) => {
-                    return Err(Error::Unavailable(format!(
-                        "durability={other:?}: expected warn or require"
-                    )));
-                }
-                _ => kept.push(pair),
-            }
-        }
-        if prefix.is_empty() || prefix.contains(['{', '}']) {
-            return Err(Error::Unavailable(format!(
-                "prefix={prefix:?}: a key prefix is a non-empty name without braces"
-            )));
-        }
-        let server = if kept.is_empty() {
-            base.to_owned()
-        } else {
-            format!("{base}?{}", kept.join("&"))
-        };
-        Ok(Target {
-            server,
-            tag: format!("{{{prefix}}}"),
-            require_durable,
-            ca,
-        })
-    }
-
-    /// The driver's client; over TLS it trusts the system's CAs, or only `ca` when given.
-    fn client(&self) -> Result<redis::Client> {
-        let Some(ca) = &self.ca else {
-            return redis::Client::open(self.server.as_str()).map_err(unavailable);
-        };
-        let root = std::fs::read(ca).map_err(|e| {
-            Error::Unavailable(format!("reading the CA certificate {}: {e}", ca.display()))
-        })?;
-        let certificates = redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(root),
-        };
-        redis::Client::build_with_tls(self.server.as_str(), certificates).map_err(unavailable)
-    }
 }
 
 fn unavailable(e: RedisError) -> Error {
@@ -159,24 +97,14 @@ impl RedisStore {
     /// `durability=require`) it could lose acknowledged messages.
     pub async fn open(url: &str) -> Result<RedisStore> {
         let target = Target::parse(url)?;
-        let client = target.client()?;
-        // Commands fail fast while the server is away (the ingress answers 503) and the
-        // connection is made again in the background.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(5)))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(unavailable)?;
+        let conn = Connection::open(&target).await?;
         let mut store = RedisStore {
             conn,
             script: Script::new(SCRIPT),
-            tag: target.tag,
+            tag: target.tag.clone(),
             epoch: String::new(),
         };
-        match store.persistence().await {
+        match persistence(&target).await {
             Persistence::Durable(_) => {}
             Persistence::Risky(why) if target.require_durable => {
                 return Err(Error::Unavailable(format!(
@@ -226,30 +154,16 @@ impl RedisStore {
     }
 
     /// Writes the layout version and a fresh epoch when the prefix has none; checks the
-    /// version and returns the epoch.
+    /// version and returns the epoch. One script: nodes starting together agree on one epoch.
     async fn claim_layout(&self) -> Result<String> {
         let mut id = [0u8; 8];
         getrandom::fill(&mut id).map_err(|e| Error::Unavailable(e.to_string()))?;
-        let mut conn = self.conn.clone();
-        let (schema, epoch) = (self.key("schema"), self.key("epoch"));
-        // One MULTI: two nodes starting together agree on one epoch.
-        let (version, epoch): (Option<String>, Option<String>) = redis::pipe()
-            .atomic()
-            .cmd("SET")
-            .arg(&schema)
+        let (version, epoch): (Option<String>, Option<String>) = Script::new(LAYOUT)
+            .key(self.key("schema"))
+            .key(self.key("epoch"))
             .arg(VERSION)
-            .arg("NX")
-            .ignore()
-            .cmd("SET")
-            .arg(&epoch)
             .arg(hex::encode(id))
-            .arg("NX")
-            .ignore()
-            .cmd("GET")
-            .arg(&schema)
-            .cmd("GET")
-            .arg(&epoch)
-            .query_async(&mut conn)
+            .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
         match (version.as_deref(), epoch) {
@@ -263,10 +177,6 @@ impl RedisStore {
 
     fn key(&self, name: &str) -> String {
         format!("{}:{name}", self.tag)
-    }
-
-    async fn persistence(&self) -> Persistence {
-        persistence(&mut self.conn.clone()).await
     }
 }
 
@@ -286,9 +196,21 @@ async fn config_value<C: redis::aio::ConnectionLike>(conn: &mut C, name: &str) -
     pair.into_iter().nth(1)
 }
 
-/// Whether the server keeps what it acknowledged: its append-only file (below), and that it
-/// never evicts keys to make room (Sabi sets no expiry, so only an `allkeys-*` policy would).
-async fn persistence<C: redis::aio::ConnectionLike>(conn: &mut C) -> Persistence {
+/// Whether the server named keeps what it acknowledged (in a cluster, the node named: the
+/// others are expected to share its settings): its append-only file (below), and that it never
+/// evicts keys to make room (Sabi sets no expiry, so only an `allkeys-*` policy would).
+async fn persistence(target: &Target) -> Persistence {
+    let connected = match target.client() {
+        Ok(client) => client.get_multiplexed_async_connection().await.ok(),
+        Err(_) => None,
+    };
+    let Some(mut conn) = connected else {
+        return Persistence::Risky(format!(
+            "cannot reach {} to read its persistence settings",
+            target.tag
+        ));
+    };
+    let conn = &mut conn;
     let kept = append_only(conn).await;
     match config_value(conn, "maxmemory-policy").await {
         Some(policy) if policy.starts_with("allkeys") => {
@@ -339,11 +261,7 @@ async fn append_only<C: redis::aio::ConnectionLike>(conn: &mut C) -> Persistence
 /// Looks at the server without writing: reachability, layout version and persistence.
 pub(super) async fn probe(url: &str) -> Result<String> {
     let target = Target::parse(url)?;
-    let client = target.client()?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(unavailable)?;
+    let mut conn = Connection::open(&target).await?;
     let version: Option<String> = redis::cmd("GET")
         .arg(format!("{}:schema", target.tag))
         .query_async(&mut conn)
@@ -363,7 +281,7 @@ pub(super) async fn probe(url: &str) -> Result<String> {
             )));
         }
     }
-    Ok(match persistence(&mut conn).await {
+    Ok(match persistence(&target).await {
         Persistence::Durable(how) => format!("reachable, layout current, {how}"),
         Persistence::Risky(why) => format!("reachable, layout current; warning: {why}"),
     })
@@ -428,10 +346,9 @@ impl Store for RedisStore {
 
     async fn ready(&self) -> Result<()> {
         let mut conn = self.conn.clone();
-        let (version, epoch): (Option<String>, Option<String>) = redis::pipe()
-            .cmd("GET")
+        // One MGET: the two keys share the slot, also on a cluster.
+        let (version, epoch): (Option<String>, Option<String>) = redis::cmd("MGET")
             .arg(self.key("schema"))
-            .cmd("GET")
             .arg(self.key("epoch"))
             .query_async(&mut conn)
             .await
@@ -642,31 +559,5 @@ impl Store for RedisStore {
 
     async fn chat_queue_depth(&self) -> Result<u64> {
         self.call("chat_queue_depth", json!({})).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sabi_options_are_taken_out_of_the_url() {
-        let t =
-            Target::parse("redis://:pw@host:6380/2?prefix=shop&durability=require&protocol=resp3")
-                .expect("parses");
-        assert_eq!(
-            t,
-            Target {
-                server: "redis://:pw@host:6380/2?protocol=resp3".into(),
-                tag: "{shop}".into(),
-                require_durable: true,
-                ca: None,
-            }
-        );
-        let plain = Target::parse("redis://127.0.0.1").expect("parses");
-        assert_eq!(plain.tag, "{sabi}");
-        assert!(!plain.require_durable);
-        assert!(Target::parse("redis://h?durability=maybe").is_err());
-        assert!(Target::parse("redis://h?prefix={x}").is_err());
     }
 }
