@@ -498,21 +498,46 @@ impl TestApp {
     }
 }
 
+/// A turn under way, its handler held until `hold` gets a permit; `first` is its tick.
+struct HeldTurn {
+    app: TestApp,
+    recorder: Arc<Recorder>,
+    hold: Arc<Semaphore>,
+    first: tokio::task::JoinHandle<Result<TickOutcome, store::Error>>,
+}
+
+impl HeldTurn {
+    async fn start(id: &str) -> HeldTurn {
+        let hold = Arc::new(Semaphore::new(0));
+        let recorder = Recorder::held(hold.clone());
+        let app = app_with(&recorder, &[("SABI_BATCH_WINDOW", "0s")]).await;
+        post(&app, id, "hello", START_MS / 1000).await;
+        let first = {
+            let scheduler = app.scheduler.clone();
+            tokio::spawn(async move { scheduler.tick().await })
+        };
+        while recorder.turns().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        HeldTurn {
+            app,
+            recorder,
+            hold,
+            first,
+        }
+    }
+}
+
 /// The store stays unreachable (locked by another writer) past the lease: the turn stops on its
 /// own rather than run beside the worker that may take the batch over, and writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_stops_when_its_lease_runs_out_unrenewed() {
-    let hold = Arc::new(Semaphore::new(0));
-    let recorder = Recorder::held(hold.clone());
-    let app = app_with(&recorder, &[("SABI_BATCH_WINDOW", "0s")]).await;
-    post(&app, "wamid.lapse", "hello", START_MS / 1000).await;
-    let first = {
-        let scheduler = app.scheduler.clone();
-        tokio::spawn(async move { scheduler.tick().await })
-    };
-    while recorder.turns().is_empty() {
-        tokio::task::yield_now().await;
-    }
+    let HeldTurn {
+        app,
+        recorder,
+        hold,
+        first,
+    } = HeldTurn::start("wamid.lapse").await;
 
     let lock = StoreLock::take(app.dir.path());
     // Renewals fail (the store is locked) until the lease has run out.
@@ -543,17 +568,12 @@ async fn a_turn_stops_when_its_lease_runs_out_unrenewed() {
 /// or waiting for the lease to lapse.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_that_ends_while_the_store_is_away_is_recorded_when_it_is_back() {
-    let hold = Arc::new(Semaphore::new(0));
-    let recorder = Recorder::held(hold.clone());
-    let app = app_with(&recorder, &[("SABI_BATCH_WINDOW", "0s")]).await;
-    post(&app, "wamid.away", "hello", START_MS / 1000).await;
-    let first = {
-        let scheduler = app.scheduler.clone();
-        tokio::spawn(async move { scheduler.tick().await })
-    };
-    while recorder.turns().is_empty() {
-        tokio::task::yield_now().await;
-    }
+    let HeldTurn {
+        app,
+        recorder,
+        hold,
+        first,
+    } = HeldTurn::start("wamid.away").await;
 
     let lock = StoreLock::take(app.dir.path());
     // The turn ends now, while the store cannot commit.
