@@ -509,11 +509,20 @@ async fn review(config: &Config, action: ReviewAction) -> anyhow::Result<()> {
         ReviewAction::Close { id } => (id, Resolution::Close),
     };
     let (id, resolution) = resolution;
+    let kept_in_sandbox = matches!(resolution, Resolution::Reply { sandbox: true, .. });
     match store.resolve_review(id, now, resolution).await {
         Err(store::Error::NotFound) => anyhow::bail!("no open review item {id}"),
         outcome => outcome?,
     }
     println!("review item {id} settled; a running Sabi picks it up within its poll interval");
+    if kept_in_sandbox {
+        // The service may hold its token in an environment this shell does not have.
+        eprintln!(
+            "note: this configuration has no WhatsApp access token, so a WhatsApp reply is kept \
+             in sandbox mode and not sent; run the command with the service's configuration, or \
+             reply through the admin API"
+        );
+    }
     Ok(())
 }
 

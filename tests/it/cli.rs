@@ -1,10 +1,11 @@
 //! The `sabi` binary as an operator uses it: `send` to a running server, a clean stop on
-//! SIGTERM, and a bad setting stopping start-up with its name.
+//! SIGTERM, a bad setting stopping start-up with its name, `check`, `config`, and settling a
+//! review item from the shell.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::helpers::{SabiProcess, inbox_json, sabi_command};
+use crate::helpers::{START_MS, SabiProcess, TestApp, inbox_json, sabi_command, text_webhook_at};
 
 #[test]
 fn send_posts_a_signed_webhook_that_is_stored_once() {
@@ -166,5 +167,60 @@ async fn config_prints_the_example_and_the_effective_settings_without_secrets() 
     assert!(
         !effective.contains("do-not-print-this-token")
             && !effective.contains(crate::helpers::SECRET)
+    );
+}
+
+/// `sabi review reply` from a shell: without an access token in its configuration the reply is
+/// kept in sandbox mode, and the command says so rather than let a person believe it was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_reply_from_the_shell_says_when_it_is_kept_in_sandbox() {
+    let app = TestApp::spawn().await;
+    let an_hour_ago = START_MS / 1000 - 3600;
+    for (id, from) in [
+        ("wamid.old1", "2348000000001"),
+        ("wamid.old2", "2348000000002"),
+    ] {
+        let body = text_webhook_at(id, from, "hello?", an_hour_ago);
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    }
+    app.clock.advance(Duration::from_secs(60));
+    app.scheduler.drain().await.expect("drain");
+    let items = app
+        .store
+        .review_queue(sabi::store::ReviewQuery::default())
+        .await
+        .expect("review");
+    assert_eq!(items.len(), 2, "too old for an automatic reply");
+
+    let reply = |id: i64, token: Option<&str>| {
+        let mut command = sabi_command(app.dir.path());
+        command.args(["review", "reply", &id.to_string(), "A person answers"]);
+        if let Some(token) = token {
+            command.env("SABI_WHATSAPP_ACCESS_TOKEN", token);
+        }
+        command.output().expect("sabi runs")
+    };
+    let sandboxed = reply(items[0].id, None);
+    assert!(sandboxed.status.success());
+    let said = String::from_utf8_lossy(&sandboxed.stderr);
+    assert!(said.contains("kept in sandbox mode and not sent"), "{said}");
+    let queued = reply(items[1].id, Some("a-token"));
+    assert!(queued.status.success());
+    assert!(!String::from_utf8_lossy(&queued.stderr).contains("sandbox"));
+
+    let outbox = app.store.outbox(None).await.expect("outbox");
+    let state_of = |customer: &str| {
+        outbox
+            .iter()
+            .find(|o| o.conversation.customer == customer && o.text == "A person answers")
+            .map(|o| o.state.clone())
+    };
+    assert_eq!(
+        state_of(&items[0].conversation.customer).as_deref(),
+        Some("sandbox")
+    );
+    assert_eq!(
+        state_of(&items[1].conversation.customer).as_deref(),
+        Some("queued")
     );
 }
