@@ -33,11 +33,9 @@ pub(super) async fn ingest(pool: &PgPool, delivery: &Ingest) -> Result<IngestRec
     Ok(receipt)
 }
 
-/// The common delivery, one customer message that wakes its conversation, as one statement
-/// (committed on its own: one round trip instead of four). The conversation is scheduled only
-/// when the message is not stored yet, and the message is stored with its conversation. Two
-/// copies racing may both reschedule the conversation (the later one a little later); only one
-/// is stored.
+/// The common delivery, one customer message that wakes its conversation, in one round trip
+/// instead of four: `sabi_ingest_message_v1` (functions.sql) runs the transaction path's
+/// statements server-side, in its order, and PostgreSQL commits the call on its own.
 async fn ingest_message(
     pool: &PgPool,
     delivery: &Ingest,
@@ -48,28 +46,9 @@ async fn ingest_message(
     let sent_at = item.provider_ts.map_or(delivery.received_at_ms, |s| {
         s.saturating_mul(1000).min(delivery.received_at_ms)
     });
-    let (seq, due): (Option<i64>, Option<i64>) = sqlx::query_as(
-        "WITH fresh AS (
-             SELECT NOT EXISTS (SELECT 1 FROM inbox WHERE channel = $1 AND dedupe_key = $2) AS new),
-         conversation AS (
-             INSERT INTO conversations (channel, business, customer, first_pending_at,
-                                        last_pending_at, due_at, last_inbound_at)
-             SELECT $11, $12, $13, $9, $9, $9 + LEAST($14, $15), $16 FROM fresh WHERE new
-             ON CONFLICT (channel, business, customer) DO UPDATE SET
-                 first_pending_at = COALESCE(conversations.first_pending_at, EXCLUDED.first_pending_at),
-                 last_pending_at = EXCLUDED.last_pending_at,
-                 due_at = LEAST(EXCLUDED.last_pending_at + $14,
-                                COALESCE(conversations.first_pending_at, EXCLUDED.first_pending_at) + $15),
-                 last_inbound_at = GREATEST(COALESCE(conversations.last_inbound_at, 0), EXCLUDED.last_inbound_at)
-             RETURNING id, due_at),
-         item AS (
-             INSERT INTO inbox (channel, dedupe_key, kind, business, customer, item_type, text,
-                                media_id, provider_ts, received_at, state, content_hash, facts,
-                                conversation_id)
-             SELECT $1, $2, 'message', $3, $4, $5, $6, $7, $8, $9, 'pending', $10, $17, id
-             FROM conversation
-             ON CONFLICT (channel, dedupe_key) DO NOTHING RETURNING seq)
-         SELECT (SELECT seq FROM item), (SELECT due_at FROM conversation)",
+    let stored: Option<(i64, i64)> = sqlx::query_as(
+        "SELECT seq, due_at FROM sabi_ingest_message_v1(
+             $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
     )
     .bind(item.channel.as_str())
     .bind(&item.dedupe_key)
@@ -81,23 +60,26 @@ async fn ingest_message(
     .bind(item.provider_ts)
     .bind(delivery.received_at_ms)
     .bind(hash)
+    .bind(facts)
     .bind(key.channel.as_str())
     .bind(&key.business)
     .bind(&key.customer)
     .bind(delivery.policy.window_ms)
     .bind(delivery.policy.cap_ms)
     .bind(sent_at)
-    .bind(facts)
-    .fetch_one(pool)
+    .fetch_optional(pool)
     .await
     .map_err(unavailable)?;
     let mut receipt = IngestReceipt::default();
-    if seq.is_some() {
-        receipt.stored = 1;
-        receipt.earliest_due_ms = due;
-    } else {
-        let mut conn = pool.acquire().await.map_err(unavailable)?;
-        count_redelivery(&mut conn, item, hash, &mut receipt).await?;
+    match stored {
+        Some((_, due)) => {
+            receipt.stored = 1;
+            receipt.earliest_due_ms = Some(due);
+        }
+        None => {
+            let mut conn = pool.acquire().await.map_err(unavailable)?;
+            count_redelivery(&mut conn, item, hash, &mut receipt).await?;
+        }
     }
     Ok(receipt)
 }

@@ -29,6 +29,8 @@ use super::{
 use crate::domain::{Channel, Claim, LeaseToken};
 
 const SCHEMA: &str = include_str!("schema.sql");
+/// Server-side functions: replaced at every start, so they always match this build.
+const FUNCTIONS: &str = include_str!("functions.sql");
 /// The schema version this build writes and expects.
 const VERSION: i32 = 1;
 /// Any constant: the advisory lock nodes take to create the schema one at a time.
@@ -116,6 +118,10 @@ async fn migrate(pool: &PgPool) -> Result<()> {
             )));
         }
     }
+    sqlx::raw_sql(FUNCTIONS)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| Error::Schema(format!("creating the functions failed: {e}")))?;
     tx.commit().await.map_err(unavailable)
 }
 

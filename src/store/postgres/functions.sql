@@ -1,0 +1,44 @@
+-- Sabi's server-side code on PostgreSQL, (re)made at every start under the migration lock.
+-- Code, not data: a new build replaces it; its name carries its signature's version.
+
+-- One customer message that wakes its conversation, in one round trip: the transaction path's
+-- statements in its order (the message's unique key first, then the conversation's row), so a
+-- racing copy waits on the key and schedules nothing. Returns the message's seq and the
+-- conversation's due time, or no row when the message was already stored.
+CREATE OR REPLACE FUNCTION sabi_ingest_message_v1(
+    p_channel TEXT, p_key TEXT, p_business TEXT, p_customer TEXT, p_type TEXT, p_text TEXT,
+    p_media TEXT, p_provider_ts BIGINT, p_received BIGINT, p_hash BYTEA, p_facts TEXT,
+    p_conv_channel TEXT, p_conv_business TEXT, p_conv_customer TEXT,
+    p_window BIGINT, p_cap BIGINT, p_sent_at BIGINT)
+RETURNS TABLE (seq BIGINT, due_at BIGINT) LANGUAGE plpgsql AS $$
+DECLARE
+    stored BIGINT;
+    conversation BIGINT;
+    due BIGINT;
+BEGIN
+    INSERT INTO inbox (channel, dedupe_key, kind, business, customer, item_type, text, media_id,
+                       provider_ts, received_at, state, content_hash, facts)
+    VALUES (p_channel, p_key, 'message', p_business, p_customer, p_type, p_text, p_media,
+            p_provider_ts, p_received, 'pending', p_hash, p_facts)
+    ON CONFLICT (channel, dedupe_key) DO NOTHING
+    RETURNING inbox.seq INTO stored;
+    IF stored IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO conversations AS c (channel, business, customer, first_pending_at,
+                                    last_pending_at, due_at, last_inbound_at)
+    VALUES (p_conv_channel, p_conv_business, p_conv_customer, p_received, p_received,
+            p_received + LEAST(p_window, p_cap), p_sent_at)
+    ON CONFLICT (channel, business, customer) DO UPDATE SET
+        first_pending_at = COALESCE(c.first_pending_at, EXCLUDED.first_pending_at),
+        last_pending_at = EXCLUDED.last_pending_at,
+        due_at = LEAST(EXCLUDED.last_pending_at + p_window,
+                       COALESCE(c.first_pending_at, EXCLUDED.first_pending_at) + p_cap),
+        last_inbound_at = GREATEST(COALESCE(c.last_inbound_at, 0), EXCLUDED.last_inbound_at)
+    RETURNING c.id, c.due_at INTO conversation, due;
+    UPDATE inbox SET conversation_id = conversation WHERE inbox.seq = stored;
+    seq := stored;
+    due_at := due;
+    RETURN NEXT;
+END;
+$$;
