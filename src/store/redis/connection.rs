@@ -8,6 +8,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
 
 use super::unavailable;
@@ -134,6 +135,31 @@ impl Connection {
         let client = builder.build().map_err(unavailable)?;
         let cluster = client.get_async_connection().await.map_err(unavailable)?;
         Ok(Connection::Cluster(cluster))
+    }
+}
+
+impl Connection {
+    /// `CONFIG GET name` on the server, or in a cluster on the primary of `key`'s slot (the
+    /// node that holds the deployment's keys). `None` when the server does not allow it.
+    pub(super) async fn config_get(&mut self, key: &str, name: &str) -> Option<String> {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET").arg(name);
+        let reply: Value = match self {
+            Connection::Server(c) => cmd.query_async(c).await.ok()?,
+            Connection::Cluster(c) => {
+                let slot: u16 = redis::cmd("CLUSTER")
+                    .arg("KEYSLOT")
+                    .arg(key)
+                    .query_async(c)
+                    .await
+                    .ok()?;
+                let owner = Route::new(slot, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(owner));
+                c.route_command(cmd, routing).await.ok()?
+            }
+        };
+        let pair: Vec<String> = redis::from_redis_value(reply).ok()?;
+        pair.into_iter().nth(1)
     }
 }
 

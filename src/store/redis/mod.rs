@@ -104,7 +104,7 @@ impl RedisStore {
             tag: target.tag.clone(),
             epoch: String::new(),
         };
-        match persistence(&target).await {
+        match persistence(&mut store.conn, &target.tag).await {
             Persistence::Durable(_) => {}
             Persistence::Risky(why) if target.require_durable => {
                 return Err(Error::Unavailable(format!(
@@ -186,33 +186,12 @@ enum Persistence {
     Risky(String),
 }
 
-async fn config_value<C: redis::aio::ConnectionLike>(conn: &mut C, name: &str) -> Option<String> {
-    let pair: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(name)
-        .query_async(conn)
-        .await
-        .ok()?;
-    pair.into_iter().nth(1)
-}
-
-/// Whether the server named keeps what it acknowledged (in a cluster, the node named: the
-/// others are expected to share its settings): its append-only file (below), and that it never
-/// evicts keys to make room (Sabi sets no expiry, so only an `allkeys-*` policy would).
-async fn persistence(target: &Target) -> Persistence {
-    let connected = match target.client() {
-        Ok(client) => client.get_multiplexed_async_connection().await.ok(),
-        Err(_) => None,
-    };
-    let Some(mut conn) = connected else {
-        return Persistence::Risky(format!(
-            "cannot reach {} to read its persistence settings",
-            target.tag
-        ));
-    };
-    let conn = &mut conn;
-    let kept = append_only(conn).await;
-    match config_value(conn, "maxmemory-policy").await {
+/// Whether the server that holds the deployment's keys (in a cluster, the primary of their
+/// slot) keeps what it acknowledged: its append-only file (below), and that it never evicts keys
+/// to make room (Sabi sets no expiry, so only an `allkeys-*` policy would).
+async fn persistence(conn: &mut Connection, tag: &str) -> Persistence {
+    let kept = append_only(conn, tag).await;
+    match conn.config_get(tag, "maxmemory-policy").await {
         Some(policy) if policy.starts_with("allkeys") => {
             let evicts = format!(
                 "Redis evicts keys when it is full (maxmemory-policy {policy}): stored messages \
@@ -231,9 +210,9 @@ async fn persistence(target: &Target) -> Persistence {
 /// (`always`) or every second (`everysec`), a Redis crash loses nothing acknowledged (an OS
 /// crash or power loss may lose the last second with `everysec`); without it, a restart loses
 /// everything since the last snapshot.
-async fn append_only<C: redis::aio::ConnectionLike>(conn: &mut C) -> Persistence {
-    let aof = config_value(conn, "appendonly").await;
-    let fsync = config_value(conn, "appendfsync").await;
+async fn append_only(conn: &mut Connection, tag: &str) -> Persistence {
+    let aof = conn.config_get(tag, "appendonly").await;
+    let fsync = conn.config_get(tag, "appendfsync").await;
     match (aof.as_deref(), fsync.as_deref()) {
         (Some("yes"), Some("always")) => {
             Persistence::Durable("append-only file, flushed on every write".into())
@@ -281,7 +260,7 @@ pub(super) async fn probe(url: &str) -> Result<String> {
             )));
         }
     }
-    Ok(match persistence(&target).await {
+    Ok(match persistence(&mut conn, &target.tag).await {
         Persistence::Durable(how) => format!("reachable, layout current, {how}"),
         Persistence::Risky(why) => format!("reachable, layout current; warning: {why}"),
     })
