@@ -147,7 +147,14 @@ pub enum ReviewAction {
     /// One item with its conversation, as JSON.
     Show { id: i64 },
     /// Reply to the customer as a person, through the outbox and all its rules.
-    Reply { id: i64, text: String },
+    Reply {
+        id: i64,
+        text: String,
+        /// Keep a WhatsApp reply in sandbox mode (never sent). Without it, a configuration with
+        /// no access token is refused, since the reply could not go out.
+        #[arg(long)]
+        sandbox: bool,
+    },
     /// Back to the agent (a failed or unknown send: sent again).
     Requeue { id: i64 },
     /// Nothing more to do.
@@ -495,8 +502,21 @@ async fn review(config: &Config, action: ReviewAction) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&shown)?);
             return Ok(());
         }
-        ReviewAction::Reply { id, text } => {
+        ReviewAction::Reply { id, text, sandbox } => {
             anyhow::ensure!(!text.trim().is_empty(), "the reply is empty");
+            let item = store
+                .review_item(id)
+                .await?
+                .with_context(|| format!("no review item {id}"))?;
+            // The service may hold its token in an environment this shell does not have: a
+            // reply settled here would then be kept, never sent, and the item closed.
+            let whatsapp = item.conversation.channel == Channel::Whatsapp;
+            anyhow::ensure!(
+                !(whatsapp && config.whatsapp.sandbox() && !sandbox),
+                "this configuration has no WhatsApp access token, so the reply would be kept in \
+                 sandbox mode and never sent: run the command with the service's configuration, \
+                 reply through the admin API, or pass --sandbox to keep it so"
+            );
             (
                 id,
                 Resolution::Reply {
@@ -509,20 +529,11 @@ async fn review(config: &Config, action: ReviewAction) -> anyhow::Result<()> {
         ReviewAction::Close { id } => (id, Resolution::Close),
     };
     let (id, resolution) = resolution;
-    let kept_in_sandbox = matches!(resolution, Resolution::Reply { sandbox: true, .. });
     match store.resolve_review(id, now, resolution).await {
         Err(store::Error::NotFound) => anyhow::bail!("no open review item {id}"),
         outcome => outcome?,
     }
     println!("review item {id} settled; a running Sabi picks it up within its poll interval");
-    if kept_in_sandbox {
-        // The service may hold its token in an environment this shell does not have.
-        eprintln!(
-            "note: this configuration has no WhatsApp access token, so a WhatsApp reply is kept \
-             in sandbox mode and not sent; run the command with the service's configuration, or \
-             reply through the admin API"
-        );
-    }
     Ok(())
 }
 

@@ -170,10 +170,11 @@ async fn config_prints_the_example_and_the_effective_settings_without_secrets() 
     );
 }
 
-/// `sabi review reply` from a shell: without an access token in its configuration the reply is
-/// kept in sandbox mode, and the command says so rather than let a person believe it was sent.
+/// `sabi review reply` from a shell: a configuration without an access token could not send a
+/// WhatsApp reply, so the command refuses and the item stays open, unless `--sandbox` asks to
+/// keep the reply; with a token the reply is queued for the sender.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review_reply_from_the_shell_says_when_it_is_kept_in_sandbox() {
+async fn review_reply_from_the_shell_refuses_to_strand_a_reply_in_sandbox() {
     let app = TestApp::spawn().await;
     let an_hour_ago = START_MS / 1000 - 3600;
     for (id, from) in [
@@ -185,29 +186,33 @@ async fn review_reply_from_the_shell_says_when_it_is_kept_in_sandbox() {
     }
     app.clock.advance(Duration::from_secs(60));
     app.scheduler.drain().await.expect("drain");
-    let items = app
-        .store
-        .review_queue(sabi::store::ReviewQuery::default())
-        .await
-        .expect("review");
+    let open = || async {
+        app.store
+            .review_queue(sabi::store::ReviewQuery::default())
+            .await
+            .expect("review")
+    };
+    let items = open().await;
     assert_eq!(items.len(), 2, "too old for an automatic reply");
 
-    let reply = |id: i64, token: Option<&str>| {
+    let reply = |id: i64, extra: &[&str], token: Option<&str>| {
         let mut command = sabi_command(app.dir.path());
         command.args(["review", "reply", &id.to_string(), "A person answers"]);
+        command.args(extra);
         if let Some(token) = token {
             command.env("SABI_WHATSAPP_ACCESS_TOKEN", token);
         }
         command.output().expect("sabi runs")
     };
-    let sandboxed = reply(items[0].id, None);
-    assert!(sandboxed.status.success());
-    let said = String::from_utf8_lossy(&sandboxed.stderr);
-    assert!(said.contains("kept in sandbox mode and not sent"), "{said}");
-    let queued = reply(items[1].id, Some("a-token"));
-    assert!(queued.status.success());
-    assert!(!String::from_utf8_lossy(&queued.stderr).contains("sandbox"));
+    let refused = reply(items[0].id, &[], None);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("never sent"), "{said}");
+    assert_eq!(open().await.len(), 2, "the item is still open");
 
+    assert!(reply(items[0].id, &["--sandbox"], None).status.success());
+    assert!(reply(items[1].id, &[], Some("a-token")).status.success());
+    assert!(open().await.is_empty());
     let outbox = app.store.outbox(None).await.expect("outbox");
     let state_of = |customer: &str| {
         outbox
