@@ -28,6 +28,14 @@ impl Encoded {
     }
 }
 
+/// When the customer sent an item, as well as the store knows: the provider's time (seconds),
+/// never after its arrival; else its arrival. The 24-hour window starts there.
+pub(crate) fn sent_at_ms(item: &InboundItem, received_at_ms: i64) -> i64 {
+    item.provider_ts.map_or(received_at_ms, |s| {
+        s.saturating_mul(1000).min(received_at_ms)
+    })
+}
+
 /// A quarantined part is kept once however often it is redelivered.
 pub(crate) fn quarantine_hash(q: &Quarantined) -> Vec<u8> {
     Sha256::digest(q.raw.as_bytes())[..16].to_vec()

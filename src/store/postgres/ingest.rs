@@ -9,7 +9,7 @@ use sqlx::{PgConnection, PgPool, Row};
 use super::{limit, outbox, unavailable};
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 use crate::store::items::{
-    Encoded, POSITION_CAP, message_key, quarantine_hash, question_item, status_of,
+    Encoded, POSITION_CAP, message_key, quarantine_hash, question_item, sent_at_ms, status_of,
 };
 use crate::store::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest, IngestReceipt,
@@ -43,9 +43,7 @@ async fn ingest_message(
     key: &ConversationKey,
     Encoded { facts, hash }: &Encoded,
 ) -> Result<IngestReceipt> {
-    let sent_at = item.provider_ts.map_or(delivery.received_at_ms, |s| {
-        s.saturating_mul(1000).min(delivery.received_at_ms)
-    });
+    let sent_at = sent_at_ms(item, delivery.received_at_ms);
     let stored: Option<(i64, i64)> = sqlx::query_as(
         "SELECT seq, due_at FROM sabi_ingest_message_v1(
              $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
@@ -125,9 +123,7 @@ async fn ingest_in(
         };
         receipt.stored += 1;
         if let Some(key) = &item.turn {
-            let sent_at = item.provider_ts.map_or(delivery.received_at_ms, |s| {
-                s.saturating_mul(1000).min(delivery.received_at_ms)
-            });
+            let sent_at = sent_at_ms(item, delivery.received_at_ms);
             let due = schedule(conn, key, delivery, sent_at, seq).await?;
             receipt.earliest_due_ms = Some(receipt.earliest_due_ms.map_or(due, |d| d.min(due)));
         }

@@ -21,7 +21,7 @@ use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use self::writer::Writer;
-use super::items::{Encoded, quarantine_hash};
+use super::items::{Encoded, quarantine_hash, sent_at_ms};
 use super::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
     HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry,
@@ -404,9 +404,7 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
             None => {
                 let conversation = match &item.turn {
                     Some(key) => {
-                        let sent_at = item.provider_ts.map_or(delivery.received_at_ms, |s| {
-                            s.saturating_mul(1000).min(delivery.received_at_ms)
-                        });
+                        let sent_at = sent_at_ms(item, delivery.received_at_ms);
                         let (id, due) =
                             schedule(conn, key, delivery.received_at_ms, sent_at, delivery.policy)?;
                         receipt.earliest_due_ms =
