@@ -1,10 +1,12 @@
 -- Sabi's server-side code on PostgreSQL, (re)made at every start under the migration lock.
 -- Code, not data: a new build replaces it; its name carries its signature's version.
 
--- One customer message that wakes its conversation, in one round trip: the transaction path's
--- statements in its order (the message's unique key first, then the conversation's row), so a
--- racing copy waits on the key and schedules nothing. Returns the message's seq and the
--- conversation's due time, or no row when the message was already stored.
+-- One customer message that wakes its conversation, stored and scheduled in one round trip:
+-- the message's unique key first, then the conversation's row (the order every ingest takes its
+-- locks in), so a racing copy waits on the key and schedules nothing. Due one window after the
+-- latest message, never later than the cap after the first. Returns the message's seq and the
+-- conversation's due time, or no row when the message was already stored. Every PostgreSQL
+-- ingest of such a message calls it, alone or inside a delivery's transaction.
 CREATE OR REPLACE FUNCTION sabi_ingest_message_v1(
     p_channel TEXT, p_key TEXT, p_business TEXT, p_customer TEXT, p_type TEXT, p_text TEXT,
     p_media TEXT, p_provider_ts BIGINT, p_received BIGINT, p_hash BYTEA, p_facts TEXT,

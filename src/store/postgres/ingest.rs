@@ -34,16 +34,40 @@ pub(super) async fn ingest(pool: &PgPool, delivery: &Ingest) -> Result<IngestRec
 }
 
 /// The common delivery, one customer message that wakes its conversation, in one round trip
-/// instead of four: `sabi_ingest_message_v1` (functions.sql) runs the transaction path's
-/// statements server-side, in its order, and PostgreSQL commits the call on its own.
+/// instead of four: the function call commits on its own.
 async fn ingest_message(
     pool: &PgPool,
     delivery: &Ingest,
     item: &InboundItem,
     key: &ConversationKey,
-    Encoded { facts, hash }: &Encoded,
+    encoded: &Encoded,
 ) -> Result<IngestReceipt> {
-    let sent_at = sent_at_ms(item, delivery.received_at_ms);
+    let mut receipt = IngestReceipt::default();
+    match store_message(pool, delivery, item, key, encoded).await? {
+        Some(due) => {
+            receipt.stored = 1;
+            receipt.earliest_due_ms = Some(due);
+        }
+        None => {
+            let mut conn = pool.acquire().await.map_err(unavailable)?;
+            count_redelivery(&mut conn, item, &encoded.hash, &mut receipt).await?;
+        }
+    }
+    Ok(receipt)
+}
+
+/// Stores a customer message that wakes its conversation and schedules the conversation (due
+/// one window after the latest message, never later than the cap after the first), through
+/// `sabi_ingest_message_v1` (functions.sql): the message's unique key first, then the
+/// conversation's row, so a racing copy waits on the key and schedules nothing. The
+/// conversation's due time when the message is new; `None` when it was already stored.
+async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
+    executor: E,
+    delivery: &Ingest,
+    item: &InboundItem,
+    key: &ConversationKey,
+    Encoded { facts, hash }: &Encoded,
+) -> Result<Option<i64>> {
     let stored: Option<(i64, i64)> = sqlx::query_as(
         "SELECT seq, due_at FROM sabi_ingest_message_v1(
              $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
@@ -64,22 +88,11 @@ async fn ingest_message(
     .bind(&key.customer)
     .bind(delivery.policy.window_ms)
     .bind(delivery.policy.cap_ms)
-    .bind(sent_at)
-    .fetch_optional(pool)
+    .bind(sent_at_ms(item, delivery.received_at_ms))
+    .fetch_optional(executor)
     .await
     .map_err(unavailable)?;
-    let mut receipt = IngestReceipt::default();
-    match stored {
-        Some((_, due)) => {
-            receipt.stored = 1;
-            receipt.earliest_due_ms = Some(due);
-        }
-        None => {
-            let mut conn = pool.acquire().await.map_err(unavailable)?;
-            count_redelivery(&mut conn, item, hash, &mut receipt).await?;
-        }
-    }
-    Ok(receipt)
+    Ok(stored.map(|(_, due)| due))
 }
 
 async fn ingest_in(
@@ -90,10 +103,21 @@ async fn ingest_in(
     let mut receipt = IngestReceipt::default();
     for index in lock_order(&delivery.items) {
         let (item, Encoded { facts, hash }) = (&delivery.items[index], &encoded[index]);
-        let state = match (item.kind, &item.turn) {
-            (ItemKind::Message, Some(_)) => "pending",
-            (ItemKind::Message, None) => "skipped",
-            _ => "recorded",
+        if let (ItemKind::Message, Some(key)) = (item.kind, &item.turn) {
+            match store_message(&mut *conn, delivery, item, key, &encoded[index]).await? {
+                Some(due) => {
+                    receipt.stored += 1;
+                    receipt.earliest_due_ms =
+                        Some(receipt.earliest_due_ms.map_or(due, |d| d.min(due)));
+                }
+                None => count_redelivery(conn, item, hash, &mut receipt).await?,
+            }
+            continue;
+        }
+        let state = if item.kind == ItemKind::Message {
+            "skipped"
+        } else {
+            "recorded"
         };
         let seq: Option<i64> = sqlx::query_scalar(
             "INSERT INTO inbox (channel, dedupe_key, kind, business, customer, item_type, text,
@@ -117,16 +141,11 @@ async fn ingest_in(
         .fetch_optional(&mut *conn)
         .await
         .map_err(unavailable)?;
-        let Some(seq) = seq else {
+        if seq.is_none() {
             count_redelivery(conn, item, hash, &mut receipt).await?;
             continue;
-        };
-        receipt.stored += 1;
-        if let Some(key) = &item.turn {
-            let sent_at = sent_at_ms(item, delivery.received_at_ms);
-            let due = schedule(conn, key, delivery, sent_at, seq).await?;
-            receipt.earliest_due_ms = Some(receipt.earliest_due_ms.map_or(due, |d| d.min(due)));
         }
+        receipt.stored += 1;
         if item.kind == ItemKind::Status {
             outbox::reconcile_status(conn, item, delivery.received_at_ms).await?;
         }
@@ -178,43 +197,6 @@ async fn count_redelivery(
         );
     }
     Ok(())
-}
-
-/// Due one window after the latest message, never later than the cap after the first; the
-/// message (`seq`) joins the conversation in the same statement.
-async fn schedule(
-    conn: &mut PgConnection,
-    key: &ConversationKey,
-    delivery: &Ingest,
-    sent_at: i64,
-    seq: i64,
-) -> Result<i64> {
-    sqlx::query_scalar(
-        "WITH conversation AS (
-             INSERT INTO conversations (channel, business, customer, first_pending_at,
-                                        last_pending_at, due_at, last_inbound_at)
-             VALUES ($1, $2, $3, $4, $4, $4 + LEAST($5, $6), $7)
-             ON CONFLICT (channel, business, customer) DO UPDATE SET
-                 first_pending_at = COALESCE(conversations.first_pending_at, EXCLUDED.first_pending_at),
-                 last_pending_at = EXCLUDED.last_pending_at,
-                 due_at = LEAST(EXCLUDED.last_pending_at + $5,
-                                COALESCE(conversations.first_pending_at, EXCLUDED.first_pending_at) + $6),
-                 last_inbound_at = GREATEST(COALESCE(conversations.last_inbound_at, 0), EXCLUDED.last_inbound_at)
-             RETURNING id, due_at)
-         UPDATE inbox SET conversation_id = conversation.id FROM conversation
-         WHERE inbox.seq = $8 RETURNING conversation.due_at",
-    )
-    .bind(key.channel.as_str())
-    .bind(&key.business)
-    .bind(&key.customer)
-    .bind(delivery.received_at_ms)
-    .bind(delivery.policy.window_ms)
-    .bind(delivery.policy.cap_ms)
-    .bind(sent_at)
-    .bind(seq)
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(unavailable)
 }
 
 async fn keep_quarantined(conn: &mut PgConnection, q: &Quarantined, at: i64) -> Result<usize> {
