@@ -1,7 +1,7 @@
 //! Router benchmark: start-up (training the built-in intents), and routing speed on one core.
 //!
 //! `cargo bench --bench router` routes every message of the intents corpus
-//! (`../shared/corpus/intents/dev.jsonl`, or `ROUTER_BENCH_FILE`) many times on one thread and
+//! (`tests/data/intents/dev.jsonl`, or `ROUTER_BENCH_FILE`) many times on one thread and
 //! prints messages per second and the p50/p99/p99.9 time per message. Under `cargo test` it runs
 //! briefly, as a smoke check.
 
@@ -52,11 +52,7 @@ fn main() {
 
 fn messages() -> Vec<String> {
     let path = std::env::var("ROUTER_BENCH_FILE").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/corpus/intents/dev.jsonl"
-        )
-        .to_owned()
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/intents/dev.jsonl").to_owned()
     });
     match std::fs::read_to_string(&path) {
         Ok(text) => text

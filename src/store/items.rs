@@ -36,6 +36,47 @@ pub(crate) fn sent_at_ms(item: &InboundItem, received_at_ms: i64) -> i64 {
     })
 }
 
+/// A customer's change to a message sent earlier (WhatsApp's `revoke` and `edit`). It wakes
+/// nothing itself. While the message it names still waits for its turn, a deletion takes it out
+/// of its batch (`withdrawn`: nothing is answered for it, and a conversation left with nothing
+/// pending is no longer due) and an edit replaces its text. Once the message is in a turn, or
+/// answered, the change is only kept as a fact.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Amendment<'a> {
+    Withdraw { original: &'a str },
+    Replace { original: &'a str, text: &'a str },
+}
+
+impl Amendment<'_> {
+    pub(crate) fn original(&self) -> &str {
+        match self {
+            Amendment::Withdraw { original } | Amendment::Replace { original, .. } => original,
+        }
+    }
+
+    /// The new text, for an edit.
+    pub(crate) fn text(&self) -> Option<&str> {
+        match self {
+            Amendment::Withdraw { .. } => None,
+            Amendment::Replace { text, .. } => Some(text),
+        }
+    }
+}
+
+/// The change `item` makes to an earlier message, if it is one (the parser notes the message it
+/// names as the fact `amends`).
+pub(crate) fn amendment(item: &InboundItem) -> Option<Amendment<'_>> {
+    let original = item.facts.get("amends")?.as_str()?;
+    match item.item_type.as_deref()? {
+        "revoke" => Some(Amendment::Withdraw { original }),
+        "edit" => Some(Amendment::Replace {
+            original,
+            text: item.text.as_deref()?,
+        }),
+        _ => None,
+    }
+}
+
 /// A quarantined part is kept once however often it is redelivered.
 pub(crate) fn quarantine_hash(q: &Quarantined) -> Vec<u8> {
     Sha256::digest(q.raw.as_bytes())[..16].to_vec()

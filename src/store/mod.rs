@@ -146,7 +146,8 @@ pub struct StoredItem {
     pub item: InboundItem,
     pub received_at_ms: i64,
     /// `pending` (waits for a turn), `batched` (its turn runs), `answered`, `review`,
-    /// `skipped` (deliberately not a turn) or `recorded` (statuses, errors, events).
+    /// `skipped` (deliberately not a turn), `withdrawn` (deleted by the customer before its
+    /// turn) or `recorded` (statuses, errors, events).
     pub state: String,
     /// The batch it was answered in, once claimed.
     pub batch: Option<i64>,

@@ -19,57 +19,56 @@ use sabi::store::{
 };
 use sqlx::{Connection, PgConnection};
 
+use crate::services;
+
 /// A fresh SQLite store in its own directory (kept alive by the returned guard).
-async fn sqlite() -> (Arc<dyn Store>, tempfile::TempDir) {
+async fn sqlite() -> Option<(Arc<dyn Store>, tempfile::TempDir)> {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = SqliteStore::open(&dir.path().join("sabi.db"))
         .await
         .expect("store");
-    (Arc::new(store), dir)
+    Some((Arc::new(store), dir))
 }
 
-/// A fresh PostgreSQL database, dropped when the guard goes. The server is
-/// `SABI_TEST_POSTGRES` (default: the local one, as CI runs it).
-pub async fn postgres() -> (Arc<dyn Store>, PgDatabase) {
-    let db = PgDatabase::create().await;
+/// A fresh PostgreSQL database, dropped when the guard goes; `None` (the test skipped) where
+/// no PostgreSQL can be had (see `services`).
+pub async fn postgres() -> Option<(Arc<dyn Store>, PgDatabase)> {
+    let db = PgDatabase::create().await?;
     let store = PgStore::open(&db.url).await.expect("postgres store");
-    (Arc::new(store), db)
+    Some((Arc::new(store), db))
 }
 
 /// A throwaway database on the test server.
 pub struct PgDatabase {
     pub url: String,
+    server: String,
     name: String,
 }
 
-fn postgres_server() -> String {
-    std::env::var("SABI_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432".to_owned())
-}
-
 impl PgDatabase {
-    pub async fn create() -> PgDatabase {
+    pub async fn create() -> Option<PgDatabase> {
+        let server = services::postgres()?.to_owned();
         let mut id = [0u8; 6];
         getrandom::fill(&mut id).expect("random");
         let name = format!("sabi_test_{}", hex::encode(id));
-        let server = postgres_server();
         let mut admin = PgConnection::connect(&format!("{server}/postgres"))
             .await
-            .expect("the test PostgreSQL server is reachable (SABI_TEST_POSTGRES)");
+            .expect("the test PostgreSQL server is reachable");
         sqlx::query(&format!("CREATE DATABASE {name}"))
             .execute(&mut admin)
             .await
             .expect("create database");
-        PgDatabase {
+        Some(PgDatabase {
             url: format!("{server}/{name}"),
+            server,
             name,
-        }
+        })
     }
 }
 
 impl Drop for PgDatabase {
     fn drop(&mut self) {
-        let (server, name) = (postgres_server(), self.name.clone());
+        let (server, name) = (self.server.clone(), self.name.clone());
         // Drop runs outside any runtime's reach: a thread of its own does the async cleanup.
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -87,12 +86,12 @@ impl Drop for PgDatabase {
     }
 }
 
-/// A fresh key prefix on the test Redis, its keys deleted when the guard goes. The server is
-/// `SABI_TEST_REDIS` (default: the local one, as CI runs it).
-pub async fn redis() -> (Arc<dyn Store>, RedisPrefix) {
-    let prefix = RedisPrefix::new();
+/// A fresh key prefix on the test Redis, its keys deleted when the guard goes; `None` (the
+/// test skipped) where no Redis can be had.
+pub async fn redis() -> Option<(Arc<dyn Store>, RedisPrefix)> {
+    let prefix = RedisPrefix::new()?;
     let store = RedisStore::open(&prefix.url).await.expect("redis store");
-    (Arc::new(store), prefix)
+    Some((Arc::new(store), prefix))
 }
 
 /// A throwaway key prefix on the test server.
@@ -102,25 +101,19 @@ pub struct RedisPrefix {
     pattern: String,
 }
 
-fn redis_server() -> String {
-    std::env::var("SABI_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
-
 impl RedisPrefix {
-    pub fn new() -> RedisPrefix {
+    pub fn new() -> Option<RedisPrefix> {
+        let server = services::redis()?.to_owned();
         let mut id = [0u8; 6];
         getrandom::fill(&mut id).expect("random");
         let name = format!("sabi_test_{}", hex::encode(id));
-        let server = redis_server();
-        RedisPrefix {
+        Some(RedisPrefix {
             url: format!("{server}?prefix={name}"),
             server,
             pattern: format!("{{{name}}}:*"),
-        }
+        })
     }
-}
 
-impl RedisPrefix {
     /// The hash tag its keys start with.
     pub fn tag(&self) -> String {
         self.pattern.trim_end_matches(":*").to_owned()
@@ -167,6 +160,7 @@ macro_rules! cases {
             a_session_burst_cannot_pass_its_limit,
             crossing_deliveries_all_land,
             history_is_read_from_the_store_in_turn_order,
+            deletions_and_edits_change_only_a_waiting_message,
         );
     };
 }
@@ -182,7 +176,9 @@ macro_rules! suite {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                let (store, _guard) = super::$backend().await;
+                let Some((store, _guard)) = super::$backend().await else {
+                    return; // skipped: see `services`
+                };
                 super::$case(store).await;
             }
         )*
@@ -195,6 +191,11 @@ macro_rules! on_cluster {
     ($($case:ident),* $(,)?) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn every_case_passes_on_a_redis_cluster() {
+            if !(services::program("redis-server", "redis-server")
+                && services::program("redis-cli", "redis-tools"))
+            {
+                return;
+            }
             let cluster = RedisCluster::start();
             // Its nodes keep no append-only file: the slot's primary says so.
             let strict = format!("{}&durability=require", cluster.url("strict"));
@@ -222,14 +223,7 @@ struct RedisCluster {
 impl RedisCluster {
     fn start() -> RedisCluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ports: Vec<u16> = (0..3)
-            .map(|_| {
-                std::net::TcpListener::bind("127.0.0.1:0")
-                    .and_then(|l| l.local_addr())
-                    .expect("free port")
-                    .port()
-            })
-            .collect();
+        let ports: Vec<u16> = (0..3).map(|_| services::free_port()).collect();
         let nodes = ports
             .iter()
             .map(|port| {
@@ -355,6 +349,63 @@ fn reply(text: &str) -> Ending {
         parts: vec![ReplyPart::text(text)],
         sandbox: false,
     }
+}
+
+/// The customer's change to an earlier message (WhatsApp `revoke` or `edit`), as the parser
+/// gives it: a message of its own that names the original and wakes nothing.
+fn amendment(id: &str, customer: &str, original: &str, edited: Option<&str>) -> InboundItem {
+    InboundItem {
+        item_type: Some(if edited.is_some() { "edit" } else { "revoke" }.into()),
+        text: edited.map(str::to_owned),
+        turn: None,
+        facts: serde_json::json!({"id": id, "amends": original}),
+        ..message(id, customer, "", T0 / 1000 + 5)
+    }
+}
+
+async fn deletions_and_edits_change_only_a_waiting_message(store: Arc<dyn Store>) {
+    let sent = T0 / 1000;
+    let first = message("wamid.a1", "c1", "first", sent);
+    let second = message("wamid.a2", "c1", "second", sent + 1);
+    ingest(&store, vec![first, second], T0).await;
+    // Deleted and edited while they wait: one leaves the batch, the other is read as edited.
+    let deleted = amendment("wamid.a3", "c1", "wamid.a1", None);
+    let edited = amendment("wamid.a4", "c1", "wamid.a2", Some("second, edited"));
+    let receipt = ingest(&store, vec![deleted, edited], T0 + 1_000).await;
+    assert_eq!((receipt.stored, receipt.earliest_due_ms), (2, None));
+    // A conversation whose only message was deleted is no longer due.
+    ingest(&store, vec![message("wamid.b1", "c2", "oops", sent)], T0).await;
+    let gone = amendment("wamid.b2", "c2", "wamid.b1", None);
+    ingest(&store, vec![gone], T0 + 1_000).await;
+
+    let claims = store.claim(T0 + 60_000, 1_000, 10).await.expect("claim");
+    assert_eq!(claims.len(), 1, "nothing is due for c2");
+    let batch = &claims[0].batch;
+    assert_eq!(batch.conversation.customer, "c1");
+    let texts: Vec<_> = batch
+        .messages
+        .iter()
+        .filter_map(|m| m.text.clone())
+        .collect();
+    assert_eq!(texts, ["second, edited"]);
+
+    // Once in a turn, a change is kept as a fact and changes nothing.
+    let late_edit = amendment("wamid.a5", "c1", "wamid.a2", Some("too late"));
+    let late_delete = amendment("wamid.a6", "c1", "wamid.a2", None);
+    let receipt = ingest(&store, vec![late_edit, late_delete], T0 + 61_000).await;
+    assert_eq!((receipt.stored, receipt.earliest_due_ms), (2, None));
+    let inbox = store.inbox(Default::default()).await.expect("inbox");
+    let state = |key: &str| {
+        let stored = inbox.iter().find(|i| i.item.dedupe_key == key).expect(key);
+        (stored.state.as_str(), stored.item.text.clone())
+    };
+    assert_eq!(state("wamid.a1").0, "withdrawn");
+    assert_eq!(state("wamid.b1").0, "withdrawn");
+    assert_eq!(
+        state("wamid.a2"),
+        ("batched", Some("second, edited".to_owned()))
+    );
+    assert_eq!(state("wamid.a5").0, "skipped");
 }
 
 async fn duplicates_change_nothing_even_at_once(store: Arc<dyn Store>) {

@@ -599,3 +599,77 @@ async fn a_turn_that_ends_while_the_store_is_away_is_recorded_when_it_is_back() 
     assert_eq!(recorder.turns().len(), 1, "the turn ran once");
     assert_eq!(states(&app).await, vec!["answered"]);
 }
+
+/// A webhook of one message object as Meta sends it, with the change's `contacts`.
+fn raw_webhook(contacts: serde_json::Value, message: serde_json::Value) -> Vec<u8> {
+    serde_json::json!({
+        "object": "whatsapp_business_account",
+        "entry": [{"id": "240011223344556", "changes": [{"field": "messages", "value": {
+            "messaging_product": "whatsapp",
+            "metadata": {"display_phone_number": "2347000000001", "phone_number_id": "100000000000001"},
+            "contacts": contacts,
+            "messages": [message],
+        }}]}],
+    })
+    .to_string()
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn deleted_messages_are_not_answered_and_edits_are_read_as_edited() {
+    let recorder = Recorder::new();
+    let app = app_with(&recorder, &[]).await;
+    let sent = START_MS / 1000;
+    post(&app, "wamid.e1", "what is my balance", sent).await;
+    post(&app, "wamid.e2", "send 5k to my sistr", sent + 1).await;
+    let contact = serde_json::json!([{"wa_id": CUSTOMER, "profile": {"name": "Test Customer"}}]);
+    let amendments = [
+        serde_json::json!({"from": CUSTOMER, "id": "wamid.e3", "timestamp": (sent + 2).to_string(),
+            "type": "revoke", "revoke": {"original_message_id": "wamid.e1"}}),
+        serde_json::json!({"from": CUSTOMER, "id": "wamid.e4", "timestamp": (sent + 3).to_string(),
+            "type": "edit", "edit": {"original_message_id": "wamid.e2",
+                "message": {"type": "text", "text": {"body": "send 5k to my sister"}}}}),
+    ];
+    for amendment in amendments {
+        let response = app
+            .post_whatsapp_webhook(raw_webhook(contact.clone(), amendment))
+            .await;
+        assert_eq!(response.status(), 200);
+    }
+    // Someone who deleted the only message they sent is not answered at all.
+    let other = text_webhook_at("wamid.f1", "2348099999999", "oops", sent);
+    assert_eq!(app.post_whatsapp_webhook(other).await.status(), 200);
+    let revoke = serde_json::json!({"from": "2348099999999", "id": "wamid.f2",
+        "timestamp": (sent + 1).to_string(), "type": "revoke", "revoke": {"original_message_id": "wamid.f1"}});
+    let response = app
+        .post_whatsapp_webhook(raw_webhook(serde_json::json!([]), revoke))
+        .await;
+    assert_eq!(response.status(), 200);
+
+    app.clock.advance(Duration::from_secs(120));
+    app.scheduler.drain().await.expect("drain");
+    let texts: Vec<Vec<String>> = recorder.turns().into_iter().map(|(_, t)| t).collect();
+    assert_eq!(texts, [vec!["send 5k to my sister".to_owned()]]);
+}
+
+#[tokio::test]
+async fn a_sender_named_only_by_its_contact_is_answered() {
+    let recorder = Recorder::new();
+    let app = app_with(&recorder, &[]).await;
+    let contact =
+        serde_json::json!([{"user_id": "NG.8812734650192837", "profile": {"name": "Chidi"}}]);
+    let message = serde_json::json!({"id": "wamid.g1", "timestamp": (START_MS / 1000).to_string(),
+        "type": "text", "text": {"body": "hello"}});
+    let response = app
+        .post_whatsapp_webhook(raw_webhook(contact, message))
+        .await;
+    assert_eq!(response.status(), 200);
+    app.clock.advance(Duration::from_secs(120));
+    assert_eq!(app.scheduler.drain().await.expect("drain"), 1);
+    let inbox = app.inbox().await;
+    assert_eq!(
+        inbox[0].item.customer.as_deref(),
+        Some("NG.8812734650192837")
+    );
+    assert_eq!(inbox[0].state, "answered");
+}

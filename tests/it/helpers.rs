@@ -289,47 +289,55 @@ pub fn json_lines(dir: &Path, args: &[&str]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// The webhook corpus: `SABI_WEBHOOK_CORPUS`, or the shared one beside this checkout.
+/// The webhook corpus: `SABI_WEBHOOK_CORPUS`, or the repository's own (`tests/data/webhooks`).
 pub fn corpus_dir() -> PathBuf {
     std::env::var_os("SABI_WEBHOOK_CORPUS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus/webhooks"))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/webhooks"))
+}
+
+/// Cargo's target folder (`CARGO_TARGET_DIR`, or `target/` here): where tests keep the tools
+/// they install for themselves.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
 }
 
 /// A Python environment with httpx and schemathesis, made once under `target/` by the tests
-/// themselves (`SABI_TEST_PYTHON_ENV` names another). Returns the environment's directory.
-pub fn test_python() -> PathBuf {
-    static READY: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+/// themselves (`SABI_TEST_PYTHON_ENV` names another). Returns the environment's directory, or
+/// `None` (the test skipped) where Python's venv or the package index cannot be had.
+pub fn test_python() -> Option<PathBuf> {
+    static READY: std::sync::Mutex<Option<bool>> = std::sync::Mutex::new(None);
     let venv = std::env::var_os("SABI_TEST_PYTHON_ENV")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-python"));
+        .unwrap_or_else(|| target_dir().join("test-python"));
     let mut ready = READY.lock().unwrap_or_else(|e| e.into_inner());
-    if *ready {
-        return venv;
+    let made = *ready.get_or_insert_with(|| make_python_env(&venv));
+    made.then_some(venv)
+}
+
+fn make_python_env(venv: &Path) -> bool {
+    let succeeds = |command: &mut Command| command.status().is_ok_and(|s| s.success());
+    if succeeds(Command::new(venv.join("bin/python")).args(["-c", "import httpx, schemathesis"])) {
+        return true;
     }
-    let python = venv.join("bin/python");
-    let has = Command::new(&python)
-        .args(["-c", "import httpx, schemathesis"])
-        .status();
-    if !has.is_ok_and(|s| s.success()) {
-        let made = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status();
-        assert!(
-            made.is_ok_and(|s| s.success()),
-            "python3 -m venv failed: install python3-venv"
-        );
-        let installed = Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "httpx", "schemathesis"])
-            .status();
-        assert!(
-            installed.is_ok_and(|s| s.success()),
-            "pip install httpx schemathesis failed"
-        );
+    if !crate::services::program("python3", "python3") {
+        return false;
     }
-    *ready = true;
-    venv
+    if !succeeds(Command::new("python3").args(["-m", "venv"]).arg(venv)) {
+        crate::services::skip("a Python venv", "apt-get install python3-venv");
+        return false;
+    }
+    let pip = venv.join("bin/pip");
+    if !succeeds(Command::new(pip).args(["install", "--quiet", "httpx", "schemathesis"])) {
+        crate::services::skip(
+            "httpx and schemathesis",
+            "pip could not install them from the package index (offline?)",
+        );
+        return false;
+    }
+    true
 }
 
 /// Runs `command` off the async threads and returns its standard output; the test fails with

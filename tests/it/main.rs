@@ -18,6 +18,7 @@ mod nodes;
 mod openapi;
 mod router;
 mod sender;
+mod services;
 mod webchat;
 mod webhook;
 mod workers;

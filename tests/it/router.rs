@@ -15,11 +15,7 @@ use crate::helpers::{START_MS, TestApp, sabi_command, text_webhook_at};
 
 fn dev_samples() -> Vec<Sample> {
     let path = std::env::var("SABI_INTENTS_CORPUS").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/corpus/intents/dev.jsonl"
-        )
-        .to_owned()
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/intents/dev.jsonl").to_owned()
     });
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
     text.lines()

@@ -381,7 +381,10 @@ async fn past_the_queue_limit_questions_are_refused_and_nothing_is_stored() {
 /// answer from Sabi. The test sets up its own Python environment under `target/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_articles_polling_client_gets_its_answer() {
-    let python = crate::helpers::test_python().join("bin/python");
+    let Some(venv) = crate::helpers::test_python() else {
+        return;
+    };
+    let python = venv.join("bin/python");
     let app = TestApp::spawn().await;
     let stop = CancellationToken::new();
     let worker = tokio::spawn(app.scheduler.clone().run(stop.clone()));

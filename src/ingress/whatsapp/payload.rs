@@ -26,8 +26,10 @@ pub struct Parsed {
 #[error("body is not JSON: {0}")]
 pub struct NotJson(String);
 
-/// Message types that never start a turn: they are stored and deliberately skipped.
-const NOT_A_TURN: &[&str] = &["reaction", "system"];
+/// Message types that never start a turn: they are stored and deliberately skipped. A `revoke`
+/// (the customer deleted a message) or an `edit` changes the message it names while that still
+/// waits for its turn (see `store::items::amendment`), and is kept as a fact.
+const NOT_A_TURN: &[&str] = &["reaction", "system", "revoke", "edit"];
 
 /// Parses a verified body.
 ///
@@ -135,8 +137,7 @@ struct Scope<'a> {
 }
 
 fn message_item(scope: &Scope<'_>, contacts: &[Contact], m: Message) -> InboundItem {
-    let from = non_empty(m.from.clone());
-    let from_user_id = non_empty(m.from_user_id.clone());
+    let (from, from_user_id) = sender(&m, contacts);
     let contact_name = contact_name(contacts, from.as_deref(), from_user_id.as_deref());
     let content = Content::of(&m);
     let mut facts = json!({
@@ -179,6 +180,20 @@ fn message_item(scope: &Scope<'_>, contacts: &[Contact], m: Message) -> InboundI
         provider_ts: Some(m.timestamp.0),
         turn,
         facts,
+    }
+}
+
+/// The sender's phone number and business-scoped id. A message that names neither is from the
+/// change's one contact, when there is exactly one.
+fn sender(m: &Message, contacts: &[Contact]) -> (Option<String>, Option<String>) {
+    let from = non_empty(m.from.clone());
+    let user_id = non_empty(m.from_user_id.clone());
+    match (from, user_id, contacts) {
+        (None, None, [only]) => (
+            non_empty(only.wa_id.clone()),
+            non_empty(only.user_id.clone()),
+        ),
+        (from, user_id, _) => (from, user_id),
     }
 }
 
@@ -302,6 +317,7 @@ impl Content {
             "button" => m.button.as_ref().and_then(|b| b.text.clone()),
             "order" => m.order.as_ref().and_then(|o| o.text.clone()),
             "system" => m.system.as_ref().and_then(|s| s.body.clone()),
+            "edit" => m.edit.as_ref().and_then(edited_text),
             _ => None,
         };
         Content {
@@ -373,11 +389,44 @@ impl Content {
         if let Some(u) = &m.unsupported {
             put(f, "unsupported_type", &u.kind);
         }
+        let amended = match m.kind.as_str() {
+            "revoke" => m.revoke.as_ref(),
+            "edit" => m.edit.as_ref(),
+            _ => None,
+        };
+        if let Some(original) = amended
+            .and_then(original_id)
+            .or_else(|| amended.and(m.context.as_ref()).and_then(|c| c.id.clone()))
+        {
+            f.insert("amends".into(), json!(original));
+        }
         if !m.errors.is_empty() {
             let codes: Vec<i64> = m.errors.iter().map(|e| e.code).collect();
             f.insert("error_codes".into(), json!(codes));
         }
     }
+}
+
+/// The message a `revoke` or `edit` names.
+fn original_id(change: &Value) -> Option<String> {
+    ["original_message_id", "message_id", "id"]
+        .iter()
+        .find_map(|key| change.get(key)?.as_str())
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+}
+
+/// An edit's new text: the edited message's body or caption.
+fn edited_text(edit: &Value) -> Option<String> {
+    [
+        "/message/text/body",
+        "/text/body",
+        "/body",
+        "/message/caption",
+    ]
+    .iter()
+    .find_map(|pointer| edit.pointer(pointer)?.as_str())
+    .map(str::to_owned)
 }
 
 fn put<T: serde::Serialize>(facts: &mut Map<String, Value>, key: &str, value: &Option<T>) {
@@ -498,6 +547,8 @@ struct Message {
     order: Option<Order>,
     system: Option<System>,
     unsupported: Option<Unsupported>,
+    revoke: Option<Value>,
+    edit: Option<Value>,
     context: Option<Context>,
     referral: Option<Referral>,
     #[serde(default)]
@@ -815,6 +866,35 @@ mod tests {
         assert_eq!(item.customer.as_deref(), Some("NG.1"));
         assert_eq!(item.facts["from"], Value::Null);
         assert_eq!(item.facts["contact_name"], "K");
+    }
+
+    #[test]
+    fn a_sender_known_only_from_its_contact_is_that_contact() {
+        let item = one(&wrap(
+            r#"{"metadata":{"phone_number_id":"9"},"contacts":[{"user_id":"NG.7","profile":{"name":"K"}}],
+                "messages":[{"id":"w","timestamp":"1","type":"text","text":{"body":"x"}}]}"#,
+        ));
+        assert_eq!(item.customer.as_deref(), Some("NG.7"));
+        assert_eq!(item.facts["from_user_id"], "NG.7");
+        assert!(item.turn.is_some(), "it is answered");
+    }
+
+    #[test]
+    fn deletions_and_edits_name_their_message_and_wake_nothing() {
+        let revoke = one(&wrap(
+            r#"{"metadata":{"phone_number_id":"9"},
+                "messages":[{"from":"1","id":"r","timestamp":"2","type":"revoke","revoke":{"original_message_id":"w"}}]}"#,
+        ));
+        assert_eq!(revoke.facts["amends"], "w");
+        assert!(revoke.turn.is_none());
+        let edit = one(&wrap(
+            r#"{"metadata":{"phone_number_id":"9"},
+                "messages":[{"from":"1","id":"e","timestamp":"2","type":"edit",
+                             "edit":{"original_message_id":"w","message":{"type":"text","text":{"body":"new"}}}}]}"#,
+        ));
+        assert_eq!(edit.facts["amends"], "w");
+        assert_eq!(edit.text.as_deref(), Some("new"));
+        assert!(edit.turn.is_none());
     }
 
     #[test]

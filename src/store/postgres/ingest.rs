@@ -9,7 +9,8 @@ use sqlx::{PgConnection, PgPool, Row};
 use super::{limit, outbox, unavailable};
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 use crate::store::items::{
-    Encoded, POSITION_CAP, message_key, quarantine_hash, question_item, sent_at_ms, status_of,
+    Amendment, Encoded, POSITION_CAP, amendment, message_key, quarantine_hash, question_item,
+    sent_at_ms, status_of,
 };
 use crate::store::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest, IngestReceipt,
@@ -149,6 +150,9 @@ async fn ingest_in(
         if item.kind == ItemKind::Status {
             outbox::reconcile_status(conn, item, delivery.received_at_ms).await?;
         }
+        if let Some(change) = amendment(item) {
+            amend(conn, item.channel, &change).await?;
+        }
     }
     for q in &delivery.quarantined {
         receipt.quarantined += keep_quarantined(conn, q, delivery.received_at_ms).await?;
@@ -159,7 +163,9 @@ async fn ingest_in(
 /// The order a delivery's items are stored in, so that concurrent transactions take row locks
 /// in one order and cannot deadlock: statuses first (they lock reply parts, and a sender locks a
 /// part before its conversation), then messages by conversation. A conversation's own messages
-/// keep their order, so arrival order still breaks ties within it.
+/// keep their order, so arrival order still breaks ties within it. Deletions and edits come
+/// last, after the messages they may name (a rare lock-order crossing is retried as any
+/// deadlock is).
 fn lock_order(items: &[InboundItem]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by_key(|&i| {
@@ -168,9 +174,52 @@ fn lock_order(items: &[InboundItem]) -> Vec<usize> {
             .turn
             .as_ref()
             .map(|k| (k.channel.as_str(), k.business.as_str(), k.customer.as_str()));
-        (item.kind != ItemKind::Status, conversation)
+        (
+            item.kind != ItemKind::Status,
+            amendment(item).is_some(),
+            conversation,
+        )
     });
     order
+}
+
+/// Applies a customer's deletion or edit to the message it names while that still waits for
+/// its turn (see [`Amendment`]).
+async fn amend(conn: &mut PgConnection, channel: Channel, change: &Amendment<'_>) -> Result<()> {
+    let original = change.original();
+    if let Some(text) = change.text() {
+        sqlx::query(
+            "UPDATE inbox SET text = $3 WHERE channel = $1 AND dedupe_key = $2 AND state = 'pending'",
+        )
+        .bind(channel.as_str())
+        .bind(original)
+        .bind(text)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        return Ok(());
+    }
+    let conversation: Option<Option<i64>> = sqlx::query_scalar(
+        "UPDATE inbox SET state = 'withdrawn'
+         WHERE channel = $1 AND dedupe_key = $2 AND state = 'pending' RETURNING conversation_id",
+    )
+    .bind(channel.as_str())
+    .bind(original)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    if let Some(Some(conversation)) = conversation {
+        sqlx::query(
+            "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL
+             WHERE id = $1
+               AND NOT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = $1 AND state = 'pending')",
+        )
+        .bind(conversation)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    }
+    Ok(())
 }
 
 async fn count_redelivery(

@@ -8,7 +8,7 @@ use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
     ReplyPart,
 };
-use crate::store::items::{Encoded, quarantine_hash, status_of};
+use crate::store::items::{Encoded, amendment, quarantine_hash, status_of};
 use crate::store::{
     ChatExchange, ChatJob, ConversationView, Ending, Error, Gauges, HistoryEntry, Ingest,
     OutboxEntry, Resolution, Result, ReviewEntry, SendJob, SendResult, Speaker, StoredItem,
@@ -82,6 +82,9 @@ pub(super) fn item(item: &InboundItem) -> Value {
             "ch": t.channel.as_str(), "biz": t.business, "cust": t.customer,
         })),
         "status": status(item),
+        "amends": amendment(item).map(|change| json!({
+            "original": change.original(), "text": change.text(),
+        })),
     })
 }
 

@@ -21,7 +21,7 @@ use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use self::writer::Writer;
-use super::items::{Encoded, quarantine_hash, sent_at_ms};
+use super::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at_ms};
 use super::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
     HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry,
@@ -424,6 +424,9 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
                 if item.kind == ItemKind::Status {
                     reconcile_status(conn, item, delivery.received_at_ms)?;
                 }
+                if let Some(change) = amendment(item) {
+                    amend(conn, item.channel, &change)?;
+                }
                 receipt.stored += 1;
             }
         }
@@ -481,6 +484,39 @@ fn schedule(
         )
     })
     .map_err(unavailable)
+}
+
+/// Applies a customer's deletion or edit to the message it names while that still waits for
+/// its turn (see [`Amendment`]).
+fn amend(conn: &Connection, channel: Channel, change: &Amendment<'_>) -> Result<()> {
+    let original = change.original();
+    if let Some(text) = change.text() {
+        return turns::execute(
+            conn,
+            "UPDATE inbox SET text = ?3 WHERE channel = ?1 AND dedupe_key = ?2 AND state = 'pending'",
+            params![channel.as_str(), original, text],
+        );
+    }
+    let conversation: Option<i64> = conn
+        .prepare_cached(
+            "UPDATE inbox SET state = 'withdrawn'
+             WHERE channel = ?1 AND dedupe_key = ?2 AND state = 'pending' RETURNING conversation_id",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![channel.as_str(), original], |r| r.get(0))
+                .optional()
+        })
+        .map_err(unavailable)?;
+    match conversation {
+        Some(conversation) => turns::execute(
+            conn,
+            "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL
+             WHERE id = ?1
+               AND NOT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = ?1 AND state = 'pending')",
+            params![conversation],
+        ),
+        None => Ok(()),
+    }
 }
 
 /// A status of a message Sabi sent settles its outbox row, in the same transaction.

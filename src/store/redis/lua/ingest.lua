@@ -31,6 +31,31 @@ local function schedule(turn, d, sent_at, seq)
   return due
 end
 
+-- A customer's deletion or edit of a message that still waits for its turn: an edit replaces
+-- its text; a deletion takes it out of its batch, and a conversation left with nothing pending
+-- is no longer due. A message already in a turn is left as it is.
+local function amend(ch, change)
+  local seq = redis.call('HGET', k('dedupe'), ch .. '\n' .. change.original)
+  if not seq then
+    return
+  end
+  local i = get(k('in', seq), 'state', 'conv')
+  if i.state ~= 'pending' then
+    return
+  end
+  if change.text then
+    put(k('in', seq), {text = change.text})
+    return
+  end
+  put(k('in', seq), {state = 'withdrawn'})
+  local pending = k('c', i.conv, 'pend')
+  redis.call('ZREM', pending, seq)
+  if redis.call('ZCARD', pending) == 0 then
+    redis.call('HDEL', k('c', i.conv), 'first', 'due')
+    redis.call('ZREM', k('due'), pad(i.conv))
+  end
+end
+
 local function keep_item(it, d, receipt)
   local seq = redis.call('HINCRBY', k('ids'), 'inbox', 1)
   local state = 'recorded'
@@ -57,6 +82,9 @@ local function keep_item(it, d, receipt)
   end
   if it.status then
     reconcile(it.status, d.recv)
+  end
+  if it.amends then
+    amend(it.ch, it.amends)
   end
 end
 
