@@ -33,7 +33,7 @@ use sabi::store::{
 };
 use sabi::worker::policy::EnginePolicy;
 use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler, TurnOutcome};
-use sqlx::{Connection, PgConnection};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use tokio_util::sync::CancellationToken;
 
 const MESSAGES_PER_CONVERSATION: usize = 3;
@@ -101,7 +101,7 @@ impl Drop for Place {
                         PgConnection::connect(&format!("{server}/postgres")).await
                     {
                         let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                        let _ = sqlx::query(&sql).execute(&mut admin).await;
+                        let _ = sqlx::query(AssertSqlSafe(sql)).execute(&mut admin).await;
                     }
                 });
             })
@@ -353,7 +353,7 @@ impl CountingStore {
                 let mut admin = PgConnection::connect(&format!("{server}/postgres"))
                     .await
                     .expect("the PostgreSQL server is reachable (ENGINE_BENCH_POSTGRES)");
-                sqlx::query(&format!("CREATE DATABASE {name}"))
+                sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
                     .execute(&mut admin)
                     .await
                     .expect("create database");

@@ -17,7 +17,7 @@ use sabi::store::{
     self, ChatSubmission, Ending, Ingest, PgStore, RedisStore, Resolution, ReviewQuery, SendClaim,
     SendResult, SqliteStore, Store,
 };
-use sqlx::{Connection, PgConnection};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 use crate::services;
 
@@ -54,7 +54,7 @@ impl PgDatabase {
         let mut admin = PgConnection::connect(&format!("{server}/postgres"))
             .await
             .expect("the test PostgreSQL server is reachable");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
+        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&mut admin)
             .await
             .expect("create database");
@@ -78,7 +78,7 @@ impl Drop for PgDatabase {
             runtime.block_on(async {
                 if let Ok(mut admin) = PgConnection::connect(&format!("{server}/postgres")).await {
                     let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                    let _ = sqlx::query(&sql).execute(&mut admin).await;
+                    let _ = sqlx::query(AssertSqlSafe(sql)).execute(&mut admin).await;
                 }
             });
         })

@@ -16,6 +16,7 @@ mod helpers;
 mod metrics;
 mod nodes;
 mod openapi;
+mod postgres;
 mod router;
 mod sender;
 mod services;

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::conformance::{PgDatabase, RedisPrefix};
 use crate::helpers::{SabiProcess, sabi_command, signature, text_webhook_at};
-use crate::services;
+use crate::services::{self, Cable};
 
 const CONVERSATIONS: usize = 150;
 const BURST: usize = 3;
@@ -22,7 +22,7 @@ const QUESTIONS: usize = 60;
 const CLIENTS: usize = 8;
 
 /// A `sabi` command's JSON lines, on the given store.
-fn json_lines(dir: &Path, store: &str, args: &[&str]) -> Vec<Value> {
+pub fn json_lines(dir: &Path, store: &str, args: &[&str]) -> Vec<Value> {
     let output = sabi_command(dir)
         .env("SABI_STORE", store)
         .args(args)
@@ -39,7 +39,7 @@ fn json_lines(dir: &Path, store: &str, args: &[&str]) -> Vec<Value> {
         .collect()
 }
 
-fn now_s() -> i64 {
+pub fn now_s() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
@@ -206,53 +206,6 @@ async fn nodes_lose_nothing_and_answer_once_while_killed(store: &str) {
         }
     }
     drop((apis, workers));
-}
-
-/// A TCP proxy in front of PostgreSQL that the test can cut: every connection dropped and new
-/// ones refused while down, as if the server had died.
-struct Cable {
-    port: u16,
-    up: Arc<std::sync::atomic::AtomicBool>,
-    cut: Arc<tokio::sync::Notify>,
-}
-
-impl Cable {
-    async fn to(target: String) -> Cable {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let cut = Arc::new(tokio::sync::Notify::new());
-        let (state, cutter) = (up.clone(), cut.clone());
-        tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if !state.load(Ordering::SeqCst) {
-                    continue; // dropped: refused
-                }
-                let (target, cutter) = (target.clone(), cutter.clone());
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        () = cutter.notified() => {}
-                    }
-                });
-            }
-        });
-        Cable { port, up, cut }
-    }
-
-    fn cut(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        self.cut.notify_waiters();
-    }
-
-    fn mend(&self) {
-        self.up.store(true, Ordering::SeqCst);
-    }
 }
 
 /// A way to take the store away from Sabi and give it back.

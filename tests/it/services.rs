@@ -12,7 +12,8 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection};
@@ -265,28 +266,67 @@ pub struct PgCluster {
 }
 
 impl PgCluster {
+    /// A new cluster (`initdb`).
+    ///
     /// # Errors
     /// Why no cluster could be made: the binaries are missing, or `initdb` failed.
     pub fn start(options: &PgOptions) -> Result<PgCluster, String> {
         let initdb = pg_binary("initdb").ok_or("initdb is not installed")?;
+        PgCluster::make(options, |user, data| {
+            let mut init = user.command(&initdb);
+            init.arg("-D")
+                .arg(data)
+                .args(["-U", "sabi", "--auth=trust", "-E", "UTF8", "--locale=C"])
+                .args(["--no-sync", "--no-instructions"]);
+            init
+        })
+    }
+
+    /// A streaming-replication standby of `primary` (`pg_basebackup -R`): read-only until
+    /// promoted.
+    ///
+    /// # Errors
+    /// As [`PgCluster::start`], or `pg_basebackup` failed.
+    pub fn standby_of(primary: &PgCluster, options: &PgOptions) -> Result<PgCluster, String> {
+        let basebackup = pg_binary("pg_basebackup").ok_or("pg_basebackup is not installed")?;
+        PgCluster::make(options, |user, data| {
+            let mut copy = user.command(&basebackup);
+            copy.arg("-D")
+                .arg(data)
+                .args([
+                    "-R",
+                    "-X",
+                    "stream",
+                    "--checkpoint=fast",
+                    "-U",
+                    "sabi",
+                    "-p",
+                ])
+                .arg(primary.port.to_string())
+                .arg("-h")
+                .arg(&primary.dir);
+            copy
+        })
+    }
+
+    /// A data folder made by `make_data`, the options applied, and the server started on it.
+    fn make(
+        options: &PgOptions,
+        make_data: impl FnOnce(&Unprivileged, &Path) -> Command,
+    ) -> Result<PgCluster, String> {
         let postgres = pg_binary("postgres").ok_or("postgres is not installed")?;
         let dir = tempfile::tempdir()
             .map_err(|e| format!("no temporary folder: {e}"))?
             .keep();
         let user = Unprivileged::when_root(&dir)?;
         let data = dir.join("data");
-        let mut init = user.command(&initdb);
-        init.arg("-D")
-            .arg(&data)
-            .args(["-U", "sabi", "--auth=trust", "-E", "UTF8", "--locale=C"])
-            .args(["--no-sync", "--no-instructions"]);
-        let made = init
+        let made = make_data(&user, &data)
             .output()
-            .map_err(|e| format!("initdb did not run: {e}"))?;
+            .map_err(|e| format!("making the data folder: {e}"))?;
         if !made.status.success() {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(format!(
-                "initdb failed: {}",
+                "making the data folder failed: {}",
                 String::from_utf8_lossy(&made.stderr)
             ));
         }
@@ -318,20 +358,26 @@ impl PgCluster {
             dir,
             guard: Some(guard),
         };
-        // Ready once it takes connections on its socket (TLS-only set-ups refuse plain TCP).
-        let socket = cluster.dir.join(format!(".s.PGSQL.{port}"));
-        wait_until(
-            "PostgreSQL",
-            &cluster.dir.join("server.log"),
-            Duration::from_secs(60),
-            || socket.exists() && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
-        );
+        // Ready once it says so (a standby says it accepts read-only connections).
+        let log = cluster.dir.join("server.log");
+        wait_until("PostgreSQL", &log, Duration::from_secs(60), || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("ready to accept"))
+        });
         Ok(cluster)
     }
 
     /// The superuser's URL over TCP (no database).
     pub fn url(&self) -> String {
         format!("postgres://sabi@127.0.0.1:{}", self.port)
+    }
+
+    /// The superuser's URL over the cluster's Unix socket (no TLS, whatever the TCP rules).
+    pub fn socket_url(&self, database: &str) -> String {
+        format!(
+            "postgres://sabi@localhost/{database}?host={}&port={}",
+            self.dir.display(),
+            self.port
+        )
     }
 
     /// Keeps the cluster until the test process ends; returns its URL.
@@ -341,6 +387,81 @@ impl PgCluster {
             guard.keep();
         }
         url
+    }
+}
+
+/// [`PgCluster::start`], or `None` after the skip line where PostgreSQL's programs are missing.
+pub fn pg_cluster(options: &PgOptions) -> Option<PgCluster> {
+    match PgCluster::start(options) {
+        Ok(cluster) => Some(cluster),
+        Err(why) => {
+            skip(
+                "a PostgreSQL cluster of their own",
+                &format!("{why} (apt-get install postgresql)"),
+            );
+            None
+        }
+    }
+}
+
+/// A TCP proxy the test controls: it forwards to a target that can be switched (a DNS name
+/// moving to a new primary) and can be cut (every connection dropped and new ones refused, as
+/// if the server had died).
+pub struct Cable {
+    pub port: u16,
+    up: Arc<AtomicBool>,
+    target: Arc<Mutex<String>>,
+    cut: Arc<tokio::sync::Notify>,
+}
+
+impl Cable {
+    pub async fn to(target: String) -> Cable {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let up = Arc::new(AtomicBool::new(true));
+        let target = Arc::new(Mutex::new(target));
+        let cut = Arc::new(tokio::sync::Notify::new());
+        let (state, to, cutter) = (up.clone(), target.clone(), cut.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !state.load(Ordering::SeqCst) {
+                    continue; // dropped: refused
+                }
+                let target = to.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let cutter = cutter.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        () = cutter.notified() => {}
+                    }
+                });
+            }
+        });
+        Cable {
+            port,
+            up,
+            target,
+            cut,
+        }
+    }
+
+    /// New connections go to `target`; the open ones stay where they are.
+    pub fn switch(&self, target: String) {
+        *self.target.lock().unwrap_or_else(|e| e.into_inner()) = target;
+    }
+
+    pub fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        self.cut.notify_waiters();
+    }
+
+    pub fn mend(&self) {
+        self.up.store(true, Ordering::SeqCst);
     }
 }
 

@@ -9,16 +9,14 @@
 //!
 //! The SQL mirrors the SQLite backend's; the conformance suite holds both to the same behaviour.
 
+mod connect;
 mod ingest;
 mod outbox;
 mod review;
 mod turns;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 
 use super::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
@@ -46,41 +44,64 @@ impl PgStore {
     /// # Errors
     /// When the server cannot be reached, or its schema is of another version.
     pub async fn open(url: &str) -> Result<PgStore> {
-        let pool = PgPoolOptions::new()
-            .max_connections(16)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
-            .await
-            .map_err(unavailable)?;
+        let pool = connect::target(url)?.pool().await?;
         migrate(&pool).await?;
         Ok(PgStore { pool })
     }
 }
 
-/// The database's schema version, read-only: nothing is created.
+/// How the server is reached (its version, TLS and its protocol) and the database's schema
+/// version, read-only: nothing is created.
 pub(super) async fn probe(url: &str) -> Result<String> {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(url)
-        .await
-        .map_err(unavailable)?;
+    let target = connect::target(url)?;
+    let mut conn = target.connection().await?;
+    let (server, tls): (String, Option<String>) = sqlx::query_as(
+        "SELECT current_setting('server_version'),
+                (SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl)",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .map_err(unavailable)?;
+    let reached = match tls {
+        Some(protocol) => format!(
+            "PostgreSQL {server}, over {protocol} (sslmode={})",
+            ssl_mode_name(target.ssl_mode())
+        ),
+        None => format!("PostgreSQL {server}, without TLS"),
+    };
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('sabi_schema') IS NOT NULL")
         .fetch_one(&mut conn)
         .await
         .map_err(unavailable)?;
-    if !exists {
-        return Err(Error::Schema(
-            "the database has no Sabi schema yet (`sabi serve` creates it)".into(),
-        ));
-    }
-    let version: Option<i32> = sqlx::query_scalar("SELECT max(version) FROM sabi_schema")
-        .fetch_one(&mut conn)
-        .await
-        .map_err(unavailable)?;
+    let version: Option<i32> = if exists {
+        sqlx::query_scalar("SELECT max(version) FROM sabi_schema")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(unavailable)?
+    } else {
+        None
+    };
     match version {
-        Some(VERSION) => Ok("reachable, schema current".into()),
-        other => Err(Error::Schema(format!(
-            "schema version {other:?}; this build expects {VERSION}"
+        Some(VERSION) => Ok(format!("{reached}; schema current")),
+        None => Ok(format!(
+            "{reached}; the database has no Sabi schema yet: `sabi serve` creates it"
+        )),
+        Some(other) => Err(Error::Schema(format!(
+            "{reached}; schema version {other}, this build expects {VERSION}"
         ))),
+    }
+}
+
+/// The mode as libpq spells it.
+fn ssl_mode_name(mode: sqlx::postgres::PgSslMode) -> &'static str {
+    use sqlx::postgres::PgSslMode;
+    match mode {
+        PgSslMode::Disable => "disable",
+        PgSslMode::Allow => "allow",
+        PgSslMode::Prefer => "prefer",
+        PgSslMode::Require => "require",
+        PgSslMode::VerifyCa => "verify-ca",
+        PgSslMode::VerifyFull => "verify-full",
     }
 }
 
@@ -126,6 +147,7 @@ async fn migrate(pool: &PgPool) -> Result<()> {
 }
 
 pub(super) fn unavailable(e: sqlx::Error) -> Error {
+    connect::note_read_only(&e);
     let conflict = e
         .as_database_error()
         .and_then(|d| d.code())

@@ -3,6 +3,7 @@
 //! fresh attempt number its outcome must carry; a send that may have left is never claimed
 //! again but waits for its status webhook.
 
+use sqlx::AssertSqlSafe;
 use sqlx::{PgConnection, PgPool, Row};
 
 use super::ingest::channel;
@@ -16,7 +17,7 @@ use crate::store::{
 pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Vec<SendJob>> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
     settle_lapsed(&mut tx, claim).await?;
-    let rows = sqlx::query(&format!(
+    let rows = sqlx::query(AssertSqlSafe(format!(
         "WITH heads AS (
              SELECT o.id FROM outbox o JOIN conversations c ON c.id = o.conversation_id
              WHERE o.state IN ('queued', 'window_closed')
@@ -31,7 +32,7 @@ pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Vec<
          RETURNING o.id, o.batch_id, o.part, o.channel, o.business, o.customer, o.body, o.options,
                    o.reply_to, o.attempts, o.failures, o.window_closed,
                    (SELECT last_inbound_at FROM conversations c WHERE c.id = o.conversation_id)"
-    ))
+    )))
     .bind(claim.now_ms)
     .bind(&claim.halted)
     .bind(limit(Some(claim.limit)))
@@ -432,7 +433,7 @@ async fn find_sent(
 }
 
 pub(super) async fn next_send_due(pool: &PgPool, skip: &[String]) -> Result<Option<i64>> {
-    sqlx::query_scalar(&format!(
+    sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT LEAST(
              (SELECT min(GREATEST(COALESCE(o.next_attempt_at, 0), COALESCE(c.send_after, 0)))
               FROM outbox o JOIN conversations c ON c.id = o.conversation_id
@@ -441,7 +442,7 @@ pub(super) async fn next_send_due(pool: &PgPool, skip: &[String]) -> Result<Opti
                                 AND p.id < o.id AND p.state IN {UNSETTLED})),
              (SELECT min(send_until) FROM outbox WHERE state = 'sending'),
              (SELECT min(send_until) FROM outbox WHERE state = 'unknown'))"
-    ))
+    )))
     .bind(skip)
     .fetch_one(pool)
     .await

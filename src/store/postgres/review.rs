@@ -1,6 +1,7 @@
 //! The people's side of the PostgreSQL store: the review queue, settling its items,
 //! conversations by customer, and the pipeline's counts (the SQLite backend's rules).
 
+use sqlx::AssertSqlSafe;
 use sqlx::{PgConnection, PgPool, Row};
 
 use super::ingest::channel;
@@ -35,13 +36,13 @@ async fn entries(
 
 pub(super) async fn queue(pool: &PgPool, query: &ReviewQuery) -> Result<Vec<ReviewEntry>> {
     let mut conn = pool.acquire().await.map_err(unavailable)?;
-    let rows = sqlx::query(&format!(
+    let rows = sqlx::query(AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM review r JOIN batches b ON b.id = r.batch_id
          JOIN conversations c ON c.id = b.conversation_id
          WHERE r.state = 'open' AND ($1::text IS NULL OR r.reason = $1)
            AND ($2::text IS NULL OR c.customer = $2)
          ORDER BY r.id LIMIT $3"
-    ))
+    )))
     .bind(&query.reason)
     .bind(&query.customer)
     .bind(limit(query.limit))
@@ -53,11 +54,13 @@ pub(super) async fn queue(pool: &PgPool, query: &ReviewQuery) -> Result<Vec<Revi
 
 pub(super) async fn item(pool: &PgPool, id: i64) -> Result<Option<ReviewEntry>> {
     let mut conn = pool.acquire().await.map_err(unavailable)?;
-    let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM review r WHERE r.id = $1"))
-        .bind(id)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+    let rows = sqlx::query(AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM review r WHERE r.id = $1"
+    )))
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
     Ok(entries(&mut conn, rows).await?.pop())
 }
 

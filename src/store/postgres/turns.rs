@@ -336,7 +336,7 @@ async fn close(
 }
 
 /// `UPDATE ... WHERE id = $1` with one more value.
-async fn exec(conn: &mut PgConnection, sql: &str, id: i64, value: i64) -> Result<()> {
+async fn exec(conn: &mut PgConnection, sql: &'static str, id: i64, value: i64) -> Result<()> {
     sqlx::query(sql)
         .bind(id)
         .bind(value)

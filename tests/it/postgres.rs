@@ -1,0 +1,462 @@
+//! PostgreSQL as it runs in production, against clusters the tests start themselves: a server
+//! that accepts only TLS (a CA and certificates made by the test), a client certificate, a
+//! failover to a promoted standby while the old primary stays up read-only, and a lock held
+//! past the store's lock timeout.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use sabi::store::{PgStore, Store};
+use serde_json::Value;
+use sqlx::{Connection, PgConnection};
+
+use crate::helpers::{SabiProcess, sabi_command, signature, text_webhook_at};
+use crate::nodes::{json_lines, now_s};
+use crate::services::{self, Cable, PgCluster, PgOptions};
+
+/// Makes a CA (`ca.pem`), another that vouches for nothing here (`other-ca.pem`), the server's
+/// certificate for the name `localhost` only (`server.pem`, `server.key`), and a client
+/// certificate for the role `clientuser` (`client.pem`, `client.key`).
+const PKI_SCRIPT: &str = "set -e
+for ca in ca other-ca; do
+  openssl req -x509 -newkey rsa:2048 -nodes -days 1 -keyout $ca.key -out $ca.pem \\
+    -subj /CN=sabi-test-$ca -addext basicConstraints=critical,CA:TRUE \\
+    -addext keyUsage=critical,keyCertSign
+done
+openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost
+printf 'subjectAltName=DNS:localhost\\nbasicConstraints=CA:FALSE\\n' > server.ext
+openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \\
+  -extfile server.ext -out server.pem
+openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=clientuser
+printf 'basicConstraints=CA:FALSE\\n' > client.ext
+openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \\
+  -extfile client.ext -out client.pem
+";
+
+/// Only TLS over TCP (a client certificate for `clientuser`); the socket stays open to the
+/// test's own administration.
+const TLS_ONLY_HBA: &str = "local all all trust
+hostssl all clientuser 127.0.0.1/32 cert
+hostssl all clientuser ::1/128 cert
+hostssl all all 127.0.0.1/32 trust
+hostssl all all ::1/128 trust
+";
+
+struct TlsServer {
+    cluster: PgCluster,
+    pki: tempfile::TempDir,
+}
+
+impl TlsServer {
+    /// `None` (the test skipped) where openssl or PostgreSQL's programs are missing.
+    fn start() -> Option<TlsServer> {
+        if !services::program("openssl", "openssl") {
+            return None;
+        }
+        let pki = tempfile::tempdir().expect("tempdir");
+        let made = std::process::Command::new("sh")
+            .args(["-c", PKI_SCRIPT])
+            .current_dir(pki.path())
+            .output()
+            .expect("openssl runs");
+        assert!(made.status.success(), "openssl: {made:?}");
+        let file = |name: &str| pki.path().join(name);
+        let options = PgOptions {
+            settings: [
+                ("ssl", "on"),
+                ("ssl_cert_file", "server.pem"),
+                ("ssl_key_file", "server.key"),
+                ("ssl_ca_file", "ca.pem"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .to_vec(),
+            hba: Some(TLS_ONLY_HBA.to_owned()),
+            files: ["server.pem", "server.key", "ca.pem"]
+                .map(|name| (name.to_owned(), file(name)))
+                .to_vec(),
+        };
+        let cluster = services::pg_cluster(&options)?;
+        Some(TlsServer { cluster, pki })
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.pki.path().join(name)
+    }
+
+    /// `postgres://USER@HOST:PORT/DATABASE?QUERY`.
+    fn url(&self, user: &str, host: &str, database: &str, query: &str) -> String {
+        format!(
+            "postgres://{user}@{host}:{}/{database}?{query}",
+            self.cluster.port
+        )
+    }
+
+    /// A connection over the Unix socket, for the test's own administration.
+    async fn admin(&self) -> PgConnection {
+        PgConnection::connect(&self.cluster.socket_url("postgres"))
+            .await
+            .expect("admin over the socket")
+    }
+}
+
+async fn execute(conn: &mut PgConnection, sql: &'static str) {
+    sqlx::raw_sql(sql).execute(conn).await.expect(sql);
+}
+
+/// The error of a store that did not open.
+async fn refusal(url: &str) -> String {
+    match PgStore::open(url).await {
+        Ok(_) => panic!("{url} was accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_full_reaches_a_tls_only_server_in_every_command() {
+    let Some(server) = TlsServer::start() else {
+        return;
+    };
+    let mut admin = server.admin().await;
+    execute(&mut admin, "CREATE DATABASE sabi").await;
+    let ca = server.file("ca.pem");
+    let url = server.url(
+        "sabi",
+        "localhost",
+        "sabi",
+        &format!("sslmode=verify-full&sslrootcert={}", ca.display()),
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let check = sabi_command(dir.path())
+        .env("SABI_STORE", &url)
+        .arg("check")
+        .output()
+        .expect("sabi check");
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        said.contains("over TLSv1.3") && said.contains("sslmode=verify-full"),
+        "{said}"
+    );
+    assert!(said.contains("`sabi serve` creates it"), "{said}");
+
+    let sabi = SabiProcess::spawn(dir.path(), "all", &[("SABI_STORE", &url)]);
+    let body = text_webhook_at("wamid.tls1", "2348031234567", "hello", now_s());
+    let acknowledged = reqwest::Client::new()
+        .post(sabi.url("/webhook/whatsapp"))
+        .header("x-hub-signature-256", signature(&body))
+        .body(body)
+        .send()
+        .await
+        .expect("posted");
+    assert_eq!(acknowledged.status(), 200);
+    let tls: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+         WHERE a.application_name = 'sabi' AND s.ssl AND s.version = 'TLSv1.3'",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .expect("pg_stat_ssl");
+    assert!(tls >= 1, "the server sees Sabi's connections over TLS");
+    let plain: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+         WHERE a.application_name = 'sabi' AND NOT s.ssl",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .expect("pg_stat_ssl");
+    assert_eq!(plain, 0);
+    let inbox = json_lines(dir.path(), &url, &["inbox", "--json"]);
+    assert_eq!(inbox.len(), 1, "the CLI reads the same store over TLS");
+    drop(sabi);
+
+    // A client certificate where the server asks for one: with it in, without it out.
+    execute(&mut admin, "CREATE ROLE clientuser LOGIN").await;
+    execute(&mut admin, "CREATE DATABASE client OWNER clientuser").await;
+    let with_cert = format!(
+        "sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}",
+        ca.display(),
+        server.file("client.pem").display(),
+        server.file("client.key").display()
+    );
+    let store = PgStore::open(&server.url("clientuser", "localhost", "client", &with_cert))
+        .await
+        .expect("a client certificate is accepted");
+    store.ready().await.expect("ready");
+    let without = format!("sslmode=verify-full&sslrootcert={}", ca.display());
+    let refused = refusal(&server.url("clientuser", "localhost", "client", &without)).await;
+    assert!(refused.contains("sslcert="), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_ca_host_name_or_plain_connection_is_refused_with_what_to_fix() {
+    let Some(server) = TlsServer::start() else {
+        return;
+    };
+    execute(&mut server.admin().await, "CREATE DATABASE sabi").await;
+    let ca = server.file("ca.pem").display().to_string();
+    let other = server.file("other-ca.pem").display().to_string();
+
+    let unknown = refusal(&server.url(
+        "sabi",
+        "localhost",
+        "sabi",
+        &format!("sslmode=verify-full&sslrootcert={other}"),
+    ))
+    .await;
+    assert!(unknown.contains("sslrootcert="), "{unknown}");
+    // `require` encrypts without checking the certificate, as libpq does.
+    let url = server.url("sabi", "localhost", "sabi", "sslmode=require");
+    PgStore::open(&url).await.expect("require");
+
+    let by_address = format!("sslmode=verify-full&sslrootcert={ca}");
+    let wrong_name = refusal(&server.url("sabi", "127.0.0.1", "sabi", &by_address)).await;
+    assert!(wrong_name.contains("verify-ca"), "{wrong_name}");
+    let ca_only = format!("sslmode=verify-ca&sslrootcert={ca}");
+    PgStore::open(&server.url("sabi", "127.0.0.1", "sabi", &ca_only))
+        .await
+        .expect("verify-ca checks the CA, not the name");
+
+    let plain = refusal(&server.url("sabi", "localhost", "sabi", "sslmode=disable")).await;
+    assert!(plain.contains("only TLS"), "{plain}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let check = sabi_command(dir.path())
+        .env(
+            "SABI_STORE",
+            server.url(
+                "sabi",
+                "localhost",
+                "sabi",
+                &format!("sslmode=verify-full&sslrootcert={other}"),
+            ),
+        )
+        .arg("check")
+        .output()
+        .expect("sabi check");
+    assert!(!check.status.success());
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(said.contains("sslrootcert="), "{said}");
+}
+
+/// A primary with a synchronous standby (nothing acknowledged exists only on the primary),
+/// reached through a proxy that plays the part of the database's DNS name.
+struct Replicated {
+    primary: PgCluster,
+    standby: PgCluster,
+    cable: Cable,
+}
+
+impl Replicated {
+    async fn start() -> Option<Replicated> {
+        let primary = services::pg_cluster(&PgOptions::default())?;
+        let mut admin = PgConnection::connect(&primary.socket_url("postgres"))
+            .await
+            .expect("admin");
+        execute(&mut admin, "CREATE DATABASE sabi").await;
+        let standby = match PgCluster::standby_of(&primary, &PgOptions::default()) {
+            Ok(standby) => standby,
+            Err(why) => panic!("a standby: {why}"),
+        };
+        let start = Instant::now();
+        loop {
+            let streaming: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'",
+            )
+            .fetch_one(&mut admin)
+            .await
+            .expect("pg_stat_replication");
+            if streaming == 1 {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "no standby");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        execute(
+            &mut admin,
+            "ALTER SYSTEM SET synchronous_standby_names = '*'",
+        )
+        .await;
+        execute(&mut admin, "SELECT pg_reload_conf()").await;
+        let cable = Cable::to(format!("127.0.0.1:{}", primary.port)).await;
+        Some(Replicated {
+            primary,
+            standby,
+            cable,
+        })
+    }
+
+    /// The store's URL through the proxy.
+    fn url(&self) -> String {
+        format!("postgres://sabi@127.0.0.1:{}/sabi", self.cable.port)
+    }
+
+    /// The old primary stays up and turns read-only; a moment later the standby is promoted
+    /// and the name moves to it. Connections already open stay with the old primary.
+    async fn fail_over(&self) {
+        let mut old = PgConnection::connect(&self.primary.socket_url("postgres"))
+            .await
+            .expect("old primary");
+        execute(
+            &mut old,
+            "ALTER SYSTEM SET default_transaction_read_only = on",
+        )
+        .await;
+        execute(&mut old, "SELECT pg_reload_conf()").await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut new = PgConnection::connect(&self.standby.socket_url("postgres"))
+            .await
+            .expect("standby");
+        execute(&mut new, "SELECT pg_promote(true, 60)").await;
+        self.cable
+            .switch(format!("127.0.0.1:{}", self.standby.port));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_loses_nothing_sends_nothing_twice_and_reviews_nothing() {
+    let Some(db) = Replicated::start().await else {
+        return;
+    };
+    let url = db.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [
+        ("SABI_STORE", url.as_str()),
+        ("SABI_BATCH_WINDOW", "200ms"),
+        ("SABI_BATCH_MAX_WAIT", "1s"),
+        ("SABI_LEASE", "4s"),
+    ];
+    let sabi = Arc::new(SabiProcess::spawn(dir.path(), "all", &env));
+    let client = reqwest::Client::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (acknowledged, refused) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut senders = tokio::task::JoinSet::new();
+    for c in 0..4 {
+        let (client, sabi, stop) = (client.clone(), sabi.clone(), stop.clone());
+        let (acknowledged, refused) = (acknowledged.clone(), refused.clone());
+        senders.spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let id = format!("wamid.f{c}-{n}");
+                let body = text_webhook_at(&id, &format!("2348{c:04}{:05}", n / 3), "hi", now_s());
+                // Meta's way: the same delivery again until it is acknowledged.
+                loop {
+                    let sent = client
+                        .post(sabi.url("/webhook/whatsapp"))
+                        .header("x-hub-signature-256", signature(&body))
+                        .timeout(Duration::from_secs(30))
+                        .body(body.clone())
+                        .send()
+                        .await
+                        .expect("an answer, never a hang");
+                    if sent.status() == 200 {
+                        acknowledged.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
+                    assert_eq!(sent.status(), 503, "only ever 200 or 503");
+                    refused.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                n += 1;
+            }
+        });
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    db.fail_over().await;
+    let failed_over = Instant::now();
+    let before = acknowledged.load(Ordering::Relaxed);
+    while acknowledged.load(Ordering::Relaxed) < before + 20 {
+        assert!(
+            failed_over.elapsed() < Duration::from_secs(30),
+            "service did not come back on the new primary:\n{}",
+            sabi.logs().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    while let Some(done) = senders.join_next().await {
+        done.expect("sender");
+    }
+    assert!(
+        refused.load(Ordering::Relaxed) > 0,
+        "the read-only primary was met"
+    );
+
+    // On the new primary: everything acknowledged, once, answered once; nothing in review.
+    let total = acknowledged.load(Ordering::Relaxed);
+    let start = Instant::now();
+    let inbox = loop {
+        let inbox = json_lines(dir.path(), &url, &["inbox", "--json"]);
+        if inbox.iter().all(|i| i["state"] == "answered") && inbox.len() >= total
+            || start.elapsed() > Duration::from_secs(60)
+        {
+            break inbox;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(inbox.len(), total, "every acknowledged message, once");
+    let unanswered: Vec<&Value> = inbox.iter().filter(|i| i["state"] != "answered").collect();
+    assert!(unanswered.is_empty(), "unanswered: {unanswered:?}");
+    let outbox = json_lines(dir.path(), &url, &["outbox", "--json"]);
+    let mut per_batch: HashMap<i64, usize> = HashMap::new();
+    for reply in &outbox {
+        *per_batch
+            .entry(reply["batch"].as_i64().expect("batch"))
+            .or_default() += 1;
+    }
+    assert!(
+        per_batch.values().all(|n| *n == 1),
+        "no batch answered twice"
+    );
+    let review = json_lines(dir.path(), &url, &["review", "ls", "--json"]);
+    assert!(review.is_empty(), "nothing went to review: {review:?}");
+    assert!(
+        sabi.logs().iter().any(|l| l.contains("answered read-only")),
+        "the failover was seen for what it is"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_past_the_lock_timeout_answers_503_in_time() {
+    let Some(cluster) = services::pg_cluster(&PgOptions::default()) else {
+        return;
+    };
+    let mut admin = PgConnection::connect(&cluster.socket_url("postgres"))
+        .await
+        .expect("admin");
+    execute(&mut admin, "CREATE DATABASE sabi").await;
+    let url = format!("{}/sabi?lock_timeout=1s", cluster.url());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sabi = SabiProcess::spawn(dir.path(), "api", &[("SABI_STORE", &url)]);
+    // A stuck session holds the inbox.
+    let mut stuck = PgConnection::connect(&cluster.socket_url("sabi"))
+        .await
+        .expect("a session");
+    execute(
+        &mut stuck,
+        "BEGIN; LOCK TABLE inbox IN ACCESS EXCLUSIVE MODE",
+    )
+    .await;
+    let body = text_webhook_at("wamid.l1", "2348031234567", "hello", now_s());
+    let answer = reqwest::Client::new()
+        .post(sabi.url("/webhook/whatsapp"))
+        .header("x-hub-signature-256", signature(&body))
+        .timeout(Duration::from_secs(20))
+        .body(body.clone())
+        .send()
+        .await
+        .expect("an answer before Meta gives up");
+    assert_eq!(answer.status(), 503);
+    execute(&mut stuck, "ROLLBACK").await;
+    let answer = reqwest::Client::new()
+        .post(sabi.url("/webhook/whatsapp"))
+        .header("x-hub-signature-256", signature(&body))
+        .body(body)
+        .send()
+        .await
+        .expect("posted");
+    assert_eq!(answer.status(), 200, "kept once the lock is gone");
+}
