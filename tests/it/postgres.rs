@@ -13,6 +13,7 @@ use sabi::store::{PgStore, Store};
 use serde_json::Value;
 use sqlx::{Connection, PgConnection};
 
+use crate::conformance::PgDatabase;
 use crate::helpers::{SabiProcess, sabi_command, signature, text_webhook_at};
 use crate::nodes::{json_lines, now_s};
 use crate::services::{self, Cable, PgCluster, PgOptions};
@@ -459,4 +460,51 @@ async fn a_lock_held_past_the_lock_timeout_answers_503_in_time() {
         .await
         .expect("posted");
     assert_eq!(answer.status(), 200, "kept once the lock is gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_pgbouncer_the_timeouts_move_to_the_role_and_everything_works() {
+    let Some(db) = PgDatabase::create().await else {
+        return;
+    };
+    let (server, name) = db.url.rsplit_once('/').expect("server/database");
+    let Some(pooler) = services::Pooler::start(server, "session") else {
+        return;
+    };
+    let user = url::Url::parse(server).expect("url").username().to_owned();
+    let through = format!("postgres://{user}@127.0.0.1:{}/{name}", pooler.port);
+    // The timeouts go as startup options by default, which PgBouncer refuses: the error says
+    // what to do instead.
+    let refused = refusal(&through).await;
+    assert!(refused.contains("statement_timeout=0"), "{refused}");
+
+    let url = format!("{through}?statement_timeout=0&lock_timeout=0");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [("SABI_STORE", url.as_str()), ("SABI_BATCH_WINDOW", "0")];
+    let sabi = SabiProcess::spawn(dir.path(), "all", &env);
+    let client = reqwest::Client::new();
+    for n in 0..10 {
+        let body = text_webhook_at(&format!("wamid.p{n}"), "2348031234567", "hi", now_s());
+        let answer = client
+            .post(sabi.url("/webhook/whatsapp"))
+            .header("x-hub-signature-256", signature(&body))
+            .body(body)
+            .send()
+            .await
+            .expect("posted");
+        assert_eq!(answer.status(), 200);
+    }
+    let start = Instant::now();
+    loop {
+        let inbox = json_lines(dir.path(), &url, &["inbox", "--json"]);
+        if inbox.len() == 10 && inbox.iter().all(|i| i["state"] == "answered") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "not answered through the pooler: {inbox:?}\n{}",
+            sabi.logs().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

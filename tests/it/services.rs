@@ -465,6 +465,59 @@ impl Cable {
     }
 }
 
+/// PgBouncer in front of `server` (a `postgres://user@host:port` URL), in `mode` (`session` or
+/// `transaction`), on a free port; `None` after the skip line where it is not installed.
+pub struct Pooler {
+    pub port: u16,
+    _guard: Guarded,
+}
+
+impl Pooler {
+    pub fn start(server: &str, mode: &str) -> Option<Pooler> {
+        let binary = on_path("pgbouncer")
+            .or_else(|| Some(PathBuf::from("/usr/sbin/pgbouncer")).filter(|p| p.is_file()));
+        let Some(binary) = binary else {
+            skip(
+                "PgBouncer",
+                "it is not installed (apt-get install pgbouncer)",
+            );
+            return None;
+        };
+        let target = url::Url::parse(server).expect("server URL");
+        let dir = tempfile::tempdir().expect("tempdir").keep();
+        let user = Unprivileged::when_root(&dir).expect("a user for pgbouncer");
+        let port = free_port();
+        let ini = format!(
+            "[databases]\n* = host={} port={}\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
+             listen_port = {port}\nunix_socket_dir =\nauth_type = trust\n\
+             auth_file = {dir}/users.txt\npool_mode = {mode}\n",
+            target.host_str().expect("host"),
+            target.port().unwrap_or(5432),
+            dir = dir.display(),
+        );
+        for (name, text) in [
+            ("pgbouncer.ini", ini),
+            ("users.txt", format!("\"{}\" \"\"\n", target.username())),
+        ] {
+            std::fs::write(dir.join(name), text).expect("pgbouncer files");
+            user.own(&dir.join(name), 0o600).expect("owned");
+        }
+        let mut command = user.command(&binary);
+        command.arg(dir.join("pgbouncer.ini"));
+        let guard = guarded(&command, &dir);
+        wait_until(
+            "pgbouncer",
+            &dir.join("server.log"),
+            Duration::from_secs(20),
+            || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        );
+        Some(Pooler {
+            port,
+            _guard: guard,
+        })
+    }
+}
+
 /// `initdb`, `postgres`: on `PATH`, or in the newest of Debian's `/usr/lib/postgresql/*/bin`.
 fn pg_binary(name: &str) -> Option<PathBuf> {
     on_path(name).or_else(|| {

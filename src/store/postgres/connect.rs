@@ -78,6 +78,8 @@ pub(super) fn target(url: &str) -> Result<Target> {
     if connect.get_application_name().is_none() {
         connect = connect.application_name("sabi");
     }
+    // Only text results need it, and Sabi reads none; poolers refuse it as a startup parameter.
+    connect = connect.extra_float_digits(None);
     for (name, value) in [
         ("statement_timeout", statement_timeout),
         ("lock_timeout", lock_timeout),
@@ -186,7 +188,7 @@ pub(super) fn unreachable(e: sqlx::Error) -> Error {
 
 /// What to do about a connection error, in plain words.
 fn hint(said: &str) -> Option<&'static str> {
-    let table: [(&[&str], &str); 7] = [
+    let table: [(&[&str], &str); 8] = [
         (
             &["UnknownIssuer", "unknown issuer"],
             "the server's certificate is not signed by a CA Sabi trusts: name its CA with sslrootcert=/path/to/ca.pem",
@@ -210,6 +212,10 @@ fn hint(said: &str) -> Option<&'static str> {
         (
             &["does not support TLS", "TLS upgrade required"],
             "the server does not offer TLS: enable ssl on the server, or lower sslmode",
+        ),
+        (
+            &["unsupported startup parameter: options"],
+            "a pooler refuses startup options: add statement_timeout=0&lock_timeout=0 to the URL and set the timeouts on the role (ALTER ROLE … SET statement_timeout = '10s')",
         ),
         (
             &[
