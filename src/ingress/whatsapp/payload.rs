@@ -111,6 +111,10 @@ fn parse_change(entry: &Entry<'_>, change: &Change<'_>, out: &mut Parsed) {
                 .push(quarantined(&format!("status: {e}"), raw.get())),
         }
     }
+    if carries_more(change.value.get()) {
+        // Echoes of the business's own messages, calls and whatever Meta adds next: kept whole.
+        out.items.push(field_event(entry, change));
+    }
     let value_hash = content_hash(&[
         &entry.id,
         &entry_time(entry),
@@ -127,6 +131,17 @@ fn parse_change(entry: &Entry<'_>, change: &Change<'_>, out: &mut Parsed) {
                 .push(quarantined(&format!("error: {e}"), raw.get())),
         }
     }
+}
+
+/// Whether a `messages` change also carries lists Sabi does not read one by one
+/// (`message_echoes`, `calls`, …).
+fn carries_more(value: &str) -> bool {
+    const READ: &[&str] = &["messages", "statuses", "errors", "contacts"];
+    serde_json::from_str::<Map<String, Value>>(value).is_ok_and(|value| {
+        value.iter().any(|(key, v)| {
+            !READ.contains(&key.as_str()) && v.as_array().is_some_and(|a| !a.is_empty())
+        })
+    })
 }
 
 /// Where an item sits in the delivery.
@@ -416,17 +431,18 @@ fn original_id(change: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// An edit's new text: the edited message's body or caption.
+/// An edit's new text: the edited message's body, or its media's caption.
 fn edited_text(edit: &Value) -> Option<String> {
-    [
-        "/message/text/body",
-        "/text/body",
-        "/body",
-        "/message/caption",
-    ]
-    .iter()
-    .find_map(|pointer| edit.pointer(pointer)?.as_str())
-    .map(str::to_owned)
+    let message = edit.get("message").unwrap_or(edit);
+    let kind = message
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("text");
+    let content = message.get(kind)?;
+    ["body", "caption"]
+        .iter()
+        .find_map(|key| content.get(key)?.as_str())
+        .map(str::to_owned)
 }
 
 fn put<T: serde::Serialize>(facts: &mut Map<String, Value>, key: &str, value: &Option<T>) {
@@ -587,7 +603,9 @@ struct Media {
 
 #[derive(Deserialize)]
 struct Location {
+    #[serde(default, deserialize_with = "lenient::opt_number")]
     latitude: Option<f64>,
+    #[serde(default, deserialize_with = "lenient::opt_number")]
     longitude: Option<f64>,
     name: Option<String>,
     address: Option<String>,
@@ -761,6 +779,15 @@ mod lenient {
         }
     }
 
+    /// A number written as a number or as a numeric string; anything else (a placeholder, an
+    /// object) is no number, and costs only this fact, never the message.
+    pub(super) fn opt_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+        let value = <serde_json::Value as serde::Deserialize>::deserialize(d)?;
+        Ok(value
+            .as_f64()
+            .or_else(|| value.as_str()?.trim().parse().ok()))
+    }
+
     /// An integer written as a number or as a string of digits.
     pub(super) fn integer<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
         let text = string(d)?;
@@ -866,6 +893,43 @@ mod tests {
         assert_eq!(item.customer.as_deref(), Some("NG.1"));
         assert_eq!(item.facts["from"], Value::Null);
         assert_eq!(item.facts["contact_name"], "K");
+    }
+
+    #[test]
+    fn echoes_and_calls_beside_messages_are_kept_whole() {
+        let parsed = parse(
+            wrap(
+                r#"{"metadata":{"phone_number_id":"9"},
+                "message_echoes":[{"from":"9","to":"1","id":"e","timestamp":"1","type":"text","text":{"body":"from the app"}}]}"#,
+            )
+            .as_bytes(),
+        )
+        .expect("json");
+        assert_eq!(parsed.items.len(), 1);
+        assert_eq!(parsed.items[0].kind, ItemKind::FieldEvent);
+        assert!(parsed.items[0].facts["value"]["message_echoes"].is_array());
+    }
+
+    #[test]
+    fn an_edited_caption_is_the_new_text() {
+        let item = one(&wrap(
+            r#"{"metadata":{"phone_number_id":"9"},
+                "messages":[{"from":"1","id":"e","timestamp":"2","type":"edit",
+                             "edit":{"original_message_id":"w","message":{"type":"image","image":{"caption":"new caption","id":"5"}}}}]}"#,
+        ));
+        assert_eq!(item.text.as_deref(), Some("new caption"));
+    }
+
+    #[test]
+    fn a_location_with_odd_coordinates_keeps_the_message() {
+        let item = one(&wrap(
+            r#"{"metadata":{"phone_number_id":"9"},
+                "messages":[{"from":"1","id":"l","timestamp":"1","type":"location",
+                             "location":{"latitude":"6.45","longitude":"LONGITUDE","name":"Home"}}]}"#,
+        ));
+        assert_eq!(item.facts["latitude"], 6.45);
+        assert!(item.facts.get("longitude").is_none());
+        assert_eq!(item.facts["location_name"], "Home");
     }
 
     #[test]
