@@ -85,7 +85,7 @@ async fn agent_turns(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
             .expect("store"),
     );
     let router = Router::from_source(sabi::router::intents::DEFAULT, &[]).expect("router");
-    let tools = Tools::new(&[], &|_| None).expect("no tools");
+    let tools = Tools::new(&[], &|_| None, None).expect("no tools");
     let settings = AgentSettings {
         system_prompt: "You are the assistant.".into(),
         max_tool_rounds: 4,

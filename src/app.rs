@@ -56,7 +56,11 @@ fn default_handler(
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Arc<dyn TurnHandler>> {
     // Header secrets are read from the environment once, here: a missing one stops start-up.
-    let tools = Arc::new(Tools::new(&config.tools, &|var| std::env::var(var).ok())?);
+    let tools = Arc::new(Tools::new(
+        &config.tools,
+        &|var| std::env::var(var).ok(),
+        config.tools_secret.clone(),
+    )?);
     let router = if config.router.enabled {
         let source = config.router.intents_source()?;
         let started = std::time::Instant::now();

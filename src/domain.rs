@@ -121,6 +121,9 @@ pub struct BatchMessage {
     /// When the customer sent it (provider timestamp, Unix seconds), if known.
     pub provider_ts: Option<i64>,
     pub received_at_ms: i64,
+    /// For a web visitor whose site vouched for them (`user_id` with a valid `user_hash`), that
+    /// user id; `None` for an anonymous visitor and on WhatsApp, where Meta names the sender.
+    pub user: Option<String>,
 }
 
 impl BatchMessage {
@@ -143,6 +146,23 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// Who is talking, as far as anyone vouched for it. A web batch is a verified user only
+    /// when every message of it was vouched for as the same user.
+    pub fn identity(&self) -> Identity {
+        match self.conversation.channel {
+            Channel::Whatsapp => Identity::Whatsapp(self.conversation.customer.clone()),
+            Channel::Webchat => {
+                let mut users = self.messages.iter().map(|m| m.user.as_deref());
+                match users.next().flatten() {
+                    Some(first) if users.all(|u| u == Some(first)) => {
+                        Identity::Web(first.to_owned())
+                    }
+                    _ => Identity::Anonymous,
+                }
+            }
+        }
+    }
+
     /// When the customer sent the first message of the batch.
     pub fn first_sent_at_ms(&self) -> i64 {
         self.messages
@@ -150,6 +170,38 @@ impl Batch {
             .map(BatchMessage::sent_at_ms)
             .min()
             .unwrap_or(self.due_at_ms)
+    }
+}
+
+/// The verified identity of the person a turn answers: what tools may act for. Never taken
+/// from what a model or a visitor's text says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// A WhatsApp customer: the number (or business-scoped id) Meta sent the message from.
+    Whatsapp(String),
+    /// A web visitor whose site signed their user id.
+    Web(String),
+    /// A web visitor nobody vouched for.
+    Anonymous,
+}
+
+impl Identity {
+    /// The customer id tools are given, if anyone vouched for one.
+    pub fn customer(&self) -> Option<&str> {
+        match self {
+            Identity::Whatsapp(id) | Identity::Web(id) => Some(id),
+            Identity::Anonymous => None,
+        }
+    }
+
+    /// As tools receive it in `X-Sabi-Customer`: `whatsapp:<number>`, `web:<user_id>` or
+    /// `anonymous`.
+    pub fn header(&self) -> String {
+        match self {
+            Identity::Whatsapp(id) => format!("whatsapp:{id}"),
+            Identity::Web(id) => format!("web:{id}"),
+            Identity::Anonymous => "anonymous".to_owned(),
+        }
     }
 }
 

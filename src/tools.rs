@@ -5,14 +5,37 @@
 //! arguments, headers whose `${VAR}` references are read from the environment once at start, and
 //! a timeout. GET and DELETE send the arguments only through the URL; other methods also send
 //! them as a JSON body. The answer must be JSON.
+//!
+//! Tools act for the person a turn answers, never for whoever a model or a message names:
+//! - a parameter or placeholder named `customer` is filled by Sabi with the conversation's
+//!   verified identity ([`Identity`]) and is never offered to the model; a tool that needs one
+//!   in a conversation nobody vouched for is not called;
+//! - arguments are checked against the tool's `parameters` schema before any request, and only
+//!   declared arguments (schema properties and URL placeholders) ever leave;
+//! - anonymous web visitors are offered only tools marked `public`;
+//! - every request says who it acts for in `X-Sabi-Customer`, signed when a tools secret is
+//!   set, so the business's API can check that an account belongs to that customer.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use reqwest::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+
+use crate::domain::Identity;
+
+/// The argument Sabi fills with the verified identity.
+const CUSTOMER: &str = "customer";
+/// Who a tool request acts for: `whatsapp:<number>`, `web:<user_id>` or `anonymous`.
+pub const CUSTOMER_HEADER: &str = "x-sabi-customer";
+/// Unix seconds when a signed tool request was made.
+pub const TIMESTAMP_HEADER: &str = "x-sabi-timestamp";
+/// `sha256=<hex>`: HMAC-SHA256 with the tools secret of
+/// `<timestamp>.<METHOD>.<path?query>.<body>`.
+pub const SIGNATURE_HEADER: &str = "x-sabi-signature-256";
 
 /// One tool as configured.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -22,7 +45,8 @@ pub struct ToolConfig {
     /// What the tool does, for the agent.
     #[serde(default)]
     pub description: String,
-    /// JSON-schema of the arguments, for the agent.
+    /// JSON-schema of the arguments: offered to the agent (without `customer`), and every call
+    /// is checked against it.
     #[serde(default)]
     pub parameters: Option<Value>,
     #[serde(default = "default_method")]
@@ -35,6 +59,10 @@ pub struct ToolConfig {
     pub headers: BTreeMap<String, String>,
     #[serde(default = "default_timeout", with = "crate::config::duration")]
     pub timeout: Duration,
+    /// Offered to anonymous web visitors too (opening hours, a branch finder): only for tools
+    /// that reveal nothing about a customer.
+    #[serde(default)]
+    pub public: bool,
 }
 
 fn default_method() -> String {
@@ -52,6 +80,17 @@ pub enum Error {
     Unknown(String),
     #[error("tool {tool}: argument {argument:?} is missing")]
     MissingArgument { tool: String, argument: String },
+    #[error("tool {tool}: argument {argument:?} {why}")]
+    Invalid {
+        tool: String,
+        argument: String,
+        why: String,
+    },
+    #[error(
+        "tool {tool} acts for a verified customer, and nobody in this conversation is one: \
+         it was not called"
+    )]
+    NoCustomer { tool: String },
     #[error("tool {tool} failed: {reason}")]
     Failed { tool: String, reason: String },
 }
@@ -65,91 +104,88 @@ struct Tool {
     config: ToolConfig,
     method: Method,
     headers: HeaderMap,
+    /// The parameters as the model sees them: without `customer`.
+    offered: Value,
+    /// Checks the model's arguments against `offered`.
+    validator: Option<jsonschema::Validator>,
+    /// The arguments that may leave: schema properties and URL placeholders.
+    declared: Vec<String>,
+    /// The schema declares `customer`: it goes in the body too.
+    customer_in_body: bool,
+    /// The URL or the schema needs `customer`.
+    needs_customer: bool,
 }
 
 /// Every configured tool, sharing one HTTP client.
 pub struct Tools {
     client: reqwest::Client,
     tools: Vec<Tool>,
+    secret: Option<SecretString>,
 }
 
 impl Tools {
-    /// Checks every tool and resolves its header variables from `env`.
+    /// Checks every tool and resolves its header variables from `env`. With `secret`, every
+    /// request is signed.
     ///
     /// # Errors
-    /// A bad method, URL or header, a duplicate name, or a `${VAR}` that `env` does not set.
+    /// A bad method, URL, header or parameters schema, a duplicate name, or a `${VAR}` that
+    /// `env` does not set.
     pub fn new(
         configs: &[ToolConfig],
         env: &dyn Fn(&str) -> Option<String>,
+        secret: Option<SecretString>,
     ) -> Result<Tools, ConfigError> {
         let mut tools: Vec<Tool> = Vec::new();
         for config in configs {
-            let name = &config.name;
-            if tools.iter().any(|t| &t.config.name == name) {
+            if tools.iter().any(|t| t.config.name == config.name) {
+                let name = &config.name;
                 return Err(ConfigError(format!("tool {name:?} is declared twice")));
             }
-            let method = Method::from_bytes(config.method.to_uppercase().as_bytes())
-                .map_err(|_| ConfigError(format!("{name}: unknown method {:?}", config.method)))?;
-            reqwest::Url::parse(&config.url.replace(['{', '}'], ""))
-                .map_err(|e| ConfigError(format!("{name}: invalid url {:?}: {e}", config.url)))?;
-            let mut headers = HeaderMap::new();
-            for (key, value) in &config.headers {
-                let value = expand(value, env).map_err(|var| {
-                    ConfigError(format!(
-                        "{name}: header {key} needs ${{{var}}}, which is not set"
-                    ))
-                })?;
-                let key = HeaderName::from_bytes(key.as_bytes())
-                    .map_err(|e| ConfigError(format!("{name}: header {key:?}: {e}")))?;
-                let mut value = HeaderValue::from_str(&value)
-                    .map_err(|e| ConfigError(format!("{name}: header {key}: {e}")))?;
-                value.set_sensitive(true);
-                headers.insert(key, value);
-            }
-            tools.push(Tool {
-                config: config.clone(),
-                method,
-                headers,
-            });
+            tools.push(Tool::new(config, env)?);
         }
         Ok(Tools {
             client: reqwest::Client::new(),
             tools,
+            secret,
         })
     }
 
-    /// The tools as an OpenAI-compatible model is offered them.
-    pub fn definitions(&self) -> Vec<Value> {
+    /// The tools offered to a model answering `identity`, as an OpenAI-compatible model reads
+    /// them.
+    pub fn definitions(&self, identity: &Identity) -> Vec<Value> {
         self.tools
             .iter()
+            .filter(|t| t.offered_to(identity))
             .map(|t| {
-                let parameters = t
-                    .config
-                    .parameters
-                    .clone()
-                    .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
                 serde_json::json!({"type": "function", "function": {
                     "name": t.config.name,
                     "description": t.config.description,
-                    "parameters": parameters,
+                    "parameters": t.offered,
                 }})
             })
             .collect()
     }
 
-    /// Calls `name` with `arguments` and returns its JSON answer.
+    /// Calls `name` for `identity` with `arguments` and returns its JSON answer.
     ///
     /// # Errors
-    /// An unknown tool, an argument the URL needs and the call lacks, or a failed call
-    /// (connection, timeout, non-2xx status, an answer that is not JSON).
-    pub async fn call(&self, name: &str, arguments: &Map<String, Value>) -> Result<Value, Error> {
+    /// A tool not offered to `identity`, arguments its schema refuses, a `customer` it needs
+    /// and nobody vouched for, or a failed call (connection, timeout, non-2xx status, an answer
+    /// that is not JSON).
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: &Map<String, Value>,
+        identity: &Identity,
+    ) -> Result<Value, Error> {
         let tool = self
             .tools
             .iter()
-            .find(|t| t.config.name == name)
+            .find(|t| t.config.name == name && t.offered_to(identity))
             .ok_or_else(|| Error::Unknown(name.to_owned()))?;
+        let arguments = tool.arguments(arguments, identity)?;
         let url =
-            fill_url(&tool.config.url, arguments).map_err(|argument| Error::MissingArgument {
+            fill_url(&tool.config.url, &arguments).map_err(|argument| Error::MissingArgument {
                 tool: name.to_owned(),
                 argument,
             })?;
@@ -157,13 +193,27 @@ impl Tools {
             tool: name.to_owned(),
             reason,
         };
+        let body = match tool.method {
+            Method::GET | Method::DELETE => None,
+            _ => Some(Value::Object(tool.body(&arguments)).to_string()),
+        };
         let mut request = self
             .client
             .request(tool.method.clone(), &url)
             .headers(tool.headers.clone())
+            .header(CUSTOMER_HEADER, identity.header())
             .timeout(tool.config.timeout);
-        if tool.method != Method::GET && tool.method != Method::DELETE {
-            request = request.json(arguments);
+        if let Some(secret) = &self.secret {
+            let (timestamp, signature) =
+                sign_request(secret, &tool.method, &url, body.as_deref().unwrap_or(""));
+            request = request
+                .header(TIMESTAMP_HEADER, timestamp)
+                .header(SIGNATURE_HEADER, signature);
+        }
+        if let Some(body) = body {
+            request = request
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body);
         }
         let response = request.send().await.map_err(|e| failed(describe(e)))?;
         let status = response.status();
@@ -175,6 +225,168 @@ impl Tools {
             .await
             .map_err(|e| failed(format!("the answer is not JSON: {}", describe(e))))
     }
+}
+
+impl Tool {
+    fn new(config: &ToolConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Tool, ConfigError> {
+        let name = &config.name;
+        let method = Method::from_bytes(config.method.to_uppercase().as_bytes())
+            .map_err(|_| ConfigError(format!("{name}: unknown method {:?}", config.method)))?;
+        reqwest::Url::parse(&config.url.replace(['{', '}'], ""))
+            .map_err(|e| ConfigError(format!("{name}: invalid url {:?}: {e}", config.url)))?;
+        let mut headers = HeaderMap::new();
+        for (key, value) in &config.headers {
+            let value = expand(value, env).map_err(|var| {
+                ConfigError(format!(
+                    "{name}: header {key} needs ${{{var}}}, which is not set"
+                ))
+            })?;
+            let key = HeaderName::from_bytes(key.as_bytes())
+                .map_err(|e| ConfigError(format!("{name}: header {key:?}: {e}")))?;
+            let mut value = HeaderValue::from_str(&value)
+                .map_err(|e| ConfigError(format!("{name}: header {key}: {e}")))?;
+            value.set_sensitive(true);
+            headers.insert(key, value);
+        }
+        let schema = config.parameters.clone();
+        let declares = |property: &str| {
+            schema
+                .as_ref()
+                .and_then(|s| s.get("properties")?.get(property))
+                .is_some()
+        };
+        let placeholders = placeholders(&config.url);
+        let customer_in_body = declares(CUSTOMER);
+        let needs_customer = customer_in_body || placeholders.iter().any(|p| p == CUSTOMER);
+        let offered = without_customer(
+            schema.unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+        );
+        let validator = match &config.parameters {
+            Some(_) => Some(
+                jsonschema::validator_for(&offered)
+                    .map_err(|e| ConfigError(format!("{name}: parameters: {e}")))?,
+            ),
+            None => None,
+        };
+        let mut declared: Vec<String> = offered
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        declared.extend(placeholders.into_iter().filter(|p| p != CUSTOMER));
+        Ok(Tool {
+            config: config.clone(),
+            method,
+            headers,
+            offered,
+            validator,
+            declared,
+            customer_in_body,
+            needs_customer,
+        })
+    }
+
+    fn offered_to(&self, identity: &Identity) -> bool {
+        self.config.public || *identity != Identity::Anonymous
+    }
+
+    /// The model's arguments, checked and cut to what the tool declares, with `customer` set
+    /// from `identity` (whatever the model said).
+    fn arguments(
+        &self,
+        given: &Map<String, Value>,
+        identity: &Identity,
+    ) -> Result<Map<String, Value>, Error> {
+        let name = &self.config.name;
+        // A null is an argument not given (reply templates pass every entity, found or not).
+        let mut arguments: Map<String, Value> = given
+            .iter()
+            .filter(|(key, value)| *key != CUSTOMER && !value.is_null())
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        if let Some(validator) = &self.validator {
+            let instance = Value::Object(arguments);
+            if let Some(error) = validator.iter_errors(&instance).next() {
+                let argument = error.instance_path().as_str().trim_start_matches('/');
+                return Err(Error::Invalid {
+                    tool: name.clone(),
+                    argument: argument.to_owned(),
+                    why: error.to_string(),
+                });
+            }
+            let Value::Object(checked) = instance else {
+                unreachable!("built as an object above")
+            };
+            arguments = checked;
+        }
+        arguments.retain(|key, _| self.declared.contains(key));
+        if self.needs_customer {
+            let customer = identity
+                .customer()
+                .ok_or_else(|| Error::NoCustomer { tool: name.clone() })?;
+            arguments.insert(CUSTOMER.to_owned(), Value::String(customer.to_owned()));
+        }
+        Ok(arguments)
+    }
+
+    /// What a POST (or PUT, PATCH) sends: the schema's arguments, never the URL's alone.
+    fn body(&self, arguments: &Map<String, Value>) -> Map<String, Value> {
+        let in_schema = |key: &str| {
+            (key == CUSTOMER && self.customer_in_body)
+                || self
+                    .offered
+                    .get("properties")
+                    .is_some_and(|p| p.get(key).is_some())
+        };
+        arguments
+            .iter()
+            .filter(|(key, _)| in_schema(key))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect()
+    }
+}
+
+/// The schema as the model is offered it: `customer` is Sabi's to fill.
+fn without_customer(mut schema: Value) -> Value {
+    if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        properties.remove(CUSTOMER);
+    }
+    if let Some(required) = schema.get_mut("required").and_then(Value::as_array_mut) {
+        required.retain(|r| r != CUSTOMER);
+    }
+    schema
+}
+
+/// The `{name}` placeholders of a URL template.
+fn placeholders(template: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        let after = &rest[start + 1..];
+        let Some(end) = after.find('}') else { break };
+        names.push(after[..end].to_owned());
+        rest = &after[end + 1..];
+    }
+    names
+}
+
+/// The timestamp and signature headers of a tool request: HMAC-SHA256 of
+/// `<timestamp>.<METHOD>.<path?query>.<body>`.
+fn sign_request(secret: &SecretString, method: &Method, url: &str, body: &str) -> (String, String) {
+    let timestamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        .to_string();
+    let target = reqwest::Url::parse(url).map_or_else(
+        |_| url.to_owned(),
+        |u| match u.query() {
+            Some(query) => format!("{}?{query}", u.path()),
+            None => u.path().to_owned(),
+        },
+    );
+    let message = format!("{timestamp}.{method}.{target}.{body}");
+    let signature = crate::ingress::whatsapp::sign(secret, message.as_bytes());
+    (timestamp, signature)
 }
 
 /// A failed call, without the URL: it may carry customer data in its query.

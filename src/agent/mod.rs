@@ -19,7 +19,7 @@ use futures_util::future::join_all;
 use serde_json::{Map, Value};
 
 use self::llm::{ChatMessage, Llm, ToolCall, Usage};
-use crate::domain::{Batch, Channel, ReplyPart};
+use crate::domain::{Batch, Channel, Identity, ReplyPart};
 use crate::metrics::{Metrics, TokenKind};
 use crate::router::Router;
 use crate::store::{HistoryEntry, Speaker, Store, TurnUsage};
@@ -79,7 +79,7 @@ impl Agent {
             .await
             .map_err(|e| TurnError(format!("reading the history: {e}")))?;
         let mut messages = self.prompt(batch, &history);
-        let tools = self.tools.definitions();
+        let tools = self.tools.definitions(&batch.identity());
         let mut usage = Usage::default();
         let rounds = self.rounds(batch, &mut messages, &tools, &mut usage);
         let outcome = tokio::time::timeout(self.settings.turn_timeout, rounds)
@@ -130,7 +130,8 @@ impl Agent {
             }
             messages.push(completion.message);
             self.stage(batch, "looking it up").await;
-            let results = join_all(calls.iter().map(|call| self.run_tool(call))).await;
+            let identity = batch.identity();
+            let results = join_all(calls.iter().map(|call| self.run_tool(call, &identity))).await;
             for (call, result) in calls.iter().zip(results) {
                 messages.push(ChatMessage::tool_result(&call.id, self.clean(&result)));
             }
@@ -245,7 +246,7 @@ impl Agent {
     }
 
     /// A tool's answer as the model reads it; a failure is an answer too, never a crash.
-    async fn run_tool(&self, call: &ToolCall) -> String {
+    async fn run_tool(&self, call: &ToolCall, identity: &Identity) -> String {
         let arguments: Map<String, Value> = match serde_json::from_str(&call.function.arguments) {
             Ok(Value::Object(map)) => map,
             Ok(_) | Err(_) if call.function.arguments.trim().is_empty() => Map::new(),
@@ -253,10 +254,14 @@ impl Agent {
                 return serde_json::json!({"error": "arguments are not a JSON object"}).to_string();
             }
         };
-        match self.tools.call(&call.function.name, &arguments).await {
+        match self
+            .tools
+            .call(&call.function.name, &arguments, identity)
+            .await
+        {
             Ok(answer) => answer.to_string(),
             Err(e) => {
-                tracing::warn!(tool = %call.function.name, error.message = %e, "tool call failed");
+                tracing::warn!(tool = ?call.function.name, error.message = ?e.to_string(), "tool call failed");
                 serde_json::json!({"error": e.to_string()}).to_string()
             }
         }

@@ -34,7 +34,12 @@ const SETTINGS: &[Setting] = &[
     set("listen", "Address the HTTP server listens on."),
     set(
         "store",
-        "Where state lives: sqlite://PATH (embedded; the directory is created), or for several nodes postgres://USER:PASSWORD@HOST/DB or redis://[:PASSWORD@]HOST[:PORT][/DB][?prefix=NAME&durability=require&cluster=true] (rediss://...&ca=PATH over TLS).",
+        "Where state lives: sqlite://PATH (embedded; the directory is created), or for several nodes postgres://USER:PASSWORD@HOST/DB[?sslmode=verify-full&sslrootcert=PATH&max_connections=16&statement_timeout=10s&lock_timeout=5s] or redis://[:PASSWORD@]HOST[:PORT][/DB][?prefix=NAME&durability=require&cluster=true] (rediss://...&ca=PATH over TLS).",
+    ),
+    opt(
+        "tools_secret",
+        "Signs every tool request (X-Sabi-Timestamp, X-Sabi-Signature-256), so your API can trust the customer named in X-Sabi-Customer.",
+        "\"a-long-random-secret\"",
     ),
     opt(
         "whatsapp.app_secret",
@@ -130,6 +135,11 @@ const SETTINGS: &[Setting] = &[
     set(
         "webchat.max_streams",
         "Event streams open at once on one node; more get 503 and poll instead.",
+    ),
+    opt(
+        "webchat.identity_secret",
+        "Your site signs a signed-in visitor's user_id with this (user_hash = hex HMAC-SHA256); unset: every visitor is anonymous and offered only public tools.",
+        "\"a-long-random-secret\"",
     ),
     opt(
         "llm.base_url",
@@ -267,7 +277,7 @@ const SETTINGS: &[Setting] = &[
     opt(
         "tools",
         "The business's HTTP tools, for reply templates and the agent (repeat the table per tool).",
-        "[[tools]]\nname = \"order_status\"\ndescription = \"Where an order is\"\nparameters = { type = \"object\", properties = { order_id = { type = \"string\" } }, required = [\"order_id\"] }\nmethod = \"GET\"\nurl = \"https://api.example.com/orders/{order_id}\"\nheaders = { Authorization = \"Bearer ${ORDERS_API_TOKEN}\" }\ntimeout = \"5s\"",
+        "[[tools]]\nname = \"order_status\"\ndescription = \"Where an order is\"\nparameters = { type = \"object\", properties = { order_id = { type = \"string\" } }, required = [\"order_id\"] }\nmethod = \"GET\"\nurl = \"https://api.example.com/orders/{order_id}?customer={customer}\"\npublic = false\nheaders = { Authorization = \"Bearer ${ORDERS_API_TOKEN}\" }\ntimeout = \"5s\"",
     ),
 ];
 

@@ -39,6 +39,8 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_LEASE", "engine.lease"),
     ("SABI_REVIEW_AFTER", "engine.review_after"),
     ("SABI_ADMIN_TOKEN", "admin.token"),
+    ("SABI_TOOLS_SECRET", "tools_secret"),
+    ("SABI_WEBCHAT_IDENTITY_SECRET", "webchat.identity_secret"),
     ("SABI_TURNS", "engine.turns_per_node"),
     ("SABI_SANDBOX_REPLY_DELAY", "engine.sandbox_reply_delay"),
     ("SABI_INTENTS_FILE", "router.intents_file"),
@@ -82,6 +84,10 @@ pub struct Config {
     /// The business's HTTP tools, for reply templates and the agent (`[[tools]]`).
     #[serde(default)]
     pub tools: Vec<crate::tools::ToolConfig>,
+    /// Signs every tool request (`X-Sabi-Signature-256`), so the business's API can trust the
+    /// customer it names in `X-Sabi-Customer`.
+    #[serde(skip_serializing)]
+    pub tools_secret: Option<SecretString>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -378,6 +384,11 @@ pub struct WebchatConfig {
     /// Event streams open at once on one node; more get 503 (browsers then poll).
     #[serde(default = "defaults::max_streams", deserialize_with = "number::usize")]
     pub max_streams: usize,
+    /// Your site signs its signed-in user's id with this (`user_hash`, hex HMAC-SHA256 of
+    /// `user_id`), so a visitor cannot claim to be someone else. Unset: every visitor is
+    /// anonymous and offered only public tools.
+    #[serde(skip_serializing)]
+    pub identity_secret: Option<SecretString>,
 }
 
 impl Default for WebchatConfig {
@@ -390,6 +401,7 @@ impl Default for WebchatConfig {
             max_queue: defaults::max_queue(),
             per_session_per_minute: defaults::session_rate(),
             max_streams: defaults::max_streams(),
+            identity_secret: None,
         }
     }
 }

@@ -42,6 +42,8 @@ pub enum ApiError {
     Internal(String),
     #[error("missing or wrong bearer token")]
     Unauthorized,
+    #[error("{0}")]
+    BadIdentity(&'static str),
     #[error("requests from this address are not allowed")]
     ForbiddenSource,
     #[error("no such item")]
@@ -80,6 +82,7 @@ impl ApiError {
                 "unauthorized",
                 "A valid bearer token is required.".into(),
             ),
+            ApiError::BadIdentity(why) => (StatusCode::UNAUTHORIZED, "bad_identity", (*why).into()),
             ApiError::ForbiddenSource => {
                 (StatusCode::FORBIDDEN, "forbidden_source", self.to_string())
             }

@@ -92,6 +92,8 @@ pub struct WebchatSettings {
     pub queue: webchat::QueueGauge,
     /// One permit per open event stream.
     pub streams: Arc<tokio::sync::Semaphore>,
+    /// Checks a signed-in visitor's `user_hash`; unset: every visitor is anonymous.
+    pub identity_secret: Option<secrecy::SecretString>,
 }
 
 impl WebchatSettings {
@@ -105,6 +107,7 @@ impl WebchatSettings {
             per_session_per_minute: webchat.per_session_per_minute,
             queue: webchat::QueueGauge::default(),
             streams: Arc::new(tokio::sync::Semaphore::new(webchat.max_streams)),
+            identity_secret: webchat.identity_secret.clone(),
         }
     }
 }

@@ -62,6 +62,19 @@ pub(super) struct Question {
         pattern = "^[A-Za-z0-9_.:-]+$"
     )]
     message_id: Option<String>,
+    /// Your site's id for a signed-in visitor, with `user_hash`: tools then act for this user.
+    #[serde(default)]
+    #[schema(
+        nullable,
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]+$"
+    )]
+    user_id: Option<String>,
+    /// Hex HMAC-SHA256 of `user_id` with `webchat.identity_secret`, made by your server.
+    #[serde(default)]
+    #[schema(nullable, pattern = "^[0-9a-f]{64}$")]
+    user_hash: Option<String>,
 }
 
 /// The job that will carry the answer.
@@ -83,6 +96,7 @@ pub(super) struct Accepted {
         (status = 202, description = "Stored; ask the job for the answer", body = Accepted,
             headers(("Location" = String, description = "The job's status URL"))),
         (status = 400, description = "Not JSON", body = ErrorBody),
+        (status = 401, description = "`user_hash` does not vouch for `user_id`", body = ErrorBody),
         (status = 422, description = "A field is missing or invalid", body = ErrorBody),
         (status = 429, description = "This session asks too fast; see Retry-After", body = ErrorBody),
         (status = 503, description = "Too many questions wait; see Retry-After", body = ErrorBody),
@@ -117,6 +131,7 @@ async fn accept(
     let question = q.question.trim();
     validate(question, &q.session_id, q.message_id.as_deref())?;
     let settings = &state.webchat;
+    let user_id = vouched_user(settings, q.user_id.as_deref(), q.user_hash.as_deref())?;
     let now = state.clock.now_ms();
     // A resend of a question already taken gets its job, however busy the queue is.
     if let Some(message_id) = q.message_id.as_deref()
@@ -141,6 +156,7 @@ async fn accept(
             session_id: q.session_id.clone(),
             message_id: q.message_id.clone(),
             question: question.to_owned(),
+            user_id,
             business: settings.site.clone(),
             job_id: new_job_id()?,
             now_ms: now,
@@ -180,6 +196,50 @@ fn accepted(job_id: String, status: JobStatus) -> Result<Response, ApiError> {
         Json(body),
     )
         .into_response())
+}
+
+/// The visitor's user id when their site vouched for it; `None` for an anonymous visitor.
+fn vouched_user(
+    settings: &super::WebchatSettings,
+    user_id: Option<&str>,
+    user_hash: Option<&str>,
+) -> Result<Option<String>, ApiError> {
+    let (user_id, user_hash) = match (user_id, user_hash) {
+        (None, None) => return Ok(None),
+        (Some(user_id), Some(user_hash)) => (user_id, user_hash),
+        _ => {
+            return Err(ApiError::BadIdentity(
+                "user_id and user_hash come together: the hash is your server's signature of the id",
+            ));
+        }
+    };
+    if user_id.is_empty()
+        || user_id.chars().count() > MAX_ID_CHARS
+        || user_id.chars().any(char::is_control)
+    {
+        return Err(ApiError::Invalid {
+            field: "user_id",
+            why: format!("must be 1 to {MAX_ID_CHARS} characters, none of them control characters"),
+        });
+    }
+    let Some(secret) = &settings.identity_secret else {
+        return Err(ApiError::BadIdentity(
+            "this site does not verify visitors (no webchat.identity_secret): send no user_id",
+        ));
+    };
+    let expected = crate::ingress::whatsapp::sign(secret, user_id.as_bytes());
+    let expected = expected.trim_start_matches("sha256=");
+    if bool::from(
+        expected
+            .as_bytes()
+            .ct_eq(user_hash.to_ascii_lowercase().as_bytes()),
+    ) {
+        Ok(Some(user_id.to_owned()))
+    } else {
+        Err(ApiError::BadIdentity(
+            "user_hash is not the HMAC-SHA256 of user_id with this site's identity secret",
+        ))
+    }
 }
 
 fn validate(question: &str, session_id: &str, message_id: Option<&str>) -> Result<(), ApiError> {

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
 use super::{ActionKind, Entities, PLEASANTRIES, Router, Routing};
-use crate::domain::{Batch, Channel, ReplyPart};
+use crate::domain::{Batch, ReplyPart};
 use crate::metrics::{Metrics, Routed};
 use crate::tools::Tools;
 use crate::worker::{TurnError, TurnHandler, TurnOutcome};
@@ -61,7 +61,7 @@ impl RouterHandler {
             out.push_str(&rest[..start]);
             if !answers.iter().any(|(name, _)| *name == tool) {
                 let arguments = tool_arguments(batch, routing);
-                match self.tools.call(&tool, &arguments).await {
+                match self.tools.call(&tool, &arguments, &batch.identity()).await {
                     Ok(answer) => answers.push((tool.clone(), answer)),
                     Err(e) => {
                         tracing::warn!(batch = batch.id, error.message = %e, "a reply template's tool failed; the agent answers");
@@ -168,12 +168,7 @@ fn tool_arguments(batch: &Batch, routing: &Routing) -> Map<String, Value> {
     let mut args = Map::new();
     args.insert("channel".into(), json!(batch.conversation.channel.as_str()));
     args.insert("business".into(), json!(batch.conversation.business));
-    // A WhatsApp number is the customer's own; a web-chat session id is whatever the browser
-    // chose, so it never stands in for a customer a tool would look up.
-    match batch.conversation.channel {
-        Channel::Whatsapp => args.insert("customer".into(), json!(batch.conversation.customer)),
-        Channel::Webchat => args.insert("session".into(), json!(batch.conversation.customer)),
-    };
+    // `customer` is the tools' to fill, from the conversation's verified identity.
     args.insert("intent".into(), json!(routing.intent));
     args.insert("amount".into(), json!(e.amounts.first().map(|a| a.value)));
     args.insert("account".into(), json!(e.accounts.first()));

@@ -111,6 +111,7 @@ pub(crate) fn question_item(s: &ChatSubmission, key: String) -> InboundItem {
             "session_id": s.session_id,
             "message_id": s.message_id,
             "job_id": s.job_id,
+            "user_id": s.user_id,
         }),
     }
 }

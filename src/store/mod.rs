@@ -404,6 +404,8 @@ pub struct ChatSubmission {
     /// The browser's idempotency key: the same (session, message id) always gives the same job.
     pub message_id: Option<String>,
     pub question: String,
+    /// The visitor's user id, when their site vouched for it (`user_hash`).
+    pub user_id: Option<String>,
     /// The site the chat runs on: the conversation's business side.
     pub business: String,
     /// A fresh unguessable id, used when this is a new job.

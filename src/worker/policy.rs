@@ -89,6 +89,7 @@ mod tests {
                     media_id: None,
                     provider_ts: Some(sent_at_s),
                     received_at_ms: sent_at_s * 1000 + 500,
+                    user: None,
                 }],
                 due_at_ms: sent_at_s * 1000,
             },

@@ -691,6 +691,7 @@ async fn chat_jobs_are_idempotent_under_races(store: Arc<dyn Store>) {
                 .submit_chat(ChatSubmission {
                     session_id: "s-1".into(),
                     message_id: Some("m-1".into()),
+                    user_id: None,
                     question: "where is my order?".into(),
                     business: "web".into(),
                     job_id: format!("job-{n}"),
@@ -853,6 +854,7 @@ async fn a_session_burst_cannot_pass_its_limit(store: Arc<dyn Store>) {
                 .submit_chat(ChatSubmission {
                     session_id: "s-burst".into(),
                     message_id: Some(format!("m-{n}")),
+                    user_id: None,
                     question: format!("question {n}"),
                     business: "web".into(),
                     job_id: format!("burst-{n}"),

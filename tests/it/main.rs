@@ -13,6 +13,7 @@ mod crash;
 mod engine;
 mod fuzz;
 mod helpers;
+mod identity;
 mod metrics;
 mod nodes;
 mod openapi;

@@ -130,7 +130,8 @@ pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch
         customer: row.get(2),
     };
     let messages = sqlx::query(
-        "SELECT seq, dedupe_key, item_type, text, media_id, provider_ts, received_at
+        "SELECT seq, dedupe_key, item_type, text, media_id, provider_ts, received_at,
+                CASE channel WHEN 'webchat' THEN facts::jsonb ->> 'user_id' END
          FROM inbox WHERE batch_id = $1 ORDER BY provider_ts, seq",
     )
     .bind(id)
@@ -146,6 +147,7 @@ pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch
         media_id: r.get(4),
         provider_ts: r.get(5),
         received_at_ms: r.get(6),
+        user: r.get(7),
     })
     .collect();
     Ok(Batch {

@@ -206,6 +206,8 @@ pub(super) struct RawMessage {
     media: Option<String>,
     pts: Option<i64>,
     recv: i64,
+    #[serde(default)]
+    user: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -234,6 +236,7 @@ impl RawBatch {
                 media_id: m.media,
                 provider_ts: m.pts,
                 received_at_ms: m.recv,
+                user: m.user,
             })
             .collect();
         messages.sort_by_key(|m| (m.provider_ts, m.seq));

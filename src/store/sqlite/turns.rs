@@ -130,7 +130,8 @@ pub(super) fn load_batch(conn: &Connection, id: i64) -> Result<Batch> {
 /// A batch's messages in the order the customer sent them; arrival order breaks ties.
 fn batch_messages(conn: &Connection, batch: i64) -> Result<Vec<BatchMessage>> {
     conn.prepare_cached(
-        "SELECT seq, dedupe_key, item_type, text, media_id, provider_ts, received_at
+        "SELECT seq, dedupe_key, item_type, text, media_id, provider_ts, received_at,
+                CASE channel WHEN 'webchat' THEN json_extract(facts, '$.user_id') END
          FROM inbox WHERE batch_id = ?1 ORDER BY provider_ts, seq",
     )
     .and_then(|mut s| {
@@ -143,6 +144,7 @@ fn batch_messages(conn: &Connection, batch: i64) -> Result<Vec<BatchMessage>> {
                 media_id: r.get(4)?,
                 provider_ts: r.get(5)?,
                 received_at_ms: r.get(6)?,
+                user: r.get(7)?,
             })
         })?
         .collect()

@@ -5,10 +5,14 @@ local function load_batch(id)
   local c = get(k('c', b.conv), 'ch', 'biz', 'cust')
   local messages = {}
   for _, seq in ipairs(redis.call('ZRANGE', k('b', id, 'msgs'), 0, -1)) do
-    local m = get(k('in', seq), 'key', 'type', 'text', 'media', 'pts', 'recv')
+    local m = get(k('in', seq), 'ch', 'key', 'type', 'text', 'media', 'pts', 'recv', 'facts')
+    local user
+    if m.ch == 'webchat' then
+      user = cjson.decode(m.facts).user_id
+    end
     messages[#messages + 1] = {
       seq = tonumber(seq), key = m.key, type = m.type, text = m.text, media = m.media,
-      pts = tonumber(m.pts), recv = tonumber(m.recv),
+      pts = tonumber(m.pts), recv = tonumber(m.recv), user = user,
     }
   end
   return {
