@@ -16,6 +16,7 @@ use crate::agent::voice::{Transcriber, VoiceNotes};
 use crate::agent::{Agent, AgentSettings};
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
+use crate::http::serve::{ConnectionLimits, serve};
 use crate::ingress::{self, Ingress};
 use crate::metrics::Metrics;
 use crate::router::{Router, RouterHandler};
@@ -37,7 +38,7 @@ pub enum Role {
 }
 
 pub struct App {
-    http: Option<(TcpListener, axum::Router)>,
+    http: Option<(TcpListener, axum::Router, ConnectionLimits)>,
     scheduler: Arc<Scheduler>,
     /// Delivers replies through the Graph API; none in sandbox mode.
     sender: Option<Arc<Sender>>,
@@ -245,10 +246,15 @@ impl App {
                     outbox,
                     metrics,
                 );
-                Some((
-                    listener,
-                    ingress::router(state, config.ingress.max_body_bytes),
-                ))
+                let limits = ConnectionLimits {
+                    header_timeout: config.ingress.header_timeout,
+                    max_connections: crate::http::serve::connections_within(
+                        crate::http::serve::fd_limit(),
+                        config.ingress.max_connections,
+                    ),
+                    grace: config.engine.shutdown_grace,
+                };
+                Some((listener, ingress::router(state, &config.ingress), limits))
             }
         };
         if config.whatsapp.app_secret.is_none() && http.is_some() {
@@ -270,7 +276,7 @@ impl App {
     pub fn addr(&self) -> Option<SocketAddr> {
         self.http
             .as_ref()
-            .and_then(|(listener, _)| listener.local_addr().ok())
+            .and_then(|(listener, _, _)| listener.local_addr().ok())
     }
 
     pub fn store(&self) -> Arc<dyn Store> {
@@ -308,13 +314,10 @@ impl App {
             .filter(|_| self.runs_scheduler)
             .map(|sender| tokio::spawn(sender.run(shutdown.clone())));
         match self.http {
-            Some((listener, router)) => {
+            Some((listener, router, limits)) => {
                 let addr = listener.local_addr()?;
                 tracing::info!(%addr, chat_page = %format!("http://{addr}/"), "sabi listening");
-                let stop = shutdown.clone();
-                let service = router.into_make_service_with_connect_info::<SocketAddr>();
-                axum::serve(listener, service)
-                    .with_graceful_shutdown(async move { stop.cancelled().await })
+                serve(listener, router, limits, shutdown.clone())
                     .await
                     .context("serving HTTP")?;
             }

@@ -269,6 +269,9 @@ async fn serve(config: &Config, role: Role) -> anyhow::Result<()> {
     // Listening before anything slow (training the router), so a SIGTERM during start-up
     // also ends in a clean stop.
     let stop = shutdown_signal()?;
+    // Every connection is an open file: the soft limit (often 1,024) is far too low.
+    let fds = crate::http::serve::raise_fd_limit();
+    tracing::debug!(open_files = fds, "open-file limit");
     let app = App::build(config, role).await?;
     let shutdown = app.shutdown_token();
     tokio::spawn(async move {

@@ -243,6 +243,22 @@ const SETTINGS: &[Setting] = &[
         "Largest request body accepted (Meta sends up to 3 MB).",
     ),
     set(
+        "ingress.header_timeout",
+        "A client must send a request's headers within this; slower ones are dropped.",
+    ),
+    set(
+        "ingress.body_timeout",
+        "...and the whole body within this (408 otherwise).",
+    ),
+    set(
+        "ingress.max_connections",
+        "Connections open at once on one node (kept within the open-file limit); new ones are closed beyond it.",
+    ),
+    set(
+        "ingress.max_large_bodies",
+        "Bodies over 64 KiB read at once; more get 503 at once (Meta retries).",
+    ),
+    set(
         "ingress.webhook_allow",
         "Networks the WhatsApp webhook accepts (CIDR, like Meta's published ranges); empty accepts any.",
     ),

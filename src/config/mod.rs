@@ -573,6 +573,25 @@ pub struct IngressConfig {
     /// Proxies whose `X-Forwarded-For` is believed (CIDR); from anyone else it is ignored.
     #[serde(default)]
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// A client must send a request's headers within this (slower ones are dropped).
+    #[serde(default = "defaults::header_timeout", with = "duration")]
+    pub header_timeout: Duration,
+    /// ...and its whole body within this (408 otherwise; Meta sends at once).
+    #[serde(default = "defaults::body_timeout", with = "duration")]
+    pub body_timeout: Duration,
+    /// Connections open at once on one node (kept within the open-file limit); new ones are
+    /// closed beyond it.
+    #[serde(
+        default = "defaults::max_connections",
+        deserialize_with = "number::usize"
+    )]
+    pub max_connections: usize,
+    /// Bodies over 64 KiB (or of unknown length) read at once; more get 503 at once.
+    #[serde(
+        default = "defaults::max_large_bodies",
+        deserialize_with = "number::usize"
+    )]
+    pub max_large_bodies: usize,
 }
 
 impl Default for IngressConfig {
@@ -581,6 +600,10 @@ impl Default for IngressConfig {
             max_body_bytes: defaults::max_body(),
             webhook_allow: Vec::new(),
             trusted_proxies: Vec::new(),
+            header_timeout: defaults::header_timeout(),
+            body_timeout: defaults::body_timeout(),
+            max_connections: defaults::max_connections(),
+            max_large_bodies: defaults::max_large_bodies(),
         }
     }
 }
@@ -928,6 +951,22 @@ mod defaults {
     pub(super) fn poll_interval() -> Duration {
         Duration::from_secs(1)
     }
+    pub(super) fn header_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+
+    pub(super) fn body_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+
+    pub(super) fn max_connections() -> usize {
+        10_000
+    }
+
+    pub(super) fn max_large_bodies() -> usize {
+        16
+    }
+
     pub(super) fn max_body() -> usize {
         // Meta's 3 MB plus room for headers of the JSON around it.
         3 * 1024 * 1024 + 512 * 1024

@@ -24,6 +24,10 @@ pub enum ApiError {
     NotJson(#[from] NotJson),
     #[error("request body larger than {limit} bytes")]
     TooLarge { limit: usize },
+    #[error("the request body did not arrive in time")]
+    BodyTimeout,
+    #[error("too many large request bodies are being read")]
+    LargeBodiesBusy,
     #[error("could not read the request body: {0}")]
     UnreadableBody(String),
     #[error(transparent)]
@@ -70,6 +74,16 @@ impl ApiError {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
                 self.to_string(),
+            ),
+            ApiError::BodyTimeout => (
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                self.to_string(),
+            ),
+            ApiError::LargeBodiesBusy => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "large_bodies_busy",
+                "Too many large requests are arriving at once; retry later.".into(),
             ),
             ApiError::UnreadableBody(_) => {
                 (StatusCode::BAD_REQUEST, "unreadable_body", self.to_string())
@@ -125,7 +139,8 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code, message) = self.parts();
-        if status.is_server_error() {
+        // Refusals under load are the node working as meant: only failures are errors.
+        if matches!(self, ApiError::Internal(_) | ApiError::Store(_)) {
             tracing::error!(error.message = %self, error.cause_chain = ?self, code, "request failed");
         } else {
             tracing::debug!(error.message = %self, code, "request refused");

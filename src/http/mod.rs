@@ -1,5 +1,7 @@
-//! HTTP plumbing shared by every route: the one error type and its table of codes.
+//! HTTP plumbing shared by every route: the one error type and its table of codes, and the
+//! server's connection-level defences.
 
 mod error;
+pub mod serve;
 
 pub use self::error::ApiError;

@@ -4,6 +4,7 @@
 //! The WhatsApp webhook acknowledges only what the store has durably kept.
 
 mod admin;
+mod bodies;
 mod health;
 mod source;
 mod webchat;
@@ -21,7 +22,7 @@ use secrecy::SecretString;
 use tokio::sync::Notify;
 
 use crate::clock::SharedClock;
-use crate::config::Config;
+use crate::config::{Config, IngressConfig};
 use crate::domain::BatchPolicy;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -113,13 +114,24 @@ impl WebchatSettings {
 }
 
 /// Every route of the HTTP server.
-pub fn router(state: AppState, max_body_bytes: usize) -> Router {
+pub fn router(state: AppState, limits: &IngressConfig) -> Router {
+    let large = Arc::new(tokio::sync::Semaphore::new(limits.max_large_bodies));
+    let bodies = |max_bytes: usize| {
+        let rules = Arc::new(bodies::BodyRules {
+            max_bytes,
+            timeout: limits.body_timeout,
+            large: large.clone(),
+        });
+        middleware::from_fn_with_state(rules, bodies::guard)
+    };
+    let max_body_bytes = limits.max_body_bytes;
     let mut webhook = Router::new()
         .route(
             "/webhook/whatsapp",
             get(whatsapp::verify).post(whatsapp::receive),
         )
-        .layer(DefaultBodyLimit::max(max_body_bytes));
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(bodies(max_body_bytes));
     if !state.source.allow.is_empty() {
         webhook = webhook.layer(middleware::from_fn_with_state(state.clone(), source::guard));
     }
@@ -130,7 +142,8 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
         .route("/chat/{job_id}", get(webchat::status))
         .route("/chat/{job_id}/events", get(webchat::events))
         .route("/openapi.json", get(webchat::openapi))
-        .layer(DefaultBodyLimit::max(WEBCHAT_MAX_BODY));
+        .layer(DefaultBodyLimit::max(WEBCHAT_MAX_BODY))
+        .layer(bodies(WEBCHAT_MAX_BODY));
     let mut routes = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -150,7 +163,8 @@ pub fn router(state: AppState, max_body_bytes: usize) -> Router {
                 state.clone(),
                 admin::require_token,
             ))
-            .layer(DefaultBodyLimit::max(WEBCHAT_MAX_BODY));
+            .layer(DefaultBodyLimit::max(WEBCHAT_MAX_BODY))
+            .layer(bodies(WEBCHAT_MAX_BODY));
         routes = routes.merge(api).route("/desk", get(admin::desk));
     }
     routes.with_state(state)

@@ -3,6 +3,7 @@
 // Test modules share helpers through `pub` items of a private module.
 #![allow(unreachable_pub)]
 
+mod abuse;
 mod admin;
 mod agent;
 mod browser;
