@@ -258,6 +258,19 @@ impl App {
             }
         };
         if config.whatsapp.app_secret.is_none() && http.is_some() {
+            // The sandbox secret is public: only a node on this machine alone may accept it.
+            if role == Role::Api || !config.listen.ip().is_loopback() {
+                anyhow::bail!(
+                    "no WhatsApp app secret: a node that serves {} must have one, or anyone \
+                     could sign webhooks with the public sandbox secret (set \
+                     SABI_WHATSAPP_APP_SECRET)",
+                    if role == Role::Api {
+                        "as --role api"
+                    } else {
+                        "beyond this machine"
+                    }
+                );
+            }
             tracing::warn!(
                 "no WhatsApp app secret configured: sandbox mode accepts webhooks signed with the sandbox secret"
             );

@@ -136,6 +136,10 @@ const SETTINGS: &[Setting] = &[
         "webchat.max_streams",
         "Event streams open at once on one node; more get 503 and poll instead.",
     ),
+    set(
+        "webchat.frame_ancestors",
+        "Who may frame the chat page (CSP frame-ancestors, like https://www.example.com); * lets any site embed it.",
+    ),
     opt(
         "webchat.identity_secret",
         "Your site signs a signed-in visitor's user_id with this (user_hash = hex HMAC-SHA256); unset: every visitor is anonymous and offered only public tools.",
@@ -270,6 +274,11 @@ const SETTINGS: &[Setting] = &[
         "admin.token",
         "Bearer token of the admin API and the review desk; unset turns them off.",
         "\"a-long-random-token\"",
+    ),
+    opt(
+        "admin.metrics_token",
+        "Bearer token /metrics requires; unset leaves it open (keep it off the internet at your proxy).",
+        "\"another-long-random-token\"",
     ),
     set(
         "router.enabled",

@@ -39,6 +39,7 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_LEASE", "engine.lease"),
     ("SABI_REVIEW_AFTER", "engine.review_after"),
     ("SABI_ADMIN_TOKEN", "admin.token"),
+    ("SABI_METRICS_TOKEN", "admin.metrics_token"),
     ("SABI_TOOLS_SECRET", "tools_secret"),
     ("SABI_WEBCHAT_IDENTITY_SECRET", "webchat.identity_secret"),
     ("SABI_TURNS", "engine.turns_per_node"),
@@ -389,6 +390,10 @@ pub struct WebchatConfig {
     /// anonymous and offered only public tools.
     #[serde(skip_serializing)]
     pub identity_secret: Option<SecretString>,
+    /// Who may frame the chat page (a Content-Security-Policy `frame-ancestors` list, like
+    /// `https://www.example.com`); `*` lets any site embed it.
+    #[serde(default = "defaults::frame_ancestors")]
+    pub frame_ancestors: String,
 }
 
 impl Default for WebchatConfig {
@@ -402,6 +407,7 @@ impl Default for WebchatConfig {
             per_session_per_minute: defaults::session_rate(),
             max_streams: defaults::max_streams(),
             identity_secret: None,
+            frame_ancestors: defaults::frame_ancestors(),
         }
     }
 }
@@ -614,6 +620,9 @@ pub struct AdminConfig {
     /// Bearer token of the admin API; unset means the admin API is off.
     #[serde(skip_serializing)]
     pub token: Option<SecretString>,
+    /// Bearer token `/metrics` requires; unset leaves it open (keep it behind your proxy).
+    #[serde(skip_serializing)]
+    pub metrics_token: Option<SecretString>,
 }
 
 /// A configuration that cannot be used, naming the setting.
@@ -709,6 +718,16 @@ impl Config {
         }
         if self.engine.poll_interval < Duration::from_millis(10) {
             return Err(Error("engine.poll_interval: must be at least 10ms".into()));
+        }
+        let ancestors = &self.webchat.frame_ancestors;
+        if ancestors.trim().is_empty()
+            || !ancestors.chars().all(|c| c.is_ascii_graphic() || c == ' ')
+            || ancestors.contains([';', ','])
+        {
+            return Err(Error(
+                "webchat.frame_ancestors: a space-separated list of origins (or * or 'none')"
+                    .into(),
+            ));
         }
         if self.whatsapp.outbound_rate == 0 {
             return Err(Error(
@@ -951,6 +970,10 @@ mod defaults {
     pub(super) fn poll_interval() -> Duration {
         Duration::from_secs(1)
     }
+    pub(super) fn frame_ancestors() -> String {
+        "*".into()
+    }
+
     pub(super) fn header_timeout() -> Duration {
         Duration::from_secs(10)
     }

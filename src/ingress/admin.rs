@@ -37,16 +37,34 @@ pub(super) async fn require_token(
     next: Next,
 ) -> Result<Response, ApiError> {
     let expected = state.admin.token.as_ref().ok_or(ApiError::Unauthorized)?;
-    let given = request
+    if !token_matches(bearer(&request), expected) {
+        return Err(ApiError::Unauthorized);
+    }
+    Ok(next.run(request).await)
+}
+
+/// `/metrics` (volumes, spend, backlog) for the holder of `admin.metrics_token` only, when one
+/// is set.
+pub(super) async fn require_metrics_token(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if let Some(expected) = &state.admin.metrics_token
+        && !token_matches(bearer(&request), expected)
+    {
+        return Err(ApiError::Unauthorized);
+    }
+    Ok(next.run(request).await)
+}
+
+fn bearer(request: &Request) -> &str {
+    request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    if !token_matches(given, expected) {
-        return Err(ApiError::Unauthorized);
-    }
-    Ok(next.run(request).await)
+        .unwrap_or_default()
 }
 
 /// Constant time whatever the lengths: the digests are compared, not the tokens.

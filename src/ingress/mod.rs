@@ -5,6 +5,7 @@
 
 mod admin;
 mod bodies;
+mod headers;
 mod health;
 mod source;
 mod webchat;
@@ -50,6 +51,8 @@ pub struct AdminSettings {
     pub token: Option<SecretString>,
     /// Replies are kept, never sent (no access token).
     pub sandbox: bool,
+    /// Set: `/metrics` needs it as a bearer token.
+    pub metrics_token: Option<SecretString>,
 }
 
 pub type AppState = Arc<Ingress>;
@@ -74,6 +77,7 @@ impl Ingress {
             admin: AdminSettings {
                 token: config.admin.token.clone(),
                 sandbox: config.whatsapp.sandbox(),
+                metrics_token: config.admin.metrics_token.clone(),
             },
             source: SourcePolicy {
                 allow: config.ingress.webhook_allow.clone(),
@@ -95,6 +99,8 @@ pub struct WebchatSettings {
     pub streams: Arc<tokio::sync::Semaphore>,
     /// Checks a signed-in visitor's `user_hash`; unset: every visitor is anonymous.
     pub identity_secret: Option<secrecy::SecretString>,
+    /// Who may frame the chat page.
+    pub frame_ancestors: String,
 }
 
 impl WebchatSettings {
@@ -109,6 +115,7 @@ impl WebchatSettings {
             queue: webchat::QueueGauge::default(),
             streams: Arc::new(tokio::sync::Semaphore::new(webchat.max_streams)),
             identity_secret: webchat.identity_secret.clone(),
+            frame_ancestors: webchat.frame_ancestors.clone(),
         }
     }
 }
@@ -147,7 +154,13 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
     let mut routes = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
+        .route(
+            "/metrics",
+            get(health::metrics).layer(middleware::from_fn_with_state(
+                state.clone(),
+                admin::require_metrics_token,
+            )),
+        )
         .merge(webhook)
         .merge(webchat);
     if state.admin.token.is_some() {
@@ -167,7 +180,10 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
             .layer(bodies(WEBCHAT_MAX_BODY));
         routes = routes.merge(api).route("/desk", get(admin::desk));
     }
-    routes.with_state(state)
+    let policies = Arc::new(headers::Policies::new(&state.webchat.frame_ancestors));
+    routes
+        .with_state(state)
+        .layer(middleware::from_fn_with_state(policies, headers::secure))
 }
 
 /// A chat question is at most a few kilobytes.

@@ -576,7 +576,7 @@ pub(super) struct History {
     get,
     path = "/chat/history",
     tag = "web chat",
-    params(Session),
+    params(HistorySession),
     responses(
         (status = 200, description = "The history", body = History),
         (status = 422, description = "An invalid session id", body = ErrorBody),
@@ -584,16 +584,13 @@ pub(super) struct History {
 )]
 pub(super) async fn history(
     State(state): State<AppState>,
-    query: Result<Query<Session>, QueryRejection>,
+    headers: HeaderMap,
+    query: Result<Query<HistorySession>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let session = session(query)?;
-    validate("-", &session.session_id, None)?;
-    let messages = state
-        .store
-        .chat_history(&session.session_id, HISTORY_LIMIT)
-        .await?;
+    let session_id = history_session(&headers, query)?;
+    let messages = state.store.chat_history(&session_id, HISTORY_LIMIT).await?;
     let mut response = Json(History {
-        session_id: session.session_id,
+        session_id,
         messages,
     })
     .into_response();
@@ -601,6 +598,42 @@ pub(super) async fn history(
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
+}
+
+/// A history is read by the session id alone: the id must be unguessable (128 bits).
+const HISTORY_SESSION_CHARS: usize = 22;
+
+/// The session whose history is asked for: `X-Sabi-Session` (kept out of proxies' access
+/// logs), or the query's `session_id`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct HistorySession {
+    /// The session, at least 22 characters (128 bits; the chat page makes 32 hex digits). The
+    /// `X-Sabi-Session` header may carry it instead.
+    #[param(min_length = 22, max_length = 128, pattern = "^[A-Za-z0-9_.:-]+$")]
+    session_id: String,
+}
+
+fn history_session(
+    headers: &HeaderMap,
+    query: Result<Query<HistorySession>, QueryRejection>,
+) -> Result<String, ApiError> {
+    let from_header = headers
+        .get("x-sabi-session")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let from_query = query.ok().map(|Query(q)| q.session_id);
+    let session_id = from_header.or(from_query).unwrap_or_default();
+    validate("-", &session_id, None)?;
+    if session_id.chars().count() < HISTORY_SESSION_CHARS {
+        return Err(ApiError::Invalid {
+            field: "session_id",
+            why: format!(
+                "must be at least {HISTORY_SESSION_CHARS} characters (128 bits) to read a history"
+            ),
+        });
+    }
+    Ok(session_id)
 }
 
 /// The web chat's API, described from the handlers and types above so it cannot drift.

@@ -152,3 +152,78 @@ async fn large_bodies_wait_their_turn_and_small_webhooks_never_do() {
     assert_eq!(response.status(), 200);
     drop(slow);
 }
+
+#[tokio::test]
+async fn the_store_is_readable_by_its_owner_alone_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("sabi-data");
+    let store = sabi::store::SqliteStore::open(&data.join("sabi.db"))
+        .await
+        .expect("store");
+    drop(store);
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("exists").permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700);
+    for name in ["sabi.db", "sabi.db-wal", "sabi.db-shm"] {
+        let file = data.join(name);
+        if file.exists() {
+            assert_eq!(mode(&file), 0o600, "{name}");
+        }
+    }
+    // A file left readable by an older version is closed at the next start.
+    std::fs::set_permissions(data.join("sabi.db"), std::fs::Permissions::from_mode(0o644))
+        .expect("chmod");
+    let _store = sabi::store::SqliteStore::open(&data.join("sabi.db"))
+        .await
+        .expect("store");
+    assert_eq!(mode(&data.join("sabi.db")), 0o600);
+}
+
+#[test]
+fn an_api_node_or_one_beyond_loopback_without_an_app_secret_refuses_to_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (role, listen) in [("api", "127.0.0.1:0"), ("all", "0.0.0.0:0")] {
+        let output = crate::helpers::sabi_command(dir.path())
+            .env_remove("SABI_WHATSAPP_APP_SECRET")
+            .env("SABI_LISTEN", listen)
+            .args(["serve", "--role", role])
+            .output()
+            .expect("sabi runs");
+        assert!(!output.status.success(), "{role} on {listen} started");
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert!(said.contains("SABI_WHATSAPP_APP_SECRET"), "{said}");
+    }
+}
+
+#[tokio::test]
+async fn pages_carry_security_headers_and_metrics_can_need_a_token() {
+    let app =
+        TestApp::spawn_with(None, &[("SABI_METRICS_TOKEN", "metrics-token-0123456789")]).await;
+    let page = app.client.get(app.url("/")).send().await.expect("page");
+    let headers = page.headers().clone();
+    let page_text = page.text().await.expect("text");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(headers["referrer-policy"], "no-referrer");
+    let policy = headers["content-security-policy"].to_str().expect("ascii");
+    assert!(policy.contains("script-src 'sha256-"), "{policy}");
+    assert!(policy.contains("frame-ancestors *"), "{policy}");
+    assert!(!policy.contains("unsafe-inline"), "{policy}");
+    assert!(page_text.contains("<script>"));
+
+    let open = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics");
+    assert_eq!(open.status(), 401);
+    let allowed = app
+        .client
+        .get(app.url("/metrics"))
+        .bearer_auth("metrics-token-0123456789")
+        .send()
+        .await
+        .expect("metrics");
+    assert_eq!(allowed.status(), 200);
+}

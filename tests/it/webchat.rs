@@ -61,9 +61,10 @@ async fn job_id(response: reqwest::Response) -> String {
 #[tokio::test]
 async fn a_question_is_answered_and_kept_in_the_history() {
     let app = TestApp::spawn().await;
-    let id = job_id(ask(&app, "s-1", "I wan check my balance", Some("m-1")).await).await;
+    let session = "s-1-0123456789abcdef0123";
+    let id = job_id(ask(&app, session, "I wan check my balance", Some("m-1")).await).await;
     assert_eq!(id.len(), 32, "128 random bits");
-    let (status, body) = job(&app, &id, "s-1").await;
+    let (status, body) = job(&app, &id, session).await;
     assert_eq!(
         (status, body["status"].as_str(), body["position"].as_u64()),
         (200, Some("queued"), Some(0))
@@ -72,7 +73,7 @@ async fn a_question_is_answered_and_kept_in_the_history() {
     assert_eq!(app.scheduler.drain().await.expect("drain"), 1);
     let response = app
         .client
-        .get(app.url(&format!("/chat/{id}?session_id=s-1")))
+        .get(app.url(&format!("/chat/{id}?session_id={session}")))
         .send()
         .await
         .expect("got");
@@ -86,9 +87,12 @@ async fn a_question_is_answered_and_kept_in_the_history() {
             .contains("balance")
     );
 
+    // Read by the session id alone (in a header, kept out of access logs), so it must be
+    // unguessable: a short one is refused.
     let history: Value = app
         .client
-        .get(app.url("/chat/history?session_id=s-1"))
+        .get(app.url("/chat/history"))
+        .header("x-sabi-session", session)
         .send()
         .await
         .expect("got")
@@ -97,6 +101,13 @@ async fn a_question_is_answered_and_kept_in_the_history() {
         .expect("json");
     assert_eq!(history["messages"][0]["question"], "I wan check my balance");
     assert_eq!(history["messages"][0]["answer"], body["answer"]["text"]);
+    let short = app
+        .client
+        .get(app.url("/chat/history?session_id=s-1"))
+        .send()
+        .await
+        .expect("got");
+    assert_eq!(short.status(), 422);
 }
 
 #[tokio::test]

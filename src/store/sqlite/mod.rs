@@ -45,13 +45,16 @@ const MIGRATIONS: &[&str] = &[
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Idle read connections kept open.
-const IDLE_READERS: usize = 8;
+/// Read connections at most: reads beyond wait for one, rather than open files without bound
+/// (a flood of event streams would otherwise exhaust the process's open files).
+const READERS: usize = 8;
 
 pub struct SqliteStore {
     path: PathBuf,
     writer: Writer,
     readers: Mutex<Vec<Connection>>,
+    /// One permit per read connection in use.
+    reading: tokio::sync::Semaphore,
 }
 
 impl SqliteStore {
@@ -62,19 +65,17 @@ impl SqliteStore {
     pub async fn open(path: &Path) -> Result<SqliteStore> {
         let path = path.to_owned();
         tokio::task::spawn_blocking(move || {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    Error::Unavailable(format!("cannot create {}: {e}", dir.display()))
-                })?;
-            }
+            keep_private(&path)?;
             let conn = connect(&path)?;
             migrate(&conn)?;
+            keep_private(&path)?;
             let writer = Writer::spawn(conn)
                 .map_err(|e| Error::Unavailable(format!("cannot start the writer: {e}")))?;
             Ok(SqliteStore {
                 path,
                 writer,
                 readers: Mutex::new(Vec::new()),
+                reading: tokio::sync::Semaphore::new(READERS),
             })
         })
         .await
@@ -87,6 +88,7 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
+        let _reading = self.reading.acquire().await.map_err(|_| poisoned())?;
         let pooled = self.readers.lock().map_err(|_| poisoned())?.pop();
         let path = self.path.clone();
         let (conn, out) = tokio::task::spawn_blocking(move || {
@@ -100,11 +102,50 @@ impl SqliteStore {
         .await
         .map_err(|e| Error::Unavailable(e.to_string()))??;
         let mut idle = self.readers.lock().map_err(|_| poisoned())?;
-        if idle.len() < IDLE_READERS {
-            idle.push(conn);
-        }
+        idle.push(conn);
         out
     }
+}
+
+/// The store holds phone numbers and what customers wrote: its directory (when Sabi makes it)
+/// is the owner's alone (0700), and so are the database and its WAL and shared-memory files
+/// (0600), whatever the umask. SQLite gives the WAL and shared-memory files the database's
+/// own mode.
+///
+/// The database file is opened here only when it does not exist yet: closing any descriptor of
+/// a file drops every POSIX lock this process holds on it, SQLite's included.
+fn keep_private(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    let failed = |what: &Path, e: std::io::Error| {
+        Error::Unavailable(format!("cannot prepare {}: {e}", what.display()))
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| failed(dir, e))?;
+    }
+    if !path.exists() {
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path);
+        match created {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(failed(path, e)),
+        }
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let file = PathBuf::from(format!("{}{suffix}", path.display()));
+        if file.exists() {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| failed(&file, e))?;
+        }
+    }
+    Ok(())
 }
 
 fn poisoned() -> Error {
