@@ -319,9 +319,9 @@ async fn inbox(config: &Config, as_json: bool, query: InboxQuery) -> anyhow::Res
                 i.kind.as_str(),
                 item.state,
                 i.item_type.as_deref().unwrap_or("-"),
-                i.business.as_deref().unwrap_or("-"),
-                i.customer.as_deref().unwrap_or("-"),
-                i.text.as_deref().unwrap_or("").replace('\n', " ")
+                shown(i.business.as_deref().unwrap_or("-")),
+                shown(i.customer.as_deref().unwrap_or("-")),
+                shown(i.text.as_deref().unwrap_or(""))
             )?;
         }
     }
@@ -397,15 +397,30 @@ async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
                 entry.id,
                 entry.state,
                 entry.delivery.as_deref().unwrap_or("-"),
-                c.business,
-                c.customer,
+                shown(&c.business),
+                shown(&c.customer),
                 entry.batch_id,
                 entry.part,
-                entry.text
+                shown(&entry.text)
             )?;
         }
     }
     Ok(())
+}
+
+/// Text from outside (customers, Meta, models) as a terminal may show it: control characters
+/// (escape sequences, bells, line breaks that would forge a line) are written as escapes.
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| match c {
+            c if c.is_control() => c.escape_default().to_string(),
+            c => c.to_string(),
+        })
+        .collect::<String>()
+        .into()
 }
 
 async fn check(config: &Config) -> anyhow::Result<()> {
@@ -581,7 +596,7 @@ async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {
                 "{:>6}  {}  {}",
                 q.id,
                 rfc3339(q.received_at_ms),
-                q.quarantined.reason
+                shown(&q.quarantined.reason)
             )?;
         }
     }
@@ -755,4 +770,15 @@ pub fn text_webhook(
             }]
         }]
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn control_characters_from_outside_are_shown_as_escapes() {
+        assert_eq!(shown("plain text, ẹ jọ̀ọ́"), "plain text, ẹ jọ̀ọ́");
+        assert_eq!(shown("a\u{1b}[2Jb\u{7}\nc"), "a\\u{1b}[2Jb\\u{7}\\nc");
+    }
 }

@@ -8,7 +8,6 @@
 //! Customers' phone numbers and words stay out of the logs unless `logging.customer_data` is
 //! on: lines name a conversation by a short hash instead ([`conversation_tag`]).
 
-use std::io::IsTerminal;
 use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
@@ -19,16 +18,55 @@ use crate::domain::ConversationKey;
 
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_env("SABI_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // A second init (tests in one process) keeps the first subscriber.
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // A second init (tests in one process) keeps the first subscriber. JSON escapes what it
+    // writes; text lines go through `Escaped`, and so have no colours of their own.
     let _ = match format {
         LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
+            .with_ansi(false)
+            .with_writer(|| Escaped(std::io::stderr()))
             .try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Json => builder
+            .with_writer(std::io::stderr)
+            .json()
+            .flatten_event(true)
+            .try_init(),
     };
+}
+
+/// Writes text log lines with every control character but the line's end escaped: a value from
+/// outside (a model's tool name, a message id) cannot forge a log line or reach a terminal as
+/// an escape sequence.
+struct Escaped<W>(W);
+
+impl<W: std::io::Write> std::io::Write for Escaped<W> {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        let (body, end) = match line.strip_suffix(b"\n") {
+            Some(body) => (body, &b"\n"[..]),
+            None => (line, &b""[..]),
+        };
+        if body.iter().any(|b| b.is_ascii_control() && *b != b'\t') {
+            let mut escaped = Vec::with_capacity(line.len() + 16);
+            for &b in body {
+                match b {
+                    b'\t' => escaped.push(b),
+                    b if b.is_ascii_control() => {
+                        escaped.extend_from_slice(format!("\\x{b:02x}").as_bytes());
+                    }
+                    b => escaped.push(b),
+                }
+            }
+            escaped.extend_from_slice(end);
+            self.0.write_all(&escaped)?;
+        } else {
+            self.0.write_all(line)?;
+        }
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 /// A short name for a conversation that does not reveal the customer: within one process the
@@ -52,4 +90,22 @@ pub fn conversation_tag(key: &ConversationKey) -> String {
         .chain_update(&key.customer)
         .finalize();
     hex::encode(&digest[..6])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::Escaped;
+
+    #[test]
+    fn a_log_line_keeps_its_end_and_loses_forged_ones() {
+        let mut out = Escaped(Vec::new());
+        out.write_all(b"tool=\"a\nINFO forged\x1b[31m\x07\"\n")
+            .expect("written");
+        assert_eq!(
+            String::from_utf8(out.0).expect("utf-8"),
+            "tool=\"a\\x0aINFO forged\\x1b[31m\\x07\"\n"
+        );
+    }
 }
