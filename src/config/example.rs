@@ -133,6 +133,10 @@ const SETTINGS: &[Setting] = &[
         "Questions one session may ask per minute before 429.",
     ),
     set(
+        "webchat.per_address_per_minute",
+        "Questions from one address per minute (in bursts of as many) before 429; 0: no limit. Set ingress.trusted_proxies behind a proxy.",
+    ),
+    set(
         "webchat.max_streams",
         "Event streams open at once on one node; more get 503 and poll instead.",
     ),

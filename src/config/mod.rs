@@ -42,6 +42,7 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_METRICS_TOKEN", "admin.metrics_token"),
     ("SABI_TOOLS_SECRET", "tools_secret"),
     ("SABI_WEBCHAT_IDENTITY_SECRET", "webchat.identity_secret"),
+    ("SABI_WEBCHAT_PER_ADDRESS", "webchat.per_address_per_minute"),
     ("SABI_TURNS", "engine.turns_per_node"),
     ("SABI_SANDBOX_REPLY_DELAY", "engine.sandbox_reply_delay"),
     ("SABI_INTENTS_FILE", "router.intents_file"),
@@ -382,6 +383,11 @@ pub struct WebchatConfig {
     /// Questions one session may ask per minute before it gets 429.
     #[serde(default = "defaults::session_rate", deserialize_with = "number::usize")]
     pub per_session_per_minute: usize,
+    /// Questions from one address (the client behind `ingress.trusted_proxies`) per minute, in
+    /// bursts of as many, before it gets 429: a family behind one router never meets it, a
+    /// script at once. 0: no limit.
+    #[serde(default = "defaults::address_rate", deserialize_with = "number::usize")]
+    pub per_address_per_minute: usize,
     /// Event streams open at once on one node; more get 503 (browsers then poll).
     #[serde(default = "defaults::max_streams", deserialize_with = "number::usize")]
     pub max_streams: usize,
@@ -405,6 +411,7 @@ impl Default for WebchatConfig {
             result_ttl: defaults::result_ttl(),
             max_queue: defaults::max_queue(),
             per_session_per_minute: defaults::session_rate(),
+            per_address_per_minute: defaults::address_rate(),
             max_streams: defaults::max_streams(),
             identity_secret: None,
             frame_ancestors: defaults::frame_ancestors(),
@@ -970,6 +977,10 @@ mod defaults {
     pub(super) fn poll_interval() -> Duration {
         Duration::from_secs(1)
     }
+    pub(super) fn address_rate() -> usize {
+        30
+    }
+
     pub(super) fn frame_ancestors() -> String {
         "*".into()
     }

@@ -40,6 +40,8 @@ pub enum ApiError {
     Busy,
     #[error("this session is asking too fast")]
     TooFast,
+    #[error("this address is asking too fast")]
+    AddressTooFast,
     #[error("no such chat job")]
     JobNotFound,
     #[error("internal error: {0}")]
@@ -120,6 +122,12 @@ impl ApiError {
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_requests",
                 "You are sending messages very fast. Please wait a moment and try again.".into(),
+            ),
+            ApiError::AddressTooFast => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_requests",
+                "Many messages are coming from your network. Please wait a moment and try again."
+                    .into(),
             ),
             // One body for unknown, expired and other sessions' jobs: it says nothing of which.
             ApiError::JobNotFound => (

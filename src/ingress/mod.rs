@@ -94,6 +94,8 @@ pub struct WebchatSettings {
     pub result_ttl_ms: i64,
     pub max_queue: usize,
     pub per_session_per_minute: usize,
+    /// Questions per client address; `None`: no limit.
+    pub per_address: Option<webchat::AddressLimit>,
     pub queue: webchat::QueueGauge,
     /// One permit per open event stream.
     pub streams: Arc<tokio::sync::Semaphore>,
@@ -112,6 +114,7 @@ impl WebchatSettings {
             result_ttl_ms: i64::try_from(webchat.result_ttl.as_millis()).unwrap_or(i64::MAX),
             max_queue: webchat.max_queue,
             per_session_per_minute: webchat.per_session_per_minute,
+            per_address: webchat::AddressLimit::per_minute(webchat.per_address_per_minute),
             queue: webchat::QueueGauge::default(),
             streams: Arc::new(tokio::sync::Semaphore::new(webchat.max_streams)),
             identity_secret: webchat.identity_secret.clone(),

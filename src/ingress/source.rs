@@ -7,6 +7,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, Request, State};
+use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
 use ipnet::IpNet;
@@ -66,23 +67,25 @@ fn hop_address(hop: &str) -> Option<IpAddr> {
         .map(|addr| addr.ip().to_canonical())
 }
 
+/// Every `X-Forwarded-For` line, in order, as one chain: a proxy may add its own line after
+/// one the client sent.
+pub(super) fn forwarded_for(headers: &HeaderMap) -> Option<String> {
+    let lines: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    (!lines.is_empty()).then(|| lines.join(","))
+}
+
 pub(super) async fn guard(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    // Every X-Forwarded-For line, in order, as one chain: a proxy may add its own line after
-    // one the client sent.
-    let lines: Vec<&str> = request
-        .headers()
-        .get_all("x-forwarded-for")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
-    let chain = lines.join(",");
-    let forwarded_for = (!lines.is_empty()).then_some(chain.as_str());
-    if !state.source.allows(peer.ip(), forwarded_for) {
+    let chain = forwarded_for(request.headers());
+    if !state.source.allows(peer.ip(), chain.as_deref()) {
         Metrics::count(&state.metrics.webhooks, "forbidden_source");
         return Err(ApiError::ForbiddenSource);
     }

@@ -8,12 +8,13 @@
 //! before anything is stored.
 
 use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
@@ -98,15 +99,24 @@ pub(super) struct Accepted {
         (status = 400, description = "Not JSON", body = ErrorBody),
         (status = 401, description = "`user_hash` does not vouch for `user_id`", body = ErrorBody),
         (status = 422, description = "A field is missing or invalid", body = ErrorBody),
-        (status = 429, description = "This session asks too fast; see Retry-After", body = ErrorBody),
+        (status = 429, description = "This session, or this address, asks too fast; see Retry-After", body = ErrorBody),
         (status = 503, description = "Too many questions wait; see Retry-After", body = ErrorBody),
     )
 )]
 pub(super) async fn submit(
     State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     body: Result<Json<Question>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let outcome = accept(&state, body).await;
+    let client = state
+        .source
+        .client(peer.ip(), super::source::forwarded_for(&headers).as_deref())
+        .unwrap_or(peer.ip());
+    let outcome = match &state.webchat.per_address {
+        Some(limit) if !limit.allows(client) => Err(ApiError::AddressTooFast),
+        _ => accept(&state, body).await,
+    };
     let label = match &outcome {
         Ok((_, true)) => "accepted",
         Ok((_, false)) => "duplicate",
@@ -114,6 +124,34 @@ pub(super) async fn submit(
     };
     Metrics::count(&state.metrics.chat_questions, label);
     outcome.map(|(response, _)| response)
+}
+
+/// Questions per client address: a token bucket each (GCRA), so one address (a script, a
+/// flood) cannot take the queue that every other visitor shares.
+pub struct AddressLimit {
+    limiter: governor::DefaultKeyedRateLimiter<IpAddr>,
+    checks: AtomicU64,
+}
+
+impl AddressLimit {
+    /// `n` a minute in bursts of `n`; `None` for 0 (no limit).
+    pub fn per_minute(n: usize) -> Option<AddressLimit> {
+        let n = std::num::NonZeroU32::new(u32::try_from(n).unwrap_or(u32::MAX))?;
+        Some(AddressLimit {
+            limiter: governor::RateLimiter::keyed(governor::Quota::per_minute(n)),
+            checks: AtomicU64::new(0),
+        })
+    }
+
+    fn allows(&self, client: IpAddr) -> bool {
+        // Now and then, forget addresses whose buckets are full again: memory stays bounded by
+        // the addresses of the last minute.
+        if self.checks.fetch_add(1, Ordering::Relaxed) % 4096 == 4095 {
+            self.limiter.retain_recent();
+            self.limiter.shrink_to_fit();
+        }
+        self.limiter.check_key(&client).is_ok()
+    }
 }
 
 /// The 202 for a question, and whether the question is new.

@@ -227,3 +227,36 @@ async fn pages_carry_security_headers_and_metrics_can_need_a_token() {
         .expect("metrics");
     assert_eq!(allowed.status(), 200);
 }
+
+#[tokio::test]
+async fn one_address_cannot_take_the_web_chat_queue_from_everyone_else() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("sabi.toml"),
+        "[ingress]\ntrusted_proxies = [\"127.0.0.1/32\"]\n",
+    )
+    .expect("sabi.toml");
+    let app = TestApp::spawn_in(dir, None, &[("SABI_WEBCHAT_PER_ADDRESS", "5")]).await;
+    let ask = |from: &'static str, n: usize| {
+        app.client
+            .post(app.url("/chat"))
+            .header("x-forwarded-for", from)
+            .json(&serde_json::json!({"session_id": format!("flood-{n}"), "question": "hello"}))
+            .send()
+    };
+    let mut accepted = 0;
+    for n in 0..20 {
+        let response = ask("203.0.113.7", n).await.expect("posted");
+        match response.status().as_u16() {
+            202 => accepted += 1,
+            429 => assert!(response.headers().contains_key("retry-after")),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(
+        accepted, 5,
+        "a new session id per question does not get around it"
+    );
+    let neighbour = ask("198.51.100.20", 100).await.expect("posted");
+    assert_eq!(neighbour.status(), 202, "another address is served");
+}

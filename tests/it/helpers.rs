@@ -43,6 +43,8 @@ pub fn config(dir: &Path, extra: &[(&str, &str)]) -> Config {
         ("SABI_STORE", store.as_str()),
         ("SABI_WHATSAPP_APP_SECRET", SECRET),
         ("SABI_WHATSAPP_VERIFY_TOKEN", VERIFY_TOKEN),
+        // Every test client is 127.0.0.1: the per-address limit has tests of its own.
+        ("SABI_WEBCHAT_PER_ADDRESS", "0"),
     ];
     env.extend_from_slice(extra);
     let env = env.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned()));
@@ -265,7 +267,8 @@ pub fn sabi_command(dir: &Path) -> Command {
         .env("SABI_CONFIG", "/dev/null")
         .env("SABI_STORE", store_url(dir))
         .env("SABI_WHATSAPP_APP_SECRET", SECRET)
-        .env("SABI_WHATSAPP_VERIFY_TOKEN", VERIFY_TOKEN);
+        .env("SABI_WHATSAPP_VERIFY_TOKEN", VERIFY_TOKEN)
+        .env("SABI_WEBCHAT_PER_ADDRESS", "0");
     command
 }
 
