@@ -42,6 +42,19 @@ impl Pacer {
         slot - now
     }
 
+    /// Takes the number's slot only if it is free now: for what is best effort (the typing
+    /// indicator), which must neither wait for the rate nor delay the replies behind it.
+    pub(crate) fn try_acquire(&self, number: &str) -> bool {
+        let now = Instant::now();
+        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = next.entry(number.to_owned()).or_insert(now);
+        if *entry > now {
+            return false;
+        }
+        *entry = now + self.interval;
+        true
+    }
+
     /// Numbers whose next slot is more than `horizon` away: held back by a throttling answer.
     pub(crate) fn held(&self, horizon: Duration) -> Vec<String> {
         let limit = Instant::now() + horizon;
@@ -78,6 +91,18 @@ mod tests {
         let other = Instant::now();
         pacer.acquire("b").await;
         assert_eq!(other.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn best_effort_takes_only_a_free_slot_and_never_waits() {
+        let pacer = Pacer::new(10);
+        assert!(pacer.try_acquire("a"), "a free number");
+        assert!(!pacer.try_acquire("a"), "its next slot is an interval away");
+        pacer.acquire("b").await;
+        pacer.hold("b", Duration::from_secs(5));
+        assert!(!pacer.try_acquire("b"), "held back");
+        tokio::time::advance(Duration::from_millis(120)).await;
+        assert!(pacer.try_acquire("a"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -3,7 +3,9 @@
 //! A turn only reaches its handler once the engine decided it will be answered (not too old,
 //! not out of tries), so the indicator never shows for a batch that goes to review. Meta hides
 //! it after 25 s, so it is sent again every 20 s while the turn runs. It is best effort: a
-//! failure is logged and the turn goes on.
+//! failure is logged and the turn goes on, and when the number has no budget to spare this
+//! instant it is skipped, so a turn never holds its slot waiting for Meta's rate and replies
+//! keep the number's budget.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -31,7 +33,10 @@ impl Typing {
     }
 
     async fn show(&self, business: &str, message_id: &str) {
-        self.sender.pacer().acquire(business).await;
+        if !self.sender.pacer().try_acquire(business) {
+            tracing::debug!("the number's rate is spent: no typing indicator this time");
+            return;
+        }
         if let Err(e) = self
             .sender
             .graph()
