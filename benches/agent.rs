@@ -118,7 +118,7 @@ async fn agent_turns(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
         };
         store.ingest(delivery).await.expect("ingest");
         let claim = store
-            .claim(now, 60_000, 1)
+            .claim(now, 60_000, 1, None)
             .await
             .expect("claim")
             .pop()

@@ -424,9 +424,15 @@ impl Store for CountingStore {
         self.count();
         self.inner.ready().await
     }
-    async fn claim(&self, now_ms: i64, lease_ms: i64, limit: usize) -> store::Result<Vec<Claim>> {
+    async fn claim(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: usize,
+        channel: Option<Channel>,
+    ) -> store::Result<Vec<Claim>> {
         self.count();
-        self.inner.claim(now_ms, lease_ms, limit).await
+        self.inner.claim(now_ms, lease_ms, limit, channel).await
     }
     async fn renew(
         &self,

@@ -161,7 +161,7 @@ async fn fill_outbox(store: &Arc<dyn Store>, parts: usize) {
         };
         store.ingest(delivery).await.expect("ingest");
     }
-    let claims = store.claim(now, 60_000, parts).await.expect("claim");
+    let claims = store.claim(now, 60_000, parts, None).await.expect("claim");
     assert_eq!(claims.len(), parts);
     for claim in claims {
         let ending = Ending::Replied {

@@ -483,8 +483,16 @@ pub trait Store: Send + Sync + 'static {
     /// Claims up to `limit` batches due at `now_ms`, each under a lease until `now_ms + lease_ms`
     /// with a fresh fencing token: batches whose lease lapsed or whose retry time came, then new
     /// batches of every pending message of conversations that are due and have no batch open.
-    /// A conversation never has two batches open, so its turns never overlap.
-    async fn claim(&self, now_ms: i64, lease_ms: i64, limit: usize) -> Result<Vec<Claim>>;
+    /// A conversation never has two batches open, so its turns never overlap. With `channel`,
+    /// only that channel's conversations are claimed (the scheduler keeps slots for WhatsApp
+    /// that web chat cannot take).
+    async fn claim(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: usize,
+        channel: Option<Channel>,
+    ) -> Result<Vec<Claim>>;
 
     /// Extends a lease.
     ///

@@ -100,7 +100,9 @@ impl Scheduler {
     /// # Errors
     /// When the store cannot claim.
     pub async fn tick(self: &Arc<Self>) -> Result<TickOutcome, store::Error> {
-        let claims = self.claim(self.settings.turns).await?;
+        let claims = self
+            .claim(self.settings.turns, web_chat_slots(self.settings.turns))
+            .await?;
         if claims.is_empty() {
             return Ok(TickOutcome::Idle);
         }
@@ -131,11 +133,13 @@ impl Scheduler {
     /// another worker takes the batch over.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let permits = Arc::new(Semaphore::new(self.settings.turns));
+        let web_permits = Arc::new(Semaphore::new(web_chat_slots(self.settings.turns)));
         let mut running = JoinSet::new();
         tracing::info!(turns = self.settings.turns, "scheduler started");
         while !shutdown.is_cancelled() {
             let free = permits.available_permits();
-            let claimed = match self.claim(free).await {
+            let web_free = web_permits.available_permits().min(free);
+            let claimed = match self.claim(free, web_free).await {
                 Ok(claims) => claims,
                 Err(e) => {
                     tracing::error!(error.message = %e, "claiming failed; pausing before the next try");
@@ -149,10 +153,14 @@ impl Scheduler {
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
                     break;
                 };
+                let web_permit = match claim.batch.conversation.channel {
+                    Channel::Webchat => web_permits.clone().try_acquire_owned().ok(),
+                    Channel::Whatsapp => None,
+                };
                 let this = self.clone();
                 running.spawn(async move {
                     this.run_turn(claim).await;
-                    drop(permit);
+                    drop((permit, web_permit));
                 });
             }
             if full && permits.available_permits() > 0 {
@@ -177,12 +185,27 @@ impl Scheduler {
         self.drain_running(running).await;
     }
 
-    async fn claim(&self, limit: usize) -> Result<Vec<Claim>, store::Error> {
-        if limit == 0 {
+    /// Up to `free` batches: WhatsApp's first, then web chat's, at most `web_free` of them, so
+    /// a flood of web-chat questions can never take every slot from WhatsApp customers.
+    async fn claim(&self, free: usize, web_free: usize) -> Result<Vec<Claim>, store::Error> {
+        if free == 0 {
             return Ok(Vec::new());
         }
         let lease = millis(self.settings.lease);
-        self.store.claim(self.clock.now_ms(), lease, limit).await
+        let now = self.clock.now_ms();
+        let mut claims = self
+            .store
+            .claim(now, lease, free, Some(Channel::Whatsapp))
+            .await?;
+        let web = web_free.min(free - claims.len());
+        if web > 0 {
+            let web_claims = self
+                .store
+                .claim(now, lease, web, Some(Channel::Webchat))
+                .await?;
+            claims.extend(web_claims);
+        }
+        Ok(claims)
     }
 
     /// The earliest due time the store knows of, but no later than the next poll; published
@@ -389,6 +412,17 @@ fn ending_name(ending: &Ending) -> &'static str {
         Ending::Handoff { .. } => "handoff",
         Ending::RetryAt { .. } => "retry",
         Ending::Review { reason, .. } => reason.as_str(),
+    }
+}
+
+/// The turn slots web chat may hold at once: all but a fifth (at least one) of a node's slots
+/// stay for WhatsApp, whose customers are answered in normal time however full the web-chat
+/// queue is. A node with one slot shares it.
+fn web_chat_slots(turns: usize) -> usize {
+    if turns < 2 {
+        turns
+    } else {
+        turns - (turns / 5).max(1)
     }
 }
 

@@ -161,6 +161,7 @@ macro_rules! cases {
             crossing_deliveries_all_land,
             history_is_read_from_the_store_in_turn_order,
             deletions_and_edits_change_only_a_waiting_message,
+            a_claim_of_one_channel_takes_only_its_conversations,
         );
     };
 }
@@ -378,7 +379,10 @@ async fn deletions_and_edits_change_only_a_waiting_message(store: Arc<dyn Store>
     let gone = amendment("wamid.b2", "c2", "wamid.b1", None);
     ingest(&store, vec![gone], T0 + 1_000).await;
 
-    let claims = store.claim(T0 + 60_000, 1_000, 10).await.expect("claim");
+    let claims = store
+        .claim(T0 + 60_000, 1_000, 10, None)
+        .await
+        .expect("claim");
     assert_eq!(claims.len(), 1, "nothing is due for c2");
     let batch = &claims[0].batch;
     assert_eq!(batch.conversation.customer, "c1");
@@ -431,7 +435,10 @@ async fn a_batch_is_in_the_order_sent(store: Arc<dyn Store>) {
         );
         ingest(&store, vec![item], T0).await;
     }
-    let claims = store.claim(T0 + 60_000, 1_000, 10).await.expect("claim");
+    let claims = store
+        .claim(T0 + 60_000, 1_000, 10, None)
+        .await
+        .expect("claim");
     let texts: Vec<_> = claims[0]
         .batch
         .messages
@@ -454,12 +461,15 @@ async fn due_is_the_window_after_the_last_but_never_past_the_cap(store: Arc<dyn 
     assert_eq!(second.earliest_due_ms, Some(T0 + 12_000));
     assert!(
         store
-            .claim(T0 + 11_999, 1_000, 10)
+            .claim(T0 + 11_999, 1_000, 10, None)
             .await
             .expect("claim")
             .is_empty()
     );
-    let claims = store.claim(T0 + 12_000, 1_000, 10).await.expect("claim");
+    let claims = store
+        .claim(T0 + 12_000, 1_000, 10, None)
+        .await
+        .expect("claim");
     assert_eq!(claims.len(), 1);
     assert_eq!(claims[0].batch.messages.len(), 2);
 }
@@ -467,7 +477,7 @@ async fn due_is_the_window_after_the_last_but_never_past_the_cap(store: Arc<dyn 
 async fn one_claimer_wins(store: Arc<dyn Store>) {
     ingest(&store, vec![message("wamid.c1", "c1", "a", T0 / 1000)], T0).await;
     let at = T0 + 20_000;
-    let claims = join_all((0..10).map(|_| store.claim(at, 1_000, 5))).await;
+    let claims = join_all((0..10).map(|_| store.claim(at, 1_000, 5, None))).await;
     let won: usize = claims.into_iter().map(|c| c.expect("claim").len()).sum();
     assert_eq!(won, 1);
 }
@@ -475,15 +485,22 @@ async fn one_claimer_wins(store: Arc<dyn Store>) {
 async fn a_lapsed_lease_is_taken_over_with_a_new_token(store: Arc<dyn Store>) {
     ingest(&store, vec![message("wamid.l1", "c1", "a", T0 / 1000)], T0).await;
     let at = T0 + 20_000;
-    let first = store.claim(at, 1_000, 5).await.expect("claim").remove(0);
+    let first = store
+        .claim(at, 1_000, 5, None)
+        .await
+        .expect("claim")
+        .remove(0);
     assert!(
         store
-            .claim(at + 999, 1_000, 5)
+            .claim(at + 999, 1_000, 5, None)
             .await
             .expect("claim")
             .is_empty()
     );
-    let again = store.claim(at + 1_000, 1_000, 5).await.expect("claim");
+    let again = store
+        .claim(at + 1_000, 1_000, 5, None)
+        .await
+        .expect("claim");
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].batch.id, first.batch.id);
     assert_eq!(again[0].attempt, 2);
@@ -495,7 +512,7 @@ async fn a_lapsed_lease_is_taken_over_with_a_new_token(store: Arc<dyn Store>) {
         .expect("renew");
     assert!(
         store
-            .claim(at + 2_200, 1_000, 5)
+            .claim(at + 2_200, 1_000, 5, None)
             .await
             .expect("claim")
             .is_empty()
@@ -505,9 +522,13 @@ async fn a_lapsed_lease_is_taken_over_with_a_new_token(store: Arc<dyn Store>) {
 async fn stale_tokens_are_refused(store: Arc<dyn Store>) {
     ingest(&store, vec![message("wamid.s1", "c1", "a", T0 / 1000)], T0).await;
     let at = T0 + 20_000;
-    let stale = store.claim(at, 1_000, 5).await.expect("claim").remove(0);
+    let stale = store
+        .claim(at, 1_000, 5, None)
+        .await
+        .expect("claim")
+        .remove(0);
     let fresh = store
-        .claim(at + 1_000, 1_000, 5)
+        .claim(at + 1_000, 1_000, 5, None)
         .await
         .expect("claim")
         .remove(0);
@@ -547,7 +568,11 @@ async fn messages_during_a_turn_wait_for_the_next(store: Arc<dyn Store>) {
     )
     .await;
     let at = T0 + 20_000;
-    let running = store.claim(at, 60_000, 5).await.expect("claim").remove(0);
+    let running = store
+        .claim(at, 60_000, 5, None)
+        .await
+        .expect("claim")
+        .remove(0);
     ingest(
         &store,
         vec![message("wamid.t2", "c1", "second", at / 1000)],
@@ -556,7 +581,7 @@ async fn messages_during_a_turn_wait_for_the_next(store: Arc<dyn Store>) {
     .await;
     assert!(
         store
-            .claim(at + 30_000, 60_000, 5)
+            .claim(at + 30_000, 60_000, 5, None)
             .await
             .expect("claim")
             .is_empty(),
@@ -566,7 +591,10 @@ async fn messages_during_a_turn_wait_for_the_next(store: Arc<dyn Store>) {
         .finish(running.batch.id, running.token, at + 31_000, reply("ok"))
         .await
         .expect("finish");
-    let next = store.claim(at + 31_000, 60_000, 5).await.expect("claim");
+    let next = store
+        .claim(at + 31_000, 60_000, 5, None)
+        .await
+        .expect("claim");
     assert_eq!(next.len(), 1);
     let texts: Vec<_> = next[0]
         .batch
@@ -587,7 +615,7 @@ async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
         .await;
     }
     let at = T0 + 20_000;
-    for claim in store.claim(at, 60_000, 5).await.expect("claim") {
+    for claim in store.claim(at, 60_000, 5, None).await.expect("claim") {
         let parts = vec![ReplyPart::text("one"), ReplyPart::text("two")];
         let ending = Ending::Replied {
             parts,
@@ -639,7 +667,11 @@ async fn review_items_are_settled_once(store: Arc<dyn Store>) {
     )
     .await;
     let at = T0 + 20_000;
-    let claim = store.claim(at, 60_000, 5).await.expect("claim").remove(0);
+    let claim = store
+        .claim(at, 60_000, 5, None)
+        .await
+        .expect("claim")
+        .remove(0);
     let review = Ending::Review {
         reason: ReviewReason::TooOld,
         error: None,
@@ -680,6 +712,62 @@ async fn review_items_are_settled_once(store: Arc<dyn Store>) {
             .await
             .expect("queue")
             .is_empty()
+    );
+}
+
+async fn a_claim_of_one_channel_takes_only_its_conversations(store: Arc<dyn Store>) {
+    // A web-chat queue due first, and a WhatsApp message due behind it.
+    for n in 0..5 {
+        store
+            .submit_chat(ChatSubmission {
+                session_id: format!("web-{n}"),
+                message_id: None,
+                user_id: None,
+                question: "hello".into(),
+                business: "web".into(),
+                job_id: format!("job-{n}"),
+                now_ms: T0,
+                policy: BatchPolicy {
+                    window_ms: 0,
+                    cap_ms: 60_000,
+                },
+                keep_ms: 3_600_000,
+                per_minute: 20,
+            })
+            .await
+            .expect("submitted")
+            .expect("within the limit");
+    }
+    ingest(&store, vec![message("wamid.f1", "c1", "hi", T0 / 1000)], T0).await;
+    let at = T0 + 60_000;
+    let whatsapp = store
+        .claim(at, 1_000, 5, Some(Channel::Whatsapp))
+        .await
+        .expect("claim");
+    assert_eq!(whatsapp.len(), 1);
+    assert_eq!(whatsapp[0].batch.conversation.customer, "c1");
+    let web = store
+        .claim(at, 1_000, 2, Some(Channel::Webchat))
+        .await
+        .expect("claim");
+    assert_eq!(web.len(), 2);
+    assert!(
+        web.iter()
+            .all(|c| c.batch.conversation.channel == Channel::Webchat)
+    );
+    // Lapsed leases are taken back by their own channel's claims too.
+    let later = at + 5_000;
+    let whatsapp = store
+        .claim(later, 1_000, 5, Some(Channel::Whatsapp))
+        .await
+        .expect("claim");
+    assert_eq!(whatsapp.len(), 1);
+    assert_eq!(whatsapp[0].attempt, 2);
+    let rest = store.claim(later, 1_000, 10, None).await.expect("claim");
+    assert_eq!(
+        rest.len(),
+        5,
+        "the two lapsed web batches and three new ones"
     );
 }
 
@@ -742,7 +830,11 @@ async fn history_is_read_from_the_store_in_turn_order(store: Arc<dyn Store>) {
         )
         .await;
         at += 20_000;
-        let claim = store.claim(at, 60_000, 5).await.expect("claim").remove(0);
+        let claim = store
+            .claim(at, 60_000, 5, None)
+            .await
+            .expect("claim")
+            .remove(0);
         last = claim.batch.id;
         store
             .finish(claim.batch.id, claim.token, at, reply(answered))
@@ -756,7 +848,7 @@ async fn history_is_read_from_the_store_in_turn_order(store: Arc<dyn Store>) {
     )
     .await;
     let third = store
-        .claim(at + 20_000, 60_000, 5)
+        .claim(at + 20_000, 60_000, 5, None)
         .await
         .expect("claim")
         .remove(0);
@@ -769,7 +861,11 @@ async fn history_is_read_from_the_store_in_turn_order(store: Arc<dyn Store>) {
 async fn a_requeued_send_that_fails_again_is_back_in_review(store: Arc<dyn Store>) {
     ingest(&store, vec![message("wamid.q1", "c1", "hi", T0 / 1000)], T0).await;
     let at = T0 + 20_000;
-    let claim = store.claim(at, 60_000, 5).await.expect("claim").remove(0);
+    let claim = store
+        .claim(at, 60_000, 5, None)
+        .await
+        .expect("claim")
+        .remove(0);
     store
         .finish(claim.batch.id, claim.token, at, reply("hello"))
         .await

@@ -239,13 +239,13 @@ async fn a_worker_whose_lease_was_taken_over_cannot_reply() {
     let now = app.clock_now();
     let stale = app
         .store
-        .claim(now, lease, 10)
+        .claim(now, lease, 10, None)
         .await
         .expect("claim")
         .remove(0);
     assert!(
         app.store
-            .claim(now, lease, 10)
+            .claim(now, lease, 10, None)
             .await
             .expect("claim")
             .is_empty(),
@@ -255,7 +255,7 @@ async fn a_worker_whose_lease_was_taken_over_cannot_reply() {
     app.clock.advance(Duration::from_secs(121));
     let fresh = app
         .store
-        .claim(app.clock_now(), lease, 10)
+        .claim(app.clock_now(), lease, 10, None)
         .await
         .expect("claim")
         .remove(0);
@@ -307,7 +307,7 @@ async fn a_lapsed_lease_lets_another_worker_finish_the_batch() {
     // A worker claims and dies without a word.
     let dead = app
         .store
-        .claim(app.clock_now(), 120_000, 1)
+        .claim(app.clock_now(), 120_000, 1, None)
         .await
         .expect("claim");
     assert_eq!(dead.len(), 1);
@@ -672,4 +672,61 @@ async fn a_sender_named_only_by_its_contact_is_answered() {
         Some("NG.8812734650192837")
     );
     assert_eq!(inbox[0].state, "answered");
+}
+
+/// Web-chat turns that never end until released; WhatsApp turns answer at once.
+struct StuckWeb(Arc<Semaphore>);
+
+#[async_trait]
+impl TurnHandler for StuckWeb {
+    async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
+        if batch.conversation.channel == sabi::domain::Channel::Webchat {
+            let _ = self.0.acquire().await;
+        }
+        Ok(TurnOutcome::Reply(vec![ReplyPart::text("answered")]))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooded_web_chat_never_takes_every_slot_from_whatsapp() {
+    let release = Arc::new(Semaphore::new(0));
+    let app = TestApp::spawn_with(
+        Some(Arc::new(StuckWeb(release.clone()))),
+        &[("SABI_TURNS", "3")],
+    )
+    .await;
+    for n in 0..10 {
+        let asked = app
+            .client
+            .post(app.url("/chat"))
+            .json(&serde_json::json!({"session_id": format!("flood-{n}"), "question": "hello"}))
+            .send()
+            .await
+            .expect("posted");
+        assert_eq!(asked.status(), 202);
+    }
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(app.scheduler.clone().run(stop.clone()));
+    post(&app, "wamid.fair1", "hello", START_MS / 1000).await;
+    app.clock.advance(Duration::from_secs(30));
+    app.scheduler.wakeup().due_at(0);
+    let mut answered = false;
+    for _ in 0..100 {
+        let inbox = app.store.inbox(InboxQuery::default()).await.expect("inbox");
+        if inbox
+            .iter()
+            .any(|i| i.item.dedupe_key == "wamid.fair1" && i.state == "answered")
+        {
+            answered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        answered,
+        "the WhatsApp customer was answered while web chat held its slots"
+    );
+    release.add_permits(100);
+    stop.cancel();
+    worker.await.expect("scheduler");
 }

@@ -492,7 +492,7 @@ async fn a_redis_that_lost_its_keys_is_refused_until_the_node_restarts() {
         before.ready().await,
         Err(sabi::store::Error::Schema(_))
     ));
-    assert!(before.claim(0, 1000, 5).await.is_err(), "no claims");
+    assert!(before.claim(0, 1000, 5, None).await.is_err(), "no claims");
     let after = sabi::store::RedisStore::open(&prefix.url)
         .await
         .expect("a restarted node");

@@ -214,8 +214,14 @@ impl Store for PgStore {
         }
     }
 
-    async fn claim(&self, now_ms: i64, lease_ms: i64, limit: usize) -> Result<Vec<Claim>> {
-        retrying(|| turns::claim(&self.pool, now_ms, lease_ms, limit)).await
+    async fn claim(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: usize,
+        channel: Option<Channel>,
+    ) -> Result<Vec<Claim>> {
+        retrying(|| turns::claim(&self.pool, now_ms, lease_ms, limit, channel)).await
     }
 
     async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()> {

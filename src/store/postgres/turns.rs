@@ -6,15 +6,23 @@ use sqlx::{PgConnection, PgPool, Row};
 use super::ingest::channel;
 use super::{limit, unavailable};
 use crate::domain::{
-    Batch, BatchMessage, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
+    Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
 use crate::store::{Ending, Error, HistoryEntry, Result, Speaker, TurnStats, TurnUsage};
 
-pub(super) async fn claim(pool: &PgPool, now: i64, lease: i64, count: usize) -> Result<Vec<Claim>> {
+/// Claims due work, of one channel's conversations only when `channel` is given.
+pub(super) async fn claim(
+    pool: &PgPool,
+    now: i64,
+    lease: i64,
+    count: usize,
+    channel: Option<Channel>,
+) -> Result<Vec<Claim>> {
+    let channel = channel.map(Channel::as_str);
     let mut tx = pool.begin().await.map_err(unavailable)?;
-    let mut claims = reclaim(&mut tx, now, lease, count).await?;
+    let mut claims = reclaim(&mut tx, now, lease, count, channel).await?;
     if claims.len() < count {
-        let fresh = open_batches(&mut tx, now, lease, count - claims.len()).await?;
+        let fresh = open_batches(&mut tx, now, lease, count - claims.len(), channel).await?;
         claims.extend(fresh);
     }
     tx.commit().await.map_err(unavailable)?;
@@ -27,19 +35,24 @@ async fn reclaim(
     now: i64,
     lease: i64,
     count: usize,
+    channel: Option<&str>,
 ) -> Result<Vec<Claim>> {
     let rows = sqlx::query(
         "UPDATE batches SET state = 'running', token = token + 1, attempts = attempts + 1,
                 lease_until = $2, next_attempt_at = NULL, started_at = $1
-         WHERE id IN (SELECT id FROM batches
-                      WHERE (state = 'running' AND lease_until <= $1)
-                         OR (state = 'waiting' AND next_attempt_at <= $1)
-                      ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+         WHERE id IN (SELECT b.id FROM batches b
+                      WHERE ((b.state = 'running' AND b.lease_until <= $1)
+                             OR (b.state = 'waiting' AND b.next_attempt_at <= $1))
+                        AND ($4::text IS NULL OR EXISTS (
+                            SELECT 1 FROM conversations c
+                            WHERE c.id = b.conversation_id AND c.channel = $4))
+                      ORDER BY b.due_at LIMIT $3 FOR UPDATE OF b SKIP LOCKED)
          RETURNING id, token, attempts, requeued",
     )
     .bind(now)
     .bind(now + lease)
     .bind(limit(Some(count)))
+    .bind(channel)
     .fetch_all(&mut *conn)
     .await
     .map_err(unavailable)?;
@@ -63,14 +76,16 @@ async fn open_batches(
     now: i64,
     lease: i64,
     count: usize,
+    channel: Option<&str>,
 ) -> Result<Vec<Claim>> {
     let due = sqlx::query(
         "SELECT id, due_at, requeued FROM conversations
-         WHERE due_at <= $1 AND open_batch_id IS NULL
+         WHERE due_at <= $1 AND open_batch_id IS NULL AND ($3::text IS NULL OR channel = $3)
          ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED",
     )
     .bind(now)
     .bind(limit(Some(count)))
+    .bind(channel)
     .fetch_all(&mut *conn)
     .await
     .map_err(unavailable)?;

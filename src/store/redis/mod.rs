@@ -345,11 +345,18 @@ impl Store for RedisStore {
         }
     }
 
-    async fn claim(&self, now_ms: i64, lease_ms: i64, limit: usize) -> Result<Vec<Claim>> {
+    async fn claim(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: usize,
+        channel: Option<Channel>,
+    ) -> Result<Vec<Claim>> {
         let raw: List<RawClaim> = self
             .call(
                 "claim",
-                json!({"now": now_ms, "lease": lease_ms, "limit": count(limit)}),
+                json!({"now": now_ms, "lease": lease_ms, "limit": count(limit),
+                       "ch": channel.map(Channel::as_str)}),
             )
             .await?;
         raw.0.into_iter().map(RawClaim::into_claim).collect()

@@ -244,9 +244,15 @@ pub(super) fn unavailable(e: rusqlite::Error) -> Error {
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn claim(&self, now_ms: i64, lease_ms: i64, limit: usize) -> Result<Vec<Claim>> {
+    async fn claim(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: usize,
+        channel: Option<Channel>,
+    ) -> Result<Vec<Claim>> {
         self.writer
-            .write(move |conn| turns::claim(conn, now_ms, lease_ms, limit))
+            .write(move |conn| turns::claim(conn, now_ms, lease_ms, limit, channel))
             .await
     }
 

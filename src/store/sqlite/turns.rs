@@ -6,29 +6,48 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{limit_param, unavailable};
 use crate::domain::{
-    Batch, BatchMessage, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
+    Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
 use crate::store::{Ending, Error, HistoryEntry, Result, Speaker, TurnStats, TurnUsage};
 
-pub(super) fn claim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
-    let mut claims = reclaim(conn, now, lease, limit)?;
+/// Claims due work, of one channel's conversations only when `channel` is given.
+pub(super) fn claim(
+    conn: &Connection,
+    now: i64,
+    lease: i64,
+    limit: usize,
+    channel: Option<Channel>,
+) -> Result<Vec<Claim>> {
+    let channel = channel.map(Channel::as_str);
+    let mut claims = reclaim(conn, now, lease, limit, channel)?;
     if claims.len() < limit {
-        let fresh = open_batches(conn, now, lease, limit - claims.len())?;
+        let fresh = open_batches(conn, now, lease, limit - claims.len(), channel)?;
         claims.extend(fresh);
     }
     Ok(claims)
 }
 
 /// Batches whose lease lapsed (their worker died or stalled) or whose retry time has come.
-fn reclaim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
-    let ids: Vec<i64> = query_ids(
-        conn,
-        "SELECT id FROM batches
-         WHERE (state = 'running' AND lease_until <= ?1) OR (state = 'waiting' AND next_attempt_at <= ?1)
-         ORDER BY due_at LIMIT ?2",
-        now,
-        limit,
-    )?;
+fn reclaim(
+    conn: &Connection,
+    now: i64,
+    lease: i64,
+    limit: usize,
+    channel: Option<&str>,
+) -> Result<Vec<Claim>> {
+    let ids: Vec<i64> = conn
+        .prepare_cached(
+            "SELECT b.id FROM batches b JOIN conversations c ON c.id = b.conversation_id
+             WHERE ((b.state = 'running' AND b.lease_until <= ?1)
+                    OR (b.state = 'waiting' AND b.next_attempt_at <= ?1))
+               AND (?3 IS NULL OR c.channel = ?3)
+             ORDER BY b.due_at LIMIT ?2",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![now, limit_param(limit), channel], |r| r.get(0))?
+                .collect()
+        })
+        .map_err(unavailable)?;
     let mut claims = Vec::with_capacity(ids.len());
     for id in ids {
         let (token, attempts, requeued): (i64, u32, bool) = conn
@@ -56,14 +75,21 @@ fn reclaim(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<
 /// New batches: every pending message of each due conversation that has no batch open. A
 /// batch never starts before the conversation's previous one finished, even when the caller's
 /// `now` was read before it waited for the write lock (or on a node whose clock is behind).
-fn open_batches(conn: &Connection, now: i64, lease: i64, limit: usize) -> Result<Vec<Claim>> {
+fn open_batches(
+    conn: &Connection,
+    now: i64,
+    lease: i64,
+    limit: usize,
+    channel: Option<&str>,
+) -> Result<Vec<Claim>> {
     let conversations: Vec<(i64, i64, bool)> = conn
         .prepare_cached(
             "SELECT id, due_at, requeued FROM conversations
-             WHERE due_at <= ?1 AND open_batch_id IS NULL ORDER BY due_at LIMIT ?2",
+             WHERE due_at <= ?1 AND open_batch_id IS NULL AND (?3 IS NULL OR channel = ?3)
+             ORDER BY due_at LIMIT ?2",
         )
         .and_then(|mut s| {
-            s.query_map(params![now, limit_param(limit)], |r| {
+            s.query_map(params![now, limit_param(limit), channel], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })?
             .collect()
@@ -296,15 +322,6 @@ pub(super) fn next_due(conn: &Connection) -> Result<Option<i64>> {
     )
     .and_then(|mut s| s.query_row([], |r| r.get(0)))
     .map_err(unavailable)
-}
-
-fn query_ids(conn: &Connection, sql: &str, now: i64, limit: usize) -> Result<Vec<i64>> {
-    conn.prepare_cached(sql)
-        .and_then(|mut s| {
-            s.query_map(params![now, limit_param(limit)], |r| r.get(0))?
-                .collect()
-        })
-        .map_err(unavailable)
 }
 
 pub(super) fn execute(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<()> {

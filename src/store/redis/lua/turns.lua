@@ -21,12 +21,42 @@ local function load_batch(id)
   }
 end
 
+-- Whether a conversation is of `ch` (any channel when `ch` is nil).
+local function of_channel(conv, ch)
+  return not ch or redis.call('HGET', k('c', conv), 'ch') == ch
+end
+
+-- How far a channel's claim looks into a set for its own conversations: the web chat's queue
+-- is capped (max_queue), so a WhatsApp conversation is never further in than this.
+local SCAN_FOR_CHANNEL = 5000
+
+-- The ids of a set's members scored up to `now`, of `ch`'s conversations, at most `limit`.
+local function due_members(set, now, limit, ch, conv_of)
+  if not ch then
+    return redis.call('ZRANGEBYSCORE', k(set), '-inf', int(now), 'LIMIT', 0, limit)
+  end
+  local found = {}
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k(set), '-inf', int(now), 'LIMIT', 0,
+      SCAN_FOR_CHANNEL)) do
+    if of_channel(conv_of(id), ch) then
+      found[#found + 1] = id
+      if #found == limit then
+        break
+      end
+    end
+  end
+  return found
+end
+
+local function batch_conv(id)
+  return redis.call('HGET', k('b', id), 'conv')
+end
+
 -- Batches whose lease lapsed or whose retry time came, the longest due first.
-local function reclaim(now, lease, limit)
+local function reclaim(now, lease, limit, ch)
   local lapsed = {}
   for _, set in ipairs({'running', 'waiting'}) do
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', k(set), '-inf', int(now), 'LIMIT', 0,
-        limit)) do
+    for _, id in ipairs(due_members(set, now, limit, ch, batch_conv)) do
       lapsed[#lapsed + 1] = {id = id, due = tonumber(redis.call('HGET', k('b', id), 'due'))}
     end
   end
@@ -81,10 +111,9 @@ local function open_batch(conv, now, lease)
 end
 
 local function claim(a)
-  local claims = reclaim(a.now, a.lease, a.limit)
+  local claims = reclaim(a.now, a.lease, a.limit, a.ch)
   if #claims < a.limit then
-    local due = redis.call('ZRANGEBYSCORE', k('due'), '-inf', int(a.now), 'LIMIT', 0,
-      a.limit - #claims)
+    local due = due_members('due', a.now, a.limit - #claims, a.ch, tonumber)
     for _, conv in ipairs(due) do
       claims[#claims + 1] = open_batch(tonumber(conv), a.now, a.lease)
     end
