@@ -26,10 +26,10 @@ use sabi::domain::{
     ReplyPart,
 };
 use sabi::store::{
-    self, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Gauges,
-    HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, PgStore, RedisStore, Resolution,
-    ReviewEntry, ReviewQuery, SendClaim, SendJob, SendResult, SqliteStore, Store, StoredItem,
-    StoredQuarantine, TurnStats, TurnUsage,
+    self, ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Gauges, HistoryEntry,
+    InboxQuery, Ingest, IngestReceipt, OutboxEntry, PgStore, RedisStore, Resolution, ReviewEntry,
+    ReviewQuery, SendClaim, SendJob, SendResult, SqliteStore, Store, StoredItem, StoredQuarantine,
+    Submitted, TurnStats, TurnUsage,
 };
 use sabi::worker::policy::EnginePolicy;
 use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler, TurnOutcome};
@@ -534,7 +534,7 @@ impl Store for CountingStore {
         self.count();
         self.inner.gauges(now_ms).await
     }
-    async fn submit_chat(&self, submission: ChatSubmission) -> store::Result<Option<ChatReceipt>> {
+    async fn submit_chat(&self, submission: ChatSubmission) -> store::Result<Submitted> {
         self.count();
         self.inner.submit_chat(submission).await
     }

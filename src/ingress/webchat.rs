@@ -26,7 +26,7 @@ use utoipa::{IntoParams, OpenApi, ToSchema};
 use super::AppState;
 use crate::http::ApiError;
 use crate::metrics::Metrics;
-use crate::store::{ChatExchange, ChatJob, ChatSubmission, JobStatus};
+use crate::store::{ChatExchange, ChatJob, ChatSubmission, JobStatus, Submitted};
 
 const MAX_QUESTION_CHARS: usize = 4000;
 const MAX_ID_CHARS: usize = 128;
@@ -201,9 +201,14 @@ async fn accept(
             policy: settings.policy,
             keep_ms: settings.result_ttl_ms,
             per_minute: settings.per_session_per_minute as u64,
+            max_queue: settings.max_queue as u64,
         })
-        .await?
-        .ok_or(ApiError::TooFast)?;
+        .await?;
+    let receipt = match receipt {
+        Submitted::Job(receipt) => receipt,
+        Submitted::TooFast => return Err(ApiError::TooFast),
+        Submitted::QueueFull => return Err(ApiError::Busy),
+    };
     if let Some(due) = receipt.earliest_due_ms {
         state.wakeup.due_at(due);
     }

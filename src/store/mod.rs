@@ -417,6 +417,19 @@ pub struct ChatSubmission {
     /// At most this many new questions from one session in the minute before `now_ms`; counted
     /// and stored in one atomic step, so a burst cannot slip past the limit.
     pub per_minute: u64,
+    /// At most this many web-chat questions waiting in all; counted in the same step.
+    pub max_queue: u64,
+}
+
+/// What became of a web-chat question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submitted {
+    /// Stored (or stored before, for a resend): its job.
+    Job(ChatReceipt),
+    /// The session asked too often in the last minute: nothing stored.
+    TooFast,
+    /// The web-chat queue is full: nothing stored.
+    QueueFull,
 }
 
 /// The job a submission gave.
@@ -576,9 +589,10 @@ pub trait Store: Send + Sync + 'static {
     async fn gauges(&self, now_ms: i64) -> Result<Gauges>;
 
     /// Keeps a web-chat question and its job in one atomic step; the same (session, message
-    /// id) always gives the same job, also when two submissions race. `None`: the session asked
-    /// too often (its `per_minute` limit), and nothing was stored.
-    async fn submit_chat(&self, submission: ChatSubmission) -> Result<Option<ChatReceipt>>;
+    /// id) always gives the same job, also when two submissions race. The session's
+    /// `per_minute` limit and the queue's `max_queue` are counted in the same step, so no burst
+    /// slips past either.
+    async fn submit_chat(&self, submission: ChatSubmission) -> Result<Submitted>;
 
     /// The job already made for this (session, message id), if any.
     async fn chat_job_for_message(

@@ -15,7 +15,7 @@ use sabi::domain::{
 };
 use sabi::store::{
     self, ChatSubmission, Ending, Ingest, PgStore, RedisStore, Resolution, ReviewQuery, SendClaim,
-    SendResult, SqliteStore, Store,
+    SendResult, SqliteStore, Store, Submitted,
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
@@ -162,6 +162,7 @@ macro_rules! cases {
             history_is_read_from_the_store_in_turn_order,
             deletions_and_edits_change_only_a_waiting_message,
             a_claim_of_one_channel_takes_only_its_conversations,
+            a_queue_burst_cannot_pass_its_cap,
         );
     };
 }
@@ -733,10 +734,10 @@ async fn a_claim_of_one_channel_takes_only_its_conversations(store: Arc<dyn Stor
                 },
                 keep_ms: 3_600_000,
                 per_minute: 20,
+                max_queue: 1_000,
             })
             .await
-            .expect("submitted")
-            .expect("within the limit");
+            .expect("submitted");
     }
     ingest(&store, vec![message("wamid.f1", "c1", "hi", T0 / 1000)], T0).await;
     let at = T0 + 60_000;
@@ -775,7 +776,7 @@ async fn chat_jobs_are_idempotent_under_races(store: Arc<dyn Store>) {
     let submit = |n: usize| {
         let store = store.clone();
         async move {
-            store
+            let submitted = store
                 .submit_chat(ChatSubmission {
                     session_id: "s-1".into(),
                     message_id: Some("m-1".into()),
@@ -790,10 +791,14 @@ async fn chat_jobs_are_idempotent_under_races(store: Arc<dyn Store>) {
                     },
                     keep_ms: 3_600_000,
                     per_minute: 20,
+                    max_queue: 1_000,
                 })
                 .await
-                .expect("submitted")
-                .expect("within the session's limit")
+                .expect("submitted");
+            let Submitted::Job(receipt) = submitted else {
+                panic!("within the session's limit: {submitted:?}");
+            };
+            receipt
         }
     };
     let receipts = join_all((0..10).map(submit)).await;
@@ -942,6 +947,46 @@ async fn crossing_deliveries_all_land(store: Arc<dyn Store>) {
     assert_eq!(stored, 80);
 }
 
+async fn a_queue_burst_cannot_pass_its_cap(store: Arc<dyn Store>) {
+    let submit = |n: usize| {
+        let store = store.clone();
+        async move {
+            store
+                .submit_chat(ChatSubmission {
+                    session_id: format!("s-queue-{n}"),
+                    message_id: None,
+                    user_id: None,
+                    question: format!("question {n}"),
+                    business: "web".into(),
+                    job_id: format!("queue-{n}"),
+                    now_ms: T0,
+                    policy: BatchPolicy {
+                        window_ms: 0,
+                        cap_ms: 60_000,
+                    },
+                    keep_ms: 3_600_000,
+                    per_minute: 20,
+                    max_queue: 5,
+                })
+                .await
+                .expect("submit")
+        }
+    };
+    // A new session per question, all at once: the cap still holds exactly.
+    let outcomes = join_all((0..20).map(submit)).await;
+    let accepted = outcomes
+        .iter()
+        .filter(|o| matches!(o, Submitted::Job(_)))
+        .count();
+    assert_eq!(accepted, 5, "exactly the cap");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Submitted::Job(_) | Submitted::QueueFull))
+    );
+    assert_eq!(store.chat_queue_depth().await.expect("depth"), 5);
+}
+
 async fn a_session_burst_cannot_pass_its_limit(store: Arc<dyn Store>) {
     let submit = |n: usize| {
         let store = store.clone();
@@ -961,16 +1006,23 @@ async fn a_session_burst_cannot_pass_its_limit(store: Arc<dyn Store>) {
                     },
                     keep_ms: 3_600_000,
                     per_minute: 3,
+                    max_queue: 1_000,
                 })
                 .await
                 .expect("submit")
         }
     };
     let outcomes = join_all((0..10).map(submit)).await;
+    let accepted = |o: &&Submitted| matches!(o, Submitted::Job(_));
     assert_eq!(
-        outcomes.iter().filter(|o| o.is_some()).count(),
+        outcomes.iter().filter(accepted).count(),
         3,
         "exactly the limit"
+    );
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| accepted(&o) || *o == Submitted::TooFast)
     );
     assert_eq!(
         store.chat_queue_depth().await.expect("depth"),

@@ -14,7 +14,7 @@ use crate::store::items::{
 };
 use crate::store::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest, IngestReceipt,
-    JobStatus, Result, StoredItem, StoredQuarantine,
+    JobStatus, Result, StoredItem, StoredQuarantine, Submitted,
 };
 
 pub(super) async fn ingest(pool: &PgPool, delivery: &Ingest) -> Result<IngestReceipt> {
@@ -338,7 +338,7 @@ pub(super) async fn quarantine(
         .collect()
 }
 
-pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Option<ChatReceipt>> {
+pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Submitted> {
     let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
     let mut tx = pool.begin().await.map_err(unavailable)?;
     // One session's submissions take turns, so its count and its insert are one step.
@@ -348,14 +348,23 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Opt
         .await
         .map_err(unavailable)?;
     if let Some(job_id) = job_for_key(&mut tx, &key).await? {
-        return Ok(Some(ChatReceipt {
+        return Ok(Submitted::Job(ChatReceipt {
             job_id,
             created: false,
             earliest_due_ms: None,
         }));
     }
     if session_recent(&mut tx, &s.session_id, s.now_ms - 60_000).await? >= s.per_minute {
-        return Ok(None);
+        return Ok(Submitted::TooFast);
+    }
+    // New questions take turns (after their session's lock, always in that order) so the
+    // queue's count and the insert are one step.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('sabi.chat-queue'))")
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+    if queue_depth(&mut *tx).await? >= s.max_queue {
+        return Ok(Submitted::QueueFull);
     }
     let item = question_item(s, key.clone());
     let encoded = Encoded::of(&item);
@@ -393,7 +402,7 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Opt
         },
     };
     tx.commit().await.map_err(unavailable)?;
-    Ok(Some(outcome))
+    Ok(Submitted::Job(outcome))
 }
 
 async fn job_for_key(conn: &mut PgConnection, key: &str) -> Result<Option<String>> {
@@ -518,11 +527,11 @@ pub(super) async fn chat_history(
     Ok(exchanges)
 }
 
-pub(super) async fn queue_depth(pool: &PgPool) -> Result<u64> {
+pub(super) async fn queue_depth<'e, E: sqlx::PgExecutor<'e>>(executor: E) -> Result<u64> {
     let n: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM inbox WHERE state = 'pending' AND channel = 'webchat'",
     )
-    .fetch_one(pool)
+    .fetch_one(executor)
     .await
     .map_err(unavailable)?;
     Ok(u64::try_from(n).unwrap_or(0))

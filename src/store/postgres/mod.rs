@@ -19,9 +19,9 @@ use async_trait::async_trait;
 use sqlx::PgPool;
 
 use super::{
-    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
-    HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry,
-    ReviewQuery, SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, TurnStats,
+    ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Error, Gauges, HistoryEntry,
+    InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry, ReviewQuery,
+    SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, Submitted, TurnStats,
     TurnUsage,
 };
 use crate::domain::{Channel, Claim, LeaseToken};
@@ -313,7 +313,7 @@ impl Store for PgStore {
         review::gauges(&self.pool, now_ms).await
     }
 
-    async fn submit_chat(&self, submission: ChatSubmission) -> Result<Option<ChatReceipt>> {
+    async fn submit_chat(&self, submission: ChatSubmission) -> Result<Submitted> {
         retrying(|| ingest::submit_chat(&self.pool, &submission)).await
     }
 

@@ -30,8 +30,8 @@ use super::items::message_key;
 use super::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
     HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry,
-    ReviewQuery, SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, TurnStats,
-    TurnUsage,
+    ReviewQuery, SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, Submitted,
+    TurnStats, TurnUsage,
 };
 use crate::domain::{Channel, Claim, ItemKind, LeaseToken};
 use crate::store::items::question_item;
@@ -494,23 +494,27 @@ impl Store for RedisStore {
         Ok(raw.into())
     }
 
-    async fn submit_chat(&self, s: ChatSubmission) -> Result<Option<ChatReceipt>> {
+    async fn submit_chat(&self, s: ChatSubmission) -> Result<Submitted> {
         let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
         let item = wire::item(&question_item(&s, key.clone()));
         let args = json!({
             "key": key, "session": s.session_id, "job": s.job_id, "now": s.now_ms,
             "expires": exact(s.now_ms.saturating_add(s.keep_ms)), "per_minute": s.per_minute,
+            "max_queue": s.max_queue,
             "item": item,
             "window": s.policy.window_ms, "cap": s.policy.cap_ms,
         });
         let raw: RawReceipt = self.call("submit_chat", args).await?;
         if raw.limited {
-            return Ok(None);
+            return Ok(Submitted::TooFast);
+        }
+        if raw.full {
+            return Ok(Submitted::QueueFull);
         }
         let job_id = raw
             .job
             .ok_or_else(|| Error::Schema("a chat receipt without a job".into()))?;
-        Ok(Some(ChatReceipt {
+        Ok(Submitted::Job(ChatReceipt {
             job_id,
             created: raw.created,
             earliest_due_ms: raw.due,

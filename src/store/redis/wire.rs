@@ -543,6 +543,8 @@ pub(super) struct RawReceipt {
     pub(super) due: Option<i64>,
     #[serde(default)]
     pub(super) limited: bool,
+    #[serde(default)]
+    pub(super) full: bool,
 }
 
 #[derive(Deserialize)]

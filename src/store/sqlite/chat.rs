@@ -8,22 +8,27 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{ingest, limit_param, unavailable};
 use crate::store::items::{Encoded, POSITION_CAP, message_key, question_item, status_of};
 
-use crate::store::{ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ingest, JobStatus, Result};
+use crate::store::{
+    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ingest, JobStatus, Result, Submitted,
+};
 
-pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Option<ChatReceipt>> {
+pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted> {
     let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
     // Asked again inside the transaction: two submissions racing past the HTTP layer's own
     // lookup meet here, one after the other.
     if let Some(job_id) = job_for_key(conn, &key)? {
-        return Ok(Some(ChatReceipt {
+        return Ok(Submitted::Job(ChatReceipt {
             job_id,
             created: false,
             earliest_due_ms: None,
         }));
     }
-    // Counted in the same transaction as the insert: the single writer makes it exact.
+    // Counted in the same transaction as the insert: the single writer makes them exact.
     if session_recent(conn, &s.session_id, s.now_ms - 60_000)? >= s.per_minute {
-        return Ok(None);
+        return Ok(Submitted::TooFast);
+    }
+    if queue_depth(conn)? >= s.max_queue {
+        return Ok(Submitted::QueueFull);
     }
     let item = question_item(s, key.clone());
     let encoded = Encoded::of(&item);
@@ -53,7 +58,7 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Option<Cha
         ])
     })
     .map_err(unavailable)?;
-    Ok(Some(ChatReceipt {
+    Ok(Submitted::Job(ChatReceipt {
         job_id: s.job_id.clone(),
         created: true,
         earliest_due_ms: receipt.earliest_due_ms,

@@ -23,9 +23,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use self::writer::Writer;
 use super::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at_ms};
 use super::{
-    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
-    HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry,
-    ReviewQuery, SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, TurnStats,
+    ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Error, Gauges, HistoryEntry,
+    InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry, ReviewQuery,
+    SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, Submitted, TurnStats,
     TurnUsage,
 };
 use crate::domain::{
@@ -365,7 +365,7 @@ impl Store for SqliteStore {
         self.read(move |conn| review::gauges(conn, now_ms)).await
     }
 
-    async fn submit_chat(&self, submission: ChatSubmission) -> Result<Option<ChatReceipt>> {
+    async fn submit_chat(&self, submission: ChatSubmission) -> Result<Submitted> {
         self.writer
             .write(move |conn| chat::submit(conn, &submission))
             .await

@@ -13,6 +13,9 @@ local function submit_chat(a)
   if redis.call('ZCOUNT', k('sr', a.session), int(a.now - 60000), '+inf') >= a.per_minute then
     return {limited = true}
   end
+  if redis.call('ZCARD', k('wc')) >= a.max_queue then
+    return {full = true}
+  end
   local receipt = ingest({items = {a.item}, quarantined = {}, recv = a.now, window = a.window,
     cap = a.cap})
   local seq = redis.call('HGET', k('dedupe'), 'webchat\n' .. a.key)
