@@ -245,6 +245,7 @@ impl App {
                     scheduler.wakeup(),
                     outbox,
                     metrics,
+                    scheduler.chat_signals(),
                 );
                 let limits = ConnectionLimits {
                     header_timeout: config.ingress.header_timeout,

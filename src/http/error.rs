@@ -42,6 +42,8 @@ pub enum ApiError {
     TooFast,
     #[error("this address is asking too fast")]
     AddressTooFast,
+    #[error("too many event streams for this session or address")]
+    TooManyStreams,
     #[error("no such chat job")]
     JobNotFound,
     #[error("internal error: {0}")]
@@ -127,6 +129,12 @@ impl ApiError {
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_requests",
                 "Many messages are coming from your network. Please wait a moment and try again."
+                    .into(),
+            ),
+            ApiError::TooManyStreams => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_streams",
+                "Too many open answer streams from here; the page asks for its answer instead."
                     .into(),
             ),
             // One body for unknown, expired and other sessions' jobs: it says nothing of which.

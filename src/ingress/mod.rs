@@ -27,7 +27,7 @@ use crate::config::{Config, IngressConfig};
 use crate::domain::BatchPolicy;
 use crate::metrics::Metrics;
 use crate::store::Store;
-use crate::worker::Wakeup;
+use crate::worker::{ChatSignals, Wakeup};
 
 /// What every route may use.
 pub struct Ingress {
@@ -65,12 +65,13 @@ impl Ingress {
         wakeup: Arc<Wakeup>,
         outbox: Arc<Notify>,
         metrics: Arc<Metrics>,
+        chat: Arc<ChatSignals>,
     ) -> AppState {
         Arc::new(Ingress {
             store,
             clock,
             whatsapp: whatsapp::Settings::from_config(config),
-            webchat: WebchatSettings::from_config(config),
+            webchat: WebchatSettings::from_config(config, chat),
             wakeup,
             outbox,
             metrics,
@@ -99,6 +100,10 @@ pub struct WebchatSettings {
     pub queue: webchat::QueueGauge,
     /// One permit per open event stream.
     pub streams: Arc<tokio::sync::Semaphore>,
+    /// Open event streams per session and per client address.
+    pub stream_counts: Arc<webchat::StreamCounts>,
+    /// Told when this node starts or ends a session's turn.
+    pub signals: Arc<ChatSignals>,
     /// Checks a signed-in visitor's `user_hash`; unset: every visitor is anonymous.
     pub identity_secret: Option<secrecy::SecretString>,
     /// Who may frame the chat page.
@@ -106,7 +111,7 @@ pub struct WebchatSettings {
 }
 
 impl WebchatSettings {
-    fn from_config(config: &Config) -> WebchatSettings {
+    fn from_config(config: &Config, signals: Arc<ChatSignals>) -> WebchatSettings {
         let webchat = &config.webchat;
         WebchatSettings {
             policy: webchat.batch_policy(),
@@ -117,6 +122,8 @@ impl WebchatSettings {
             per_address: webchat::AddressLimit::per_minute(webchat.per_address_per_minute),
             queue: webchat::QueueGauge::default(),
             streams: Arc::new(tokio::sync::Semaphore::new(webchat.max_streams)),
+            stream_counts: Arc::default(),
+            signals,
             identity_secret: webchat.identity_secret.clone(),
             frame_ancestors: webchat.frame_ancestors.clone(),
         }

@@ -9,6 +9,7 @@
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -27,11 +28,17 @@ use super::AppState;
 use crate::http::ApiError;
 use crate::metrics::Metrics;
 use crate::store::{ChatExchange, ChatJob, ChatSubmission, JobStatus, Submitted};
+use crate::worker::Subscription;
 
 const MAX_QUESTION_CHARS: usize = 4000;
 const MAX_ID_CHARS: usize = 128;
-/// How often an event stream looks at the store.
-const EVENTS_POLL: Duration = Duration::from_millis(250);
+/// How often an event stream looks at the store unprompted: for turns other nodes run, and for
+/// stage changes. A turn this node starts or ends wakes its session's streams at once.
+const EVENTS_POLL: Duration = Duration::from_secs(1);
+/// Event streams one session may keep open on one node (a few tabs).
+const STREAMS_PER_SESSION: usize = 3;
+/// ...and one client address (a family behind one router).
+const STREAMS_PER_ADDRESS: usize = 12;
 /// An event stream ends after this long, answered or not; the page reconnects.
 const EVENTS_LIFETIME: Duration = Duration::from_secs(300);
 /// How many questions of a session the history returns.
@@ -500,24 +507,37 @@ fn rank(status: JobStatus) -> u64 {
             content_type = "text/event-stream", body = StatusEvent),
         (status = 404, description = "Unknown, expired, or another session's job", body = ErrorBody),
         (status = 422, description = "No session id", body = ErrorBody),
+        (status = 429, description = "Too many streams open for this session or address: poll instead", body = ErrorBody),
         (status = 503, description = "Too many streams open on this node: poll instead", body = ErrorBody),
     )
 )]
 pub(super) async fn events(
     State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(job_id): Path<String>,
     query: Result<Query<Session>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let session = session(query)?;
     let job = owned_job(&state, &job_id, &session.session_id).await?;
-    // Each stream polls the store: their number is bounded, and the page falls back to polling.
+    // Streams are bounded per node, per session and per address; the page falls back to
+    // polling when refused.
+    let client = state
+        .source
+        .client(peer.ip(), super::source::forwarded_for(&headers).as_deref())
+        .unwrap_or(peer.ip());
+    let slot = state
+        .webchat
+        .stream_counts
+        .take(&session.session_id, client)
+        .ok_or(ApiError::TooManyStreams)?;
     let permit = state
         .webchat
         .streams
         .clone()
         .try_acquire_owned()
         .map_err(|_| ApiError::Busy)?;
+    let signal = state.webchat.signals.subscribe(&session.session_id);
     let resume_after: u64 = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -532,11 +552,60 @@ pub(super) async fn events(
             pending: Some(job),
             deadline: tokio::time::Instant::now() + EVENTS_LIFETIME,
             done: false,
-            _permit: permit,
+            signal,
+            _held: (permit, slot),
         },
         next_event,
     );
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// Event streams open on this node, by session and by client address.
+#[derive(Default)]
+pub struct StreamCounts {
+    open: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+/// One stream's place in [`StreamCounts`], given back when the stream ends.
+struct StreamSlot {
+    counts: Arc<StreamCounts>,
+    keys: [String; 2],
+}
+
+impl StreamCounts {
+    /// A place for a stream of `session` from `client`, unless either has its fill.
+    fn take(self: &Arc<Self>, session: &str, client: IpAddr) -> Option<StreamSlot> {
+        let keys = [format!("session:{session}"), format!("address:{client}")];
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let full = [STREAMS_PER_SESSION, STREAMS_PER_ADDRESS]
+            .iter()
+            .zip(&keys)
+            .any(|(limit, key)| open.get(key).is_some_and(|n| n >= limit));
+        if full {
+            return None;
+        }
+        for key in &keys {
+            *open.entry(key.clone()).or_default() += 1;
+        }
+        Some(StreamSlot {
+            counts: self.clone(),
+            keys,
+        })
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.counts.open.lock().unwrap_or_else(|e| e.into_inner());
+        for key in &self.keys {
+            if let Some(n) = open.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    open.remove(key);
+                }
+            }
+        }
+    }
 }
 
 struct EventsState {
@@ -549,8 +618,10 @@ struct EventsState {
     pending: Option<ChatJob>,
     deadline: tokio::time::Instant,
     done: bool,
-    /// Held while the stream is open.
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    /// Wakes the stream when this node starts or ends one of the session's turns.
+    signal: Subscription,
+    /// Held while the stream is open: its place on the node, its session's and address's.
+    _held: (tokio::sync::OwnedSemaphorePermit, StreamSlot),
 }
 
 async fn next_event(mut s: EventsState) -> Option<(Result<Event, Infallible>, EventsState)> {
@@ -561,7 +632,10 @@ async fn next_event(mut s: EventsState) -> Option<(Result<Event, Infallible>, Ev
         let job = match s.pending.take() {
             Some(job) => Some(job),
             None => {
-                tokio::time::sleep(EVENTS_POLL).await;
+                tokio::select! {
+                    () = s.signal.changed() => {}
+                    () = tokio::time::sleep(EVENTS_POLL) => {}
+                }
                 // A store that cannot answer now may answer at the next look.
                 match s
                     .state

@@ -13,6 +13,7 @@
 mod handler;
 mod lease;
 pub mod policy;
+mod signals;
 mod wakeup;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 pub use self::handler::{Acknowledger, TurnError, TurnHandler, TurnOutcome};
 use self::lease::LeaseGuard;
 use self::policy::{Decision, EnginePolicy};
+pub use self::signals::{ChatSignals, Subscription};
 pub use self::wakeup::Wakeup;
 use crate::clock::SharedClock;
 use crate::domain::{Batch, Channel, Claim, LeaseToken, ReplyPart};
@@ -67,6 +69,7 @@ pub struct Scheduler {
     /// Told when a turn writes reply parts, so the sender looks at once.
     outbox: Arc<Notify>,
     metrics: Arc<Metrics>,
+    chat: Arc<ChatSignals>,
 }
 
 impl Scheduler {
@@ -86,7 +89,13 @@ impl Scheduler {
             wakeup: Arc::new(Wakeup::default()),
             outbox,
             metrics,
+            chat: Arc::new(ChatSignals::default()),
         })
+    }
+
+    /// Told when a web-chat turn starts or ends here, for the sessions' event streams.
+    pub fn chat_signals(&self) -> Arc<ChatSignals> {
+        self.chat.clone()
     }
 
     /// Told when this process stores work, so the loop looks at once when it is due earlier
@@ -268,6 +277,18 @@ impl Scheduler {
 
     /// One turn: decide, run the handler under a renewed lease, and record how it ended.
     async fn run_turn(&self, claim: Claim) {
+        let session = (claim.batch.conversation.channel == Channel::Webchat)
+            .then(|| claim.batch.conversation.customer.clone());
+        if let Some(session) = &session {
+            self.chat.changed(session);
+        }
+        self.turn(claim).await;
+        if let Some(session) = &session {
+            self.chat.changed(session);
+        }
+    }
+
+    async fn turn(&self, claim: Claim) {
         let started = self.clock.now_ms();
         let decision = policy::decide(&claim, started, &self.settings.policy);
         let Claim {

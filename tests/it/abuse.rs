@@ -260,3 +260,45 @@ async fn one_address_cannot_take_the_web_chat_queue_from_everyone_else() {
     let neighbour = ask("198.51.100.20", 100).await.expect("posted");
     assert_eq!(neighbour.status(), 202, "another address is served");
 }
+
+#[tokio::test]
+async fn a_session_keeps_only_a_few_event_streams_and_they_wake_on_their_turn() {
+    let app = TestApp::spawn().await;
+    let session = "streams-0123456789abcdef";
+    let asked: serde_json::Value = app
+        .client
+        .post(app.url("/chat"))
+        .json(&serde_json::json!({"session_id": session, "question": "I wan check my balance"}))
+        .send()
+        .await
+        .expect("posted")
+        .json()
+        .await
+        .expect("json");
+    let job = asked["job_id"].as_str().expect("job").to_owned();
+    let url = app.url(&format!("/chat/{job}/events?session_id={session}"));
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        let stream = app.client.get(&url).send().await.expect("stream");
+        assert_eq!(stream.status(), 200);
+        open.push(stream);
+    }
+    let fourth = app.client.get(&url).send().await.expect("stream");
+    assert_eq!(fourth.status(), 429);
+    // The turn runs on this node: its streams hear the answer as it is written.
+    app.scheduler.drain().await.expect("turn");
+    let mut first = open.remove(0);
+    let mut seen = String::new();
+    while !seen.contains("event: finished") {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), first.chunk())
+            .await
+            .expect("the answer came")
+            .expect("read")
+            .expect("a chunk");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop((first, open));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let again = app.client.get(&url).send().await.expect("stream");
+    assert_eq!(again.status(), 200, "closed streams give their places back");
+}
