@@ -1,0 +1,365 @@
+//! Abuse bench: the attacks of the open-internet work replayed against `sabi serve` (the
+//! binary this profile builds: release under `cargo bench`), each on a fresh store, printing
+//! what they cost the node and what a signed webhook meanwhile saw.
+//!
+//! `cargo bench --bench abuse` runs them at full size: 300 stalled 3 MB bodies, 1,500
+//! connections dribbling headers, 2,100 event streams (700 sessions from 700 addresses, 3
+//! each, on queued jobs of an API node), and a 300-question burst from one address. Under
+//! `cargo test` each runs small, as a smoke check.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use secrecy::SecretString;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const SECRET: &str = "abuse-bench-secret";
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let scale = |big: usize, small: usize| if full { big } else { small };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        println!("abuse bench: each attack against a fresh `sabi serve` (SQLite), webhooks sampled every 100 ms meanwhile");
+        // The smoke run shortens Sabi's timeouts and the measuring window; the bench keeps the
+        // defaults.
+        let timeouts = if full {
+            ""
+        } else {
+            "header_timeout = \"2s\"\nbody_timeout = \"2s\"\n"
+        };
+        let window = Duration::from_secs(if full { 10 } else { 2 });
+        stalled_bodies(scale(300, 10), timeouts).await;
+        dribbled_headers(scale(1_500, 20), timeouts).await;
+        event_streams(scale(700, 10), window).await;
+        one_address_burst(scale(300, 40)).await;
+    });
+}
+
+/// A `sabi serve` of the bench's own, on a free port, its store in a temporary folder.
+struct Node {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    fn start(role: &str, config: &str) -> Node {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("sabi.toml");
+        std::fs::write(&file, config).expect("sabi.toml");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sabi"))
+            .args(["serve", "--role", role])
+            .current_dir(dir.path())
+            .env("SABI_CONFIG", &file)
+            .env("SABI_LISTEN", "127.0.0.1:0")
+            .env(
+                "SABI_STORE",
+                format!("sqlite://{}", dir.path().join("sabi.db").display()),
+            )
+            .env("SABI_WHATSAPP_APP_SECRET", SECRET)
+            .env("SABI_BATCH_WINDOW", "0")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sabi serve starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let addr = loop {
+            let line = lines.next().expect("sabi exited").expect("line");
+            if let Some(addr) = line
+                .split("addr=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .filter(|_| line.contains("sabi listening"))
+            {
+                break addr.parse().expect("address");
+            }
+        };
+        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
+        Node {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Resident memory, MB.
+    fn rss_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    }
+
+    /// CPU time used so far (user + system), seconds.
+    fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // The fields after the command name (which may hold spaces) are space-separated.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        let ticks: f64 = [11, 12]
+            .iter()
+            .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
+            .sum();
+        ticks / 100.0
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn webhook(id: &str) -> (Vec<u8>, String) {
+    let value = sabi::cli::text_webhook(
+        "100000000000001",
+        "2348031234567",
+        "Bench",
+        id,
+        1_781_000_000,
+        "hello",
+    );
+    let body = sabi::ingress::whatsapp::wire::encode(&value).into_bytes();
+    let signature = sabi::ingress::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
+    (body, signature)
+}
+
+/// Signed webhooks every 100 ms until `stop`; their latencies, and how many were not 200.
+async fn sample_webhooks(
+    url: String,
+    stop: tokio_util::sync::CancellationToken,
+) -> (Vec<Duration>, usize) {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let (mut latencies, mut failed) = (Vec::new(), 0);
+    let mut n = 0;
+    while !stop.is_cancelled() {
+        n += 1;
+        let (body, signature) = webhook(&format!("wamid.sample{n}-{}", rand_id()));
+        let started = Instant::now();
+        let sent = client
+            .post(&url)
+            .header("x-hub-signature-256", signature)
+            .body(body)
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status() == 200 => latencies.push(started.elapsed()),
+            _ => failed += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (latencies, failed)
+}
+
+fn rand_id() -> String {
+    let mut bytes = [0u8; 6];
+    let _ = getrandom::fill(&mut bytes);
+    hex::encode(bytes)
+}
+
+fn summary(latencies: &mut [Duration], failed: usize) -> String {
+    latencies.sort();
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+    };
+    format!(
+        "webhooks meanwhile: {} answered 200 (p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms), {failed} not",
+        latencies.len(),
+        at(0.5),
+        at(0.95),
+        at(1.0)
+    )
+}
+
+/// Until the server closes `stream` (or `limit` passes); when it did.
+async fn closed_after(
+    mut stream: TcpStream,
+    started: Instant,
+    limit: Duration,
+) -> Option<Duration> {
+    let mut buffer = [0u8; 1024];
+    let read = tokio::time::timeout(limit, async {
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    read.ok().map(|()| started.elapsed())
+}
+
+async fn stalled_bodies(connections: usize, timeouts: &str) {
+    let node = Node::start("all", &format!("[ingress]\n{timeouts}"));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
+    let started = Instant::now();
+    let mut attackers = tokio::task::JoinSet::new();
+    for _ in 0..connections {
+        let addr = node.addr;
+        attackers.spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.ok()?;
+            let head = "POST /webhook/whatsapp HTTP/1.1\r\nHost: sabi\r\nContent-Type: application/json\r\nContent-Length: 3400000\r\n\r\n";
+            stream.write_all(head.as_bytes()).await.ok()?;
+            let chunk = vec![b' '; 64 * 1024];
+            for _ in 0..46 {
+                if stream.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+            // ...and never the rest.
+            closed_after(stream, started, Duration::from_secs(90)).await
+        });
+    }
+    let mut peak_rss = node.rss_mb();
+    while !attackers.is_empty() {
+        peak_rss = peak_rss.max(node.rss_mb());
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            Some(_) = attackers.join_next() => {
+                // Drain every finished one before sampling again.
+                while attackers.try_join_next().is_some() {}
+            }
+        }
+    }
+    let all_closed = started.elapsed();
+    stop.cancel();
+    let (mut latencies, failed) = sampler.await.expect("sampler");
+    println!(
+        "stalled bodies: {connections} connections x 3 MB that stop: peak RSS {peak_rss:.0} MB, all closed within {:.1} s; {}",
+        all_closed.as_secs_f64(),
+        summary(&mut latencies, failed)
+    );
+}
+
+async fn dribbled_headers(connections: usize, timeouts: &str) {
+    let node = Node::start("all", &format!("[ingress]\n{timeouts}"));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
+    let started = Instant::now();
+    let mut attackers = tokio::task::JoinSet::new();
+    for _ in 0..connections {
+        let addr = node.addr;
+        attackers.spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.ok()?;
+            stream
+                .write_all(b"POST /webhook/whatsapp HTTP/1.1\r\n")
+                .await
+                .ok()?;
+            for _ in 0..120 {
+                if stream.write_all(b"X").await.is_err() {
+                    return Some(started.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            None
+        });
+    }
+    let mut closed = 0;
+    let mut last = Duration::ZERO;
+    while let Some(done) = attackers.join_next().await {
+        if let Ok(Some(at)) = done {
+            closed += 1;
+            last = last.max(at);
+        }
+    }
+    stop.cancel();
+    let (mut latencies, failed) = sampler.await.expect("sampler");
+    println!(
+        "dribbled headers: {connections} connections, {closed} closed by Sabi, the last after {:.1} s; {}",
+        last.as_secs_f64(),
+        summary(&mut latencies, failed)
+    );
+}
+
+async fn event_streams(sessions: usize, window: Duration) {
+    // An API node: the questions stay queued, their streams stay open.
+    let node = Node::start("api", "[ingress]\ntrusted_proxies = [\"127.0.0.1/32\"]\n");
+    let client = reqwest::Client::new();
+    let mut jobs = Vec::new();
+    for n in 0..sessions {
+        let session = format!("bench-session-{n:08}-0123456789");
+        let address = format!("10.{}.{}.{}", n / 65_536 % 256, n / 256 % 256, n % 256);
+        let asked: serde_json::Value = client
+            .post(node.url("/chat"))
+            .header("x-forwarded-for", &address)
+            .json(&serde_json::json!({"session_id": session, "question": "hello"}))
+            .send()
+            .await
+            .expect("asked")
+            .json()
+            .await
+            .expect("json");
+        let job = asked["job_id"].as_str().expect("job").to_owned();
+        jobs.push((session, address, job));
+    }
+    let mut streams = Vec::new();
+    for (session, address, job) in &jobs {
+        for _ in 0..3 {
+            let stream = client
+                .get(node.url(&format!("/chat/{job}/events?session_id={session}")))
+                .header("x-forwarded-for", address)
+                .send()
+                .await
+                .expect("stream");
+            assert_eq!(stream.status(), 200, "a stream opened");
+            streams.push(stream);
+        }
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
+    let (cpu_before, wall) = (node.cpu_seconds(), Instant::now());
+    tokio::time::sleep(window).await;
+    let cpu = (node.cpu_seconds() - cpu_before) / wall.elapsed().as_secs_f64();
+    stop.cancel();
+    let (mut latencies, failed) = sampler.await.expect("sampler");
+    println!(
+        "event streams: {} open ({sessions} sessions from {sessions} addresses, 3 each, queued jobs): {:.1} % of a core; {}",
+        streams.len(),
+        cpu * 100.0,
+        summary(&mut latencies, failed)
+    );
+}
+
+async fn one_address_burst(questions: usize) {
+    let node = Node::start("api", "[ingress]\ntrusted_proxies = [\"127.0.0.1/32\"]\n");
+    let client = reqwest::Client::new();
+    let ask = |address: &'static str, n: usize| {
+        client
+            .post(node.url("/chat"))
+            .header("x-forwarded-for", address)
+            .json(&serde_json::json!({"session_id": format!("burst-{n}"), "question": "hello"}))
+            .send()
+    };
+    let answers =
+        futures_util::future::join_all((0..questions).map(|n| ask("203.0.113.9", n))).await;
+    let accepted = answers
+        .iter()
+        .filter(|a| a.as_ref().is_ok_and(|r| r.status() == 202))
+        .count();
+    let neighbour = ask("198.51.100.1", questions)
+        .await
+        .map_or(0, |r| r.status().as_u16());
+    println!(
+        "one address: {accepted} of a {questions}-question burst accepted; another address then got {neighbour}"
+    );
+}
