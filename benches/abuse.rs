@@ -20,6 +20,8 @@ const SECRET: &str = "abuse-bench-secret";
 
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
+    // The attackers' own sockets are open files too.
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
     let scale = |big: usize, small: usize| if full { big } else { small };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {

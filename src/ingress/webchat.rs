@@ -34,7 +34,7 @@ const MAX_QUESTION_CHARS: usize = 4000;
 const MAX_ID_CHARS: usize = 128;
 /// How often an event stream looks at the store unprompted: for turns other nodes run, and for
 /// stage changes. A turn this node starts or ends wakes its session's streams at once.
-const EVENTS_POLL: Duration = Duration::from_secs(1);
+const EVENTS_POLL: Duration = Duration::from_secs(3);
 /// Event streams one session may keep open on one node (a few tabs).
 const STREAMS_PER_SESSION: usize = 3;
 /// ...and one client address (a family behind one router).
