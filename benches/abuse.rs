@@ -38,6 +38,7 @@ fn main() {
         dribbled_headers(scale(1_500, 20), timeouts).await;
         event_streams(scale(700, 10), window).await;
         one_address_burst(scale(300, 40)).await;
+        whatsapp_behind_a_full_web_chat(scale(300, 10)).await;
     });
 }
 
@@ -50,6 +51,10 @@ struct Node {
 
 impl Node {
     fn start(role: &str, config: &str) -> Node {
+        Node::start_with(role, config, &[])
+    }
+
+    fn start_with(role: &str, config: &str, env: &[(&str, &str)]) -> Node {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("sabi.toml");
         std::fs::write(&file, config).expect("sabi.toml");
@@ -64,6 +69,7 @@ impl Node {
             )
             .env("SABI_WHATSAPP_APP_SECRET", SECRET)
             .env("SABI_BATCH_WINDOW", "0")
+            .envs(env.iter().copied())
             .stderr(Stdio::piped())
             .spawn()
             .expect("sabi serve starts");
@@ -131,7 +137,9 @@ fn webhook(id: &str) -> (Vec<u8>, String) {
         "2348031234567",
         "Bench",
         id,
-        1_781_000_000,
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
         "hello",
     );
     let body = sabi::ingress::whatsapp::wire::encode(&value).into_bytes();
@@ -364,4 +372,62 @@ async fn one_address_burst(questions: usize) {
     println!(
         "one address: {accepted} of a {questions}-question burst accepted; another address then got {neighbour}"
     );
+}
+
+/// Web-chat questions whose turns each take 2 s (the sandbox stands in for a slow model) fill
+/// the queue; then a WhatsApp customer writes. How long until their answer is stored?
+async fn whatsapp_behind_a_full_web_chat(questions: usize) {
+    let node = Node::start_with(
+        "all",
+        "",
+        &[
+            ("SABI_SANDBOX_REPLY_DELAY", "2s"),
+            ("SABI_WEBCHAT_PER_ADDRESS", "0"),
+        ],
+    );
+    let client = reqwest::Client::new();
+    for n in 0..questions {
+        let asked = client
+            .post(node.url("/chat"))
+            .json(&serde_json::json!({"session_id": format!("queue-{n}"), "question": "Who go win the league?"}))
+            .send()
+            .await
+            .expect("asked");
+        assert_eq!(asked.status(), 202);
+    }
+    let (body, signature) = webhook("wamid.behind-the-queue");
+    let started = Instant::now();
+    let sent = client
+        .post(node.url("/webhook/whatsapp"))
+        .header("x-hub-signature-256", signature)
+        .body(body)
+        .send()
+        .await
+        .expect("webhook");
+    assert_eq!(sent.status(), 200);
+    let store = format!("sqlite://{}", node._dir.path().join("sabi.db").display());
+    let answered = loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_sabi"))
+            .args(["inbox", "--json"])
+            .env("SABI_CONFIG", "/dev/null")
+            .env("SABI_STORE", &store)
+            .output()
+            .expect("sabi inbox");
+        let done = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.contains("wamid.behind-the-queue") && l.contains("\"state\":\"answered\""));
+        if done || started.elapsed() > Duration::from_secs(120) {
+            break done.then(|| started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    match answered {
+        Some(after) => println!(
+            "a full web chat: {questions} questions of 2 s turns waiting; a WhatsApp customer answered after {} ms",
+            after.as_millis()
+        ),
+        None => println!(
+            "a full web chat: {questions} questions waiting; the WhatsApp customer was not answered within 120 s"
+        ),
+    }
 }
