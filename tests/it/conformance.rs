@@ -163,6 +163,7 @@ macro_rules! cases {
             deletions_and_edits_change_only_a_waiting_message,
             a_claim_of_one_channel_takes_only_its_conversations,
             a_queue_burst_cannot_pass_its_cap,
+            whatsapp_hand_offs_come_first_in_review,
         );
     };
 }
@@ -658,6 +659,76 @@ async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
     let next = store.claim_sends(claim(at)).await.expect("claim sends");
     assert_eq!(next.len(), 3);
     assert!(next.iter().all(|j| j.part == 1), "in order per customer");
+}
+
+async fn whatsapp_hand_offs_come_first_in_review(store: Arc<dyn Store>) {
+    // Anonymous web visitors hand off first, then a WhatsApp customer.
+    for n in 0..3 {
+        store
+            .submit_chat(ChatSubmission {
+                session_id: format!("anon-{n}"),
+                message_id: None,
+                user_id: None,
+                question: "I want a human".into(),
+                business: "web".into(),
+                job_id: format!("handoff-{n}"),
+                now_ms: T0,
+                policy: BatchPolicy {
+                    window_ms: 0,
+                    cap_ms: 60_000,
+                },
+                keep_ms: 3_600_000,
+                per_minute: 20,
+                max_queue: 1_000,
+            })
+            .await
+            .expect("submitted");
+    }
+    let at = T0 + 1_000;
+    for claim in store.claim(at, 60_000, 10, None).await.expect("claim") {
+        let review = Ending::Review {
+            reason: ReviewReason::TooOld,
+            error: None,
+        };
+        store
+            .finish(claim.batch.id, claim.token, at, review)
+            .await
+            .expect("finish");
+    }
+    ingest(
+        &store,
+        vec![message("wamid.h1", "c1", "help", T0 / 1000)],
+        at,
+    )
+    .await;
+    let later = at + 20_000;
+    let claim = store
+        .claim(later, 60_000, 5, None)
+        .await
+        .expect("claim")
+        .remove(0);
+    let review = Ending::Review {
+        reason: ReviewReason::TooOld,
+        error: None,
+    };
+    store
+        .finish(claim.batch.id, claim.token, later, review)
+        .await
+        .expect("finish");
+    let queue = store
+        .review_queue(ReviewQuery {
+            limit: Some(2),
+            ..ReviewQuery::default()
+        })
+        .await
+        .expect("queue");
+    assert_eq!(queue.len(), 2);
+    assert_eq!(
+        queue[0].conversation.channel,
+        Channel::Whatsapp,
+        "{queue:?}"
+    );
+    assert_eq!(queue[1].conversation.channel, Channel::Webchat);
 }
 
 async fn review_items_are_settled_once(store: Arc<dyn Store>) {

@@ -41,7 +41,7 @@ pub(super) async fn queue(pool: &PgPool, query: &ReviewQuery) -> Result<Vec<Revi
          JOIN conversations c ON c.id = b.conversation_id
          WHERE r.state = 'open' AND ($1::text IS NULL OR r.reason = $1)
            AND ($2::text IS NULL OR c.customer = $2)
-         ORDER BY r.id LIMIT $3"
+         ORDER BY c.channel = 'webchat', r.id LIMIT $3"
     )))
     .bind(&query.reason)
     .bind(&query.customer)

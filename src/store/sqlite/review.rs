@@ -46,7 +46,7 @@ pub(super) fn queue(conn: &Connection, query: &ReviewQuery) -> Result<Vec<Review
             "SELECT {COLUMNS} FROM review r JOIN batches b ON b.id = r.batch_id
              JOIN conversations c ON c.id = b.conversation_id
              WHERE r.state = 'open' AND (?1 IS NULL OR r.reason = ?1) AND (?2 IS NULL OR c.customer = ?2)
-             ORDER BY r.id LIMIT ?3"
+             ORDER BY c.channel = 'webchat', r.id LIMIT ?3"
         ))
         .and_then(|mut s| {
             s.query_map(

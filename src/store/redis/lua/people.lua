@@ -12,17 +12,21 @@ local function review_entry(id)
   }
 end
 
+-- Open items, WhatsApp's (whose customers Meta names) ahead of web chat's, oldest first.
 local function review_queue(a)
   local out = {}
-  for _, id in ipairs(redis.call('ZRANGE', k('review'), 0, -1)) do
-    if #out >= a.limit then
-      break
-    end
-    local r = get(k('r', id), 'reason', 'batch')
-    local conv = redis.call('HGET', k('b', r.batch), 'conv')
-    local customer = redis.call('HGET', k('c', conv), 'cust')
-    if (not a.reason or r.reason == a.reason) and (not a.customer or customer == a.customer) then
-      out[#out + 1] = review_entry(id)
+  for _, channel in ipairs({'whatsapp', 'webchat'}) do
+    for _, id in ipairs(redis.call('ZRANGE', k('review'), 0, -1)) do
+      if #out >= a.limit then
+        return out
+      end
+      local r = get(k('r', id), 'reason', 'batch')
+      local conv = redis.call('HGET', k('b', r.batch), 'conv')
+      local c = get(k('c', conv), 'cust', 'ch')
+      if c.ch == channel and (not a.reason or r.reason == a.reason)
+          and (not a.customer or c.cust == a.customer) then
+        out[#out + 1] = review_entry(id)
+      end
     end
   end
   return out
