@@ -121,7 +121,13 @@ impl WebchatSettings {
             per_session_per_minute: webchat.per_session_per_minute,
             per_address: webchat::AddressLimit::per_minute(webchat.per_address_per_minute),
             queue: webchat::QueueGauge::default(),
-            streams: Arc::new(tokio::sync::Semaphore::new(webchat.max_streams)),
+            // Each stream is an open connection: never more than the open files allow.
+            streams: Arc::new(tokio::sync::Semaphore::new(
+                crate::http::serve::connections_within(
+                    crate::http::serve::fd_limit(),
+                    webchat.max_streams,
+                ),
+            )),
             stream_counts: Arc::default(),
             signals,
             identity_secret: webchat.identity_secret.clone(),
