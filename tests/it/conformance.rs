@@ -661,39 +661,32 @@ async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
     assert!(next.iter().all(|j| j.part == 1), "in order per customer");
 }
 
+/// Ends a claimed batch in review, as too old for an automatic reply.
+async fn too_old(store: &Arc<dyn Store>, claim: &sabi::domain::Claim, at: i64) {
+    let review = Ending::Review {
+        reason: ReviewReason::TooOld,
+        error: None,
+    };
+    store
+        .finish(claim.batch.id, claim.token, at, review)
+        .await
+        .expect("finish");
+}
+
 async fn whatsapp_hand_offs_come_first_in_review(store: Arc<dyn Store>) {
     // Anonymous web visitors hand off first, then a WhatsApp customer.
     for n in 0..3 {
         store
             .submit_chat(ChatSubmission {
-                session_id: format!("anon-{n}"),
-                message_id: None,
-                user_id: None,
                 question: "I want a human".into(),
-                business: "web".into(),
-                job_id: format!("handoff-{n}"),
-                now_ms: T0,
-                policy: BatchPolicy {
-                    window_ms: 0,
-                    cap_ms: 60_000,
-                },
-                keep_ms: 3_600_000,
-                per_minute: 20,
-                max_queue: 1_000,
+                ..question(format!("anon-{n}"), format!("handoff-{n}"))
             })
             .await
             .expect("submitted");
     }
     let at = T0 + 1_000;
     for claim in store.claim(at, 60_000, 10, None).await.expect("claim") {
-        let review = Ending::Review {
-            reason: ReviewReason::TooOld,
-            error: None,
-        };
-        store
-            .finish(claim.batch.id, claim.token, at, review)
-            .await
-            .expect("finish");
+        too_old(&store, &claim, at).await;
     }
     ingest(
         &store,
@@ -702,19 +695,9 @@ async fn whatsapp_hand_offs_come_first_in_review(store: Arc<dyn Store>) {
     )
     .await;
     let later = at + 20_000;
-    let claim = store
-        .claim(later, 60_000, 5, None)
-        .await
-        .expect("claim")
-        .remove(0);
-    let review = Ending::Review {
-        reason: ReviewReason::TooOld,
-        error: None,
-    };
-    store
-        .finish(claim.batch.id, claim.token, later, review)
-        .await
-        .expect("finish");
+    for claim in store.claim(later, 60_000, 5, None).await.expect("claim") {
+        too_old(&store, &claim, later).await;
+    }
     let queue = store
         .review_queue(ReviewQuery {
             limit: Some(2),
@@ -744,14 +727,7 @@ async fn review_items_are_settled_once(store: Arc<dyn Store>) {
         .await
         .expect("claim")
         .remove(0);
-    let review = Ending::Review {
-        reason: ReviewReason::TooOld,
-        error: None,
-    };
-    store
-        .finish(claim.batch.id, claim.token, at, review)
-        .await
-        .expect("finish");
+    too_old(&store, &claim, at).await;
     let queue = store
         .review_queue(ReviewQuery::default())
         .await
@@ -787,26 +763,32 @@ async fn review_items_are_settled_once(store: Arc<dyn Store>) {
     );
 }
 
+/// A web-chat question of `session` as the HTTP layer submits it, with the defaults the cases
+/// share (no window, room in the queue and the session's minute).
+fn question(session: impl Into<String>, job: impl Into<String>) -> ChatSubmission {
+    ChatSubmission {
+        session_id: session.into(),
+        message_id: None,
+        user_id: None,
+        question: "hello".into(),
+        business: "web".into(),
+        job_id: job.into(),
+        now_ms: T0,
+        policy: BatchPolicy {
+            window_ms: 0,
+            cap_ms: 60_000,
+        },
+        keep_ms: 3_600_000,
+        per_minute: 20,
+        max_queue: 1_000,
+    }
+}
+
 async fn a_claim_of_one_channel_takes_only_its_conversations(store: Arc<dyn Store>) {
     // A web-chat queue due first, and a WhatsApp message due behind it.
     for n in 0..5 {
         store
-            .submit_chat(ChatSubmission {
-                session_id: format!("web-{n}"),
-                message_id: None,
-                user_id: None,
-                question: "hello".into(),
-                business: "web".into(),
-                job_id: format!("job-{n}"),
-                now_ms: T0,
-                policy: BatchPolicy {
-                    window_ms: 0,
-                    cap_ms: 60_000,
-                },
-                keep_ms: 3_600_000,
-                per_minute: 20,
-                max_queue: 1_000,
-            })
+            .submit_chat(question(format!("web-{n}"), format!("job-{n}")))
             .await
             .expect("submitted");
     }
@@ -849,20 +831,9 @@ async fn chat_jobs_are_idempotent_under_races(store: Arc<dyn Store>) {
         async move {
             let submitted = store
                 .submit_chat(ChatSubmission {
-                    session_id: "s-1".into(),
                     message_id: Some("m-1".into()),
-                    user_id: None,
                     question: "where is my order?".into(),
-                    business: "web".into(),
-                    job_id: format!("job-{n}"),
-                    now_ms: T0,
-                    policy: BatchPolicy {
-                        window_ms: 0,
-                        cap_ms: 60_000,
-                    },
-                    keep_ms: 3_600_000,
-                    per_minute: 20,
-                    max_queue: 1_000,
+                    ..question("s-1", format!("job-{n}"))
                 })
                 .await
                 .expect("submitted");
@@ -1024,20 +995,9 @@ async fn a_queue_burst_cannot_pass_its_cap(store: Arc<dyn Store>) {
         async move {
             store
                 .submit_chat(ChatSubmission {
-                    session_id: format!("s-queue-{n}"),
-                    message_id: None,
-                    user_id: None,
                     question: format!("question {n}"),
-                    business: "web".into(),
-                    job_id: format!("queue-{n}"),
-                    now_ms: T0,
-                    policy: BatchPolicy {
-                        window_ms: 0,
-                        cap_ms: 60_000,
-                    },
-                    keep_ms: 3_600_000,
-                    per_minute: 20,
                     max_queue: 5,
+                    ..question(format!("s-queue-{n}"), format!("queue-{n}"))
                 })
                 .await
                 .expect("submit")
@@ -1064,20 +1024,10 @@ async fn a_session_burst_cannot_pass_its_limit(store: Arc<dyn Store>) {
         async move {
             store
                 .submit_chat(ChatSubmission {
-                    session_id: "s-burst".into(),
                     message_id: Some(format!("m-{n}")),
-                    user_id: None,
                     question: format!("question {n}"),
-                    business: "web".into(),
-                    job_id: format!("burst-{n}"),
-                    now_ms: T0,
-                    policy: BatchPolicy {
-                        window_ms: 0,
-                        cap_ms: 60_000,
-                    },
-                    keep_ms: 3_600_000,
                     per_minute: 3,
-                    max_queue: 1_000,
+                    ..question("s-burst", format!("burst-{n}"))
                 })
                 .await
                 .expect("submit")
