@@ -305,7 +305,8 @@ impl Tool {
             .map(|(key, value)| (key.clone(), value.clone()))
             .collect();
         if let Some(validator) = &self.validator {
-            let instance = Value::Object(arguments);
+            // A tool call is rare next to a turn: checking a copy keeps this plain.
+            let instance = Value::Object(arguments.clone());
             if let Some(error) = validator.iter_errors(&instance).next() {
                 let argument = error.instance_path().as_str().trim_start_matches('/');
                 return Err(Error::Invalid {
@@ -314,10 +315,6 @@ impl Tool {
                     why: error.to_string(),
                 });
             }
-            let Value::Object(checked) = instance else {
-                unreachable!("built as an object above")
-            };
-            arguments = checked;
         }
         arguments.retain(|key, _| self.declared.contains(key));
         if self.needs_customer {
