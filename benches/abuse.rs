@@ -383,6 +383,7 @@ async fn whatsapp_behind_a_full_web_chat(questions: usize) {
         &[
             ("SABI_SANDBOX_REPLY_DELAY", "2s"),
             ("SABI_WEBCHAT_PER_ADDRESS", "0"),
+            ("SABI_WEBCHAT_SESSIONS_PER_ADDRESS", "0"),
         ],
     );
     let client = reqwest::Client::new();

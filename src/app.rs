@@ -17,7 +17,7 @@ use crate::agent::{Agent, AgentSettings};
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::http::serve::{ConnectionLimits, serve};
-use crate::ingress::{self, Ingress};
+use crate::ingress::{self, Ingress, WorkerLinks};
 use crate::metrics::Metrics;
 use crate::router::{Router, RouterHandler};
 use crate::sender::graph::Graph;
@@ -54,6 +54,7 @@ fn default_handler(
     clock: SharedClock,
     store: &Arc<dyn Store>,
     graph: Option<&Graph>,
+    router: Option<Arc<Router>>,
     metrics: &Arc<Metrics>,
 ) -> anyhow::Result<Arc<dyn TurnHandler>> {
     // Header secrets are read from the environment once, here: a missing one stops start-up.
@@ -62,19 +63,6 @@ fn default_handler(
         &|var| std::env::var(var).ok(),
         config.tools_secret.clone(),
     )?);
-    let router = if config.router.enabled {
-        let source = config.router.intents_source()?;
-        let started = std::time::Instant::now();
-        let router = Router::from_source(&source, &[])?;
-        tracing::info!(
-            took_ms = started.elapsed().as_millis() as u64,
-            intents = router.labels().len(),
-            "router trained"
-        );
-        Some(Arc::new(router))
-    } else {
-        None
-    };
     let agent: Arc<dyn TurnHandler> = match agent(config, store, &tools, router.clone(), metrics)? {
         Some(agent) => agent,
         None => Acknowledger::new(clock, config.engine.sandbox_reply_delay),
@@ -106,6 +94,22 @@ fn default_handler(
         _ => None,
     };
     Ok(VoiceNotes::new(handler, store.clone(), hearing)?)
+}
+
+/// The intent router, trained from the configured intents; `None` when it is turned off.
+fn trained_router(config: &Config) -> anyhow::Result<Option<Arc<Router>>> {
+    if !config.router.enabled {
+        return Ok(None);
+    }
+    let source = config.router.intents_source()?;
+    let started = std::time::Instant::now();
+    let router = Router::from_source(&source, &[])?;
+    tracing::info!(
+        took_ms = started.elapsed().as_millis() as u64,
+        intents = router.labels().len(),
+        "router trained"
+    );
+    Ok(Some(Arc::new(router)))
 }
 
 /// The agent: an external one, or the built-in LLM agent, when either is configured.
@@ -201,9 +205,18 @@ impl App {
                 .context("building the Graph API client")?,
             ),
         };
+        // Ingress uses the router too: to know an anonymous visitor's request for a person.
+        let router = trained_router(config)?;
         let handler = match handler {
             Some(handler) => handler,
-            None => default_handler(config, clock.clone(), &store, graph.as_ref(), &metrics)?,
+            None => default_handler(
+                config,
+                clock.clone(),
+                &store,
+                graph.as_ref(),
+                router.clone(),
+                &metrics,
+            )?,
         };
         let sender = graph.map(|graph| {
             Sender::new(
@@ -242,10 +255,13 @@ impl App {
                     config,
                     store.clone(),
                     clock,
-                    scheduler.wakeup(),
-                    outbox,
+                    WorkerLinks {
+                        wakeup: scheduler.wakeup(),
+                        outbox,
+                        chat: scheduler.chat_signals(),
+                    },
                     metrics,
-                    scheduler.chat_signals(),
+                    router,
                 );
                 let limits = ConnectionLimits {
                     header_timeout: config.ingress.header_timeout,

@@ -124,6 +124,9 @@ pub struct BatchMessage {
     /// For a web visitor whose site vouched for them (`user_id` with a valid `user_hash`), that
     /// user id; `None` for an anonymous visitor and on WhatsApp, where Meta names the sender.
     pub user: Option<String>,
+    /// For an anonymous web visitor, the client address the question came from, so that the
+    /// desk can fold one address's repeated hand-offs into one.
+    pub address: Option<String>,
 }
 
 impl BatchMessage {

@@ -137,6 +137,14 @@ const SETTINGS: &[Setting] = &[
         "Questions from one address per minute (in bursts of as many) before 429; 0: no limit. Set ingress.trusted_proxies behind a proxy.",
     ),
     set(
+        "webchat.new_sessions_per_address_per_hour",
+        "New chat sessions from one address per hour (in bursts of as many) before 429; 0: no limit.",
+    ),
+    set(
+        "webchat.handoffs_per_address_per_hour",
+        "Anonymous requests for a person from one address per hour (in bursts of as many) before 429; 0: no limit.",
+    ),
+    set(
         "webchat.max_streams",
         "Event streams open at once on one node; more get 503 and poll instead.",
     ),

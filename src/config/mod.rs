@@ -43,6 +43,14 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_TOOLS_SECRET", "tools_secret"),
     ("SABI_WEBCHAT_IDENTITY_SECRET", "webchat.identity_secret"),
     ("SABI_WEBCHAT_PER_ADDRESS", "webchat.per_address_per_minute"),
+    (
+        "SABI_WEBCHAT_SESSIONS_PER_ADDRESS",
+        "webchat.new_sessions_per_address_per_hour",
+    ),
+    (
+        "SABI_WEBCHAT_HANDOFFS_PER_ADDRESS",
+        "webchat.handoffs_per_address_per_hour",
+    ),
     ("SABI_TURNS", "engine.turns_per_node"),
     ("SABI_SANDBOX_REPLY_DELAY", "engine.sandbox_reply_delay"),
     ("SABI_INTENTS_FILE", "router.intents_file"),
@@ -388,6 +396,20 @@ pub struct WebchatConfig {
     /// script at once. 0: no limit.
     #[serde(default = "defaults::address_rate", deserialize_with = "number::usize")]
     pub per_address_per_minute: usize,
+    /// New sessions (a session id's first question) from one address per hour, in bursts of as
+    /// many: a script that takes a new session per question meets it. 0: no limit.
+    #[serde(
+        default = "defaults::address_sessions",
+        deserialize_with = "number::usize"
+    )]
+    pub new_sessions_per_address_per_hour: usize,
+    /// Anonymous requests for a person from one address per hour, in bursts of as many: each
+    /// is a desk item someone must read. 0: no limit.
+    #[serde(
+        default = "defaults::address_handoffs",
+        deserialize_with = "number::usize"
+    )]
+    pub handoffs_per_address_per_hour: usize,
     /// Event streams open at once on one node; more get 503 (browsers then poll).
     #[serde(default = "defaults::max_streams", deserialize_with = "number::usize")]
     pub max_streams: usize,
@@ -412,6 +434,8 @@ impl Default for WebchatConfig {
             max_queue: defaults::max_queue(),
             per_session_per_minute: defaults::session_rate(),
             per_address_per_minute: defaults::address_rate(),
+            new_sessions_per_address_per_hour: defaults::address_sessions(),
+            handoffs_per_address_per_hour: defaults::address_handoffs(),
             max_streams: defaults::max_streams(),
             identity_secret: None,
             frame_ancestors: defaults::frame_ancestors(),
@@ -979,6 +1003,14 @@ mod defaults {
     }
     pub(super) fn address_rate() -> usize {
         30
+    }
+
+    pub(super) fn address_sessions() -> usize {
+        30
+    }
+
+    pub(super) fn address_handoffs() -> usize {
+        5
     }
 
     pub(super) fn frame_ancestors() -> String {

@@ -40,8 +40,11 @@ pub enum ApiError {
     Busy,
     #[error("this session is asking too fast")]
     TooFast,
-    #[error("this address is asking too fast")]
-    AddressTooFast,
+    #[error("this address has sent too many {}", .rule.noun())]
+    AddressLimited {
+        rule: AddressRule,
+        retry_after_secs: u64,
+    },
     #[error("too many event streams for this session or address")]
     TooManyStreams,
     #[error("no such chat job")]
@@ -125,11 +128,10 @@ impl ApiError {
                 "too_many_requests",
                 "You are sending messages very fast. Please wait a moment and try again.".into(),
             ),
-            ApiError::AddressTooFast => (
+            ApiError::AddressLimited { rule, .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
-                "too_many_requests",
-                "Many messages are coming from your network. Please wait a moment and try again."
-                    .into(),
+                rule.code(),
+                rule.message().into(),
             ),
             ApiError::TooManyStreams => (
                 StatusCode::TOO_MANY_REQUESTS,
@@ -163,12 +165,60 @@ impl IntoResponse for ApiError {
         }
         let mut response =
             (status, Json(json!({ "code": code, "message": message }))).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_AFTER_SECS),
-            );
+        let retry_after = match &self {
+            ApiError::AddressLimited {
+                retry_after_secs, ..
+            } => Some(HeaderValue::from((*retry_after_secs).max(1))),
+            _ if status == StatusCode::SERVICE_UNAVAILABLE
+                || status == StatusCode::TOO_MANY_REQUESTS =>
+            {
+                Some(HeaderValue::from_static(RETRY_AFTER_SECS))
+            }
+            _ => None,
+        };
+        if let Some(value) = retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
         }
         response
+    }
+}
+
+/// What one client address did too often.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressRule {
+    Questions,
+    NewSessions,
+    Handoffs,
+}
+
+impl AddressRule {
+    fn noun(self) -> &'static str {
+        match self {
+            AddressRule::Questions => "questions",
+            AddressRule::NewSessions => "new sessions",
+            AddressRule::Handoffs => "requests for a person",
+        }
+    }
+
+    fn code(self) -> &'static str {
+        match self {
+            AddressRule::Questions => "too_many_requests",
+            AddressRule::NewSessions => "too_many_sessions",
+            AddressRule::Handoffs => "handoff_pending",
+        }
+    }
+
+    fn message(self) -> &'static str {
+        match self {
+            AddressRule::Questions => {
+                "Many messages are coming from your network. Please wait a moment and try again."
+            }
+            AddressRule::NewSessions => {
+                "Many new chats are starting from your network. Please continue in an open chat, or try again later."
+            }
+            AddressRule::Handoffs => {
+                "A person already has requests from your network and will answer in that chat. Please try again later."
+            }
+        }
     }
 }

@@ -4,4 +4,4 @@
 mod error;
 pub mod serve;
 
-pub use self::error::ApiError;
+pub use self::error::{AddressRule, ApiError};

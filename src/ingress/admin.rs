@@ -3,7 +3,8 @@
 //! configured the routes do not exist. The review desk page (`/desk`) holds no data itself:
 //! it asks for the token and calls this API.
 //!
-//! - `GET /admin/review?reason=&customer=&limit=`: open review items, oldest first;
+//! - `GET /admin/review?reason=&customer=&limit=`: open review items, WhatsApp's first, then
+//!   oldest first; an anonymous visitor's repeated hand-offs from one address fold into one;
 //! - `GET /admin/review/{id}`: one item with its conversation;
 //! - `POST /admin/review/{id}/reply` `{"text": "..."}`: a person's reply, through the outbox
 //!   and all its rules (order, pacing, the 24-hour window);
@@ -11,6 +12,8 @@
 //! - `POST /admin/review/{id}/close`;
 //! - `GET /admin/conversations?customer=`: a customer's conversations and history;
 //! - `GET /admin/stats?since_ms=`: who answered, tokens and cost.
+
+use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::{Path, Query, Request, State};
@@ -24,6 +27,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::AppState;
+use crate::domain::ReviewReason;
 use crate::http::ApiError;
 use crate::store::{ConversationView, Resolution, ReviewEntry, ReviewQuery};
 
@@ -93,9 +97,37 @@ pub(super) async fn list(
             limit: Some(query.limit.unwrap_or(100).min(1000)),
         })
         .await?;
-    Ok(Json(
-        json!({ "items": items.iter().map(review_json).collect::<Vec<_>>() }),
-    ))
+    Ok(Json(json!({ "items": fold_repeats(&items) })))
+}
+
+/// The queue as the desk shows it: an anonymous visitor's open hand-offs from one address fold
+/// into the first of them, which lists the others' ids in `repeats`, so that a flood of "a
+/// person, please" from one script reads as one item.
+fn fold_repeats(items: &[ReviewEntry]) -> Vec<Value> {
+    let mut shown: Vec<Value> = Vec::with_capacity(items.len());
+    let mut first_of: HashMap<&str, usize> = HashMap::new();
+    for item in items {
+        let address = (item.state == "open" && item.reason == ReviewReason::HandoffAsked.as_str())
+            .then(|| item.messages.first().and_then(|m| m.address.as_deref()))
+            .flatten();
+        match address.and_then(|a| first_of.get(a).map(|&at| (a, at))) {
+            Some((_, at)) => {
+                if let Some(repeats) = shown[at]["repeats"].as_array_mut() {
+                    repeats.push(json!(item.id));
+                }
+            }
+            None => {
+                let mut entry = review_json(item);
+                if let Some(address) = address {
+                    entry["address"] = json!(address);
+                    entry["repeats"] = json!([]);
+                    first_of.insert(address, shown.len());
+                }
+                shown.push(entry);
+            }
+        }
+    }
+    shown
 }
 
 pub(super) async fn show(

@@ -57,23 +57,29 @@ pub struct AdminSettings {
 
 pub type AppState = Arc<Ingress>;
 
+/// How the routes reach this node's workers.
+pub struct WorkerLinks {
+    pub wakeup: Arc<Wakeup>,
+    pub outbox: Arc<Notify>,
+    pub chat: Arc<ChatSignals>,
+}
+
 impl Ingress {
     pub fn new(
         config: &Config,
         store: Arc<dyn Store>,
         clock: SharedClock,
-        wakeup: Arc<Wakeup>,
-        outbox: Arc<Notify>,
+        links: WorkerLinks,
         metrics: Arc<Metrics>,
-        chat: Arc<ChatSignals>,
+        intents: Option<Arc<crate::router::Router>>,
     ) -> AppState {
         Arc::new(Ingress {
             store,
             clock,
             whatsapp: whatsapp::Settings::from_config(config),
-            webchat: WebchatSettings::from_config(config, chat),
-            wakeup,
-            outbox,
+            webchat: WebchatSettings::from_config(config, links.chat, intents),
+            wakeup: links.wakeup,
+            outbox: links.outbox,
             metrics,
             admin: AdminSettings {
                 token: config.admin.token.clone(),
@@ -97,6 +103,12 @@ pub struct WebchatSettings {
     pub per_session_per_minute: usize,
     /// Questions per client address; `None`: no limit.
     pub per_address: Option<webchat::AddressLimit>,
+    /// New sessions per client address; `None`: no limit.
+    pub new_sessions: Option<webchat::AddressLimit>,
+    /// Anonymous requests for a person per client address; `None`: no limit.
+    pub handoffs: Option<webchat::AddressLimit>,
+    /// Tells which questions ask for a person; `None` when the router is off.
+    pub router: Option<Arc<crate::router::Router>>,
     pub queue: webchat::QueueGauge,
     /// One permit per open event stream.
     pub streams: Arc<tokio::sync::Semaphore>,
@@ -111,7 +123,11 @@ pub struct WebchatSettings {
 }
 
 impl WebchatSettings {
-    fn from_config(config: &Config, signals: Arc<ChatSignals>) -> WebchatSettings {
+    fn from_config(
+        config: &Config,
+        signals: Arc<ChatSignals>,
+        router: Option<Arc<crate::router::Router>>,
+    ) -> WebchatSettings {
         let webchat = &config.webchat;
         WebchatSettings {
             policy: webchat.batch_policy(),
@@ -120,6 +136,11 @@ impl WebchatSettings {
             max_queue: webchat.max_queue,
             per_session_per_minute: webchat.per_session_per_minute,
             per_address: webchat::AddressLimit::per_minute(webchat.per_address_per_minute),
+            new_sessions: webchat::AddressLimit::per_hour(
+                webchat.new_sessions_per_address_per_hour,
+            ),
+            handoffs: webchat::AddressLimit::per_hour(webchat.handoffs_per_address_per_hour),
+            router,
             queue: webchat::QueueGauge::default(),
             // Each stream is an open connection: never more than the open files allow.
             streams: Arc::new(tokio::sync::Semaphore::new(

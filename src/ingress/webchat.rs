@@ -25,7 +25,7 @@ use subtle::ConstantTimeEq;
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use super::AppState;
-use crate::http::ApiError;
+use crate::http::{AddressRule, ApiError};
 use crate::metrics::Metrics;
 use crate::store::{ChatExchange, ChatJob, ChatSubmission, JobStatus, Submitted};
 use crate::worker::Subscription;
@@ -120,10 +120,11 @@ pub(super) async fn submit(
         .source
         .client(peer.ip(), super::source::forwarded_for(&headers).as_deref())
         .unwrap_or(peer.ip());
-    let outcome = match &state.webchat.per_address {
-        Some(limit) if !limit.allows(client) => Err(ApiError::AddressTooFast),
-        _ => accept(&state, body).await,
-    };
+    let outcome =
+        match AddressLimit::check(&state.webchat.per_address, client, AddressRule::Questions) {
+            Err(limited) => Err(limited),
+            Ok(()) => accept(&state, client, body).await,
+        };
     let label = match &outcome {
         Ok((_, true)) => "accepted",
         Ok((_, false)) => "duplicate",
@@ -133,8 +134,8 @@ pub(super) async fn submit(
     outcome.map(|(response, _)| response)
 }
 
-/// Questions per client address: a token bucket each (GCRA), so one address (a script, a
-/// flood) cannot take the queue that every other visitor shares.
+/// Questions, new sessions or hand-offs per client address: a token bucket each (GCRA), so one
+/// address (a script, a flood) cannot take what every other visitor shares.
 pub struct AddressLimit {
     limiter: governor::DefaultKeyedRateLimiter<IpAddr>,
     checks: AtomicU64,
@@ -143,27 +144,49 @@ pub struct AddressLimit {
 impl AddressLimit {
     /// `n` a minute in bursts of `n`; `None` for 0 (no limit).
     pub fn per_minute(n: usize) -> Option<AddressLimit> {
+        Self::of(n, governor::Quota::per_minute)
+    }
+
+    /// `n` an hour in bursts of `n`; `None` for 0 (no limit).
+    pub fn per_hour(n: usize) -> Option<AddressLimit> {
+        Self::of(n, governor::Quota::per_hour)
+    }
+
+    fn of(n: usize, quota: fn(std::num::NonZeroU32) -> governor::Quota) -> Option<AddressLimit> {
         let n = std::num::NonZeroU32::new(u32::try_from(n).unwrap_or(u32::MAX))?;
         Some(AddressLimit {
-            limiter: governor::RateLimiter::keyed(governor::Quota::per_minute(n)),
+            limiter: governor::RateLimiter::keyed(quota(n)),
             checks: AtomicU64::new(0),
         })
     }
 
-    fn allows(&self, client: IpAddr) -> bool {
+    /// Takes a token of `client`'s bucket, or says when the next one comes.
+    fn check(
+        limit: &Option<AddressLimit>,
+        client: IpAddr,
+        rule: AddressRule,
+    ) -> Result<(), ApiError> {
+        let Some(limit) = limit else { return Ok(()) };
         // Now and then, forget addresses whose buckets are full again: memory stays bounded by
-        // the addresses of the last minute.
-        if self.checks.fetch_add(1, Ordering::Relaxed) % 4096 == 4095 {
-            self.limiter.retain_recent();
-            self.limiter.shrink_to_fit();
+        // the addresses of the last period.
+        if limit.checks.fetch_add(1, Ordering::Relaxed) % 4096 == 4095 {
+            limit.limiter.retain_recent();
+            limit.limiter.shrink_to_fit();
         }
-        self.limiter.check_key(&client).is_ok()
+        limit.limiter.check_key(&client).map_err(|not_until| {
+            let wait = not_until.wait_time_from(governor::clock::Clock::now(limit.limiter.clock()));
+            ApiError::AddressLimited {
+                rule,
+                retry_after_secs: wait.as_secs_f64().ceil() as u64,
+            }
+        })
     }
 }
 
 /// The 202 for a question, and whether the question is new.
 async fn accept(
     state: &AppState,
+    client: IpAddr,
     body: Result<Json<Question>, JsonRejection>,
 ) -> Result<(Response, bool), ApiError> {
     let Json(q) = body.map_err(|e| match e.status() {
@@ -195,12 +218,16 @@ async fn accept(
     if settings.queue.depth(state, now).await? >= settings.max_queue as u64 {
         return Err(ApiError::Busy);
     }
+    if user_id.is_none() {
+        anonymous_limits(state, client, &q.session_id, question).await?;
+    }
     let receipt = state
         .store
         .submit_chat(ChatSubmission {
             session_id: q.session_id.clone(),
             message_id: q.message_id.clone(),
             question: question.to_owned(),
+            address: user_id.is_none().then(|| client.to_string()),
             user_id,
             business: settings.site.clone(),
             job_id: new_job_id()?,
@@ -228,6 +255,27 @@ async fn accept(
             .map_or(JobStatus::Queued, |job| job.status),
     };
     Ok((accepted(receipt.job_id, status)?, receipt.created))
+}
+
+/// The per-address limits an anonymous visitor meets beyond the questions': new sessions, and
+/// requests for a person (each one a desk item someone must read).
+async fn anonymous_limits(
+    state: &AppState,
+    client: IpAddr,
+    session_id: &str,
+    question: &str,
+) -> Result<(), ApiError> {
+    let settings = &state.webchat;
+    if let Some(router) = &settings.router
+        && router.hands_off(question)
+    {
+        AddressLimit::check(&settings.handoffs, client, AddressRule::Handoffs)?;
+    }
+    if settings.new_sessions.is_some() && state.store.chat_history(session_id, 1).await?.is_empty()
+    {
+        AddressLimit::check(&settings.new_sessions, client, AddressRule::NewSessions)?;
+    }
+    Ok(())
 }
 
 /// The 202 that names a job.

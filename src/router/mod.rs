@@ -244,6 +244,16 @@ impl Router {
         }
     }
 
+    /// Whether the router would hand this message to a person.
+    pub fn hands_off(&self, message: &str) -> bool {
+        let routing = self.route(message);
+        routing.local
+            && matches!(
+                self.action(&routing.intent),
+                Some((ActionKind::Handoff, _, _))
+            )
+    }
+
     /// Every intent's name, in file order.
     pub fn labels(&self) -> Vec<String> {
         self.intents.iter().map(|i| i.name.clone()).collect()

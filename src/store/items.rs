@@ -112,6 +112,7 @@ pub(crate) fn question_item(s: &ChatSubmission, key: String) -> InboundItem {
             "message_id": s.message_id,
             "job_id": s.job_id,
             "user_id": s.user_id,
+            "address": s.address,
         }),
     }
 }

@@ -406,6 +406,9 @@ pub struct ChatSubmission {
     pub question: String,
     /// The visitor's user id, when their site vouched for it (`user_hash`).
     pub user_id: Option<String>,
+    /// The client address of an anonymous visitor (none for a vouched one): the desk folds
+    /// repeated hand-offs from one address into one.
+    pub address: Option<String>,
     /// The site the chat runs on: the conversation's business side.
     pub business: String,
     /// A fresh unguessable id, used when this is a new job.

@@ -90,6 +90,7 @@ mod tests {
                     provider_ts: Some(sent_at_s),
                     received_at_ms: sent_at_s * 1000 + 500,
                     user: None,
+                    address: None,
                 }],
                 due_at_ms: sent_at_s * 1000,
             },

@@ -302,3 +302,133 @@ async fn a_session_keeps_only_a_few_event_streams_and_they_wake_on_their_turn() 
     let again = app.client.get(&url).send().await.expect("stream");
     assert_eq!(again.status(), 200, "closed streams give their places back");
 }
+
+/// A test app behind a trusted local proxy (so `X-Forwarded-For` names each client), with
+/// these settings.
+async fn app_behind_proxy(env: &[(&str, &str)]) -> TestApp {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("sabi.toml"),
+        "[ingress]\ntrusted_proxies = [\"127.0.0.1/32\"]\n",
+    )
+    .expect("sabi.toml");
+    TestApp::spawn_in(dir, None, env).await
+}
+
+/// `POST /chat` from `address`.
+async fn ask_from(
+    app: &TestApp,
+    address: &str,
+    body: serde_json::Value,
+) -> (u16, Option<String>, serde_json::Value) {
+    let response = app
+        .client
+        .post(app.url("/chat"))
+        .header("x-forwarded-for", address)
+        .json(&body)
+        .send()
+        .await
+        .expect("posted");
+    let status = response.status().as_u16();
+    let retry = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().expect("ascii").to_owned());
+    (status, retry, response.json().await.expect("json"))
+}
+
+#[tokio::test]
+async fn one_address_gets_a_few_new_sessions_and_hand_offs_an_hour() {
+    const SECRET: &str = "identity-secret-for-the-site";
+    let app = app_behind_proxy(&[
+        ("SABI_WEBCHAT_SESSIONS_PER_ADDRESS", "3"),
+        ("SABI_WEBCHAT_HANDOFFS_PER_ADDRESS", "2"),
+        ("SABI_WEBCHAT_IDENTITY_SECRET", SECRET),
+    ])
+    .await;
+    let hello = |session: &str| serde_json::json!({"session_id": session, "question": "hello"});
+    for n in 0..3 {
+        let (status, _, _) = ask_from(&app, "203.0.113.7", hello(&format!("new-{n}"))).await;
+        assert_eq!(status, 202);
+    }
+    let (status, retry, body) = ask_from(&app, "203.0.113.7", hello("new-3")).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (429, Some("too_many_sessions"))
+    );
+    let retry: u64 = retry.expect("Retry-After").parse().expect("seconds");
+    assert!(retry > 60, "the bucket refills by the hour: {retry}");
+    let (status, _, _) = ask_from(&app, "203.0.113.7", hello("new-0")).await;
+    assert_eq!(status, 202, "an open session goes on");
+    let (status, _, _) = ask_from(&app, "198.51.100.20", hello("next-door")).await;
+    assert_eq!(status, 202, "another address starts its own");
+
+    let person = |session: &str| serde_json::json!({"session_id": session, "question": "I want to speak to a human"});
+    for _ in 0..2 {
+        let (status, _, _) = ask_from(&app, "198.51.100.20", person("next-door")).await;
+        assert_eq!(status, 202);
+    }
+    let (status, retry, body) = ask_from(&app, "198.51.100.20", person("next-door")).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (429, Some("handoff_pending"))
+    );
+    assert!(retry.is_some());
+    let (status, _, _) = ask_from(&app, "198.51.100.20", hello("next-door")).await;
+    assert_eq!(status, 202, "other questions go on");
+    // A visitor the site vouches for is known: their requests for a person are not capped.
+    let hash =
+        sabi::ingress::whatsapp::sign(&secrecy::SecretString::from(SECRET.to_owned()), b"user-7");
+    let mut signed = person("next-door-signed-in");
+    signed["user_id"] = "user-7".into();
+    signed["user_hash"] = hash.trim_start_matches("sha256=").into();
+    let (status, _, body) = ask_from(&app, "198.51.100.20", signed).await;
+    assert_eq!(status, 202, "{body}");
+}
+
+#[tokio::test]
+async fn the_desk_folds_one_addresss_repeated_anonymous_hand_offs_into_one() {
+    const TOKEN: &str = "desk-token-for-tests";
+    let app = app_behind_proxy(&[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let person = |n: usize| serde_json::json!({"session_id": format!("flood-{n}"), "question": "I want to speak to a human"});
+    for n in 0..4 {
+        assert_eq!(ask_from(&app, "203.0.113.7", person(n)).await.0, 202);
+    }
+    assert_eq!(ask_from(&app, "198.51.100.20", person(9)).await.0, 202);
+    app.scheduler.drain().await.expect("turns");
+    let review = || async {
+        app.client
+            .get(app.url("/admin/review"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("review")
+            .json::<serde_json::Value>()
+            .await
+            .expect("json")["items"]
+            .as_array()
+            .expect("items")
+            .clone()
+    };
+    let items = review().await;
+    assert_eq!(items.len(), 2, "{items:#?}");
+    assert_eq!(items[0]["address"], "203.0.113.7");
+    let repeats = items[0]["repeats"].as_array().expect("repeats");
+    assert_eq!(repeats.len(), 3);
+    assert_eq!(items[1]["address"], "198.51.100.20");
+    assert_eq!(items[1]["repeats"], serde_json::json!([]));
+    // Closing the folded item and its repeats, as the desk does, leaves the neighbour's.
+    for id in repeats.iter().chain([&items[0]["id"]]) {
+        let closed = app
+            .client
+            .post(app.url(&format!("/admin/review/{id}/close")))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("close");
+        assert_eq!(closed.status(), 200);
+    }
+    let left = review().await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0]["address"], "198.51.100.20");
+}

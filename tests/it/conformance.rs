@@ -712,6 +712,9 @@ async fn whatsapp_hand_offs_come_first_in_review(store: Arc<dyn Store>) {
         "{queue:?}"
     );
     assert_eq!(queue[1].conversation.channel, Channel::Webchat);
+    // The anonymous visitor's address stays with the hand-off, for the desk to fold repeats.
+    assert_eq!(queue[0].messages[0].address, None);
+    assert_eq!(queue[1].messages[0].address.as_deref(), Some("203.0.113.7"));
 }
 
 async fn review_items_are_settled_once(store: Arc<dyn Store>) {
@@ -770,6 +773,7 @@ fn question(session: impl Into<String>, job: impl Into<String>) -> ChatSubmissio
         session_id: session.into(),
         message_id: None,
         user_id: None,
+        address: Some("203.0.113.7".into()),
         question: "hello".into(),
         business: "web".into(),
         job_id: job.into(),

@@ -43,8 +43,10 @@ pub fn config(dir: &Path, extra: &[(&str, &str)]) -> Config {
         ("SABI_STORE", store.as_str()),
         ("SABI_WHATSAPP_APP_SECRET", SECRET),
         ("SABI_WHATSAPP_VERIFY_TOKEN", VERIFY_TOKEN),
-        // Every test client is 127.0.0.1: the per-address limit has tests of its own.
+        // Every test client is 127.0.0.1: the per-address limits have tests of their own.
         ("SABI_WEBCHAT_PER_ADDRESS", "0"),
+        ("SABI_WEBCHAT_SESSIONS_PER_ADDRESS", "0"),
+        ("SABI_WEBCHAT_HANDOFFS_PER_ADDRESS", "0"),
     ];
     env.extend_from_slice(extra);
     let env = env.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned()));
@@ -268,7 +270,9 @@ pub fn sabi_command(dir: &Path) -> Command {
         .env("SABI_STORE", store_url(dir))
         .env("SABI_WHATSAPP_APP_SECRET", SECRET)
         .env("SABI_WHATSAPP_VERIFY_TOKEN", VERIFY_TOKEN)
-        .env("SABI_WEBCHAT_PER_ADDRESS", "0");
+        .env("SABI_WEBCHAT_PER_ADDRESS", "0")
+        .env("SABI_WEBCHAT_SESSIONS_PER_ADDRESS", "0")
+        .env("SABI_WEBCHAT_HANDOFFS_PER_ADDRESS", "0");
     command
 }
 

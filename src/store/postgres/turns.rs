@@ -146,7 +146,8 @@ pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch
     };
     let messages = sqlx::query(
         "SELECT seq, dedupe_key, item_type, text, media_id, provider_ts, received_at,
-                CASE channel WHEN 'webchat' THEN facts::jsonb ->> 'user_id' END
+                CASE channel WHEN 'webchat' THEN facts::jsonb ->> 'user_id' END,
+                CASE channel WHEN 'webchat' THEN facts::jsonb ->> 'address' END
          FROM inbox WHERE batch_id = $1 ORDER BY provider_ts, seq",
     )
     .bind(id)
@@ -163,6 +164,7 @@ pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch
         provider_ts: r.get(5),
         received_at_ms: r.get(6),
         user: r.get(7),
+        address: r.get(8),
     })
     .collect();
     Ok(Batch {

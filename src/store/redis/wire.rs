@@ -208,6 +208,8 @@ pub(super) struct RawMessage {
     recv: i64,
     #[serde(default)]
     user: Option<String>,
+    #[serde(default)]
+    address: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -237,6 +239,7 @@ impl RawBatch {
                 provider_ts: m.pts,
                 received_at_ms: m.recv,
                 user: m.user,
+                address: m.address,
             })
             .collect();
         messages.sort_by_key(|m| (m.provider_ts, m.seq));

@@ -157,7 +157,8 @@ pub(super) fn load_batch(conn: &Connection, id: i64) -> Result<Batch> {
 fn batch_messages(conn: &Connection, batch: i64) -> Result<Vec<BatchMessage>> {
     conn.prepare_cached(
         "SELECT seq, dedupe_key, item_type, text, media_id, provider_ts, received_at,
-                CASE channel WHEN 'webchat' THEN json_extract(facts, '$.user_id') END
+                CASE channel WHEN 'webchat' THEN json_extract(facts, '$.user_id') END,
+                CASE channel WHEN 'webchat' THEN json_extract(facts, '$.address') END
          FROM inbox WHERE batch_id = ?1 ORDER BY provider_ts, seq",
     )
     .and_then(|mut s| {
@@ -171,6 +172,7 @@ fn batch_messages(conn: &Connection, batch: i64) -> Result<Vec<BatchMessage>> {
                 provider_ts: r.get(5)?,
                 received_at_ms: r.get(6)?,
                 user: r.get(7)?,
+                address: r.get(8)?,
             })
         })?
         .collect()

@@ -6,13 +6,15 @@ local function load_batch(id)
   local messages = {}
   for _, seq in ipairs(redis.call('ZRANGE', k('b', id, 'msgs'), 0, -1)) do
     local m = get(k('in', seq), 'ch', 'key', 'type', 'text', 'media', 'pts', 'recv', 'facts')
-    local user
+    local user, address
     if m.ch == 'webchat' then
-      user = cjson.decode(m.facts).user_id
+      local facts = cjson.decode(m.facts)
+      user, address = facts.user_id, facts.address
     end
     messages[#messages + 1] = {
       seq = tonumber(seq), key = m.key, type = m.type, text = m.text, media = m.media,
       pts = tonumber(m.pts), recv = tonumber(m.recv), user = user,
+      address = address,
     }
   end
   return {
