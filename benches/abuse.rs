@@ -4,7 +4,9 @@
 //!
 //! `cargo bench --bench abuse` runs them at full size: 300 stalled 3 MB bodies, 1,500
 //! connections dribbling headers, 2,100 event streams (700 sessions from 700 addresses, 3
-//! each, on queued jobs of an API node), and a 300-question burst from one address. Under
+//! each, on queued jobs of an API node), a 300-question burst from one address, a WhatsApp
+//! customer behind 300 queued web-chat questions, and web chat beside 60 WhatsApp messages a
+//! second sent through a fake Graph API at Meta's default rate. Under
 //! `cargo test` each runs small, as a smoke check.
 
 use std::io::{BufRead, BufReader};
@@ -39,6 +41,7 @@ fn main() {
         event_streams(scale(700, 10), window).await;
         one_address_burst(scale(300, 40)).await;
         whatsapp_behind_a_full_web_chat(scale(300, 10)).await;
+        web_chat_beside_whatsapp_load(scale(60, 10), window * 2).await;
     });
 }
 
@@ -132,9 +135,13 @@ impl Drop for Node {
 }
 
 fn webhook(id: &str) -> (Vec<u8>, String) {
+    webhook_from(id, "2348031234567")
+}
+
+fn webhook_from(id: &str, from: &str) -> (Vec<u8>, String) {
     let value = sabi::cli::text_webhook(
         "100000000000001",
-        "2348031234567",
+        from,
         "Bench",
         id,
         std::time::SystemTime::now()
@@ -431,4 +438,115 @@ async fn whatsapp_behind_a_full_web_chat(questions: usize) {
             "a full web chat: {questions} questions waiting; the WhatsApp customer was not answered within 120 s"
         ),
     }
+}
+
+/// 3,000 WhatsApp customers write 60 messages a second to a node that sends through a fake
+/// Graph API at Meta's default 80 messages a second (replies and typing indicators share that
+/// budget); meanwhile a web visitor asks a question every 250 ms. Web answers need none of
+/// Meta's budget: how long do they take?
+async fn web_chat_beside_whatsapp_load(rate: usize, duration: Duration) {
+    const TOKEN: &str = "abuse-bench-graph-token";
+    let graph = sabi::testing::graph::FakeGraph::start(TOKEN).await;
+    let node = Node::start_with(
+        "all",
+        "",
+        &[
+            ("SABI_WHATSAPP_ACCESS_TOKEN", TOKEN),
+            ("SABI_WHATSAPP_API_BASE", &graph.base_url()),
+            ("SABI_WEBCHAT_PER_ADDRESS", "0"),
+            ("SABI_WEBCHAT_SESSIONS_PER_ADDRESS", "0"),
+        ],
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let load = tokio::spawn(whatsapp_load(
+        node.url("/webhook/whatsapp"),
+        rate,
+        stop.clone(),
+    ));
+    let client = reqwest::Client::new();
+    let mut visitors = tokio::task::JoinSet::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let started = Instant::now();
+    while started.elapsed() < duration {
+        tick.tick().await;
+        visitors.spawn(web_answer(client.clone(), node.url(""), rand_id()));
+    }
+    let mut latencies: Vec<Duration> = Vec::new();
+    let mut unanswered = 0;
+    while let Some(answer) = visitors.join_next().await {
+        match answer.expect("visitor") {
+            Some(took) => latencies.push(took),
+            None => unanswered += 1,
+        }
+    }
+    stop.cancel();
+    let sent = load.await.expect("load");
+    latencies.sort();
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+    };
+    println!(
+        "web chat beside {rate} WhatsApp messages/s ({sent} sent, {} replies reached the Graph API): {} web answers, median {:.0} ms, p95 {:.0} ms, {unanswered} not within 30 s",
+        graph
+            .accepted()
+            .iter()
+            .filter(|r| r.text().is_some())
+            .count(),
+        latencies.len(),
+        at(0.5),
+        at(0.95),
+    );
+}
+
+/// Signed webhooks at `rate` a second from 3,000 customers, until `stop`; how many were sent.
+async fn whatsapp_load(url: String, rate: usize, stop: tokio_util::sync::CancellationToken) -> u64 {
+    let client = reqwest::Client::new();
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    let mut sent = 0u64;
+    while !stop.is_cancelled() {
+        tick.tick().await;
+        let from = format!("23480{:08}", sent % 3_000);
+        let (body, signature) = webhook_from(&format!("wamid.load{sent}-{}", rand_id()), &from);
+        let request = client
+            .post(&url)
+            .header("x-hub-signature-256", signature)
+            .body(body);
+        tokio::spawn(request.send());
+        sent += 1;
+    }
+    sent
+}
+
+/// One web visitor's question, and how long its answer took (polling as the page does when it
+/// has no event stream); `None` when none came within 30 s.
+async fn web_answer(client: reqwest::Client, base: String, session: String) -> Option<Duration> {
+    let session = format!("bench-visitor-{session}-0123456789");
+    let started = Instant::now();
+    let asked: serde_json::Value = client
+        .post(format!("{base}/chat"))
+        .json(&serde_json::json!({"session_id": session, "question": "hello"}))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    let job = asked["job_id"].as_str()?.to_owned();
+    while started.elapsed() < Duration::from_secs(30) {
+        let job: serde_json::Value = client
+            .get(format!("{base}/chat/{job}?session_id={session}"))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        if job["status"] == "finished" {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
 }

@@ -66,6 +66,9 @@ pub struct Metrics {
     /// Model tokens, and their estimated cost.
     pub llm_tokens: Family<TokenKind, Counter>,
     pub llm_cost: Counter<f64, AtomicU64>,
+    /// Model answers the guard stopped, by the check that failed (empty, markup, json,
+    /// cut_off, too_long), and tool calls it read from an answer's text (tool_call_in_text).
+    pub llm_guard: Family<Outcome, Counter>,
     /// The pipeline's counts, read from the store at each scrape.
     pub due: Gauge,
     pub running: Gauge,
@@ -118,6 +121,12 @@ impl Metrics {
             "sabi_llm_cost",
             "Estimated model cost, in the configured prices' currency",
             llm_cost.clone(),
+        );
+        let llm_guard = Family::<Outcome, Counter>::default();
+        registry.register(
+            "sabi_llm_guard",
+            "Model answers stopped before a customer saw them, by check; tool calls read from text",
+            llm_guard.clone(),
         );
         let gauge = |registry: &mut Registry, name: &str, help: &str| {
             let gauge = Gauge::default();
@@ -212,6 +221,7 @@ impl Metrics {
             routed,
             llm_tokens,
             llm_cost,
+            llm_guard,
             due,
             running,
             waiting,

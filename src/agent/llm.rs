@@ -102,6 +102,8 @@ impl std::ops::AddAssign for Usage {
 pub struct Completion {
     pub message: ChatMessage,
     pub usage: Usage,
+    /// The token limit ended the answer (`finish_reason: "length"`).
+    pub cut_off: bool,
     /// Which provider answered (its model), for the logs.
     pub model: String,
 }
@@ -135,6 +137,45 @@ impl LlmError {
     }
 }
 
+/// How the model samples, sent with every request; `None` leaves the provider's default.
+#[derive(Debug, Clone, Default)]
+pub struct Sampling {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_tokens: Option<u32>,
+    pub seed: Option<u64>,
+    /// Merged into the request body last: a provider's own options.
+    pub extra: serde_json::Map<String, Value>,
+}
+
+impl Sampling {
+    fn apply(&self, body: &mut Value) {
+        let fields = [
+            ("temperature", self.temperature.map(Value::from)),
+            ("top_p", self.top_p.map(Value::from)),
+            ("max_tokens", self.max_tokens.map(Value::from)),
+            ("seed", self.seed.map(Value::from)),
+        ];
+        for (name, value) in fields {
+            if let Some(value) = value {
+                body[name] = value;
+            }
+        }
+        for (name, value) in &self.extra {
+            body[name.as_str()] = value.clone();
+        }
+    }
+}
+
+/// Which providers a call may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Providers {
+    /// The primary, then the fallback.
+    All,
+    /// The fallback only (the primary's answers were not fit to send).
+    Fallback,
+}
+
 /// Retry settings of every provider.
 #[derive(Debug, Clone)]
 pub struct Retries {
@@ -148,6 +189,7 @@ pub struct Llm {
     http: reqwest::Client,
     providers: Vec<Provider>,
     retries: Retries,
+    sampling: Sampling,
 }
 
 impl Llm {
@@ -160,16 +202,23 @@ impl Llm {
         fallback: Option<Provider>,
         timeout: Duration,
         retries: Retries,
+        sampling: Sampling,
     ) -> reqwest::Result<Llm> {
         let http = reqwest::Client::builder().timeout(timeout).build()?;
         Ok(Llm {
             http,
             providers: std::iter::once(primary).chain(fallback).collect(),
             retries,
+            sampling,
         })
     }
 
-    /// One completion: every provider in turn, each with its retries.
+    /// Whether a fallback provider is configured.
+    pub fn has_fallback(&self) -> bool {
+        self.providers.len() > 1
+    }
+
+    /// One completion: each provider of `which` in turn, each with its retries.
     ///
     /// # Errors
     /// The last provider's last error.
@@ -177,9 +226,11 @@ impl Llm {
         &self,
         messages: &[ChatMessage],
         tools: &[Value],
+        which: Providers,
     ) -> Result<Completion, LlmError> {
+        let skip = usize::from(which == Providers::Fallback);
         let mut last = LlmError::Transport("no provider configured".into());
-        for provider in &self.providers {
+        for provider in self.providers.iter().skip(skip) {
             for attempt in 0..self.retries.attempts.max(1) {
                 if attempt > 0 {
                     tokio::time::sleep(
@@ -221,11 +272,14 @@ impl Llm {
         #[derive(Deserialize)]
         struct Choice {
             message: ChatMessage,
+            #[serde(default)]
+            finish_reason: Option<String>,
         }
         let mut body = json!({ "model": provider.model, "messages": messages });
         if !tools.is_empty() {
             body["tools"] = json!(tools);
         }
+        self.sampling.apply(&mut body);
         let url = format!(
             "{}/chat/completions",
             provider.base_url.trim_end_matches('/')
@@ -256,15 +310,15 @@ impl Llm {
             .json()
             .await
             .map_err(|e| LlmError::Unreadable(e.to_string()))?;
-        let message = answer
+        let choice = answer
             .choices
             .into_iter()
             .next()
-            .map(|c| c.message)
             .ok_or_else(|| LlmError::Unreadable("no choices".into()))?;
         Ok(Completion {
-            message,
+            message: choice.message,
             usage: answer.usage,
+            cut_off: choice.finish_reason.as_deref() == Some("length"),
             model: provider.model.clone(),
         })
     }

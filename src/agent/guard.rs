@@ -1,0 +1,278 @@
+//! The guard between the model and the outbox: nothing a model writes reaches a customer
+//! unchecked.
+//!
+//! A model's text answer is read before it is written as a reply. A tool call written into the
+//! content (as small models do under a chat template that does not parse them: a fenced
+//! ```json block, `<tool_call>` tags, a bare object) is recognised and run as a tool call when
+//! it names a tool offered this round. Anything else that is not plain prose for a person
+//! (empty, template markup, a JSON object, an answer the token limit cut off, text longer than a
+//! message can be) is refused with the check that failed; the agent then asks again, then asks
+//! the fallback provider, then hands the turn to a person.
+
+use serde_json::Value;
+
+use super::llm::{FunctionCall, ToolCall};
+
+/// WhatsApp's limit on a text message's body, in characters; a longer answer is not one a
+/// person would send.
+pub const MAX_REPLY_CHARS: usize = 4096;
+
+/// Markup of chat templates and tool formats: never meant for a customer's eyes.
+const MARKUP: &[&str] = &[
+    "<tool_call>",
+    "</tool_call>",
+    "<tools>",
+    "</tools>",
+    "<tool_response>",
+    "<function=",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|python_tag|>",
+    "<|assistant|>",
+    "<|user|>",
+    "<|system|>",
+    "[TOOL_CALLS]",
+    "[INST]",
+    "[/INST]",
+    "<start_of_turn>",
+    "<end_of_turn>",
+];
+
+/// Why an answer was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flaw {
+    Empty,
+    Markup,
+    /// A JSON object or a fenced tool call that names no tool offered.
+    Json,
+    CutOff,
+    TooLong,
+}
+
+impl Flaw {
+    /// The metric label and log word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Flaw::Empty => "empty",
+            Flaw::Markup => "markup",
+            Flaw::Json => "json",
+            Flaw::CutOff => "cut_off",
+            Flaw::TooLong => "too_long",
+        }
+    }
+
+    /// What the model is told when it is asked again.
+    pub fn correction(self) -> &'static str {
+        match self {
+            Flaw::Empty => "Your last answer was empty.",
+            Flaw::Markup => "Your last answer contained template or tool markup.",
+            Flaw::Json => "Your last answer was JSON, not a message.",
+            Flaw::CutOff => "Your last answer was cut off by the length limit.",
+            Flaw::TooLong => "Your last answer was far too long for a chat message.",
+        }
+    }
+}
+
+/// What a model's answer is, once read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reading {
+    /// Prose for the customer, trimmed (a leading reasoning block removed).
+    Reply(String),
+    /// Tool calls the model wrote into its content.
+    Calls(Vec<ToolCall>),
+    Refused(Flaw),
+}
+
+/// Reads an answer's content. `cut_off`: the provider said the token limit ended it; `tools`:
+/// the names of the tools offered this round.
+pub fn read(content: &str, cut_off: bool, tools: &[&str]) -> Reading {
+    let text = without_reasoning(content).trim();
+    if let Some(calls) = written_calls(text) {
+        return match calls.iter().all(|c| tools.contains(&c.function.name.as_str())) {
+            true if !calls.is_empty() => Reading::Calls(calls),
+            _ => Reading::Refused(Flaw::Json),
+        };
+    }
+    let flaw = if text.is_empty() {
+        Some(Flaw::Empty)
+    } else if MARKUP.iter().any(|m| text.contains(m)) {
+        Some(Flaw::Markup)
+    } else if is_json_object(text) {
+        Some(Flaw::Json)
+    } else if cut_off {
+        Some(Flaw::CutOff)
+    } else if text.chars().count() > MAX_REPLY_CHARS {
+        Some(Flaw::TooLong)
+    } else {
+        None
+    };
+    match flaw {
+        Some(flaw) => Reading::Refused(flaw),
+        None => Reading::Reply(text.to_owned()),
+    }
+}
+
+/// The content after a reasoning model's `<think>…</think>` block, which is not for the customer.
+fn without_reasoning(content: &str) -> &str {
+    let trimmed = content.trim_start();
+    match trimmed
+        .strip_prefix("<think>")
+        .and_then(|rest| rest.split_once("</think>"))
+    {
+        Some((_, answer)) => answer,
+        None => content,
+    }
+}
+
+/// Tool calls written as text: `<tool_call>` tags, one fenced block, or the whole content as a
+/// bare object (or a list of them). `None` when the content is none of these.
+fn written_calls(text: &str) -> Option<Vec<ToolCall>> {
+    let objects: Vec<Value> = if text.contains("<tool_call>") {
+        text.split("<tool_call>")
+            .skip(1)
+            .map(|part| part.split("</tool_call>").next().unwrap_or(part))
+            .map(|inner| serde_json::from_str(strip_fence(inner.trim())).ok())
+            .collect::<Option<Vec<Value>>>()?
+    } else {
+        let body = strip_fence(text);
+        match serde_json::from_str(body).ok()? {
+            Value::Array(items) => items,
+            object @ Value::Object(_) => vec![object],
+            _ => return None,
+        }
+    };
+    let calls: Option<Vec<ToolCall>> = objects
+        .iter()
+        .enumerate()
+        .map(|(n, object)| as_call(object, n))
+        .collect();
+    // A JSON answer that is no tool call is still JSON: the caller refuses it.
+    Some(calls.unwrap_or_default())
+}
+
+/// The inside of a fenced code block (```json … ```) that is the whole text; the text otherwise.
+fn strip_fence(text: &str) -> &str {
+    let Some(rest) = text.strip_prefix("```") else {
+        return text;
+    };
+    let Some(inner) = rest.strip_suffix("```") else {
+        return text;
+    };
+    // The fence's language tag runs to the end of its line.
+    inner
+        .split_once('\n')
+        .map_or(inner, |(tag, body)| if tag.trim().contains('{') { inner } else { body })
+        .trim()
+}
+
+/// `{"name", "arguments" | "parameters"}`, or the same inside `{"function": …}`.
+fn as_call(object: &Value, n: usize) -> Option<ToolCall> {
+    let call = object.get("function").unwrap_or(object);
+    let name = call.get("name")?.as_str()?;
+    let arguments = match call.get("arguments").or_else(|| call.get("parameters")) {
+        None | Some(Value::Null) => "{}".to_owned(),
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+    };
+    Some(ToolCall {
+        id: format!("content_call_{}", n + 1),
+        kind: "function".into(),
+        function: FunctionCall {
+            name: name.to_owned(),
+            arguments,
+        },
+    })
+}
+
+fn is_json_object(text: &str) -> bool {
+    let body = strip_fence(text);
+    body.starts_with('{') && serde_json::from_str::<Value>(body).is_ok_and(|v| v.is_object())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOOLS: &[&str] = &["get_balance"];
+
+    fn call_named(reading: &Reading) -> Vec<(String, String)> {
+        match reading {
+            Reading::Calls(calls) => calls
+                .iter()
+                .map(|c| (c.function.name.clone(), c.function.arguments.clone()))
+                .collect(),
+            other => panic!("not calls: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn prose_passes_trimmed() {
+        assert_eq!(
+            read("  Your balance is ₦5,000.\n", false, TOOLS),
+            Reading::Reply("Your balance is ₦5,000.".into())
+        );
+        // Braces inside prose are not JSON.
+        assert!(matches!(
+            read("Send {your account number} please", false, TOOLS),
+            Reading::Reply(_)
+        ));
+    }
+
+    #[test]
+    fn tool_calls_in_content_are_recognised_in_each_common_form() {
+        let expected = vec![("get_balance".to_owned(), r#"{"account":"0123456789"}"#.to_owned())];
+        for content in [
+            "```json\n{\"name\": \"get_balance\", \"arguments\": {\"account\": \"0123456789\"}}\n```",
+            "<tool_call>\n{\"name\": \"get_balance\", \"arguments\": {\"account\": \"0123456789\"}}\n</tool_call>",
+            "{\"name\": \"get_balance\", \"parameters\": {\"account\": \"0123456789\"}}",
+            "{\"type\": \"function\", \"function\": {\"name\": \"get_balance\", \"arguments\": \"{\\\"account\\\":\\\"0123456789\\\"}\"}}",
+        ] {
+            assert_eq!(call_named(&read(content, false, TOOLS)), expected, "{content}");
+        }
+    }
+
+    #[test]
+    fn a_written_call_to_a_tool_not_offered_is_refused() {
+        let content = "```json\n{\"name\": \"transfer\", \"arguments\": {}}\n```";
+        assert_eq!(read(content, false, TOOLS), Reading::Refused(Flaw::Json));
+        let offered_none = "{\"name\": \"get_balance\", \"arguments\": {}}";
+        assert_eq!(read(offered_none, false, &[]), Reading::Refused(Flaw::Json));
+    }
+
+    #[test]
+    fn what_is_not_a_message_is_refused_with_its_flaw() {
+        for (content, flaw) in [
+            ("", Flaw::Empty),
+            ("  \n\t", Flaw::Empty),
+            ("<tools></tools>", Flaw::Markup),
+            ("Hello<|im_end|>", Flaw::Markup),
+            ("[TOOL_CALLS] get_balance", Flaw::Markup),
+            ("{\"answer\": \"hi\"}", Flaw::Json),
+            ("```json\n{\"status\": \"ok\"}\n```", Flaw::Json),
+        ] {
+            assert_eq!(read(content, false, TOOLS), Reading::Refused(flaw), "{content:?}");
+        }
+        assert_eq!(
+            read("Your balance is", true, TOOLS),
+            Reading::Refused(Flaw::CutOff)
+        );
+        let long = "word ".repeat(1000);
+        assert_eq!(read(&long, false, TOOLS), Reading::Refused(Flaw::TooLong));
+    }
+
+    #[test]
+    fn a_reasoning_block_is_not_for_the_customer() {
+        assert_eq!(
+            read("<think>They want the balance.</think>\nHello!", false, TOOLS),
+            Reading::Reply("Hello!".into())
+        );
+        assert_eq!(
+            read("<think>thinking…</think>", false, TOOLS),
+            Reading::Refused(Flaw::Empty)
+        );
+    }
+}
