@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sabi::agent::llm::{ChatMessage, Llm, Provider, Retries};
+use sabi::agent::llm::{ChatMessage, Llm, Provider, Providers, Retries, Sampling};
 use sabi::agent::{Agent, AgentSettings};
 use sabi::clock::{Clock, SystemClock};
 use sabi::domain::{BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, ReplyPart};
@@ -58,7 +58,14 @@ fn llm(fake: &FakeLlm) -> Llm {
         attempts: 1,
         backoff: Duration::from_millis(10),
     };
-    Llm::new(provider, None, Duration::from_secs(10), retries).expect("client")
+    Llm::new(
+        provider,
+        None,
+        Duration::from_secs(10),
+        retries,
+        Sampling::default(),
+    )
+    .expect("client")
 }
 
 /// The same model call made bare, with a prompt of the same shape.
@@ -71,7 +78,10 @@ async fn bare_calls(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
     let mut samples = Vec::with_capacity(turns);
     for _ in 0..turns {
         let started = Instant::now();
-        client.complete(&messages, &[]).await.expect("answer");
+        client
+            .complete(&messages, &[], Providers::All)
+            .await
+            .expect("answer");
         samples.push(started.elapsed());
     }
     samples

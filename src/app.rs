@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::external::ExternalAgent;
-use crate::agent::llm::{Llm, Provider, Retries};
+use crate::agent::llm::{Llm, Provider, Retries, Sampling};
 use crate::agent::voice::{Transcriber, VoiceNotes};
 use crate::agent::{Agent, AgentSettings};
 use crate::clock::{SharedClock, SystemClock};
@@ -89,6 +89,8 @@ fn default_handler(
                 model: config.llm.transcribe_model.clone(),
                 max_bytes: config.llm.media_max_bytes as u64,
                 timeout: config.llm.timeout,
+                language: config.llm.transcribe_language.clone(),
+                prompt: config.llm.transcribe_prompt.clone(),
             },
         )),
         _ => None,
@@ -149,8 +151,18 @@ fn agent(
         attempts: llm.attempts,
         backoff: llm.backoff,
     };
-    let client =
-        Llm::new(primary, fallback, llm.timeout, retries).context("building the LLM client")?;
+    let sampling = Sampling {
+        temperature: llm.temperature,
+        top_p: llm.top_p,
+        max_tokens: llm.max_tokens,
+        seed: llm.seed,
+        extra: serde_json::to_value(&llm.extra)
+            .ok()
+            .and_then(|v| v.as_object().cloned())
+            .unwrap_or_default(),
+    };
+    let client = Llm::new(primary, fallback, llm.timeout, retries, sampling)
+        .context("building the LLM client")?;
     let settings = AgentSettings {
         system_prompt: llm.system_prompt.clone(),
         max_tool_rounds: llm.max_tool_rounds,

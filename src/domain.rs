@@ -259,6 +259,9 @@ pub enum ReviewReason {
     WindowClosed,
     /// Meta refused the send for good, or it ran out of tries.
     SendFailed,
+    /// The model's answers were not fit to send (markup, JSON, cut off, ...), also after a
+    /// corrective retry and the fallback provider.
+    ModelOutput,
 }
 
 impl ReviewReason {
@@ -270,6 +273,7 @@ impl ReviewReason {
             ReviewReason::UnknownOutcome => "unknown_outcome",
             ReviewReason::WindowClosed => "window_closed",
             ReviewReason::SendFailed => "send_failed",
+            ReviewReason::ModelOutput => "model_output",
         }
     }
 }

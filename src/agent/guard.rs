@@ -92,7 +92,10 @@ pub enum Reading {
 pub fn read(content: &str, cut_off: bool, tools: &[&str]) -> Reading {
     let text = without_reasoning(content).trim();
     if let Some(calls) = written_calls(text) {
-        return match calls.iter().all(|c| tools.contains(&c.function.name.as_str())) {
+        return match calls
+            .iter()
+            .all(|c| tools.contains(&c.function.name.as_str()))
+        {
             true if !calls.is_empty() => Reading::Calls(calls),
             _ => Reading::Refused(Flaw::Json),
         };
@@ -165,7 +168,13 @@ fn strip_fence(text: &str) -> &str {
     // The fence's language tag runs to the end of its line.
     inner
         .split_once('\n')
-        .map_or(inner, |(tag, body)| if tag.trim().contains('{') { inner } else { body })
+        .map_or(inner, |(tag, body)| {
+            if tag.trim().contains('{') {
+                inner
+            } else {
+                body
+            }
+        })
         .trim()
 }
 
@@ -224,14 +233,21 @@ mod tests {
 
     #[test]
     fn tool_calls_in_content_are_recognised_in_each_common_form() {
-        let expected = vec![("get_balance".to_owned(), r#"{"account":"0123456789"}"#.to_owned())];
+        let expected = vec![(
+            "get_balance".to_owned(),
+            r#"{"account":"0123456789"}"#.to_owned(),
+        )];
         for content in [
             "```json\n{\"name\": \"get_balance\", \"arguments\": {\"account\": \"0123456789\"}}\n```",
             "<tool_call>\n{\"name\": \"get_balance\", \"arguments\": {\"account\": \"0123456789\"}}\n</tool_call>",
             "{\"name\": \"get_balance\", \"parameters\": {\"account\": \"0123456789\"}}",
             "{\"type\": \"function\", \"function\": {\"name\": \"get_balance\", \"arguments\": \"{\\\"account\\\":\\\"0123456789\\\"}\"}}",
         ] {
-            assert_eq!(call_named(&read(content, false, TOOLS)), expected, "{content}");
+            assert_eq!(
+                call_named(&read(content, false, TOOLS)),
+                expected,
+                "{content}"
+            );
         }
     }
 
@@ -254,7 +270,11 @@ mod tests {
             ("{\"answer\": \"hi\"}", Flaw::Json),
             ("```json\n{\"status\": \"ok\"}\n```", Flaw::Json),
         ] {
-            assert_eq!(read(content, false, TOOLS), Reading::Refused(flaw), "{content:?}");
+            assert_eq!(
+                read(content, false, TOOLS),
+                Reading::Refused(flaw),
+                "{content:?}"
+            );
         }
         assert_eq!(
             read("Your balance is", true, TOOLS),
@@ -267,7 +287,11 @@ mod tests {
     #[test]
     fn a_reasoning_block_is_not_for_the_customer() {
         assert_eq!(
-            read("<think>They want the balance.</think>\nHello!", false, TOOLS),
+            read(
+                "<think>They want the balance.</think>\nHello!",
+                false,
+                TOOLS
+            ),
             Reading::Reply("Hello!".into())
         );
         assert_eq!(

@@ -5,9 +5,12 @@
 //! budget, then the router's guess and entities as context, then the batch. The agent runs the
 //! tool calls the model asks for (in parallel), gives their answers (or errors) back, and stops
 //! after a configured number of rounds. A failed model call fails the turn: the engine retries
-//! it, then hands it to a person.
+//! it, then hands it to a person. Every text answer passes the guard ([`guard`]) first: a tool
+//! call written as text is run as one; an answer unfit to send is asked again once with a
+//! correction, then of the fallback provider, then the turn goes to a person unseen.
 
 pub mod external;
+pub mod guard;
 pub mod llm;
 pub mod voice;
 
@@ -18,8 +21,9 @@ use async_trait::async_trait;
 use futures_util::future::join_all;
 use serde_json::{Map, Value};
 
-use self::llm::{ChatMessage, Llm, ToolCall, Usage};
-use crate::domain::{Batch, Channel, Identity, ReplyPart};
+use self::guard::{Flaw, Reading};
+use self::llm::{ChatMessage, Llm, Providers, ToolCall, Usage};
+use crate::domain::{Batch, Channel, Identity, ReplyPart, ReviewReason};
 use crate::metrics::{Metrics, TokenKind};
 use crate::router::Router;
 use crate::store::{HistoryEntry, Speaker, Store, TurnUsage};
@@ -97,7 +101,9 @@ impl Agent {
         tools: &[Value],
         usage: &mut Usage,
     ) -> Result<TurnOutcome, TurnError> {
-        for round in 0..=self.settings.max_tool_rounds {
+        let mut doubts = Doubts::default();
+        let mut round = 0;
+        while round <= self.settings.max_tool_rounds {
             self.stage(batch, "writing the answer").await;
             // The last round offers no tools: the model must answer.
             let offered: &[Value] = if round < self.settings.max_tool_rounds {
@@ -107,28 +113,52 @@ impl Agent {
             };
             let completion = self
                 .llm
-                .complete(messages, offered)
+                .complete(messages, offered, doubts.providers)
                 .await
                 .map_err(|e| TurnError(e.to_string()))?;
             *usage += completion.usage;
-            let calls = completion.message.tool_calls.clone();
-            if calls.is_empty() || offered.is_empty() {
-                let text = completion.message.content.unwrap_or_default();
-                let text = text.trim();
-                if text.is_empty() {
-                    return Err(TurnError("the model gave an empty answer".into()));
+            let mut message = completion.message.clone();
+            if message.tool_calls.is_empty() || offered.is_empty() {
+                let content = completion.message.content.as_deref().unwrap_or_default();
+                match guard::read(content, completion.cut_off, &tool_names(offered)) {
+                    Reading::Reply(text) => {
+                        tracing::info!(
+                            batch = batch.id,
+                            model = %completion.model,
+                            rounds = round + 1,
+                            prompt_tokens = usage.prompt_tokens,
+                            completion_tokens = usage.completion_tokens,
+                            "agent answered"
+                        );
+                        return Ok(TurnOutcome::Reply(vec![ReplyPart::text(text)]));
+                    }
+                    Reading::Calls(written) => {
+                        Metrics::count(&self.metrics.llm_guard, "tool_call_in_text");
+                        // As if the server had parsed them: the text was only their wrapping.
+                        message.tool_calls = written;
+                        message.content = None;
+                    }
+                    Reading::Refused(flaw) => {
+                        Metrics::count(&self.metrics.llm_guard, flaw.as_str());
+                        tracing::warn!(batch = batch.id, model = %completion.model, check = flaw.as_str(), "the guard stopped a model answer");
+                        match doubts.next(flaw, self.llm.has_fallback()) {
+                            Some(Next::Correct) => correct(messages, content, flaw),
+                            Some(Next::Fallback) => {}
+                            None => {
+                                return Ok(TurnOutcome::Review {
+                                    reason: ReviewReason::ModelOutput,
+                                    note: doubts.note(),
+                                });
+                            }
+                        }
+                        // The same round again: a refusal uses no tool round.
+                        continue;
+                    }
                 }
-                tracing::info!(
-                    batch = batch.id,
-                    model = %completion.model,
-                    rounds = round + 1,
-                    prompt_tokens = usage.prompt_tokens,
-                    completion_tokens = usage.completion_tokens,
-                    "agent answered"
-                );
-                return Ok(TurnOutcome::Reply(vec![ReplyPart::text(text)]));
             }
-            messages.push(completion.message);
+            round += 1;
+            let calls = message.tool_calls.clone();
+            messages.push(message);
             self.stage(batch, "looking it up").await;
             let identity = batch.identity();
             let results = join_all(calls.iter().map(|call| self.run_tool(call, &identity))).await;
@@ -265,6 +295,72 @@ impl Agent {
                 serde_json::json!({"error": e.to_string()}).to_string()
             }
         }
+    }
+}
+
+/// The names of the tools offered in a round.
+fn tool_names(offered: &[Value]) -> Vec<&str> {
+    offered
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect()
+}
+
+/// The refused answer, and what the model is asked instead. The answer goes back (shortened)
+/// as the assistant's turn, so the roles still alternate as strict chat templates want.
+fn correct(messages: &mut Vec<ChatMessage>, refused: &str, flaw: Flaw) {
+    let refused: String = refused.chars().take(500).collect();
+    messages.push(ChatMessage::new("assistant", refused));
+    messages.push(ChatMessage::new(
+        "user",
+        format!(
+            "[Sabi] {} The customer did not see it. Write your reply to the customer again as plain text, short enough for a chat message; to use a tool, call it through the tool interface, not in your text.",
+            flaw.correction()
+        ),
+    ));
+}
+
+/// How a turn's refused answers escalate: asked again once with a correction, then the
+/// fallback provider, then a person.
+struct Doubts {
+    providers: Providers,
+    seen: Vec<Flaw>,
+}
+
+enum Next {
+    Correct,
+    Fallback,
+}
+
+impl Default for Doubts {
+    fn default() -> Self {
+        Doubts {
+            providers: Providers::All,
+            seen: Vec::new(),
+        }
+    }
+}
+
+impl Doubts {
+    /// What to do after the answer refused for `flaw`; `None`: hand the turn to a person.
+    fn next(&mut self, flaw: Flaw, has_fallback: bool) -> Option<Next> {
+        self.seen.push(flaw);
+        match self.seen.len() {
+            1 => Some(Next::Correct),
+            2 if has_fallback => {
+                self.providers = Providers::Fallback;
+                Some(Next::Fallback)
+            }
+            _ => None,
+        }
+    }
+
+    fn note(&self) -> String {
+        let checks: Vec<&str> = self.seen.iter().map(|f| f.as_str()).collect();
+        format!(
+            "the model's answers were not fit to send ({})",
+            checks.join(", ")
+        )
     }
 }
 

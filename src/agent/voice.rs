@@ -33,6 +33,10 @@ pub struct Transcriber {
     pub model: String,
     pub max_bytes: u64,
     pub timeout: Duration,
+    /// The notes' language (ISO-639-1); `None`: the server detects it.
+    pub language: Option<String>,
+    /// Words to bias the transcription towards (Whisper's `prompt`).
+    pub prompt: Option<String>,
 }
 
 /// What stands in for a voice note that could not be heard, beside typed messages.
@@ -87,9 +91,17 @@ impl VoiceNotes {
                 &media.mime_type
             })
             .map_err(|e| e.to_string())?;
-        let form = reqwest::multipart::Form::new()
+        let mut form = reqwest::multipart::Form::new()
             .text("model", transcriber.model.clone())
             .part("file", file);
+        for (name, value) in [
+            ("language", &transcriber.language),
+            ("prompt", &transcriber.prompt),
+        ] {
+            if let Some(value) = value {
+                form = form.text(name, value.clone());
+            }
+        }
         let url = format!(
             "{}/audio/transcriptions",
             transcriber.base_url.trim_end_matches('/')

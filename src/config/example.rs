@@ -216,6 +216,41 @@ const SETTINGS: &[Setting] = &[
         "\"sk-...\"",
     ),
     set("llm.transcribe_model", "The speech-to-text model."),
+    opt(
+        "llm.transcribe_language",
+        "The voice notes' language (ISO-639-1), passed to the transcription; unset: detected.",
+        "\"en\"",
+    ),
+    opt(
+        "llm.transcribe_prompt",
+        "Words to bias the transcription towards: product names, Pidgin spellings.",
+        "\"Sabi Bank, abeg, wetin, dey, account balance\"",
+    ),
+    opt(
+        "llm.temperature",
+        "Sampling temperature; 0 for tool use, so one question gets one tool decision. Unset: the provider's.",
+        "0",
+    ),
+    opt(
+        "llm.top_p",
+        "Nucleus sampling; unset: the provider's.",
+        "1.0",
+    ),
+    opt(
+        "llm.max_tokens",
+        "The most tokens an answer may have; an answer cut off there is never sent.",
+        "512",
+    ),
+    opt(
+        "llm.seed",
+        "A fixed sampling seed, where the provider honours one.",
+        "42",
+    ),
+    opt(
+        "llm.extra",
+        "A table merged into every chat request: a provider's own options.",
+        "{ repeat_penalty = 1.1 }",
+    ),
     set(
         "llm.media_max_bytes",
         "The largest voice note downloaded for transcription.",

@@ -501,6 +501,29 @@ pub struct LlmConfig {
         deserialize_with = "number::usize"
     )]
     pub media_max_bytes: usize,
+    /// Sampling temperature; 0 for tool use (the same question gets the same tool decision).
+    /// Unset: the provider's default.
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling; unset: the provider's default.
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    /// The most tokens one answer may have; an answer cut off there is never sent.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// A fixed seed, for providers that make sampling repeatable with one.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Merged into every chat request's body: a provider's own options.
+    #[serde(default, skip_serializing_if = "toml::Table::is_empty")]
+    pub extra: toml::Table,
+    /// The voice notes' language (ISO-639-1, like `en`), passed to the transcription; unset:
+    /// detected.
+    #[serde(default)]
+    pub transcribe_language: Option<String>,
+    /// Whisper's `prompt`: the business's words and spellings (Pidgin too), to bias what it hears.
+    #[serde(default)]
+    pub transcribe_prompt: Option<String>,
 }
 
 impl Default for LlmConfig {
@@ -524,6 +547,13 @@ impl Default for LlmConfig {
             transcribe_api_key: None,
             transcribe_model: defaults::transcribe_model(),
             media_max_bytes: defaults::media_max_bytes(),
+            temperature: None,
+            top_p: None,
+            max_tokens: None,
+            seed: None,
+            extra: toml::Table::new(),
+            transcribe_language: None,
+            transcribe_prompt: None,
         }
     }
 }

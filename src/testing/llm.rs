@@ -19,6 +19,8 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone)]
 pub enum Answer {
     Text(String),
+    /// Text that the token limit ended (`finish_reason: "length"`).
+    CutOff(String),
     /// Asks for one tool call: (name, arguments).
     ToolCall(String, Value),
     /// Asks for several tool calls at once, with ids `call_1`, `call_2`, ...
@@ -97,6 +99,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 async fn complete(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
     lock(&shared.completions).push(body.clone());
     let next = lock(&shared.script).pop_front();
+    let finish_reason = match next {
+        Some(Answer::CutOff(_)) => "length",
+        _ => "stop",
+    };
     let message = match next {
         Some(Answer::Status(status)) => {
             return (
@@ -112,7 +118,7 @@ async fn complete(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) ->
         Some(Answer::ToolCall(name, arguments)) => tool_calls(vec![(name, arguments)]),
         Some(Answer::ToolCalls(calls)) => tool_calls(calls),
         // `"tool_calls": null`, as LiteLLM and others send on plain answers.
-        Some(Answer::Text(text)) => {
+        Some(Answer::Text(text) | Answer::CutOff(text)) => {
             json!({"role": "assistant", "content": text, "tool_calls": null})
         }
         None => {
@@ -129,7 +135,7 @@ async fn complete(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) ->
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "model": body["model"],
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
     }))
     .into_response()

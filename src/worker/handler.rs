@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::clock::SharedClock;
-use crate::domain::{Batch, ReplyPart};
+use crate::domain::{Batch, ReplyPart, ReviewReason};
 
 /// What a turn produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,6 +16,9 @@ pub enum TurnOutcome {
     Reply(Vec<ReplyPart>),
     /// A person takes over; `parts` (possibly none) tell the customer so.
     Handoff { parts: Vec<ReplyPart>, note: String },
+    /// A person takes over with nothing sent: no reply fit to send could be made, and trying
+    /// the same again would not make one.
+    Review { reason: ReviewReason, note: String },
 }
 
 /// A turn that could not produce a reply; the engine retries it or sends it to review.

@@ -325,6 +325,10 @@ impl Scheduler {
                         sandbox: self.settings.sandbox,
                         note,
                     },
+                    Ok(TurnOutcome::Review { reason, note }) => Ending::Review {
+                        reason,
+                        error: Some(note),
+                    },
                     Err(e) => policy::after_failure(
                         attempt,
                         self.clock.now_ms(),

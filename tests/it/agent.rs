@@ -15,10 +15,10 @@ use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, text_webhook};
 
-const PROMPT: &str = "You are Ada, the assistant of Sabi Bank.";
+pub(crate) const PROMPT: &str = "You are Ada, the assistant of Sabi Bank.";
 
 /// A business API with one tool endpoint; records the paths it was called on.
-async fn order_api() -> (String, Arc<Mutex<Vec<String>>>) {
+pub(crate) async fn order_api() -> (String, Arc<Mutex<Vec<String>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
     let app = axum::Router::new().route(
@@ -42,7 +42,7 @@ async fn order_api() -> (String, Arc<Mutex<Vec<String>>>) {
 }
 
 /// `sabi.toml` with the prompt, fast retries, and the order tool.
-fn write_config(dir: &tempfile::TempDir, api: &str, extra: &str) {
+pub(crate) fn write_config(dir: &tempfile::TempDir, api: &str, extra: &str) {
     let config = format!(
         "[llm]\nsystem_prompt = {PROMPT:?}\nattempts = 2\nbackoff = \"10ms\"\ntimeout = \"500ms\"\n{extra}\n\
          [[tools]]\nname = \"order_status\"\ndescription = \"Where an order is\"\n\
@@ -52,7 +52,11 @@ fn write_config(dir: &tempfile::TempDir, api: &str, extra: &str) {
     std::fs::write(dir.path().join("sabi.toml"), config).expect("write sabi.toml");
 }
 
-async fn start(dir: tempfile::TempDir, llm: &FakeLlm, extra: &[(&str, &str)]) -> TestApp {
+pub(crate) async fn start(
+    dir: tempfile::TempDir,
+    llm: &FakeLlm,
+    extra: &[(&str, &str)],
+) -> TestApp {
     let base = llm.base_url();
     let mut env = vec![
         ("SABI_LLM_BASE_URL", base.as_str()),
@@ -64,7 +68,7 @@ async fn start(dir: tempfile::TempDir, llm: &FakeLlm, extra: &[(&str, &str)]) ->
 }
 
 /// The customer writes; the turn runs.
-async fn turn(app: &TestApp, id: &str, text: &str) {
+pub(crate) async fn turn(app: &TestApp, id: &str, text: &str) {
     let response = app
         .post_whatsapp_webhook(text_webhook(id, "2348031234567", text))
         .await;
@@ -72,7 +76,7 @@ async fn turn(app: &TestApp, id: &str, text: &str) {
     app.scheduler.drain().await.expect("turn");
 }
 
-async fn outbox(app: &TestApp) -> Vec<OutboxEntry> {
+pub(crate) async fn outbox(app: &TestApp) -> Vec<OutboxEntry> {
     app.store.outbox(None).await.expect("outbox")
 }
 
@@ -91,7 +95,8 @@ fn roles_and_texts(request: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-const OUT_OF_SCOPE: &str = "Which restaurant in Lekki would you recommend for a birthday?";
+pub(crate) const OUT_OF_SCOPE: &str =
+    "Which restaurant in Lekki would you recommend for a birthday?";
 
 #[tokio::test]
 async fn the_model_gets_prompt_history_and_tools_and_its_answer_goes_once() {
@@ -238,7 +243,7 @@ async fn failures_are_retried_then_the_fallback_answers_then_review() {
     );
 }
 
-fn voice_webhook(id: &str, media_id: &str) -> Vec<u8> {
+pub(crate) fn voice_webhook(id: &str, media_id: &str) -> Vec<u8> {
     let body = json!({"object": "whatsapp_business_account", "entry": [{"id": "1", "changes": [{
         "field": "messages", "value": {
             "messaging_product": "whatsapp",

@@ -13,6 +13,7 @@ mod corpus;
 mod crash;
 mod engine;
 mod fuzz;
+mod guard;
 mod helpers;
 mod identity;
 mod metrics;
