@@ -51,6 +51,9 @@ pub enum Flaw {
     Json,
     CutOff,
     TooLong,
+    /// Prose that names a tool (`get_balance`) instead of calling it: internals, and an answer
+    /// that answers nothing.
+    ToolName,
 }
 
 impl Flaw {
@@ -62,6 +65,7 @@ impl Flaw {
             Flaw::Json => "json",
             Flaw::CutOff => "cut_off",
             Flaw::TooLong => "too_long",
+            Flaw::ToolName => "tool_name",
         }
     }
 
@@ -73,6 +77,9 @@ impl Flaw {
             Flaw::Json => "Your last answer was JSON, not a message.",
             Flaw::CutOff => "Your last answer was cut off by the length limit.",
             Flaw::TooLong => "Your last answer was far too long for a chat message.",
+            Flaw::ToolName => {
+                "Your last answer named a tool instead of calling it: never name tools to the customer."
+            }
         }
     }
 }
@@ -110,6 +117,8 @@ pub fn read(content: &str, cut_off: bool, tools: &[&str]) -> Reading {
         Some(Flaw::CutOff)
     } else if text.chars().count() > MAX_REPLY_CHARS {
         Some(Flaw::TooLong)
+    } else if tools.iter().any(|t| names_tool(text, t)) {
+        Some(Flaw::ToolName)
     } else {
         None
     };
@@ -117,6 +126,16 @@ pub fn read(content: &str, cut_off: bool, tools: &[&str]) -> Reading {
         Some(flaw) => Reading::Refused(flaw),
         None => Reading::Reply(text.to_owned()),
     }
+}
+
+/// Whether `text` names the tool `name` as a word. Only names that are identifiers, not words
+/// (`get_balance`, `orderStatus`), count: a tool called `balance` may be spoken of.
+fn names_tool(text: &str, name: &str) -> bool {
+    let identifier = name.contains('_') || name.chars().skip(1).any(char::is_uppercase);
+    identifier
+        && text
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|word| word.eq_ignore_ascii_case(name))
 }
 
 /// The content after a reasoning model's `<think>…</think>` block, which is not for the customer.
@@ -138,11 +157,10 @@ fn written_calls(text: &str) -> Option<Vec<ToolCall>> {
         text.split("<tool_call>")
             .skip(1)
             .map(|part| part.split("</tool_call>").next().unwrap_or(part))
-            .map(|inner| serde_json::from_str(strip_fence(inner.trim())).ok())
+            .map(|inner| lenient_json(strip_fence(inner.trim())))
             .collect::<Option<Vec<Value>>>()?
     } else {
-        let body = strip_fence(text);
-        match serde_json::from_str(body).ok()? {
+        match lenient_json(strip_fence(text))? {
             Value::Array(items) => items,
             object @ Value::Object(_) => vec![object],
             _ => return None,
@@ -155,6 +173,21 @@ fn written_calls(text: &str) -> Option<Vec<ToolCall>> {
         .collect();
     // A JSON answer that is no tool call is still JSON: the caller refuses it.
     Some(calls.unwrap_or_default())
+}
+
+/// JSON as small models write it: also with its outer braces doubled (`{{"name": …}}}`, a
+/// template's escaping copied into the answer).
+fn lenient_json(text: &str) -> Option<Value> {
+    let mut body = text;
+    loop {
+        if let Ok(value) = serde_json::from_str(body) {
+            return Some(value);
+        }
+        body = body.strip_prefix('{')?.strip_suffix('}')?.trim();
+        if !body.starts_with('{') {
+            return None;
+        }
+    }
 }
 
 /// The inside of a fenced code block (```json … ```) that is the whole text; the text otherwise.
@@ -197,9 +230,11 @@ fn as_call(object: &Value, n: usize) -> Option<ToolCall> {
     })
 }
 
+/// An object, or what is shaped like one (a customer message never starts with `{` and ends
+/// with `}`).
 fn is_json_object(text: &str) -> bool {
     let body = strip_fence(text);
-    body.starts_with('{') && serde_json::from_str::<Value>(body).is_ok_and(|v| v.is_object())
+    body.starts_with('{') && body.ends_with('}')
 }
 
 #[cfg(test)]
@@ -224,6 +259,11 @@ mod tests {
             read("  Your balance is ₦5,000.\n", false, TOOLS),
             Reading::Reply("Your balance is ₦5,000.".into())
         );
+        // A tool whose name is a word may be spoken of.
+        assert!(matches!(
+            read("Your balance is ₦5,000.", false, &["balance"]),
+            Reading::Reply(_)
+        ));
         // Braces inside prose are not JSON.
         assert!(matches!(
             read("Send {your account number} please", false, TOOLS),
@@ -242,6 +282,8 @@ mod tests {
             "<tool_call>\n{\"name\": \"get_balance\", \"arguments\": {\"account\": \"0123456789\"}}\n</tool_call>",
             "{\"name\": \"get_balance\", \"parameters\": {\"account\": \"0123456789\"}}",
             "{\"type\": \"function\", \"function\": {\"name\": \"get_balance\", \"arguments\": \"{\\\"account\\\":\\\"0123456789\\\"}\"}}",
+            // Doubled braces, as a template's escaping leaks into small models' answers.
+            "{{\"name\": \"get_balance\", \"arguments\": {\"account\": \"0123456789\"}}}",
         ] {
             assert_eq!(
                 call_named(&read(content, false, TOOLS)),
@@ -269,6 +311,9 @@ mod tests {
             ("[TOOL_CALLS] get_balance", Flaw::Markup),
             ("{\"answer\": \"hi\"}", Flaw::Json),
             ("```json\n{\"status\": \"ok\"}\n```", Flaw::Json),
+            ("{not quite json}", Flaw::Json),
+            ("To get it, please call get_balance.", Flaw::ToolName),
+            ("Get_Balance", Flaw::ToolName),
         ] {
             assert_eq!(
                 read(content, false, TOOLS),

@@ -49,6 +49,10 @@ async fn every_kind_of_unfit_answer_is_stopped_and_the_customer_gets_a_real_one(
             "cut_off",
         ),
         (Answer::Text("blah ".repeat(1_000)), "too_long"),
+        (
+            Answer::Text("To know, please call order_status.".into()),
+            "tool_name",
+        ),
     ];
     let mut sent = 0;
     for (n, (answer, check)) in unfit.into_iter().enumerate() {
@@ -86,6 +90,7 @@ async fn every_kind_of_unfit_answer_is_stopped_and_the_customer_gets_a_real_one(
         ("json", 2),
         ("cut_off", 1),
         ("too_long", 1),
+        ("tool_name", 1),
     ] {
         assert!(
             metrics.contains(&format!("sabi_llm_guard_total{{outcome=\"{check}\"}} {n}")),
