@@ -175,19 +175,20 @@ fn written_calls(text: &str) -> Option<Vec<ToolCall>> {
     Some(calls.unwrap_or_default())
 }
 
-/// JSON as small models write it: also with its outer braces doubled (`{{"name": …}}}`, a
-/// template's escaping copied into the answer).
+/// JSON as small models write it: also with its braces doubled, evenly or not
+/// (`{{"name": …}}}}`, a template's escaping copied into the answer).
 fn lenient_json(text: &str) -> Option<Value> {
-    let mut body = text;
-    loop {
-        if let Ok(value) = serde_json::from_str(body) {
-            return Some(value);
-        }
-        body = body.strip_prefix('{')?.strip_suffix('}')?.trim();
-        if !body.starts_with('{') {
-            return None;
-        }
+    if let Ok(value) = serde_json::from_str(text) {
+        return Some(value);
     }
+    let body = text.strip_prefix("{{")?.trim_start_matches('{');
+    let body = format!("{{{body}");
+    let mut values = serde_json::Deserializer::from_str(&body).into_iter::<Value>();
+    let value = values.next()?.ok()?;
+    let rest = &body[values.byte_offset()..];
+    rest.chars()
+        .all(|c| c == '}' || c.is_whitespace())
+        .then_some(value)
 }
 
 /// The inside of a fenced code block (```json … ```) that is the whole text; the text otherwise.
@@ -284,6 +285,7 @@ mod tests {
             "{\"type\": \"function\", \"function\": {\"name\": \"get_balance\", \"arguments\": \"{\\\"account\\\":\\\"0123456789\\\"}\"}}",
             // Doubled braces, as a template's escaping leaks into small models' answers.
             "{{\"name\": \"get_balance\", \"arguments\": {\"account\": \"0123456789\"}}}",
+            "{{\"name\": \"get_balance\", \"arguments\": {\"account\": \"0123456789\"}}}}",
         ] {
             assert_eq!(
                 call_named(&read(content, false, TOOLS)),
