@@ -94,7 +94,7 @@ async fn agent_turns(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
             .await
             .expect("store"),
     );
-    let router = Router::from_source(sabi::router::intents::DEFAULT, &[]).expect("router");
+    let router = Router::builtin().expect("router");
     let tools = Tools::new(&[], &|_| None, None).expect("no tools");
     let settings = AgentSettings {
         system_prompt: "You are the assistant.".into(),

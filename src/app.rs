@@ -105,7 +105,7 @@ fn trained_router(config: &Config) -> anyhow::Result<Option<Arc<Router>>> {
     }
     let source = config.router.intents_source()?;
     let started = std::time::Instant::now();
-    let router = Router::from_source(&source, &[])?;
+    let router = Router::trained(&source)?;
     tracing::info!(
         took_ms = started.elapsed().as_millis() as u64,
         intents = router.labels().len(),

@@ -75,13 +75,22 @@ enum Command {
         /// Read JSON lines with a "text" field (or plain lines) on stdin; write one JSON object per line.
         #[arg(long, conflicts_with_all = ["text", "eval"])]
         jsonl: bool,
-        /// Score the router on a labelled JSON-lines file ({"text", "intent"}).
-        #[arg(long, value_name = "FILE", conflicts_with = "text")]
-        eval: Option<PathBuf>,
+        /// Score the router on labelled JSON-lines files ({"text", "intent", "tags"}), together.
+        #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "text")]
+        eval: Vec<PathBuf>,
         /// With --eval: K-fold cross-validation, each fold routed by a router that also learned
         /// from the other folds; 0 scores the router as configured.
         #[arg(long, default_value_t = 5)]
         folds: usize,
+        /// Choose each intent's thresholds from cross-validated decisions on these labelled
+        /// files, so that at most `router.max_wrong_rate` of local answers are wrong; prints
+        /// them, and with --write writes them into that intents file.
+        #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["text", "jsonl", "eval"])]
+        calibrate: Vec<PathBuf>,
+        /// With --calibrate: the intents file to write the thresholds into (the configured one,
+        /// or the built-in one's text, copied there).
+        #[arg(long, value_name = "INTENTS", requires = "calibrate")]
+        write: Option<PathBuf>,
         /// Print the intents file in use (the built-in one unless configured), to copy and extend.
         #[arg(long, conflicts_with_all = ["text", "jsonl", "eval"])]
         print_intents: bool,
@@ -232,11 +241,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 jsonl,
                 eval,
                 folds,
+                calibrate,
+                write,
                 print_intents,
             } => {
                 if print_intents {
                     print!("{}", config.router.intents_source()?);
                     return Ok(());
+                }
+                if !calibrate.is_empty() {
+                    return calibrate_router(&config, &calibrate, folds, write.as_deref());
                 }
                 route(&config, text, jsonl, eval, folds)
             }
@@ -607,27 +621,37 @@ fn route(
     config: &Config,
     text: Option<String>,
     jsonl: bool,
-    eval: Option<PathBuf>,
+    eval: Vec<PathBuf>,
     folds: usize,
 ) -> anyhow::Result<()> {
     let source = config.router.intents_source()?;
-    if let Some(file) = eval {
-        let samples = read_samples(&file)?;
-        let report = if folds == 0 {
-            router::eval::evaluate(&Router::from_source(&source, &[])?, &samples)
+    if !eval.is_empty() {
+        let sets = eval
+            .iter()
+            .map(|file| read_samples(file))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let (reports, how) = if folds == 0 {
+            let router = Router::trained(&source)?;
+            let reports = sets
+                .iter()
+                .map(|set| router::eval::evaluate(&router, set))
+                .collect();
+            (reports, "as configured".to_owned())
         } else {
-            router::eval::cross_validate(&source, &samples, folds)?
+            let reports = router::eval::cross_validate_each(&source, &sets, folds)?;
+            let how = match sets.len() {
+                1 => format!("{folds}-fold cross-validation"),
+                n => format!("{folds}-fold cross-validation over the {n} files together"),
+            };
+            (reports, how)
         };
-        let how = if folds == 0 {
-            "as configured".to_owned()
-        } else {
-            format!("{folds}-fold cross-validation")
-        };
-        println!("{} ({how})\n\n{report}", file.display());
+        for (file, report) in eval.iter().zip(reports) {
+            println!("{} ({how})\n\n{report}", file.display());
+        }
         return Ok(());
     }
     let started = Instant::now();
-    let router = Router::from_source(&source, &[])?;
+    let router = Router::trained(&source)?;
     let trained = started.elapsed();
     let mut out = std::io::stdout().lock();
     if jsonl {
@@ -673,6 +697,44 @@ fn route(
         out,
         "took        {took:?} (training at start-up: {trained:?})"
     )?;
+    Ok(())
+}
+
+/// `sabi route --calibrate`: thresholds from cross-validation, printed and optionally written.
+fn calibrate_router(
+    config: &Config,
+    files: &[PathBuf],
+    folds: usize,
+    write: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let source = config.router.intents_source()?;
+    let mut samples = Vec::new();
+    for file in files {
+        samples.extend(read_samples(file)?);
+    }
+    let max_wrong = config.router.max_wrong_rate;
+    let thresholds = router::eval::calibrate(&source, &samples, folds.max(2), max_wrong)?;
+    println!(
+        "thresholds for at most {:.1} % wrong local answers ({}-fold cross-validation, {} messages)\n",
+        max_wrong * 100.0,
+        folds.max(2),
+        samples.len()
+    );
+    println!(
+        "{:<20} {:>8} {:>10} {:>7} {:>6}",
+        "intent", "confirm", "threshold", "local", "wrong"
+    );
+    for t in &thresholds {
+        println!(
+            "{:<20} {:>8.2} {:>10.2} {:>7} {:>6}",
+            t.intent, t.confirm, t.threshold, t.local, t.wrong
+        );
+    }
+    if let Some(path) = write {
+        std::fs::write(path, router::eval::with_thresholds(&source, &thresholds))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("\nwritten into {}", shown(&path.display().to_string()));
+    }
     Ok(())
 }
 

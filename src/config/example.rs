@@ -336,6 +336,10 @@ const SETTINGS: &[Setting] = &[
         "The intents file; the built-in one when unset (`sabi route --print-intents`).",
         "\"/etc/sabi/intents.toml\"",
     ),
+    set(
+        "router.max_wrong_rate",
+        "The share of local answers that may be wrong; `sabi route --calibrate` sets thresholds to meet it.",
+    ),
     set("logging.format", "text, or json (one object per line)."),
     set(
         "logging.customer_data",

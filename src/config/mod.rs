@@ -128,6 +128,10 @@ pub struct RouterConfig {
     pub enabled: bool,
     /// The intents file; the built-in Nigerian banking and retail set when unset.
     pub intents_file: Option<PathBuf>,
+    /// The share of local answers that may be wrong: `sabi route --calibrate` chooses each
+    /// intent's thresholds to stay within it.
+    #[serde(default = "defaults::max_wrong_rate")]
+    pub max_wrong_rate: f64,
 }
 
 impl Default for RouterConfig {
@@ -135,6 +139,7 @@ impl Default for RouterConfig {
         RouterConfig {
             enabled: true,
             intents_file: None,
+            max_wrong_rate: defaults::max_wrong_rate(),
         }
     }
 }
@@ -1033,6 +1038,10 @@ mod defaults {
     }
     pub(super) fn address_rate() -> usize {
         30
+    }
+
+    pub(super) fn max_wrong_rate() -> f64 {
+        0.02
     }
 
     pub(super) fn address_sessions() -> usize {

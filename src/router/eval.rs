@@ -1,8 +1,11 @@
 //! PURE: how well the router does on a labelled set — accuracy, macro-F1, per-intent precision
-//! and recall, how much it answers locally, how often a local answer is wrong, and the
-//! confusion matrix. With cross-validation, each fold is routed by a router that learned from
-//! the intents file plus the other folds, never from the messages it is scored on.
+//! and recall, how much it answers locally, how often a local answer is wrong, the same per tag
+//! (`hard_negative`, `negation`, `multi_intent`, ...), coverage against wrong local answers as
+//! the confidence needed rises, and the confusion matrix. With cross-validation, each fold is
+//! routed by a router that learned from the intents file plus the other folds, never from the
+//! messages it is scored on.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Deserialize;
@@ -14,6 +17,46 @@ use super::{Labelled, OUT_OF_SCOPE, Router, Routing, intents};
 pub struct Sample {
     pub text: String,
     pub intent: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+/// One routed message, as the curve and the tag table read it.
+#[derive(Debug, Clone, Copy)]
+struct Decision {
+    confidence: f32,
+    local: bool,
+    right: bool,
+    out_of_scope: bool,
+}
+
+/// Counts of a slice of the set (all messages, or one tag).
+#[derive(Debug, Clone, Copy, Default)]
+struct Slice {
+    total: usize,
+    in_scope: usize,
+    in_scope_local: usize,
+    local: usize,
+    wrong_local: usize,
+    out_of_scope: usize,
+    out_of_scope_to_agent: usize,
+}
+
+impl Slice {
+    fn add(&mut self, d: Decision) {
+        self.total += 1;
+        if d.out_of_scope {
+            self.out_of_scope += 1;
+            self.out_of_scope_to_agent += usize::from(!d.local);
+        } else {
+            self.in_scope += 1;
+            self.in_scope_local += usize::from(d.local);
+        }
+        if d.local {
+            self.local += 1;
+            self.wrong_local += usize::from(!d.right);
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -35,6 +78,10 @@ pub struct Report {
     /// Messages answered locally with the wrong intent, and out-of-scope ones kept local:
     /// (text, true intent, routed intent).
     pub mistakes: Vec<(String, String, String)>,
+    decisions: Vec<Decision>,
+    tags: BTreeMap<String, Slice>,
+    /// Why in-scope messages went to the agent: fallback reason -> count.
+    held_back: BTreeMap<String, usize>,
 }
 
 impl Report {
@@ -52,14 +99,35 @@ impl Report {
             out_of_scope: 0,
             out_of_scope_to_agent: 0,
             mistakes: Vec::new(),
+            decisions: Vec::new(),
+            tags: BTreeMap::new(),
+            held_back: BTreeMap::new(),
         }
     }
 
-    fn add(&mut self, text: &str, truth: &str, routing: &Routing) {
+    fn add(&mut self, sample: &Sample, routing: &Routing) {
+        let (text, truth) = (&sample.text, sample.intent.as_str());
         let index = |label: &str| self.labels.iter().position(|l| l == label);
         let (Some(t), Some(p)) = (index(truth), index(&routing.intent)) else {
             return;
         };
+        let decision = Decision {
+            confidence: routing.confidence,
+            local: routing.local,
+            right: t == p,
+            out_of_scope: truth == OUT_OF_SCOPE,
+        };
+        self.decisions.push(decision);
+        if !decision.out_of_scope && !decision.local {
+            let reason = routing
+                .fallback
+                .map(|f| format!("{f:?}"))
+                .unwrap_or_default();
+            *self.held_back.entry(reason).or_default() += 1;
+        }
+        for tag in &sample.tags {
+            self.tags.entry(tag.clone()).or_default().add(decision);
+        }
         self.confusion[t][p] += 1;
         self.total += 1;
         self.correct += usize::from(t == p);
@@ -75,7 +143,7 @@ impl Report {
             self.wrong_local += usize::from(t != p);
             if t != p {
                 self.mistakes
-                    .push((text.to_owned(), truth.to_owned(), routing.intent.clone()));
+                    .push((text.clone(), truth.to_owned(), routing.intent.clone()));
             }
         }
     }
@@ -112,6 +180,29 @@ impl Report {
         (p, r, f1, support)
     }
 
+    /// (confidence needed, in-scope answered locally, wrong local, out-of-scope to the agent)
+    /// as the confidence a local answer needs rises: what a stricter threshold would give.
+    pub fn curve(&self) -> Vec<(f32, f64, f64, f64)> {
+        CURVE_STEPS
+            .iter()
+            .map(|&needed| {
+                let mut slice = Slice::default();
+                for d in &self.decisions {
+                    slice.add(Decision {
+                        local: d.local && d.confidence >= needed,
+                        ..*d
+                    });
+                }
+                (
+                    needed,
+                    ratio(slice.in_scope_local, slice.in_scope),
+                    ratio(slice.wrong_local, slice.local),
+                    ratio(slice.out_of_scope_to_agent, slice.out_of_scope),
+                )
+            })
+            .collect()
+    }
+
     pub fn macro_f1(&self) -> f64 {
         let present: Vec<f64> = (0..self.labels.len())
             .filter(|i| self.per_label(*i).3 > 0)
@@ -121,6 +212,9 @@ impl Report {
     }
 }
 
+/// The confidences the curve is read at.
+const CURVE_STEPS: &[f32] = &[0.0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95];
+
 fn ratio(a: usize, b: usize) -> f64 {
     if b == 0 { 0.0 } else { a as f64 / b as f64 }
 }
@@ -129,7 +223,7 @@ fn ratio(a: usize, b: usize) -> f64 {
 pub fn evaluate(router: &Router, samples: &[Sample]) -> Report {
     let mut report = Report::new(router.labels());
     for sample in samples {
-        report.add(&sample.text, &sample.intent, &router.route(&sample.text));
+        report.add(sample, &router.route(&sample.text));
     }
     report
 }
@@ -143,25 +237,55 @@ pub fn cross_validate(
     samples: &[Sample],
     folds: usize,
 ) -> Result<Report, intents::Error> {
+    let mut reports = cross_validate_each(source, &[samples.to_vec()], folds)?;
+    Ok(reports.pop().unwrap_or_else(|| Report::new(Vec::new())))
+}
+
+/// Cross-validation over several sets together (folds cut across all of them, so each set's
+/// messages are routed by routers that learned from the others too), scored set by set.
+///
+/// # Errors
+/// As [`cross_validate`].
+pub fn cross_validate_each(
+    source: &str,
+    sets: &[Vec<Sample>],
+    folds: usize,
+) -> Result<Vec<Report>, intents::Error> {
     let folds = folds.max(2);
-    let mut report: Option<Report> = None;
+    let samples: Vec<(usize, &Sample)> = sets
+        .iter()
+        .enumerate()
+        .flat_map(|(set, samples)| samples.iter().map(move |s| (set, s)))
+        .collect();
+    let mut reports: Vec<Report> = Vec::new();
     for fold in 0..folds {
         let training: Vec<Labelled> = samples
             .iter()
             .enumerate()
             .filter(|(i, _)| i % folds != fold)
-            .map(|(_, s)| Labelled {
+            .map(|(_, (_, s))| Labelled {
                 text: s.text.clone(),
                 intent: s.intent.clone(),
             })
             .collect();
         let router = Router::from_source(source, &training)?;
-        let report = report.get_or_insert_with(|| Report::new(router.labels()));
-        for sample in samples.iter().skip(fold).step_by(folds) {
-            report.add(&sample.text, &sample.intent, &router.route(&sample.text));
+        if reports.is_empty() {
+            reports = sets.iter().map(|_| Report::new(router.labels())).collect();
+        }
+        for (set, sample) in samples.iter().skip(fold).step_by(folds) {
+            reports[*set].add(sample, &router.route(&sample.text));
         }
     }
-    Ok(report.unwrap_or_else(|| Report::new(Vec::new())))
+    Ok(reports)
+}
+
+/// `a/b` with its share, or `-` for an empty slice.
+fn share(a: usize, b: usize) -> String {
+    if b == 0 {
+        "-".into()
+    } else {
+        format!("{:.2} {a}/{b}", ratio(a, b))
+    }
 }
 
 impl fmt::Display for Report {
@@ -199,6 +323,35 @@ impl fmt::Display for Report {
             let (p, r, f1, n) = self.per_label(i);
             writeln!(f, "{label:<20} {p:>9.3} {r:>7.3} {f1:>6.3} {n:>8}")?;
         }
+        let reasons: Vec<String> = self
+            .held_back
+            .iter()
+            .map(|(reason, n)| format!("{reason} {n}"))
+            .collect();
+        writeln!(f, "in scope, to agent  {}", reasons.join(", "))?;
+        writeln!(
+            f,
+            "\n{:<20} {:>7} {:>12} {:>12} {:>12}",
+            "tag", "messages", "local", "wrong local", "oos->agent"
+        )?;
+        for (tag, s) in &self.tags {
+            writeln!(
+                f,
+                "{tag:<20} {:>7} {:>12} {:>12} {:>12}",
+                s.total,
+                share(s.in_scope_local, s.in_scope),
+                share(s.wrong_local, s.local),
+                share(s.out_of_scope_to_agent, s.out_of_scope),
+            )?;
+        }
+        writeln!(
+            f,
+            "\n{:<20} {:>12} {:>12} {:>12}",
+            "confidence needed", "local", "wrong local", "oos->agent"
+        )?;
+        for (needed, local, wrong, oos) in self.curve() {
+            writeln!(f, "{needed:<20.2} {local:>12.3} {wrong:>12.3} {oos:>12.3}")?;
+        }
         if !self.mistakes.is_empty() {
             writeln!(f, "\nwrong local answers (true -> routed)")?;
             for (text, truth, routed) in &self.mistakes {
@@ -215,4 +368,145 @@ impl fmt::Display for Report {
         }
         Ok(())
     }
+}
+
+/// Per intent, the classifier probabilities a local answer needs: `confirm` for a pattern's
+/// match, `threshold` for the classifier alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Thresholds {
+    pub intent: String,
+    pub confirm: f32,
+    pub threshold: f32,
+    /// Cross-validated local answers at these thresholds, and the wrong ones among them.
+    pub local: usize,
+    pub wrong: usize,
+}
+
+/// The candidate thresholds, lowest first.
+const GRID: &[f32] = &[
+    0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8,
+    0.85, 0.9, 0.93, 0.95, 0.97, 0.99, 1.0,
+];
+
+/// Thresholds that keep wrong local answers within `max_wrong` of local answers, chosen from
+/// K-fold cross-validated decisions of a router with no thresholds: for each intent and tier,
+/// the lowest probability above which at most `floor(max_wrong × n)` of its `n` local answers
+/// were wrong. An intent with no right answers by a tier gets 1 (in effect: never by that tier).
+///
+/// # Errors
+/// As [`cross_validate`].
+pub fn calibrate(
+    source: &str,
+    samples: &[Sample],
+    folds: usize,
+    max_wrong: f64,
+) -> Result<Vec<Thresholds>, intents::Error> {
+    let folds = folds.max(2);
+    // (routed intent, by a pattern?, evidence, right)
+    let mut seen: Vec<(String, bool, f32, bool)> = Vec::new();
+    let mut labels = Vec::new();
+    for fold in 0..folds {
+        let training: Vec<Labelled> = samples
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % folds != fold)
+            .map(|(_, s)| Labelled {
+                text: s.text.clone(),
+                intent: s.intent.clone(),
+            })
+            .collect();
+        let router = Router::from_source(source, &training)?.without_thresholds();
+        labels = router.labels();
+        for sample in samples.iter().skip(fold).step_by(folds) {
+            let routing = router.route(&sample.text);
+            if routing.local {
+                seen.push((
+                    routing.intent.clone(),
+                    routing.tier == super::Tier::Pattern,
+                    routing.confidence,
+                    routing.intent == sample.intent,
+                ));
+            }
+        }
+    }
+    let of = |intent: Option<&str>, pattern: bool| -> Vec<(f32, bool)> {
+        seen.iter()
+            .filter(|(i, p, _, _)| intent.is_none_or(|intent| i == intent) && *p == pattern)
+            .map(|(_, _, e, r)| (*e, *r))
+            .collect()
+    };
+    // An intent has a few dozen answers: its own thresholds alone would fit their noise. The
+    // thresholds of all intents together (hundreds of answers) are a floor under them.
+    let floor_confirm = lowest_within(&of(None, true), max_wrong).0;
+    let floor_threshold = lowest_within(&of(None, false), max_wrong).0;
+    Ok(labels
+        .into_iter()
+        .filter(|l| l != OUT_OF_SCOPE)
+        .map(|intent| {
+            let kept = |pattern: bool, floor: f32| {
+                let answers = of(Some(&intent), pattern);
+                let own = lowest_within(&answers, max_wrong).0.max(floor);
+                let kept: Vec<&(f32, bool)> = answers.iter().filter(|(e, _)| *e >= own).collect();
+                (own, kept.len(), kept.iter().filter(|(_, r)| !*r).count())
+            };
+            let (confirm, by_pattern, wrong_by_pattern) = kept(true, floor_confirm);
+            let (threshold, by_classifier, wrong_by_classifier) = kept(false, floor_threshold);
+            Thresholds {
+                intent,
+                confirm,
+                threshold,
+                local: by_pattern + by_classifier,
+                wrong: wrong_by_pattern + wrong_by_classifier,
+            }
+        })
+        .collect())
+}
+
+/// The lowest threshold of the grid whose kept answers are wrong at most `max_wrong` of the
+/// time (rounded down: few answers must all be right), and (kept, wrong) at it.
+fn lowest_within(answers: &[(f32, bool)], max_wrong: f64) -> (f32, (usize, usize)) {
+    for &threshold in GRID {
+        let kept: Vec<bool> = answers
+            .iter()
+            .filter(|(e, _)| *e >= threshold)
+            .map(|(_, right)| *right)
+            .collect();
+        let wrong = kept.iter().filter(|r| !**r).count();
+        if !kept.is_empty() && wrong <= (max_wrong * kept.len() as f64).floor() as usize {
+            return (threshold, (kept.len(), wrong));
+        }
+    }
+    (GRID[GRID.len() - 1], (0, 0))
+}
+
+/// `source` with each intent's `threshold` and `confirm` set to `thresholds`, everything else
+/// (comments, order, other settings) as it was.
+pub fn with_thresholds(source: &str, thresholds: &[Thresholds]) -> String {
+    let mut out = Vec::new();
+    let mut in_intent = false;
+    let mut calibrated = false;
+    for line in source.lines() {
+        let key = line.split('=').next().unwrap_or_default().trim();
+        if line.starts_with('[') {
+            in_intent = line.trim() == "[[intent]]";
+            calibrated = false;
+        }
+        match key {
+            // The new values go right under the intent's name; old ones are dropped.
+            "threshold" | "confirm" if calibrated => {}
+            "name" if in_intent => {
+                out.push(line.to_owned());
+                let name = line.split('"').nth(1).unwrap_or_default();
+                if let Some(t) = thresholds.iter().find(|t| t.intent == name) {
+                    out.push(format!("threshold = {:.2}", t.threshold));
+                    out.push(format!("confirm = {:.2}", t.confirm));
+                    calibrated = true;
+                }
+            }
+            _ => out.push(line.to_owned()),
+        }
+    }
+    let mut text = out.join("\n");
+    text.push('\n');
+    text
 }

@@ -20,7 +20,7 @@ pub struct IntentsFile {
     pub intents: Vec<IntentSpec>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Guards {
     /// Requests Sabi never answers locally, whatever intent they mention.
@@ -32,6 +32,25 @@ pub struct Guards {
     /// Cues that make the request right after them something already done.
     #[serde(default)]
     pub done: Vec<String>,
+    /// Content words the domain never uses that a routine request may still hold (a name, a
+    /// place, a typo); with more, the message goes to the agent.
+    #[serde(default = "default_max_unknown")]
+    pub max_unknown_words: usize,
+}
+
+fn default_max_unknown() -> usize {
+    1
+}
+
+impl Default for Guards {
+    fn default() -> Self {
+        Guards {
+            out_of_scope: Vec::new(),
+            negation: Vec::new(),
+            done: Vec::new(),
+            max_unknown_words: default_max_unknown(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -40,6 +59,10 @@ pub struct IntentSpec {
     pub name: String,
     #[serde(default = "default_threshold")]
     pub threshold: f32,
+    /// The classifier's probability of this intent that a pattern match needs to be answered
+    /// locally.
+    #[serde(default = "default_confirm")]
+    pub confirm: f32,
     pub action: ActionKind,
     /// The reply template (for `reply`), or what the customer is told (for `handoff`).
     pub reply: Option<String>,
@@ -65,6 +88,10 @@ pub enum ActionKind {
 
 fn default_threshold() -> f32 {
     0.55
+}
+
+fn default_confirm() -> f32 {
+    0.2
 }
 
 /// An intents file that cannot be used, with the line it comes from when known.
@@ -95,9 +122,12 @@ impl IntentsFile {
                     intent.name
                 )));
             }
-            if !(0.0..=1.0).contains(&intent.threshold) {
+            if ![intent.threshold, intent.confirm]
+                .iter()
+                .all(|t| (0.0..=1.0).contains(t))
+            {
                 return Err(Error(format!(
-                    "line {}: {}: threshold must be between 0 and 1",
+                    "line {}: {}: threshold and confirm must be between 0 and 1",
                     at(),
                     intent.name
                 )));

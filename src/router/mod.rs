@@ -18,6 +18,7 @@ pub mod eval;
 pub mod intents;
 mod normalise;
 mod turn;
+mod vocabulary;
 
 use regex::bytes::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 use serde::Serialize;
@@ -27,6 +28,7 @@ pub use self::entities::Entities;
 pub use self::intents::{ActionKind, IntentsFile};
 use self::normalise::{Lexicon, normalise};
 pub use self::turn::RouterHandler;
+use self::vocabulary::Vocabulary;
 
 /// The label of everything the router hands to the agent.
 pub const OUT_OF_SCOPE: &str = "out_of_scope";
@@ -35,6 +37,8 @@ pub const OUT_OF_SCOPE: &str = "out_of_scope";
 const PATTERN_CONFIDENCE: f32 = 0.97;
 /// The classifier's confidence in `out_of_scope` that overrules a pattern match.
 const OUT_OF_SCOPE_VETO: f32 = 0.5;
+/// A message is unfamiliar when more than one content word in this many is unknown.
+const UNKNOWN_SHARE: usize = 3;
 /// How close (in bytes of normalised text) a negation must come before the request it negates.
 const NEGATION_REACH: usize = 16;
 /// Messages longer than this go to the agent without being routed: routine requests are
@@ -64,6 +68,10 @@ pub enum Fallback {
     Empty,
     /// Longer than a routine request ever is: it carries context only the agent can use.
     TooLong,
+    /// A pattern fired, but the classifier does not see that intent in the message.
+    Unconfirmed,
+    /// Words the domain never uses: the message is about something else.
+    Unfamiliar,
 }
 
 /// The router's decision for one message.
@@ -86,6 +94,8 @@ pub struct Routing {
 struct Intent {
     name: String,
     threshold: f32,
+    /// The classifier's probability of this intent that confirms a pattern match.
+    confirm: f32,
     action: ActionKind,
     reply: Option<String>,
     options: Vec<String>,
@@ -103,6 +113,9 @@ pub struct Router {
     done: Vec<Regex>,
     classifier: Classifier,
     out_of_scope_index: Option<usize>,
+    vocabulary: Vocabulary,
+    /// Unknown content words a routine request may hold (a name, a place, a typo).
+    max_unknown: usize,
 }
 
 /// A labelled message to learn from besides the file's examples (cross-validation).
@@ -112,13 +125,37 @@ pub struct Labelled {
     pub intent: String,
 }
 
+/// Labelled customer messages the built-in intents learn from besides their own examples: the
+/// development sets of the intent corpus (`tests/data/intents`, text and intent only).
+const BUILTIN_LABELLED: &str = include_str!("labelled.jsonl");
+
 impl Router {
     /// The router of the default intents file.
     ///
     /// # Errors
     /// Never in a released build: the default file is checked by the tests.
     pub fn builtin() -> Result<Router, intents::Error> {
-        Router::from_source(intents::DEFAULT, &[])
+        Router::trained(intents::DEFAULT)
+    }
+
+    /// The router of an intents file's text, as Sabi runs it: the built-in file also learns
+    /// from the labelled messages bundled with it.
+    ///
+    /// # Errors
+    /// As [`Router::from_source`].
+    pub fn trained(source: &str) -> Result<Router, intents::Error> {
+        if source != intents::DEFAULT {
+            return Router::from_source(source, &[]);
+        }
+        let labelled: Vec<Labelled> = BUILTIN_LABELLED
+            .lines()
+            .filter_map(|line| serde_json::from_str::<eval::Sample>(line).ok())
+            .map(|s| Labelled {
+                text: s.text,
+                intent: s.intent,
+            })
+            .collect();
+        Router::from_source(source, &labelled)
     }
 
     /// Builds a router from an intents file's text, learning also from `extra` examples.
@@ -183,6 +220,10 @@ impl Router {
             examples.push((normalise(&labelled.text, &lexicon).text, index));
         }
         let classifier = Classifier::train(&examples, file.intents.len());
+        let mut vocabulary = Vocabulary::default();
+        vocabulary.learn(examples.iter().map(|(text, _)| text.as_str()));
+        vocabulary.learn(pattern_intents.iter().map(|(_, r)| r.as_str()));
+        vocabulary.learn(file.lexicon.keys().map(String::as_str));
 
         let intents = file
             .intents
@@ -190,6 +231,7 @@ impl Router {
             .map(|spec| Intent {
                 name: spec.name.clone(),
                 threshold: spec.threshold,
+                confirm: spec.confirm,
                 action: spec.action,
                 reply: spec.reply.clone(),
                 options: spec.options.clone(),
@@ -206,6 +248,8 @@ impl Router {
             done,
             classifier,
             out_of_scope_index: index_of(OUT_OF_SCOPE),
+            vocabulary,
+            max_unknown: file.guards.max_unknown_words,
         })
     }
 
@@ -254,6 +298,16 @@ impl Router {
             )
     }
 
+    /// The same router with every threshold at zero: each decision it makes locally shows the
+    /// evidence it had, for the calibration to choose thresholds from.
+    pub(crate) fn without_thresholds(mut self) -> Router {
+        for intent in &mut self.intents {
+            intent.threshold = 0.0;
+            intent.confirm = 0.0;
+        }
+        self
+    }
+
     /// Every intent's name, in file order.
     pub fn labels(&self) -> Vec<String> {
         self.intents.iter().map(|i| i.name.clone()).collect()
@@ -290,6 +344,10 @@ impl Router {
                 None,
             );
         }
+        if self.unfamiliar(text) {
+            let (intent, p) = self.classify(text);
+            return (intent, p, Tier::Fallback, Some(Fallback::Unfamiliar), None);
+        }
         let requests: Vec<(usize, usize)> = candidates
             .iter()
             .copied()
@@ -300,17 +358,8 @@ impl Router {
             .map(|(i, _)| *i)
             .find(|i| !requests.iter().any(|(r, _)| r == i));
         match requests.as_slice() {
-            // A pattern names the intent, unless the classifier is sure it is out of scope.
-            [(intent, _)] => match self.classify(text) {
-                (top, p) if Some(top) == self.out_of_scope_index && p >= OUT_OF_SCOPE_VETO => (
-                    top,
-                    p,
-                    Tier::Classifier,
-                    Some(Fallback::OutOfScope),
-                    Some(*intent),
-                ),
-                _ => (*intent, PATTERN_CONFIDENCE, Tier::Pattern, None, pleasantry),
-            },
+            // A pattern names the intent when the classifier sees it too.
+            [(intent, _)] => self.confirmed(text, *intent, pleasantry),
             [(first, _), (second, _), ..] => (
                 *first,
                 PATTERN_CONFIDENCE,
@@ -323,9 +372,51 @@ impl Router {
                 (intent, p, Tier::Fallback, Some(Fallback::Negated), None)
             }
             [] => match pleasantry {
-                Some(intent) => (intent, PATTERN_CONFIDENCE, Tier::Pattern, None, None),
+                Some(intent) => match self.confirmed(text, intent, None) {
+                    // "Hello, is this the customer service line?": the rest decides.
+                    (_, _, _, Some(Fallback::Unconfirmed), _) => self.classifier_decision(text),
+                    decision => decision,
+                },
                 None => self.classifier_decision(text),
             },
+        }
+    }
+
+    /// More words the domain never uses than a routine request holds: beyond `max_unknown`,
+    /// and over a third of the content words (a long message may name a place and a person).
+    fn unfamiliar(&self, text: &str) -> bool {
+        let (content, unknown) = self.vocabulary.unknown(text);
+        unknown > self.max_unknown && unknown * UNKNOWN_SHARE > content
+    }
+
+    /// A pattern's intent, confirmed by the classifier: local when the classifier gives it at
+    /// least the intent's `confirm` probability, and does not think the message out of scope.
+    fn confirmed(
+        &self,
+        text: &str,
+        intent: usize,
+        secondary: Option<usize>,
+    ) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
+        let probs = self.classifier.probabilities(text);
+        let p = probs[intent];
+        match self.out_of_scope_index {
+            Some(oos) if probs[oos] >= OUT_OF_SCOPE_VETO => (
+                oos,
+                probs[oos],
+                Tier::Classifier,
+                Some(Fallback::OutOfScope),
+                Some(intent),
+            ),
+            _ if p < self.intents[intent].confirm => (
+                intent,
+                p,
+                Tier::Fallback,
+                Some(Fallback::Unconfirmed),
+                secondary,
+            ),
+            // Both tiers agree; the confidence is the classifier's, the evidence a stricter
+            // threshold (and the calibration) reads.
+            _ => (intent, p, Tier::Pattern, None, secondary),
         }
     }
 
