@@ -9,7 +9,10 @@
 /// Feature space: 2^17 hashed features.
 const DIMS_LOG2: u32 = 17;
 const DIMS: usize = 1 << DIMS_LOG2;
-const EPOCHS: usize = 40;
+/// Passes over the examples: as many as make about `UPDATES` example updates, between the
+/// bounds (a few hundred examples need 40 passes; more learn as much from fewer).
+const EPOCHS: (usize, usize) = (10, 40);
+const UPDATES: usize = 14_000;
 const LEARNING_RATE: f32 = 0.5;
 
 pub(super) struct Classifier {
@@ -36,7 +39,8 @@ impl Classifier {
         let mut order: Vec<usize> = (0..data.len()).collect();
         let mut seed = 0x5eed_u64;
         let mut probs = vec![0.0f32; classes];
-        for _ in 0..EPOCHS {
+        let epochs = (UPDATES / data.len().max(1)).clamp(EPOCHS.0, EPOCHS.1);
+        for _ in 0..epochs {
             shuffle(&mut order, &mut seed);
             for &i in &order {
                 let (feats, class) = &data[i];

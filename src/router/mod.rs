@@ -328,6 +328,13 @@ impl Router {
             return (oos, 1.0, Tier::Fallback, Some(Fallback::Empty), None);
         }
         let (candidates, negated) = self.candidates(text);
+        // The classifier runs at most once a message, and only when a decision needs it.
+        let scores = std::cell::OnceCell::new();
+        let probs = || {
+            scores
+                .get_or_init(|| self.classifier.probabilities(text))
+                .as_slice()
+        };
         let agent = candidates
             .iter()
             .find(|(i, _)| self.intents[*i].name == "agent_escalation");
@@ -345,7 +352,7 @@ impl Router {
             );
         }
         if self.unfamiliar(text) {
-            let (intent, p) = self.classify(text);
+            let (intent, p) = top(probs());
             return (intent, p, Tier::Fallback, Some(Fallback::Unfamiliar), None);
         }
         let requests: Vec<(usize, usize)> = candidates
@@ -359,7 +366,7 @@ impl Router {
             .find(|i| !requests.iter().any(|(r, _)| r == i));
         match requests.as_slice() {
             // A pattern names the intent when the classifier sees it too.
-            [(intent, _)] => self.confirmed(text, *intent, pleasantry),
+            [(intent, _)] => self.confirmed(probs(), *intent, pleasantry),
             [(first, _), (second, _), ..] => (
                 *first,
                 PATTERN_CONFIDENCE,
@@ -368,16 +375,18 @@ impl Router {
                 Some(*second),
             ),
             [] if negated => {
-                let (intent, p) = self.classify(text);
+                let (intent, p) = top(probs());
                 (intent, p, Tier::Fallback, Some(Fallback::Negated), None)
             }
             [] => match pleasantry {
-                Some(intent) => match self.confirmed(text, intent, None) {
+                Some(intent) => match self.confirmed(probs(), intent, None) {
                     // "Hello, is this the customer service line?": the rest decides.
-                    (_, _, _, Some(Fallback::Unconfirmed), _) => self.classifier_decision(text),
+                    (_, _, _, Some(Fallback::Unconfirmed), _) => {
+                        self.classifier_decision(text, probs())
+                    }
                     decision => decision,
                 },
-                None => self.classifier_decision(text),
+                None => self.classifier_decision(text, probs()),
             },
         }
     }
@@ -393,11 +402,10 @@ impl Router {
     /// least the intent's `confirm` probability, and does not think the message out of scope.
     fn confirmed(
         &self,
-        text: &str,
+        probs: &[f32],
         intent: usize,
         secondary: Option<usize>,
     ) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
-        let probs = self.classifier.probabilities(text);
         let p = probs[intent];
         match self.out_of_scope_index {
             Some(oos) if probs[oos] >= OUT_OF_SCOPE_VETO => (
@@ -423,8 +431,9 @@ impl Router {
     fn classifier_decision(
         &self,
         text: &str,
+        probs: &[f32],
     ) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
-        let (intent, p) = self.classify(text);
+        let (intent, p) = top(probs);
         let fallback = if Some(intent) == self.out_of_scope_index {
             Some(Fallback::OutOfScope)
         } else if p < self.intents[intent].threshold {
@@ -440,16 +449,6 @@ impl Router {
             Tier::Classifier
         };
         (intent, p, tier, fallback, None)
-    }
-
-    fn classify(&self, text: &str) -> (usize, f32) {
-        let probs = self.classifier.probabilities(text);
-        probs
-            .iter()
-            .copied()
-            .enumerate()
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .unwrap_or((0, 0.0))
     }
 
     /// Intents whose patterns match, each at its first position, in order of position; those
@@ -478,6 +477,16 @@ impl Router {
         found.sort_by_key(|(_, at)| *at);
         (found, negated)
     }
+}
+
+/// The most probable class and its probability.
+fn top(probs: &[f32]) -> (usize, f32) {
+    probs
+        .iter()
+        .copied()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or((0, 0.0))
 }
 
 /// Patterns run over the normalised text with ASCII classes and word boundaries: the text is

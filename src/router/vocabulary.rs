@@ -4,6 +4,7 @@
 //! something else, however routine its keyword, and goes to the agent.
 
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Words that carry no topic: a message may hold any number of them.
 const FUNCTION_WORDS: &[&str] = &[
@@ -183,9 +184,22 @@ const FUNCTION_WORDS: &[&str] = &[
 /// the words their examples spell otherwise.
 const SUFFIXES: &[&str] = &["ing", "ed", "s", "ly"];
 
-#[derive(Debug, Default)]
+/// Words hashed with FNV-1a: short keys, looked up for every word of every message.
+type Words = HashSet<String, BuildHasherDefault<Fnv>>;
+
+#[derive(Debug)]
 pub(super) struct Vocabulary {
-    words: HashSet<String>,
+    words: Words,
+    function_words: Words,
+}
+
+impl Default for Vocabulary {
+    fn default() -> Self {
+        Vocabulary {
+            words: Words::default(),
+            function_words: FUNCTION_WORDS.iter().map(|w| (*w).to_owned()).collect(),
+        }
+    }
 }
 
 impl Vocabulary {
@@ -203,7 +217,7 @@ impl Vocabulary {
     /// (content words of a normalised message, those of them the domain never uses).
     pub(super) fn unknown(&self, text: &str) -> (usize, usize) {
         text.split_whitespace()
-            .filter(|w| is_content(w))
+            .filter(|w| is_content(w) && !self.function_words.contains(*w))
             .fold((0, 0), |(content, unknown), w| {
                 (
                     content + 1,
@@ -213,9 +227,30 @@ impl Vocabulary {
     }
 }
 
-/// A word that could name a topic: letters, three or more, not a function word or placeholder.
+/// A word that could name a topic: letters, three or more (not a number or placeholder).
 fn is_content(word: &str) -> bool {
-    word.len() >= 3 && word.chars().all(char::is_alphabetic) && !FUNCTION_WORDS.contains(&word)
+    word.len() >= 3 && word.chars().all(char::is_alphabetic)
+}
+
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 fn stem(word: &str) -> &str {
