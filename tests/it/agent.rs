@@ -2,7 +2,7 @@
 //! history it sends, tool calls, retries and the fallback provider, voice notes, and history
 //! that survives a restart.
 
-use sabi::store::ReviewQuery;
+use sabi::store::{ReviewEntry, ReviewQuery};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,6 +78,29 @@ pub(crate) async fn turn(app: &TestApp, id: &str, text: &str) {
 
 pub(crate) async fn outbox(app: &TestApp) -> Vec<OutboxEntry> {
     app.store.outbox(None).await.expect("outbox")
+}
+
+/// The open review queue, as the desk's first page lists it.
+pub(crate) async fn review(app: &TestApp) -> Vec<ReviewEntry> {
+    app.store
+        .review_queue(ReviewQuery::default())
+        .await
+        .expect("review")
+}
+
+/// An app whose model is `primary`, with `fallback` configured behind it, and `extra`
+/// configuration (tables after `[llm.fallback]`).
+pub(crate) async fn with_fallback(extra: &str) -> (TestApp, FakeLlm, FakeLlm) {
+    let primary = FakeLlm::start().await;
+    let fallback = FakeLlm::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = format!(
+        "[llm.fallback]\nbase_url = \"{}\"\nmodel = \"backup-model\"\n{extra}",
+        fallback.base_url()
+    );
+    write_config(&dir, "http://127.0.0.1:9", &config);
+    let app = start(dir, &primary, &[]).await;
+    (app, primary, fallback)
 }
 
 fn roles_and_texts(request: &Value) -> Vec<(String, String)> {
@@ -195,15 +218,7 @@ async fn a_failing_tool_is_an_answer_for_the_model_not_a_crash() {
 
 #[tokio::test]
 async fn failures_are_retried_then_the_fallback_answers_then_review() {
-    let primary = FakeLlm::start().await;
-    let fallback = FakeLlm::start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let extra = format!(
-        "[llm.fallback]\nbase_url = \"{}\"\nmodel = \"backup-model\"\n\n[engine]\nmax_attempts = 2\n",
-        fallback.base_url()
-    );
-    write_config(&dir, "http://127.0.0.1:9", &extra);
-    let app = start(dir, &primary, &[]).await;
+    let (app, primary, fallback) = with_fallback("\n[engine]\nmax_attempts = 2\n").await;
 
     // A 500 and a stalled call use up the primary's two tries; the fallback answers.
     primary.script([Answer::Status(500), Answer::Stall]);
@@ -229,11 +244,7 @@ async fn failures_are_retried_then_the_fallback_answers_then_review() {
     turn(&app, "wamid.2", "And which cinema?").await;
     app.clock.advance(Duration::from_secs(6));
     app.scheduler.drain().await.expect("retry");
-    let review = app
-        .store
-        .review_queue(ReviewQuery::default())
-        .await
-        .expect("review");
+    let review = review(&app).await;
     assert_eq!(review.len(), 1);
     assert_eq!(review[0].reason, "out_of_retries");
     assert_eq!(
@@ -500,11 +511,7 @@ async fn an_external_agent_gets_the_signed_batch_and_its_answer_is_delivered() {
         format!("Our own agent says hi to: {OUT_OF_SCOPE}")
     );
     assert_eq!(replies[1].text, "A colleague will reply soon.");
-    let review = app
-        .store
-        .review_queue(ReviewQuery::default())
-        .await
-        .expect("review");
+    let review = review(&app).await;
     assert_eq!(review[0].reason, "handoff_asked");
 }
 

@@ -3,12 +3,14 @@
 //! run once, and unfit answers go to a corrective retry, the fallback provider and a person, in
 //! that order.
 
-use sabi::store::ReviewQuery;
 use sabi::testing::graph::FakeGraph;
 use sabi::testing::llm::{Answer, FakeLlm};
 use serde_json::{Value, json};
 
-use crate::agent::{OUT_OF_SCOPE, order_api, outbox, start, turn, voice_webhook, write_config};
+use crate::agent::{
+    OUT_OF_SCOPE, order_api, outbox, review, start, turn, voice_webhook, with_fallback,
+    write_config,
+};
 
 /// The messages of a completion request, as (role, content).
 fn said(request: &Value) -> Vec<(String, String)> {
@@ -153,15 +155,7 @@ async fn a_tool_call_written_as_text_is_run_once_in_each_common_form() {
 
 #[tokio::test]
 async fn unfit_answers_go_to_a_retry_then_the_fallback_then_a_person() {
-    let primary = FakeLlm::start().await;
-    let fallback = FakeLlm::start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let extra = format!(
-        "[llm.fallback]\nbase_url = \"{}\"\nmodel = \"backup-model\"\n",
-        fallback.base_url()
-    );
-    write_config(&dir, "http://127.0.0.1:9", &extra);
-    let app = start(dir, &primary, &[]).await;
+    let (app, primary, fallback) = with_fallback("").await;
 
     primary.script([
         Answer::Text("<tools></tools>".into()),
@@ -182,11 +176,7 @@ async fn unfit_answers_go_to_a_retry_then_the_fallback_then_a_person() {
     fallback.script([Answer::CutOff("Dear customer, about".into())]);
     turn(&app, "wamid.2", "And which cinema?").await;
     assert_eq!(outbox(&app).await.len(), 1, "nothing unfit was sent");
-    let review = app
-        .store
-        .review_queue(ReviewQuery::default())
-        .await
-        .expect("review");
+    let review = review(&app).await;
     assert_eq!(review.len(), 1);
     assert_eq!(review[0].reason, "model_output");
     let note = review[0].error.as_deref().unwrap_or_default();
@@ -206,11 +196,7 @@ async fn without_a_fallback_a_second_unfit_answer_goes_to_a_person() {
     ]);
     turn(&app, "wamid.1", OUT_OF_SCOPE).await;
     assert!(outbox(&app).await.is_empty());
-    let review = app
-        .store
-        .review_queue(ReviewQuery::default())
-        .await
-        .expect("review");
+    let review = review(&app).await;
     assert_eq!(review[0].reason, "model_output");
 }
 
