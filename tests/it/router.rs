@@ -61,9 +61,9 @@ fn meets_targets(file: &str, report: &Report, min_local: f64) {
 fn cross_validated_targets_on_dev_and_on_the_messages_aimed_at_the_routers_mistakes() {
     let reports = cross_validated();
     meets_targets(reports[0].0, &reports[0].1, 0.55);
-    // The issue asks 55 % here; the calibrated router answers about 30 % of these locally
+    // The issue asks 55 % here; the calibrated router answers about 42 % of these locally
     // (see BENCHMARKS.md): the floor holds what is reached.
-    meets_targets(reports[1].0, &reports[1].1, 0.25);
+    meets_targets(reports[1].0, &reports[1].1, 0.38);
 }
 
 #[test]
@@ -89,7 +89,7 @@ fn thresholds_calibrated_on_some_messages_hold_on_others() {
     );
     // Each fold here learns from a third of the messages only: fewer answer locally than
     // when the router learns from all of them.
-    assert!(report.local_rate() >= 0.4, "{:.3}", report.local_rate());
+    assert!(report.local_rate() >= 0.5, "{:.3}", report.local_rate());
 }
 
 /// Each kind of mistake the router used to make, as a rule of the language: messages written
