@@ -731,8 +731,8 @@ fn calibrate_router(
         );
     }
     if let Some(path) = write {
-        std::fs::write(path, router::eval::with_thresholds(&source, &thresholds))
-            .with_context(|| format!("writing {}", path.display()))?;
+        let calibrated = router::eval::with_thresholds(&source, &thresholds)?;
+        std::fs::write(path, calibrated).with_context(|| format!("writing {}", path.display()))?;
         println!("\nwritten into {}", shown(&path.display().to_string()));
     }
     Ok(())

@@ -40,6 +40,8 @@ const MARKUP: &[&str] = &[
     "[/INST]",
     "<start_of_turn>",
     "<end_of_turn>",
+    "<think>",
+    "</think>",
 ];
 
 /// Why an answer was not sent.
@@ -94,14 +96,14 @@ pub enum Reading {
     Refused(Flaw),
 }
 
-/// Reads an answer's content. `cut_off`: the provider said the token limit ended it; `tools`:
-/// the names of the tools offered this round.
-pub fn read(content: &str, cut_off: bool, tools: &[&str]) -> Reading {
+/// Reads an answer's content. `cut_off`: the provider said the token limit ended it; `offered`:
+/// the names of the tools offered this round; `known`: every tool's name (none may be spoken).
+pub fn read(content: &str, cut_off: bool, offered: &[&str], known: &[&str]) -> Reading {
     let text = without_reasoning(content).trim();
     if let Some(calls) = written_calls(text) {
         return match calls
             .iter()
-            .all(|c| tools.contains(&c.function.name.as_str()))
+            .all(|c| offered.contains(&c.function.name.as_str()))
         {
             true if !calls.is_empty() => Reading::Calls(calls),
             _ => Reading::Refused(Flaw::Json),
@@ -111,13 +113,13 @@ pub fn read(content: &str, cut_off: bool, tools: &[&str]) -> Reading {
         Some(Flaw::Empty)
     } else if MARKUP.iter().any(|m| text.contains(m)) {
         Some(Flaw::Markup)
-    } else if is_json_object(text) {
+    } else if is_json_object(text) || text.contains("{\"name\"") {
         Some(Flaw::Json)
     } else if cut_off {
         Some(Flaw::CutOff)
     } else if text.chars().count() > MAX_REPLY_CHARS {
         Some(Flaw::TooLong)
-    } else if tools.iter().any(|t| names_tool(text, t)) {
+    } else if known.iter().any(|t| names_tool(text, t)) {
         Some(Flaw::ToolName)
     } else {
         None
@@ -138,16 +140,12 @@ fn names_tool(text: &str, name: &str) -> bool {
             .any(|word| word.eq_ignore_ascii_case(name))
 }
 
-/// The content after a reasoning model's `<think>…</think>` block, which is not for the customer.
+/// The content after a reasoning model's `<think>…</think>` block, which is not for the
+/// customer; some templates open the block themselves, so only its end may be in the answer.
 fn without_reasoning(content: &str) -> &str {
-    let trimmed = content.trim_start();
-    match trimmed
-        .strip_prefix("<think>")
-        .and_then(|rest| rest.split_once("</think>"))
-    {
-        Some((_, answer)) => answer,
-        None => content,
-    }
+    content
+        .rsplit_once("</think>")
+        .map_or(content, |(_, answer)| answer)
 }
 
 /// Tool calls written as text: `<tool_call>` tags, one fenced block, or the whole content as a
@@ -160,7 +158,9 @@ fn written_calls(text: &str) -> Option<Vec<ToolCall>> {
             .map(|inner| lenient_json(strip_fence(inner.trim())))
             .collect::<Option<Vec<Value>>>()?
     } else {
-        match lenient_json(strip_fence(text))? {
+        // The whole text, or else the first fenced block in it ("Let me check. ```json …```").
+        let json = lenient_json(strip_fence(text)).or_else(|| lenient_json(first_fence(text)?))?;
+        match json {
             Value::Array(items) => items,
             object @ Value::Object(_) => vec![object],
             _ => return None,
@@ -189,6 +189,13 @@ fn lenient_json(text: &str) -> Option<Value> {
     rest.chars()
         .all(|c| c == '}' || c.is_whitespace())
         .then_some(value)
+}
+
+/// The inside of the first fenced block of a text with more around it.
+fn first_fence(text: &str) -> Option<&str> {
+    let start = text.find("```")?;
+    let end = start + 3 + text[start + 3..].find("```")? + 3;
+    Some(strip_fence(&text[start..end]))
 }
 
 /// The inside of a fenced code block (```json … ```) that is the whole text; the text otherwise.
@@ -257,17 +264,17 @@ mod tests {
     #[test]
     fn prose_passes_trimmed() {
         assert_eq!(
-            read("  Your balance is ₦5,000.\n", false, TOOLS),
+            read("  Your balance is ₦5,000.\n", false, TOOLS, TOOLS),
             Reading::Reply("Your balance is ₦5,000.".into())
         );
         // A tool whose name is a word may be spoken of.
         assert!(matches!(
-            read("Your balance is ₦5,000.", false, &["balance"]),
+            read("Your balance is ₦5,000.", false, &["balance"], &["balance"]),
             Reading::Reply(_)
         ));
         // Braces inside prose are not JSON.
         assert!(matches!(
-            read("Send {your account number} please", false, TOOLS),
+            read("Send {your account number} please", false, TOOLS, TOOLS),
             Reading::Reply(_)
         ));
     }
@@ -288,7 +295,7 @@ mod tests {
             "{{\"name\": \"get_balance\", \"arguments\": {\"account\": \"0123456789\"}}}}",
         ] {
             assert_eq!(
-                call_named(&read(content, false, TOOLS)),
+                call_named(&read(content, false, TOOLS, TOOLS)),
                 expected,
                 "{content}"
             );
@@ -296,11 +303,42 @@ mod tests {
     }
 
     #[test]
+    fn a_call_inside_prose_runs_when_offered_and_is_never_sent() {
+        let content = "Let me check that.\n```json\n{\"name\": \"get_balance\", \"arguments\": {\"account\": \"0123456789\"}}\n```";
+        assert_eq!(
+            call_named(&read(content, false, TOOLS, TOOLS)),
+            vec![(
+                "get_balance".to_owned(),
+                r#"{"account":"0123456789"}"#.to_owned()
+            )]
+        );
+        // The last round offers no tools: still never sent, nor a tool named in prose.
+        assert_eq!(
+            read(content, false, &[], TOOLS),
+            Reading::Refused(Flaw::Json)
+        );
+        assert_eq!(
+            read("I will use get_balance now.", false, &[], TOOLS),
+            Reading::Refused(Flaw::ToolName)
+        );
+        assert_eq!(
+            read("Sure: {\"name\": \"get_balance\"", false, &[], TOOLS),
+            Reading::Refused(Flaw::Json)
+        );
+    }
+
+    #[test]
     fn a_written_call_to_a_tool_not_offered_is_refused() {
         let content = "```json\n{\"name\": \"transfer\", \"arguments\": {}}\n```";
-        assert_eq!(read(content, false, TOOLS), Reading::Refused(Flaw::Json));
+        assert_eq!(
+            read(content, false, TOOLS, TOOLS),
+            Reading::Refused(Flaw::Json)
+        );
         let offered_none = "{\"name\": \"get_balance\", \"arguments\": {}}";
-        assert_eq!(read(offered_none, false, &[]), Reading::Refused(Flaw::Json));
+        assert_eq!(
+            read(offered_none, false, &[], TOOLS),
+            Reading::Refused(Flaw::Json)
+        );
     }
 
     #[test]
@@ -318,17 +356,20 @@ mod tests {
             ("Get_Balance", Flaw::ToolName),
         ] {
             assert_eq!(
-                read(content, false, TOOLS),
+                read(content, false, TOOLS, TOOLS),
                 Reading::Refused(flaw),
                 "{content:?}"
             );
         }
         assert_eq!(
-            read("Your balance is", true, TOOLS),
+            read("Your balance is", true, TOOLS, TOOLS),
             Reading::Refused(Flaw::CutOff)
         );
         let long = "word ".repeat(1000);
-        assert_eq!(read(&long, false, TOOLS), Reading::Refused(Flaw::TooLong));
+        assert_eq!(
+            read(&long, false, TOOLS, TOOLS),
+            Reading::Refused(Flaw::TooLong)
+        );
     }
 
     #[test]
@@ -337,12 +378,22 @@ mod tests {
             read(
                 "<think>They want the balance.</think>\nHello!",
                 false,
+                TOOLS,
                 TOOLS
             ),
             Reading::Reply("Hello!".into())
         );
+        // The template opened the block: only its end is in the answer.
         assert_eq!(
-            read("<think>thinking…</think>", false, TOOLS),
+            read("They want the balance.</think>Hello!", false, TOOLS, TOOLS),
+            Reading::Reply("Hello!".into())
+        );
+        assert_eq!(
+            read("<think>They want the balance, so", false, TOOLS, TOOLS),
+            Reading::Refused(Flaw::Markup)
+        );
+        assert_eq!(
+            read("<think>thinking…</think>", false, TOOLS, TOOLS),
             Reading::Refused(Flaw::Empty)
         );
     }

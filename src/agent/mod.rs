@@ -120,7 +120,13 @@ impl Agent {
             let mut message = completion.message.clone();
             if message.tool_calls.is_empty() || offered.is_empty() {
                 let content = completion.message.content.as_deref().unwrap_or_default();
-                match guard::read(content, completion.cut_off, &tool_names(offered)) {
+                let read = guard::read(
+                    content,
+                    completion.cut_off,
+                    &tool_names(offered),
+                    &tool_names(tools),
+                );
+                match read {
                     Reading::Reply(text) => {
                         tracing::info!(
                             batch = batch.id,
@@ -307,9 +313,13 @@ fn tool_names(offered: &[Value]) -> Vec<&str> {
 }
 
 /// The refused answer, and what the model is asked instead. The answer goes back (shortened)
-/// as the assistant's turn, so the roles still alternate as strict chat templates want.
+/// as the assistant's turn, so the roles still alternate as strict chat templates want; markup
+/// and JSON do not, since a server may read template tokens in it as real turn boundaries.
 fn correct(messages: &mut Vec<ChatMessage>, refused: &str, flaw: Flaw) {
-    let refused: String = refused.chars().take(500).collect();
+    let refused: String = match flaw {
+        Flaw::Markup | Flaw::Json => "[an answer that could not be sent]".into(),
+        _ => refused.chars().take(500).collect(),
+    };
     messages.push(ChatMessage::new("assistant", refused));
     messages.push(ChatMessage::new(
         "user",

@@ -89,20 +89,28 @@ pub(super) async fn list(
     State(state): State<AppState>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    let limit = query.limit.unwrap_or(100).min(1000);
+    // Read further than the page: folded repeats must not take the place of other items.
     let items = state
         .store
         .review_queue(ReviewQuery {
             reason: query.reason,
             customer: query.customer,
-            limit: Some(query.limit.unwrap_or(100).min(1000)),
+            limit: Some(limit.saturating_mul(FOLD_READ_AHEAD).min(5000)),
         })
         .await?;
-    Ok(Json(json!({ "items": fold_repeats(&items) })))
+    let mut shown = fold_repeats(&items);
+    shown.truncate(limit);
+    Ok(Json(json!({ "items": shown })))
 }
+
+/// How many items are read per item shown, so that a flood folded into one leaves room.
+const FOLD_READ_AHEAD: usize = 5;
 
 /// The queue as the desk shows it: an anonymous visitor's open hand-offs from one address fold
 /// into the first of them, which lists the others' ids in `repeats`, so that a flood of "a
-/// person, please" from one script reads as one item.
+/// person, please" from one script reads as one item. Each repeat stays open until a person
+/// settles it: one address may be many people (a carrier's NAT, an office).
 fn fold_repeats(items: &[ReviewEntry]) -> Vec<Value> {
     let mut shown: Vec<Value> = Vec::with_capacity(items.len());
     let mut first_of: HashMap<&str, usize> = HashMap::new();

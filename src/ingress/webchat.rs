@@ -173,13 +173,17 @@ impl AddressLimit {
             limit.limiter.retain_recent();
             limit.limiter.shrink_to_fit();
         }
-        limit.limiter.check_key(&client).map_err(|not_until| {
-            let wait = not_until.wait_time_from(governor::clock::Clock::now(limit.limiter.clock()));
-            ApiError::AddressLimited {
-                rule,
-                retry_after_secs: wait.as_secs_f64().ceil() as u64,
-            }
-        })
+        limit
+            .limiter
+            .check_key(&network(client))
+            .map_err(|not_until| {
+                let wait =
+                    not_until.wait_time_from(governor::clock::Clock::now(limit.limiter.clock()));
+                ApiError::AddressLimited {
+                    rule,
+                    retry_after_secs: wait.as_secs_f64().ceil() as u64,
+                }
+            })
     }
 }
 
@@ -255,6 +259,18 @@ async fn accept(
             .map_or(JobStatus::Queued, |job| job.status),
     };
     Ok((accepted(receipt.job_id, status)?, receipt.created))
+}
+
+/// The address a bucket is kept for: an IPv6 client's /64, since one subscriber holds a whole
+/// /64 and could take a new address per request.
+fn network(client: IpAddr) -> IpAddr {
+    match client {
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(std::net::Ipv6Addr::from(prefix))
+        }
+        v4 => v4,
+    }
 }
 
 /// The per-address limits an anonymous visitor meets beyond the questions': new sessions, and
@@ -825,4 +841,26 @@ pub(super) struct ApiDoc;
 /// `GET /openapi.json`
 pub(super) async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_ipv6_subscriber_is_one_address_however_many_it_takes() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().expect("address");
+        let b: IpAddr = "2001:db8:1:2:ffff:1:2:3".parse().expect("address");
+        let other: IpAddr = "2001:db8:1:3::1".parse().expect("address");
+        assert_eq!(network(a), network(b));
+        assert_ne!(network(a), network(other));
+        let v4: IpAddr = "203.0.113.7".parse().expect("address");
+        assert_eq!(network(v4), v4);
+        let limit = AddressLimit::per_minute(2);
+        for _ in 0..2 {
+            assert!(AddressLimit::check(&limit, a, AddressRule::Questions).is_ok());
+        }
+        assert!(AddressLimit::check(&limit, b, AddressRule::Questions).is_err());
+        assert!(AddressLimit::check(&limit, other, AddressRule::Questions).is_ok());
+    }
 }

@@ -486,32 +486,61 @@ fn lowest_within(answers: &[(f32, bool)], max_wrong: f64) -> (f32, (usize, usize
 
 /// `source` with each intent's `threshold` and `confirm` set to `thresholds`, everything else
 /// (comments, order, other settings) as it was.
-pub fn with_thresholds(source: &str, thresholds: &[Thresholds]) -> String {
-    let mut out = Vec::new();
-    let mut in_intent = false;
-    let mut calibrated = false;
-    for line in source.lines() {
-        let key = line.split('=').next().unwrap_or_default().trim();
-        if line.starts_with('[') {
-            in_intent = line.trim() == "[[intent]]";
-            calibrated = false;
+///
+/// # Errors
+/// When the result would not load (the file is then left for a person to edit).
+pub fn with_thresholds(source: &str, thresholds: &[Thresholds]) -> Result<String, intents::Error> {
+    let lines: Vec<&str> = source.lines().collect();
+    let header = |line: &str| line.starts_with('[');
+    let mut out: Vec<String> = Vec::with_capacity(lines.len() + thresholds.len());
+    let mut at = 0;
+    while at < lines.len() {
+        let line = lines[at];
+        if !(header(line) && line.trim_start().starts_with("[[intent]]")) {
+            out.push(line.to_owned());
+            at += 1;
+            continue;
         }
-        match key {
-            // The new values go right under the intent's name; old ones are dropped.
-            "threshold" | "confirm" if calibrated => {}
-            "name" if in_intent => {
-                out.push(line.to_owned());
-                let name = line.split('"').nth(1).unwrap_or_default();
-                if let Some(t) = thresholds.iter().find(|t| t.intent == name) {
+        // The intent's block runs to the next table header.
+        let end = (at + 1..lines.len())
+            .find(|&j| header(lines[j]))
+            .unwrap_or(lines.len());
+        let block = &lines[at..end];
+        let calibrated = block
+            .iter()
+            .find_map(|l| string_value(l, "name"))
+            .and_then(|name| thresholds.iter().find(|t| t.intent == name));
+        for l in block {
+            match (key_of(l), calibrated) {
+                ("threshold" | "confirm", Some(_)) => {}
+                ("name", Some(t)) => {
+                    out.push((*l).to_owned());
                     out.push(format!("threshold = {:.2}", t.threshold));
                     out.push(format!("confirm = {:.2}", t.confirm));
-                    calibrated = true;
                 }
+                _ => out.push((*l).to_owned()),
             }
-            _ => out.push(line.to_owned()),
         }
+        at = end;
     }
     let mut text = out.join("\n");
     text.push('\n');
-    text
+    intents::IntentsFile::parse(&text)?;
+    Ok(text)
+}
+
+/// The key of a `key = value` line.
+fn key_of(line: &str) -> &str {
+    line.split_once('=').map_or("", |(key, _)| key.trim())
+}
+
+/// The string value of a `key = "value"` (or `'value'`) line.
+fn string_value<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let (k, value) = line.split_once('=')?;
+    if k.trim() != key {
+        return None;
+    }
+    let value = value.trim();
+    let quote = value.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+    value[1..].split(quote).next()
 }

@@ -11,6 +11,10 @@ pub const DEFAULT: &str = include_str!("default_intents.toml");
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IntentsFile {
+    /// Learn also from the labelled messages bundled with Sabi (the built-in file sets it, and
+    /// so does a copy of it).
+    #[serde(default)]
+    pub bundled_examples: bool,
     /// Canonical word -> its spelling variants (single words or phrases).
     #[serde(default)]
     pub lexicon: BTreeMap<String, Vec<String>>,

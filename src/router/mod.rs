@@ -138,13 +138,13 @@ impl Router {
         Router::trained(intents::DEFAULT)
     }
 
-    /// The router of an intents file's text, as Sabi runs it: the built-in file also learns
-    /// from the labelled messages bundled with it.
+    /// The router of an intents file's text, as Sabi runs it: a file with `bundled_examples`
+    /// (the built-in one) also learns from the labelled messages bundled with Sabi.
     ///
     /// # Errors
     /// As [`Router::from_source`].
     pub fn trained(source: &str) -> Result<Router, intents::Error> {
-        if source != intents::DEFAULT {
+        if !IntentsFile::parse(source)?.bundled_examples {
             return Router::from_source(source, &[]);
         }
         let labelled: Vec<Labelled> = BUILTIN_LABELLED
@@ -220,9 +220,16 @@ impl Router {
             examples.push((normalise(&labelled.text, &lexicon).text, index));
         }
         let classifier = Classifier::train(&examples, file.intents.len());
+        // The domain's words: out-of-scope examples are, by definition, about something else.
+        let oos = index_of(OUT_OF_SCOPE);
         let mut vocabulary = Vocabulary::default();
-        vocabulary.learn(examples.iter().map(|(text, _)| text.as_str()));
-        vocabulary.learn(pattern_intents.iter().map(|(_, r)| r.as_str()));
+        vocabulary.learn(
+            examples
+                .iter()
+                .filter(|(_, intent)| Some(*intent) != oos)
+                .map(|(text, _)| text.as_str()),
+        );
+        vocabulary.learn_patterns(pattern_intents.iter().map(|(_, r)| r.as_str()));
         vocabulary.learn(file.lexicon.keys().map(String::as_str));
 
         let intents = file

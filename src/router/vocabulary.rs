@@ -214,6 +214,24 @@ impl Vocabulary {
         }
     }
 
+    /// Learns the literal words of regular expressions (`\\bmoney\\b` teaches `money`).
+    pub(super) fn learn_patterns<'a>(&mut self, patterns: impl IntoIterator<Item = &'a str>) {
+        for pattern in patterns {
+            let mut literal = String::with_capacity(pattern.len());
+            let mut chars = pattern.chars();
+            while let Some(c) = chars.next() {
+                if c == '\\' {
+                    // An escape (`\\b`, `\\s`, `\\w`) is not a letter of a word.
+                    chars.next();
+                    literal.push(' ');
+                } else {
+                    literal.push(c);
+                }
+            }
+            self.learn([literal.as_str()]);
+        }
+    }
+
     /// (content words of a normalised message, those of them the domain never uses).
     pub(super) fn unknown(&self, text: &str) -> (usize, usize) {
         text.split_whitespace()
@@ -267,11 +285,8 @@ mod tests {
     #[test]
     fn words_the_examples_use_are_known_in_other_forms_too() {
         let mut vocabulary = Vocabulary::default();
-        vocabulary.learn([
-            "check my balance",
-            "my card was declined",
-            "\\b(transactions?)\\b",
-        ]);
+        vocabulary.learn(["check my balance", "my card was declined"]);
+        vocabulary.learn_patterns(["\\b(transactions?)\\b", "\\bmoney\\b"]);
         assert_eq!(vocabulary.unknown("please check my balances now"), (2, 0));
         assert_eq!(
             vocabulary.unknown("why is my card declining <amount>"),
@@ -279,5 +294,6 @@ mod tests {
         );
         assert_eq!(vocabulary.unknown("the balance of my diet plan"), (3, 2));
         assert_eq!(vocabulary.unknown("transaction"), (1, 0));
+        assert_eq!(vocabulary.unknown("money"), (1, 0));
     }
 }

@@ -79,7 +79,7 @@ fn thresholds_calibrated_on_some_messages_hold_on_others() {
         }
     }
     let thresholds = calibrate(DEFAULT, &calibration, 5, 0.02).expect("calibrates");
-    let calibrated = with_thresholds(DEFAULT, &thresholds);
+    let calibrated = with_thresholds(DEFAULT, &thresholds).expect("the calibrated file loads");
     let report = cross_validate(&calibrated, &held_back, 5).expect("router builds");
     eprintln!("{report}");
     assert!(
