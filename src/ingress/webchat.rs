@@ -282,14 +282,15 @@ async fn anonymous_limits(
     question: &str,
 ) -> Result<(), ApiError> {
     let settings = &state.webchat;
+    if settings.new_sessions.is_some() && state.store.chat_history(session_id, 1).await?.is_empty()
+    {
+        AddressLimit::check(&settings.new_sessions, client, AddressRule::NewSessions)?;
+    }
+    // Last: a question refused by anything before does not spend the scarcer hand-off token.
     if let Some(router) = &settings.router
         && router.hands_off(question)
     {
         AddressLimit::check(&settings.handoffs, client, AddressRule::Handoffs)?;
-    }
-    if settings.new_sessions.is_some() && state.store.chat_history(session_id, 1).await?.is_empty()
-    {
-        AddressLimit::check(&settings.new_sessions, client, AddressRule::NewSessions)?;
     }
     Ok(())
 }
