@@ -9,14 +9,18 @@
 //! second sent through a fake Graph API at Meta's default rate. Under
 //! `cargo test` each runs small, as a smoke check.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use secrecy::SecretString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+#[path = "support/node.rs"]
+#[allow(dead_code, reason = "each bench uses part of the shared node")]
+mod support;
+
+use support::Node;
 
 const SECRET: &str = "abuse-bench-secret";
 
@@ -45,93 +49,34 @@ fn main() {
     });
 }
 
-/// A `sabi serve` of the bench's own, on a free port, its store in a temporary folder.
-struct Node {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
+/// `sabi serve --role <role>` with these `sabi.toml` lines, its log read and dropped.
+fn node(role: &str, config: &str, env: &[(&str, &str)]) -> Node {
+    Node::start(role, config, SECRET, env, |_| false)
 }
 
-impl Node {
-    fn start(role: &str, config: &str) -> Node {
-        Node::start_with(role, config, &[])
-    }
-
-    fn start_with(role: &str, config: &str, env: &[(&str, &str)]) -> Node {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let file = dir.path().join("sabi.toml");
-        std::fs::write(&file, config).expect("sabi.toml");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sabi"))
-            .args(["serve", "--role", role])
-            .current_dir(dir.path())
-            .env("SABI_CONFIG", &file)
-            .env("SABI_LISTEN", "127.0.0.1:0")
-            .env(
-                "SABI_STORE",
-                format!("sqlite://{}", dir.path().join("sabi.db").display()),
-            )
-            .env("SABI_WHATSAPP_APP_SECRET", SECRET)
-            .env("SABI_BATCH_WINDOW", "0")
-            .envs(env.iter().copied())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("sabi serve starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let addr = loop {
-            let line = lines.next().expect("sabi exited").expect("line");
-            if let Some(addr) = line
-                .split("addr=")
-                .nth(1)
-                .and_then(|rest| rest.split_whitespace().next())
-                .filter(|_| line.contains("sabi listening"))
-            {
-                break addr.parse().expect("address");
-            }
-        };
-        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-        Node {
-            child,
-            addr,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    /// Resident memory, MB.
-    fn rss_mb(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    }
-
-    /// CPU time used so far (user + system), seconds.
-    fn cpu_seconds(&self) -> f64 {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // The fields after the command name (which may hold spaces) are space-separated.
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
-        let ticks: f64 = [11, 12]
-            .iter()
-            .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
-            .sum();
-        ticks / 100.0
-    }
+/// Resident memory of `node`, MB.
+fn rss_mb(node: &Node) -> f64 {
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", node.pid())).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
 }
 
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// CPU time `node` used so far (user + system), seconds.
+fn cpu_seconds(node: &Node) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", node.pid())).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) are space-separated.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
 }
 
 fn webhook(id: &str) -> (Vec<u8>, String) {
@@ -226,13 +171,13 @@ async fn closed_after(
 }
 
 async fn stalled_bodies(connections: usize, timeouts: &str) {
-    let node = Node::start("all", &format!("[ingress]\n{timeouts}"));
+    let node = node("all", &format!("[ingress]\n{timeouts}"), &[]);
     let stop = tokio_util::sync::CancellationToken::new();
     let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
     let started = Instant::now();
     let mut attackers = tokio::task::JoinSet::new();
     for _ in 0..connections {
-        let addr = node.addr;
+        let addr = node.addr();
         attackers.spawn(async move {
             let mut stream = TcpStream::connect(addr).await.ok()?;
             let head = "POST /webhook/whatsapp HTTP/1.1\r\nHost: sabi\r\nContent-Type: application/json\r\nContent-Length: 3400000\r\n\r\n";
@@ -247,9 +192,9 @@ async fn stalled_bodies(connections: usize, timeouts: &str) {
             closed_after(stream, started, Duration::from_secs(90)).await
         });
     }
-    let mut peak_rss = node.rss_mb();
+    let mut peak_rss = rss_mb(&node);
     while !attackers.is_empty() {
-        peak_rss = peak_rss.max(node.rss_mb());
+        peak_rss = peak_rss.max(rss_mb(&node));
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             Some(_) = attackers.join_next() => {
@@ -269,13 +214,13 @@ async fn stalled_bodies(connections: usize, timeouts: &str) {
 }
 
 async fn dribbled_headers(connections: usize, timeouts: &str) {
-    let node = Node::start("all", &format!("[ingress]\n{timeouts}"));
+    let node = node("all", &format!("[ingress]\n{timeouts}"), &[]);
     let stop = tokio_util::sync::CancellationToken::new();
     let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
     let started = Instant::now();
     let mut attackers = tokio::task::JoinSet::new();
     for _ in 0..connections {
-        let addr = node.addr;
+        let addr = node.addr();
         attackers.spawn(async move {
             let mut stream = TcpStream::connect(addr).await.ok()?;
             stream
@@ -310,7 +255,11 @@ async fn dribbled_headers(connections: usize, timeouts: &str) {
 
 async fn event_streams(sessions: usize, window: Duration) {
     // An API node: the questions stay queued, their streams stay open.
-    let node = Node::start("api", "[ingress]\ntrusted_proxies = [\"127.0.0.1/32\"]\n");
+    let node = node(
+        "api",
+        "[ingress]\ntrusted_proxies = [\"127.0.0.1/32\"]\n",
+        &[],
+    );
     let client = reqwest::Client::new();
     let mut jobs = Vec::new();
     for n in 0..sessions {
@@ -344,9 +293,9 @@ async fn event_streams(sessions: usize, window: Duration) {
     }
     let stop = tokio_util::sync::CancellationToken::new();
     let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
-    let (cpu_before, wall) = (node.cpu_seconds(), Instant::now());
+    let (cpu_before, wall) = (cpu_seconds(&node), Instant::now());
     tokio::time::sleep(window).await;
-    let cpu = (node.cpu_seconds() - cpu_before) / wall.elapsed().as_secs_f64();
+    let cpu = (cpu_seconds(&node) - cpu_before) / wall.elapsed().as_secs_f64();
     stop.cancel();
     let (mut latencies, failed) = sampler.await.expect("sampler");
     println!(
@@ -358,7 +307,11 @@ async fn event_streams(sessions: usize, window: Duration) {
 }
 
 async fn one_address_burst(questions: usize) {
-    let node = Node::start("api", "[ingress]\ntrusted_proxies = [\"127.0.0.1/32\"]\n");
+    let node = node(
+        "api",
+        "[ingress]\ntrusted_proxies = [\"127.0.0.1/32\"]\n",
+        &[],
+    );
     let client = reqwest::Client::new();
     let ask = |address: &'static str, n: usize| {
         client
@@ -384,7 +337,7 @@ async fn one_address_burst(questions: usize) {
 /// Web-chat questions whose turns each take 2 s (the sandbox stands in for a slow model) fill
 /// the queue; then a WhatsApp customer writes. How long until their answer is stored?
 async fn whatsapp_behind_a_full_web_chat(questions: usize) {
-    let node = Node::start_with(
+    let node = node(
         "all",
         "",
         &[
@@ -413,7 +366,7 @@ async fn whatsapp_behind_a_full_web_chat(questions: usize) {
         .await
         .expect("webhook");
     assert_eq!(sent.status(), 200);
-    let store = format!("sqlite://{}", node._dir.path().join("sabi.db").display());
+    let store = node.store_url();
     let answered = loop {
         let out = Command::new(env!("CARGO_BIN_EXE_sabi"))
             .args(["inbox", "--json"])
@@ -447,7 +400,7 @@ async fn whatsapp_behind_a_full_web_chat(questions: usize) {
 async fn web_chat_beside_whatsapp_load(rate: usize, duration: Duration) {
     const TOKEN: &str = "abuse-bench-graph-token";
     let graph = sabi::testing::graph::FakeGraph::start(TOKEN).await;
-    let node = Node::start_with(
+    let node = node(
         "all",
         "",
         &[

@@ -14,9 +14,6 @@
 //! `balance.wav` and `order.wav`).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,6 +23,12 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 
 use sabi::testing::graph::FakeGraph;
+
+#[path = "support/node.rs"]
+#[allow(dead_code, reason = "each bench uses part of the shared node")]
+mod support;
+
+use support::Node;
 
 const SECRET: &str = "real-model-bench-secret";
 const GRAPH_TOKEN: &str = "real-model-bench-graph";
@@ -174,8 +177,17 @@ type Calls = Arc<Mutex<Vec<(String, String)>>>;
 async fn run(url: String, model: String, template: String, voices: Option<String>) {
     let graph = FakeGraph::start(GRAPH_TOKEN).await;
     let (api, calls) = business_api().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let node = Node::start(dir.path(), &config(&api, &url, &model), &graph.base_url());
+    let node = Node::start(
+        "all",
+        &config(&api, &url, &model),
+        SECRET,
+        &[
+            ("SABI_WHATSAPP_ACCESS_TOKEN", GRAPH_TOKEN),
+            ("SABI_WHATSAPP_API_BASE", &graph.base_url()),
+        ],
+        // Sabi's own log, with the guard's warnings, follows the bench's lines.
+        |line| line.contains("guard") || line.contains("ERROR"),
+    );
     let client = reqwest::Client::new();
     println!("real-model bench: {model} ({template}), one conversation at a time");
     let mut results = Vec::new();
@@ -241,7 +253,13 @@ enum Ending {
 
 impl Ending {
     fn shown(&self) -> String {
-        let excerpt = |t: &str| t.chars().take(90).collect::<String>().replace('\n', " ");
+        // A model's text reaches this terminal: control characters are shown, not obeyed.
+        let excerpt = |t: &str| {
+            t.chars()
+                .take(90)
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect::<String>()
+        };
         match self {
             Ending::Replied(text) => format!("replied: {}", excerpt(text)),
             Ending::Review(why) => format!("to a person: {}", excerpt(why)),
@@ -469,65 +487,4 @@ async fn post(client: &reqwest::Client, node: &Node, body: Value) {
         .await
         .expect("webhook");
     assert_eq!(response.status(), 200, "the webhook was taken");
-}
-
-/// The release `sabi serve` under test.
-struct Node {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Node {
-    fn start(dir: &std::path::Path, config: &str, graph: &str) -> Node {
-        let file = dir.join("sabi.toml");
-        std::fs::write(&file, config).expect("sabi.toml");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sabi"))
-            .arg("serve")
-            .current_dir(dir)
-            .env("SABI_CONFIG", &file)
-            .env("SABI_LISTEN", "127.0.0.1:0")
-            .env(
-                "SABI_STORE",
-                format!("sqlite://{}", dir.join("sabi.db").display()),
-            )
-            .env("SABI_WHATSAPP_APP_SECRET", SECRET)
-            .env("SABI_WHATSAPP_ACCESS_TOKEN", GRAPH_TOKEN)
-            .env("SABI_WHATSAPP_API_BASE", graph)
-            .env("SABI_BATCH_WINDOW", "0")
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("sabi serve starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let addr = loop {
-            let line = lines.next().expect("sabi exited").expect("line");
-            if let Some(addr) = line
-                .split("addr=")
-                .nth(1)
-                .and_then(|rest| rest.split_whitespace().next())
-                .filter(|_| line.contains("sabi listening"))
-            {
-                break addr.parse().expect("address");
-            }
-        };
-        // Sabi's own log, with the guard's warnings, follows the bench's lines.
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                if line.contains("guard") || line.contains("ERROR") {
-                    eprintln!("    sabi: {line}");
-                }
-            }
-        });
-        Node { child, addr }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
