@@ -148,6 +148,7 @@ macro_rules! cases {
         $then!($($args)*
             duplicates_change_nothing_even_at_once,
             a_batch_is_in_the_order_sent,
+            the_inbox_keeps_a_deliverys_order_across_conversations,
             due_is_the_window_after_the_last_but_never_past_the_cap,
             one_claimer_wins,
             a_lapsed_lease_is_taken_over_with_a_new_token,
@@ -424,6 +425,21 @@ async fn duplicates_change_nothing_even_at_once(store: Arc<dyn Store>) {
     let inbox = store.inbox(Default::default()).await.expect("inbox");
     assert_eq!(inbox.len(), 1);
     assert_eq!(inbox[0].item.text.as_deref(), Some("hello"));
+}
+
+async fn the_inbox_keeps_a_deliverys_order_across_conversations(store: Arc<dyn Store>) {
+    // Backends may store a delivery's items in another order (PostgreSQL takes its row locks
+    // by conversation); arrival order is still the delivery's.
+    let ids = ["wamid.x1", "wamid.x2", "wamid.x3", "wamid.x4"];
+    let items = ids
+        .iter()
+        .zip(["c3", "c1", "c2", "c1"])
+        .map(|(id, customer)| message(id, customer, "hi", T0 / 1000))
+        .collect();
+    ingest(&store, items, T0).await;
+    let inbox = store.inbox(Default::default()).await.expect("inbox");
+    let order: Vec<_> = inbox.iter().map(|i| i.item.dedupe_key.as_str()).collect();
+    assert_eq!(order, ids);
 }
 
 async fn a_batch_is_in_the_order_sent(store: Arc<dyn Store>) {

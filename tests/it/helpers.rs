@@ -18,8 +18,9 @@ use tokio_util::sync::CancellationToken;
 pub const SECRET: &str = "it-app-secret";
 pub const VERIFY_TOKEN: &str = "it-verify-token";
 
-/// The store of the test that owns `dir`: SQLite in `dir`, or with `SABI_TEST_STORE=redis://…`
-/// a key prefix of the dir's own on that server (a whole-suite run on Redis).
+/// The store of the test that owns `dir`: SQLite in `dir`; with `SABI_TEST_STORE=redis://…` a
+/// key prefix of the dir's own on that server, with `SABI_TEST_STORE=postgres://…` a database of
+/// its own (whole-suite runs on Redis and PostgreSQL).
 pub fn store_url(dir: &Path) -> String {
     match std::env::var("SABI_TEST_STORE") {
         Ok(server) if server.starts_with("redis://") => {
@@ -31,8 +32,42 @@ pub fn store_url(dir: &Path) -> String {
                 name.replace(['{', '}', '.'], "_")
             )
         }
+        Ok(server) if server.starts_with("postgres") => postgres_database(&server, dir),
         _ => format!("sqlite://{}", dir.join("sabi.db").display()),
     }
+}
+
+/// A database of the dir's own on the PostgreSQL server `server` (a whole-suite run on
+/// PostgreSQL), made on first use. `.ci/run` drops them all after the run.
+fn postgres_database(server: &str, dir: &Path) -> String {
+    use sqlx::{AssertSqlSafe, Connection, PgConnection};
+    let name = dir.file_name().map_or_else(String::new, |n| {
+        n.to_string_lossy()
+            .to_ascii_lowercase()
+            .replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+    });
+    let name = format!("sabi_it{name}");
+    let admin = format!("{server}/postgres");
+    let create = format!("CREATE DATABASE {name}");
+    // Called from sync and async code alike: a thread of its own runs the async client.
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(async {
+                let mut conn = PgConnection::connect(&admin)
+                    .await
+                    .expect("SABI_TEST_STORE's PostgreSQL server is reachable");
+                // A second call for the same dir finds the database made by the first.
+                let _ = sqlx::query(AssertSqlSafe(create)).execute(&mut conn).await;
+            });
+    })
+    .join()
+    .expect("database made");
+    // Tests run side by side, some with several nodes: a small pool each stays under the
+    // server's connection limit.
+    format!("{server}/{name}?max_connections=8")
 }
 
 /// A config for tests: port 0, a store in `dir`, a known app secret and verify token.

@@ -6,22 +6,25 @@
 -- locks in), so a racing copy waits on the key and schedules nothing. Due one window after the
 -- latest message, never later than the cap after the first. Returns the message's seq and the
 -- conversation's due time, or no row when the message was already stored. Every PostgreSQL
--- ingest of such a message calls it, alone or inside a delivery's transaction.
-CREATE OR REPLACE FUNCTION sabi_ingest_message_v1(
+-- ingest of such a message calls it, alone or inside a delivery's transaction. `p_seq`, when
+-- given, is the message's place in arrival order, taken ahead for a delivery whose items are
+-- stored in another order than they came (see `lock_order`).
+CREATE OR REPLACE FUNCTION sabi_ingest_message_v2(
     p_channel TEXT, p_key TEXT, p_business TEXT, p_customer TEXT, p_type TEXT, p_text TEXT,
     p_media TEXT, p_provider_ts BIGINT, p_received BIGINT, p_hash BYTEA, p_facts TEXT,
     p_conv_channel TEXT, p_conv_business TEXT, p_conv_customer TEXT,
-    p_window BIGINT, p_cap BIGINT, p_sent_at BIGINT)
+    p_window BIGINT, p_cap BIGINT, p_sent_at BIGINT, p_seq BIGINT)
 RETURNS TABLE (seq BIGINT, due_at BIGINT) LANGUAGE plpgsql AS $$
 DECLARE
     stored BIGINT;
     conversation BIGINT;
     due BIGINT;
 BEGIN
-    INSERT INTO inbox (channel, dedupe_key, kind, business, customer, item_type, text, media_id,
-                       provider_ts, received_at, state, content_hash, facts)
-    VALUES (p_channel, p_key, 'message', p_business, p_customer, p_type, p_text, p_media,
-            p_provider_ts, p_received, 'pending', p_hash, p_facts)
+    INSERT INTO inbox (seq, channel, dedupe_key, kind, business, customer, item_type, text,
+                       media_id, provider_ts, received_at, state, content_hash, facts)
+    VALUES (COALESCE(p_seq, nextval(pg_get_serial_sequence('inbox', 'seq'))), p_channel, p_key,
+            'message', p_business, p_customer, p_type, p_text, p_media, p_provider_ts,
+            p_received, 'pending', p_hash, p_facts)
     ON CONFLICT (channel, dedupe_key) DO NOTHING
     RETURNING inbox.seq INTO stored;
     IF stored IS NULL THEN

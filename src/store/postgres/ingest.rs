@@ -44,7 +44,7 @@ async fn ingest_message(
     encoded: &Encoded,
 ) -> Result<IngestReceipt> {
     let mut receipt = IngestReceipt::default();
-    match store_message(pool, delivery, item, key, encoded).await? {
+    match store_message(pool, delivery, item, key, encoded, None).await? {
         Some(due) => {
             receipt.stored = 1;
             receipt.earliest_due_ms = Some(due);
@@ -59,7 +59,7 @@ async fn ingest_message(
 
 /// Stores a customer message that wakes its conversation and schedules the conversation (due
 /// one window after the latest message, never later than the cap after the first), through
-/// `sabi_ingest_message_v1` (functions.sql): the message's unique key first, then the
+/// `sabi_ingest_message_v2` (functions.sql): the message's unique key first, then the
 /// conversation's row, so a racing copy waits on the key and schedules nothing. The
 /// conversation's due time when the message is new; `None` when it was already stored.
 async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
@@ -68,10 +68,11 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     item: &InboundItem,
     key: &ConversationKey,
     Encoded { facts, hash }: &Encoded,
+    seq: Option<i64>,
 ) -> Result<Option<i64>> {
     let stored: Option<(i64, i64)> = sqlx::query_as(
-        "SELECT seq, due_at FROM sabi_ingest_message_v1(
-             $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+        "SELECT seq, due_at FROM sabi_ingest_message_v2(
+             $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
     )
     .bind(item.channel.as_str())
     .bind(&item.dedupe_key)
@@ -90,6 +91,7 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     .bind(delivery.policy.window_ms)
     .bind(delivery.policy.cap_ms)
     .bind(sent_at_ms(item, delivery.received_at_ms))
+    .bind(seq)
     .fetch_optional(executor)
     .await
     .map_err(unavailable)?;
@@ -102,10 +104,13 @@ async fn ingest_in(
     encoded: &[Encoded],
 ) -> Result<IngestReceipt> {
     let mut receipt = IngestReceipt::default();
-    for index in lock_order(&delivery.items) {
+    let order = lock_order(&delivery.items);
+    let seqs = arrival_seqs(conn, &order).await?;
+    for index in order {
         let (item, Encoded { facts, hash }) = (&delivery.items[index], &encoded[index]);
+        let seq = seqs.as_ref().map(|seqs| seqs[index]);
         if let (ItemKind::Message, Some(key)) = (item.kind, &item.turn) {
-            match store_message(&mut *conn, delivery, item, key, &encoded[index]).await? {
+            match store_message(&mut *conn, delivery, item, key, &encoded[index], seq).await? {
                 Some(due) => {
                     receipt.stored += 1;
                     receipt.earliest_due_ms =
@@ -121,9 +126,11 @@ async fn ingest_in(
             "recorded"
         };
         let seq: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO inbox (channel, dedupe_key, kind, business, customer, item_type, text,
-                                media_id, provider_ts, received_at, state, content_hash, facts)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+            "INSERT INTO inbox (seq, channel, dedupe_key, kind, business, customer, item_type,
+                                text, media_id, provider_ts, received_at, state, content_hash,
+                                facts)
+             VALUES (COALESCE($14, nextval(pg_get_serial_sequence('inbox', 'seq'))),
+                     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
              ON CONFLICT (channel, dedupe_key) DO NOTHING RETURNING seq",
         )
         .bind(item.channel.as_str())
@@ -139,6 +146,7 @@ async fn ingest_in(
         .bind(state)
         .bind(hash)
         .bind(facts)
+        .bind(seq)
         .fetch_optional(&mut *conn)
         .await
         .map_err(unavailable)?;
@@ -158,6 +166,24 @@ async fn ingest_in(
         receipt.quarantined += keep_quarantined(conn, q, delivery.received_at_ms).await?;
     }
     Ok(receipt)
+}
+
+/// Arrival-order seqs for a delivery stored out of its order (see [`lock_order`]), one per item
+/// by its place in the delivery, taken ahead in one round trip; `None` when the order is the
+/// delivery's own and each insert takes the next seq itself.
+async fn arrival_seqs(conn: &mut PgConnection, order: &[usize]) -> Result<Option<Vec<i64>>> {
+    if order.is_sorted() {
+        return Ok(None);
+    }
+    let seqs: Vec<i64> = sqlx::query_scalar(
+        "SELECT nextval(pg_get_serial_sequence('inbox', 'seq')) AS seq
+         FROM generate_series(1, $1) ORDER BY seq",
+    )
+    .bind(i32::try_from(order.len()).unwrap_or(i32::MAX))
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(Some(seqs))
 }
 
 /// The order a delivery's items are stored in, so that concurrent transactions take row locks
