@@ -11,6 +11,7 @@
 mod items;
 mod postgres;
 mod redis;
+pub mod rules;
 mod sqlite;
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use async_trait::async_trait;
 
 pub use self::postgres::PgStore;
 pub use self::redis::RedisStore;
+pub use self::rules::part::WINDOW_CLOSED;
 pub use self::sqlite::SqliteStore;
 use crate::clock::SharedClock;
 use crate::config::StoreConfig;
@@ -97,10 +99,6 @@ where
         }
     }
 }
-
-/// Meta's error code for a message sent outside the customer service window. A part that
-/// fails with it is queued again, to go as the configured template.
-pub const WINDOW_CLOSED: i64 = 131_047;
 
 /// One delivery to keep: everything in it is stored in one atomic, durable step.
 #[derive(Debug, Clone)]

@@ -11,9 +11,12 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::turns::execute;
 use super::{limit_param, unavailable};
 use crate::domain::{ConversationKey, ReviewReason};
-use crate::store::items::{UNSETTLED, delivery_rank, with_noted_wamid};
+use crate::store::rules::part::{
+    self, CLAIMABLE_SQL, Delivery, Event, Part, PartKind, PartState, Status, UNSETTLED_SQL,
+};
+use crate::store::rules::review::ReviewState;
 use crate::store::{
-    Error, OutboxEntry, Result, SendClaim, SendJob, SendResult, WINDOW_CLOSED, parse_send_callback,
+    Error, OutboxEntry, Result, SendClaim, SendJob, SendResult, parse_send_callback,
 };
 
 pub(super) fn claim_sends(conn: &Connection, claim: &SendClaim) -> Result<Vec<SendJob>> {
@@ -22,12 +25,14 @@ pub(super) fn claim_sends(conn: &Connection, claim: &SendClaim) -> Result<Vec<Se
     let ids: Vec<i64> = conn
         .prepare_cached(&format!(
             "SELECT o.id FROM outbox o JOIN conversations c ON c.id = o.conversation_id
-             WHERE o.state IN ('queued', 'window_closed')
+             WHERE o.state IN {claimable}
                AND coalesce(o.next_attempt_at, 0) <= ?1 AND coalesce(c.send_after, 0) <= ?1
                AND o.business NOT IN (SELECT value FROM json_each(?2))
                AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.conversation_id = o.conversation_id
-                               AND p.id < o.id AND p.state IN {UNSETTLED})
-             ORDER BY o.id LIMIT ?3"
+                               AND p.id < o.id AND p.state IN {unsettled})
+             ORDER BY o.id LIMIT ?3",
+            claimable = *CLAIMABLE_SQL,
+            unsettled = *UNSETTLED_SQL,
         ))
         .and_then(|mut s| {
             s.query_map(
@@ -43,63 +48,41 @@ pub(super) fn claim_sends(conn: &Connection, claim: &SendClaim) -> Result<Vec<Se
 }
 
 /// Sends whose lease lapsed (their sender died or hung mid-request) may have reached Meta:
-/// they become unknown. Unknown ones that no status webhook settled in time go to review.
+/// they become unknown (or accepted, when a status named them meanwhile). Unknown ones that no
+/// status webhook settled in time go to review.
 fn settle_lapsed(conn: &Connection, claim: &SendClaim) -> Result<()> {
-    execute(
-        conn,
-        "UPDATE outbox SET state = 'accepted', sent_at = coalesce(sent_at, ?1), send_until = NULL,
-                updated_at = ?1
-         WHERE state = 'sending' AND send_until <= ?1 AND wamid IS NOT NULL",
-        params![claim.now_ms],
-    )?;
-    execute(
-        conn,
-        "UPDATE outbox SET state = 'unknown', send_until = ?1 + ?2, updated_at = ?1,
-                error = coalesce(error, 'the sender stopped while sending')
-         WHERE state = 'sending' AND send_until <= ?1",
-        params![claim.now_ms, claim.unknown_wait_ms],
-    )?;
-    let expired: Vec<(i64, i64)> = conn
-        .prepare_cached(
-            "SELECT id, batch_id FROM outbox
-             WHERE state = 'unknown' AND send_until <= ?1",
-        )
-        .and_then(|mut s| {
-            s.query_map(params![claim.now_ms], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect()
-        })
-        .map_err(unavailable)?;
-    for (id, batch) in expired {
-        execute(
-            conn,
-            "UPDATE outbox SET state = 'review', updated_at = ?2 WHERE id = ?1",
-            params![id, claim.now_ms],
-        )?;
-        review(
-            conn,
-            batch,
-            id,
-            ReviewReason::UnknownOutcome,
-            Some(
-                "no status webhook named this send in time; it may or may not have been delivered",
-            ),
-            claim.now_ms,
-        )?;
+    let due = |state: PartState| -> Result<Vec<i64>> {
+        conn.prepare_cached("SELECT id FROM outbox WHERE state = ?1 AND send_until <= ?2")
+            .and_then(|mut s| {
+                s.query_map(params![state.as_str(), claim.now_ms], |r| r.get(0))?
+                    .collect()
+            })
+            .map_err(unavailable)
+    };
+    let lapsed = Event::LeaseLapsed {
+        unknown_wait_ms: claim.unknown_wait_ms,
+    };
+    for id in due(PartState::Sending)? {
+        step(conn, id, &lapsed, claim.now_ms)?;
+    }
+    for id in due(PartState::Unknown)? {
+        step(conn, id, &Event::WaitOver, claim.now_ms)?;
     }
     Ok(())
 }
 
 fn take(conn: &Connection, id: i64, until: i64) -> Result<SendJob> {
     conn.prepare_cached(
-        "UPDATE outbox SET state = 'sending', attempts = attempts + 1, send_until = ?2,
-                window_closed = (state = 'window_closed')
+        "UPDATE outbox SET state = ?3, attempts = attempts + 1, send_until = ?2,
+                window_closed = (state = ?4)
          WHERE id = ?1
          RETURNING id, batch_id, part, channel, business, customer, body, options, reply_to,
                    attempts, failures, window_closed,
                    (SELECT last_inbound_at FROM conversations WHERE id = conversation_id)",
     )
     .and_then(|mut s| {
-        s.query_row(params![id, until], |r| {
+        let (sending, closed) = (PartState::Sending, PartState::WindowClosed);
+        s.query_row(params![id, until, sending.as_str(), closed.as_str()], |r| {
             let options: Option<String> = r.get(7)?;
             Ok(SendJob {
                 id: r.get(0)?,
@@ -132,111 +115,106 @@ pub(super) fn record_send(
     now: i64,
     result: &SendResult,
 ) -> Result<()> {
-    let held: Option<(i64, i64, Option<String>)> = conn
-        .prepare_cached(
-            "SELECT batch_id, conversation_id, wamid FROM outbox
-             WHERE id = ?1 AND attempts = ?2 AND state = 'sending'",
-        )
-        .and_then(|mut s| {
-            s.query_row(params![id, attempt], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .optional()
-        })
-        .map_err(unavailable)?;
-    let Some((batch, conversation, noted)) = held else {
-        return Err(Error::LeaseLost);
-    };
-    let result = with_noted_wamid(noted, result, now);
-    let result = result.as_ref();
-    match result {
-        SendResult::Accepted {
-            wamid,
-            template,
-            next_send_at_ms,
-        } => {
-            execute(
-                conn,
-                "UPDATE outbox SET state = 'accepted', wamid = ?2,
-                        kind = CASE WHEN ?3 OR window_closed THEN 'template' ELSE 'text' END,
-                        sent_at = ?4, send_until = NULL, updated_at = ?4
-                 WHERE id = ?1",
-                params![id, wamid, template, now],
-            )?;
-            hold_recipient(conn, conversation, *next_send_at_ms)
-        }
-        SendResult::Retry {
-            at_ms,
-            failure,
-            code,
-            error,
-            recipient_after_ms,
-        } => {
-            execute(
-                conn,
-                "UPDATE outbox SET state = CASE WHEN window_closed THEN 'window_closed' ELSE 'queued' END,
-                        next_attempt_at = ?2, failures = failures + ?3, error_code = ?4, error = ?5,
-                        send_until = NULL, updated_at = ?6
-                 WHERE id = ?1",
-                params![id, at_ms, i64::from(*failure), code, error, now],
-            )?;
-            match recipient_after_ms {
-                Some(after) => hold_recipient(conn, conversation, *after),
-                None => Ok(()),
-            }
-        }
-        SendResult::Untried => execute(
-            conn,
-            "UPDATE outbox SET state = CASE WHEN window_closed THEN 'window_closed' ELSE 'queued' END,
-                    send_until = NULL
-             WHERE id = ?1",
-            params![id],
-        ),
-        SendResult::WindowClosed { code, error } => execute(
-            conn,
-            "UPDATE outbox SET state = 'window_closed', window_closed = 1, wamid = NULL,
-                    error_code = ?2, error = ?3, next_attempt_at = NULL, send_until = NULL,
-                    updated_at = ?4
-             WHERE id = ?1",
-            params![id, code, error, now],
-        ),
-        SendResult::Unknown {
-            error,
-            wait_until_ms,
-        } => execute(
-            conn,
-            "UPDATE outbox SET state = 'unknown', send_until = ?2, error = ?3, updated_at = ?4
-             WHERE id = ?1",
-            params![id, wait_until_ms, error, now],
-        ),
-        SendResult::Review {
-            reason,
-            code,
-            error,
-        } => {
-            let state = if *reason == ReviewReason::SendFailed {
-                "failed"
-            } else {
-                "review"
-            };
-            execute(
-                conn,
-                "UPDATE outbox SET state = ?2, error_code = ?3, error = ?4, send_until = NULL,
-                        updated_at = ?5
-                 WHERE id = ?1",
-                params![id, state, code, error, now],
-            )?;
-            review(conn, batch, id, *reason, Some(error), now)
-        }
+    let event = Event::Outcome { attempt, result };
+    match step(conn, id, &event, now)? {
+        Some(()) => Ok(()),
+        None => Err(Error::LeaseLost),
     }
 }
 
-/// Nothing more goes to this recipient before `until`.
-fn hold_recipient(conn: &Connection, conversation: i64, until: i64) -> Result<()> {
+/// Moves part `id` by the rulebook: loads it, asks [`part::next`], writes what it says.
+/// `None` when there is no such part or the rulebook refused the event: nothing is written.
+pub(super) fn step(conn: &Connection, id: i64, event: &Event<'_>, now: i64) -> Result<Option<()>> {
+    let Some(held) = load(conn, id)? else {
+        return Ok(None);
+    };
+    let Ok(step) = part::next(&held.part, event, now) else {
+        return Ok(None);
+    };
+    save(conn, id, &step.part, now)?;
+    if let Some(until) = step.effects.hold_recipient_until_ms {
+        execute(
+            conn,
+            "UPDATE conversations SET send_after = max(coalesce(send_after, 0), ?2) WHERE id = ?1",
+            params![held.conversation, until],
+        )?;
+    }
+    if let Some((reason, error)) = &step.effects.review {
+        review(conn, held.batch, id, *reason, Some(error), now)?;
+    }
+    Ok(Some(()))
+}
+
+/// A part as the rulebook reads it, with the batch and conversation it belongs to.
+struct Held {
+    part: Part,
+    batch: i64,
+    conversation: i64,
+}
+
+fn load(conn: &Connection, id: i64) -> Result<Option<Held>> {
+    conn.prepare_cached(
+        "SELECT state, attempts, failures, window_closed, wamid, kind, delivery, error_code,
+                error, next_attempt_at, send_until, sent_at, batch_id, conversation_id
+         FROM outbox WHERE id = ?1",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![id], |r| {
+            let name = |i: usize| -> rusqlite::Result<String> { r.get(i) };
+            let bad = |i: usize| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    i,
+                    rusqlite::types::Type::Text,
+                    "not a name the rulebook knows".into(),
+                )
+            };
+            let delivery: Option<String> = r.get(6)?;
+            Ok(Held {
+                part: Part {
+                    state: PartState::parse(&name(0)?).ok_or_else(|| bad(0))?,
+                    attempts: r.get(1)?,
+                    failures: r.get(2)?,
+                    window_closed: r.get(3)?,
+                    wamid: r.get(4)?,
+                    kind: PartKind::parse(&name(5)?).ok_or_else(|| bad(5))?,
+                    delivery: delivery.as_deref().and_then(Delivery::parse),
+                    error_code: r.get(7)?,
+                    error: r.get(8)?,
+                    next_attempt_at_ms: r.get(9)?,
+                    until_ms: r.get(10)?,
+                    sent_at_ms: r.get(11)?,
+                },
+                batch: r.get(12)?,
+                conversation: r.get(13)?,
+            })
+        })
+        .optional()
+    })
+    .map_err(unavailable)
+}
+
+fn save(conn: &Connection, id: i64, part: &Part, now: i64) -> Result<()> {
     execute(
         conn,
-        "UPDATE conversations SET send_after = max(coalesce(send_after, 0), ?2) WHERE id = ?1",
-        params![conversation, until],
+        "UPDATE outbox SET state = ?2, failures = ?3, window_closed = ?4, wamid = ?5, kind = ?6,
+                delivery = ?7, error_code = ?8, error = ?9, next_attempt_at = ?10,
+                send_until = ?11, sent_at = ?12, updated_at = ?13
+         WHERE id = ?1",
+        params![
+            id,
+            part.state.as_str(),
+            part.failures,
+            part.window_closed,
+            part.wamid,
+            part.kind.as_str(),
+            part.delivery.map(Delivery::as_str),
+            part.error_code,
+            part.error,
+            part.next_attempt_at_ms,
+            part.until_ms,
+            part.sent_at_ms,
+            now
+        ],
     )
 }
 
@@ -252,12 +230,19 @@ fn review(
     execute(
         conn,
         "INSERT INTO review (batch_id, outbox_id, reason, error, state, created_at)
-         VALUES (?1, ?2, ?3, ?4, 'open', ?5)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (outbox_id) WHERE outbox_id IS NOT NULL DO UPDATE SET
-             reason = excluded.reason, error = excluded.error, state = 'open',
+             reason = excluded.reason, error = excluded.error, state = excluded.state,
              created_at = excluded.created_at, resolved_at = NULL, resolution = NULL,
              resolution_note = NULL",
-        params![batch, outbox, reason.as_str(), error, now],
+        params![
+            batch,
+            outbox,
+            reason.as_str(),
+            error,
+            ReviewState::Open.as_str(),
+            now
+        ],
     )
 }
 
@@ -272,73 +257,26 @@ pub(super) struct StatusUpdate<'a> {
 }
 
 pub(super) fn reconcile(conn: &Connection, update: StatusUpdate<'_>, now: i64) -> Result<()> {
-    let Some((id, batch, state, kind, delivery)) = find_sent(conn, update)? else {
+    let Some(delivery) = Delivery::parse(update.status) else {
         return Ok(());
     };
-    match state.as_str() {
-        // The sender still holds it: note Meta's id; the sender records the outcome (and the
-        // recipient's spacing), and whatever it saw, the part counts as accepted.
-        "sending" => execute(
-            conn,
-            "UPDATE outbox SET wamid = ?2, updated_at = ?3 WHERE id = ?1",
-            params![id, update.wamid, now],
-        )?,
-        // Its answer was lost, but Meta has it: it left after all, and is never sent again.
-        "unknown" => execute(
-            conn,
-            "UPDATE outbox SET state = 'accepted', wamid = ?2, sent_at = coalesce(sent_at, ?3),
-                    send_until = NULL, updated_at = ?3
-             WHERE id = ?1",
-            params![id, update.wamid, now],
-        )?,
-        _ => {}
-    }
-    if delivery_rank(update.status) <= delivery.as_deref().map_or(0, delivery_rank) {
+    let Some(id) = find_sent(conn, update)? else {
         return Ok(());
-    }
-    execute(
-        conn,
-        "UPDATE outbox SET delivery = ?2, updated_at = ?3 WHERE id = ?1",
-        params![id, update.status, now],
-    )?;
-    if update.status != "failed" {
-        return Ok(());
-    }
-    let error = format!(
-        "Meta reported the message failed (code {})",
-        update
-            .error_code
-            .map_or_else(|| "unknown".to_owned(), |c| c.to_string())
-    );
-    if update.error_code == Some(WINDOW_CLOSED) && kind == "text" {
-        // The customer service window had closed: the part goes again, as the template, a new
-        // message with its own id and statuses.
-        return execute(
-            conn,
-            "UPDATE outbox SET state = 'window_closed', window_closed = 1, wamid = NULL,
-                    delivery = NULL, error_code = ?2, error = ?3, next_attempt_at = NULL,
-                    updated_at = ?4
-             WHERE id = ?1",
-            params![id, update.error_code, error, now],
-        );
-    }
-    execute(
-        conn,
-        "UPDATE outbox SET state = 'failed', error_code = ?2, error = ?3 WHERE id = ?1",
-        params![id, update.error_code, error],
-    )?;
-    review(conn, batch, id, ReviewReason::SendFailed, Some(&error), now)
+    };
+    let status = Status {
+        wamid: update.wamid,
+        delivery,
+        code: update.error_code,
+    };
+    step(conn, id, &Event::Status(status), now).map(drop)
 }
-
-type SentRow = (i64, i64, String, String, Option<String>);
 
 /// The part a status names: by Meta's id, or, for a send whose answer never came, by the
 /// (part, attempt) in its callback data.
-fn find_sent(conn: &Connection, update: StatusUpdate<'_>) -> Result<Option<SentRow>> {
-    let row = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?));
+fn find_sent(conn: &Connection, update: StatusUpdate<'_>) -> Result<Option<i64>> {
     let by_wamid = conn
-        .prepare_cached("SELECT id, batch_id, state, kind, delivery FROM outbox WHERE wamid = ?1")
-        .and_then(|mut s| s.query_row(params![update.wamid], row).optional())
+        .prepare_cached("SELECT id FROM outbox WHERE wamid = ?1")
+        .and_then(|mut s| s.query_row(params![update.wamid], |r| r.get(0)).optional())
         .map_err(unavailable)?;
     if by_wamid.is_some() {
         return Ok(by_wamid);
@@ -346,12 +284,10 @@ fn find_sent(conn: &Connection, update: StatusUpdate<'_>) -> Result<Option<SentR
     let Some((id, attempt)) = update.callback.and_then(parse_send_callback) else {
         return Ok(None);
     };
-    conn.prepare_cached(
-        "SELECT id, batch_id, state, kind, delivery FROM outbox
-         WHERE id = ?1 AND attempts = ?2 AND wamid IS NULL AND state IN ('sending', 'unknown')",
-    )
-    .and_then(|mut s| s.query_row(params![id, attempt], row).optional())
-    .map_err(unavailable)
+    // Whether its state is one a callback names is the rulebook's to say.
+    conn.prepare_cached("SELECT id FROM outbox WHERE id = ?1 AND attempts = ?2 AND wamid IS NULL")
+        .and_then(|mut s| s.query_row(params![id, attempt], |r| r.get(0)).optional())
+        .map_err(unavailable)
 }
 
 pub(super) fn next_send_due(conn: &Connection, skip: &[String]) -> Result<Option<i64>> {
@@ -360,12 +296,16 @@ pub(super) fn next_send_due(conn: &Connection, skip: &[String]) -> Result<Option
         "SELECT min(t) FROM (
              SELECT min(max(coalesce(o.next_attempt_at, 0), coalesce(c.send_after, 0))) AS t
              FROM outbox o JOIN conversations c ON c.id = o.conversation_id
-             WHERE o.state IN ('queued', 'window_closed')
+             WHERE o.state IN {claimable}
                AND o.business NOT IN (SELECT value FROM json_each(?1))
                AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.conversation_id = o.conversation_id
-                               AND p.id < o.id AND p.state IN {UNSETTLED})
-             UNION ALL SELECT min(send_until) FROM outbox WHERE state = 'sending'
-             UNION ALL SELECT min(send_until) FROM outbox WHERE state = 'unknown')"
+                               AND p.id < o.id AND p.state IN {unsettled})
+             UNION ALL SELECT min(send_until) FROM outbox WHERE state = '{sending}'
+             UNION ALL SELECT min(send_until) FROM outbox WHERE state = '{unknown}')",
+        claimable = *CLAIMABLE_SQL,
+        unsettled = *UNSETTLED_SQL,
+        sending = PartState::Sending,
+        unknown = PartState::Unknown,
     ))
     .and_then(|mut s| s.query_row(params![skip], |r| r.get(0)))
     .map_err(unavailable)

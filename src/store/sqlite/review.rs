@@ -3,9 +3,12 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::outbox;
 use super::turns::{conversation_history, execute, load_batch};
 use super::{limit_param, unavailable};
 use crate::domain::ConversationKey;
+use crate::store::rules::part::Event;
+use crate::store::rules::review::{self, ReviewState};
 use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
 
 type Row = (i64, i64, String, Option<String>, i64, Option<i64>, String);
@@ -72,35 +75,40 @@ pub(super) fn item(conn: &Connection, id: i64) -> Result<Option<ReviewEntry>> {
 }
 
 pub(super) fn resolve(conn: &Connection, id: i64, now: i64, resolution: &Resolution) -> Result<()> {
-    let open: Option<(i64, Option<i64>)> = conn
-        .prepare_cached("SELECT batch_id, outbox_id FROM review WHERE id = ?1 AND state = 'open'")
+    let held: Option<(i64, Option<i64>, String)> = conn
+        .prepare_cached("SELECT batch_id, outbox_id, state FROM review WHERE id = ?1")
         .and_then(|mut s| {
-            s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
+            s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .optional()
         })
         .map_err(unavailable)?;
-    let Some((batch, outbox)) = open else {
+    let Some((batch, outbox, state)) = held else {
         return Err(Error::NotFound);
     };
-    let (state, note) = match resolution {
+    let settled = ReviewState::parse(&state).and_then(|s| review::settle(s, resolution));
+    let Some(settled) = settled else {
+        return Err(Error::NotFound);
+    };
+    let note = match resolution {
         Resolution::Reply { text, sandbox } => {
             person_reply(conn, batch, now, text, *sandbox)?;
-            ("replied", Some(text.as_str()))
+            Some(text.as_str())
         }
         Resolution::Requeue => {
             match outbox {
-                Some(part) => requeue_send(conn, part, now)?,
+                // A person decided the part may go again: a fresh start, whatever happened.
+                Some(part) => outbox::step(conn, part, &Event::Requeue, now).map(drop)?,
                 None => requeue_batch(conn, batch, now)?,
             }
-            ("requeued", None)
+            None
         }
-        Resolution::Close => ("closed", None),
+        Resolution::Close => None,
     };
     execute(
         conn,
         "UPDATE review SET state = ?2, resolved_at = ?3, resolution = ?2, resolution_note = ?4
          WHERE id = ?1",
-        params![id, state, now, note],
+        params![id, settled.as_str(), now, note],
     )
 }
 
@@ -140,18 +148,6 @@ fn requeue_batch(conn: &Connection, batch: i64, now: i64) -> Result<()> {
                 last_pending_at = ?2, due_at = ?2, requeued = 1
          WHERE id = (SELECT conversation_id FROM batches WHERE id = ?1)",
         params![batch, now],
-    )
-}
-
-/// A person decided the part may go again: a fresh start, whatever happened before.
-fn requeue_send(conn: &Connection, part: i64, now: i64) -> Result<()> {
-    execute(
-        conn,
-        "UPDATE outbox SET state = CASE WHEN window_closed THEN 'window_closed' ELSE 'queued' END,
-                wamid = NULL, delivery = NULL, failures = 0, next_attempt_at = NULL,
-                send_until = NULL, updated_at = ?2
-         WHERE id = ?1",
-        params![part, now],
     )
 }
 

@@ -1,0 +1,120 @@
+//! A batch's lifecycle: the turn that answers a conversation's pending messages. It runs under a
+//! lease whose fencing token every write carries; a conversation has at most one batch open.
+
+use super::named;
+use crate::domain::LeaseToken;
+use crate::store::Ending;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BatchState {
+    /// A worker holds it under a lease.
+    Running,
+    /// Its turn failed; it may be claimed again at its retry time.
+    Waiting,
+    /// Answered.
+    Done,
+    /// Handed to a person.
+    Review,
+}
+
+named!(BatchState {
+    Running => "running",
+    Waiting => "waiting",
+    Done => "done",
+    Review => "review",
+});
+
+impl BatchState {
+    /// The batch still holds its conversation: no other batch of it may open.
+    pub fn open(self) -> bool {
+        matches!(self, BatchState::Running | BatchState::Waiting)
+    }
+}
+
+/// A batch's fields its lifecycle reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub state: BatchState,
+    /// The latest token handed out.
+    pub token: LeaseToken,
+    /// While running: when the lease lapses; while waiting: the retry time.
+    pub until_ms: i64,
+}
+
+/// May the batch be claimed again at `now` (a lapsed lease, or its retry time came)?
+pub fn reclaimable(lease: &Lease, now: i64) -> bool {
+    lease.state.open() && lease.until_ms <= now
+}
+
+/// Does a write carrying `token` still speak for the batch? Only the latest token of a running
+/// batch does: a lapsed lease taken over, or a batch that ended, refuses every older writer.
+pub fn holds(lease: &Lease, token: LeaseToken) -> bool {
+    lease.state == BatchState::Running && lease.token == token
+}
+
+/// The state a turn's ending leaves the batch in.
+pub fn ended(ending: &Ending) -> BatchState {
+    match ending {
+        Ending::Replied { .. } => BatchState::Done,
+        Ending::RetryAt { .. } => BatchState::Waiting,
+        Ending::Review { .. } | Ending::Handoff { .. } => BatchState::Review,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ReviewReason;
+
+    #[test]
+    fn only_the_latest_token_of_a_running_batch_writes() {
+        for state in BatchState::ALL {
+            let lease = Lease {
+                state: *state,
+                token: LeaseToken(3),
+                until_ms: 100,
+            };
+            assert_eq!(holds(&lease, LeaseToken(3)), *state == BatchState::Running);
+            assert!(!holds(&lease, LeaseToken(2)));
+            assert!(!holds(&lease, LeaseToken(4)));
+        }
+    }
+
+    #[test]
+    fn an_ended_batch_is_never_claimed_again() {
+        for state in BatchState::ALL {
+            let lease = Lease {
+                state: *state,
+                token: LeaseToken(1),
+                until_ms: 100,
+            };
+            assert_eq!(reclaimable(&lease, 100), state.open());
+            assert!(!reclaimable(&lease, 99));
+        }
+    }
+
+    #[test]
+    fn every_ending_closes_the_turn_but_a_retry() {
+        let endings = [
+            Ending::Replied {
+                parts: vec![],
+                sandbox: false,
+            },
+            Ending::RetryAt {
+                at_ms: 1,
+                error: String::new(),
+            },
+            Ending::Review {
+                reason: ReviewReason::TooOld,
+                error: None,
+            },
+            Ending::Handoff {
+                parts: vec![],
+                sandbox: false,
+                note: String::new(),
+            },
+        ];
+        let open: Vec<bool> = endings.iter().map(|e| ended(e).open()).collect();
+        assert_eq!(open, [false, true, false, false]);
+    }
+}

@@ -1,0 +1,785 @@
+//! A reply part's lifecycle, from the turn that writes it to Meta's last word on it.
+//!
+//! A part is claimed only when it is the oldest unsettled part of its recipient (the backends
+//! select that), with a fresh attempt number its outcome must carry. A send that may have left
+//! is never claimed again: it waits for a status webhook, and goes to a person when none comes.
+//! [`next`] is every rule of that in one place; a backend loads a [`Part`], asks `next`, and
+//! writes the part it returns with its [`Effects`].
+
+use std::sync::LazyLock;
+
+use super::{named, sql_list};
+use crate::domain::ReviewReason;
+use crate::store::SendResult;
+
+/// Meta's error code for a message sent outside the customer service window: a text part that
+/// fails with it goes again as the configured template.
+pub const WINDOW_CLOSED: i64 = 131_047;
+
+/// Where a reply part is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PartState {
+    /// Kept, never sent (sandbox mode).
+    Sandbox,
+    /// A web-chat answer: the browser reads it from the store.
+    Served,
+    /// Waiting for a sender.
+    Queued,
+    /// A sender holds it under a send lease.
+    Sending,
+    /// The request may have left; waiting for a status webhook to say.
+    Unknown,
+    /// Meta refused the text because the customer service window had closed: only the template
+    /// may go now.
+    WindowClosed,
+    /// Meta took it.
+    Accepted,
+    /// Meta refused it for good, or reported it failed: a person has it.
+    Failed,
+    /// A person has it for another reason (unknown outcome, out of tries, no template).
+    Review,
+}
+
+named!(PartState {
+    Sandbox => "sandbox",
+    Served => "served",
+    Queued => "queued",
+    Sending => "sending",
+    Unknown => "unknown",
+    WindowClosed => "window_closed",
+    Accepted => "accepted",
+    Failed => "failed",
+    Review => "review",
+});
+
+impl PartState {
+    /// A sender may claim it (once it heads its recipient's queue).
+    pub fn claimable(self) -> bool {
+        matches!(self, PartState::Queued | PartState::WindowClosed)
+    }
+
+    /// It still holds its recipient's queue: a later part waits until it settles.
+    pub fn unsettled(self) -> bool {
+        matches!(
+            self,
+            PartState::Queued | PartState::Sending | PartState::Unknown | PartState::WindowClosed
+        )
+    }
+
+    /// The states a status webhook may find by the callback data of the send it names: the
+    /// send of that attempt may be under way, unanswered, or recorded.
+    pub fn named_by_callback(self) -> bool {
+        matches!(
+            self,
+            PartState::Sending | PartState::Unknown | PartState::Accepted
+        )
+    }
+}
+
+/// Meta's statuses of a sent message. They only move forward: a late `sent` never hides a
+/// `read`; `failed` overrides only `sent` (Meta may accept, then fail to deliver). A status
+/// that says nothing of delivery (`deleted`, ...) has no `Delivery` and changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Delivery {
+    Sent,
+    Failed,
+    Delivered,
+    Read,
+    /// A voice message was played: as far as a status goes.
+    Played,
+}
+
+named!(Delivery {
+    Sent => "sent",
+    Failed => "failed",
+    Delivered => "delivered",
+    Read => "read",
+    Played => "played",
+});
+
+impl Delivery {
+    pub fn rank(delivery: Option<Delivery>) -> u8 {
+        match delivery {
+            None => 0,
+            Some(Delivery::Sent) => 1,
+            Some(Delivery::Failed) => 2,
+            Some(Delivery::Delivered) => 3,
+            Some(Delivery::Read | Delivery::Played) => 4,
+        }
+    }
+}
+
+/// What went out for a part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartKind {
+    /// The reply's own text (or interactive message, with options).
+    Text,
+    /// The configured template, because the window had closed.
+    Template,
+}
+
+named!(PartKind {
+    Text => "text",
+    Template => "template",
+});
+
+/// The claimable states as an SQL list, for the backends' claim queries.
+pub static CLAIMABLE_SQL: LazyLock<String> =
+    LazyLock::new(|| sql_list(PartState::ALL, PartState::as_str, PartState::claimable));
+
+/// The unsettled states as an SQL list: a part in one holds its recipient's queue.
+pub static UNSETTLED_SQL: LazyLock<String> =
+    LazyLock::new(|| sql_list(PartState::ALL, PartState::as_str, PartState::unsettled));
+
+/// A reply part's fields that its lifecycle reads and writes, as a backend keeps them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub state: PartState,
+    /// Claims so far: the latest is the fencing token of the send under way.
+    pub attempts: u32,
+    /// Failed tries so far (throttling not counted).
+    pub failures: u32,
+    /// Claimed for the template: only the template may go.
+    pub window_closed: bool,
+    /// Meta's id, once a send answer or a status webhook named it.
+    pub wamid: Option<String>,
+    pub kind: PartKind,
+    pub delivery: Option<Delivery>,
+    pub error_code: Option<i64>,
+    pub error: Option<String>,
+    /// Not to be claimed before this.
+    pub next_attempt_at_ms: Option<i64>,
+    /// While sending: when the send lease lapses; while unknown: when the wait for a status ends.
+    pub until_ms: Option<i64>,
+    /// When Meta took it.
+    pub sent_at_ms: Option<i64>,
+}
+
+impl Part {
+    /// A part as a turn writes it.
+    pub fn written(state: PartState) -> Part {
+        Part {
+            state,
+            attempts: 0,
+            failures: 0,
+            window_closed: false,
+            wamid: None,
+            kind: PartKind::Text,
+            delivery: None,
+            error_code: None,
+            error: None,
+            next_attempt_at_ms: None,
+            until_ms: None,
+            sent_at_ms: None,
+        }
+    }
+}
+
+/// A status webhook about a part Sabi sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status<'a> {
+    pub wamid: &'a str,
+    pub delivery: Delivery,
+    /// Meta's error code, for a failure.
+    pub code: Option<i64>,
+}
+
+/// What can happen to a part.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event<'a> {
+    /// A sender claims it, holding it until `now + lease`.
+    Claim { lease_ms: i64 },
+    /// The sender of `attempt` says how the send ended.
+    Outcome {
+        attempt: u32,
+        result: &'a SendResult,
+    },
+    /// The send lease lapsed with no outcome (the sender died or hung): it may have left.
+    LeaseLapsed { unknown_wait_ms: i64 },
+    /// The wait for a status webhook ended with none.
+    WaitOver,
+    /// A status webhook named it, by Meta's id or by the send's callback data.
+    Status(Status<'a>),
+    /// A person sent it back to the queue from review: it may go again.
+    Requeue,
+}
+
+/// What else a step asks for, beside writing the part.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Effects {
+    /// Open (or open again) the part's review item, with this reason and error.
+    pub review: Option<(ReviewReason, String)>,
+    /// Hold back every part to this recipient until then.
+    pub hold_recipient_until_ms: Option<i64>,
+}
+
+/// The part after a step, and what else to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub part: Part,
+    pub effects: Effects,
+}
+
+/// Why a step was refused: nothing is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The part is not in a state this event applies to.
+    State,
+    /// An outcome carried an attempt that is not the part's latest: the lease was lost.
+    Attempt,
+    /// The lease or wait has not run out yet.
+    NotYet,
+    /// A status that changes nothing (an older or repeated one).
+    Stale,
+}
+
+/// Every rule of a reply part's life: the part after `event` at `now`, or why it is refused.
+///
+/// # Errors
+/// [`Refused`] when the event does not apply to the part as it is.
+pub fn next(part: &Part, event: &Event<'_>, now: i64) -> Result<Step, Refused> {
+    match event {
+        Event::Claim { lease_ms } => claim(part, now, *lease_ms),
+        Event::Outcome { attempt, result } => outcome(part, *attempt, result, now),
+        Event::LeaseLapsed { unknown_wait_ms } => lapse(part, now, *unknown_wait_ms),
+        Event::WaitOver => wait_over(part, now),
+        Event::Status(status) => status_of(part, status, now),
+        Event::Requeue => requeue(part),
+    }
+}
+
+fn moved(part: Part) -> Result<Step, Refused> {
+    Ok(Step {
+        part,
+        effects: Effects::default(),
+    })
+}
+
+fn claim(part: &Part, now: i64, lease_ms: i64) -> Result<Step, Refused> {
+    if !part.state.claimable() {
+        return Err(Refused::State);
+    }
+    if part.next_attempt_at_ms.is_some_and(|at| at > now) {
+        return Err(Refused::NotYet);
+    }
+    moved(Part {
+        state: PartState::Sending,
+        attempts: part.attempts + 1,
+        window_closed: part.state == PartState::WindowClosed,
+        until_ms: Some(now + lease_ms),
+        ..part.clone()
+    })
+}
+
+/// Where a send that did not go returns: the template's queue when it was claimed for it.
+fn back(part: &Part) -> PartState {
+    if part.window_closed {
+        PartState::WindowClosed
+    } else {
+        PartState::Queued
+    }
+}
+
+fn outcome(part: &Part, attempt: u32, result: &SendResult, now: i64) -> Result<Step, Refused> {
+    if part.state != PartState::Sending {
+        return Err(Refused::State);
+    }
+    if part.attempts != attempt {
+        return Err(Refused::Attempt);
+    }
+    // A status webhook already named this send: Meta has it, whatever the sender saw.
+    let noted = part
+        .wamid
+        .as_ref()
+        .filter(|_| !matches!(result, SendResult::Accepted { .. }));
+    if let Some(wamid) = noted {
+        return accepted(part, wamid, false, now, now);
+    }
+    let mut effects = Effects::default();
+    let part = match result {
+        SendResult::Accepted {
+            wamid,
+            template,
+            next_send_at_ms,
+        } => return accepted(part, wamid, *template, *next_send_at_ms, now),
+        SendResult::Retry {
+            at_ms,
+            failure,
+            code,
+            error,
+            recipient_after_ms,
+        } => {
+            effects.hold_recipient_until_ms = *recipient_after_ms;
+            Part {
+                state: back(part),
+                next_attempt_at_ms: Some(*at_ms),
+                failures: part.failures + u32::from(*failure),
+                error_code: *code,
+                error: Some(error.clone()),
+                until_ms: None,
+                ..part.clone()
+            }
+        }
+        SendResult::Untried => Part {
+            state: back(part),
+            until_ms: None,
+            ..part.clone()
+        },
+        SendResult::WindowClosed { code, error } => closed_window(part, *code, error.clone()),
+        SendResult::Unknown {
+            error,
+            wait_until_ms,
+        } => Part {
+            state: PartState::Unknown,
+            until_ms: Some(*wait_until_ms),
+            error: Some(error.clone()),
+            ..part.clone()
+        },
+        SendResult::Review {
+            reason,
+            code,
+            error,
+        } => {
+            effects.review = Some((*reason, error.clone()));
+            Part {
+                state: if *reason == ReviewReason::SendFailed {
+                    PartState::Failed
+                } else {
+                    PartState::Review
+                },
+                error_code: *code,
+                error: Some(error.clone()),
+                until_ms: None,
+                ..part.clone()
+            }
+        }
+    };
+    Ok(Step { part, effects })
+}
+
+fn accepted(
+    part: &Part,
+    wamid: &str,
+    template: bool,
+    next_send_at_ms: i64,
+    now: i64,
+) -> Result<Step, Refused> {
+    Ok(Step {
+        part: Part {
+            state: PartState::Accepted,
+            wamid: Some(wamid.to_owned()),
+            kind: if template || part.window_closed {
+                PartKind::Template
+            } else {
+                PartKind::Text
+            },
+            sent_at_ms: Some(now),
+            until_ms: None,
+            ..part.clone()
+        },
+        effects: Effects {
+            hold_recipient_until_ms: Some(next_send_at_ms),
+            review: None,
+        },
+    })
+}
+
+/// From now on only the template may go for this part, at once: a new message, with its own
+/// id and statuses.
+fn closed_window(part: &Part, code: Option<i64>, error: String) -> Part {
+    Part {
+        state: PartState::WindowClosed,
+        window_closed: true,
+        wamid: None,
+        delivery: None,
+        error_code: code,
+        error: Some(error),
+        next_attempt_at_ms: None,
+        until_ms: None,
+        ..part.clone()
+    }
+}
+
+fn lapse(part: &Part, now: i64, unknown_wait_ms: i64) -> Result<Step, Refused> {
+    if part.state != PartState::Sending {
+        return Err(Refused::State);
+    }
+    if part.until_ms.is_some_and(|until| until > now) {
+        return Err(Refused::NotYet);
+    }
+    // A status webhook named it meanwhile: it left after all.
+    let part = if part.wamid.is_some() {
+        Part {
+            state: PartState::Accepted,
+            sent_at_ms: Some(part.sent_at_ms.unwrap_or(now)),
+            until_ms: None,
+            ..part.clone()
+        }
+    } else {
+        Part {
+            state: PartState::Unknown,
+            until_ms: Some(now + unknown_wait_ms),
+            error: Some(
+                part.error
+                    .clone()
+                    .unwrap_or_else(|| "the sender stopped while sending".to_owned()),
+            ),
+            ..part.clone()
+        }
+    };
+    moved(part)
+}
+
+fn wait_over(part: &Part, now: i64) -> Result<Step, Refused> {
+    if part.state != PartState::Unknown {
+        return Err(Refused::State);
+    }
+    if part.until_ms.is_some_and(|until| until > now) {
+        return Err(Refused::NotYet);
+    }
+    let why = "no status webhook named this send in time; it may or may not have been delivered";
+    Ok(Step {
+        part: Part {
+            state: PartState::Review,
+            ..part.clone()
+        },
+        effects: Effects {
+            review: Some((ReviewReason::UnknownOutcome, why.to_owned())),
+            hold_recipient_until_ms: None,
+        },
+    })
+}
+
+fn status_of(part: &Part, status: &Status<'_>, now: i64) -> Result<Step, Refused> {
+    // A status names a part by Meta's id, or, before the part has one, by the callback data of
+    // a send that may be under way or recorded.
+    let named = match &part.wamid {
+        _ if matches!(part.state, PartState::Sandbox | PartState::Served) => false,
+        Some(wamid) => wamid == status.wamid,
+        None => part.state.named_by_callback(),
+    };
+    if !named {
+        return Err(Refused::State);
+    }
+    let mut part = part.clone();
+    let mut changed = false;
+    match part.state {
+        // The sender still holds it: note Meta's id; the sender records the outcome (and the
+        // recipient's spacing), and whatever it saw, the part counts as accepted.
+        PartState::Sending if part.wamid.is_none() => {
+            part.wamid = Some(status.wamid.to_owned());
+            changed = true;
+        }
+        // Its answer was lost, but Meta has it: it left after all, and is never sent again.
+        PartState::Unknown => {
+            part.state = PartState::Accepted;
+            part.wamid = Some(status.wamid.to_owned());
+            part.sent_at_ms = Some(part.sent_at_ms.unwrap_or(now));
+            part.until_ms = None;
+            changed = true;
+        }
+        _ => {}
+    }
+    if Delivery::rank(Some(status.delivery)) <= Delivery::rank(part.delivery) {
+        return if changed {
+            moved(part)
+        } else {
+            Err(Refused::Stale)
+        };
+    }
+    part.delivery = Some(status.delivery);
+    // Only a failure of a part people do not have yet changes more than its delivery.
+    let with_people = matches!(part.state, PartState::Failed | PartState::Review);
+    if status.delivery != Delivery::Failed || with_people {
+        return moved(part);
+    }
+    let error = format!(
+        "Meta reported the message failed (code {})",
+        status
+            .code
+            .map_or_else(|| "unknown".to_owned(), |c| c.to_string())
+    );
+    if status.code == Some(WINDOW_CLOSED) && part.kind == PartKind::Text {
+        return moved(closed_window(&part, status.code, error));
+    }
+    Ok(Step {
+        part: Part {
+            state: PartState::Failed,
+            error_code: status.code,
+            error: Some(error.clone()),
+            ..part
+        },
+        effects: Effects {
+            review: Some((ReviewReason::SendFailed, error)),
+            hold_recipient_until_ms: None,
+        },
+    })
+}
+
+/// A fresh start, whatever happened before: the person accepts it may arrive twice.
+fn requeue(part: &Part) -> Result<Step, Refused> {
+    if !matches!(part.state, PartState::Failed | PartState::Review) {
+        return Err(Refused::State);
+    }
+    moved(Part {
+        state: back(part),
+        wamid: None,
+        delivery: None,
+        failures: 0,
+        next_attempt_at_ms: None,
+        until_ms: None,
+        ..part.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_000;
+
+    fn results() -> Vec<SendResult> {
+        let error = || "boom".to_owned();
+        vec![
+            SendResult::Accepted {
+                wamid: "wamid.sent".into(),
+                template: false,
+                next_send_at_ms: NOW + 5,
+            },
+            SendResult::Retry {
+                at_ms: NOW + 10,
+                failure: true,
+                code: Some(131_000),
+                error: error(),
+                recipient_after_ms: Some(NOW + 20),
+            },
+            SendResult::Untried,
+            SendResult::WindowClosed {
+                code: Some(WINDOW_CLOSED),
+                error: error(),
+            },
+            SendResult::Unknown {
+                error: error(),
+                wait_until_ms: NOW + 30,
+            },
+            SendResult::Review {
+                reason: ReviewReason::SendFailed,
+                code: Some(131_026),
+                error: error(),
+            },
+            SendResult::Review {
+                reason: ReviewReason::WindowClosed,
+                code: None,
+                error: error(),
+            },
+        ]
+    }
+
+    /// Every part the fields can describe, in every state.
+    fn parts() -> Vec<Part> {
+        let mut parts = Vec::new();
+        for state in PartState::ALL {
+            for window_closed in [false, true] {
+                for wamid in [None, Some("wamid.a".to_owned())] {
+                    for kind in PartKind::ALL {
+                        for delivery in [None, Some(Delivery::Sent), Some(Delivery::Read)] {
+                            for until in [None, Some(NOW - 1), Some(NOW + 1)] {
+                                parts.push(Part {
+                                    state: *state,
+                                    attempts: 2,
+                                    window_closed,
+                                    wamid: wamid.clone(),
+                                    kind: *kind,
+                                    delivery,
+                                    until_ms: until,
+                                    next_attempt_at_ms: until,
+                                    ..Part::written(*state)
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        parts
+    }
+
+    /// Every event, with every outcome for the right and a stale attempt and every status.
+    fn walk(mut check: impl FnMut(&Part, &Event<'_>, Result<Step, Refused>)) {
+        let results = results();
+        for part in parts() {
+            let mut events = vec![
+                Event::Claim { lease_ms: 50 },
+                Event::LeaseLapsed {
+                    unknown_wait_ms: 60,
+                },
+                Event::WaitOver,
+                Event::Requeue,
+            ];
+            for result in &results {
+                for attempt in [2, 1] {
+                    events.push(Event::Outcome { attempt, result });
+                }
+            }
+            for delivery in Delivery::ALL {
+                for code in [None, Some(WINDOW_CLOSED), Some(131_026)] {
+                    for wamid in ["wamid.a", "wamid.b"] {
+                        events.push(Event::Status(Status {
+                            wamid,
+                            delivery: *delivery,
+                            code,
+                        }));
+                    }
+                }
+            }
+            for event in &events {
+                check(&part, event, next(&part, event, NOW));
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_latest_attempt_of_a_send_under_way_records_an_outcome() {
+        walk(|part, event, step| {
+            if let Event::Outcome { attempt, .. } = event {
+                let holds = part.state == PartState::Sending && part.attempts == *attempt;
+                assert_eq!(step.is_ok(), holds, "{part:?} {event:?}");
+            }
+        });
+    }
+
+    #[test]
+    fn a_send_that_may_have_left_is_never_claimed_again() {
+        walk(|part, event, step| {
+            let Ok(step) = step else { return };
+            if step.part.state.claimable() && !part.state.claimable() {
+                // Back to the queue only untried, by a person, or as the template after Meta
+                // said the window had closed (a new message, not the same one again).
+                let allowed = match event {
+                    Event::Requeue => true,
+                    Event::Outcome { result, .. } => matches!(
+                        result,
+                        SendResult::Retry { .. }
+                            | SendResult::Untried
+                            | SendResult::WindowClosed { .. }
+                    ),
+                    Event::Status(status) => {
+                        status.code == Some(WINDOW_CLOSED) && part.kind == PartKind::Text
+                    }
+                    _ => false,
+                };
+                assert!(allowed, "{part:?} {event:?} -> {:?}", step.part);
+                assert!(step.part.wamid.is_none() || *event == Event::Requeue);
+            }
+            if let Event::Claim { .. } = event {
+                assert!(part.state.claimable(), "{part:?} claimed");
+                assert_eq!(step.part.attempts, part.attempts + 1);
+            } else {
+                assert_eq!(step.part.attempts, part.attempts, "{event:?}");
+            }
+        });
+    }
+
+    #[test]
+    fn delivery_only_moves_forward_unless_the_part_goes_again() {
+        walk(|part, event, step| {
+            let Ok(step) = step else { return };
+            let again = step.part.state == PartState::WindowClosed || *event == Event::Requeue;
+            if !again {
+                assert!(
+                    Delivery::rank(step.part.delivery) >= Delivery::rank(part.delivery),
+                    "{part:?} {event:?}"
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn a_person_is_asked_exactly_when_a_part_lands_with_people() {
+        walk(|part, event, step| {
+            let Ok(step) = step else { return };
+            let with_people = |s: PartState| matches!(s, PartState::Failed | PartState::Review);
+            let arrives = with_people(step.part.state) && !with_people(part.state);
+            assert_eq!(
+                step.effects.review.is_some(),
+                arrives,
+                "{part:?} {event:?} -> {step:?}"
+            );
+        });
+    }
+
+    #[test]
+    fn sandbox_and_web_chat_parts_never_move() {
+        walk(|part, event, step| {
+            if matches!(part.state, PartState::Sandbox | PartState::Served) {
+                assert!(step.is_err(), "{part:?} {event:?}");
+            }
+        });
+    }
+
+    #[test]
+    fn a_status_settles_an_unknown_outcome_and_a_later_one_is_kept() {
+        let mut part = Part {
+            attempts: 1,
+            until_ms: Some(NOW + 100),
+            ..Part::written(PartState::Unknown)
+        };
+        let delivered = Status {
+            wamid: "wamid.x",
+            delivery: Delivery::Delivered,
+            code: None,
+        };
+        part = next(&part, &Event::Status(delivered), NOW)
+            .expect("settled")
+            .part;
+        assert_eq!(part.state, PartState::Accepted);
+        assert_eq!(part.wamid.as_deref(), Some("wamid.x"));
+        let sent = Status {
+            wamid: "wamid.x",
+            delivery: Delivery::Sent,
+            code: None,
+        };
+        assert_eq!(next(&part, &Event::Status(sent), NOW), Err(Refused::Stale));
+        let other = Status {
+            wamid: "wamid.y",
+            delivery: Delivery::Read,
+            code: None,
+        };
+        assert_eq!(next(&part, &Event::Status(other), NOW), Err(Refused::State));
+    }
+
+    #[test]
+    fn a_closed_window_sends_the_template_once() {
+        let part = Part {
+            attempts: 1,
+            wamid: Some("wamid.t".into()),
+            ..Part::written(PartState::Accepted)
+        };
+        let failed = Status {
+            wamid: "wamid.t",
+            delivery: Delivery::Failed,
+            code: Some(WINDOW_CLOSED),
+        };
+        let step = next(&part, &Event::Status(failed.clone()), NOW).expect("moved");
+        assert_eq!(step.part.state, PartState::WindowClosed);
+        let claimed = next(&step.part, &Event::Claim { lease_ms: 10 }, NOW).expect("claimed");
+        let sent = SendResult::Accepted {
+            wamid: "wamid.u".into(),
+            template: false,
+            next_send_at_ms: NOW,
+        };
+        let event = Event::Outcome {
+            attempt: 2,
+            result: &sent,
+        };
+        let template = next(&claimed.part, &event, NOW).expect("accepted").part;
+        assert_eq!(template.kind, PartKind::Template);
+        // The template failing for the same reason goes to a person, not round again.
+        let failed = Status {
+            wamid: "wamid.u",
+            ..failed
+        };
+        let step = next(&template, &Event::Status(failed), NOW).expect("failed");
+        assert_eq!(step.part.state, PartState::Failed);
+    }
+}
