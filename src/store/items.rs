@@ -6,9 +6,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
-use std::borrow::Cow;
-
-use crate::store::{ChatSubmission, JobStatus, SendResult};
+use crate::store::rules::item::{self, ItemState};
+use crate::store::{ChatSubmission, JobStatus};
 
 /// An item's facts as stored, and the hash a redelivery is compared on.
 pub(crate) struct Encoded {
@@ -119,48 +118,9 @@ pub(crate) fn question_item(s: &ChatSubmission, key: String) -> InboundItem {
 
 /// The inbox state of the question, as the browser understands it.
 pub(crate) fn status_of(state: &str) -> JobStatus {
-    match state {
-        "pending" => JobStatus::Queued,
-        "batched" => JobStatus::Started,
-        "answered" => JobStatus::Finished,
-        _ => JobStatus::Failed,
-    }
+    ItemState::parse(state).map_or(JobStatus::Failed, item::job_status)
 }
 
 /// The largest queue position reported: past it the exact figure tells a person nothing more,
 /// and counting further would cost every poll a longer scan.
 pub(crate) const POSITION_CAP: i64 = 10_000;
-
-/// Reply parts that still hold their recipient's queue (as an SQL list).
-pub(crate) const UNSETTLED: &str = "('queued', 'sending', 'unknown', 'window_closed')";
-
-/// Meta's delivery statuses only move forward: a late `sent` never hides a `read`. `failed`
-/// overrides only `sent` (Meta may accept, then fail to deliver).
-pub(crate) fn delivery_rank(status: &str) -> u8 {
-    match status {
-        "sent" => 1,
-        "failed" => 2,
-        "delivered" => 3,
-        "read" | "played" => 4,
-        _ => 0,
-    }
-}
-
-/// A sender's outcome, once a status webhook may already have named the send (and noted Meta's
-/// id on it): then Meta has it, whatever the sender saw.
-pub(crate) fn with_noted_wamid(
-    noted: Option<String>,
-    result: &SendResult,
-    now: i64,
-) -> Cow<'_, SendResult> {
-    match noted {
-        Some(wamid) if !matches!(result, SendResult::Accepted { .. }) => {
-            Cow::Owned(SendResult::Accepted {
-                wamid,
-                template: false,
-                next_send_at_ms: now,
-            })
-        }
-        _ => Cow::Borrowed(result),
-    }
-}

@@ -9,9 +9,12 @@ use sqlx::{PgConnection, PgPool, Row};
 use super::ingest::channel;
 use super::{limit, unavailable};
 use crate::domain::{ConversationKey, InboundItem, ReviewReason};
-use crate::store::items::{UNSETTLED, delivery_rank, with_noted_wamid};
+use crate::store::rules::part::{
+    self, CLAIMABLE_SQL, Delivery, Event, Part, PartKind, PartState, Status, UNSETTLED_SQL,
+};
+use crate::store::rules::review::ReviewState;
 use crate::store::{
-    Error, OutboxEntry, Result, SendClaim, SendJob, SendResult, WINDOW_CLOSED, parse_send_callback,
+    Error, OutboxEntry, Result, SendClaim, SendJob, SendResult, parse_send_callback,
 };
 
 pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Vec<SendJob>> {
@@ -20,18 +23,22 @@ pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Vec<
     let rows = sqlx::query(AssertSqlSafe(format!(
         "WITH heads AS (
              SELECT o.id FROM outbox o JOIN conversations c ON c.id = o.conversation_id
-             WHERE o.state IN ('queued', 'window_closed')
+             WHERE o.state IN {claimable}
                AND COALESCE(o.next_attempt_at, 0) <= $1 AND COALESCE(c.send_after, 0) <= $1
                AND NOT (o.business = ANY($2))
                AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.conversation_id = o.conversation_id
-                               AND p.id < o.id AND p.state IN {UNSETTLED})
+                               AND p.id < o.id AND p.state IN {unsettled})
              ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED)
-         UPDATE outbox o SET state = 'sending', attempts = attempts + 1, send_until = $4,
-                window_closed = (o.state = 'window_closed')
+         UPDATE outbox o SET state = '{sending}', attempts = attempts + 1, send_until = $4,
+                window_closed = (o.state = '{closed}')
          FROM heads WHERE o.id = heads.id
          RETURNING o.id, o.batch_id, o.part, o.channel, o.business, o.customer, o.body, o.options,
                    o.reply_to, o.attempts, o.failures, o.window_closed,
-                   (SELECT last_inbound_at FROM conversations c WHERE c.id = o.conversation_id)"
+                   (SELECT last_inbound_at FROM conversations c WHERE c.id = o.conversation_id)",
+        claimable = *CLAIMABLE_SQL,
+        unsettled = *UNSETTLED_SQL,
+        sending = PartState::Sending,
+        closed = PartState::WindowClosed,
     )))
     .bind(claim.now_ms)
     .bind(&claim.halted)
@@ -72,45 +79,26 @@ pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Vec<
 }
 
 /// Sends whose lease lapsed may have reached Meta: unknown (or accepted, when a status webhook
-/// named them meanwhile). Unknown ones past their wait go to review.
+/// named them meanwhile). Unknown ones past their wait go to review. Each part moves under its
+/// row lock, so a status webhook naming it waits and then finds it moved.
 async fn settle_lapsed(conn: &mut PgConnection, claim: &SendClaim) -> Result<()> {
-    // One statement: a status webhook noting Meta's id between two statements would
-    // otherwise leave an accepted send marked unknown.
-    sqlx::query(
-        "UPDATE outbox SET
-             state = CASE WHEN wamid IS NOT NULL THEN 'accepted' ELSE 'unknown' END,
-             sent_at = CASE WHEN wamid IS NOT NULL THEN COALESCE(sent_at, $1) ELSE sent_at END,
-             send_until = CASE WHEN wamid IS NOT NULL THEN NULL ELSE $1 + $2 END,
-             error = CASE WHEN wamid IS NOT NULL THEN error
-                          ELSE COALESCE(error, 'the sender stopped while sending') END,
-             updated_at = $1
-         WHERE state = 'sending' AND send_until <= $1",
-    )
-    .bind(claim.now_ms)
-    .bind(claim.unknown_wait_ms)
-    .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
-    let expired = sqlx::query(
-        "UPDATE outbox SET state = 'review', updated_at = $1
-         WHERE state = 'unknown' AND send_until <= $1 RETURNING id, batch_id",
-    )
-    .bind(claim.now_ms)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
-    for row in expired {
-        let why =
-            "no status webhook named this send in time; it may or may not have been delivered";
-        review(
-            conn,
-            row.get(1),
-            row.get(0),
-            ReviewReason::UnknownOutcome,
-            Some(why),
-            claim.now_ms,
-        )
-        .await?;
+    let lapsed = Event::LeaseLapsed {
+        unknown_wait_ms: claim.unknown_wait_ms,
+    };
+    for (state, event) in [
+        (PartState::Sending, lapsed),
+        (PartState::Unknown, Event::WaitOver),
+    ] {
+        let due: Vec<i64> =
+            sqlx::query_scalar("SELECT id FROM outbox WHERE state = $1 AND send_until <= $2")
+                .bind(state.as_str())
+                .bind(claim.now_ms)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+        for id in due {
+            step(conn, id, &event, claim.now_ms).await?;
+        }
     }
     Ok(())
 }
@@ -123,161 +111,108 @@ pub(super) async fn record_send(
     result: &SendResult,
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
-    let held = sqlx::query(
-        "SELECT batch_id, conversation_id, wamid FROM outbox
-         WHERE id = $1 AND attempts = $2 AND state = 'sending' FOR UPDATE",
-    )
-    .bind(id)
-    .bind(i32::try_from(attempt).unwrap_or(i32::MAX))
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(unavailable)?;
-    let Some(held) = held else {
+    let event = Event::Outcome { attempt, result };
+    if step(&mut tx, id, &event, now).await?.is_none() {
         return Err(Error::LeaseLost);
-    };
-    let (batch, conversation, noted): (i64, i64, Option<String>) =
-        (held.get(0), held.get(1), held.get(2));
-    let result = with_noted_wamid(noted, result, now);
-    let result = result.as_ref();
-    apply(&mut tx, id, batch, conversation, now, result).await?;
+    }
     tx.commit().await.map_err(unavailable)
 }
 
-async fn apply(
+/// Moves part `id` by the rulebook, under its row lock: loads it, asks [`part::next`], writes
+/// what it says. `None` when there is no such part or the rulebook refused the event: nothing
+/// is written.
+pub(super) async fn step(
     conn: &mut PgConnection,
     id: i64,
-    batch: i64,
-    conversation: i64,
+    event: &Event<'_>,
     now: i64,
-    result: &SendResult,
-) -> Result<()> {
-    match result {
-        SendResult::Accepted {
-            wamid,
-            template,
-            next_send_at_ms,
-        } => {
-            sqlx::query(
-                "UPDATE outbox SET state = 'accepted', wamid = $2,
-                        kind = CASE WHEN $3 OR window_closed THEN 'template' ELSE 'text' END,
-                        sent_at = $4, send_until = NULL, updated_at = $4
-                 WHERE id = $1",
-            )
-            .bind(id)
-            .bind(wamid)
-            .bind(template)
-            .bind(now)
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            hold_recipient(conn, conversation, *next_send_at_ms).await
-        }
-        SendResult::Retry {
-            at_ms,
-            failure,
-            code,
-            error,
-            recipient_after_ms,
-        } => {
-            sqlx::query(
-                "UPDATE outbox SET state = CASE WHEN window_closed THEN 'window_closed' ELSE 'queued' END,
-                        next_attempt_at = $2, failures = failures + $3, error_code = $4, error = $5,
-                        send_until = NULL, updated_at = $6
-                 WHERE id = $1",
-            )
-            .bind(id)
-            .bind(at_ms)
-            .bind(i32::from(*failure))
-            .bind(code)
-            .bind(error)
-            .bind(now)
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            match recipient_after_ms {
-                Some(after) => hold_recipient(conn, conversation, *after).await,
-                None => Ok(()),
-            }
-        }
-        SendResult::Untried => {
-            sqlx::query(
-                "UPDATE outbox SET state = CASE WHEN window_closed THEN 'window_closed' ELSE 'queued' END,
-                        send_until = NULL
-                 WHERE id = $1",
-            )
-            .bind(id)
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            Ok(())
-        }
-        SendResult::WindowClosed { code, error } => {
-            sqlx::query(
-                "UPDATE outbox SET state = 'window_closed', window_closed = true, wamid = NULL,
-                        error_code = $2, error = $3, next_attempt_at = NULL, send_until = NULL,
-                        updated_at = $4
-                 WHERE id = $1",
-            )
-            .bind(id)
-            .bind(code)
-            .bind(error)
-            .bind(now)
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            Ok(())
-        }
-        SendResult::Unknown {
-            error,
-            wait_until_ms,
-        } => {
-            sqlx::query(
-                "UPDATE outbox SET state = 'unknown', send_until = $2, error = $3, updated_at = $4
-                 WHERE id = $1",
-            )
-            .bind(id)
-            .bind(wait_until_ms)
-            .bind(error)
-            .bind(now)
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            Ok(())
-        }
-        SendResult::Review {
-            reason,
-            code,
-            error,
-        } => {
-            let state = if *reason == ReviewReason::SendFailed {
-                "failed"
-            } else {
-                "review"
-            };
-            sqlx::query(
-                "UPDATE outbox SET state = $2, error_code = $3, error = $4, send_until = NULL,
-                        updated_at = $5
-                 WHERE id = $1",
-            )
-            .bind(id)
-            .bind(state)
-            .bind(code)
-            .bind(error)
-            .bind(now)
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            review(conn, batch, id, *reason, Some(error), now).await
-        }
+) -> Result<Option<()>> {
+    let Some(held) = load(conn, id).await? else {
+        return Ok(None);
+    };
+    let Ok(step) = part::next(&held.part, event, now) else {
+        return Ok(None);
+    };
+    save(conn, id, &step.part, now).await?;
+    if let Some(until) = step.effects.hold_recipient_until_ms {
+        sqlx::query(
+            "UPDATE conversations SET send_after = GREATEST(COALESCE(send_after, 0), $2)
+             WHERE id = $1",
+        )
+        .bind(held.conversation)
+        .bind(until)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
     }
+    if let Some((reason, error)) = &step.effects.review {
+        review(conn, held.batch, id, *reason, Some(error), now).await?;
+    }
+    Ok(Some(()))
 }
 
-async fn hold_recipient(conn: &mut PgConnection, conversation: i64, until: i64) -> Result<()> {
-    sqlx::query(
-        "UPDATE conversations SET send_after = GREATEST(COALESCE(send_after, 0), $2) WHERE id = $1",
+/// A part as the rulebook reads it, with the batch and conversation it belongs to.
+struct Held {
+    part: Part,
+    batch: i64,
+    conversation: i64,
+}
+
+async fn load(conn: &mut PgConnection, id: i64) -> Result<Option<Held>> {
+    let row = sqlx::query(
+        "SELECT state, attempts, failures, window_closed, wamid, kind, delivery, error_code,
+                error, next_attempt_at, send_until, sent_at, batch_id, conversation_id
+         FROM outbox WHERE id = $1 FOR UPDATE",
     )
-    .bind(conversation)
-    .bind(until)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let Some(r) = row else { return Ok(None) };
+    let count = |i: usize| u32::try_from(r.get::<i32, _>(i)).unwrap_or(0);
+    let name = |i: usize| -> String { r.get(i) };
+    let unknown = |what: &str| Error::Schema(format!("outbox {id}: unknown {what}"));
+    let delivery: Option<String> = r.get(6);
+    Ok(Some(Held {
+        part: Part {
+            state: PartState::parse(&name(0)).ok_or_else(|| unknown("state"))?,
+            attempts: count(1),
+            failures: count(2),
+            window_closed: r.get(3),
+            wamid: r.get(4),
+            kind: PartKind::parse(&name(5)).ok_or_else(|| unknown("kind"))?,
+            delivery: delivery.as_deref().and_then(Delivery::parse),
+            error_code: r.get(7),
+            error: r.get(8),
+            next_attempt_at_ms: r.get(9),
+            until_ms: r.get(10),
+            sent_at_ms: r.get(11),
+        },
+        batch: r.get(12),
+        conversation: r.get(13),
+    }))
+}
+
+async fn save(conn: &mut PgConnection, id: i64, part: &Part, now: i64) -> Result<()> {
+    sqlx::query(
+        "UPDATE outbox SET state = $2, failures = $3, window_closed = $4, wamid = $5, kind = $6,
+                delivery = $7, error_code = $8, error = $9, next_attempt_at = $10,
+                send_until = $11, sent_at = $12, updated_at = $13
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(part.state.as_str())
+    .bind(i32::try_from(part.failures).unwrap_or(i32::MAX))
+    .bind(part.window_closed)
+    .bind(&part.wamid)
+    .bind(part.kind.as_str())
+    .bind(part.delivery.map(Delivery::as_str))
+    .bind(part.error_code)
+    .bind(&part.error)
+    .bind(part.next_attempt_at_ms)
+    .bind(part.until_ms)
+    .bind(part.sent_at_ms)
+    .bind(now)
     .execute(&mut *conn)
     .await
     .map(drop)
@@ -295,9 +230,9 @@ async fn review(
 ) -> Result<()> {
     sqlx::query(
         "INSERT INTO review (batch_id, outbox_id, reason, error, state, created_at)
-         VALUES ($1, $2, $3, $4, 'open', $5)
+         VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (outbox_id) WHERE outbox_id IS NOT NULL DO UPDATE SET
-             reason = EXCLUDED.reason, error = EXCLUDED.error, state = 'open',
+             reason = EXCLUDED.reason, error = EXCLUDED.error, state = EXCLUDED.state,
              created_at = EXCLUDED.created_at, resolved_at = NULL, resolution = NULL,
              resolution_note = NULL",
     )
@@ -305,6 +240,7 @@ async fn review(
     .bind(outbox)
     .bind(reason.as_str())
     .bind(error)
+    .bind(ReviewState::Open.as_str())
     .bind(now)
     .execute(&mut *conn)
     .await
@@ -319,110 +255,48 @@ pub(super) async fn reconcile_status(
     now: i64,
 ) -> Result<()> {
     let facts = &item.facts;
-    let (Some(wamid), Some(status)) = (facts["id"].as_str(), facts["status"].as_str()) else {
+    let (Some(wamid), Some(delivery)) = (
+        facts["id"].as_str(),
+        facts["status"].as_str().and_then(Delivery::parse),
+    ) else {
         return Ok(());
     };
     let callback = facts["biz_opaque_callback_data"].as_str();
-    let code = facts["error_codes"]
-        .get(0)
-        .and_then(serde_json::Value::as_i64);
-    let Some(row) = find_sent(conn, wamid, callback).await? else {
+    let Some(id) = find_sent(conn, wamid, callback).await? else {
         return Ok(());
     };
-    let (id, batch, state, kind, delivery): (i64, i64, String, String, Option<String>) =
-        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
-    match state.as_str() {
-        "sending" => {
-            sqlx::query("UPDATE outbox SET wamid = $2, updated_at = $3 WHERE id = $1")
-                .bind(id)
-                .bind(wamid)
-                .bind(now)
-                .execute(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-        }
-        "unknown" => {
-            sqlx::query(
-                "UPDATE outbox SET state = 'accepted', wamid = $2, sent_at = COALESCE(sent_at, $3),
-                        send_until = NULL, updated_at = $3
-                 WHERE id = $1",
-            )
-            .bind(id)
-            .bind(wamid)
-            .bind(now)
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-        }
-        _ => {}
-    }
-    if delivery_rank(status) <= delivery.as_deref().map_or(0, delivery_rank) {
-        return Ok(());
-    }
-    sqlx::query("UPDATE outbox SET delivery = $2, updated_at = $3 WHERE id = $1")
-        .bind(id)
-        .bind(status)
-        .bind(now)
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-    if status != "failed" {
-        return Ok(());
-    }
-    let error = format!(
-        "Meta reported the message failed (code {})",
-        code.map_or_else(|| "unknown".to_owned(), |c| c.to_string())
-    );
-    if code == Some(WINDOW_CLOSED) && kind == "text" {
-        sqlx::query(
-            "UPDATE outbox SET state = 'window_closed', window_closed = true, wamid = NULL,
-                    delivery = NULL, error_code = $2, error = $3, next_attempt_at = NULL,
-                    updated_at = $4
-             WHERE id = $1",
-        )
-        .bind(id)
-        .bind(code)
-        .bind(&error)
-        .bind(now)
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-        return Ok(());
-    }
-    sqlx::query("UPDATE outbox SET state = 'failed', error_code = $2, error = $3 WHERE id = $1")
-        .bind(id)
-        .bind(code)
-        .bind(&error)
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-    review(conn, batch, id, ReviewReason::SendFailed, Some(&error), now).await
+    let status = Status {
+        wamid,
+        delivery,
+        code: facts["error_codes"]
+            .get(0)
+            .and_then(serde_json::Value::as_i64),
+    };
+    step(conn, id, &Event::Status(status), now).await.map(drop)
 }
 
+/// The part a status names: by Meta's id, or, for a send whose answer never came, by the
+/// (part, attempt) in its callback data. Whether its state is one a callback names is the
+/// rulebook's to say.
 async fn find_sent(
     conn: &mut PgConnection,
     wamid: &str,
     callback: Option<&str>,
-) -> Result<Option<sqlx::postgres::PgRow>> {
-    let by_wamid = sqlx::query(
-        "SELECT id, batch_id, state, kind, delivery FROM outbox WHERE wamid = $1 FOR UPDATE",
-    )
-    .bind(wamid)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+) -> Result<Option<i64>> {
+    let by_wamid = sqlx::query_scalar("SELECT id FROM outbox WHERE wamid = $1")
+        .bind(wamid)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(unavailable)?;
     if by_wamid.is_some() {
         return Ok(by_wamid);
     }
     let Some((id, attempt)) = callback.and_then(parse_send_callback) else {
         return Ok(None);
     };
-    // `wamid = $3` too: a sender recording this very id may commit while we wait on the row.
-    sqlx::query(
-        "SELECT id, batch_id, state, kind, delivery FROM outbox
-         WHERE id = $1 AND attempts = $2 AND (wamid IS NULL OR wamid = $3)
-           AND state IN ('sending', 'unknown', 'accepted')
-         FOR UPDATE",
+    // `wamid = $3` too: a sender recording this very id may commit before the rulebook reads it.
+    sqlx::query_scalar(
+        "SELECT id FROM outbox WHERE id = $1 AND attempts = $2 AND (wamid IS NULL OR wamid = $3)",
     )
     .bind(id)
     .bind(i32::try_from(attempt).unwrap_or(i32::MAX))
@@ -437,11 +311,15 @@ pub(super) async fn next_send_due(pool: &PgPool, skip: &[String]) -> Result<Opti
         "SELECT LEAST(
              (SELECT min(GREATEST(COALESCE(o.next_attempt_at, 0), COALESCE(c.send_after, 0)))
               FROM outbox o JOIN conversations c ON c.id = o.conversation_id
-              WHERE o.state IN ('queued', 'window_closed') AND NOT (o.business = ANY($1))
+              WHERE o.state IN {claimable} AND NOT (o.business = ANY($1))
                 AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.conversation_id = o.conversation_id
-                                AND p.id < o.id AND p.state IN {UNSETTLED})),
-             (SELECT min(send_until) FROM outbox WHERE state = 'sending'),
-             (SELECT min(send_until) FROM outbox WHERE state = 'unknown'))"
+                                AND p.id < o.id AND p.state IN {unsettled})),
+             (SELECT min(send_until) FROM outbox WHERE state = '{sending}'),
+             (SELECT min(send_until) FROM outbox WHERE state = '{unknown}'))",
+        claimable = *CLAIMABLE_SQL,
+        unsettled = *UNSETTLED_SQL,
+        sending = PartState::Sending,
+        unknown = PartState::Unknown,
     )))
     .bind(skip)
     .fetch_one(pool)

@@ -5,9 +5,12 @@ use sqlx::AssertSqlSafe;
 use sqlx::{PgConnection, PgPool, Row};
 
 use super::ingest::channel;
+use super::outbox;
 use super::turns::{conversation_history, load_batch, lock_conversation};
 use super::{limit, unavailable};
 use crate::domain::ConversationKey;
+use crate::store::rules::part::Event;
+use crate::store::rules::review::{self, ReviewState};
 use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
 
 const COLUMNS: &str = "r.id, r.batch_id, r.reason, r.error, r.created_at, r.outbox_id, r.state";
@@ -71,37 +74,44 @@ pub(super) async fn resolve(
     resolution: &Resolution,
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
-    let open = sqlx::query(
-        "SELECT batch_id, outbox_id FROM review WHERE id = $1 AND state = 'open' FOR UPDATE",
-    )
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(unavailable)?;
-    let Some(open) = open else {
+    let held =
+        sqlx::query("SELECT batch_id, outbox_id, state FROM review WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+    let Some(held) = held else {
         return Err(Error::NotFound);
     };
-    let (batch, outbox): (i64, Option<i64>) = (open.get(0), open.get(1));
-    let (state, note) = match resolution {
+    let (batch, outbox, state): (i64, Option<i64>, String) =
+        (held.get(0), held.get(1), held.get(2));
+    let settled = ReviewState::parse(&state).and_then(|s| review::settle(s, resolution));
+    let Some(settled) = settled else {
+        return Err(Error::NotFound);
+    };
+    let note = match resolution {
         Resolution::Reply { text, sandbox } => {
             person_reply(&mut tx, batch, now, text, *sandbox).await?;
-            ("replied", Some(text.as_str()))
+            Some(text.as_str())
         }
         Resolution::Requeue => {
             match outbox {
-                Some(part) => requeue_send(&mut tx, part, now).await?,
+                // A person decided the part may go again: a fresh start, whatever happened.
+                Some(part) => outbox::step(&mut tx, part, &Event::Requeue, now)
+                    .await
+                    .map(drop)?,
                 None => requeue_batch(&mut tx, batch, now).await?,
             }
-            ("requeued", None)
+            None
         }
-        Resolution::Close => ("closed", None),
+        Resolution::Close => None,
     };
     sqlx::query(
         "UPDATE review SET state = $2, resolved_at = $3, resolution = $2, resolution_note = $4
          WHERE id = $1",
     )
     .bind(id)
-    .bind(state)
+    .bind(settled.as_str())
     .bind(now)
     .bind(note)
     .execute(&mut *tx)
@@ -164,21 +174,6 @@ async fn requeue_batch(conn: &mut PgConnection, batch: i64, now: i64) -> Result<
          WHERE id = (SELECT conversation_id FROM batches WHERE id = $1)",
     )
     .bind(batch)
-    .bind(now)
-    .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
-}
-
-async fn requeue_send(conn: &mut PgConnection, part: i64, now: i64) -> Result<()> {
-    sqlx::query(
-        "UPDATE outbox SET state = CASE WHEN window_closed THEN 'window_closed' ELSE 'queued' END,
-                wamid = NULL, delivery = NULL, failures = 0, next_attempt_at = NULL,
-                send_until = NULL, updated_at = $2
-         WHERE id = $1",
-    )
-    .bind(part)
     .bind(now)
     .execute(&mut *conn)
     .await
