@@ -20,6 +20,7 @@ use sabi::store::{
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 use crate::services;
+use crate::walk::every_transition_of_a_reply_part_follows_the_rulebook;
 
 /// A fresh SQLite store in its own directory (kept alive by the returned guard).
 async fn sqlite() -> Option<(Arc<dyn Store>, tempfile::TempDir)> {
@@ -149,6 +150,7 @@ macro_rules! cases {
             duplicates_change_nothing_even_at_once,
             a_batch_is_in_the_order_sent,
             the_inbox_keeps_a_deliverys_order_across_conversations,
+            every_transition_of_a_reply_part_follows_the_rulebook,
             due_is_the_window_after_the_last_but_never_past_the_cap,
             one_claimer_wins,
             a_lapsed_lease_is_taken_over_with_a_new_token,
