@@ -13,10 +13,10 @@ use serde_json::{Value, json};
 use crate::app::{App, Role};
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::domain::{Channel, ItemKind};
+use crate::domain::{Channel, ItemKind, ReviewReason};
 use crate::ingress::whatsapp::{sign, wire};
 use crate::router::{self, Router};
-use crate::store::{self, InboxQuery, Resolution, ReviewEntry, ReviewQuery, StoredItem};
+use crate::store::{self, Delivery, InboxQuery, Resolution, ReviewEntry, ReviewQuery, StoredItem};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -139,14 +139,18 @@ enum Command {
     },
 }
 
+fn review_reason(name: &str) -> Result<ReviewReason, String> {
+    ReviewReason::parse(name).ok_or_else(|| format!("no review reason is called {name:?}"))
+}
+
 #[derive(Debug, clap::Subcommand)]
 pub enum ReviewAction {
     /// Open items, oldest first.
     Ls {
         /// Only this reason: too_old, out_of_retries, handoff_asked, unknown_outcome,
-        /// window_closed, send_failed.
-        #[arg(long)]
-        reason: Option<String>,
+        /// window_closed, send_failed, model_output.
+        #[arg(long, value_parser = review_reason)]
+        reason: Option<ReviewReason>,
         /// Only this customer.
         #[arg(long)]
         customer: Option<String>,
@@ -410,7 +414,7 @@ async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
                 "{:>6}  {:<13} {:<9} {:<18} {:<16} batch {} part {}  {}",
                 entry.id,
                 entry.state,
-                entry.delivery.as_deref().unwrap_or("-"),
+                entry.delivery.map_or("-", Delivery::as_str),
                 shown(&c.business),
                 shown(&c.customer),
                 entry.batch_id,

@@ -265,6 +265,20 @@ pub enum ReviewReason {
 }
 
 impl ReviewReason {
+    pub const ALL: [ReviewReason; 7] = [
+        ReviewReason::TooOld,
+        ReviewReason::OutOfRetries,
+        ReviewReason::HandoffAsked,
+        ReviewReason::UnknownOutcome,
+        ReviewReason::WindowClosed,
+        ReviewReason::SendFailed,
+        ReviewReason::ModelOutput,
+    ];
+
+    pub fn parse(name: &str) -> Option<ReviewReason> {
+        ReviewReason::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ReviewReason::TooOld => "too_old",
@@ -275,5 +289,17 @@ impl ReviewReason {
             ReviewReason::SendFailed => "send_failed",
             ReviewReason::ModelOutput => "model_output",
         }
+    }
+}
+
+impl std::fmt::Display for ReviewReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ReviewReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }

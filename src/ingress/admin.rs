@@ -29,7 +29,7 @@ use subtle::ConstantTimeEq;
 use super::AppState;
 use crate::domain::ReviewReason;
 use crate::http::ApiError;
-use crate::store::{ConversationView, Resolution, ReviewEntry, ReviewQuery};
+use crate::store::{ConversationView, Resolution, ReviewEntry, ReviewQuery, ReviewState};
 
 /// History turns shown with a review item or a conversation.
 const TURNS_SHOWN: usize = 50;
@@ -94,7 +94,7 @@ pub(super) async fn list(
     let items = state
         .store
         .review_queue(ReviewQuery {
-            reason: query.reason,
+            reason: query.reason.as_deref().map(reason).transpose()?,
             customer: query.customer,
             limit: Some(limit.saturating_mul(FOLD_READ_AHEAD).min(5000)),
         })
@@ -102,6 +102,13 @@ pub(super) async fn list(
     let mut shown = fold_repeats(&items);
     shown.truncate(limit);
     Ok(Json(json!({ "items": shown })))
+}
+
+fn reason(name: &str) -> Result<ReviewReason, ApiError> {
+    ReviewReason::parse(name).ok_or_else(|| ApiError::Invalid {
+        field: "reason",
+        why: format!("no review reason is called {name:?}"),
+    })
 }
 
 /// How many items are read per item shown, so that a flood folded into one leaves room.
@@ -115,7 +122,8 @@ fn fold_repeats(items: &[ReviewEntry]) -> Vec<Value> {
     let mut shown: Vec<Value> = Vec::with_capacity(items.len());
     let mut first_of: HashMap<&str, usize> = HashMap::new();
     for item in items {
-        let address = (item.state == "open" && item.reason == ReviewReason::HandoffAsked.as_str())
+        let address = (item.state == ReviewState::Open
+            && item.reason == ReviewReason::HandoffAsked)
             .then(|| item.messages.first().and_then(|m| m.address.as_deref()))
             .flatten();
         match address.and_then(|a| first_of.get(a).map(|&at| (a, at))) {

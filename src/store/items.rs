@@ -124,3 +124,9 @@ pub(crate) fn status_of(state: &str) -> JobStatus {
 /// The largest queue position reported: past it the exact figure tells a person nothing more,
 /// and counting further would cost every poll a longer scan.
 pub(crate) const POSITION_CAP: i64 = 10_000;
+
+/// A stored name read back as the rulebook's enum: a name this build does not know means the
+/// store was written by another one.
+pub(crate) fn known<T>(parse: fn(&str) -> Option<T>, name: &str) -> crate::store::Result<T> {
+    parse(name).ok_or_else(|| crate::store::Error::Schema(format!("unknown name {name:?}")))
+}

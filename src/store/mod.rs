@@ -20,7 +20,9 @@ use async_trait::async_trait;
 
 pub use self::postgres::PgStore;
 pub use self::redis::RedisStore;
-pub use self::rules::part::WINDOW_CLOSED;
+pub use self::rules::item::ItemState;
+pub use self::rules::part::{Delivery, PartKind, PartState, WINDOW_CLOSED};
+pub use self::rules::review::ReviewState;
 pub use self::sqlite::SqliteStore;
 use crate::clock::SharedClock;
 use crate::config::StoreConfig;
@@ -143,10 +145,7 @@ pub struct StoredItem {
     pub seq: i64,
     pub item: InboundItem,
     pub received_at_ms: i64,
-    /// `pending` (waits for a turn), `batched` (its turn runs), `answered`, `review`,
-    /// `skipped` (deliberately not a turn), `withdrawn` (deleted by the customer before its
-    /// turn) or `recorded` (statuses, errors, events).
-    pub state: String,
+    pub state: ItemState,
     /// The batch it was answered in, once claimed.
     pub batch: Option<i64>,
 }
@@ -190,18 +189,16 @@ pub struct OutboxEntry {
     pub part: u32,
     pub conversation: ConversationKey,
     pub text: String,
-    /// `sandbox` (kept, never sent), `served` (web chat), `queued`, `sending`, `unknown`,
-    /// `window_closed`, `accepted`, `failed` or `review`.
-    pub state: String,
-    /// What went out: `text` (or interactive, with options) or `template`.
-    pub kind: String,
+    pub state: PartState,
+    /// What went out.
+    pub kind: PartKind,
     /// Claims by a sender, a claim given back untried included: the latest is the fencing
     /// token of the send under way.
     pub attempts: u32,
     /// Meta's id, once it accepted the send.
     pub wamid: Option<String>,
-    /// Meta's latest status (`sent`, `delivered`, `read`, `failed`), never downgraded.
-    pub delivery: Option<String>,
+    /// Meta's latest status, never downgraded.
+    pub delivery: Option<Delivery>,
     pub error_code: Option<i64>,
     pub error: Option<String>,
     pub created_at_ms: i64,
@@ -287,10 +284,9 @@ pub struct ReviewEntry {
     pub batch_id: i64,
     /// The reply part it is about, when a send went wrong.
     pub outbox_id: Option<i64>,
-    /// `open`, or how a person settled it: `replied`, `requeued`, `closed`.
-    pub state: String,
+    pub state: ReviewState,
     pub conversation: ConversationKey,
-    pub reason: String,
+    pub reason: ReviewReason,
     pub error: Option<String>,
     pub created_at_ms: i64,
     pub messages: Vec<BatchMessage>,
@@ -350,8 +346,8 @@ pub struct HistoryEntry {
 /// Which review items to list.
 #[derive(Debug, Clone, Default)]
 pub struct ReviewQuery {
-    /// Only items of this reason (`too_old`, `handoff_asked`, ...).
-    pub reason: Option<String>,
+    /// Only items of this reason.
+    pub reason: Option<ReviewReason>,
     /// Only items of this customer.
     pub customer: Option<String>,
     pub limit: Option<usize>,

@@ -246,7 +246,7 @@ async fn failures_are_retried_then_the_fallback_answers_then_review() {
     app.scheduler.drain().await.expect("retry");
     let review = review(&app).await;
     assert_eq!(review.len(), 1);
-    assert_eq!(review[0].reason, "out_of_retries");
+    assert_eq!(review[0].reason.as_str(), "out_of_retries");
     assert_eq!(
         outbox(&app).await.len(),
         1,
@@ -512,7 +512,7 @@ async fn an_external_agent_gets_the_signed_batch_and_its_answer_is_delivered() {
     );
     assert_eq!(replies[1].text, "A colleague will reply soon.");
     let review = review(&app).await;
-    assert_eq!(review[0].reason, "handoff_asked");
+    assert_eq!(review[0].reason.as_str(), "handoff_asked");
 }
 
 #[tokio::test]

@@ -218,7 +218,7 @@ async fn review_reply_from_the_shell_refuses_to_strand_a_reply_in_sandbox() {
         outbox
             .iter()
             .find(|o| o.conversation.customer == customer && o.text == "A person answers")
-            .map(|o| o.state.clone())
+            .map(|o| o.state.to_string())
     };
     assert_eq!(
         state_of(&items[0].conversation.customer).as_deref(),

@@ -754,7 +754,7 @@ async fn review_items_are_settled_once(store: Arc<dyn Store>) {
         .await
         .expect("queue");
     assert_eq!(queue.len(), 1);
-    assert_eq!(queue[0].reason, "too_old");
+    assert_eq!(queue[0].reason.as_str(), "too_old");
     let id = queue[0].id;
     let answer = Resolution::Reply {
         text: "A person here.".into(),

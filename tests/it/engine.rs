@@ -121,7 +121,7 @@ async fn states(app: &TestApp) -> Vec<String> {
         .await
         .expect("inbox")
         .into_iter()
-        .map(|i| i.state)
+        .map(|i| i.state.to_string())
         .collect()
 }
 
@@ -361,7 +361,7 @@ async fn failed_turns_back_off_then_go_to_review() {
         .await
         .expect("review");
     assert_eq!(review.len(), 1);
-    assert_eq!(review[0].reason, "out_of_retries");
+    assert_eq!(review[0].reason.as_str(), "out_of_retries");
     assert_eq!(review[0].error.as_deref(), Some("the model is down"));
     assert_eq!(review[0].messages[0].text.as_deref(), Some("hello"));
     assert!(app.store.outbox(None).await.expect("outbox").is_empty());
@@ -411,7 +411,7 @@ async fn a_batch_too_old_for_an_automatic_reply_goes_to_review() {
         .await
         .expect("review");
     assert_eq!(review.len(), 1);
-    assert_eq!(review[0].reason, "too_old");
+    assert_eq!(review[0].reason.as_str(), "too_old");
     assert!(app.store.outbox(None).await.expect("outbox").is_empty());
 }
 

@@ -178,7 +178,7 @@ async fn unfit_answers_go_to_a_retry_then_the_fallback_then_a_person() {
     assert_eq!(outbox(&app).await.len(), 1, "nothing unfit was sent");
     let review = review(&app).await;
     assert_eq!(review.len(), 1);
-    assert_eq!(review[0].reason, "model_output");
+    assert_eq!(review[0].reason.as_str(), "model_output");
     let note = review[0].error.as_deref().unwrap_or_default();
     assert!(note.contains("empty, json, cut_off"), "{note}");
     assert_eq!(primary.completions().len(), 4, "not retried as a failure");
@@ -197,7 +197,7 @@ async fn without_a_fallback_a_second_unfit_answer_goes_to_a_person() {
     turn(&app, "wamid.1", OUT_OF_SCOPE).await;
     assert!(outbox(&app).await.is_empty());
     let review = review(&app).await;
-    assert_eq!(review[0].reason, "model_output");
+    assert_eq!(review[0].reason.as_str(), "model_output");
 }
 
 #[tokio::test]

@@ -263,7 +263,7 @@ async fn the_router_answers_in_the_turn() {
         .await
         .expect("review");
     assert_eq!(review.len(), 1);
-    assert_eq!(review[0].reason, "handoff_asked");
+    assert_eq!(review[0].reason.as_str(), "handoff_asked");
     assert_eq!(review[0].conversation.customer, "2348000000002");
 }
 

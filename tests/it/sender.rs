@@ -163,7 +163,7 @@ fn now_s() -> i64 {
 fn states(outbox: &[OutboxEntry]) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     for entry in outbox {
-        *counts.entry(entry.state.clone()).or_default() += 1;
+        *counts.entry(entry.state.to_string()).or_default() += 1;
     }
     counts
 }
@@ -305,7 +305,7 @@ async fn a_lost_answer_is_never_resent_and_the_status_webhook_settles_it() {
     sabi.wait_for(Duration::from_secs(30), |outbox| {
         outbox.len() == 2
             && outbox.iter().all(|e| e.state == "accepted")
-            && outbox[0].delivery.as_deref() == Some("delivered")
+            && outbox[0].delivery.map(|d| d.as_str()) == Some("delivered")
     })
     .await;
     let sends = sabi.fake.accepted();
@@ -344,7 +344,7 @@ async fn a_lost_answer_without_a_status_goes_to_review() {
         .await
         .expect("review");
     assert_eq!(review.len(), 1);
-    assert_eq!(review[0].reason, "unknown_outcome");
+    assert_eq!(review[0].reason.as_str(), "unknown_outcome");
     assert_eq!(review[0].outbox_id, Some(sabi.outbox().await[0].id));
     assert_eq!(sabi.fake.accepted().len(), 1, "never sent twice");
 }
@@ -369,7 +369,9 @@ async fn outside_the_window_the_template_goes_or_the_reply_waits_for_a_person() 
     sabi.customer_writes("wamid.new", &customer(2), "hello", 0)
         .await;
     let settled = |e: &OutboxEntry| {
-        (e.part == 0 && e.state == "accepted" && e.delivery.as_deref() == Some("delivered"))
+        (e.part == 0
+            && e.state == "accepted"
+            && e.delivery.map(|d| d.as_str()) == Some("delivered"))
             || (e.part == 1 && e.state == "review")
     };
     sabi.wait_for(Duration::from_secs(30), |outbox| {
@@ -391,7 +393,7 @@ async fn outside_the_window_the_template_goes_or_the_reply_waits_for_a_person() 
         .await
         .expect("review");
     assert_eq!(review.len(), 2);
-    assert!(review.iter().all(|r| r.reason == "window_closed"));
+    assert!(review.iter().all(|r| r.reason.as_str() == "window_closed"));
     let kinds: Vec<String> = sabi
         .fake
         .received()
@@ -427,7 +429,7 @@ async fn outside_the_window_the_template_goes_or_the_reply_waits_for_a_person() 
         .review_queue(ReviewQuery::default())
         .await
         .expect("review");
-    assert_eq!(review[0].reason, "window_closed");
+    assert_eq!(review[0].reason.as_str(), "window_closed");
     assert!(no_template.fake.accepted().is_empty(), "nothing was sent");
 }
 
@@ -617,7 +619,7 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
     let outbox = app.store.outbox(None).await.expect("outbox");
     assert_eq!(outbox[0].state, "accepted");
     assert_eq!(outbox[0].wamid.as_deref(), Some("wamid.OUT1"));
-    assert_eq!(outbox[0].delivery.as_deref(), Some("read"));
+    assert_eq!(outbox[0].delivery.map(|d| d.as_str()), Some("read"));
 
     // Now the next part goes; Meta fails it later for good: a person is told.
     let jobs = app.store.claim_sends(claim(later)).await.expect("claim");
@@ -651,7 +653,7 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
         .await
         .expect("review");
     assert_eq!(review.len(), 1);
-    assert_eq!(review[0].reason, "send_failed");
+    assert_eq!(review[0].reason.as_str(), "send_failed");
     assert_eq!(review[0].outbox_id, Some(outbox[1].id));
 }
 

@@ -403,14 +403,7 @@ impl Walk {
         let stored: BTreeMap<i64, _> = outbox
             .iter()
             .map(|e| {
-                let state = e.state.clone();
-                let seen = (
-                    state,
-                    e.kind.clone(),
-                    e.attempts,
-                    e.wamid.clone(),
-                    e.delivery.clone(),
-                );
+                let seen = (e.state, e.kind, e.attempts, e.wamid.clone(), e.delivery);
                 (e.id, seen)
             })
             .collect();
@@ -419,13 +412,7 @@ impl Walk {
             .parts
             .iter()
             .map(|(id, p)| {
-                let seen = (
-                    p.state.as_str().to_owned(),
-                    p.kind.as_str().to_owned(),
-                    p.attempts,
-                    p.wamid.clone(),
-                    p.delivery.map(|d| d.as_str().to_owned()),
-                );
+                let seen = (p.state, p.kind, p.attempts, p.wamid.clone(), p.delivery);
                 (*id, seen)
             })
             .collect();

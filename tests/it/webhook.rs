@@ -240,7 +240,7 @@ async fn statuses_dedupe_on_id_and_status_and_are_not_turns() {
     let inbox = app.inbox().await;
     let kinds: Vec<_> = inbox
         .iter()
-        .map(|i| (i.item.kind, i.item.item_type.clone(), i.state.clone()))
+        .map(|i| (i.item.kind, i.item.item_type.clone(), i.state.to_string()))
         .collect();
     assert_eq!(
         kinds,

@@ -8,10 +8,12 @@ use sqlx::{PgConnection, PgPool, Row};
 
 use super::{limit, outbox, unavailable};
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
+use crate::store::items::known;
 use crate::store::items::{
     Amendment, Encoded, POSITION_CAP, amendment, message_key, quarantine_hash, question_item,
     sent_at_ms, status_of,
 };
+use crate::store::rules::item::ItemState;
 use crate::store::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest, IngestReceipt,
     JobStatus, Result, StoredItem, StoredQuarantine, Submitted,
@@ -331,7 +333,7 @@ pub(super) async fn inbox(pool: &PgPool, query: &InboxQuery) -> Result<Vec<Store
                         .map_err(|e| Error::Schema(format!("undecodable facts: {e}")))?,
                 },
                 received_at_ms: r.get(10),
-                state: r.get(11),
+                state: known(ItemState::parse, r.get(11))?,
                 batch: r.get(12),
             })
         })

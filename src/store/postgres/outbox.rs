@@ -9,6 +9,7 @@ use sqlx::{PgConnection, PgPool, Row};
 use super::ingest::channel;
 use super::{limit, unavailable};
 use crate::domain::{ConversationKey, InboundItem, ReviewReason};
+use crate::store::items::known;
 use crate::store::rules::part::{
     self, CLAIMABLE_SQL, Delivery, Event, Part, PartKind, PartState, Status, UNSETTLED_SQL,
 };
@@ -351,14 +352,17 @@ pub(super) async fn outbox(pool: &PgPool, count: Option<usize>) -> Result<Vec<Ou
                     customer: r.get(5),
                 },
                 text: r.get(6),
-                state: r.get(7),
+                state: known(PartState::parse, r.get(7))?,
                 created_at_ms: r.get(8),
                 turn_started_at_ms: r.get(9),
                 turn_finished_at_ms: r.get(10),
-                kind: r.get(11),
+                kind: known(PartKind::parse, r.get(11))?,
                 attempts: count(12),
                 wamid: r.get(13),
-                delivery: r.get(14),
+                delivery: r
+                    .get::<Option<&str>, _>(14)
+                    .map(|d| known(Delivery::parse, d))
+                    .transpose()?,
                 error_code: r.get(15),
                 error: r.get(16),
                 sent_at_ms: r.get(17),

@@ -8,7 +8,8 @@ use super::ingest::channel;
 use super::outbox;
 use super::turns::{conversation_history, load_batch, lock_conversation};
 use super::{limit, unavailable};
-use crate::domain::ConversationKey;
+use crate::domain::{ConversationKey, ReviewReason};
+use crate::store::items::known;
 use crate::store::rules::part::Event;
 use crate::store::rules::review::{self, ReviewState};
 use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
@@ -26,9 +27,9 @@ async fn entries(
             id: r.get(0),
             batch_id: r.get(1),
             outbox_id: r.get(5),
-            state: r.get(6),
+            state: known(ReviewState::parse, r.get(6))?,
             conversation: batch.conversation,
-            reason: r.get(2),
+            reason: known(ReviewReason::parse, r.get(2))?,
             error: r.get(3),
             created_at_ms: r.get(4),
             messages: batch.messages,
@@ -42,11 +43,12 @@ pub(super) async fn queue(pool: &PgPool, query: &ReviewQuery) -> Result<Vec<Revi
     let rows = sqlx::query(AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM review r JOIN batches b ON b.id = r.batch_id
          JOIN conversations c ON c.id = b.conversation_id
-         WHERE r.state = 'open' AND ($1::text IS NULL OR r.reason = $1)
+         WHERE r.state = '{open}' AND ($1::text IS NULL OR r.reason = $1)
            AND ($2::text IS NULL OR c.customer = $2)
-         ORDER BY c.channel = 'webchat', r.id LIMIT $3"
+         ORDER BY c.channel = 'webchat', r.id LIMIT $3",
+        open = ReviewState::Open,
     )))
-    .bind(&query.reason)
+    .bind(query.reason.map(ReviewReason::as_str))
     .bind(&query.customer)
     .bind(limit(query.limit))
     .fetch_all(&mut *conn)

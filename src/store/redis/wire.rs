@@ -6,9 +6,12 @@ use serde_json::{Value, json};
 
 use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
-    ReplyPart,
+    ReplyPart, ReviewReason,
 };
-use crate::store::items::{Encoded, amendment, quarantine_hash, status_of};
+use crate::store::items::{Encoded, amendment, known, quarantine_hash, status_of};
+use crate::store::rules::item::ItemState;
+use crate::store::rules::part::{Delivery, PartKind, PartState};
+use crate::store::rules::review::ReviewState;
 use crate::store::{
     ChatExchange, ChatJob, ConversationView, Ending, Error, Gauges, HistoryEntry, Ingest,
     OutboxEntry, Resolution, Result, ReviewEntry, SendJob, SendResult, Speaker, StoredItem,
@@ -310,7 +313,7 @@ impl RawItem {
                     .map_err(|e| Error::Schema(format!("undecodable facts: {e}")))?,
             },
             received_at_ms: self.recv,
-            state: self.state,
+            state: known(ItemState::parse, &self.state)?,
             batch: self.batch,
         })
     }
@@ -369,11 +372,14 @@ impl RawPart {
             part: self.part,
             conversation: conversation(&self.ch, self.biz, self.cust)?,
             text: self.text,
-            state: self.state,
-            kind: self.kind,
+            state: known(PartState::parse, &self.state)?,
+            kind: known(PartKind::parse, &self.kind)?,
             attempts: self.attempts,
             wamid: self.wamid,
-            delivery: self.delivery,
+            delivery: self
+                .delivery
+                .map(|d| known(Delivery::parse, &d))
+                .transpose()?,
             error_code: self.error_code,
             error: self.error,
             created_at_ms: self.created,
@@ -440,9 +446,9 @@ impl RawReview {
             id: self.id,
             batch_id: batch.id,
             outbox_id: self.outbox,
-            state: self.state,
+            state: known(ReviewState::parse, &self.state)?,
             conversation: batch.conversation,
-            reason: self.reason,
+            reason: known(ReviewReason::parse, &self.reason)?,
             error: self.error,
             created_at_ms: self.created,
             messages: batch.messages,

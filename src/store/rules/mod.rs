@@ -12,7 +12,8 @@ pub mod item;
 pub mod part;
 pub mod review;
 
-/// Names an enum's variants: `ALL`, `as_str`, `parse`, `Display`, and comparison with a name.
+/// Names an enum's variants: `ALL`, `as_str`, `parse`, `Display`, serialising as the name, and
+/// comparison with a name.
 macro_rules! named {
     ($name:ident { $($variant:ident => $text:literal),* $(,)? }) => {
         impl $name {
@@ -32,6 +33,12 @@ macro_rules! named {
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
             }
         }
 

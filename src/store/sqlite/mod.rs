@@ -22,6 +22,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use self::writer::Writer;
 use super::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at_ms};
+use super::rules::item::ItemState;
+use super::rules::part::{Delivery, PartKind, PartState};
+use super::rules::review::ReviewState;
 use super::{
     ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Error, Gauges, HistoryEntry,
     InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry, ReviewQuery,
@@ -30,6 +33,7 @@ use super::{
 };
 use crate::domain::{
     BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken, Quarantined,
+    ReviewReason,
 };
 
 /// Schema versions, applied in order; `PRAGMA user_version` records how many ran.
@@ -685,17 +689,29 @@ fn from_name<T>(value: ValueRef<'_>, parse: fn(&str) -> Option<T>) -> FromSqlRes
         .ok_or_else(|| FromSqlError::Other(format!("unknown name {name:?} in the store").into()))
 }
 
-impl FromSql for Channel {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-        from_name(value, Channel::parse)
-    }
+/// Names stored as text, read back as their enums.
+macro_rules! from_names {
+    ($($name:ty),*) => {
+        $(
+            impl FromSql for $name {
+                fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+                    from_name(value, <$name>::parse)
+                }
+            }
+        )*
+    };
 }
 
-impl FromSql for ItemKind {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
-        from_name(value, ItemKind::parse)
-    }
-}
+from_names!(
+    Channel,
+    ItemKind,
+    ItemState,
+    PartState,
+    PartKind,
+    Delivery,
+    ReviewState,
+    ReviewReason
+);
 
 fn quarantine(conn: &Connection, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
     let limit = limit_param(limit.unwrap_or(usize::MAX));

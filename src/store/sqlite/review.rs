@@ -6,12 +6,20 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::outbox;
 use super::turns::{conversation_history, execute, load_batch};
 use super::{limit_param, unavailable};
-use crate::domain::ConversationKey;
+use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::rules::part::Event;
 use crate::store::rules::review::{self, ReviewState};
 use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
 
-type Row = (i64, i64, String, Option<String>, i64, Option<i64>, String);
+type Row = (
+    i64,
+    i64,
+    ReviewReason,
+    Option<String>,
+    i64,
+    Option<i64>,
+    ReviewState,
+);
 
 const COLUMNS: &str = "r.id, r.batch_id, r.reason, r.error, r.created_at, r.outbox_id, r.state";
 
@@ -54,7 +62,7 @@ pub(super) fn queue(conn: &Connection, query: &ReviewQuery) -> Result<Vec<Review
         .and_then(|mut s| {
             s.query_map(
                 params![
-                    query.reason,
+                    query.reason.map(ReviewReason::as_str),
                     query.customer,
                     limit_param(query.limit.unwrap_or(usize::MAX))
                 ],
