@@ -16,15 +16,12 @@
 //! - every request says who it acts for in `X-Sabi-Customer`, signed when a tools secret is
 //!   set, so the business's API can check that an account belongs to that customer.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
 use reqwest::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use secrecy::SecretString;
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::config::ToolConfig;
 use crate::domain::Identity;
 
 /// The argument Sabi fills with the verified identity.
@@ -36,42 +33,6 @@ pub const TIMESTAMP_HEADER: &str = "x-sabi-timestamp";
 /// `sha256=<hex>`: HMAC-SHA256 with the tools secret of
 /// `<timestamp>.<METHOD>.<path?query>.<body>`.
 pub const SIGNATURE_HEADER: &str = "x-sabi-signature-256";
-
-/// One tool as configured.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ToolConfig {
-    pub name: String,
-    /// What the tool does, for the agent.
-    #[serde(default)]
-    pub description: String,
-    /// JSON-schema of the arguments: offered to the agent (without `customer`), and every call
-    /// is checked against it.
-    #[serde(default)]
-    pub parameters: Option<Value>,
-    #[serde(default = "default_method")]
-    pub method: String,
-    /// `https://api.example/balance?customer={customer}`
-    pub url: String,
-    /// Header values may name environment variables: `Bearer ${BANK_API_TOKEN}`.
-    #[serde(default)]
-    #[serde(skip_serializing)]
-    pub headers: BTreeMap<String, String>,
-    #[serde(default = "default_timeout", with = "crate::config::duration")]
-    pub timeout: Duration,
-    /// Offered to anonymous web visitors too (opening hours, a branch finder): only for tools
-    /// that reveal nothing about a customer.
-    #[serde(default)]
-    pub public: bool,
-}
-
-fn default_method() -> String {
-    "GET".into()
-}
-
-fn default_timeout() -> Duration {
-    Duration::from_secs(5)
-}
 
 /// Why a tool call gave no answer. The message is safe to show the agent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,6 +6,7 @@
 //! Business code only ever sees typed values: durations, addresses, secrets.
 
 mod example;
+mod tools;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,9 +15,13 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
+pub use self::tools::ToolConfig;
 use crate::domain::BatchPolicy;
 use crate::worker::EngineSettings;
 use crate::worker::policy::EnginePolicy;
+
+/// The router's built-in intents file: what Sabi answers with no `router.intents_file`.
+pub const DEFAULT_INTENTS: &str = include_str!("default_intents.toml");
 
 /// The environment variables and the setting each one sets.
 pub const ENV: &[(&str, &str)] = &[
@@ -93,7 +98,7 @@ pub struct Config {
     pub logging: LoggingConfig,
     /// The business's HTTP tools, for reply templates and the agent (`[[tools]]`).
     #[serde(default)]
-    pub tools: Vec<crate::tools::ToolConfig>,
+    pub tools: Vec<ToolConfig>,
     /// Signs every tool request (`X-Sabi-Signature-256`), so the business's API can trust the
     /// customer it names in `X-Sabi-Customer`.
     #[serde(skip_serializing)]
@@ -151,7 +156,7 @@ impl RouterConfig {
     /// When the configured file cannot be read.
     pub fn intents_source(&self) -> Result<String, Error> {
         match &self.intents_file {
-            None => Ok(crate::router::intents::DEFAULT.to_owned()),
+            None => Ok(DEFAULT_INTENTS.to_owned()),
             Some(path) => std::fs::read_to_string(path).map_err(|e| {
                 Error(format!(
                     "router.intents_file: cannot read {}: {e}",

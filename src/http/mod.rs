@@ -1,7 +1,3 @@
-//! HTTP plumbing shared by every route: the one error type and its table of codes, and the
-//! server's connection-level defences.
+//! HTTP plumbing shared by every route: the server's connection-level defences.
 
-mod error;
 pub mod serve;
-
-pub use self::error::{AddressRule, ApiError};

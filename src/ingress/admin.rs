@@ -28,7 +28,7 @@ use subtle::ConstantTimeEq;
 
 use super::AppState;
 use crate::domain::ReviewReason;
-use crate::http::ApiError;
+use crate::ingress::ApiError;
 use crate::store::{ConversationView, Resolution, ReviewEntry, ReviewQuery, ReviewState};
 
 /// History turns shown with a review item or a conversation.

@@ -14,7 +14,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Semaphore;
 
-use crate::http::ApiError;
+use crate::ingress::ApiError;
 
 /// Bodies above this many bytes (or of unknown length) count as large.
 const LARGE: u64 = 64 * 1024;

@@ -5,7 +5,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 
 use super::AppState;
-use crate::http::ApiError;
+use crate::ingress::ApiError;
 
 /// The process is up and answering.
 pub(super) async fn healthz() -> &'static str {

@@ -5,6 +5,7 @@
 
 mod admin;
 mod bodies;
+mod error;
 mod headers;
 mod health;
 mod source;
@@ -12,6 +13,7 @@ mod webchat;
 pub mod whatsapp;
 
 pub use self::admin::{conversation_json, review_json};
+pub use self::error::{AddressRule, ApiError};
 pub use self::source::SourcePolicy;
 
 use std::sync::Arc;

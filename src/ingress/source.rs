@@ -13,7 +13,7 @@ use axum::response::Response;
 use ipnet::IpNet;
 
 use super::AppState;
-use crate::http::ApiError;
+use crate::ingress::ApiError;
 use crate::metrics::Metrics;
 
 /// Who may call the webhook.

@@ -25,7 +25,7 @@ use subtle::ConstantTimeEq;
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use super::AppState;
-use crate::http::{AddressRule, ApiError};
+use crate::ingress::{AddressRule, ApiError};
 use crate::metrics::Metrics;
 use crate::store::{ChatExchange, ChatJob, ChatSubmission, JobStatus, Submitted};
 use crate::worker::Subscription;

@@ -5,9 +5,6 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-/// The default file, for Nigerian banking and retail support.
-pub const DEFAULT: &str = include_str!("default_intents.toml");
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IntentsFile {
@@ -175,7 +172,7 @@ mod tests {
 
     #[test]
     fn the_default_file_is_valid() {
-        let file = IntentsFile::parse(DEFAULT).expect("default intents");
+        let file = IntentsFile::parse(crate::config::DEFAULT_INTENTS).expect("default intents");
         let names: Vec<&str> = file.intents.iter().map(|i| i.name.as_str()).collect();
         for label in [
             "greeting",

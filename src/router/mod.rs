@@ -135,7 +135,7 @@ impl Router {
     /// # Errors
     /// Never in a released build: the default file is checked by the tests.
     pub fn builtin() -> Result<Router, intents::Error> {
-        Router::trained(intents::DEFAULT)
+        Router::trained(crate::config::DEFAULT_INTENTS)
     }
 
     /// The router of an intents file's text, as Sabi runs it: a file with `bundled_examples`

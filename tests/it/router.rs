@@ -7,11 +7,11 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use sabi::config::DEFAULT_INTENTS as DEFAULT;
 use sabi::router::Router;
 use sabi::router::eval::{
     Report, Sample, calibrate, cross_validate, cross_validate_each, with_thresholds,
 };
-use sabi::router::intents::DEFAULT;
 use serde_json::Value;
 
 use crate::helpers::{START_MS, TestApp, sabi_command, text_webhook_at};

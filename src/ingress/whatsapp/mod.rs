@@ -23,7 +23,7 @@ pub use self::signature::{Rejection, sign, verify as verify_signature};
 use super::AppState;
 use crate::config::Config;
 use crate::domain::BatchPolicy;
-use crate::http::ApiError;
+use crate::ingress::ApiError;
 use crate::metrics::Metrics;
 use crate::store::Ingest;
 

@@ -8,7 +8,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::ingress::whatsapp::{NotJson, Rejection};
+use super::whatsapp::{NotJson, Rejection};
 use crate::store;
 
 /// Seconds a client should wait before retrying a 503.
