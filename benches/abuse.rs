@@ -94,8 +94,8 @@ fn webhook_from(id: &str, from: &str) -> (Vec<u8>, String) {
             .map_or(0, |d| d.as_secs()),
         "hello",
     );
-    let body = sabi::ingress::whatsapp::wire::encode(&value).into_bytes();
-    let signature = sabi::ingress::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
+    let body = sabi::whatsapp::wire::encode(&value).into_bytes();
+    let signature = sabi::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
     (body, signature)
 }
 

@@ -477,8 +477,8 @@ fn voice_webhook(customer: &str, n: usize, media: &str) -> Value {
 }
 
 async fn post(client: &reqwest::Client, node: &Node, body: Value) {
-    let body = sabi::ingress::whatsapp::wire::encode(&body).into_bytes();
-    let signature = sabi::ingress::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
+    let body = sabi::whatsapp::wire::encode(&body).into_bytes();
+    let signature = sabi::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
     let response = client
         .post(node.url("/webhook/whatsapp"))
         .header("x-hub-signature-256", signature)

@@ -14,9 +14,9 @@ use crate::app::{App, Role};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::domain::{Channel, ItemKind, ReviewReason};
-use crate::ingress::whatsapp::{sign, wire};
 use crate::router::{self, Router};
 use crate::store::{self, Delivery, InboxQuery, Resolution, ReviewEntry, ReviewQuery, StoredItem};
+use crate::whatsapp::{sign, wire};
 
 #[derive(Debug, Parser)]
 #[command(

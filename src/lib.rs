@@ -53,4 +53,5 @@ pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tools;
+pub mod whatsapp;
 pub mod worker;

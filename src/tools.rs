@@ -343,7 +343,7 @@ fn sign_request(secret: &SecretString, method: &Method, url: &str, body: &str) -
         },
     );
     let message = format!("{timestamp}.{method}.{target}.{body}");
-    let signature = crate::ingress::whatsapp::sign(secret, message.as_bytes());
+    let signature = crate::whatsapp::sign(secret, message.as_bytes());
     (timestamp, signature)
 }
 

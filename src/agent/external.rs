@@ -16,9 +16,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::domain::{Batch, ReplyPart};
-use crate::ingress::whatsapp::sign;
 use crate::router::Router;
 use crate::store::{Store, TurnUsage};
+use crate::whatsapp::sign;
 use crate::worker::{TurnError, TurnHandler, TurnOutcome};
 
 /// The header carrying the signature of `<timestamp>.<body>`.

@@ -8,8 +8,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::whatsapp::{NotJson, Rejection};
+use super::whatsapp::NotJson;
 use crate::store;
+use crate::whatsapp::Rejection;
 
 /// Seconds a client should wait before retrying a 503.
 const RETRY_AFTER_SECS: &str = "5";

@@ -342,7 +342,7 @@ fn vouched_user(
             "this site does not verify visitors (no webchat.identity_secret): send no user_id",
         ));
     };
-    let expected = crate::ingress::whatsapp::sign(secret, user_id.as_bytes());
+    let expected = crate::whatsapp::sign(secret, user_id.as_bytes());
     let expected = expected.trim_start_matches("sha256=");
     if bool::from(
         expected

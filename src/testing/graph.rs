@@ -22,7 +22,7 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::ingress::whatsapp::{sign, wire};
+use crate::whatsapp::{sign, wire};
 
 /// One request the fake received.
 #[derive(Debug, Clone)]

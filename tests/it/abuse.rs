@@ -377,8 +377,7 @@ async fn one_address_gets_a_few_new_sessions_and_hand_offs_an_hour() {
     let (status, _, _) = ask_from(&app, "198.51.100.20", hello("next-door")).await;
     assert_eq!(status, 202, "other questions go on");
     // A visitor the site vouches for is known: their requests for a person are not capped.
-    let hash =
-        sabi::ingress::whatsapp::sign(&secrecy::SecretString::from(SECRET.to_owned()), b"user-7");
+    let hash = sabi::whatsapp::sign(&secrecy::SecretString::from(SECRET.to_owned()), b"user-7");
     let mut signed = person("next-door-signed-in");
     signed["user_id"] = "user-7".into();
     signed["user_hash"] = hash.trim_start_matches("sha256=").into();

@@ -262,7 +262,7 @@ pub(crate) fn voice_webhook(id: &str, media_id: &str) -> Vec<u8> {
             "contacts": [{"profile": {"name": "Ada"}, "wa_id": "2348031234567"}],
             "messages": [{"from": "2348031234567", "id": id, "timestamp": (crate::helpers::START_MS / 1000).to_string(),
                 "type": "audio", "audio": {"id": media_id, "mime_type": "audio/ogg; codecs=opus", "voice": true}}]}}]}]});
-    sabi::ingress::whatsapp::wire::encode(&body).into_bytes()
+    sabi::whatsapp::wire::encode(&body).into_bytes()
 }
 
 #[tokio::test]
@@ -454,7 +454,7 @@ async fn external_agent(secret: &'static str) -> (String, Arc<Mutex<Vec<Value>>>
                 };
                 let timestamp = header(sabi::agent::external::TIMESTAMP_HEADER);
                 let signed_bytes = [timestamp.as_bytes(), b".", &body].concat();
-                let expected = sabi::ingress::whatsapp::sign(&secret.to_owned().into(), &signed_bytes);
+                let expected = sabi::whatsapp::sign(&secret.to_owned().into(), &signed_bytes);
                 let signed = Some(header(sabi::agent::external::SIGNATURE_HEADER));
                 if signed.as_deref() != Some(expected.as_str()) {
                     return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({})));

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use sabi::app::{App, Role};
 use sabi::clock::ManualClock;
 use sabi::config::Config;
-use sabi::ingress::whatsapp::sign;
 use sabi::store::{InboxQuery, Store, StoredItem};
+use sabi::whatsapp::sign;
 use sabi::worker::{Scheduler, TurnHandler};
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
@@ -204,7 +204,7 @@ pub fn text_webhook_at(id: &str, from: &str, text: &str, sent_at_s: i64) -> Vec<
     let sent_at = u64::try_from(sent_at_s).expect("positive timestamp");
     let value =
         sabi::cli::text_webhook("100000000000001", from, "Test Customer", id, sent_at, text);
-    sabi::ingress::whatsapp::wire::encode(&value).into_bytes()
+    sabi::whatsapp::wire::encode(&value).into_bytes()
 }
 
 /// `sabi serve` as a child process, so tests can kill it for real.

@@ -52,7 +52,7 @@ async fn business_api() -> (String, Arc<Mutex<Vec<Seen>>>) {
                     "{}.{method}.{target}.{body_text}",
                     header("x-sabi-timestamp")
                 );
-                let expected = sabi::ingress::whatsapp::sign(
+                let expected = sabi::whatsapp::sign(
                     &SecretString::from(TOOLS_SECRET.to_owned()),
                     message.as_bytes(),
                 );
@@ -225,8 +225,7 @@ async fn a_signed_in_visitor_is_vouched_for_by_the_site_and_a_wrong_hash_is_refu
     let llm = FakeLlm::start().await;
     let (api, seen) = business_api().await;
     let app = start(&llm, &api).await;
-    let hash =
-        sabi::ingress::whatsapp::sign(&SecretString::from(IDENTITY_SECRET.to_owned()), b"user-42");
+    let hash = sabi::whatsapp::sign(&SecretString::from(IDENTITY_SECRET.to_owned()), b"user-42");
     let hash = hash.trim_start_matches("sha256=");
 
     let wrong = app

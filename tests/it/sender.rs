@@ -556,7 +556,7 @@ fn status_webhook(
     let body = serde_json::json!({"object": "whatsapp_business_account", "entry": [{"id": "1",
         "changes": [{"field": "messages", "value": {"messaging_product": "whatsapp",
             "metadata": {"phone_number_id": "100000000000001"}, "statuses": [item]}}]}]});
-    sabi::ingress::whatsapp::wire::encode(&body).into_bytes()
+    sabi::whatsapp::wire::encode(&body).into_bytes()
 }
 
 #[tokio::test]

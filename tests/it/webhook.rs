@@ -67,7 +67,7 @@ async fn bad_signatures_get_401_and_store_nothing() {
     let app = TestApp::spawn().await;
     let body = text_webhook("wamid.B", "1", "hi");
     let good = signature(&body);
-    let other_secret = sabi::ingress::whatsapp::sign(&"another-secret".to_owned().into(), &body);
+    let other_secret = sabi::whatsapp::sign(&"another-secret".to_owned().into(), &body);
     let mut altered = body.clone();
     let at = altered.iter().position(|b| *b == b'h').expect("an h");
     altered[at] = b'H';

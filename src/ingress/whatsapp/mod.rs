@@ -6,8 +6,6 @@
 //! (503 when it cannot commit, so Meta retries). Unknown shapes are quarantined and answered 200.
 
 mod payload;
-mod signature;
-pub mod wire;
 
 use std::collections::HashMap;
 
@@ -19,13 +17,13 @@ use secrecy::{ExposeSecret, SecretString};
 use subtle::ConstantTimeEq;
 
 pub use self::payload::{NotJson, Parsed, parse};
-pub use self::signature::{Rejection, sign, verify as verify_signature};
 use super::AppState;
 use crate::config::Config;
 use crate::domain::BatchPolicy;
 use crate::ingress::ApiError;
 use crate::metrics::Metrics;
 use crate::store::Ingest;
+use crate::whatsapp::verify as verify_signature;
 
 const SIGNATURE_HEADER: &str = "x-hub-signature-256";
 
