@@ -23,6 +23,7 @@ mod postgres;
 mod router;
 mod sender;
 mod services;
+mod upgrades;
 mod webchat;
 mod webhook;
 mod workers;
