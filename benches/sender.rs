@@ -110,6 +110,7 @@ async fn through_outbox(parts: usize) -> Duration {
         template: None,
         in_flight: IN_FLIGHT,
         poll_interval: Duration::from_millis(100),
+        shutdown_grace: Duration::from_secs(10),
     };
     let sender = Sender::new(
         store.clone(),

@@ -32,6 +32,8 @@
 //! - [`sender`]: the Graph API client and the outbox's delivery: pacing, retries, the window.
 //! - [`tools`]: the business's HTTP endpoints, declared in configuration.
 //! - [`worker`]: the scheduler: batches per conversation, one turn at a time, leases, retries.
+//! - `runner`: the background loop the scheduler and the sender share (claim up to capacity,
+//!   wake, drain within a grace at shutdown).
 //! - [`domain`]: the types every stage shares.
 //! - [`app`]: wires the parts and runs them until stopped.
 //! - [`cli`]: the `sabi` commands.
@@ -47,6 +49,7 @@ pub mod http;
 pub mod ingress;
 pub mod metrics;
 pub mod router;
+mod runner;
 pub mod sender;
 pub mod store;
 pub mod telemetry;

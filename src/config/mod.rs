@@ -923,6 +923,7 @@ impl Config {
             template: w.window_template.clone(),
             in_flight: w.sends_in_flight,
             poll_interval: self.engine.poll_interval,
+            shutdown_grace: self.engine.shutdown_grace,
         }
     }
 }

@@ -11,6 +11,10 @@
 //!   part goes to review;
 //! - an expired token (190) halts its number until restart: nothing more is tried from it,
 //!   nothing is lost, and the alert is in the logs and `/metrics`.
+//!
+//! The loop is a `runner::Runner`, as the scheduler's is: at shutdown it stops claiming and
+//! gives sends in flight the grace period; a send still in flight then is stopped, and its part
+//! counts as unknown once its lease lapses (a status webhook settles it, or a person).
 
 pub mod graph;
 mod pacer;
@@ -22,8 +26,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
-use tokio::task::JoinSet;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use self::graph::{Envelope, Graph, Message, Template};
@@ -33,6 +36,7 @@ pub use self::typing::Typing;
 use crate::clock::SharedClock;
 use crate::domain::ReviewReason;
 use crate::metrics::Metrics;
+use crate::runner::{self, Runner, Work};
 use crate::store::{self, SendClaim, SendJob, SendResult, Store, send_callback};
 
 /// How the sender runs, typed once from configuration.
@@ -58,6 +62,8 @@ pub struct SenderSettings {
     pub in_flight: usize,
     /// How often the store is asked for parts other nodes wrote.
     pub poll_interval: Duration,
+    /// How long sends in flight may take to end at shutdown.
+    pub shutdown_grace: Duration,
 }
 
 pub struct Sender {
@@ -107,87 +113,16 @@ impl Sender {
         &self.pacer
     }
 
-    /// Sends until `shutdown`, then lets sends in flight finish.
+    /// Sends until `shutdown`, then gives sends in flight the grace period to end.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let permits = Arc::new(Semaphore::new(self.settings.in_flight));
-        let mut running = JoinSet::new();
         tracing::info!(rate = self.settings.rate, "sender started");
-        while !shutdown.is_cancelled() {
-            let free = permits.available_permits();
-            let claimed_at = self.clock.now_ms();
-            let jobs = match self.claim(claimed_at, free).await {
-                Ok(jobs) => jobs,
-                Err(e) => {
-                    tracing::error!(error.message = %e, "claiming sends failed; pausing before the next try");
-                    self.pause(&shutdown, self.settings.poll_interval).await;
-                    continue;
-                }
-            };
-            let claimed = jobs.len();
-            for job in jobs {
-                let Ok(permit) = permits.clone().try_acquire_owned() else {
-                    break;
-                };
-                let this = self.clone();
-                running.spawn(async move {
-                    this.deliver(job, claimed_at).await;
-                    drop(permit);
-                });
-            }
-            while running.try_join_next().is_some() {}
-            if claimed > 0 && permits.available_permits() > 0 {
-                continue;
-            }
-            let deadline = self.next_wake().await;
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = self.wakeup.notified() => {}
-                Some(_) = running.join_next(), if !running.is_empty() => {}
-                () = self.clock.sleep_until(deadline) => {}
-            }
-        }
-        // Sends in flight finish: cutting them off would only make their outcome unknown.
-        while running.join_next().await.is_some() {}
-    }
-
-    async fn claim(&self, now_ms: i64, limit: usize) -> Result<Vec<SendJob>, store::Error> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        self.store
-            .claim_sends(SendClaim {
-                now_ms,
-                lease_ms: millis(self.settings.lease),
-                unknown_wait_ms: millis(self.settings.unknown_wait),
-                limit,
-                halted: self.skipped_numbers(),
-            })
-            .await
-    }
-
-    async fn next_wake(&self) -> i64 {
-        let now = self.clock.now_ms();
-        let poll = now.saturating_add(millis(self.settings.poll_interval));
-        match self.store.next_send_due(self.skipped_numbers()).await {
-            // Due now but not claimed: every slot is busy, or another node has it.
-            Ok(Some(due)) if due <= now => {
-                now.saturating_add(millis(self.settings.poll_interval) / 10)
-            }
-            Ok(Some(due)) => due.min(poll),
-            Ok(None) => poll,
-            Err(e) => {
-                tracing::warn!(error.message = %e, "could not read the next send time");
-                poll
-            }
-        }
-    }
-
-    async fn pause(&self, shutdown: &CancellationToken, wait: Duration) {
-        let until = self.clock.now_ms().saturating_add(millis(wait));
-        tokio::select! {
-            () = shutdown.cancelled() => {}
-            () = self.clock.sleep_until(until) => {}
-        }
+        let runner = Runner {
+            clock: self.clock.clone(),
+            slots: self.settings.in_flight,
+            poll_interval: self.settings.poll_interval,
+            shutdown_grace: self.settings.shutdown_grace,
+        };
+        runner.run(self, shutdown).await;
     }
 
     /// Numbers not to claim for now: halted ones, and those a throttling answer holds back
@@ -398,6 +333,60 @@ impl Sender {
                 "ALERT: the Graph API access token was refused (190); sending from this number is halted until Sabi restarts with a valid token. Replies wait in the outbox."
             );
         }
+    }
+}
+
+/// A claimed part, and when it was claimed (its lease runs from then).
+pub(crate) struct Claimed {
+    job: SendJob,
+    claimed_at: i64,
+}
+
+#[async_trait::async_trait]
+impl Work for Sender {
+    type Job = Claimed;
+    const JOBS: &'static str = "sends";
+
+    async fn claim(&self, free: usize) -> store::Result<Vec<Claimed>> {
+        if free == 0 {
+            return Ok(Vec::new());
+        }
+        let claimed_at = self.clock.now_ms();
+        let jobs = self
+            .store
+            .claim_sends(SendClaim {
+                now_ms: claimed_at,
+                lease_ms: millis(self.settings.lease),
+                unknown_wait_ms: millis(self.settings.unknown_wait),
+                limit: free,
+                halted: self.skipped_numbers(),
+            })
+            .await?;
+        Ok(jobs
+            .into_iter()
+            .map(|job| Claimed { job, claimed_at })
+            .collect())
+    }
+
+    async fn perform(self: Arc<Self>, claimed: Claimed) {
+        self.deliver(claimed.job, claimed.claimed_at).await;
+    }
+
+    async fn next_wake(&self) -> i64 {
+        let now = self.clock.now_ms();
+        let next_due = self.store.next_send_due(self.skipped_numbers()).await;
+        runner::wake_time(now, self.settings.poll_interval, next_due)
+    }
+
+    async fn stored(&self) {
+        self.wakeup.notified().await;
+    }
+
+    /// After any claim that took parts, not only a full one: a claim passes over parts that a
+    /// status webhook or another node holds locked for a moment, and settles lapsed sends a
+    /// page at a time, so taking fewer than asked does not show that none are due.
+    fn claim_again(&self, _asked: usize, claimed: usize) -> bool {
+        claimed > 0
     }
 }
 

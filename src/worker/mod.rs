@@ -7,8 +7,9 @@
 //!   worker that paused past its lease cannot reply;
 //! - nothing is held in memory between turns: any node can take any batch.
 //!
-//! The loop wakes at once when this process stores work (`waker`), when a turn ends, and when
-//! the earliest known due time comes; it polls the store for work from other nodes too.
+//! The loop is a `runner::Runner`: it wakes at once when this process stores work
+//! ([`Wakeup`]), when a turn ends, and when the earliest known due time comes; it polls the
+//! store for work from other nodes too.
 
 mod handler;
 mod lease;
@@ -19,7 +20,7 @@ mod wakeup;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +32,7 @@ pub use self::wakeup::Wakeup;
 use crate::clock::SharedClock;
 use crate::domain::{Batch, Channel, Claim, LeaseToken, ReplyPart};
 use crate::metrics::Metrics;
+use crate::runner::{self, Runner, Work};
 use crate::sender::split;
 use crate::store::{self, Ending, Store};
 
@@ -70,6 +72,14 @@ pub struct Scheduler {
     outbox: Arc<Notify>,
     metrics: Arc<Metrics>,
     chat: Arc<ChatSignals>,
+    /// The running loop's web-chat turns: at most [`web_chat_slots`] at once.
+    web_slots: Arc<Semaphore>,
+}
+
+/// A claimed batch, with the web-chat slot it holds while its turn runs.
+pub(crate) struct Turn {
+    claim: Claim,
+    web_slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Scheduler {
@@ -85,6 +95,7 @@ impl Scheduler {
             store,
             clock,
             handler,
+            web_slots: Arc::new(Semaphore::new(web_chat_slots(settings.turns))),
             settings,
             wakeup: Arc::new(Wakeup::default()),
             outbox,
@@ -110,7 +121,7 @@ impl Scheduler {
     /// When the store cannot claim.
     pub async fn tick(self: &Arc<Self>) -> Result<TickOutcome, store::Error> {
         let claims = self
-            .claim(self.settings.turns, web_chat_slots(self.settings.turns))
+            .claim_due(self.settings.turns, web_chat_slots(self.settings.turns))
             .await?;
         if claims.is_empty() {
             return Ok(TickOutcome::Idle);
@@ -141,62 +152,19 @@ impl Scheduler {
     /// still working after it is stopped without releasing its lease: the lease lapses and
     /// another worker takes the batch over.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let permits = Arc::new(Semaphore::new(self.settings.turns));
-        let web_permits = Arc::new(Semaphore::new(web_chat_slots(self.settings.turns)));
-        let mut running = JoinSet::new();
         tracing::info!(turns = self.settings.turns, "scheduler started");
-        while !shutdown.is_cancelled() {
-            let free = permits.available_permits();
-            let web_free = web_permits.available_permits().min(free);
-            let claimed = match self.claim(free, web_free).await {
-                Ok(claims) => claims,
-                Err(e) => {
-                    tracing::error!(error.message = %e, "claiming failed; pausing before the next try");
-                    self.pause(&shutdown, self.settings.poll_interval).await;
-                    continue;
-                }
-            };
-            let full = free > 0 && claimed.len() == free;
-            for claim in claimed {
-                // The claim asked for no more than the free permits, and only this loop takes them.
-                let Ok(permit) = permits.clone().try_acquire_owned() else {
-                    break;
-                };
-                let web_permit = match claim.batch.conversation.channel {
-                    Channel::Webchat => web_permits.clone().try_acquire_owned().ok(),
-                    Channel::Whatsapp => None,
-                };
-                let this = self.clone();
-                running.spawn(async move {
-                    this.run_turn(claim).await;
-                    drop((permit, web_permit));
-                });
-            }
-            if full && permits.available_permits() > 0 {
-                continue;
-            }
-            if permits.available_permits() == 0 {
-                // Every slot is busy: nothing can be claimed until a turn ends.
-                tokio::select! {
-                    () = shutdown.cancelled() => {}
-                    Some(_) = running.join_next() => {}
-                }
-                continue;
-            }
-            let deadline = self.next_wake().await;
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = self.wakeup.notified() => {}
-                Some(_) = running.join_next(), if !running.is_empty() => {}
-                () = self.clock.sleep_until(deadline) => {}
-            }
-        }
-        self.drain_running(running).await;
+        let runner = Runner {
+            clock: self.clock.clone(),
+            slots: self.settings.turns,
+            poll_interval: self.settings.poll_interval,
+            shutdown_grace: self.settings.shutdown_grace,
+        };
+        runner.run(self, shutdown).await;
     }
 
     /// Up to `free` batches: WhatsApp's first, then web chat's, at most `web_free` of them, so
     /// a flood of web-chat questions can never take every slot from WhatsApp customers.
-    async fn claim(&self, free: usize, web_free: usize) -> Result<Vec<Claim>, store::Error> {
+    async fn claim_due(&self, free: usize, web_free: usize) -> Result<Vec<Claim>, store::Error> {
         if free == 0 {
             return Ok(Vec::new());
         }
@@ -215,64 +183,6 @@ impl Scheduler {
             claims.extend(web_claims);
         }
         Ok(claims)
-    }
-
-    /// The earliest due time the store knows of, but no later than the next poll; published
-    /// to the [`Wakeup`] before the store is read, so work stored meanwhile still wakes us.
-    async fn next_wake(&self) -> i64 {
-        let now = self.clock.now_ms();
-        let poll = now.saturating_add(millis(self.settings.poll_interval));
-        self.wakeup.plan(poll);
-        let deadline = self.due_from_store(now, poll).await;
-        self.wakeup.lower(deadline)
-    }
-
-    async fn due_from_store(&self, now: i64, poll: i64) -> i64 {
-        match self.store.next_due().await {
-            // Due now but not claimed: another node holds it, or it is about to be free.
-            Ok(Some(due)) if due <= now => {
-                now.saturating_add(millis(self.settings.poll_interval) / 10)
-            }
-            Ok(Some(due)) => due.min(poll),
-            Ok(None) => poll,
-            Err(e) => {
-                tracing::warn!(error.message = %e, "could not read the next due time");
-                poll
-            }
-        }
-    }
-
-    async fn pause(&self, shutdown: &CancellationToken, wait: Duration) {
-        let until = self.clock.now_ms().saturating_add(millis(wait));
-        tokio::select! {
-            () = shutdown.cancelled() => {}
-            () = self.clock.sleep_until(until) => {}
-        }
-    }
-
-    async fn drain_running(&self, mut running: JoinSet<()>) {
-        if running.is_empty() {
-            return;
-        }
-        tracing::info!(
-            running = running.len(),
-            "stopping: waiting for running turns"
-        );
-        let grace = self.clock.sleep_until(
-            self.clock
-                .now_ms()
-                .saturating_add(millis(self.settings.shutdown_grace)),
-        );
-        tokio::select! {
-            () = async { while running.join_next().await.is_some() {} } => {}
-            () = grace => {
-                tracing::warn!(
-                    running = running.len(),
-                    "shutdown grace over: stopping turns; their leases will lapse and other workers take over"
-                );
-                running.abort_all();
-            }
-        }
     }
 
     /// One turn: decide, run the handler under a renewed lease, and record how it ended.
@@ -375,6 +285,49 @@ impl Scheduler {
             ),
         }
         drop(guard);
+    }
+}
+
+#[async_trait::async_trait]
+impl Work for Scheduler {
+    type Job = Turn;
+    const JOBS: &'static str = "turns";
+
+    /// WhatsApp's batches first; web chat's only into its own free slots.
+    async fn claim(&self, free: usize) -> store::Result<Vec<Turn>> {
+        let web_free = self.web_slots.available_permits().min(free);
+        let claims = self.claim_due(free, web_free).await?;
+        Ok(claims
+            .into_iter()
+            .map(|claim| {
+                let web_slot = match claim.batch.conversation.channel {
+                    Channel::Webchat => self.web_slots.clone().try_acquire_owned().ok(),
+                    Channel::Whatsapp => None,
+                };
+                Turn { claim, web_slot }
+            })
+            .collect())
+    }
+
+    async fn perform(self: Arc<Self>, turn: Turn) {
+        let Turn { claim, web_slot } = turn;
+        self.run_turn(claim).await;
+        drop(web_slot);
+    }
+
+    /// The earliest due time the store knows of, but no later than the next poll; published
+    /// to the [`Wakeup`] before the store is read, so work stored meanwhile still wakes us.
+    async fn next_wake(&self) -> i64 {
+        let now = self.clock.now_ms();
+        let poll = now.saturating_add(millis(self.settings.poll_interval));
+        self.wakeup.plan(poll);
+        let next_due = self.store.next_due().await;
+        let deadline = runner::wake_time(now, self.settings.poll_interval, next_due);
+        self.wakeup.lower(deadline)
+    }
+
+    async fn stored(&self) {
+        self.wakeup.notified().await;
     }
 }
 

@@ -310,7 +310,7 @@ suite!(sqlite);
 suite!(postgres);
 suite!(redis);
 
-const T0: i64 = 1_781_000_000_000;
+pub const T0: i64 = 1_781_000_000_000;
 const POLICY: BatchPolicy = BatchPolicy {
     window_ms: 10_000,
     cap_ms: 12_000,
@@ -324,7 +324,7 @@ fn key(customer: &str) -> ConversationKey {
     }
 }
 
-fn message(id: &str, customer: &str, text: &str, sent_s: i64) -> InboundItem {
+pub fn message(id: &str, customer: &str, text: &str, sent_s: i64) -> InboundItem {
     InboundItem {
         kind: ItemKind::Message,
         channel: Channel::Whatsapp,

@@ -23,6 +23,7 @@ mod postgres;
 mod router;
 mod sender;
 mod services;
+mod upgrades;
 mod walk;
 mod webchat;
 mod webhook;

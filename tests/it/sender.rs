@@ -1,6 +1,7 @@
 //! The sender against the fake Graph API: pacing per number and per recipient, order, at most
 //! once, throttling storms, lost answers, the 24-hour window, long texts, and expired tokens.
-//! Sabi runs whole (ingress, scheduler, sender) on the real clock.
+//! Sabi runs whole (ingress, scheduler, sender) on the real clock; the shutdown grace is tested
+//! on the send loop alone, on a manual clock.
 
 use sabi::store::ReviewQuery;
 use std::collections::{HashMap, HashSet};
@@ -8,13 +9,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sabi::app::{App, Role};
-use sabi::clock::{Clock, SystemClock};
-use sabi::domain::{Batch, ReplyPart};
-use sabi::store::{self, OutboxEntry, SendClaim, SendResult, Store, send_callback};
+use sabi::clock::{Clock, ManualClock, SystemClock};
+use sabi::domain::{Batch, BatchPolicy, ReplyPart};
+use sabi::sender::graph::Graph;
+use sabi::sender::{Sender, SenderSettings};
+use sabi::store::{
+    self, Ending, Ingest, OutboxEntry, SendClaim, SendResult, SqliteStore, Store, send_callback,
+};
 use sabi::testing::graph::{FakeGraph, Received, Webhooks};
 use sabi::worker::{TurnError, TurnHandler, TurnOutcome};
 use tokio_util::sync::CancellationToken;
 
+use crate::conformance::message;
 use crate::helpers::{SECRET, StoreLock, config, signature, text_webhook_at};
 
 const TOKEN: &str = "it-graph-token";
@@ -759,4 +765,134 @@ async fn an_answer_that_comes_while_the_store_is_away_is_recorded_when_it_is_bac
     assert_eq!(outbox[0].wamid, sabi.fake.accepted()[0].wamid);
     assert_eq!(outbox[0].attempts, 1, "sent once");
     assert_eq!(sabi.fake.accepted().len(), 1);
+}
+
+/// The send loop alone, on a manual clock, with one reply part queued for a customer who
+/// wrote just now.
+struct LoneSender {
+    sender: Arc<Sender>,
+    store: Arc<dyn Store>,
+    clock: Arc<ManualClock>,
+    fake: FakeGraph,
+    _dir: tempfile::TempDir,
+}
+
+impl LoneSender {
+    async fn start() -> LoneSender {
+        let now = SystemClock.now_ms();
+        let clock = ManualClock::new(now);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::open(&dir.path().join("sabi.db"))
+                .await
+                .expect("store"),
+        );
+        let delivery = Ingest {
+            items: vec![message("wamid.g1", &customer(1), "hello", now / 1000)],
+            quarantined: Vec::new(),
+            received_at_ms: now,
+            policy: BatchPolicy {
+                window_ms: 0,
+                cap_ms: 0,
+            },
+        };
+        store.ingest(delivery).await.expect("ingest");
+        let claim = store.claim(now, 60_000, 1, None).await.expect("claim");
+        let reply = Ending::Replied {
+            parts: vec![ReplyPart::text("hi")],
+            sandbox: false,
+        };
+        store
+            .finish(claim[0].batch.id, claim[0].token, now, reply)
+            .await
+            .expect("finish");
+        let fake = FakeGraph::start(TOKEN).await;
+        let graph = Graph::new(
+            &fake.base_url(),
+            TOKEN.to_owned().into(),
+            Duration::from_secs(60),
+        )
+        .expect("client");
+        let settings = SenderSettings {
+            rate: 80,
+            pair_spacing: Duration::ZERO,
+            lease: Duration::from_secs(180),
+            unknown_wait: Duration::from_secs(600),
+            max_failures: 6,
+            retry_base: Duration::from_secs(2),
+            window: Duration::from_secs(24 * 3600),
+            template: None,
+            in_flight: 4,
+            poll_interval: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(10),
+        };
+        let sender = Sender::new(
+            store.clone(),
+            clock.clone(),
+            graph,
+            settings,
+            sabi::metrics::Metrics::new(),
+        );
+        LoneSender {
+            sender,
+            store,
+            clock,
+            fake,
+            _dir: dir,
+        }
+    }
+
+    /// Runs the loop until its part is on the wire, then tells it to stop.
+    async fn stop_while_sending(&self) -> tokio::task::JoinHandle<()> {
+        let stop = CancellationToken::new();
+        let run = tokio::spawn(self.sender.clone().run(stop.clone()));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.fake.request_count() == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "nothing was sent");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.cancel();
+        run
+    }
+
+    async fn state(&self) -> String {
+        self.store.outbox(None).await.expect("outbox")[0]
+            .state
+            .to_string()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_shutdown_a_send_in_flight_ends_within_the_grace() {
+    let sabi = LoneSender::start().await;
+    sabi.fake.answer_after(Duration::from_millis(300));
+    let run = sabi.stop_while_sending().await;
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the sender stopped once its send ended")
+        .expect("sender");
+    assert_eq!(sabi.state().await, "accepted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_shutdown_a_send_in_flight_past_the_grace_is_stopped() {
+    let sabi = LoneSender::start().await;
+    sabi.fake.stall_next(1);
+    let run = sabi.stop_while_sending().await;
+    // The grace runs on the sender's clock: move it on until the sender has stopped.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !run.is_finished() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sender did not stop"
+        );
+        sabi.clock.advance(Duration::from_secs(11));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    run.await.expect("sender");
+    assert_eq!(
+        sabi.state().await,
+        "sending",
+        "nothing recorded: the part counts as unknown once its lease lapses"
+    );
 }

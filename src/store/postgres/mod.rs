@@ -4,8 +4,12 @@
 //! `FOR UPDATE SKIP LOCKED`, so concurrent workers never take the same batch or reply part;
 //! every turn write re-reads the batch's fencing token under `FOR UPDATE`. PostgreSQL commits
 //! concurrent transactions with one WAL flush (its own group commit), so acknowledgements from
-//! many webhook requests share fsyncs as they do in the SQLite writer. The schema is created at
-//! start under an advisory lock, so nodes starting together create it once.
+//! many webhook requests share fsyncs as they do in the SQLite writer.
+//!
+//! The schema is versioned: `migrations/NNNN_*.sql` are applied in order at start, each in a
+//! transaction of its own under an advisory lock, so nodes starting together apply each once and
+//! a database made by an older build is upgraded in place. `sabi_schema` holds one row per
+//! version applied.
 //!
 //! The SQL mirrors the SQLite backend's; the conformance suite holds both to the same behaviour.
 
@@ -16,7 +20,7 @@ mod review;
 mod turns;
 
 use async_trait::async_trait;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::{
     ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Error, Gauges, HistoryEntry,
@@ -26,12 +30,17 @@ use super::{
 };
 use crate::domain::{Channel, Claim, LeaseToken};
 
-const SCHEMA: &str = include_str!("schema.sql");
+/// The schema's versions in order: the Nth takes a database at version N - 1 to N. A released
+/// migration never changes: databases it already ran on would not run it again.
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_schema.sql"),
+    include_str!("migrations/0002_claimable_conversations.sql"),
+];
+/// The schema version this build writes and expects: its last migration's.
+const VERSION: i32 = MIGRATIONS.len() as i32;
 /// Server-side functions: replaced at every start, so they always match this build.
 const FUNCTIONS: &str = include_str!("functions.sql");
-/// The schema version this build writes and expects.
-const VERSION: i32 = 1;
-/// Any constant: the advisory lock nodes take to create the schema one at a time.
+/// Any constant: the advisory lock nodes take to migrate the schema one at a time.
 const MIGRATION_LOCK: i64 = 0x5ab1_5ab1;
 
 pub struct PgStore {
@@ -39,10 +48,12 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// Connects and creates the schema when the database has none.
+    /// Connects, and creates the schema when the database has none or upgrades it in place when
+    /// an older build made it.
     ///
     /// # Errors
-    /// When the server cannot be reached, or its schema is of another version.
+    /// When the server cannot be reached, a migration fails, or the schema is newer than this
+    /// build's (a store is never downgraded).
     pub async fn open(url: &str) -> Result<PgStore> {
         let pool = connect::target(url)?.pool().await?;
         migrate(&pool).await?;
@@ -82,14 +93,23 @@ pub(super) async fn probe(url: &str) -> Result<String> {
         None
     };
     match version {
-        Some(VERSION) => Ok(format!("{reached}; schema current")),
         None => Ok(format!(
             "{reached}; the database has no Sabi schema yet: `sabi serve` creates it"
         )),
-        Some(other) => Err(Error::Schema(format!(
-            "{reached}; schema version {other}, this build expects {VERSION}"
-        ))),
+        Some(VERSION) => Ok(format!("{reached}; schema current")),
+        Some(older) if older < VERSION => Ok(format!(
+            "{reached}; schema version {older}, this build upgrades it to {VERSION} at start"
+        )),
+        Some(newer) => Err(Error::Schema(format!("{reached}; {}", too_new(newer)))),
     }
+}
+
+/// Why a schema this build does not know is refused.
+fn too_new(version: i32) -> String {
+    format!(
+        "schema version {version} is newer than this build's {VERSION}: a newer Sabi upgraded \
+         the database; run that build (a schema is never downgraded)"
+    )
 }
 
 /// The mode as libpq spells it.
@@ -105,8 +125,35 @@ fn ssl_mode_name(mode: sqlx::postgres::PgSslMode) -> &'static str {
     }
 }
 
+/// Brings the schema to this build's version, one migration per transaction, then replaces the
+/// functions. Every transaction takes the migration lock and reads the version under it, so
+/// nodes starting together apply each migration once, and a migration that fails leaves the
+/// database at the version before it.
 async fn migrate(pool: &PgPool) -> Result<()> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    loop {
+        let mut tx = pool.begin().await.map_err(unavailable)?;
+        let version = lock_schema(&mut tx).await?;
+        if version > VERSION {
+            return Err(Error::Schema(too_new(version)));
+        }
+        let next = usize::try_from(version)
+            .ok()
+            .and_then(|applied| MIGRATIONS.get(applied));
+        let Some(&sql) = next else {
+            sqlx::raw_sql(FUNCTIONS)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| Error::Schema(format!("creating the functions failed: {e}")))?;
+            return tx.commit().await.map_err(unavailable);
+        };
+        apply(&mut tx, version + 1, sql).await?;
+        tx.commit().await.map_err(unavailable)?;
+        tracing::info!(version = version + 1, "PostgreSQL schema migrated");
+    }
+}
+
+/// Takes the migration lock for the transaction and reads the schema's version (0: none yet).
+async fn lock_schema(tx: &mut PgConnection) -> Result<i32> {
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK)
         .execute(&mut *tx)
@@ -120,30 +167,27 @@ async fn migrate(pool: &PgPool) -> Result<()> {
         .fetch_one(&mut *tx)
         .await
         .map_err(unavailable)?;
-    match version {
-        None => {
-            sqlx::raw_sql(SCHEMA)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| Error::Schema(format!("creating the schema failed: {e}")))?;
-            sqlx::query("INSERT INTO sabi_schema (version) VALUES ($1)")
-                .bind(VERSION)
-                .execute(&mut *tx)
-                .await
-                .map_err(unavailable)?;
-        }
-        Some(VERSION) => {}
-        Some(other) => {
-            return Err(Error::Schema(format!(
-                "the database is at version {other}, this build expects {VERSION}"
-            )));
-        }
-    }
-    sqlx::raw_sql(FUNCTIONS)
+    Ok(version.unwrap_or(0))
+}
+
+/// Runs migration number `version` and records it.
+async fn apply(tx: &mut PgConnection, version: i32, sql: &'static str) -> Result<()> {
+    // A migration may rewrite or index a large table: the connection's statement timeout is
+    // sized for a webhook's patience, not for that.
+    sqlx::query("SET LOCAL statement_timeout = 0")
         .execute(&mut *tx)
         .await
-        .map_err(|e| Error::Schema(format!("creating the functions failed: {e}")))?;
-    tx.commit().await.map_err(unavailable)
+        .map_err(unavailable)?;
+    sqlx::raw_sql(sql)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| Error::Schema(format!("migration {version} failed: {e}")))?;
+    sqlx::query("INSERT INTO sabi_schema (version) VALUES ($1)")
+        .bind(version)
+        .execute(&mut *tx)
+        .await
+        .map(drop)
+        .map_err(unavailable)
 }
 
 pub(super) fn unavailable(e: sqlx::Error) -> Error {

@@ -113,6 +113,7 @@ pub(super) enum Connection {
 
 impl Connection {
     pub(super) async fn open(target: &Target) -> Result<Connection> {
+        choose_crypto();
         if !target.cluster {
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(CONNECT_TIMEOUT))
@@ -136,6 +137,16 @@ impl Connection {
         let cluster = client.get_async_connection().await.map_err(unavailable)?;
         Ok(Connection::Cluster(cluster))
     }
+}
+
+/// The driver's TLS asks rustls for the process's default provider, and this build has two
+/// (the PostgreSQL driver's ring and the HTTP client's aws-lc-rs): name one, the same the rest
+/// of Sabi uses. A default chosen earlier stays.
+fn choose_crypto() {
+    static CHOSEN: std::sync::Once = std::sync::Once::new();
+    CHOSEN.call_once(|| {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    });
 }
 
 impl Connection {

@@ -46,13 +46,13 @@ const SCRIPT: &str = concat!(
     include_str!("lua/main.lua"),
 );
 
-/// The key layout this build writes and expects (`<tag>:schema`).
-const VERSION: &str = "1";
+/// The key layout this build writes and expects (`<tag>:schema`); `lua/layout.lua` holds the
+/// steps that upgrade older layouts to it.
+const VERSION: u32 = 2;
 
-/// Writes the layout version and the epoch unless they are there, and reads them back.
-const LAYOUT: &str = "redis.call('SET', KEYS[1], ARGV[1], 'NX')
-redis.call('SET', KEYS[2], ARGV[2], 'NX')
-return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}";
+/// Writes the layout version and the epoch when the prefix is new, upgrades an older layout, and
+/// reads the epoch back.
+const LAYOUT: &str = concat!(include_str!("lua/keys.lua"), include_str!("lua/layout.lua"));
 
 /// Rows asked for when the caller set no limit: more than any listing shows.
 const NO_LIMIT: usize = 1_000_000_000;
@@ -90,11 +90,11 @@ fn reset() -> Error {
 
 impl RedisStore {
     /// Connects, checks the server's persistence, and writes the layout version when the
-    /// prefix is new.
+    /// prefix is new or upgrades the keys in place when an older build wrote them.
     ///
     /// # Errors
-    /// When the server cannot be reached, its keys are of another layout, or (with
-    /// `durability=require`) it could lose acknowledged messages.
+    /// When the server cannot be reached, its keys are of a newer layout (a store is never
+    /// downgraded), or (with `durability=require`) it could lose acknowledged messages.
     pub async fn open(url: &str) -> Result<RedisStore> {
         let target = Target::parse(url)?;
         let conn = Connection::open(&target).await?;
@@ -153,26 +153,30 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// Writes the layout version and a fresh epoch when the prefix has none; checks the
-    /// version and returns the epoch. One script: nodes starting together agree on one epoch.
+    /// Brings the layout to this build's version (see `lua/layout.lua`) and returns the epoch,
+    /// written fresh when the prefix has none. One script: nodes starting together upgrade
+    /// once and agree on one epoch.
     async fn claim_layout(&self) -> Result<String> {
         let mut id = [0u8; 8];
         getrandom::fill(&mut id).map_err(|e| Error::Unavailable(e.to_string()))?;
-        let (version, epoch): (Option<String>, Option<String>) = Script::new(LAYOUT)
-            .key(self.key("schema"))
-            .key(self.key("epoch"))
+        let (found, epoch): (u32, String) = Script::new(LAYOUT)
+            .key(&self.tag)
             .arg(VERSION)
             .arg(hex::encode(id))
             .invoke_async(&mut self.conn.clone())
             .await
-            .map_err(unavailable)?;
-        match (version.as_deref(), epoch) {
-            (Some(VERSION), Some(epoch)) => Ok(epoch),
-            (other, _) => Err(Error::Schema(format!(
-                "key layout {other:?} under {}, expected {VERSION}",
-                self.tag
-            ))),
+            .map_err(|e| match e.code() {
+                Some("SABI_NEWER_LAYOUT") => Error::Schema(format!(
+                    "the keys under {}: {}",
+                    self.tag,
+                    too_new(e.detail().unwrap_or("?"))
+                )),
+                _ => unavailable(e),
+            })?;
+        if (1..VERSION).contains(&found) {
+            tracing::info!(prefix = %self.tag, from = found, to = VERSION, "Redis key layout upgraded");
         }
+        Ok(epoch)
     }
 
     fn key(&self, name: &str) -> String {
@@ -237,6 +241,14 @@ async fn append_only(conn: &mut Connection, tag: &str) -> Persistence {
     }
 }
 
+/// Why a layout this build does not know is refused.
+fn too_new(version: &str) -> String {
+    format!(
+        "key layout {version} is newer than this build's {VERSION}: a newer Sabi upgraded the \
+         keys; run that build (a layout is never downgraded)"
+    )
+}
+
 /// Looks at the server without writing: reachability, layout version and persistence.
 pub(super) async fn probe(url: &str) -> Result<String> {
     let target = Target::parse(url)?;
@@ -246,23 +258,22 @@ pub(super) async fn probe(url: &str) -> Result<String> {
         .query_async(&mut conn)
         .await
         .map_err(unavailable)?;
-    match version.as_deref() {
-        Some(VERSION) => {}
-        None => {
-            return Err(Error::Schema(format!(
-                "no Sabi keys under {} yet (`sabi serve` writes them)",
-                target.tag
-            )));
+    let Some(version) = version else {
+        return Err(Error::Schema(format!(
+            "no Sabi keys under {} yet (`sabi serve` writes them)",
+            target.tag
+        )));
+    };
+    let layout = match version.parse::<u32>() {
+        Ok(VERSION) => "layout current".to_owned(),
+        Ok(older) if older < VERSION => {
+            format!("key layout {older}, this build upgrades it to {VERSION} at start")
         }
-        Some(other) => {
-            return Err(Error::Schema(format!(
-                "key layout {other}; this build expects {VERSION}"
-            )));
-        }
-    }
+        _ => return Err(Error::Schema(too_new(&version))),
+    };
     Ok(match persistence(&mut conn, &target.tag).await {
-        Persistence::Durable(how) => format!("reachable, layout current, {how}"),
-        Persistence::Risky(why) => format!("reachable, layout current; warning: {why}"),
+        Persistence::Durable(how) => format!("reachable, {layout}, {how}"),
+        Persistence::Risky(why) => format!("reachable, {layout}; warning: {why}"),
     })
 }
 
@@ -332,16 +343,16 @@ impl Store for RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
-        match (version.as_deref(), epoch) {
-            (Some(VERSION), Some(epoch)) if epoch == self.epoch => Ok(()),
-            (Some(VERSION) | None, _) => {
+        match (version, epoch) {
+            (Some(v), _) if v != VERSION.to_string() => Err(Error::Schema(format!(
+                "key layout {v} under {}, expected {VERSION}",
+                self.tag
+            ))),
+            (Some(_), Some(epoch)) if epoch == self.epoch => Ok(()),
+            _ => {
                 tracing::error!(prefix = %self.tag, "the Redis store was reset since this node started (restarted without an append-only file, or flushed): what it held is gone, and this node refuses work until it is restarted");
                 Err(reset())
             }
-            (Some(other), _) => Err(Error::Schema(format!(
-                "key layout {other} under {}, expected {VERSION}",
-                self.tag
-            ))),
         }
     }
 

@@ -24,6 +24,9 @@ local function submit_chat(a)
   })
   redis.call('HSET', k('jobkey'), a.key, a.job)
   redis.call('ZADD', k('sr', a.session), int(a.now), a.job)
+  -- Only the last minute's questions count (above): older ones are let go, so a session's
+  -- key does not grow with every question it ever asked.
+  redis.call('ZREMRANGEBYSCORE', k('sr', a.session), '-inf', '(' .. int(a.now - 60000))
   redis.call('ZADD', k('sj', a.session), seq, a.job)
   return {job = a.job, created = true, due = receipt.due}
 end

@@ -29,7 +29,8 @@
 --                                 batch -> item; P:rout hash part -> item
 --   P:q:<id>               hash   a quarantined part; P:quarantine zset; P:qhash hash
 --   P:job:<id>             hash   a web-chat job; P:jobkey hash message key -> job;
---                                 P:sj:<session> zset job by seq; P:sr:<session> zset job by time
+--                                 P:sj:<session> zset job by seq; P:sr:<session> zset job by
+--                                 time, the last minute's only
 
 local P = KEYS[1]
 

@@ -1,0 +1,197 @@
+//! The runner of a background loop (the scheduler's turns, the sender's sends): it claims jobs
+//! from the store up to its free slots, runs each on a task of its own, and between claims
+//! sleeps until this process stores work, a job ends, or the next due time comes (never later
+//! than the next poll, for work that other nodes stored). A store that cannot claim pauses the
+//! loop for a poll interval. At shutdown it stops claiming and gives running jobs a grace
+//! period; a job still running then is stopped where it is, and its lease lapses.
+//!
+//! What is claimed and how a job runs belong to the loop ([`Work`]). Every wait is on the
+//! injected clock, so tests drive the loops with a manual one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::SharedClock;
+use crate::store;
+
+/// One background loop's work.
+#[async_trait::async_trait]
+pub(crate) trait Work: Send + Sync + 'static {
+    type Job: Send + 'static;
+
+    /// What the loop's log lines call its jobs ("turns", "sends").
+    const JOBS: &'static str;
+
+    /// Claims at most `free` jobs (none when `free` is 0).
+    async fn claim(&self, free: usize) -> store::Result<Vec<Self::Job>>;
+
+    /// Runs one claimed job to its end.
+    async fn perform(self: Arc<Self>, job: Self::Job);
+
+    /// When to look at the store again if nothing wakes the loop first; see [`wake_time`].
+    async fn next_wake(&self) -> i64;
+
+    /// Completes when this process stored work the loop should look at before its next wake.
+    async fn stored(&self);
+
+    /// Whether a claim that took `claimed` of the `asked` jobs may have left due ones in the
+    /// store, so the loop claims again at once while slots are free: a full claim may have.
+    fn claim_again(&self, asked: usize, claimed: usize) -> bool {
+        asked > 0 && claimed == asked
+    }
+}
+
+/// How a loop runs.
+pub(crate) struct Runner {
+    pub(crate) clock: SharedClock,
+    /// Jobs at once on this node.
+    pub(crate) slots: usize,
+    /// The longest sleep between two looks at the store, and the pause after a failed claim.
+    pub(crate) poll_interval: Duration,
+    /// How long running jobs may take to end at shutdown.
+    pub(crate) shutdown_grace: Duration,
+}
+
+impl Runner {
+    /// Claims and runs `work`'s jobs until `shutdown`, then drains them within the grace.
+    pub(crate) async fn run<W: Work>(self, work: Arc<W>, shutdown: CancellationToken) {
+        let slots = Arc::new(Semaphore::new(self.slots));
+        let mut running = JoinSet::new();
+        while !shutdown.is_cancelled() {
+            // Jobs that ended since the last claim: their slots are free now.
+            while running.try_join_next().is_some() {}
+            let free = slots.available_permits();
+            let jobs = match work.claim(free).await {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    tracing::error!(error.message = %e, work = W::JOBS, "claiming failed; pausing before the next try");
+                    self.pause(&shutdown).await;
+                    continue;
+                }
+            };
+            let claimed = jobs.len();
+            for job in jobs {
+                // The claim took no more than the free slots, and only this loop takes them.
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    break;
+                };
+                let work = work.clone();
+                running.spawn(async move {
+                    work.perform(job).await;
+                    drop(slot);
+                });
+            }
+            if work.claim_again(free, claimed) && slots.available_permits() > 0 {
+                continue;
+            }
+            if slots.available_permits() == 0 {
+                // Every slot is busy: nothing can be claimed until a job ends.
+                tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    Some(_) = running.join_next() => {}
+                }
+                continue;
+            }
+            let deadline = work.next_wake().await;
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = work.stored() => {}
+                Some(_) = running.join_next(), if !running.is_empty() => {}
+                () = self.clock.sleep_until(deadline) => {}
+            }
+        }
+        self.drain(running, W::JOBS).await;
+    }
+
+    async fn pause(&self, shutdown: &CancellationToken) {
+        let until = self
+            .clock
+            .now_ms()
+            .saturating_add(millis(self.poll_interval));
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = self.clock.sleep_until(until) => {}
+        }
+    }
+
+    /// Waits for running jobs until the grace is over, then stops those still running. Their
+    /// leases are not released: they lapse, and the store hands the work on (another worker
+    /// takes a turn over; a send's outcome counts as unknown).
+    async fn drain(&self, mut running: JoinSet<()>, jobs: &'static str) {
+        while running.try_join_next().is_some() {}
+        if running.is_empty() {
+            return;
+        }
+        tracing::info!(
+            running = running.len(),
+            work = jobs,
+            "stopping: waiting for running work"
+        );
+        let grace = self.clock.sleep_until(
+            self.clock
+                .now_ms()
+                .saturating_add(millis(self.shutdown_grace)),
+        );
+        tokio::select! {
+            () = async { while running.join_next().await.is_some() {} } => {}
+            () = grace => {
+                tracing::warn!(
+                    running = running.len(),
+                    work = jobs,
+                    "shutdown grace over: stopping what still runs; its leases will lapse"
+                );
+                running.abort_all();
+            }
+        }
+    }
+}
+
+/// When a loop looks at the store again, given what the store says is next due: that time, but
+/// no later than the next poll (work other nodes store wakes nothing here); a tenth of a poll
+/// from now when it is due already yet was not claimed (another node holds it, or a slot is
+/// about to be free).
+pub(crate) fn wake_time(
+    now_ms: i64,
+    poll_interval: Duration,
+    next_due: store::Result<Option<i64>>,
+) -> i64 {
+    let poll_ms = millis(poll_interval);
+    let poll = now_ms.saturating_add(poll_ms);
+    match next_due {
+        Ok(Some(due)) if due <= now_ms => now_ms.saturating_add(poll_ms / 10),
+        Ok(Some(due)) => due.min(poll),
+        Ok(None) => poll,
+        Err(e) => {
+            tracing::warn!(error.message = %e, "could not read when work is next due");
+            poll
+        }
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loop_wakes_when_work_is_due_but_at_least_every_poll() {
+        let poll = Duration::from_secs(1);
+        assert_eq!(wake_time(10_000, poll, Ok(None)), 11_000);
+        assert_eq!(wake_time(10_000, poll, Ok(Some(10_400))), 10_400);
+        assert_eq!(wake_time(10_000, poll, Ok(Some(60_000))), 11_000);
+        assert_eq!(
+            wake_time(10_000, poll, Ok(Some(9_000))),
+            10_100,
+            "due, not claimed"
+        );
+        let away = Err(store::Error::Unavailable("down".into()));
+        assert_eq!(wake_time(10_000, poll, away), 11_000);
+    }
+}

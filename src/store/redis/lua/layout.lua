@@ -1,0 +1,54 @@
+-- The key layout's version (P:schema) and the store's epoch (P:epoch), run at every start after
+-- keys.lua: a new prefix is written in this build's layout; keys of an older layout are
+-- upgraded in place, one step per version; a newer layout is refused. Redis runs the script
+-- alone, so nodes starting together upgrade once and no call ever sees a layout half upgraded.
+-- A step runs inside this one script, blocking the server while it runs, so it must stay cheap;
+-- and it must be safe to run twice: Redis keeps the writes of a script that fails halfway, and
+-- the version moves only after its step.
+--
+-- ARGV[1] is this build's layout version, ARGV[2] a fresh epoch, kept when the store has none.
+-- Returns {the version found (0 for a new prefix), the epoch}, or the error reply
+-- "SABI_NEWER_LAYOUT <version>" before any write.
+
+-- Layout 2: a web-chat session's recent questions (P:sr:<session>) serve only its limit per
+-- minute, and are kept for the last minute alone (submit_chat trims them); this trims those of
+-- every session, found through the jobs, by the server's clock.
+local function keep_the_last_minute_of_questions()
+  local now = redis.call('TIME')
+  local minute_ago = tonumber(now[1]) * 1000 - 60000
+  local cursor = '0'
+  repeat
+    local page = redis.call('HSCAN', k('jobkey'), cursor, 'COUNT', 1000)
+    cursor = page[1]
+    for i = 2, #page[2], 2 do
+      local session = redis.call('HGET', k('job', page[2][i]), 'session')
+      if session then
+        redis.call('ZREMRANGEBYSCORE', k('sr', session), '-inf', '(' .. int(minute_ago))
+      end
+    end
+  until cursor == '0'
+end
+
+-- UPGRADES[n] takes keys of layout n - 1 to layout n.
+local UPGRADES = {
+  [2] = keep_the_last_minute_of_questions,
+}
+
+local current = tonumber(ARGV[1])
+local stored = redis.call('GET', k('schema'))
+local found = tonumber(stored) or 0
+if stored and (found < 1 or found > current) then
+  -- A later build's, or one this build cannot even read: never downgraded.
+  return redis.error_reply('SABI_NEWER_LAYOUT ' .. stored)
+end
+if found == 0 then
+  -- Every other key is made when first needed, in this build's layout.
+  redis.call('SET', k('schema'), int(current))
+else
+  for version = found + 1, current do
+    UPGRADES[version]()
+    redis.call('SET', k('schema'), int(version))
+  end
+end
+redis.call('SET', k('epoch'), ARGV[2], 'NX')
+return {found, redis.call('GET', k('epoch'))}
