@@ -17,7 +17,7 @@ use sabi::router::Router;
 use sabi::store::{Ending, Ingest, SqliteStore, Store};
 use sabi::testing::llm::FakeLlm;
 use sabi::tools::Tools;
-use sabi::worker::TurnHandler;
+use sabi::turn::TurnHandler;
 
 const CONVERSATIONS: usize = 50;
 

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sabi::clock::{Clock, SystemClock};
+use sabi::config::EnginePolicy;
+use sabi::config::EngineSettings;
 use sabi::domain::{
     Batch, BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
     ReplyPart,
@@ -31,8 +33,8 @@ use sabi::store::{
     ReviewQuery, SendClaim, SendJob, SendResult, SqliteStore, Store, StoredItem, StoredQuarantine,
     Submitted, TurnStats, TurnUsage,
 };
-use sabi::worker::policy::EnginePolicy;
-use sabi::worker::{EngineSettings, Scheduler, TurnError, TurnHandler, TurnOutcome};
+use sabi::turn::{TurnError, TurnHandler, TurnOutcome};
+use sabi::worker::Scheduler;
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use tokio_util::sync::CancellationToken;
 

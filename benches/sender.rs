@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sabi::clock::{Clock, SystemClock};
+use sabi::config::SenderSettings;
 use sabi::domain::{BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, ReplyPart};
-use sabi::sender::graph::{Envelope, Graph, Message};
-use sabi::sender::{Sender, SenderSettings};
+use sabi::sender::Sender;
 use sabi::store::{Ending, Ingest, SqliteStore, Store};
 use sabi::testing::graph::FakeGraph;
+use sabi::whatsapp::graph::{Envelope, Graph, Message};
 use tokio_util::sync::CancellationToken;
 
 const TOKEN: &str = "bench-token";

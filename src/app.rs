@@ -20,11 +20,12 @@ use crate::http::serve::{ConnectionLimits, serve};
 use crate::ingress::{self, Ingress, WorkerLinks};
 use crate::metrics::Metrics;
 use crate::router::{Router, RouterHandler};
-use crate::sender::graph::Graph;
 use crate::sender::{Sender, Typing};
 use crate::store::{self, Store};
 use crate::tools::Tools;
-use crate::worker::{Acknowledger, Scheduler, TurnHandler};
+use crate::turn::{Acknowledger, TurnHandler};
+use crate::whatsapp::graph::Graph;
+use crate::worker::Scheduler;
 
 /// What a node runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -21,20 +21,24 @@
 //! Browser ── GET /chat/{id}, /chat/{id}/events ─► store::Store::chat_job (any node)
 //! ```
 //!
-//! - [`config`]: one typed configuration (`sabi.toml` + `SABI_*`), validated at start; its
-//!   commented example; [`check`] reaches what it names.
-//! - [`ingress`]: the HTTP edge (webhook, web chat, health, metrics, the admin API and review
-//!   desk); nothing slow happens there.
-//! - [`store`]: the only place state lives; SQLite embedded by default, PostgreSQL for several
-//!   nodes.
-//! - [`agent`]: the LLM agent with tools and stored history; voice notes to text.
-//! - [`router`]: Pidgin-aware intent routing: patterns, a classifier, fallback to the agent.
-//! - [`sender`]: the Graph API client and the outbox's delivery: pacing, retries, the window.
+//! Modules, from the bottom up (`src/layers.txt` holds the layers; a test keeps every import
+//! pointing down them, and no two files importing each other):
+//!
+//! - [`domain`], [`clock`]: the types every stage shares, and the injected clock.
+//! - [`config`]: one typed configuration (`sabi.toml` + `SABI_*`), validated at start, holding
+//!   every stage's settings; its commented example.
+//! - [`store`]: the only place state lives (SQLite embedded by default, PostgreSQL or Redis for
+//!   several nodes); [`store::rules`] is its rulebook, every lifecycle written once.
+//! - [`whatsapp`]: Meta's API as Sabi speaks it: the Graph client, signatures, the wire format.
+//! - [`turn`]: the turn-handler contract the router, the agent and the worker share.
+//! - `runner`: the one loop the scheduler and the sender run in.
+//! - [`sender`]: the outbox's delivery: pacing, retries, the window.
 //! - [`tools`]: the business's HTTP endpoints, declared in configuration.
 //! - [`worker`]: the scheduler: batches per conversation, one turn at a time, leases, retries.
-//! - `runner`: the background loop the scheduler and the sender share (claim up to capacity,
-//!   wake, drain within a grace at shutdown).
-//! - [`domain`]: the types every stage shares.
+//! - [`router`]: Pidgin-aware intent routing: patterns, a classifier, fallback to the agent.
+//! - [`agent`]: the LLM agent with tools and stored history; voice notes to text.
+//! - [`ingress`]: the HTTP edge (webhook, web chat, health, metrics, the admin API and review
+//!   desk); nothing slow happens there. [`check`] reaches what the configuration names.
 //! - [`app`]: wires the parts and runs them until stopped.
 //! - [`cli`]: the `sabi` commands.
 
@@ -56,5 +60,6 @@ pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tools;
+pub mod turn;
 pub mod whatsapp;
 pub mod worker;

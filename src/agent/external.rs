@@ -18,8 +18,8 @@ use serde_json::json;
 use crate::domain::{Batch, ReplyPart};
 use crate::router::Router;
 use crate::store::{Store, TurnUsage};
+use crate::turn::{TurnError, TurnHandler, TurnOutcome};
 use crate::whatsapp::sign;
-use crate::worker::{TurnError, TurnHandler, TurnOutcome};
 
 /// The header carrying the signature of `<timestamp>.<body>`.
 pub const SIGNATURE_HEADER: &str = "X-Sabi-Signature-256";

@@ -28,7 +28,7 @@ use crate::metrics::{Metrics, TokenKind};
 use crate::router::Router;
 use crate::store::{HistoryEntry, Speaker, Store, TurnUsage};
 use crate::tools::Tools;
-use crate::worker::{TurnError, TurnHandler, TurnOutcome};
+use crate::turn::{TurnError, TurnHandler, TurnOutcome};
 
 /// How the agent works, typed once from configuration.
 #[derive(Debug, Clone)]

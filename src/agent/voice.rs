@@ -17,9 +17,9 @@ use secrecy::{ExposeSecret, SecretString};
 use futures_util::future::join_all;
 
 use crate::domain::{Batch, BatchMessage, ReplyPart};
-use crate::sender::graph::Graph;
 use crate::store::Store;
-use crate::worker::{TurnError, TurnHandler, TurnOutcome};
+use crate::turn::{TurnError, TurnHandler, TurnOutcome};
+use crate::whatsapp::graph::Graph;
 
 /// What the customer is told when their voice note could not be transcribed.
 pub const CANNOT_LISTEN: &str =

@@ -5,7 +5,9 @@
 //! start; a bad value stops start-up with a message naming the setting (and its variable).
 //! Business code only ever sees typed values: durations, addresses, secrets.
 
+mod engine;
 mod example;
+mod sender;
 mod tools;
 
 use std::net::SocketAddr;
@@ -15,10 +17,10 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
+pub use self::engine::{EnginePolicy, EngineSettings};
+pub use self::sender::{SenderSettings, Template};
 pub use self::tools::ToolConfig;
 use crate::domain::BatchPolicy;
-use crate::worker::EngineSettings;
-use crate::worker::policy::EnginePolicy;
 
 /// The router's built-in intents file: what Sabi answers with no `router.intents_file`.
 pub const DEFAULT_INTENTS: &str = include_str!("default_intents.toml");
@@ -332,7 +334,7 @@ pub struct WhatsappConfig {
     pub quote_replies: bool,
     /// Sent instead of a reply once the 24-hour window has closed; such replies go to review
     /// when unset.
-    pub window_template: Option<crate::sender::graph::Template>,
+    pub window_template: Option<Template>,
 }
 
 impl Default for WhatsappConfig {
@@ -908,9 +910,9 @@ impl Config {
 
 impl Config {
     /// The sender's settings.
-    pub fn sender_settings(&self) -> crate::sender::SenderSettings {
+    pub fn sender_settings(&self) -> SenderSettings {
         let w = &self.whatsapp;
-        crate::sender::SenderSettings {
+        SenderSettings {
             rate: w.outbound_rate,
             pair_spacing: w.pair_spacing,
             // A claimed send is held for its pacing wait (a throttled number is not claimed

@@ -16,7 +16,7 @@ use super::{ActionKind, Entities, PLEASANTRIES, Router, Routing};
 use crate::domain::{Batch, ReplyPart};
 use crate::metrics::{Metrics, Routed};
 use crate::tools::Tools;
-use crate::worker::{TurnError, TurnHandler, TurnOutcome};
+use crate::turn::{TurnError, TurnHandler, TurnOutcome};
 
 pub struct RouterHandler {
     router: Arc<Router>,

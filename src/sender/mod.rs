@@ -16,7 +16,6 @@
 //! gives sends in flight the grace period; a send still in flight then is stopped, and its part
 //! counts as unknown once its lease lapses (a status webhook settles it, or a person).
 
-pub mod graph;
 mod pacer;
 pub mod policy;
 pub mod split;
@@ -29,42 +28,16 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use self::graph::{Envelope, Graph, Message, Template};
 use self::pacer::Pacer;
 use self::policy::Class;
 pub use self::typing::Typing;
 use crate::clock::SharedClock;
+use crate::config::SenderSettings;
 use crate::domain::ReviewReason;
 use crate::metrics::Metrics;
 use crate::runner::{self, Runner, Work};
 use crate::store::{self, SendClaim, SendJob, SendResult, Store, send_callback};
-
-/// How the sender runs, typed once from configuration.
-#[derive(Debug, Clone)]
-pub struct SenderSettings {
-    /// Requests per second per business number.
-    pub rate: u32,
-    /// The least time between two messages to one customer.
-    pub pair_spacing: Duration,
-    /// How long a claimed part is held; a sender that dies mid-send leaves it unknown after.
-    pub lease: Duration,
-    /// How long an unknown outcome waits for its status webhook before review.
-    pub unknown_wait: Duration,
-    /// Failed tries before a part goes to review (throttling answers do not count).
-    pub max_failures: u32,
-    /// The first wait after a failure; doubled after each further one.
-    pub retry_base: Duration,
-    /// The customer service window: 24 hours.
-    pub window: Duration,
-    /// Sent instead of a reply outside the window; review when unset.
-    pub template: Option<Template>,
-    /// Sends in flight at once on this node.
-    pub in_flight: usize,
-    /// How often the store is asked for parts other nodes wrote.
-    pub poll_interval: Duration,
-    /// How long sends in flight may take to end at shutdown.
-    pub shutdown_grace: Duration,
-}
+use crate::whatsapp::graph::{Envelope, Graph, GraphError, Message};
 
 pub struct Sender {
     store: Arc<dyn Store>,
@@ -251,7 +224,7 @@ impl Sender {
         }
     }
 
-    fn after_error(&self, job: &SendJob, error: &graph::GraphError, as_text: bool) -> SendResult {
+    fn after_error(&self, job: &SendJob, error: &GraphError, as_text: bool) -> SendResult {
         let class = policy::classify(error);
         let code = policy::code(error);
         let now = self.clock.now_ms();

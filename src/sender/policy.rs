@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use super::graph::GraphError;
 use crate::store::WINDOW_CLOSED;
+use crate::whatsapp::graph::GraphError;
 
 /// What to do after a failed send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

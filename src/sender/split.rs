@@ -4,8 +4,8 @@
 //! Lengths are counted in UTF-16 code units, which is never less than the characters Meta
 //! counts, so no part is refused for its length whatever Meta's counting.
 
-use super::graph::{BUTTONS_BODY_LIMIT, MAX_OPTIONS};
 use crate::domain::ReplyPart;
+use crate::whatsapp::graph::{BUTTONS_BODY_LIMIT, MAX_OPTIONS};
 
 /// The longest text body Meta accepts.
 pub const TEXT_LIMIT: usize = 4096;

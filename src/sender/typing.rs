@@ -15,7 +15,7 @@ use async_trait::async_trait;
 
 use super::Sender;
 use crate::domain::{Batch, Channel};
-use crate::worker::{TurnError, TurnHandler, TurnOutcome};
+use crate::turn::{TurnError, TurnHandler, TurnOutcome};
 
 /// How often the indicator is shown again while a turn runs.
 const REFRESH: Duration = Duration::from_secs(20);

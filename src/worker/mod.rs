@@ -11,7 +11,6 @@
 //! ([`Wakeup`]), when a turn ends, and when the earliest known due time comes; it polls the
 //! store for work from other nodes too.
 
-mod handler;
 mod lease;
 pub mod policy;
 mod signals;
@@ -24,36 +23,18 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use self::handler::{Acknowledger, TurnError, TurnHandler, TurnOutcome};
 use self::lease::LeaseGuard;
-use self::policy::{Decision, EnginePolicy};
+use self::policy::Decision;
 pub use self::signals::{ChatSignals, Subscription};
 pub use self::wakeup::Wakeup;
 use crate::clock::SharedClock;
+use crate::config::EngineSettings;
 use crate::domain::{Batch, Channel, Claim, LeaseToken, ReplyPart};
 use crate::metrics::Metrics;
 use crate::runner::{self, Runner, Work};
 use crate::sender::split;
 use crate::store::{self, Ending, Store};
-
-/// How the scheduler runs, typed once from configuration.
-#[derive(Debug, Clone)]
-pub struct EngineSettings {
-    /// Turns at once on this node.
-    pub turns: usize,
-    pub lease: Duration,
-    /// How often the store is asked for work that other nodes stored.
-    pub poll_interval: Duration,
-    /// How long running turns may take to finish at shutdown.
-    pub shutdown_grace: Duration,
-    /// Replies are kept in the outbox, never sent.
-    pub sandbox: bool,
-    /// A WhatsApp reply's first part quotes the customer's latest message.
-    pub quote_replies: bool,
-    /// The turn's log line names the customer and quotes their words (off: a short hash).
-    pub log_customer_data: bool,
-    pub policy: EnginePolicy,
-}
+use crate::turn::{TurnHandler, TurnOutcome};
 
 /// What one [`Scheduler::tick`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

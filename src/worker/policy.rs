@@ -2,19 +2,9 @@
 
 use std::time::Duration;
 
+use crate::config::EnginePolicy;
 use crate::domain::{Claim, ReviewReason};
 use crate::store::Ending;
-
-/// The engine's rules, typed once from configuration.
-#[derive(Debug, Clone)]
-pub struct EnginePolicy {
-    /// Turns tried before the batch goes to review.
-    pub max_attempts: u32,
-    /// The wait after the first failure; doubled after each further one.
-    pub retry_base: Duration,
-    /// A batch whose first message is older than this goes to review.
-    pub review_after: Duration,
-}
 
 /// What a worker does with a batch it has just claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sabi::domain::{Batch, ReplyPart};
-use sabi::worker::{TurnError, TurnHandler, TurnOutcome};
+use sabi::turn::{TurnError, TurnHandler, TurnOutcome};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sabi::domain::{Batch, ReplyPart};
 use sabi::store::{self, Ending, InboxQuery};
-use sabi::worker::{TickOutcome, TurnError, TurnHandler, TurnOutcome};
+use sabi::turn::{TurnError, TurnHandler, TurnOutcome};
+use sabi::worker::TickOutcome;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 

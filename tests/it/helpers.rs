@@ -10,8 +10,9 @@ use sabi::app::{App, Role};
 use sabi::clock::ManualClock;
 use sabi::config::Config;
 use sabi::store::{InboxQuery, Store, StoredItem};
+use sabi::turn::TurnHandler;
 use sabi::whatsapp::sign;
-use sabi::worker::{Scheduler, TurnHandler};
+use sabi::worker::Scheduler;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 

@@ -16,6 +16,7 @@ mod fuzz;
 mod guard;
 mod helpers;
 mod identity;
+mod layers;
 mod metrics;
 mod nodes;
 mod openapi;

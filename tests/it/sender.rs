@@ -10,14 +10,15 @@ use std::time::Duration;
 
 use sabi::app::{App, Role};
 use sabi::clock::{Clock, ManualClock, SystemClock};
+use sabi::config::SenderSettings;
 use sabi::domain::{Batch, BatchPolicy, ReplyPart};
-use sabi::sender::graph::Graph;
-use sabi::sender::{Sender, SenderSettings};
+use sabi::sender::Sender;
 use sabi::store::{
     self, Ending, Ingest, OutboxEntry, SendClaim, SendResult, SqliteStore, Store, send_callback,
 };
 use sabi::testing::graph::{FakeGraph, Received, Webhooks};
-use sabi::worker::{TurnError, TurnHandler, TurnOutcome};
+use sabi::turn::{TurnError, TurnHandler, TurnOutcome};
+use sabi::whatsapp::graph::Graph;
 use tokio_util::sync::CancellationToken;
 
 use crate::conformance::message;
@@ -697,7 +698,7 @@ async fn an_intent_offers_quick_replies_as_buttons_and_a_tap_routes_on_its_own()
 
 #[tokio::test]
 async fn media_is_looked_up_and_downloaded_with_the_token_within_a_size_limit() {
-    use sabi::sender::graph::{Graph, GraphError};
+    use sabi::whatsapp::graph::{Graph, GraphError};
     let fake = FakeGraph::start(TOKEN).await;
     fake.add_media("media.1", "audio/ogg; codecs=opus", vec![7u8; 2048]);
     let graph = Graph::new(

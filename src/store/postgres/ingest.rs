@@ -6,7 +6,7 @@
 
 use sqlx::{PgConnection, PgPool, Row};
 
-use super::{limit, outbox, unavailable};
+use super::{channel, limit, outbox, unavailable};
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 use crate::store::items::known;
 use crate::store::items::{
@@ -290,10 +290,6 @@ async fn keep_quarantined(conn: &mut PgConnection, q: &Quarantined, at: i64) -> 
     .await
     .map_err(unavailable)?;
     Ok(usize::try_from(done.rows_affected()).unwrap_or(0))
-}
-
-pub(super) fn channel(name: &str) -> Result<Channel> {
-    Channel::parse(name).ok_or_else(|| Error::Schema(format!("unknown channel {name:?}")))
 }
 
 pub(super) async fn inbox(pool: &PgPool, query: &InboxQuery) -> Result<Vec<StoredItem>> {

@@ -190,6 +190,11 @@ async fn apply(tx: &mut PgConnection, version: i32, sql: &'static str) -> Result
         .map_err(unavailable)
 }
 
+/// A stored channel name read back.
+pub(super) fn channel(name: &str) -> Result<Channel> {
+    Channel::parse(name).ok_or_else(|| Error::Schema(format!("unknown channel {name:?}")))
+}
+
 pub(super) fn unavailable(e: sqlx::Error) -> Error {
     connect::note_read_only(&e);
     let conflict = e

@@ -6,8 +6,7 @@
 use sqlx::AssertSqlSafe;
 use sqlx::{PgConnection, PgPool, Row};
 
-use super::ingest::channel;
-use super::{limit, unavailable};
+use super::{channel, limit, unavailable};
 use crate::domain::{ConversationKey, InboundItem, ReviewReason};
 use crate::store::items::known;
 use crate::store::rules::part::{

@@ -4,10 +4,9 @@
 use sqlx::AssertSqlSafe;
 use sqlx::{PgConnection, PgPool, Row};
 
-use super::ingest::channel;
 use super::outbox;
 use super::turns::{conversation_history, load_batch, lock_conversation};
-use super::{limit, unavailable};
+use super::{channel, limit, unavailable};
 use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::items::known;
 use crate::store::rules::part::Event;

@@ -3,8 +3,7 @@
 
 use sqlx::{PgConnection, PgPool, Row};
 
-use super::ingest::channel;
-use super::{limit, unavailable};
+use super::{channel, limit, unavailable};
 use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };

@@ -1,5 +1,6 @@
-//! The turn-handler interface: the engine hands a batch to a handler and stores what it returns.
-//! The router, the agent and the sender plug in here.
+//! The turn-handler contract: the engine hands a batch to a handler and stores what it returns.
+//! The router, the agent, voice notes and the typing indicator plug in here; the worker drives
+//! it. A leaf, so that every one of them can depend on it without depending on the others.
 
 use std::sync::Arc;
 use std::time::Duration;

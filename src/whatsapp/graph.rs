@@ -11,17 +11,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-/// A template, sent when the customer service window has closed.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Template {
-    pub name: String,
-    /// Its language code, like `en_US`.
-    pub language: String,
-    /// Body parameters, in order (positional).
-    #[serde(default)]
-    pub parameters: Vec<String>,
-}
+pub use crate::config::Template;
 
 /// What goes out.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,33 @@
+//! The engine's settings: how the scheduler runs turns, and its rules for retries and age.
+
+use std::time::Duration;
+
+/// How the scheduler runs, typed once from configuration.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Turns at once on this node.
+    pub turns: usize,
+    pub lease: Duration,
+    /// How often the store is asked for work that other nodes stored.
+    pub poll_interval: Duration,
+    /// How long running turns may take to finish at shutdown.
+    pub shutdown_grace: Duration,
+    /// Replies are kept in the outbox, never sent.
+    pub sandbox: bool,
+    /// A WhatsApp reply's first part quotes the customer's latest message.
+    pub quote_replies: bool,
+    /// The turn's log line names the customer and quotes their words (off: a short hash).
+    pub log_customer_data: bool,
+    pub policy: EnginePolicy,
+}
+
+/// The engine's rules, typed once from configuration.
+#[derive(Debug, Clone)]
+pub struct EnginePolicy {
+    /// Turns tried before the batch goes to review.
+    pub max_attempts: u32,
+    /// The wait after the first failure; doubled after each further one.
+    pub retry_base: Duration,
+    /// A batch whose first message is older than this goes to review.
+    pub review_after: Duration,
+}
