@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::domain::{Batch, ReplyPart};
 use crate::router::Router;
-use crate::store::{Store, TurnUsage};
+use crate::store::{TurnUsage, Turns};
 use crate::turn::{TurnError, TurnHandler, TurnOutcome};
 use crate::whatsapp::sign;
 
@@ -32,7 +32,7 @@ pub struct ExternalAgent {
     url: String,
     secret: SecretString,
     http: reqwest::Client,
-    store: Arc<dyn Store>,
+    store: Arc<dyn Turns>,
     router: Option<Arc<Router>>,
 }
 
@@ -51,7 +51,7 @@ impl ExternalAgent {
         url: String,
         secret: SecretString,
         timeout: Duration,
-        store: Arc<dyn Store>,
+        store: Arc<dyn Turns>,
         router: Option<Arc<Router>>,
     ) -> reqwest::Result<Arc<ExternalAgent>> {
         let http = reqwest::Client::builder().timeout(timeout).build()?;

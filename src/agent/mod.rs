@@ -26,7 +26,7 @@ use self::llm::{ChatMessage, Llm, Providers, ToolCall, Usage};
 use crate::domain::{Batch, Channel, Identity, ReplyPart, ReviewReason};
 use crate::metrics::{Metrics, TokenKind};
 use crate::router::Router;
-use crate::store::{HistoryEntry, Speaker, Store, TurnUsage};
+use crate::store::{HistoryEntry, Speaker, TurnUsage, Turns};
 use crate::tools::Tools;
 use crate::turn::{TurnError, TurnHandler, TurnOutcome};
 
@@ -51,7 +51,7 @@ const HISTORY_TURNS: usize = 20;
 pub struct Agent {
     llm: Llm,
     tools: Arc<Tools>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn Turns>,
     router: Option<Arc<Router>>,
     settings: AgentSettings,
     metrics: Arc<Metrics>,
@@ -61,7 +61,7 @@ impl Agent {
     pub fn new(
         llm: Llm,
         tools: Arc<Tools>,
-        store: Arc<dyn Store>,
+        store: Arc<dyn Turns>,
         router: Option<Arc<Router>>,
         settings: AgentSettings,
         metrics: Arc<Metrics>,

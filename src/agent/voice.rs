@@ -17,7 +17,7 @@ use secrecy::{ExposeSecret, SecretString};
 use futures_util::future::join_all;
 
 use crate::domain::{Batch, BatchMessage, ReplyPart};
-use crate::store::Store;
+use crate::store::Turns;
 use crate::turn::{TurnError, TurnHandler, TurnOutcome};
 use crate::whatsapp::graph::Graph;
 
@@ -45,7 +45,7 @@ const UNHEARD: &str = "[a voice note that could not be transcribed]";
 pub struct VoiceNotes {
     inner: Arc<dyn TurnHandler>,
     /// Where transcripts are kept, as the notes' text.
-    store: Arc<dyn Store>,
+    store: Arc<dyn Turns>,
     /// Without a Graph client (sandbox mode) or a transcriber, no note can be heard.
     hearing: Option<(Graph, Transcriber)>,
     http: reqwest::Client,
@@ -56,7 +56,7 @@ impl VoiceNotes {
     /// When the HTTP client cannot be built.
     pub fn new(
         inner: Arc<dyn TurnHandler>,
-        store: Arc<dyn Store>,
+        store: Arc<dyn Turns>,
         hearing: Option<(Graph, Transcriber)>,
     ) -> reqwest::Result<Arc<VoiceNotes>> {
         let timeout = hearing

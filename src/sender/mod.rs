@@ -36,11 +36,11 @@ use crate::config::SenderSettings;
 use crate::domain::ReviewReason;
 use crate::metrics::Metrics;
 use crate::runner::{self, Runner, Work};
-use crate::store::{self, SendClaim, SendJob, SendResult, Store, send_callback};
+use crate::store::{self, SendClaim, SendJob, SendResult, Sending, send_callback};
 use crate::whatsapp::graph::{Envelope, Graph, GraphError, Message};
 
 pub struct Sender {
-    store: Arc<dyn Store>,
+    store: Arc<dyn Sending>,
     clock: SharedClock,
     graph: Graph,
     settings: SenderSettings,
@@ -52,7 +52,7 @@ pub struct Sender {
 
 impl Sender {
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn Sending>,
         clock: SharedClock,
         graph: Graph,
         settings: SenderSettings,

@@ -471,25 +471,20 @@ pub struct ChatExchange {
     pub asked_at_ms: i64,
 }
 
-/// The store interface, held as `Arc<dyn Store>`.
+/// What the ingress keeps: deliveries, atomically and durably.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Intake: Send + Sync + 'static {
     /// Appends a delivery's items deduplicated on (channel, dedupe key), records its statuses
     /// and quarantined parts, and schedules each conversation it wakes. Atomic and durable.
     ///
     /// # Errors
     /// [`Error::Unavailable`] when nothing could be committed: nothing of the delivery is kept.
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt>;
+}
 
-    /// Stored items in arrival order.
-    async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>>;
-
-    /// Quarantined raw parts in arrival order.
-    async fn quarantine(&self, limit: Option<usize>) -> Result<Vec<StoredQuarantine>>;
-
-    /// Succeeds when the store is reachable and its schema is current.
-    async fn ready(&self) -> Result<()>;
-
+/// What the scheduler and turn handlers do with batches: claim under a lease, end a turn, and what a turn reads and notes on the way.
+#[async_trait]
+pub trait Turns: Send + Sync + 'static {
     /// Claims up to `limit` batches due at `now_ms`, each under a lease until `now_ms + lease_ms`
     /// with a fresh fencing token: batches whose lease lapsed or whose retry time came, then new
     /// batches of every pending message of conversations that are due and have no batch open.
@@ -525,9 +520,24 @@ pub trait Store: Send + Sync + 'static {
     /// The earliest time at which something may become claimable, if anything is waiting.
     async fn next_due(&self) -> Result<Option<i64>>;
 
-    /// Outbox rows in the order they were written.
-    async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>>;
+    /// What was said in the last `turns` turns of `batch`'s conversation before it: the
+    /// customer's messages, the replies, and hand-off notes, oldest first.
+    async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>>;
 
+    /// Keeps the transcript of a voice note as the message's text (only where it has none), so
+    /// history and people read what was said.
+    async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()>;
+
+    /// Records what a running turn is doing now ("looking it up"); shown by the web chat.
+    async fn set_stage(&self, batch: i64, stage: &str) -> Result<()>;
+
+    /// Adds what a turn's model calls used.
+    async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()>;
+}
+
+/// What the sender does with reply parts: claim under a send lease and record how each send ended.
+#[async_trait]
+pub trait Sending: Send + Sync + 'static {
     /// Claims reply parts due for sending, each under a send lease: per recipient only the
     /// oldest part not yet settled, once the recipient's pacing allows. Sends whose lease
     /// lapsed become unknown, and unknown ones past their wait go to review, in the same step.
@@ -549,24 +559,11 @@ pub trait Store: Send + Sync + 'static {
     /// The earliest time a reply part may become claimable (the head of its recipient's
     /// queue, not from a number in `skip`), or an unsettled send's lease or wait ends.
     async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>>;
+}
 
-    /// What was said in the last `turns` turns of `batch`'s conversation before it: the
-    /// customer's messages, the replies, and hand-off notes, oldest first.
-    async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>>;
-
-    /// Keeps the transcript of a voice note as the message's text (only where it has none), so
-    /// history and people read what was said.
-    async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()>;
-
-    /// Records what a running turn is doing now ("looking it up"); shown by the web chat.
-    async fn set_stage(&self, batch: i64, stage: &str) -> Result<()>;
-
-    /// Adds what a turn's model calls used.
-    async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()>;
-
-    /// Turns that ended since `since_ms`.
-    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats>;
-
+/// What people do: the review queue, settling its items, and customers' conversations.
+#[async_trait]
+pub trait Reviews: Send + Sync + 'static {
     /// Open review items, oldest first.
     async fn review_queue(&self, query: ReviewQuery) -> Result<Vec<ReviewEntry>>;
 
@@ -581,10 +578,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// The conversations of a customer, with their history (the last `turns` turns).
     async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>>;
+}
 
-    /// The pipeline's counts now.
-    async fn gauges(&self, now_ms: i64) -> Result<Gauges>;
-
+/// What the web chat keeps and serves: questions, their jobs, a session's history.
+#[async_trait]
+pub trait WebChat: Send + Sync + 'static {
     /// Keeps a web-chat question and its job in one atomic step; the same (session, message
     /// id) always gives the same job, also when two submissions race. The session's
     /// `per_minute` limit and the queue's `max_queue` are counted in the same step, so no burst
@@ -607,6 +605,39 @@ pub trait Store: Send + Sync + 'static {
     /// Web-chat questions waiting for a turn. Counts them: callers keep the figure a moment.
     async fn chat_queue_depth(&self) -> Result<u64>;
 }
+
+/// What operators read: the inbox, quarantine, outbox, turn statistics and the pipeline's counts.
+#[async_trait]
+pub trait Inspection: Send + Sync + 'static {
+    /// Stored items in arrival order.
+    async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>>;
+
+    /// Quarantined raw parts in arrival order.
+    async fn quarantine(&self, limit: Option<usize>) -> Result<Vec<StoredQuarantine>>;
+
+    /// Outbox rows in the order they were written.
+    async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>>;
+
+    /// Turns that ended since `since_ms`.
+    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats>;
+
+    /// The pipeline's counts now.
+    async fn gauges(&self, now_ms: i64) -> Result<Gauges>;
+}
+
+/// Whether the store can serve.
+#[async_trait]
+pub trait Health: Send + Sync + 'static {
+    /// Succeeds when the store is reachable and its schema is current.
+    async fn ready(&self) -> Result<()>;
+}
+
+/// A store is every role at once: what `open` returns and the app holds. Each component holds
+/// only the role it uses ([`Turns`] for the scheduler and turn handlers, [`Sending`] for the
+/// sender, ...), so a test fake implements one role.
+pub trait Store: Intake + Turns + Sending + Reviews + WebChat + Inspection + Health {}
+
+impl<T: Intake + Turns + Sending + Reviews + WebChat + Inspection + Health> Store for T {}
 
 /// Looks at the configured backend without changing it (no file created, no migration):
 /// what a `sabi check` may do against a live store.

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
 use crate::domain::LeaseToken;
-use crate::store::{self, Store};
+use crate::store::{self, Turns};
 
 pub(super) struct LeaseGuard {
     renewer: JoinHandle<()>,
@@ -21,7 +21,7 @@ impl LeaseGuard {
     /// failing until the lease ran out, `lost()` fires: another worker may own the batch, and
     /// this turn stops so that two turns never run at once.
     pub(super) fn spawn(
-        store: Arc<dyn Store>,
+        store: Arc<dyn Turns>,
         clock: SharedClock,
         batch: i64,
         token: LeaseToken,

@@ -33,7 +33,7 @@ use crate::domain::{Batch, Channel, Claim, LeaseToken, ReplyPart};
 use crate::metrics::Metrics;
 use crate::runner::{self, Runner, Work};
 use crate::sender::split;
-use crate::store::{self, Ending, Store};
+use crate::store::{self, Ending, Turns};
 use crate::turn::{TurnHandler, TurnOutcome};
 
 /// What one [`Scheduler::tick`] did.
@@ -44,7 +44,7 @@ pub enum TickOutcome {
 }
 
 pub struct Scheduler {
-    store: Arc<dyn Store>,
+    store: Arc<dyn Turns>,
     clock: SharedClock,
     handler: Arc<dyn TurnHandler>,
     settings: EngineSettings,
@@ -65,7 +65,7 @@ pub(crate) struct Turn {
 
 impl Scheduler {
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn Turns>,
         clock: SharedClock,
         handler: Arc<dyn TurnHandler>,
         settings: EngineSettings,

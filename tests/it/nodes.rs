@@ -463,7 +463,7 @@ async fn store_down_then_back(store: &str, cli_store: &str, mut outage: impl Out
 /// now name other work; a node started after works on the new, empty store.
 #[tokio::test]
 async fn a_redis_that_lost_its_keys_is_refused_until_the_node_restarts() {
-    use sabi::store::{InboxQuery, Store};
+    use sabi::store::{Health, InboxQuery, Inspection, Turns};
     let Some(prefix) = RedisPrefix::new() else {
         return;
     };
@@ -514,7 +514,7 @@ async fn a_redis_that_lost_its_keys_is_refused_until_the_node_restarts() {
 /// nobody vouches for is refused.
 #[tokio::test]
 async fn redis_over_tls_trusts_the_given_ca_and_refuses_an_unknown_one() {
-    use sabi::store::{InboxQuery, RedisStore, Store};
+    use sabi::store::{Health, InboxQuery, Inspection, RedisStore};
     let Some(server) = RedisServer::start_with(true) else {
         return;
     };

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use sabi::store::{PgStore, Store};
+use sabi::store::{Health, PgStore};
 use serde_json::Value;
 use sqlx::{Connection, PgConnection};
 

@@ -8,7 +8,8 @@
 
 use sabi::config::StoreConfig;
 use sabi::store::{
-    self, Error, InboxQuery, Ingest, JobStatus, PgStore, RedisStore, ReviewQuery, SendClaim, Store,
+    self, Error, Health, InboxQuery, Ingest, JobStatus, PgStore, RedisStore, ReviewQuery,
+    SendClaim, Store,
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 

@@ -23,10 +23,10 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};
 
 use super::{
-    ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Error, Gauges, HistoryEntry,
-    InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry, ReviewQuery,
-    SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, Submitted, TurnStats,
-    TurnUsage,
+    ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Error, Gauges, Health,
+    HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, OutboxEntry, Resolution,
+    Result, ReviewEntry, ReviewQuery, Reviews, SendClaim, SendJob, SendResult, Sending, StoredItem,
+    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::domain::{Channel, Claim, LeaseToken};
 
@@ -237,32 +237,14 @@ fn limit(n: Option<usize>) -> i64 {
 }
 
 #[async_trait]
-impl Store for PgStore {
+impl Intake for PgStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
         retrying(|| ingest::ingest(&self.pool, &delivery)).await
     }
+}
 
-    async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {
-        ingest::inbox(&self.pool, &query).await
-    }
-
-    async fn quarantine(&self, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
-        ingest::quarantine(&self.pool, limit).await
-    }
-
-    async fn ready(&self) -> Result<()> {
-        let version: Option<i32> = sqlx::query_scalar("SELECT max(version) FROM sabi_schema")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(unavailable)?;
-        match version {
-            Some(VERSION) => Ok(()),
-            other => Err(Error::Schema(format!(
-                "schema version {other:?}, expected {VERSION}"
-            ))),
-        }
-    }
-
+#[async_trait]
+impl Turns for PgStore {
     async fn claim(
         &self,
         now_ms: i64,
@@ -272,11 +254,9 @@ impl Store for PgStore {
     ) -> Result<Vec<Claim>> {
         retrying(|| turns::claim(&self.pool, now_ms, lease_ms, limit, channel)).await
     }
-
     async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()> {
         turns::renew(&self.pool, batch, token, now_ms, lease_ms).await
     }
-
     async fn finish(
         &self,
         batch: i64,
@@ -286,37 +266,12 @@ impl Store for PgStore {
     ) -> Result<()> {
         retrying(|| turns::finish(&self.pool, batch, token, now_ms, &ending)).await
     }
-
     async fn next_due(&self) -> Result<Option<i64>> {
         turns::next_due(&self.pool).await
     }
-
-    async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
-        outbox::outbox(&self.pool, limit).await
-    }
-
-    async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
-        retrying(|| outbox::claim_sends(&self.pool, &claim)).await
-    }
-
-    async fn record_send(
-        &self,
-        id: i64,
-        attempt: u32,
-        now_ms: i64,
-        result: SendResult,
-    ) -> Result<()> {
-        retrying(|| outbox::record_send(&self.pool, id, attempt, now_ms, &result)).await
-    }
-
-    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>> {
-        outbox::next_send_due(&self.pool, &skip).await
-    }
-
     async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
         turns::history(&self.pool, batch, turns).await
     }
-
     async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()> {
         sqlx::query(
             "UPDATE inbox SET text = $3 WHERE channel = $1 AND dedupe_key = $2 AND text IS NULL",
@@ -329,43 +284,54 @@ impl Store for PgStore {
         .map(drop)
         .map_err(unavailable)
     }
-
     async fn set_stage(&self, batch: i64, stage: &str) -> Result<()> {
         turns::set_stage(&self.pool, batch, stage).await
     }
-
     async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()> {
         turns::add_usage(&self.pool, batch, usage).await
     }
+}
 
-    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats> {
-        turns::stats(&self.pool, since_ms).await
+#[async_trait]
+impl Sending for PgStore {
+    async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
+        retrying(|| outbox::claim_sends(&self.pool, &claim)).await
     }
+    async fn record_send(
+        &self,
+        id: i64,
+        attempt: u32,
+        now_ms: i64,
+        result: SendResult,
+    ) -> Result<()> {
+        retrying(|| outbox::record_send(&self.pool, id, attempt, now_ms, &result)).await
+    }
+    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>> {
+        outbox::next_send_due(&self.pool, &skip).await
+    }
+}
 
+#[async_trait]
+impl Reviews for PgStore {
     async fn review_queue(&self, query: ReviewQuery) -> Result<Vec<ReviewEntry>> {
         review::queue(&self.pool, &query).await
     }
-
     async fn review_item(&self, id: i64) -> Result<Option<ReviewEntry>> {
         review::item(&self.pool, id).await
     }
-
     async fn resolve_review(&self, id: i64, now_ms: i64, resolution: Resolution) -> Result<()> {
         retrying(|| review::resolve(&self.pool, id, now_ms, &resolution)).await
     }
-
     async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>> {
         review::conversations(&self.pool, customer, turns).await
     }
+}
 
-    async fn gauges(&self, now_ms: i64) -> Result<Gauges> {
-        review::gauges(&self.pool, now_ms).await
-    }
-
+#[async_trait]
+impl WebChat for PgStore {
     async fn submit_chat(&self, submission: ChatSubmission) -> Result<Submitted> {
         retrying(|| ingest::submit_chat(&self.pool, &submission)).await
     }
-
     async fn chat_job_for_message(
         &self,
         session_id: &str,
@@ -373,16 +339,48 @@ impl Store for PgStore {
     ) -> Result<Option<String>> {
         ingest::job_for_message(&self.pool, session_id, message_id).await
     }
-
     async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>> {
         ingest::chat_job(&self.pool, job_id, now_ms).await
     }
-
     async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>> {
         ingest::chat_history(&self.pool, session_id, limit).await
     }
-
     async fn chat_queue_depth(&self) -> Result<u64> {
         ingest::queue_depth(&self.pool).await
+    }
+}
+
+#[async_trait]
+impl Inspection for PgStore {
+    async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {
+        ingest::inbox(&self.pool, &query).await
+    }
+    async fn quarantine(&self, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
+        ingest::quarantine(&self.pool, limit).await
+    }
+    async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
+        outbox::outbox(&self.pool, limit).await
+    }
+    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats> {
+        turns::stats(&self.pool, since_ms).await
+    }
+    async fn gauges(&self, now_ms: i64) -> Result<Gauges> {
+        review::gauges(&self.pool, now_ms).await
+    }
+}
+
+#[async_trait]
+impl Health for PgStore {
+    async fn ready(&self) -> Result<()> {
+        let version: Option<i32> = sqlx::query_scalar("SELECT max(version) FROM sabi_schema")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        match version {
+            Some(VERSION) => Ok(()),
+            other => Err(Error::Schema(format!(
+                "schema version {other:?}, expected {VERSION}"
+            ))),
+        }
     }
 }

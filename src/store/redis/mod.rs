@@ -29,9 +29,9 @@ use self::wire::{
 use super::items::message_key;
 use super::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
-    HistoryEntry, InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry,
-    ReviewQuery, SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, Submitted,
-    TurnStats, TurnUsage,
+    Health, HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, OutboxEntry,
+    Resolution, Result, ReviewEntry, ReviewQuery, Reviews, SendClaim, SendJob, SendResult, Sending,
+    StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::domain::{Channel, Claim, ItemKind, LeaseToken};
 use crate::store::items::question_item;
@@ -291,7 +291,7 @@ fn exact(ms: i64) -> i64 {
 }
 
 #[async_trait]
-impl Store for RedisStore {
+impl Intake for RedisStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
         let receipt: Receipt = self.call("ingest", wire::delivery(&delivery)).await?;
         for key in &receipt.anomalies.0 {
@@ -308,54 +308,10 @@ impl Store for RedisStore {
             earliest_due_ms: receipt.due,
         })
     }
+}
 
-    async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {
-        let kind = query.kind.map(ItemKind::as_str);
-        let channel = query.channel.map(Channel::as_str);
-        let start = query.after.unwrap_or(0);
-        let raw: Vec<RawItem> = self
-            .pages("inbox", query.limit, |after, limit| {
-                json!({"after": after.max(start), "limit": limit, "kind": kind, "ch": channel})
-            })
-            .await?;
-        raw.into_iter().map(RawItem::into_item).collect()
-    }
-
-    async fn quarantine(&self, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
-        let raw: Vec<RawQuarantined> = self
-            .pages(
-                "quarantine",
-                limit,
-                |after, limit| json!({"after": after, "limit": limit}),
-            )
-            .await?;
-        raw.into_iter()
-            .map(RawQuarantined::into_quarantined)
-            .collect()
-    }
-
-    async fn ready(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
-        // One MGET: the two keys share the slot, also on a cluster.
-        let (version, epoch): (Option<String>, Option<String>) = redis::cmd("MGET")
-            .arg(self.key("schema"))
-            .arg(self.key("epoch"))
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        match (version, epoch) {
-            (Some(v), _) if v != VERSION.to_string() => Err(Error::Schema(format!(
-                "key layout {v} under {}, expected {VERSION}",
-                self.tag
-            ))),
-            (Some(_), Some(epoch)) if epoch == self.epoch => Ok(()),
-            _ => {
-                tracing::error!(prefix = %self.tag, "the Redis store was reset since this node started (restarted without an append-only file, or flushed): what it held is gone, and this node refuses work until it is restarted");
-                Err(reset())
-            }
-        }
-    }
-
+#[async_trait]
+impl Turns for RedisStore {
     async fn claim(
         &self,
         now_ms: i64,
@@ -372,13 +328,11 @@ impl Store for RedisStore {
             .await?;
         raw.0.into_iter().map(RawClaim::into_claim).collect()
     }
-
     async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()> {
         let args = json!({"batch": batch, "token": token.0, "now": now_ms, "lease": lease_ms});
         let _: bool = self.call("renew", args).await?;
         Ok(())
     }
-
     async fn finish(
         &self,
         batch: i64,
@@ -392,22 +346,39 @@ impl Store for RedisStore {
         let _: bool = self.call("finish", args).await?;
         Ok(())
     }
-
     async fn next_due(&self) -> Result<Option<i64>> {
         self.call("next_due", json!({})).await
     }
-
-    async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
-        let raw: Vec<RawPart> = self
-            .pages(
-                "outbox",
-                limit,
-                |after, limit| json!({"after": after, "limit": limit}),
-            )
+    async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
+        let lines: List<RawLine> = self
+            .call("history", json!({"batch": batch, "turns": count(turns)}))
             .await?;
-        raw.into_iter().map(RawPart::into_entry).collect()
+        Ok(wire::history(lines))
     }
+    async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()> {
+        let args = json!({"ch": channel.as_str(), "key": external_id, "text": text});
+        let _: bool = self.call("set_transcript", args).await?;
+        Ok(())
+    }
+    async fn set_stage(&self, batch: i64, stage: &str) -> Result<()> {
+        let _: bool = self
+            .call("set_stage", json!({"batch": batch, "stage": stage}))
+            .await?;
+        Ok(())
+    }
+    async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()> {
+        let args = json!({
+            "batch": batch, "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "cost": if usage.cost.is_finite() { usage.cost } else { 0.0 },
+        });
+        let _: bool = self.call("add_usage", args).await?;
+        Ok(())
+    }
+}
 
+#[async_trait]
+impl Sending for RedisStore {
     async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
         let args = json!({
             "now": claim.now_ms, "lease": claim.lease_ms, "unknown_wait": claim.unknown_wait_ms,
@@ -416,7 +387,6 @@ impl Store for RedisStore {
         let raw: List<RawSendJob> = self.call("claim_sends", args).await?;
         raw.0.into_iter().map(RawSendJob::into_job).collect()
     }
-
     async fn record_send(
         &self,
         id: i64,
@@ -430,46 +400,13 @@ impl Store for RedisStore {
         let _: bool = self.call("record_send", args).await?;
         Ok(())
     }
-
     async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>> {
         self.call("next_send_due", json!({"skip": skip})).await
     }
+}
 
-    async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
-        let lines: List<RawLine> = self
-            .call("history", json!({"batch": batch, "turns": count(turns)}))
-            .await?;
-        Ok(wire::history(lines))
-    }
-
-    async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()> {
-        let args = json!({"ch": channel.as_str(), "key": external_id, "text": text});
-        let _: bool = self.call("set_transcript", args).await?;
-        Ok(())
-    }
-
-    async fn set_stage(&self, batch: i64, stage: &str) -> Result<()> {
-        let _: bool = self
-            .call("set_stage", json!({"batch": batch, "stage": stage}))
-            .await?;
-        Ok(())
-    }
-
-    async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()> {
-        let args = json!({
-            "batch": batch, "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "cost": if usage.cost.is_finite() { usage.cost } else { 0.0 },
-        });
-        let _: bool = self.call("add_usage", args).await?;
-        Ok(())
-    }
-
-    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats> {
-        let stats: RawStats = self.call("turn_stats", json!({"since": since_ms})).await?;
-        Ok(stats.into())
-    }
-
+#[async_trait]
+impl Reviews for RedisStore {
     async fn review_queue(&self, query: ReviewQuery) -> Result<Vec<ReviewEntry>> {
         let args = json!({
             "reason": query.reason, "customer": query.customer,
@@ -478,18 +415,15 @@ impl Store for RedisStore {
         let raw: List<RawReview> = self.call("review_queue", args).await?;
         raw.0.into_iter().map(RawReview::into_entry).collect()
     }
-
     async fn review_item(&self, id: i64) -> Result<Option<ReviewEntry>> {
         let raw: Option<RawReview> = self.call("review_item", json!({"id": id})).await?;
         raw.map(RawReview::into_entry).transpose()
     }
-
     async fn resolve_review(&self, id: i64, now_ms: i64, resolution: Resolution) -> Result<()> {
         let args = json!({"id": id, "now": now_ms, "resolution": wire::resolution(&resolution)});
         let _: bool = self.call("resolve_review", args).await?;
         Ok(())
     }
-
     async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>> {
         let raw: List<RawConversation> = self
             .call(
@@ -499,12 +433,10 @@ impl Store for RedisStore {
             .await?;
         raw.0.into_iter().map(RawConversation::into_view).collect()
     }
+}
 
-    async fn gauges(&self, now_ms: i64) -> Result<Gauges> {
-        let raw: RawGauges = self.call("gauges", json!({"now": now_ms})).await?;
-        Ok(raw.into())
-    }
-
+#[async_trait]
+impl WebChat for RedisStore {
     async fn submit_chat(&self, s: ChatSubmission) -> Result<Submitted> {
         let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
         let item = wire::item(&question_item(&s, key.clone()));
@@ -531,7 +463,6 @@ impl Store for RedisStore {
             earliest_due_ms: raw.due,
         }))
     }
-
     async fn chat_job_for_message(
         &self,
         session_id: &str,
@@ -540,14 +471,12 @@ impl Store for RedisStore {
         let key = message_key(session_id, message_id);
         self.call("job_for_message", json!({"key": key})).await
     }
-
     async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>> {
         let raw: Option<RawJob> = self
             .call("chat_job", json!({"job": job_id, "now": now_ms}))
             .await?;
         Ok(raw.map(|j| j.into_job(job_id)))
     }
-
     async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>> {
         let raw: List<RawExchange> = self
             .call(
@@ -557,8 +486,77 @@ impl Store for RedisStore {
             .await?;
         Ok(raw.0.into_iter().map(ChatExchange::from).collect())
     }
-
     async fn chat_queue_depth(&self) -> Result<u64> {
         self.call("chat_queue_depth", json!({})).await
+    }
+}
+
+#[async_trait]
+impl Inspection for RedisStore {
+    async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {
+        let kind = query.kind.map(ItemKind::as_str);
+        let channel = query.channel.map(Channel::as_str);
+        let start = query.after.unwrap_or(0);
+        let raw: Vec<RawItem> = self
+            .pages("inbox", query.limit, |after, limit| {
+                json!({"after": after.max(start), "limit": limit, "kind": kind, "ch": channel})
+            })
+            .await?;
+        raw.into_iter().map(RawItem::into_item).collect()
+    }
+    async fn quarantine(&self, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
+        let raw: Vec<RawQuarantined> = self
+            .pages(
+                "quarantine",
+                limit,
+                |after, limit| json!({"after": after, "limit": limit}),
+            )
+            .await?;
+        raw.into_iter()
+            .map(RawQuarantined::into_quarantined)
+            .collect()
+    }
+    async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
+        let raw: Vec<RawPart> = self
+            .pages(
+                "outbox",
+                limit,
+                |after, limit| json!({"after": after, "limit": limit}),
+            )
+            .await?;
+        raw.into_iter().map(RawPart::into_entry).collect()
+    }
+    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats> {
+        let stats: RawStats = self.call("turn_stats", json!({"since": since_ms})).await?;
+        Ok(stats.into())
+    }
+    async fn gauges(&self, now_ms: i64) -> Result<Gauges> {
+        let raw: RawGauges = self.call("gauges", json!({"now": now_ms})).await?;
+        Ok(raw.into())
+    }
+}
+
+#[async_trait]
+impl Health for RedisStore {
+    async fn ready(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        // One MGET: the two keys share the slot, also on a cluster.
+        let (version, epoch): (Option<String>, Option<String>) = redis::cmd("MGET")
+            .arg(self.key("schema"))
+            .arg(self.key("epoch"))
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        match (version, epoch) {
+            (Some(v), _) if v != VERSION.to_string() => Err(Error::Schema(format!(
+                "key layout {v} under {}, expected {VERSION}",
+                self.tag
+            ))),
+            (Some(_), Some(epoch)) if epoch == self.epoch => Ok(()),
+            _ => {
+                tracing::error!(prefix = %self.tag, "the Redis store was reset since this node started (restarted without an append-only file, or flushed): what it held is gone, and this node refuses work until it is restarted");
+                Err(reset())
+            }
+        }
     }
 }

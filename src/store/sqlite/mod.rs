@@ -26,10 +26,10 @@ use super::rules::item::ItemState;
 use super::rules::part::{Delivery, PartKind, PartState};
 use super::rules::review::ReviewState;
 use super::{
-    ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Error, Gauges, HistoryEntry,
-    InboxQuery, Ingest, IngestReceipt, OutboxEntry, Resolution, Result, ReviewEntry, ReviewQuery,
-    SendClaim, SendJob, SendResult, Store, StoredItem, StoredQuarantine, Submitted, TurnStats,
-    TurnUsage,
+    ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Error, Gauges, Health,
+    HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, OutboxEntry, Resolution,
+    Result, ReviewEntry, ReviewQuery, Reviews, SendClaim, SendJob, SendResult, Sending, StoredItem,
+    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::domain::{
     BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken, Quarantined,
@@ -247,7 +247,19 @@ pub(super) fn unavailable(e: rusqlite::Error) -> Error {
 }
 
 #[async_trait]
-impl Store for SqliteStore {
+impl Intake for SqliteStore {
+    async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
+        // Serialise and hash here, on the caller's task, so the writer's transaction (which
+        // every waiting request shares) holds only the SQL.
+        let encoded: Vec<Encoded> = delivery.items.iter().map(Encoded::of).collect();
+        self.writer
+            .write(move |conn| ingest(conn, &delivery, &encoded))
+            .await
+    }
+}
+
+#[async_trait]
+impl Turns for SqliteStore {
     async fn claim(
         &self,
         now_ms: i64,
@@ -259,13 +271,11 @@ impl Store for SqliteStore {
             .write(move |conn| turns::claim(conn, now_ms, lease_ms, limit, channel))
             .await
     }
-
     async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()> {
         self.writer
             .write(move |conn| turns::renew(conn, batch, token, now_ms, lease_ms))
             .await
     }
-
     async fn finish(
         &self,
         batch: i64,
@@ -277,33 +287,9 @@ impl Store for SqliteStore {
             .write(move |conn| turns::finish(conn, batch, token, now_ms, &ending))
             .await
     }
-
     async fn next_due(&self) -> Result<Option<i64>> {
         self.read(turns::next_due).await
     }
-
-    async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
-        self.read(move |conn| outbox::outbox(conn, limit)).await
-    }
-
-    async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
-        self.writer
-            .write(move |conn| outbox::claim_sends(conn, &claim))
-            .await
-    }
-
-    async fn record_send(
-        &self,
-        id: i64,
-        attempt: u32,
-        now_ms: i64,
-        result: SendResult,
-    ) -> Result<()> {
-        self.writer
-            .write(move |conn| outbox::record_send(conn, id, attempt, now_ms, &result))
-            .await
-    }
-
     async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()> {
         let (id, text) = (external_id.to_owned(), text.to_owned());
         self.writer
@@ -317,76 +303,84 @@ impl Store for SqliteStore {
             })
             .await
     }
-
     async fn set_stage(&self, batch: i64, stage: &str) -> Result<()> {
         let stage = stage.to_owned();
         self.writer
             .write(move |conn| turns::set_stage(conn, batch, &stage))
             .await
     }
-
     async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()> {
         self.writer
             .write(move |conn| turns::add_usage(conn, batch, usage))
             .await
     }
-
-    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats> {
-        self.read(move |conn| turns::stats(conn, since_ms)).await
-    }
-
     async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
         self.read(move |conn| turns::history(conn, batch, turns))
             .await
     }
+}
 
+#[async_trait]
+impl Sending for SqliteStore {
+    async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
+        self.writer
+            .write(move |conn| outbox::claim_sends(conn, &claim))
+            .await
+    }
+    async fn record_send(
+        &self,
+        id: i64,
+        attempt: u32,
+        now_ms: i64,
+        result: SendResult,
+    ) -> Result<()> {
+        self.writer
+            .write(move |conn| outbox::record_send(conn, id, attempt, now_ms, &result))
+            .await
+    }
     async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>> {
         self.read(move |conn| outbox::next_send_due(conn, &skip))
             .await
     }
+}
 
+#[async_trait]
+impl Reviews for SqliteStore {
     async fn review_queue(&self, query: ReviewQuery) -> Result<Vec<ReviewEntry>> {
         self.read(move |conn| review::queue(conn, &query)).await
     }
-
     async fn review_item(&self, id: i64) -> Result<Option<ReviewEntry>> {
         self.read(move |conn| review::item(conn, id)).await
     }
-
     async fn resolve_review(&self, id: i64, now_ms: i64, resolution: Resolution) -> Result<()> {
         self.writer
             .write(move |conn| review::resolve(conn, id, now_ms, &resolution))
             .await
     }
-
     async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>> {
         let customer = customer.to_owned();
         self.read(move |conn| review::conversations(conn, &customer, turns))
             .await
     }
+}
 
-    async fn gauges(&self, now_ms: i64) -> Result<Gauges> {
-        self.read(move |conn| review::gauges(conn, now_ms)).await
-    }
-
+#[async_trait]
+impl WebChat for SqliteStore {
     async fn submit_chat(&self, submission: ChatSubmission) -> Result<Submitted> {
         self.writer
             .write(move |conn| chat::submit(conn, &submission))
             .await
     }
-
     async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>> {
         let job_id = job_id.to_owned();
         self.read(move |conn| chat::job(conn, &job_id, now_ms))
             .await
     }
-
     async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>> {
         let session_id = session_id.to_owned();
         self.read(move |conn| chat::history(conn, &session_id, limit))
             .await
     }
-
     async fn chat_job_for_message(
         &self,
         session_id: &str,
@@ -396,28 +390,32 @@ impl Store for SqliteStore {
         self.read(move |conn| chat::job_for_message(conn, &session_id, &message_id))
             .await
     }
-
     async fn chat_queue_depth(&self) -> Result<u64> {
         self.read(chat::queue_depth).await
     }
+}
 
-    async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
-        // Serialise and hash here, on the caller's task, so the writer's transaction (which
-        // every waiting request shares) holds only the SQL.
-        let encoded: Vec<Encoded> = delivery.items.iter().map(Encoded::of).collect();
-        self.writer
-            .write(move |conn| ingest(conn, &delivery, &encoded))
-            .await
+#[async_trait]
+impl Inspection for SqliteStore {
+    async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
+        self.read(move |conn| outbox::outbox(conn, limit)).await
     }
-
+    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats> {
+        self.read(move |conn| turns::stats(conn, since_ms)).await
+    }
+    async fn gauges(&self, now_ms: i64) -> Result<Gauges> {
+        self.read(move |conn| review::gauges(conn, now_ms)).await
+    }
     async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {
         self.read(move |conn| inbox(conn, &query)).await
     }
-
     async fn quarantine(&self, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
         self.read(move |conn| quarantine(conn, limit)).await
     }
+}
 
+#[async_trait]
+impl Health for SqliteStore {
     async fn ready(&self) -> Result<()> {
         if !self.writer.is_alive() {
             return Err(Error::Unavailable("the SQLite writer has stopped".into()));
