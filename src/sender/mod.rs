@@ -60,9 +60,9 @@ impl Sender {
     ) -> Arc<Sender> {
         Arc::new(Sender {
             store,
+            pacer: Pacer::new(settings.rate, clock.clone()),
             clock,
             graph,
-            pacer: Pacer::new(settings.rate),
             settings,
             halted: Mutex::new(HashSet::new()),
             wakeup: Arc::new(Notify::new()),
@@ -82,6 +82,10 @@ impl Sender {
     }
 
     /// The per-number pacing, shared with read receipts (they count against the rate too).
+    pub(crate) fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
     pub(crate) fn pacer(&self) -> &Pacer {
         &self.pacer
     }

@@ -49,9 +49,16 @@ impl Typing {
 
     async fn keep_showing(&self, business: &str, message_id: &str) -> Infallible {
         loop {
-            tokio::time::sleep(REFRESH).await;
+            self.after(REFRESH).await;
             self.show(business, message_id).await;
         }
+    }
+
+    /// Completes `wait` from now on the sender's clock.
+    fn after(&self, wait: Duration) -> crate::clock::Sleep {
+        let clock = self.sender.clock();
+        let wait = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+        clock.sleep_until(clock.now_ms().saturating_add(wait))
     }
 }
 
@@ -65,9 +72,14 @@ impl TurnHandler for Typing {
         let business = batch.conversation.business.as_str();
         // The turn ends only once the first indicator went out (or gave up), so it comes
         // before the reply; a slow Graph API holds the turn back by no more than FIRST_WAIT.
-        let first = tokio::time::timeout(FIRST_WAIT, self.show(business, message_id));
+        let first = async {
+            tokio::select! {
+                () = self.show(business, message_id) => {}
+                () = self.after(FIRST_WAIT) => {}
+            }
+        };
         let work = async {
-            let (outcome, _) = tokio::join!(self.inner.handle(batch), first);
+            let (outcome, ()) = tokio::join!(self.inner.handle(batch), first);
             outcome
         };
         tokio::select! {
