@@ -14,7 +14,10 @@
 //! `?durability=require` refuses to start, when an acknowledged message could be lost.
 
 mod connection;
+mod names;
 mod wire;
+
+use std::sync::LazyLock;
 
 use async_trait::async_trait;
 use redis::{RedisError, Script};
@@ -36,7 +39,10 @@ use super::{
 use crate::domain::{Channel, Claim, ItemKind, LeaseToken};
 use crate::store::items::question_item;
 
-const SCRIPT: &str = concat!(
+/// Every operation's script, after the rulebook's names (`names.rs`).
+static SCRIPT: LazyLock<String> = LazyLock::new(|| names::preamble() + SCRIPT_BODY);
+
+const SCRIPT_BODY: &str = concat!(
     include_str!("lua/keys.lua"),
     include_str!("lua/outbox.lua"),
     include_str!("lua/turns.lua"),
@@ -52,7 +58,9 @@ const VERSION: u32 = 2;
 
 /// Writes the layout version and the epoch when the prefix is new, upgrades an older layout, and
 /// reads the epoch back.
-const LAYOUT: &str = concat!(include_str!("lua/keys.lua"), include_str!("lua/layout.lua"));
+static LAYOUT: LazyLock<String> = LazyLock::new(|| {
+    names::preamble() + concat!(include_str!("lua/keys.lua"), include_str!("lua/layout.lua"))
+});
 
 /// Rows asked for when the caller set no limit: more than any listing shows.
 const NO_LIMIT: usize = 1_000_000_000;
@@ -100,7 +108,7 @@ impl RedisStore {
         let conn = Connection::open(&target).await?;
         let mut store = RedisStore {
             conn,
-            script: Script::new(SCRIPT),
+            script: Script::new(&SCRIPT),
             tag: target.tag.clone(),
             epoch: String::new(),
         };
@@ -159,7 +167,7 @@ impl RedisStore {
     async fn claim_layout(&self) -> Result<String> {
         let mut id = [0u8; 8];
         getrandom::fill(&mut id).map_err(|e| Error::Unavailable(e.to_string()))?;
-        let (found, epoch): (u32, String) = Script::new(LAYOUT)
+        let (found, epoch): (u32, String) = Script::new(&LAYOUT)
             .key(&self.tag)
             .arg(VERSION)
             .arg(hex::encode(id))

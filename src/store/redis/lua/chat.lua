@@ -52,11 +52,11 @@ local function chat_job(a)
   end
   local i = get(k('in', j.seq), 'state', 'batch')
   local view = {session = j.session, created = tonumber(j.created), state = i.state}
-  if i.state == 'pending' then
+  if i.state == ITEM.pending then
     view.position = math.min(redis.call('ZCOUNT', k('wc'), '-inf', '(' .. j.seq), POSITION_CAP)
-  elseif i.state == 'answered' and i.batch then
+  elseif i.state == ITEM.answered and i.batch then
     view.answer = answer_of(i.batch)
-  elseif i.state == 'batched' and i.batch then
+  elseif i.state == ITEM.batched and i.batch then
     view.stage = redis.call('HGET', k('b', i.batch), 'stage') or nil
   end
   return view
@@ -73,7 +73,7 @@ local function chat_history(a)
     local i = get(k('in', j.seq), 'text', 'state', 'batch')
     out[#out + 1] = {
       job = jobs[n], question = i.text or '', state = i.state, created = tonumber(j.created),
-      answer = i.state == 'answered' and i.batch and answer_of(i.batch) or nil,
+      answer = i.state == ITEM.answered and i.batch and answer_of(i.batch) or nil,
     }
   end
   return out

@@ -40,14 +40,14 @@ local function amend(ch, change)
     return
   end
   local i = get(k('in', seq), 'state', 'conv')
-  if i.state ~= 'pending' then
+  if i.state ~= ITEM.pending then
     return
   end
   if change.text then
     put(k('in', seq), {text = change.text})
     return
   end
-  put(k('in', seq), {state = 'withdrawn'})
+  put(k('in', seq), {state = ITEM.withdrawn})
   local pending = k('c', i.conv, 'pend')
   redis.call('ZREM', pending, seq)
   if redis.call('ZCARD', pending) == 0 then
@@ -58,9 +58,9 @@ end
 
 local function keep_item(it, d, receipt)
   local seq = redis.call('HINCRBY', k('ids'), 'inbox', 1)
-  local state = 'recorded'
+  local state = ITEM.recorded
   if it.kind == 'message' then
-    state = it.turn and 'pending' or 'skipped'
+    state = it.turn and ITEM.pending or ITEM.skipped
   end
   put(k('in', seq), {
     ch = it.ch, key = it.key, kind = it.kind, biz = it.biz, cust = it.cust, type = it.type,

@@ -134,7 +134,7 @@ local function move_part(id, state, fields)
   end
   redis.call('ZREM', k('sending'), m)
   redis.call('ZREM', k('unknown'), m)
-  if state == 'sending' or state == 'unknown' then
+  if state == PART.sending or state == PART.unknown then
     redis.call('ZADD', k(state), int(fields.till), m)
   else
     redis.call('HDEL', k('o', id), 'till')
@@ -146,11 +146,11 @@ end
 -- mode, queued for the sender otherwise.
 local function add_part(batch, conv, part, text, options, quote, now, sandbox)
   local c = get(k('c', conv), 'ch', 'biz', 'cust')
-  local state = 'queued'
+  local state = PART.queued
   if c.ch == 'webchat' then
-    state = 'served'
+    state = PART.served
   elseif sandbox then
-    state = 'sandbox'
+    state = PART.sandbox
   end
   local id = redis.call('HINCRBY', k('ids'), 'outbox', 1)
   put(k('o', id), {
@@ -177,7 +177,7 @@ local function open_review(batch, part, reason, err, now)
   end
   redis.call('DEL', k('r', id))
   put(k('r', id), {
-    batch = batch, outbox = part, reason = reason, err = err, state = 'open', created = now,
+    batch = batch, outbox = part, reason = reason, err = err, state = REVIEW.open, created = now,
   })
   redis.call('ZADD', k('review'), int(id), int(id))
 end

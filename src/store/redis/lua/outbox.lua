@@ -5,7 +5,6 @@
 local WINDOW_CLOSED = 131047
 
 -- Meta's delivery statuses only move forward (the Rust side's `delivery_rank`).
-local RANK = {sent = 1, failed = 2, delivered = 3, read = 4, played = 4}
 
 local function rank(status)
   return status and RANK[status] or 0
@@ -48,17 +47,17 @@ local function settle_lapsed(now, wait)
       SETTLE)) do
     local o = get(k('o', id), 'wamid', 'sent', 'err')
     if o.wamid then
-      move_part(id, 'accepted', {sent = tonumber(o.sent) or now, updated = now})
+      move_part(id, PART.accepted, {sent = tonumber(o.sent) or now, updated = now})
     else
-      move_part(id, 'unknown', {
+      move_part(id, PART.unknown, {
         till = now + wait, err = o.err or 'the sender stopped while sending', updated = now,
       })
     end
   end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('unknown'), '-inf', int(now), 'LIMIT', 0,
       SETTLE)) do
-    move_part(id, 'review', {updated = now})
-    open_review(redis.call('HGET', k('o', id), 'batch'), tonumber(id), 'unknown_outcome',
+    move_part(id, PART.review, {updated = now})
+    open_review(redis.call('HGET', k('o', id), 'batch'), tonumber(id), REASON.unknown_outcome,
       'no status webhook named this send in time; it may or may not have been delivered', now)
   end
 end
@@ -76,8 +75,8 @@ local function claim_head(conv, now, lease)
   local id = redis.call('ZRANGE', k('c', conv, 'unsettled'), 0, 0)[1]
   local o = get(k('o', id), 'state', 'attempts')
   local attempt = tonumber(o.attempts) + 1
-  local closed = o.state == 'window_closed'
-  move_part(id, 'sending', {attempts = attempt, till = now + lease, window_closed = closed})
+  local closed = o.state == PART.window_closed
+  move_part(id, PART.sending, {attempts = attempt, till = now + lease, window_closed = closed})
   local p = get(k('o', id), 'batch', 'part', 'ch', 'biz', 'cust', 'body', 'options',
     'reply_to', 'failures')
   return {
@@ -136,7 +135,7 @@ end
 local function record_send(a)
   local id, now, r = a.id, a.now, a.result
   local o = get(k('o', id), 'state', 'attempts', 'batch', 'conv', 'wamid', 'window_closed')
-  if o.state ~= 'sending' or tonumber(o.attempts) ~= a.attempt then
+  if o.state ~= PART.sending or tonumber(o.attempts) ~= a.attempt then
     return fail('SABI_LEASE_LOST', 'the lease is no longer held')
   end
   -- A status webhook already named this send: Meta has it, whatever the sender saw.
@@ -144,13 +143,13 @@ local function record_send(a)
     r = {kind = 'accepted', wamid = o.wamid, template = false, next = now}
   end
   local closed = o.window_closed == '1'
-  local back = closed and 'window_closed' or 'queued'
+  local back = closed and PART.window_closed or PART.queued
   if r.kind == 'accepted' then
     if o.wamid ~= r.wamid then
       forget_wamid(id)
     end
-    local kind = (r.template or closed) and 'template' or 'text'
-    move_part(id, 'accepted', {wamid = r.wamid, kind = kind, sent = now, updated = now})
+    local kind = (r.template or closed) and KIND.template or KIND.text
+    move_part(id, PART.accepted, {wamid = r.wamid, kind = kind, sent = now, updated = now})
     note_wamid(id, r.wamid)
     hold_recipient(o.conv, r.next)
   elseif r.kind == 'retry' then
@@ -168,12 +167,12 @@ local function record_send(a)
     forget_wamid(id)
     set_code(id, r.code)
     redis.call('HDEL', k('o', id), 'next')
-    move_part(id, 'window_closed', {window_closed = true, err = r.error, updated = now})
+    move_part(id, PART.window_closed, {window_closed = true, err = r.error, updated = now})
   elseif r.kind == 'unknown' then
-    move_part(id, 'unknown', {till = r.wait_until, err = r.error, updated = now})
+    move_part(id, PART.unknown, {till = r.wait_until, err = r.error, updated = now})
   else
     set_code(id, r.code)
-    move_part(id, r.reason == 'send_failed' and 'failed' or 'review', {
+    move_part(id, r.reason == REASON.send_failed and PART.failed or PART.review, {
       err = r.error, updated = now,
     })
     open_review(o.batch, id, r.reason, r.error, now)
@@ -190,7 +189,7 @@ local function find_sent(st)
     return nil
   end
   local o = get(k('o', st.callback_id), 'state', 'attempts', 'wamid')
-  local named = o.state == 'sending' or o.state == 'unknown' or o.state == 'accepted'
+  local named = o.state == PART.sending or o.state == PART.unknown or o.state == PART.accepted
   if named and tonumber(o.attempts) == st.callback_attempt
       and (not o.wamid or o.wamid == st.wamid) then
     return int(st.callback_id)
@@ -204,31 +203,31 @@ local function reconcile(st, now)
     return
   end
   local o = get(k('o', id), 'batch', 'state', 'kind', 'delivery', 'sent')
-  if o.state == 'sending' then
+  if o.state == PART.sending then
     put(k('o', id), {wamid = st.wamid, updated = now})
     note_wamid(id, st.wamid)
-  elseif o.state == 'unknown' then
-    move_part(id, 'accepted', {wamid = st.wamid, sent = tonumber(o.sent) or now, updated = now})
+  elseif o.state == PART.unknown then
+    move_part(id, PART.accepted, {wamid = st.wamid, sent = tonumber(o.sent) or now, updated = now})
     note_wamid(id, st.wamid)
   end
   if rank(st.status) <= rank(o.delivery) then
     return
   end
   put(k('o', id), {delivery = st.status, updated = now})
-  if st.status ~= 'failed' then
+  if st.status ~= DELIVERY.failed then
     return
   end
   local err = 'Meta reported the message failed (code ' .. (st.code and int(st.code) or 'unknown') .. ')'
-  if st.code == WINDOW_CLOSED and o.kind == 'text' then
+  if st.code == WINDOW_CLOSED and o.kind == KIND.text then
     forget_wamid(id)
     set_code(id, st.code)
     redis.call('HDEL', k('o', id), 'delivery', 'next')
-    move_part(id, 'window_closed', {window_closed = true, err = err, updated = now})
+    move_part(id, PART.window_closed, {window_closed = true, err = err, updated = now})
     return
   end
   set_code(id, st.code)
-  move_part(id, 'failed', {err = err})
-  open_review(o.batch, tonumber(id), 'send_failed', err, now)
+  move_part(id, PART.failed, {err = err})
+  open_review(o.batch, tonumber(id), REASON.send_failed, err, now)
 end
 
 local function part_entry(id)

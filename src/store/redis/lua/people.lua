@@ -43,7 +43,7 @@ local function person_reply(batch, now, text, sandbox)
   for _, seq in ipairs(redis.call('ZRANGE', k('b', batch, 'msgs'), 0, -1)) do
     local i = get(k('in', seq), 'ch', 'kind')
     if i.ch == 'webchat' and i.kind == 'message' then
-      put(k('in', seq), {state = 'answered'})
+      put(k('in', seq), {state = ITEM.answered})
     end
   end
   local last = redis.call('ZRANGE', k('b', batch, 'parts'), -1, -1, 'WITHSCORES')[2]
@@ -56,7 +56,7 @@ end
 local function requeue_batch(batch, now)
   local conv = redis.call('HGET', k('b', batch), 'conv')
   for _, seq in ipairs(redis.call('ZRANGE', k('b', batch, 'msgs'), 0, -1)) do
-    put(k('in', seq), {state = 'pending'})
+    put(k('in', seq), {state = ITEM.pending})
     redis.call('HDEL', k('in', seq), 'batch')
     redis.call('ZADD', k('c', conv, 'pend'), seq, seq)
     if redis.call('HGET', k('in', seq), 'ch') == 'webchat' then
@@ -75,25 +75,25 @@ local function requeue_send(part, now)
   local closed = redis.call('HGET', k('o', part), 'window_closed') == '1'
   forget_wamid(part)
   redis.call('HDEL', k('o', part), 'delivery', 'next')
-  move_part(part, closed and 'window_closed' or 'queued', {failures = 0, updated = now})
+  move_part(part, closed and PART.window_closed or PART.queued, {failures = 0, updated = now})
 end
 
 local function resolve_review(a)
   local r = get(k('r', a.id), 'state', 'batch', 'outbox')
-  if r.state ~= 'open' then
+  if r.state ~= REVIEW.open then
     return fail('SABI_NOT_FOUND', 'no open review item has this id')
   end
-  local how, state, note = a.resolution, 'closed', nil
+  local how, state, note = a.resolution, REVIEW.closed, nil
   if how.kind == 'reply' then
     person_reply(r.batch, a.now, how.text, how.sandbox)
-    state, note = 'replied', how.text
+    state, note = REVIEW.replied, how.text
   elseif how.kind == 'requeue' then
     if r.outbox then
       requeue_send(r.outbox, a.now)
     else
       requeue_batch(r.batch, a.now)
     end
-    state = 'requeued'
+    state = REVIEW.requeued
   end
   put(k('r', a.id), {state = state, resolved = a.now, resolution = state, note = note})
   redis.call('ZREM', k('review'), int(a.id))

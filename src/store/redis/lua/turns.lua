@@ -74,7 +74,7 @@ local function reclaim(now, lease, limit, ch)
     local b = get(k('b', id), 'token', 'attempts', 'requeued')
     local token, attempt = tonumber(b.token) + 1, tonumber(b.attempts) + 1
     put(k('b', id), {
-      state = 'running', token = token, attempts = attempt, lease = now + lease, started = now,
+      state = BATCH.running, token = token, attempts = attempt, lease = now + lease, started = now,
     })
     redis.call('HDEL', k('b', id), 'next')
     redis.call('ZREM', k('waiting'), id)
@@ -93,7 +93,7 @@ local function open_batch(conv, now, lease)
   local id = redis.call('HINCRBY', k('ids'), 'batch', 1)
   local requeued = c.requeued == '1'
   put(k('b', id), {
-    conv = conv, state = 'running', token = 1, attempts = 1, lease = now + lease,
+    conv = conv, state = BATCH.running, token = 1, attempts = 1, lease = now + lease,
     due = tonumber(c.due), created = now, started = math.max(now, tonumber(c.finished) or 0),
     requeued = requeued,
   })
@@ -101,7 +101,7 @@ local function open_batch(conv, now, lease)
   redis.call('ZADD', k('c', conv, 'batches'), int(id), int(id))
   local pending = k('c', conv, 'pend')
   for _, seq in ipairs(redis.call('ZRANGE', pending, 0, -1)) do
-    put(k('in', seq), {state = 'batched', batch = id})
+    put(k('in', seq), {state = ITEM.batched, batch = id})
     redis.call('ZADD', k('b', id, 'msgs'), seq, seq)
     redis.call('ZREM', k('wc'), seq)
   end
@@ -126,7 +126,7 @@ end
 -- The conversation of a running batch whose latest token is `token`, or nil: a lost lease.
 local function holder(batch, token)
   local b = get(k('b', batch), 'token', 'state', 'conv')
-  if b.state == 'running' and tonumber(b.token) == token then
+  if b.state == BATCH.running and tonumber(b.token) == token then
     return b.conv
   end
 end
@@ -143,7 +143,7 @@ end
 -- Counts an ended turn, and what its model calls used, in the running totals.
 local function count_turn(b)
   local who = 'people'
-  if b.state == 'done' then
+  if b.state == BATCH.done then
     who = b.prompt_tokens and 'agent' or 'local_turns'
   end
   redis.call('HINCRBY', k('stats'), who, 1)
@@ -184,7 +184,7 @@ end
 local function to_review(batch, conv, now, reason, err)
   open_review(batch, nil, reason, err, now)
   put(k('b', batch), {err = err})
-  close(batch, conv, now, 'review', 'review')
+  close(batch, conv, now, BATCH.review, ITEM.review)
 end
 
 local function finish(a)
@@ -195,9 +195,9 @@ local function finish(a)
   local e, batch, now = a.ending, a.batch, a.now
   if e.kind == 'replied' then
     write_reply(batch, conv, now, e.parts, e.sandbox)
-    close(batch, conv, now, 'done', 'answered')
+    close(batch, conv, now, BATCH.done, ITEM.answered)
   elseif e.kind == 'retry' then
-    put(k('b', batch), {state = 'waiting', next = e.at, err = e.error})
+    put(k('b', batch), {state = BATCH.waiting, next = e.at, err = e.error})
     redis.call('HDEL', k('b', batch), 'lease')
     redis.call('ZREM', k('running'), int(batch))
     redis.call('ZADD', k('waiting'), int(e.at), int(batch))
@@ -205,7 +205,7 @@ local function finish(a)
     to_review(batch, conv, now, e.reason, e.error)
   else
     write_reply(batch, conv, now, e.parts, e.sandbox)
-    to_review(batch, conv, now, 'handoff_asked', e.note)
+    to_review(batch, conv, now, REASON.handoff_asked, e.note)
   end
   return true
 end
@@ -242,7 +242,7 @@ local function conversation_history(conv, before, turns)
     end
     for _, id in ipairs(redis.call('ZRANGE', k('b', batch, 'parts'), 0, -1)) do
       local o = get(k('o', id), 'created', 'body', 'state')
-      if o.state ~= 'failed' and o.state ~= 'review' and o.state ~= 'window_closed' then
+      if o.state ~= PART.failed and o.state ~= PART.review and o.state ~= PART.window_closed then
         out[#out + 1] = {at = tonumber(o.created), speaker = 'business', text = o.body}
       end
     end
@@ -265,7 +265,7 @@ local function history(a)
 end
 
 local function set_stage(a)
-  if redis.call('HGET', k('b', a.batch), 'state') == 'running' then
+  if redis.call('HGET', k('b', a.batch), 'state') == BATCH.running then
     redis.call('HSET', k('b', a.batch), 'stage', a.stage)
   end
   return true
@@ -279,7 +279,7 @@ local function add_usage(a)
   end
   local cost = string.format('%.17g', a.cost)
   local b = get(key, 'state', 'finished', 'prompt_tokens')
-  if b.finished and b.state == 'done' and not b.prompt_tokens then
+  if b.finished and b.state == BATCH.done and not b.prompt_tokens then
     -- It was counted as answered without a model call when it ended.
     redis.call('HINCRBY', k('stats'), 'local_turns', -1)
     redis.call('HINCRBY', k('stats'), 'agent', 1)
@@ -313,11 +313,11 @@ local function turn_stats(a)
   end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('finished'), int(a.since), '+inf')) do
     local b = get(k('b', id), 'state', 'prompt_tokens', 'completion_tokens', 'cost')
-    if b.state == 'done' and b.prompt_tokens then
+    if b.state == BATCH.done and b.prompt_tokens then
       s.agent = s.agent + 1
-    elseif b.state == 'done' then
+    elseif b.state == BATCH.done then
       s.local_turns = s.local_turns + 1
-    elseif b.state == 'review' then
+    elseif b.state == BATCH.review then
       s.people = s.people + 1
     end
     s.prompt_tokens = s.prompt_tokens + (tonumber(b.prompt_tokens) or 0)
