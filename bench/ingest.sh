@@ -7,6 +7,7 @@
 #   STORE=postgres://root@127.0.0.1:5432/sabi_bench bench/ingest.sh   # Sabi on PostgreSQL
 #   STORE=redis bench/ingest.sh      # Sabi on a redis-server of its own, appendfsync always
 #   STORE=redis://host:6379 bench/ingest.sh                            # Sabi on that Redis
+#   SABI_BIN=/path/to/sabi bench/ingest.sh   # another build (an older commit, to compare with)
 #
 # Uses ../shared/bench (setup.sh installs wrk, the load generator and the peer's venv). Prints
 # the peer's and Sabi's rows, their ratios, and writes everything under $BENCH_WORK/results.
@@ -15,7 +16,10 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 shared="${SABI_SHARED:-$here/../shared}/bench"
 export BENCH_WORK="${BENCH_WORK:-/tmp/sabi-bench}"
 bash "$shared/setup.sh" >/dev/null
-cargo build --release --manifest-path "$here/Cargo.toml" >/dev/null
+if [ -z "${SABI_BIN:-}" ]; then
+  cargo build --release --manifest-path "$here/Cargo.toml" >/dev/null
+  SABI_BIN=./target/release/sabi
+fi
 rm -rf "$BENCH_WORK/sabi-store"
 store="${STORE:-sqlite://$BENCH_WORK/sabi-store/sabi.db}"
 if [ "$store" = redis ]; then
@@ -34,5 +38,5 @@ export RATES="${RATES:-1000 2000 5000 10000}"
 export SERVER_LABEL="${SERVER_LABEL:-sabi-${store%%:*}-durable}"
 cd "$here"
 bash "$shared/compare-ingest.sh" \
-  "SABI_CONFIG=/dev/null SABI_LOG=warn SABI_LISTEN=127.0.0.1:\$BENCH_PORT SABI_WHATSAPP_APP_SECRET=\$BENCH_SECRET SABI_STORE='$store' exec ./target/release/sabi serve" \
+  "SABI_CONFIG=/dev/null SABI_LOG=warn SABI_LISTEN=127.0.0.1:\$BENCH_PORT SABI_WHATSAPP_APP_SECRET=\$BENCH_SECRET SABI_STORE='$store' exec $SABI_BIN serve" \
   "$port" bench-secret
