@@ -6,6 +6,11 @@
 //! The cases try to break the invariants the rest of Sabi relies on: deduplication (also under
 //! concurrency), order, windows and caps, one claimer wins, lapsed leases, stale tokens,
 //! messages during a turn, outbox at-most-once, review, web-chat job idempotency, history.
+//! The modules below hold the cases for the rest of each role's methods, so that every method
+//! of every role is held to one behaviour on every backend.
+
+mod fixtures;
+mod statuses;
 
 use std::sync::Arc;
 
@@ -19,6 +24,11 @@ use sabi::store::{
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
+use self::statuses::{
+    a_closed_window_sends_the_template_once, a_failure_after_sent_goes_to_a_person_once,
+    a_lapsed_send_with_no_status_goes_to_a_person, a_status_naming_an_unknown_send_settles_it,
+    statuses_only_move_a_delivery_forward,
+};
 use crate::services;
 use crate::walk::every_transition_of_a_reply_part_follows_the_rulebook;
 
@@ -167,6 +177,12 @@ macro_rules! cases {
             a_claim_of_one_channel_takes_only_its_conversations,
             a_queue_burst_cannot_pass_its_cap,
             whatsapp_hand_offs_come_first_in_review,
+            // Intake: status webhooks
+            statuses_only_move_a_delivery_forward,
+            a_failure_after_sent_goes_to_a_person_once,
+            a_closed_window_sends_the_template_once,
+            a_status_naming_an_unknown_send_settles_it,
+            a_lapsed_send_with_no_status_goes_to_a_person,
         );
     };
 }
