@@ -153,6 +153,13 @@ pub async fn a_status_naming_an_unknown_send_settles_it(store: Arc<dyn Store>) {
     let at = T0 + 20_000;
     let ids = replied(&store, "c1", &["one", "two"], at).await;
     let job = claim_only(&store, ids[0], at).await;
+    // A status that says nothing of delivery (Meta's "deleted") settles nothing, not even
+    // when it names the send under way, nor later the unknown one.
+    let deleted = || {
+        let item = status("wamid.u1", "deleted", at);
+        with_callback(item, send_callback(job.id, job.attempt))
+    };
+    deliver(&store, deleted(), at).await;
     let unknown = SendResult::Unknown {
         error: "timed out".into(),
         wait_until_ms: at + WAIT_MS,
@@ -161,6 +168,9 @@ pub async fn a_status_naming_an_unknown_send_settles_it(store: Arc<dyn Store>) {
         .record_send(job.id, job.attempt, at, unknown)
         .await
         .expect("recorded");
+    deliver(&store, rekeyed(deleted(), "wamid.u1:deleted:2"), at + 1).await;
+    let entry = part(&store, ids[0]).await;
+    assert_eq!((entry.state, entry.wamid), (PartState::Unknown, None));
     assert_eq!(store.gauges(at).await.expect("gauges").unknown_sends, 1);
     assert!(
         claim_sends(&store, at + 1).await.is_empty(),
