@@ -11,6 +11,7 @@
 
 mod fixtures;
 mod statuses;
+mod turns;
 
 use std::sync::Arc;
 
@@ -28,6 +29,12 @@ use self::statuses::{
     a_closed_window_sends_the_template_once, a_failure_after_sent_goes_to_a_person_once,
     a_lapsed_send_with_no_status_goes_to_a_person, a_status_naming_an_unknown_send_settles_it,
     statuses_only_move_a_delivery_forward,
+};
+use self::turns::{
+    a_running_turns_stage_shows_in_its_chat_job, a_transcript_fills_in_only_a_message_without_text,
+    history_holds_the_turns_before_the_batch_with_notes,
+    next_due_is_the_earliest_window_lease_or_retry,
+    turn_stats_tell_local_agent_and_people_turns_apart,
 };
 use crate::services;
 use crate::walk::every_transition_of_a_reply_part_follows_the_rulebook;
@@ -183,6 +190,12 @@ macro_rules! cases {
             a_closed_window_sends_the_template_once,
             a_status_naming_an_unknown_send_settles_it,
             a_lapsed_send_with_no_status_goes_to_a_person,
+            // Turns
+            next_due_is_the_earliest_window_lease_or_retry,
+            turn_stats_tell_local_agent_and_people_turns_apart,
+            a_running_turns_stage_shows_in_its_chat_job,
+            a_transcript_fills_in_only_a_message_without_text,
+            history_holds_the_turns_before_the_batch_with_notes,
         );
     };
 }

@@ -18,6 +18,16 @@ pub const WAIT_MS: i64 = 60_000;
 /// The business number `message` writes to.
 pub const BUSINESS: &str = "100000000000001";
 
+/// A voice note: no text until a transcript is kept.
+pub fn voice(id: &str, customer: &str, at: i64) -> InboundItem {
+    InboundItem {
+        item_type: Some("audio".into()),
+        text: None,
+        media_id: Some(format!("media-{id}")),
+        ..message(id, customer, "", at / 1000)
+    }
+}
+
 /// `item` written earlier (its message arrived a cap ago), claimed alone and ended with
 /// `ending` at `at`: the batch's id.
 pub async fn turn(store: &Arc<dyn Store>, item: InboundItem, at: i64, ending: Ending) -> i64 {
