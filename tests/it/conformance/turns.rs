@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sabi::domain::{Channel, ReplyPart, ReviewReason};
+use sabi::domain::{BatchMessage, Channel, InboundItem, ReplyPart, ReviewReason};
 use sabi::store::{
     Ending, HistoryEntry, JobStatus, SendResult, Speaker, Store, TurnStats, TurnUsage,
 };
@@ -394,4 +394,55 @@ fn too_old_ending() -> Ending {
         reason: ReviewReason::TooOld,
         error: None,
     }
+}
+
+pub async fn a_batch_puts_messages_of_unknown_time_first(store: Arc<dyn Store>) {
+    // Sent at +5 s, at an unknown time, and at +1 s, arriving in that order.
+    let unknown = InboundItem {
+        provider_ts: None,
+        ..message("wamid.o2", "c1", "unknown", 0)
+    };
+    let items = vec![
+        message("wamid.o1", "c1", "late", T0 / 1000 + 5),
+        unknown,
+        message("wamid.o3", "c1", "early", T0 / 1000 + 1),
+    ];
+    ingest(&store, items, T0).await;
+    let order = ["unknown", "early", "late"];
+    let claim = store
+        .claim(T0 + 20_000, 60_000, 10, None)
+        .await
+        .expect("claim");
+    let texts = |messages: &[BatchMessage]| {
+        messages
+            .iter()
+            .filter_map(|m| m.text.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(texts(&claim[0].batch.messages), order, "the claimed batch");
+    let (batch, token) = (claim[0].batch.id, claim[0].token);
+    store
+        .finish(batch, token, T0 + 21_000, too_old_ending())
+        .await
+        .expect("finish");
+    let item = store
+        .review_queue(Default::default())
+        .await
+        .expect("queue")
+        .remove(0);
+    assert_eq!(texts(&item.messages), order, "the review item");
+    let next = message("wamid.o4", "c1", "hello?", (T0 + 30_000) / 1000);
+    let next = turn(&store, next, T0 + 42_000, reply("Hi.")).await;
+    let said: Vec<_> = store
+        .history(next, 1)
+        .await
+        .expect("history")
+        .into_iter()
+        .map(|h| h.text)
+        .collect();
+    assert_eq!(
+        said,
+        [&order[..], &["handed to a person (too_old)"]].concat(),
+        "its history"
+    );
 }
