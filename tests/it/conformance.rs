@@ -10,6 +10,8 @@
 //! of every role is held to one behaviour on every backend.
 
 mod fixtures;
+mod people;
+mod sending;
 mod statuses;
 mod turns;
 
@@ -25,6 +27,10 @@ use sabi::store::{
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
+use self::people::{
+    conversations_list_every_thread_of_a_customer, review_items_read_alike_open_or_settled,
+};
+use self::sending::next_send_due_is_the_earliest_head_hold_retry_or_wait;
 use self::statuses::{
     a_closed_window_sends_the_template_once, a_failure_after_sent_goes_to_a_person_once,
     a_lapsed_send_with_no_status_goes_to_a_person, a_status_naming_an_unknown_send_settles_it,
@@ -198,6 +204,11 @@ macro_rules! cases {
             a_transcript_fills_in_only_a_message_without_text,
             history_holds_the_turns_before_the_batch_with_notes,
             a_batch_puts_messages_of_unknown_time_first,
+            // Sending
+            next_send_due_is_the_earliest_head_hold_retry_or_wait,
+            // Reviews
+            review_items_read_alike_open_or_settled,
+            conversations_list_every_thread_of_a_customer,
         );
     };
 }

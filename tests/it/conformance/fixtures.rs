@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sabi::domain::{Channel, InboundItem, ItemKind, ReplyPart};
+use sabi::domain::{Channel, ConversationKey, InboundItem, ItemKind, ReplyPart};
 use sabi::store::{
     Ending, IngestReceipt, OutboxEntry, ReviewEntry, ReviewQuery, SendClaim, SendJob, SendResult,
     Store,
@@ -15,8 +15,23 @@ use super::{POLICY, ingest, message};
 pub const LEASE_MS: i64 = 10_000;
 pub const WAIT_MS: i64 = 60_000;
 
-/// The business number `message` writes to.
+/// The business number `message` writes to, and a second one, for what is halted or skipped per
+/// number.
 pub const BUSINESS: &str = "100000000000001";
+pub const OTHER_BUSINESS: &str = "100000000000002";
+
+/// A customer's message to `business`, as the parser gives it.
+pub fn message_to(business: &str, id: &str, customer: &str, text: &str, at: i64) -> InboundItem {
+    InboundItem {
+        business: Some(business.into()),
+        turn: Some(ConversationKey {
+            channel: Channel::Whatsapp,
+            business: business.into(),
+            customer: customer.into(),
+        }),
+        ..message(id, customer, text, at / 1000)
+    }
+}
 
 /// A voice note: no text until a transcript is kept.
 pub fn voice(id: &str, customer: &str, at: i64) -> InboundItem {
