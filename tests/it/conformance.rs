@@ -10,10 +10,12 @@
 //! of every role is held to one behaviour on every backend.
 
 mod fixtures;
+mod inspection;
 mod people;
 mod sending;
 mod statuses;
 mod turns;
+mod webchat;
 
 use std::sync::Arc;
 
@@ -27,6 +29,11 @@ use sabi::store::{
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
+use self::inspection::{
+    a_fresh_store_is_ready_and_holds_nothing, gauges_count_the_pipeline_as_it_moves,
+    quarantine_keeps_each_raw_part_once_in_arrival_order,
+    the_inbox_filters_by_kind_channel_position_and_limit,
+};
 use self::people::{
     conversations_list_every_thread_of_a_customer, review_items_read_alike_open_or_settled,
 };
@@ -43,6 +50,7 @@ use self::turns::{
     next_due_is_the_earliest_window_lease_or_retry,
     turn_stats_tell_local_agent_and_people_turns_apart,
 };
+use self::webchat::chat_history_and_queue_depth_follow_each_question;
 use crate::services;
 use crate::walk::every_transition_of_a_reply_part_follows_the_rulebook;
 
@@ -209,6 +217,13 @@ macro_rules! cases {
             // Reviews
             review_items_read_alike_open_or_settled,
             conversations_list_every_thread_of_a_customer,
+            // WebChat
+            chat_history_and_queue_depth_follow_each_question,
+            // Inspection and Health
+            gauges_count_the_pipeline_as_it_moves,
+            the_inbox_filters_by_kind_channel_position_and_limit,
+            quarantine_keeps_each_raw_part_once_in_arrival_order,
+            a_fresh_store_is_ready_and_holds_nothing,
         );
     };
 }
