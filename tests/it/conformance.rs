@@ -50,7 +50,9 @@ use self::turns::{
     next_due_is_the_earliest_window_lease_or_retry,
     turn_stats_tell_local_agent_and_people_turns_apart,
 };
-use self::webchat::chat_history_and_queue_depth_follow_each_question;
+use self::webchat::{
+    a_sessions_history_is_in_the_order_asked, chat_history_and_queue_depth_follow_each_question,
+};
 use crate::services;
 use crate::walk::every_transition_of_a_reply_part_follows_the_rulebook;
 
@@ -219,6 +221,7 @@ macro_rules! cases {
             conversations_list_every_thread_of_a_customer,
             // WebChat
             chat_history_and_queue_depth_follow_each_question,
+            a_sessions_history_is_in_the_order_asked,
             // Inspection and Health
             gauges_count_the_pipeline_as_it_moves,
             the_inbox_filters_by_kind_channel_position_and_limit,

@@ -162,3 +162,17 @@ async fn jobs_are_found_by_their_session_and_message(store: &Arc<dyn Store>, dep
     assert_eq!((receipt.job_id.as_str(), receipt.created), ("j3", false));
     assert_eq!(store.chat_queue_depth().await.expect("depth"), depth);
 }
+
+pub async fn a_sessions_history_is_in_the_order_asked(store: Arc<dyn Store>) {
+    // Asked through two nodes whose clocks disagree: the second node is 4 s behind.
+    assert!(ask(&store, "j1", "m1", "first", T0 + 5_000).await);
+    assert!(ask(&store, "j2", "m2", "second", T0 + 1_000).await);
+    let history = store.chat_history("s1", 10).await.expect("history");
+    let asked: Vec<_> = history
+        .iter()
+        .map(|e| (e.question.as_str(), e.asked_at_ms))
+        .collect();
+    assert_eq!(asked, [("first", T0 + 5_000), ("second", T0 + 1_000)]);
+    let last = store.chat_history("s1", 1).await.expect("history");
+    assert_eq!(last[0].question, "second", "the last asked");
+}
