@@ -599,7 +599,8 @@ pub trait WebChat: Send + Sync + 'static {
     /// A job, unless it is unknown or expired at `now_ms`.
     async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>>;
 
-    /// A session's questions and answers, oldest first (the last `limit`).
+    /// A session's questions and answers in the order they arrived, the last `limit` of them:
+    /// the clocks of the nodes that took them (each question's `now_ms`) do not reorder them.
     async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>>;
 
     /// Web-chat questions waiting for a turn. Counts them: callers keep the figure a moment.

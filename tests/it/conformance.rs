@@ -6,6 +6,16 @@
 //! The cases try to break the invariants the rest of Sabi relies on: deduplication (also under
 //! concurrency), order, windows and caps, one claimer wins, lapsed leases, stale tokens,
 //! messages during a turn, outbox at-most-once, review, web-chat job idempotency, history.
+//! The modules below hold the cases for the rest of each role's methods, so that every method
+//! of every role is held to one behaviour on every backend.
+
+mod fixtures;
+mod inspection;
+mod people;
+mod sending;
+mod statuses;
+mod turns;
+mod webchat;
 
 use std::sync::Arc;
 
@@ -19,6 +29,30 @@ use sabi::store::{
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
+use self::inspection::{
+    a_fresh_store_is_ready_and_holds_nothing, gauges_count_the_pipeline_as_it_moves,
+    quarantine_keeps_each_raw_part_once_in_arrival_order,
+    the_inbox_filters_by_kind_channel_position_and_limit,
+};
+use self::people::{
+    conversations_list_every_thread_of_a_customer, review_items_read_alike_open_or_settled,
+};
+use self::sending::next_send_due_is_the_earliest_head_hold_retry_or_wait;
+use self::statuses::{
+    a_closed_window_sends_the_template_once, a_failure_after_sent_goes_to_a_person_once,
+    a_lapsed_send_with_no_status_goes_to_a_person, a_status_naming_an_unknown_send_settles_it,
+    statuses_only_move_a_delivery_forward,
+};
+use self::turns::{
+    a_batch_puts_messages_of_unknown_time_first, a_running_turns_stage_shows_in_its_chat_job,
+    a_transcript_fills_in_only_a_message_without_text,
+    history_holds_the_turns_before_the_batch_with_notes,
+    next_due_is_the_earliest_window_lease_or_retry,
+    turn_stats_tell_local_agent_and_people_turns_apart,
+};
+use self::webchat::{
+    a_sessions_history_is_in_the_order_asked, chat_history_and_queue_depth_follow_each_question,
+};
 use crate::services;
 use crate::walk::every_transition_of_a_reply_part_follows_the_rulebook;
 
@@ -167,6 +201,32 @@ macro_rules! cases {
             a_claim_of_one_channel_takes_only_its_conversations,
             a_queue_burst_cannot_pass_its_cap,
             whatsapp_hand_offs_come_first_in_review,
+            // Intake: status webhooks
+            statuses_only_move_a_delivery_forward,
+            a_failure_after_sent_goes_to_a_person_once,
+            a_closed_window_sends_the_template_once,
+            a_status_naming_an_unknown_send_settles_it,
+            a_lapsed_send_with_no_status_goes_to_a_person,
+            // Turns
+            next_due_is_the_earliest_window_lease_or_retry,
+            turn_stats_tell_local_agent_and_people_turns_apart,
+            a_running_turns_stage_shows_in_its_chat_job,
+            a_transcript_fills_in_only_a_message_without_text,
+            history_holds_the_turns_before_the_batch_with_notes,
+            a_batch_puts_messages_of_unknown_time_first,
+            // Sending
+            next_send_due_is_the_earliest_head_hold_retry_or_wait,
+            // Reviews
+            review_items_read_alike_open_or_settled,
+            conversations_list_every_thread_of_a_customer,
+            // WebChat
+            chat_history_and_queue_depth_follow_each_question,
+            a_sessions_history_is_in_the_order_asked,
+            // Inspection and Health
+            gauges_count_the_pipeline_as_it_moves,
+            the_inbox_filters_by_kind_channel_position_and_limit,
+            quarantine_keeps_each_raw_part_once_in_arrival_order,
+            a_fresh_store_is_ready_and_holds_nothing,
         );
     };
 }

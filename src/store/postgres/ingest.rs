@@ -522,10 +522,11 @@ pub(super) async fn chat_history(
     session_id: &str,
     count: usize,
 ) -> Result<Vec<ChatExchange>> {
+    // In the order asked, as the SQLite backend's: arrival, not the nodes' clocks.
     let rows = sqlx::query(
         "SELECT j.job_id, i.text, i.state, i.batch_id, j.created_at
          FROM chat_jobs j JOIN inbox i ON i.seq = j.inbox_seq
-         WHERE j.session_id = $1 ORDER BY j.created_at DESC, i.seq DESC LIMIT $2",
+         WHERE j.session_id = $1 ORDER BY j.inbox_seq DESC LIMIT $2",
     )
     .bind(session_id)
     .bind(limit(Some(count)))

@@ -143,11 +143,13 @@ pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch
         business: row.get(1),
         customer: row.get(2),
     };
+    // In the order sent, unknown times first as SQLite and history order them (PostgreSQL
+    // would put NULLs last); arrival order breaks ties.
     let messages = sqlx::query(
         "SELECT seq, dedupe_key, item_type, text, media_id, provider_ts, received_at,
                 CASE channel WHEN 'webchat' THEN facts::jsonb ->> 'user_id' END,
                 CASE channel WHEN 'webchat' THEN facts::jsonb ->> 'address' END
-         FROM inbox WHERE batch_id = $1 ORDER BY provider_ts, seq",
+         FROM inbox WHERE batch_id = $1 ORDER BY provider_ts NULLS FIRST, seq",
     )
     .bind(id)
     .fetch_all(&mut *conn)

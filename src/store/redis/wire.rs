@@ -91,18 +91,21 @@ pub(super) fn item(item: &InboundItem) -> Value {
     })
 }
 
-/// The status of a message Sabi sent: which send it names, and how it went.
+/// The status of a message Sabi sent: which send it names, and how it went. Only a status that
+/// says something of delivery: the rulebook lets any other (`deleted`, ...) change nothing, not
+/// even a send it names.
 fn status(item: &InboundItem) -> Option<Value> {
     if item.kind != ItemKind::Status {
         return None;
     }
     let facts = &item.facts;
+    let delivery = Delivery::parse(facts["status"].as_str()?)?;
     let callback = facts["biz_opaque_callback_data"]
         .as_str()
         .and_then(parse_send_callback);
     Some(json!({
         "wamid": facts["id"].as_str()?,
-        "status": facts["status"].as_str()?,
+        "status": delivery.as_str(),
         "callback_id": callback.map(|c| c.0),
         "callback_attempt": callback.map(|c| c.1),
         "code": facts["error_codes"].get(0).and_then(Value::as_i64),

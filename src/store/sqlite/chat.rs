@@ -162,11 +162,13 @@ pub(super) fn history(
     session_id: &str,
     limit: usize,
 ) -> Result<Vec<ChatExchange>> {
+    // In the order asked: arrival order, which the clocks of nodes sharing the store (whose
+    // `now` each question carries) cannot reorder.
     let rows: Vec<(ChatExchange, Option<i64>)> = conn
         .prepare_cached(
             "SELECT j.job_id, i.text, i.state, i.batch_id, j.created_at
              FROM chat_jobs j JOIN inbox i ON i.seq = j.inbox_seq
-             WHERE j.session_id = ?1 ORDER BY j.created_at DESC, i.seq DESC LIMIT ?2",
+             WHERE j.session_id = ?1 ORDER BY j.inbox_seq DESC LIMIT ?2",
         )
         .and_then(|mut st| {
             st.query_map(params![session_id, limit_param(limit)], |r| {

@@ -1,0 +1,191 @@
+//! What the role cases share: a turn that wrote reply parts, a sender's claim and its outcome,
+//! a status webhook as the parser gives it, and the outbox row or review item to look at.
+
+use std::sync::Arc;
+
+use sabi::domain::{Channel, ConversationKey, InboundItem, ItemKind, ReplyPart};
+use sabi::store::{
+    Ending, IngestReceipt, OutboxEntry, ReviewEntry, ReviewQuery, SendClaim, SendJob, SendResult,
+    Store,
+};
+
+use super::{POLICY, ingest, message};
+
+/// How long a claimed send is held, and how long an unknown outcome waits for a status.
+pub const LEASE_MS: i64 = 10_000;
+pub const WAIT_MS: i64 = 60_000;
+
+/// The business number `message` writes to, and a second one, for what is halted or skipped per
+/// number.
+pub const BUSINESS: &str = "100000000000001";
+pub const OTHER_BUSINESS: &str = "100000000000002";
+
+/// A customer's message to `business`, as the parser gives it.
+pub fn message_to(business: &str, id: &str, customer: &str, text: &str, at: i64) -> InboundItem {
+    InboundItem {
+        business: Some(business.into()),
+        turn: Some(ConversationKey {
+            channel: Channel::Whatsapp,
+            business: business.into(),
+            customer: customer.into(),
+        }),
+        ..message(id, customer, text, at / 1000)
+    }
+}
+
+/// A voice note: no text until a transcript is kept.
+pub fn voice(id: &str, customer: &str, at: i64) -> InboundItem {
+    InboundItem {
+        item_type: Some("audio".into()),
+        text: None,
+        media_id: Some(format!("media-{id}")),
+        ..message(id, customer, "", at / 1000)
+    }
+}
+
+/// `item` written earlier (its message arrived a cap ago), claimed alone and ended with
+/// `ending` at `at`: the batch's id.
+pub async fn turn(store: &Arc<dyn Store>, item: InboundItem, at: i64, ending: Ending) -> i64 {
+    ingest(store, vec![item], at - POLICY.cap_ms).await;
+    let claims = store.claim(at, 60_000, 10, None).await.expect("claim");
+    assert_eq!(claims.len(), 1, "one turn due");
+    let batch = claims[0].batch.id;
+    store
+        .finish(batch, claims[0].token, at, ending)
+        .await
+        .expect("finish");
+    batch
+}
+
+/// A turn of `customer` that replied with `parts` at `at`, queued for sending: their outbox ids.
+pub async fn replied(store: &Arc<dyn Store>, customer: &str, parts: &[&str], at: i64) -> Vec<i64> {
+    let item = message(
+        &format!("wamid.in-{customer}-{at}"),
+        customer,
+        "hi",
+        at / 1000,
+    );
+    replied_to(store, item, parts, at).await
+}
+
+/// A turn that answered `item` with `parts` at `at`: their outbox ids.
+pub async fn replied_to(
+    store: &Arc<dyn Store>,
+    item: InboundItem,
+    parts: &[&str],
+    at: i64,
+) -> Vec<i64> {
+    let ending = Ending::Replied {
+        parts: parts.iter().map(|p| ReplyPart::text(*p)).collect(),
+        sandbox: false,
+    };
+    let batch = turn(store, item, at, ending).await;
+    let outbox = store.outbox(None).await.expect("outbox");
+    outbox
+        .iter()
+        .filter(|e| e.batch_id == batch)
+        .map(|e| e.id)
+        .collect()
+}
+
+pub fn sends(now_ms: i64) -> SendClaim {
+    SendClaim {
+        now_ms,
+        lease_ms: LEASE_MS,
+        unknown_wait_ms: WAIT_MS,
+        limit: 100,
+        halted: Vec::new(),
+    }
+}
+
+/// What a sender claims at `now`, by part id.
+pub async fn claim_sends(store: &Arc<dyn Store>, now: i64) -> Vec<SendJob> {
+    let mut jobs = store.claim_sends(sends(now)).await.expect("claim sends");
+    jobs.sort_by_key(|j| j.id);
+    jobs
+}
+
+/// Claims at `now` and expects exactly part `id`.
+pub async fn claim_only(store: &Arc<dyn Store>, id: i64, now: i64) -> SendJob {
+    let jobs = claim_sends(store, now).await;
+    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    assert_eq!(ids, [id], "claimed at {now}");
+    jobs.into_iter().next().expect("one job")
+}
+
+/// Records that Meta took the send as `wamid`; the recipient's next part may go at once.
+pub async fn accept(store: &Arc<dyn Store>, job: &SendJob, wamid: &str, now: i64) {
+    let accepted = SendResult::Accepted {
+        wamid: wamid.into(),
+        template: job.window_closed,
+        next_send_at_ms: now,
+    };
+    store
+        .record_send(job.id, job.attempt, now, accepted)
+        .await
+        .expect("accepted");
+}
+
+/// Meta's status `delivery` of the message `wamid`, as the parser gives it (its dedupe key is
+/// `<wamid>:<status>`, its facts what the store reads).
+pub fn status(wamid: &str, delivery: &str, at: i64) -> InboundItem {
+    InboundItem {
+        kind: ItemKind::Status,
+        channel: Channel::Whatsapp,
+        dedupe_key: format!("{wamid}:{delivery}"),
+        business: Some(BUSINESS.into()),
+        customer: None,
+        item_type: Some(delivery.into()),
+        text: None,
+        media_id: None,
+        provider_ts: Some(at / 1000),
+        turn: None,
+        facts: serde_json::json!({
+            "kind": "status",
+            "id": wamid,
+            "status": delivery,
+            "timestamp": at / 1000,
+            "error_codes": [],
+            "biz_opaque_callback_data": null,
+        }),
+    }
+}
+
+/// The status naming a send by its callback data (the send's answer was lost).
+pub fn with_callback(mut item: InboundItem, callback: String) -> InboundItem {
+    item.facts["biz_opaque_callback_data"] = callback.into();
+    item
+}
+
+/// A failure status with Meta's error code.
+pub fn with_code(mut item: InboundItem, code: i64) -> InboundItem {
+    item.facts["error_codes"] = serde_json::json!([code]);
+    item
+}
+
+/// The same status delivered again under a key of its own.
+pub fn rekeyed(mut item: InboundItem, key: &str) -> InboundItem {
+    item.dedupe_key = key.into();
+    item
+}
+
+pub async fn deliver(store: &Arc<dyn Store>, item: InboundItem, at: i64) -> IngestReceipt {
+    ingest(store, vec![item], at).await
+}
+
+/// Outbox row `id` as the store has it now.
+pub async fn part(store: &Arc<dyn Store>, id: i64) -> OutboxEntry {
+    let outbox = store.outbox(None).await.expect("outbox");
+    outbox
+        .into_iter()
+        .find(|e| e.id == id)
+        .expect("the part is in the outbox")
+}
+
+/// Open review items, oldest first.
+pub async fn open_reviews(store: &Arc<dyn Store>) -> Vec<ReviewEntry> {
+    store
+        .review_queue(ReviewQuery::default())
+        .await
+        .expect("review queue")
+}

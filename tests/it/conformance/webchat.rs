@@ -1,0 +1,178 @@
+//! What the web chat serves beyond submitting: a session's history with its answers, the jobs
+//! of its messages, and the queue's depth.
+
+use std::sync::Arc;
+
+use sabi::domain::ReplyPart;
+use sabi::store::{ChatExchange, ChatSubmission, Ending, JobStatus, Resolution, Store, Submitted};
+
+use super::fixtures::open_reviews;
+use super::{T0, ingest, message, question};
+
+/// Question `message_id` of session `s1`, asked at `now`, with job `job`.
+async fn ask(store: &Arc<dyn Store>, job: &str, message_id: &str, text: &str, now: i64) -> bool {
+    let submission = ChatSubmission {
+        message_id: Some(message_id.into()),
+        question: text.into(),
+        now_ms: now,
+        ..question("s1", job)
+    };
+    match store.submit_chat(submission).await.expect("submitted") {
+        Submitted::Job(receipt) => receipt.job_id == job && receipt.created,
+        refused => panic!("within the limits: {refused:?}"),
+    }
+}
+
+/// Claims the one due web-chat turn at `now` and ends it so.
+async fn answer(store: &Arc<dyn Store>, now: i64, ending: Ending) {
+    let claims = store.claim(now, 60_000, 10, None).await.expect("claim");
+    assert_eq!(claims.len(), 1, "one question due");
+    let claim = &claims[0];
+    store
+        .finish(claim.batch.id, claim.token, now, ending)
+        .await
+        .expect("finish");
+}
+
+fn exchange(
+    job: &str,
+    question: &str,
+    status: JobStatus,
+    answer: Option<&str>,
+    at: i64,
+) -> ChatExchange {
+    ChatExchange {
+        job_id: job.into(),
+        question: question.into(),
+        answer: answer.map(str::to_owned),
+        status,
+        asked_at_ms: at,
+    }
+}
+
+/// Session s1 asks three questions: the first is answered in two parts, the second handed to a
+/// person, the third waits behind another session's. A WhatsApp message arrives meanwhile.
+async fn three_questions(store: &Arc<dyn Store>) {
+    let depth = || async { store.chat_queue_depth().await.expect("depth") };
+    assert!(ask(store, "j1", "m1", "Where is my order?", T0).await);
+    assert_eq!(depth().await, 1);
+    let two_parts = Ending::Replied {
+        parts: vec![
+            ReplyPart::text("It ships today."),
+            ReplyPart::text("Anything else?"),
+        ],
+        sandbox: false,
+    };
+    answer(store, T0, two_parts).await;
+    assert_eq!(depth().await, 0, "a question in its turn waits no more");
+    assert!(ask(store, "j2", "m2", "Can I talk to someone?", T0 + 10).await);
+    let handoff = Ending::Handoff {
+        parts: vec![ReplyPart::text("A colleague will answer.")],
+        sandbox: false,
+        note: "asked for a person".into(),
+    };
+    answer(store, T0 + 10, handoff).await;
+    let elsewhere = ChatSubmission {
+        message_id: Some("m1".into()),
+        now_ms: T0 + 20,
+        ..question("s2", "s2-j1")
+    };
+    store.submit_chat(elsewhere).await.expect("submitted");
+    assert!(ask(store, "j3", "m3", "Hello?", T0 + 30).await);
+    ingest(
+        store,
+        vec![message("wamid.wc1", "c1", "hi", T0 / 1000)],
+        T0 + 31,
+    )
+    .await;
+    assert_eq!(depth().await, 2, "web-chat questions only");
+}
+
+pub async fn chat_history_and_queue_depth_follow_each_question(store: Arc<dyn Store>) {
+    three_questions(&store).await;
+    let waiting = store.chat_job("j3", T0 + 31).await.expect("job");
+    let waiting = waiting.expect("kept");
+    assert_eq!(
+        (waiting.status, waiting.position),
+        (JobStatus::Queued, Some(1))
+    );
+    let history = |limit| {
+        let store = store.clone();
+        async move { store.chat_history("s1", limit).await.expect("history") }
+    };
+    let first = exchange(
+        "j1",
+        "Where is my order?",
+        JobStatus::Finished,
+        Some("It ships today.\n\nAnything else?"),
+        T0,
+    );
+    let asked = "Can I talk to someone?";
+    let handed = exchange("j2", asked, JobStatus::Failed, None, T0 + 10);
+    let third = exchange("j3", "Hello?", JobStatus::Queued, None, T0 + 30);
+    assert_eq!(history(10).await, [first, handed.clone(), third.clone()]);
+    assert_eq!(history(2).await, [handed, third.clone()]);
+    assert_eq!(history(0).await, []);
+    // A person answers the hand-off: the question is answered by its whole batch's reply.
+    let item = open_reviews(&store).await.remove(0);
+    let person = Resolution::Reply {
+        text: "Here I am.".into(),
+        sandbox: false,
+    };
+    store
+        .resolve_review(item.id, T0 + 40, person)
+        .await
+        .expect("replied");
+    let both = "A colleague will answer.\n\nHere I am.";
+    let answered = exchange("j2", asked, JobStatus::Finished, Some(both), T0 + 10);
+    assert_eq!(history(2).await, [answered, third]);
+    let job = store.chat_job("j2", T0 + 41).await.expect("job");
+    let job = job.expect("kept");
+    assert_eq!(
+        (job.status, job.answer.as_deref()),
+        (JobStatus::Finished, Some(both))
+    );
+    jobs_are_found_by_their_session_and_message(&store, 2).await;
+}
+
+/// A message's job is its session's: the same message id in another session is another job,
+/// and a resend gives the first job and stores nothing.
+async fn jobs_are_found_by_their_session_and_message(store: &Arc<dyn Store>, depth: u64) {
+    let found = |session: &'static str, message: &'static str| {
+        let store = store.clone();
+        async move {
+            let job = store.chat_job_for_message(session, message).await;
+            job.expect("lookup")
+        }
+    };
+    assert_eq!(found("s1", "m2").await.as_deref(), Some("j2"));
+    assert_eq!(found("s2", "m1").await.as_deref(), Some("s2-j1"));
+    assert_eq!(found("s2", "m2").await, None);
+    assert_eq!(found("s1", "m9").await, None);
+    let resend = ChatSubmission {
+        message_id: Some("m3".into()),
+        question: "Hello?".into(),
+        now_ms: T0 + 50,
+        ..question("s1", "j3-again")
+    };
+    let receipt = store.submit_chat(resend).await.expect("submitted");
+    let Submitted::Job(receipt) = receipt else {
+        panic!("a resend is never refused: {receipt:?}");
+    };
+    assert_eq!((receipt.job_id.as_str(), receipt.created), ("j3", false));
+    assert_eq!(store.chat_queue_depth().await.expect("depth"), depth);
+}
+
+pub async fn a_sessions_history_is_in_the_order_asked(store: Arc<dyn Store>) {
+    // Asked through two nodes whose clocks disagree: the second node is 4 s behind.
+    assert!(ask(&store, "j1", "m1", "first", T0 + 5_000).await);
+    assert!(ask(&store, "j2", "m2", "second", T0 + 1_000).await);
+    let history = store.chat_history("s1", 10).await.expect("history");
+    let asked: Vec<_> = history
+        .iter()
+        .map(|e| (e.question.as_str(), e.asked_at_ms))
+        .collect();
+    assert_eq!(asked, [("first", T0 + 5_000), ("second", T0 + 1_000)]);
+    let last = store.chat_history("s1", 1).await.expect("history");
+    assert_eq!(last[0].question, "second", "the last asked");
+}
