@@ -39,8 +39,8 @@ use super::{
 use crate::domain::{Channel, Claim, ItemKind, LeaseToken};
 use crate::store::items::question_item;
 
-/// Every operation's script, after the rulebook's names (`names.rs`).
-static SCRIPT: LazyLock<String> = LazyLock::new(|| names::preamble() + SCRIPT_BODY);
+/// Every operation's script, the rulebook's names rendered in (`names.rs`).
+static SCRIPT: LazyLock<String> = LazyLock::new(|| names::render(SCRIPT_BODY));
 
 const SCRIPT_BODY: &str = concat!(
     include_str!("lua/keys.lua"),
@@ -58,9 +58,9 @@ const VERSION: u32 = 2;
 
 /// Writes the layout version and the epoch when the prefix is new, upgrades an older layout, and
 /// reads the epoch back.
-static LAYOUT: LazyLock<String> = LazyLock::new(|| {
-    names::preamble() + concat!(include_str!("lua/keys.lua"), include_str!("lua/layout.lua"))
-});
+static LAYOUT: LazyLock<String> = LazyLock::new(|| names::render(LAYOUT_BODY));
+
+const LAYOUT_BODY: &str = concat!(include_str!("lua/keys.lua"), include_str!("lua/layout.lua"));
 
 /// Rows asked for when the caller set no limit: more than any listing shows.
 const NO_LIMIT: usize = 1_000_000_000;

@@ -4,7 +4,8 @@
 
 local WINDOW_CLOSED = 131047
 
--- Meta's delivery statuses only move forward (the Rust side's `delivery_rank`).
+-- Meta's delivery statuses only move forward: the rulebook's ranks.
+local RANK = RANK_TABLE
 
 local function rank(status)
   return status and RANK[status] or 0
