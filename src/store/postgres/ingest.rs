@@ -131,7 +131,7 @@ async fn ingest_in(
             "INSERT INTO inbox (seq, channel, dedupe_key, kind, business, customer, item_type,
                                 text, media_id, provider_ts, received_at, state, content_hash,
                                 facts)
-             VALUES (COALESCE($14, nextval(pg_get_serial_sequence('inbox', 'seq'))),
+             VALUES (COALESCE($14, nextval('inbox_seq_seq'::regclass)),
                      $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
              ON CONFLICT (channel, dedupe_key) DO NOTHING RETURNING seq",
         )
@@ -178,7 +178,7 @@ async fn arrival_seqs(conn: &mut PgConnection, order: &[usize]) -> Result<Option
         return Ok(None);
     }
     let seqs: Vec<i64> = sqlx::query_scalar(
-        "SELECT nextval(pg_get_serial_sequence('inbox', 'seq')) AS seq
+        "SELECT nextval('inbox_seq_seq'::regclass) AS seq
          FROM generate_series(1, $1) ORDER BY seq",
     )
     .bind(i32::try_from(order.len()).unwrap_or(i32::MAX))
