@@ -74,37 +74,39 @@ impl Runner {
                 }
             };
             let claimed = jobs.len();
-            for job in jobs {
-                // The claim took no more than the free slots, and only this loop takes them.
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    break;
-                };
-                let work = work.clone();
-                running.spawn(async move {
-                    work.perform(job).await;
-                    drop(slot);
-                });
-            }
+            start(&work, jobs, &slots, &mut running);
             if work.claim_again(free, claimed) && slots.available_permits() > 0 {
                 continue;
             }
-            if slots.available_permits() == 0 {
-                // Every slot is busy: nothing can be claimed until a job ends.
-                tokio::select! {
-                    () = shutdown.cancelled() => {}
-                    Some(_) = running.join_next() => {}
-                }
-                continue;
-            }
-            let deadline = work.next_wake().await;
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = work.stored() => {}
-                Some(_) = running.join_next(), if !running.is_empty() => {}
-                () = self.clock.sleep_until(deadline) => {}
-            }
+            self.wait(&*work, &slots, &mut running, &shutdown).await;
         }
         self.drain(running, W::JOBS).await;
+    }
+
+    /// Until the loop should look at the store again: a job ends (its slot is free), or, while
+    /// a slot is free, this process stores work or the next wake time comes. Or shutdown.
+    async fn wait<W: Work>(
+        &self,
+        work: &W,
+        slots: &Semaphore,
+        running: &mut JoinSet<()>,
+        shutdown: &CancellationToken,
+    ) {
+        if slots.available_permits() == 0 {
+            // Every slot is busy: nothing can be claimed until a job ends.
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                Some(_) = running.join_next() => {}
+            }
+            return;
+        }
+        let deadline = work.next_wake().await;
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = work.stored() => {}
+            Some(_) = running.join_next(), if !running.is_empty() => {}
+            () = self.clock.sleep_until(deadline) => {}
+        }
     }
 
     async fn pause(&self, shutdown: &CancellationToken) {
@@ -147,6 +149,26 @@ impl Runner {
                 running.abort_all();
             }
         }
+    }
+}
+
+/// Runs each claimed job on a task of its own, holding a slot until it ends.
+fn start<W: Work>(
+    work: &Arc<W>,
+    jobs: Vec<W::Job>,
+    slots: &Arc<Semaphore>,
+    running: &mut JoinSet<()>,
+) {
+    for job in jobs {
+        // The claim took no more than the free slots, and only this loop takes them.
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            break;
+        };
+        let work = work.clone();
+        running.spawn(async move {
+            work.perform(job).await;
+            drop(slot);
+        });
     }
 }
 
