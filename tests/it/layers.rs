@@ -91,30 +91,42 @@ fn expand(prefix: &[String], tree: &str, out: &mut Vec<Vec<String>>) {
 fn imports(module: &Module, code: &str) -> BTreeSet<Vec<String>> {
     let code = production(code);
     let mut paths = Vec::new();
+    // What is not a `use` statement, for the inline `crate::` paths.
+    let mut body = String::new();
     for statement in code.split(';') {
-        let Some(at) = statement.find("use ") else {
+        let at = statement.find("use ").filter(|&at| {
+            let before = &statement[..at];
+            before.trim().is_empty() || before.trim_end().ends_with("pub") || before.contains('\n')
+        });
+        let Some(at) = at else {
+            body.push_str(statement);
+            body.push(';');
             continue;
         };
-        let before = &statement[..at];
-        if !before.trim().is_empty()
-            && !before.trim_end().ends_with("pub")
-            && !before.contains('\n')
-        {
-            continue;
-        }
-        let tree: String = statement[at + 4..]
-            .chars()
-            .filter(|c| !c.is_whitespace())
-            .collect();
-        expand(&[], &tree.replace("as", " as "), &mut paths);
+        body.push_str(&statement[..at]);
+        // One space between words (`Batch as B`), none around punctuation.
+        let words = statement[at + 4..]
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let tree = ["::", "{", "}", ","].iter().fold(words, |t, p| {
+            t.replace(&format!(" {p}"), p).replace(&format!("{p} "), p)
+        });
+        expand(&[], &tree, &mut paths);
     }
-    let mut rest = code.as_str();
+    let mut rest = body.as_str();
     while let Some(at) = rest.find("crate::") {
         let inline = rest[at..]
             .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
             .next()
             .unwrap_or_default();
-        paths.push(inline.split("::").map(str::to_owned).collect());
+        paths.push(
+            inline
+                .split("::")
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        );
         rest = &rest[at + 7..];
     }
     paths
@@ -246,6 +258,7 @@ fn imports_point_down_the_layers_and_form_no_circle() {
 fn the_check_sees_arrows_of_every_kind() {
     let module: Module = vec!["store".into(), "postgres".into(), "ingest".into()];
     let code = "use super::{channel, outbox::{self, step}};\nuse crate::domain::Batch as B;\n\
+                use crate::router::classifier::{\n    Classifier,\n};\n\
                 fn f() { crate::clock::now(); }\n#[cfg(test)]\nuse crate::cli::x;";
     let found = imports(&module, code);
     let want: BTreeSet<Vec<String>> = [
@@ -253,6 +266,7 @@ fn the_check_sees_arrows_of_every_kind() {
         "store::postgres::outbox::self",
         "store::postgres::outbox::step",
         "domain::Batch",
+        "router::classifier::Classifier",
         "clock::now",
     ]
     .iter()
