@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use sabi::agent::llm::{ChatMessage, Llm, Provider, Providers, Retries, Sampling};
 use sabi::agent::{Agent, AgentSettings};
-use sabi::clock::{Clock, SystemClock};
+use sabi::clock::{At, Clock, SystemClock, UnixSeconds};
 use sabi::domain::{BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, ReplyPart};
 use sabi::router::Router;
 use sabi::store::{Ending, Ingest, SqliteStore, Store};
@@ -116,19 +116,19 @@ async fn agent_turns(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
     );
     let mut samples = Vec::with_capacity(turns);
     for n in 0..turns {
-        let now = SystemClock.now_ms();
+        let now = SystemClock.now();
         let delivery = Ingest {
             items: vec![message(n, now)],
             quarantined: Vec::new(),
-            received_at_ms: now,
+            received_at: now,
             policy: BatchPolicy {
-                window_ms: 0,
-                cap_ms: 0,
+                window: Duration::ZERO,
+                cap: Duration::ZERO,
             },
         };
         store.ingest(delivery).await.expect("ingest");
         let claim = store
-            .claim(now, 60_000, 1, None)
+            .claim(now, Duration::from_secs(60), 1, None)
             .await
             .expect("claim")
             .pop()
@@ -148,7 +148,7 @@ async fn agent_turns(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
     samples
 }
 
-fn message(n: usize, now_ms: i64) -> InboundItem {
+fn message(n: usize, now: At) -> InboundItem {
     let customer = format!("2348{:09}", n % CONVERSATIONS);
     InboundItem {
         kind: ItemKind::Message,
@@ -159,7 +159,7 @@ fn message(n: usize, now_ms: i64) -> InboundItem {
         item_type: Some("text".into()),
         text: Some("Which restaurant in Lekki would you recommend for a birthday?".into()),
         media_id: None,
-        provider_ts: Some(now_ms / 1000),
+        provider_ts: Some(UnixSeconds(now.unix_seconds())),
         turn: Some(ConversationKey {
             channel: Channel::Whatsapp,
             business: "100000000000001".into(),

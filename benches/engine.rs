@@ -20,9 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sabi::clock::{Clock, SystemClock};
-use sabi::config::EnginePolicy;
-use sabi::config::EngineSettings;
+use sabi::clock::{self, At, Clock, SystemClock, UnixSeconds};
+use sabi::config::{EnginePolicy, EngineSettings};
 use sabi::domain::{
     Batch, BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
     ReplyPart,
@@ -114,7 +113,7 @@ impl Drop for Place {
 async fn backlog(backend: &Backend, conversations: usize) {
     let (store, _place) = CountingStore::open(backend).await;
     let ingest_started = Instant::now();
-    ingest_all(&store, 0..conversations, 0).await;
+    ingest_all(&store, 0..conversations, Duration::ZERO).await;
     let ingest_took = ingest_started.elapsed();
     let (handler, scheduler) = scheduler_over(&store);
     let started = Instant::now();
@@ -154,7 +153,7 @@ async fn steady(backend: &Backend, conversations: usize) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000.0);
-    let window_ms = 50;
+    let window = Duration::from_millis(50);
     let started = Instant::now();
     let mut senders = tokio::task::JoinSet::new();
     for n in 0..conversations {
@@ -162,7 +161,7 @@ async fn steady(backend: &Backend, conversations: usize) {
         tokio::time::sleep_until(due.into()).await;
         let (store, wakeup) = (store.clone(), scheduler.wakeup());
         senders.spawn(async move {
-            if let Some(due) = ingest_all(&store, n..n + 1, window_ms).await {
+            if let Some(due) = ingest_all(&store, n..n + 1, window).await {
                 wakeup.due_at(due);
             }
         });
@@ -175,7 +174,8 @@ async fn steady(backend: &Backend, conversations: usize) {
     delays.sort_unstable();
     let pct = |p: f64| delays[((delays.len() as f64 - 1.0) * p) as usize];
     println!(
-        "steady: {conversations} conversations at {rate:.0}/s, window {window_ms} ms: due-to-start delay p50 {} ms, p99 {} ms, max {} ms",
+        "steady: {conversations} conversations at {rate:.0}/s, window {} ms: due-to-start delay p50 {} ms, p99 {} ms, max {} ms",
+        window.as_millis(),
         pct(0.50),
         pct(0.99),
         delays.last().copied().unwrap_or_default()
@@ -218,22 +218,22 @@ fn settings() -> EngineSettings {
 async fn ingest_all(
     store: &Arc<CountingStore>,
     conversations: std::ops::Range<usize>,
-    window_ms: i64,
-) -> Option<i64> {
+    window: Duration,
+) -> Option<At> {
     let mut deliveries = tokio::task::JoinSet::new();
     let mut earliest = None;
     for n in conversations {
         for m in 0..MESSAGES_PER_CONVERSATION {
             let store = store.clone();
             deliveries.spawn(async move {
-                let now = SystemClock.now_ms();
+                let now = SystemClock.now();
                 let delivery = Ingest {
                     items: vec![message(n, m, now)],
                     quarantined: Vec::new(),
-                    received_at_ms: now,
+                    received_at: now,
                     policy: BatchPolicy {
-                        window_ms,
-                        cap_ms: 60_000,
+                        window,
+                        cap: Duration::from_secs(60),
                     },
                 };
                 store
@@ -241,7 +241,7 @@ async fn ingest_all(
                     .ingest(delivery)
                     .await
                     .expect("ingest")
-                    .earliest_due_ms
+                    .earliest_due
             });
         }
         if deliveries.len() >= 256 {
@@ -251,7 +251,7 @@ async fn ingest_all(
     earliest_of(earliest, join(&mut deliveries).await)
 }
 
-async fn join(deliveries: &mut tokio::task::JoinSet<Option<i64>>) -> Option<i64> {
+async fn join(deliveries: &mut tokio::task::JoinSet<Option<At>>) -> Option<At> {
     let mut earliest = None;
     while let Some(due) = deliveries.join_next().await {
         earliest = earliest_of(earliest, due.expect("ingest task"));
@@ -259,14 +259,14 @@ async fn join(deliveries: &mut tokio::task::JoinSet<Option<i64>>) -> Option<i64>
     earliest
 }
 
-fn earliest_of(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+fn earliest_of(a: Option<At>, b: Option<At>) -> Option<At> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
 }
 
-fn message(n: usize, m: usize, now_ms: i64) -> InboundItem {
+fn message(n: usize, m: usize, now: At) -> InboundItem {
     let customer = format!("2348{n:09}");
     InboundItem {
         kind: ItemKind::Message,
@@ -277,7 +277,7 @@ fn message(n: usize, m: usize, now_ms: i64) -> InboundItem {
         item_type: Some("text".into()),
         text: Some(format!("message {m} of conversation {n}")),
         media_id: None,
-        provider_ts: Some(now_ms / 1000),
+        provider_ts: Some(UnixSeconds(now.unix_seconds())),
         turn: Some(ConversationKey {
             channel: Channel::Whatsapp,
             business: "100000000000001".into(),
@@ -319,7 +319,7 @@ impl NoOp {
 #[async_trait]
 impl TurnHandler for NoOp {
     async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
-        let delay = SystemClock.now_ms() - batch.due_at_ms;
+        let delay = clock::millis(SystemClock.now().since(batch.due_at));
         self.delays.lock().expect("lock").push(delay);
         self.done.notify_waiters();
         Ok(TurnOutcome::Reply(vec![ReplyPart::text("ok")]))
@@ -412,35 +412,35 @@ impl CountingStore {
 impl Turns for CountingStore {
     async fn claim(
         &self,
-        now_ms: i64,
-        lease_ms: i64,
+        now: At,
+        lease: Duration,
         limit: usize,
         channel: Option<Channel>,
     ) -> store::Result<Vec<Claim>> {
         self.count();
-        self.inner.claim(now_ms, lease_ms, limit, channel).await
+        self.inner.claim(now, lease, limit, channel).await
     }
     async fn renew(
         &self,
         batch: i64,
         token: LeaseToken,
-        now_ms: i64,
-        lease_ms: i64,
+        now: At,
+        lease: Duration,
     ) -> store::Result<()> {
         self.count();
-        self.inner.renew(batch, token, now_ms, lease_ms).await
+        self.inner.renew(batch, token, now, lease).await
     }
     async fn finish(
         &self,
         batch: i64,
         token: LeaseToken,
-        now_ms: i64,
+        now: At,
         ending: Ending,
     ) -> store::Result<()> {
         self.count();
-        self.inner.finish(batch, token, now_ms, ending).await
+        self.inner.finish(batch, token, now, ending).await
     }
-    async fn next_due(&self) -> store::Result<Option<i64>> {
+    async fn next_due(&self) -> store::Result<Option<At>> {
         self.count();
         self.inner.next_due().await
     }

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sabi::clock::{Clock, SystemClock};
+use sabi::clock::{At, Clock, SystemClock, UnixSeconds};
 use sabi::config::SenderSettings;
 use sabi::domain::{BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, ReplyPart};
 use sabi::sender::Sender;
@@ -149,21 +149,24 @@ async fn through_outbox(parts: usize) -> Duration {
 
 /// One reply part per customer, queued as a turn writes it.
 async fn fill_outbox(store: &Arc<dyn Store>, parts: usize) {
-    let now = SystemClock.now_ms();
+    let now = SystemClock.now();
     for chunk in (0..parts).collect::<Vec<_>>().chunks(500) {
         let items = chunk.iter().map(|&n| message(n, now)).collect();
         let delivery = Ingest {
             items,
             quarantined: Vec::new(),
-            received_at_ms: now,
+            received_at: now,
             policy: BatchPolicy {
-                window_ms: 0,
-                cap_ms: 0,
+                window: Duration::ZERO,
+                cap: Duration::ZERO,
             },
         };
         store.ingest(delivery).await.expect("ingest");
     }
-    let claims = store.claim(now, 60_000, parts, None).await.expect("claim");
+    let claims = store
+        .claim(now, Duration::from_secs(60), parts, None)
+        .await
+        .expect("claim");
     assert_eq!(claims.len(), parts);
     for claim in claims {
         let ending = Ending::Replied {
@@ -177,7 +180,7 @@ async fn fill_outbox(store: &Arc<dyn Store>, parts: usize) {
     }
 }
 
-fn message(n: usize, now_ms: i64) -> InboundItem {
+fn message(n: usize, now: At) -> InboundItem {
     let customer = customer(n);
     InboundItem {
         kind: ItemKind::Message,
@@ -188,7 +191,7 @@ fn message(n: usize, now_ms: i64) -> InboundItem {
         item_type: Some("text".into()),
         text: Some("where is my order".into()),
         media_id: None,
-        provider_ts: Some(now_ms / 1000),
+        provider_ts: Some(UnixSeconds(now.unix_seconds())),
         turn: Some(ConversationKey {
             channel: Channel::Whatsapp,
             business: BUSINESS.into(),

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use crate::app::{App, Role};
-use crate::clock::Clock;
+use crate::clock::{At, Clock, SystemClock};
 use crate::config::Config;
 use crate::domain::{Channel, ItemKind, ReviewReason};
 use crate::router::{self, Router};
@@ -364,8 +364,8 @@ fn inbox_json(stored: &StoredItem) -> Value {
         ("text", json!(item.text)),
         ("media_id", json!(item.media_id)),
         ("provider_timestamp", json!(item.provider_ts)),
-        ("received_at_ms", json!(stored.received_at_ms)),
-        ("received_at", json!(rfc3339(stored.received_at_ms))),
+        ("received_at_ms", json!(stored.received_at)),
+        ("received_at", json!(rfc3339(stored.received_at))),
         ("state", json!(stored.state)),
         ("batch", json!(stored.batch)),
     ];
@@ -376,8 +376,8 @@ fn inbox_json(stored: &StoredItem) -> Value {
     Value::Object(object)
 }
 
-fn rfc3339(ms: i64) -> String {
-    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or_default());
+fn rfc3339(at: At) -> String {
+    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(at.millis()).unwrap_or_default());
     humantime::format_rfc3339_millis(at).to_string()
 }
 
@@ -402,10 +402,10 @@ async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
                 "delivery": entry.delivery,
                 "error_code": entry.error_code,
                 "error": entry.error,
-                "created_at": rfc3339(entry.created_at_ms),
-                "sent_at": entry.sent_at_ms.map(rfc3339),
-                "turn_started_at_ms": entry.turn_started_at_ms,
-                "turn_finished_at_ms": entry.turn_finished_at_ms,
+                "created_at": rfc3339(entry.created_at),
+                "sent_at": entry.sent_at.map(rfc3339),
+                "turn_started_at_ms": entry.turn_started_at,
+                "turn_finished_at_ms": entry.turn_finished_at,
             });
             writeln!(out, "{line}")?;
         } else {
@@ -458,13 +458,8 @@ async fn check(config: &Config) -> anyhow::Result<()> {
 
 async fn stats(config: &Config, since: Option<Duration>, as_json: bool) -> anyhow::Result<()> {
     let store = store::open(&config.store).await?;
-    let since_ms = since.map_or(0, |d| {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        i64::try_from(now.saturating_sub(d).as_millis()).unwrap_or(0)
-    });
-    let s = store.turn_stats(since_ms).await?;
+    let since = since.map_or(At::default(), |d| SystemClock.now() - d);
+    let s = store.turn_stats(since).await?;
     let turns = s.local + s.agent + s.people;
     let share = |n: u64| {
         if turns == 0 {
@@ -509,7 +504,7 @@ async fn stats(config: &Config, since: Option<Duration>, as_json: bool) -> anyho
 
 async fn review(config: &Config, action: ReviewAction) -> anyhow::Result<()> {
     let store = store::open(&config.store).await?;
-    let now = crate::clock::SystemClock.now_ms();
+    let now = crate::clock::SystemClock.now();
     let resolution = match action {
         ReviewAction::Ls {
             reason,
@@ -603,7 +598,7 @@ async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {
             let line = json!({
                 "id": q.id,
                 "channel": q.quarantined.channel.as_str(),
-                "received_at": rfc3339(q.received_at_ms),
+                "received_at": rfc3339(q.received_at),
                 "reason": q.quarantined.reason,
                 "raw": q.quarantined.raw,
             });
@@ -613,7 +608,7 @@ async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {
                 out,
                 "{:>6}  {}  {}",
                 q.id,
-                rfc3339(q.received_at_ms),
+                rfc3339(q.received_at),
                 shown(&q.quarantined.reason)
             )?;
         }

@@ -1,23 +1,106 @@
-//! Clock: where every stage reads the time and waits for it, so tests can drive it.
+//! Clock: where every stage reads the time and waits for it, so tests can drive it, and the
+//! one type every instant has.
 //!
 //! Production code never calls `SystemTime::now()` or sleeps on its own; it asks the [`Clock`]
 //! it was given. Tests give a [`ManualClock`] and move it forward by hand; moving it wakes every
 //! task sleeping until a time that has now come.
+//!
+//! An instant is an [`At`]; a span between instants is a [`Duration`]. A provider's timestamp
+//! stays [`UnixSeconds`], as it came, and becomes an `At` in one place, [`UnixSeconds::at`].
 
+use std::fmt;
 use std::future::Future;
+use std::ops::{Add, Sub};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// An instant: milliseconds since the Unix epoch. Stores keep it as that integer.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct At(i64);
+
+impl At {
+    pub const fn from_millis(millis: i64) -> At {
+        At(millis)
+    }
+
+    pub const fn millis(self) -> i64 {
+        self.0
+    }
+
+    /// Whole seconds, for what is shown to people and given to tools.
+    pub const fn unix_seconds(self) -> i64 {
+        self.0.div_euclid(1000)
+    }
+
+    /// How long after `earlier` this is; zero when it is not after it.
+    pub fn since(self, earlier: At) -> Duration {
+        Duration::from_millis(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
+    }
+}
+
+/// A provider's timestamp: whole Unix seconds, as Meta sends it and stores keep it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct UnixSeconds(pub i64);
+
+impl UnixSeconds {
+    pub const fn at(self) -> At {
+        At(self.0.saturating_mul(1000))
+    }
+}
+
+/// A span in whole milliseconds, as stores and scripts keep it.
+pub fn millis(span: Duration) -> i64 {
+    i64::try_from(span.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Add<Duration> for At {
+    type Output = At;
+
+    fn add(self, span: Duration) -> At {
+        At(self.0.saturating_add(millis(span)))
+    }
+}
+
+impl Sub<Duration> for At {
+    type Output = At;
+
+    fn sub(self, span: Duration) -> At {
+        At(self.0.saturating_sub(millis(span)))
+    }
+}
+
+impl fmt::Display for At {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// A future returned by [`Clock::sleep_until`].
 pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// The source of wall-clock time, in Unix milliseconds.
+/// The source of wall-clock time.
 pub trait Clock: Send + Sync + 'static {
-    fn now_ms(&self) -> i64;
+    fn now(&self) -> At;
 
-    /// Completes once `now_ms() >= deadline_ms`.
-    fn sleep_until(&self, deadline_ms: i64) -> Sleep;
+    /// Completes once `now() >= deadline`.
+    fn sleep_until(&self, deadline: At) -> Sleep;
 }
 
 pub type SharedClock = Arc<dyn Clock>;
@@ -27,16 +110,15 @@ pub type SharedClock = Arc<dyn Clock>;
 pub struct SystemClock;
 
 impl Clock for SystemClock {
-    fn now_ms(&self) -> i64 {
+    fn now(&self) -> At {
         let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+        At(millis(since_epoch))
     }
 
-    fn sleep_until(&self, deadline_ms: i64) -> Sleep {
-        let wait = u64::try_from(deadline_ms.saturating_sub(self.now_ms())).unwrap_or(0);
-        Box::pin(tokio::time::sleep(Duration::from_millis(wait)))
+    fn sleep_until(&self, deadline: At) -> Sleep {
+        Box::pin(tokio::time::sleep(deadline.since(self.now())))
     }
 }
 
@@ -44,35 +126,34 @@ impl Clock for SystemClock {
 #[cfg(any(test, feature = "testing"))]
 #[derive(Debug)]
 pub struct ManualClock {
-    now_ms: tokio::sync::watch::Sender<i64>,
+    now: tokio::sync::watch::Sender<At>,
 }
 
 #[cfg(any(test, feature = "testing"))]
 impl ManualClock {
-    pub fn new(now_ms: i64) -> Arc<ManualClock> {
+    pub fn new(now: At) -> Arc<ManualClock> {
         Arc::new(ManualClock {
-            now_ms: tokio::sync::watch::Sender::new(now_ms),
+            now: tokio::sync::watch::Sender::new(now),
         })
     }
 
     /// Moves time forward and wakes every sleeper whose deadline has come.
     pub fn advance(&self, by: Duration) {
-        let by = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
-        self.now_ms.send_modify(|now| *now = now.saturating_add(by));
+        self.now.send_modify(|now| *now = *now + by);
     }
 }
 
 #[cfg(any(test, feature = "testing"))]
 impl Clock for ManualClock {
-    fn now_ms(&self) -> i64 {
-        *self.now_ms.borrow()
+    fn now(&self) -> At {
+        *self.now.borrow()
     }
 
-    fn sleep_until(&self, deadline_ms: i64) -> Sleep {
-        let mut now = self.now_ms.subscribe();
+    fn sleep_until(&self, deadline: At) -> Sleep {
+        let mut now = self.now.subscribe();
         Box::pin(async move {
             // The sender lives as long as the clock; if it is gone, time has stopped for good.
-            let _ = now.wait_for(|now| *now >= deadline_ms).await;
+            let _ = now.wait_for(|now| *now >= deadline).await;
         })
     }
 }
@@ -83,14 +164,29 @@ mod tests {
 
     #[tokio::test]
     async fn advancing_wakes_sleepers_whose_time_has_come() {
-        let clock = ManualClock::new(1_000);
-        let early = tokio::spawn(clock.sleep_until(1_500));
-        let late = tokio::spawn(clock.sleep_until(5_000));
+        let clock = ManualClock::new(At(1_000));
+        let early = tokio::spawn(clock.sleep_until(At(1_500)));
+        let late = tokio::spawn(clock.sleep_until(At(5_000)));
         clock.advance(Duration::from_millis(600));
         early.await.expect("woken");
         assert!(!late.is_finished());
         clock.advance(Duration::from_secs(10));
         late.await.expect("woken");
-        assert_eq!(clock.now_ms(), 11_600);
+        assert_eq!(clock.now(), At(11_600));
+    }
+
+    #[test]
+    fn provider_seconds_and_spans_keep_to_whole_milliseconds() {
+        let sent = UnixSeconds(1_781_000_000).at();
+        assert_eq!(sent.millis(), 1_781_000_000_000);
+        assert_eq!(sent.unix_seconds(), 1_781_000_000);
+        let later = sent + Duration::from_millis(1_500);
+        assert_eq!(later.since(sent), Duration::from_millis(1_500));
+        assert_eq!(sent.since(later), Duration::ZERO, "never negative");
+        assert_eq!(
+            At(i64::MAX) + Duration::from_secs(1),
+            At(i64::MAX),
+            "saturates"
+        );
     }
 }

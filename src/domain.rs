@@ -6,7 +6,11 @@
 //! normalised view operators and outside tests read back (`sabi inbox --json`); the other fields
 //! are what the store indexes on.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
+
+use crate::clock::{At, UnixSeconds};
 
 /// Where a message came from. Part of every deduplication key and conversation key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -84,8 +88,8 @@ pub struct InboundItem {
     /// The human-readable text a bot should read (body, caption, button title, ...).
     pub text: Option<String>,
     pub media_id: Option<String>,
-    /// Provider timestamp, Unix seconds.
-    pub provider_ts: Option<i64>,
+    /// When the customer sent it, by the provider's clock.
+    pub provider_ts: Option<UnixSeconds>,
     /// Set when the item asks for a turn: the conversation it wakes.
     pub turn: Option<ConversationKey>,
     /// Every other normalised fact, as one JSON object (the text is kept once, above).
@@ -104,9 +108,9 @@ pub struct Quarantined {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchPolicy {
     /// Due this long after the latest pending message...
-    pub window_ms: i64,
+    pub window: Duration,
     /// ...but never later than this long after the first.
-    pub cap_ms: i64,
+    pub cap: Duration,
 }
 
 /// One of the customer's messages inside a batch.
@@ -118,9 +122,9 @@ pub struct BatchMessage {
     pub item_type: Option<String>,
     pub text: Option<String>,
     pub media_id: Option<String>,
-    /// When the customer sent it (provider timestamp, Unix seconds), if known.
-    pub provider_ts: Option<i64>,
-    pub received_at_ms: i64,
+    /// When the customer sent it, by the provider's clock, if known.
+    pub provider_ts: Option<UnixSeconds>,
+    pub received_at: At,
     /// For a web visitor whose site vouched for them (`user_id` with a valid `user_hash`), that
     /// user id; `None` for an anonymous visitor and on WhatsApp, where Meta names the sender.
     pub user: Option<String>,
@@ -131,10 +135,8 @@ pub struct BatchMessage {
 
 impl BatchMessage {
     /// When the customer sent it, as well as Sabi knows: the provider's time, else arrival.
-    pub fn sent_at_ms(&self) -> i64 {
-        self.provider_ts.map_or(self.received_at_ms, |s| {
-            s.saturating_mul(1000).min(self.received_at_ms)
-        })
+    pub fn sent_at(&self) -> At {
+        sent_at(self.provider_ts, self.received_at)
     }
 }
 
@@ -145,7 +147,7 @@ pub struct Batch {
     pub conversation: ConversationKey,
     pub messages: Vec<BatchMessage>,
     /// When the batch became due: the scheduling delay is measured from here.
-    pub due_at_ms: i64,
+    pub due_at: At,
 }
 
 impl Batch {
@@ -167,13 +169,19 @@ impl Batch {
     }
 
     /// When the customer sent the first message of the batch.
-    pub fn first_sent_at_ms(&self) -> i64 {
+    pub fn first_sent_at(&self) -> At {
         self.messages
             .iter()
-            .map(BatchMessage::sent_at_ms)
+            .map(BatchMessage::sent_at)
             .min()
-            .unwrap_or(self.due_at_ms)
+            .unwrap_or(self.due_at)
     }
+}
+
+/// When a customer sent a message, as well as Sabi knows: the provider's time, but never later
+/// than it reached Sabi (a phone's clock may run ahead).
+pub fn sent_at(provider: Option<UnixSeconds>, received: At) -> At {
+    provider.map_or(received, |sent| sent.at().min(received))
 }
 
 /// The verified identity of the person a turn answers: what tools may act for. Never taken

@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::SharedClock;
+use crate::clock::{At, SharedClock};
 use crate::store;
 
 /// One background loop's work.
@@ -33,7 +33,7 @@ pub(crate) trait Work: Send + Sync + 'static {
     async fn perform(self: Arc<Self>, job: Self::Job);
 
     /// When to look at the store again if nothing wakes the loop first; see [`wake_time`].
-    async fn next_wake(&self) -> i64;
+    async fn next_wake(&self) -> At;
 
     /// Completes when this process stored work the loop should look at before its next wake.
     async fn stored(&self);
@@ -110,10 +110,7 @@ impl Runner {
     }
 
     async fn pause(&self, shutdown: &CancellationToken) {
-        let until = self
-            .clock
-            .now_ms()
-            .saturating_add(millis(self.poll_interval));
+        let until = self.clock.now() + self.poll_interval;
         tokio::select! {
             () = shutdown.cancelled() => {}
             () = self.clock.sleep_until(until) => {}
@@ -133,11 +130,9 @@ impl Runner {
             work = jobs,
             "stopping: waiting for running work"
         );
-        let grace = self.clock.sleep_until(
-            self.clock
-                .now_ms()
-                .saturating_add(millis(self.shutdown_grace)),
-        );
+        let grace = self
+            .clock
+            .sleep_until(self.clock.now() + self.shutdown_grace);
         tokio::select! {
             () = async { while running.join_next().await.is_some() {} } => {}
             () = grace => {
@@ -177,14 +172,13 @@ fn start<W: Work>(
 /// from now when it is due already yet was not claimed (another node holds it, or a slot is
 /// about to be free).
 pub(crate) fn wake_time(
-    now_ms: i64,
+    now: At,
     poll_interval: Duration,
-    next_due: store::Result<Option<i64>>,
-) -> i64 {
-    let poll_ms = millis(poll_interval);
-    let poll = now_ms.saturating_add(poll_ms);
+    next_due: store::Result<Option<At>>,
+) -> At {
+    let poll = now + poll_interval;
     match next_due {
-        Ok(Some(due)) if due <= now_ms => now_ms.saturating_add(poll_ms / 10),
+        Ok(Some(due)) if due <= now => now + poll_interval / 10,
         Ok(Some(due)) => due.min(poll),
         Ok(None) => poll,
         Err(e) => {
@@ -194,26 +188,32 @@ pub(crate) fn wake_time(
     }
 }
 
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn at(millis: i64) -> At {
+        At::from_millis(millis)
+    }
+
     #[test]
     fn the_loop_wakes_when_work_is_due_but_at_least_every_poll() {
         let poll = Duration::from_secs(1);
-        assert_eq!(wake_time(10_000, poll, Ok(None)), 11_000);
-        assert_eq!(wake_time(10_000, poll, Ok(Some(10_400))), 10_400);
-        assert_eq!(wake_time(10_000, poll, Ok(Some(60_000))), 11_000);
+        assert_eq!(wake_time(at(10_000), poll, Ok(None)), at(11_000));
         assert_eq!(
-            wake_time(10_000, poll, Ok(Some(9_000))),
-            10_100,
+            wake_time(at(10_000), poll, Ok(Some(at(10_400)))),
+            at(10_400)
+        );
+        assert_eq!(
+            wake_time(at(10_000), poll, Ok(Some(at(60_000)))),
+            at(11_000)
+        );
+        assert_eq!(
+            wake_time(at(10_000), poll, Ok(Some(at(9_000)))),
+            at(10_100),
             "due, not claimed"
         );
         let away = Err(store::Error::Unavailable("down".into()));
-        assert_eq!(wake_time(10_000, poll, away), 11_000);
+        assert_eq!(wake_time(at(10_000), poll, away), at(11_000));
     }
 }

@@ -53,10 +53,7 @@ impl Acknowledger {
 impl TurnHandler for Acknowledger {
     async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
         if !self.delay.is_zero() {
-            let delay = i64::try_from(self.delay.as_millis()).unwrap_or(i64::MAX);
-            self.clock
-                .sleep_until(self.clock.now_ms().saturating_add(delay))
-                .await;
+            self.clock.sleep_until(self.clock.now() + self.delay).await;
         }
         let text = match batch.messages.len() {
             1 => "Thanks, we have your message and will get back to you shortly.".to_owned(),

@@ -91,12 +91,12 @@ impl ExternalAgent {
                 "type": m.item_type,
                 "text": m.text,
                 "media_id": m.media_id,
-                "sent_at_ms": m.sent_at_ms(),
+                "sent_at_ms": m.sent_at(),
             })).collect::<Vec<_>>(),
             "history": history.iter().map(|h| json!({
                 "speaker": h.speaker.as_str(),
                 "text": h.text,
-                "at_ms": h.at_ms,
+                "at_ms": h.at,
             })).collect::<Vec<_>>(),
             "routing": routing,
         });

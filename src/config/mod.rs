@@ -881,11 +881,7 @@ fn set_path(table: &mut toml::Table, key: &str, value: String) {
 }
 
 fn policy(window: Duration, cap: Duration) -> BatchPolicy {
-    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    BatchPolicy {
-        window_ms: ms(window),
-        cap_ms: ms(cap),
-    }
+    BatchPolicy { window, cap }
 }
 
 impl Config {

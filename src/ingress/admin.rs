@@ -11,7 +11,7 @@
 //! - `POST /admin/review/{id}/requeue`: back to the agent (or, for a send, sent again);
 //! - `POST /admin/review/{id}/close`;
 //! - `GET /admin/conversations?customer=`: a customer's conversations and history;
-//! - `GET /admin/stats?since_ms=`: who answered, tokens and cost.
+//! - `GET /admin/stats?since=`: who answered, tokens and cost.
 
 use std::collections::HashMap;
 
@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::AppState;
+use crate::clock::At;
 use crate::domain::ReviewReason;
 use crate::ingress::ApiError;
 use crate::store::{ConversationView, Resolution, ReviewEntry, ReviewQuery, ReviewState};
@@ -212,7 +213,7 @@ async fn settle(
     resolution: Resolution,
 ) -> Result<Json<Value>, ApiError> {
     let requeued = resolution == Resolution::Requeue;
-    let now = state.clock.now_ms();
+    let now = state.clock.now();
     state.store.resolve_review(id, now, resolution).await?;
     // This node's workers look at once; other nodes find it at their next poll.
     state.outbox.notify_one();
@@ -247,14 +248,18 @@ pub(super) async fn conversations(
 
 #[derive(Debug, Deserialize)]
 pub(super) struct StatsQuery {
-    since_ms: Option<i64>,
+    #[serde(rename = "since_ms")]
+    since: Option<At>,
 }
 
 pub(super) async fn stats(
     State(state): State<AppState>,
     Query(query): Query<StatsQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let s = state.store.turn_stats(query.since_ms.unwrap_or(0)).await?;
+    let s = state
+        .store
+        .turn_stats(query.since.unwrap_or_default())
+        .await?;
     Ok(Json(json!({
         "local": s.local,
         "agent": s.agent,
@@ -283,12 +288,12 @@ pub fn review_json(item: &ReviewEntry) -> Value {
         "customer": c.customer,
         "batch": item.batch_id,
         "outbox_id": item.outbox_id,
-        "created_at_ms": item.created_at_ms,
+        "created_at_ms": item.created_at,
         "messages": item.messages.iter().map(|m| json!({
             "id": m.external_id,
             "type": m.item_type,
             "text": m.text,
-            "sent_at_ms": m.sent_at_ms(),
+            "sent_at_ms": m.sent_at(),
         })).collect::<Vec<_>>(),
     })
 }
@@ -300,11 +305,11 @@ pub fn conversation_json(view: &ConversationView) -> Value {
         "channel": c.channel.as_str(),
         "business_number": c.business,
         "customer": c.customer,
-        "last_inbound_at_ms": view.last_inbound_at_ms,
+        "last_inbound_at_ms": view.last_inbound_at,
         "history": view.history.iter().map(|h| json!({
             "speaker": h.speaker.as_str(),
             "text": h.text,
-            "at_ms": h.at_ms,
+            "at_ms": h.at,
         })).collect::<Vec<_>>(),
     })
 }

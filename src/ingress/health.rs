@@ -23,7 +23,7 @@ pub(super) async fn readyz(
 /// Prometheus text exposition (OpenMetrics) of this process's metrics, with the pipeline's
 /// counts read from the store (left as they were when it cannot be read).
 pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    match state.store.gauges(state.clock.now_ms()).await {
+    match state.store.gauges(state.clock.now()).await {
         Ok(gauges) => state.metrics.observe_store(&gauges),
         Err(e) => {
             tracing::warn!(error.message = %e, "could not read the store's counts for /metrics")

@@ -100,7 +100,7 @@ impl Ingress {
 pub struct WebchatSettings {
     pub policy: BatchPolicy,
     pub site: String,
-    pub result_ttl_ms: i64,
+    pub result_ttl: std::time::Duration,
     pub max_queue: usize,
     pub per_session_per_minute: usize,
     /// Questions per client address; `None`: no limit.
@@ -134,7 +134,7 @@ impl WebchatSettings {
         WebchatSettings {
             policy: webchat.batch_policy(),
             site: webchat.site.clone(),
-            result_ttl_ms: i64::try_from(webchat.result_ttl.as_millis()).unwrap_or(i64::MAX),
+            result_ttl: webchat.result_ttl,
             max_queue: webchat.max_queue,
             per_session_per_minute: webchat.per_session_per_minute,
             per_address: webchat::AddressLimit::per_minute(webchat.per_address_per_minute),

@@ -25,6 +25,7 @@ use subtle::ConstantTimeEq;
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use super::AppState;
+use crate::clock::At;
 use crate::ingress::{AddressRule, ApiError};
 use crate::metrics::Metrics;
 use crate::store::{ChatExchange, ChatJob, ChatSubmission, JobStatus, Submitted};
@@ -204,7 +205,7 @@ async fn accept(
     validate(question, &q.session_id, q.message_id.as_deref())?;
     let settings = &state.webchat;
     let user_id = vouched_user(settings, q.user_id.as_deref(), q.user_hash.as_deref())?;
-    let now = state.clock.now_ms();
+    let now = state.clock.now();
     // A resend of a question already taken gets its job, however busy the queue is.
     if let Some(message_id) = q.message_id.as_deref()
         && let Some(job_id) = state
@@ -235,9 +236,9 @@ async fn accept(
             user_id,
             business: settings.site.clone(),
             job_id: new_job_id()?,
-            now_ms: now,
+            now,
             policy: settings.policy,
-            keep_ms: settings.result_ttl_ms,
+            keep: settings.result_ttl,
             per_minute: settings.per_session_per_minute as u64,
             max_queue: settings.max_queue as u64,
         })
@@ -247,7 +248,7 @@ async fn accept(
         Submitted::TooFast => return Err(ApiError::TooFast),
         Submitted::QueueFull => return Err(ApiError::Busy),
     };
-    if let Some(due) = receipt.earliest_due_ms {
+    if let Some(due) = receipt.earliest_due {
         state.wakeup.due_at(due);
     }
     let status = match receipt.created {
@@ -398,14 +399,14 @@ pub struct QueueGauge {
 const QUEUE_COUNT_EVERY_MS: i64 = 200;
 
 impl QueueGauge {
-    async fn depth(&self, state: &AppState, now: i64) -> Result<u64, ApiError> {
+    async fn depth(&self, state: &AppState, now: At) -> Result<u64, ApiError> {
         let last = self.counted_at_ms.load(Ordering::Acquire);
-        let stale = last == 0 || now - last >= QUEUE_COUNT_EVERY_MS;
+        let stale = last == 0 || now.millis() - last >= QUEUE_COUNT_EVERY_MS;
         // One request recounts; the others meanwhile use the last figure.
         if stale
             && self
                 .counted_at_ms
-                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(last, now.millis(), Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
             let depth = state.store.chat_queue_depth().await?;
@@ -467,7 +468,7 @@ pub(super) async fn status(
 
 /// The job, if it exists, has not expired, and belongs to `session_id`; one 404 otherwise.
 async fn owned_job(state: &AppState, job_id: &str, session_id: &str) -> Result<ChatJob, ApiError> {
-    let job = state.store.chat_job(job_id, state.clock.now_ms()).await?;
+    let job = state.store.chat_job(job_id, state.clock.now()).await?;
     match job {
         Some(job) if bool::from(job.session_id.as_bytes().ct_eq(session_id.as_bytes())) => Ok(job),
         _ => Err(ApiError::JobNotFound),
@@ -702,12 +703,7 @@ async fn next_event(mut s: EventsState) -> Option<(Result<Event, Infallible>, Ev
                     () = tokio::time::sleep(EVENTS_POLL) => {}
                 }
                 // A store that cannot answer now may answer at the next look.
-                match s
-                    .state
-                    .store
-                    .chat_job(&s.job_id, s.state.clock.now_ms())
-                    .await
-                {
+                match s.state.store.chat_job(&s.job_id, s.state.clock.now()).await {
                     Ok(job) => job,
                     Err(_) => continue,
                 }

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use self::pacer::Pacer;
 use self::policy::Class;
 pub use self::typing::Typing;
-use crate::clock::SharedClock;
+use crate::clock::{At, SharedClock};
 use crate::config::SenderSettings;
 use crate::domain::ReviewReason;
 use crate::metrics::Metrics;
@@ -118,7 +118,7 @@ impl Sender {
 
     /// One part (claimed at `claimed_at`): paced, checked against the window, sent once, and its
     /// outcome recorded.
-    async fn deliver(&self, job: SendJob, claimed_at: i64) {
+    async fn deliver(&self, job: SendJob, claimed_at: At) {
         let number = job.conversation.business.clone();
         let waited = self.pacer.acquire(&number).await;
         if !waited.is_zero() {
@@ -144,9 +144,9 @@ impl Sender {
         {
             Metrics::count(&self.metrics.send_errors, &code.to_string());
         }
-        let lease_ms = millis(self.settings.lease);
         // Stop trying before the lease lapses: past it the part counts as unknown anyway.
-        let deadline = claimed_at.saturating_add(lease_ms - lease_ms / 8);
+        let lease = self.settings.lease;
+        let deadline = claimed_at + (lease - lease / 8);
         match self.record(&job, &result, deadline).await {
             Ok(()) => tracing::debug!(
                 outbox = job.id,
@@ -167,10 +167,10 @@ impl Sender {
 
     /// Records a send's outcome; through a short store outage until `deadline`, so that a send
     /// Meta accepted does not become an unknown one.
-    async fn record(&self, job: &SendJob, result: &SendResult, deadline: i64) -> store::Result<()> {
+    async fn record(&self, job: &SendJob, result: &SendResult, deadline: At) -> store::Result<()> {
         store::write_through_outage(
             &self.clock,
-            || self.clock.now_ms() < deadline,
+            || self.clock.now() < deadline,
             |now| {
                 self.store
                     .record_send(job.id, job.attempt, now, result.clone())
@@ -180,11 +180,11 @@ impl Sender {
     }
 
     async fn attempt(&self, job: &SendJob) -> SendResult {
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         let window_open = !job.window_closed
             && job
-                .last_inbound_at_ms
-                .is_some_and(|at| now < at.saturating_add(millis(self.settings.window)));
+                .last_inbound_at
+                .is_some_and(|at| now < at + self.settings.window);
         let message = match (&self.settings.template, window_open) {
             (_, true) => Message::Text {
                 body: &job.text,
@@ -219,10 +219,7 @@ impl Sender {
             Ok(wamid) => SendResult::Accepted {
                 wamid,
                 template: matches!(message, Message::Template(_)),
-                next_send_at_ms: self
-                    .clock
-                    .now_ms()
-                    .saturating_add(millis(self.settings.pair_spacing)),
+                next_send_at: self.clock.now() + self.settings.pair_spacing,
             },
             Err(error) => self.after_error(job, &error, window_open),
         }
@@ -231,30 +228,27 @@ impl Sender {
     fn after_error(&self, job: &SendJob, error: &GraphError, as_text: bool) -> SendResult {
         let class = policy::classify(error);
         let code = policy::code(error);
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         let number = &job.conversation.business;
         let retry = |failure: bool, n: u32, recipient: bool| {
             let wait = policy::jitter(
                 policy::wait(class, n, self.settings.retry_base),
                 getrandom::u32().unwrap_or(u32::MAX / 2),
             );
-            let at = now.saturating_add(millis(wait));
+            let at = now + wait;
             SendResult::Retry {
-                at_ms: at,
+                at,
                 failure,
                 code,
                 error: error.to_string(),
-                recipient_after_ms: recipient.then_some(at),
+                recipient_after: recipient.then_some(at),
             }
         };
         match class {
             Class::Throttled { .. } => {
                 let result = retry(false, job.attempt.saturating_sub(job.failures), false);
-                if let SendResult::Retry { at_ms, .. } = &result {
-                    self.pacer.hold(
-                        number,
-                        Duration::from_millis(at_ms.saturating_sub(now).max(0) as u64),
-                    );
+                if let SendResult::Retry { at, .. } = &result {
+                    self.pacer.hold(number, at.since(now));
                 }
                 tracing::warn!(number = %number, code, "throttled by Meta; holding this number back");
                 result
@@ -291,7 +285,7 @@ impl Sender {
             },
             Class::Unknown => SendResult::Unknown {
                 error: error.to_string(),
-                wait_until_ms: now.saturating_add(millis(self.settings.unknown_wait)),
+                wait_until: now + self.settings.unknown_wait,
             },
         }
     }
@@ -316,7 +310,7 @@ impl Sender {
 /// A claimed part, and when it was claimed (its lease runs from then).
 pub(crate) struct Claimed {
     job: SendJob,
-    claimed_at: i64,
+    claimed_at: At,
 }
 
 #[async_trait::async_trait]
@@ -328,13 +322,13 @@ impl Work for Sender {
         if free == 0 {
             return Ok(Vec::new());
         }
-        let claimed_at = self.clock.now_ms();
+        let claimed_at = self.clock.now();
         let jobs = self
             .store
             .claim_sends(SendClaim {
-                now_ms: claimed_at,
-                lease_ms: millis(self.settings.lease),
-                unknown_wait_ms: millis(self.settings.unknown_wait),
+                now: claimed_at,
+                lease: self.settings.lease,
+                unknown_wait: self.settings.unknown_wait,
                 limit: free,
                 halted: self.skipped_numbers(),
             })
@@ -349,8 +343,8 @@ impl Work for Sender {
         self.deliver(claimed.job, claimed.claimed_at).await;
     }
 
-    async fn next_wake(&self) -> i64 {
-        let now = self.clock.now_ms();
+    async fn next_wake(&self) -> At {
+        let now = self.clock.now();
         let next_due = self.store.next_send_due(self.skipped_numbers()).await;
         runner::wake_time(now, self.settings.poll_interval, next_due)
     }
@@ -380,8 +374,4 @@ fn result_name(result: &SendResult) -> &'static str {
         SendResult::Unknown { .. } => "unknown",
         SendResult::Review { .. } => "review",
     }
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::clock::SharedClock;
+use crate::clock::{At, SharedClock};
 
 /// The share of Meta's rate Sabi uses: a little under it, so clock skew never tips it over.
 const HEADROOM: f64 = 0.95;
@@ -37,7 +37,7 @@ impl Pacer {
     }
 
     fn now_us(&self) -> i64 {
-        self.clock.now_ms().saturating_mul(1000)
+        self.clock.now().millis().saturating_mul(1000)
     }
 
     /// Waits for the number's next free slot and takes it; returns how long it waited.
@@ -51,8 +51,8 @@ impl Pacer {
             slot
         };
         // Woken at the millisecond the slot falls in, never before it.
-        let wake_ms = slot.saturating_add(999) / 1000;
-        self.clock.sleep_until(wake_ms).await;
+        let wake = At::from_millis(slot.saturating_add(999) / 1000);
+        self.clock.sleep_until(wake).await;
         Duration::from_micros(u64::try_from(slot - now).unwrap_or(0))
     }
 
@@ -95,7 +95,7 @@ mod tests {
     use crate::clock::{Clock, ManualClock};
 
     fn pacer(per_second: u32) -> (Pacer, Arc<ManualClock>) {
-        let clock = ManualClock::new(1_000_000);
+        let clock = ManualClock::new(At::from_millis(1_000_000));
         (Pacer::new(per_second, clock.clone()), clock)
     }
 
@@ -115,31 +115,28 @@ mod tests {
     #[tokio::test]
     async fn slots_are_one_interval_apart_per_number() {
         let (pacer, clock) = pacer(10);
-        let start = clock.now_ms();
+        let start = clock.now();
         for _ in 0..5 {
             acquire(&pacer, &clock, "a").await;
         }
         // Five slots, four intervals of 1/9.5 s after the first.
-        assert!(clock.now_ms() - start >= 421, "{}", clock.now_ms() - start);
-        let other = clock.now_ms();
+        let waited = clock.now().since(start).as_millis();
+        assert!(waited >= 421, "{waited}");
+        let other = clock.now();
         acquire(&pacer, &clock, "b").await;
-        assert_eq!(clock.now_ms(), other);
+        assert_eq!(clock.now(), other);
     }
 
     #[tokio::test]
     async fn hundreds_a_second_keep_their_rate_to_the_microsecond() {
         let (pacer, clock) = pacer(400);
-        let start = clock.now_ms();
+        let start = clock.now();
         for _ in 0..380 {
             acquire(&pacer, &clock, "a").await;
         }
         // 400 a second with headroom is 380: the 380th slot is a whole second after the first.
-        assert!(clock.now_ms() - start >= 997, "{}", clock.now_ms() - start);
-        assert!(
-            clock.now_ms() - start <= 1_000,
-            "{}",
-            clock.now_ms() - start
-        );
+        let waited = clock.now().since(start).as_millis();
+        assert!((997..=1_000).contains(&waited), "{waited}");
     }
 
     #[tokio::test]

@@ -57,8 +57,7 @@ impl Typing {
     /// Completes `wait` from now on the sender's clock.
     fn after(&self, wait: Duration) -> crate::clock::Sleep {
         let clock = self.sender.clock();
-        let wait = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
-        clock.sleep_until(clock.now_ms().saturating_add(wait))
+        clock.sleep_until(clock.now() + wait)
     }
 }
 

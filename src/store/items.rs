@@ -5,6 +5,8 @@
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use crate::clock::At;
+use crate::domain;
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 use crate::store::rules::item::{self, ItemState};
 use crate::store::{ChatSubmission, JobStatus};
@@ -27,12 +29,9 @@ impl Encoded {
     }
 }
 
-/// When the customer sent an item, as well as the store knows: the provider's time (seconds),
-/// never after its arrival; else its arrival. The 24-hour window starts there.
-pub(crate) fn sent_at_ms(item: &InboundItem, received_at_ms: i64) -> i64 {
-    item.provider_ts.map_or(received_at_ms, |s| {
-        s.saturating_mul(1000).min(received_at_ms)
-    })
+/// When the customer sent an item (see [`domain::sent_at`]): the 24-hour window starts there.
+pub(crate) fn sent_at(item: &InboundItem, received_at: At) -> At {
+    domain::sent_at(item.provider_ts, received_at)
 }
 
 /// A customer's change to a message sent earlier (WhatsApp's `revoke` and `edit`). It wakes

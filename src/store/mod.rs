@@ -15,6 +15,7 @@ pub mod rules;
 mod sqlite;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -24,7 +25,7 @@ pub use self::rules::item::ItemState;
 pub use self::rules::part::{Delivery, PartKind, PartState, WINDOW_CLOSED};
 pub use self::rules::review::ReviewState;
 pub use self::sqlite::SqliteStore;
-use crate::clock::SharedClock;
+use crate::clock::{At, SharedClock};
 use crate::config::StoreConfig;
 use crate::domain::{
     BatchMessage, BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
@@ -77,19 +78,19 @@ pub async fn write_through_outage<F, Fut>(
     mut write: F,
 ) -> Result<()>
 where
-    F: FnMut(i64) -> Fut,
+    F: FnMut(At) -> Fut,
     Fut: std::future::Future<Output = Result<()>>,
 {
-    let mut wait_ms = 100;
+    let mut wait = Duration::from_millis(100);
     let mut failed = 0;
     loop {
-        let now = clock.now_ms();
+        let now = clock.now();
         match write(now).await {
             Err(Error::Unavailable(why)) if failed < 8 && holds() => {
                 failed += 1;
                 tracing::warn!(error.message = %why, tries = failed, "the store is unreachable; trying the write again");
-                clock.sleep_until(now.saturating_add(wait_ms)).await;
-                wait_ms = (wait_ms * 2).min(2_000);
+                clock.sleep_until(now + wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
             }
             Err(Error::LeaseLost) if failed > 0 => {
                 tracing::info!(
@@ -108,7 +109,7 @@ pub struct Ingest {
     pub items: Vec<InboundItem>,
     pub quarantined: Vec<Quarantined>,
     /// When the delivery arrived, Unix milliseconds.
-    pub received_at_ms: i64,
+    pub received_at: At,
     /// When the conversations this delivery touches become due.
     pub policy: BatchPolicy,
 }
@@ -125,7 +126,7 @@ pub struct IngestReceipt {
     /// Raw parts quarantined for the first time (a redelivered one is kept once).
     pub quarantined: usize,
     /// The earliest due time among the conversations this delivery scheduled.
-    pub earliest_due_ms: Option<i64>,
+    pub earliest_due: Option<At>,
 }
 
 /// Which stored items to list.
@@ -144,7 +145,7 @@ pub struct StoredItem {
     /// Arrival order across the whole store.
     pub seq: i64,
     pub item: InboundItem,
-    pub received_at_ms: i64,
+    pub received_at: At,
     pub state: ItemState,
     /// The batch it was answered in, once claimed.
     pub batch: Option<i64>,
@@ -154,7 +155,7 @@ pub struct StoredItem {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredQuarantine {
     pub id: i64,
-    pub received_at_ms: i64,
+    pub received_at: At,
     pub quarantined: Quarantined,
 }
 
@@ -166,8 +167,8 @@ pub enum Ending {
         parts: Vec<ReplyPart>,
         sandbox: bool,
     },
-    /// The turn failed; the batch may be claimed again from `at_ms`.
-    RetryAt { at_ms: i64, error: String },
+    /// The turn failed; the batch may be claimed again from `at`.
+    RetryAt { at: At, error: String },
     /// A person takes it from here.
     Review {
         reason: ReviewReason,
@@ -201,12 +202,12 @@ pub struct OutboxEntry {
     pub delivery: Option<Delivery>,
     pub error_code: Option<i64>,
     pub error: Option<String>,
-    pub created_at_ms: i64,
+    pub created_at: At,
     /// When Meta accepted it.
-    pub sent_at_ms: Option<i64>,
+    pub sent_at: Option<At>,
     /// When the turn that wrote it was claimed, and when it ended.
-    pub turn_started_at_ms: i64,
-    pub turn_finished_at_ms: i64,
+    pub turn_started_at: At,
+    pub turn_finished_at: At,
 }
 
 /// A reply part handed to a sender under a send lease.
@@ -226,17 +227,17 @@ pub struct SendJob {
     /// Meta reported the customer service window closed for it: only a template may go.
     pub window_closed: bool,
     /// When the customer last wrote (the start of the 24-hour window), if known.
-    pub last_inbound_at_ms: Option<i64>,
+    pub last_inbound_at: Option<At>,
 }
 
 /// Which reply parts a sender may claim.
 #[derive(Debug, Clone)]
 pub struct SendClaim {
-    pub now_ms: i64,
+    pub now: At,
     /// How long a claimed part is held before its outcome counts as unknown.
-    pub lease_ms: i64,
+    pub lease: Duration,
     /// How long an unknown outcome waits for a status webhook before it goes to review.
-    pub unknown_wait_ms: i64,
+    pub unknown_wait: Duration,
     pub limit: usize,
     /// Business numbers that must not send now (their token expired).
     pub halted: Vec<String>,
@@ -245,20 +246,20 @@ pub struct SendClaim {
 /// How a send ended. Written with the send's attempt, atomically.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SendResult {
-    /// Meta took it; the recipient's next part may go from `next_send_at_ms`.
+    /// Meta took it; the recipient's next part may go from `next_send_at`.
     Accepted {
         wamid: String,
         template: bool,
-        next_send_at_ms: i64,
+        next_send_at: At,
     },
-    /// Try again from `at_ms`. `failure` counts it against the part's tries; a throttling
-    /// answer does not. `recipient_after_ms` holds back every part to this recipient.
+    /// Try again from `at`. `failure` counts it against the part's tries; a throttling
+    /// answer does not. `recipient_after` holds back every part to this recipient.
     Retry {
-        at_ms: i64,
+        at: At,
         failure: bool,
         code: Option<i64>,
         error: String,
-        recipient_after_ms: Option<i64>,
+        recipient_after: Option<At>,
     },
     /// Not tried at all (its number is halted): back to the queue. Its attempt number stays
     /// spent, so a late write of this outcome can never settle a later claim of the part.
@@ -267,8 +268,8 @@ pub enum SendResult {
     /// only the template may go for this part, at once.
     WindowClosed { code: Option<i64>, error: String },
     /// The request may have left: never resent; a status webhook naming it settles it, or it
-    /// goes to review after `wait_until_ms`.
-    Unknown { error: String, wait_until_ms: i64 },
+    /// goes to review after `wait_until`.
+    Unknown { error: String, wait_until: At },
     /// For a person: Meta refused it for good, it ran out of tries, or the window had closed.
     Review {
         reason: ReviewReason,
@@ -288,7 +289,7 @@ pub struct ReviewEntry {
     pub conversation: ConversationKey,
     pub reason: ReviewReason,
     pub error: Option<String>,
-    pub created_at_ms: i64,
+    pub created_at: At,
     pub messages: Vec<BatchMessage>,
 }
 
@@ -338,7 +339,7 @@ impl Speaker {
 /// One line of a conversation's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryEntry {
-    pub at_ms: i64,
+    pub at: At,
     pub speaker: Speaker,
     pub text: String,
 }
@@ -370,7 +371,7 @@ pub enum Resolution {
 pub struct ConversationView {
     pub conversation: ConversationKey,
     /// When the customer last wrote (the 24-hour window starts there).
-    pub last_inbound_at_ms: Option<i64>,
+    pub last_inbound_at: Option<At>,
     pub history: Vec<HistoryEntry>,
 }
 
@@ -407,11 +408,11 @@ pub struct ChatSubmission {
     pub business: String,
     /// A fresh unguessable id, used when this is a new job.
     pub job_id: String,
-    pub now_ms: i64,
+    pub now: At,
     pub policy: BatchPolicy,
     /// How long the job's result can be fetched.
-    pub keep_ms: i64,
-    /// At most this many new questions from one session in the minute before `now_ms`; counted
+    pub keep: Duration,
+    /// At most this many new questions from one session in the minute before `now`; counted
     /// and stored in one atomic step, so a burst cannot slip past the limit.
     pub per_minute: u64,
     /// At most this many web-chat questions waiting in all; counted in the same step.
@@ -435,7 +436,7 @@ pub struct ChatReceipt {
     pub job_id: String,
     /// False when the same message was submitted before: nothing new was stored.
     pub created: bool,
-    pub earliest_due_ms: Option<i64>,
+    pub earliest_due: Option<At>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -458,7 +459,7 @@ pub struct ChatJob {
     /// Questions ahead of this one, while queued.
     pub position: Option<u64>,
     pub answer: Option<String>,
-    pub created_at_ms: i64,
+    pub created_at: At,
 }
 
 /// One question of a session's history, and its answer once there is one.
@@ -468,7 +469,10 @@ pub struct ChatExchange {
     pub question: String,
     pub answer: Option<String>,
     pub status: JobStatus,
-    pub asked_at_ms: i64,
+    /// Milliseconds since the epoch.
+    #[serde(rename = "asked_at_ms")]
+    #[schema(value_type = i64)]
+    pub asked_at: At,
 }
 
 /// What the ingress keeps: deliveries, atomically and durably.
@@ -485,7 +489,7 @@ pub trait Intake: Send + Sync + 'static {
 /// What the scheduler and turn handlers do with batches: claim under a lease, end a turn, and what a turn reads and notes on the way.
 #[async_trait]
 pub trait Turns: Send + Sync + 'static {
-    /// Claims up to `limit` batches due at `now_ms`, each under a lease until `now_ms + lease_ms`
+    /// Claims up to `limit` batches due at `now`, each under a lease until `now + lease`
     /// with a fresh fencing token: batches whose lease lapsed or whose retry time came, then new
     /// batches of every pending message of conversations that are due and have no batch open.
     /// A conversation never has two batches open, so its turns never overlap. With `channel`,
@@ -493,8 +497,8 @@ pub trait Turns: Send + Sync + 'static {
     /// that web chat cannot take).
     async fn claim(
         &self,
-        now_ms: i64,
-        lease_ms: i64,
+        now: At,
+        lease: Duration,
         limit: usize,
         channel: Option<Channel>,
     ) -> Result<Vec<Claim>>;
@@ -503,22 +507,16 @@ pub trait Turns: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`Error::LeaseLost`] when `token` is stale.
-    async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()>;
+    async fn renew(&self, batch: i64, token: LeaseToken, now: At, lease: Duration) -> Result<()>;
 
     /// Ends a turn: writes its reply, schedules its retry, or sends it to review.
     ///
     /// # Errors
     /// [`Error::LeaseLost`] when `token` is stale: nothing is written.
-    async fn finish(
-        &self,
-        batch: i64,
-        token: LeaseToken,
-        now_ms: i64,
-        ending: Ending,
-    ) -> Result<()>;
+    async fn finish(&self, batch: i64, token: LeaseToken, now: At, ending: Ending) -> Result<()>;
 
     /// The earliest time at which something may become claimable, if anything is waiting.
-    async fn next_due(&self) -> Result<Option<i64>>;
+    async fn next_due(&self) -> Result<Option<At>>;
 
     /// What was said in the last `turns` turns of `batch`'s conversation before it: the
     /// customer's messages, the replies, and hand-off notes, oldest first.
@@ -548,17 +546,11 @@ pub trait Sending: Send + Sync + 'static {
     /// # Errors
     /// [`Error::LeaseLost`] when `attempt` is not the part's latest or it is no longer being
     /// sent (a status webhook settled it first): nothing is written.
-    async fn record_send(
-        &self,
-        id: i64,
-        attempt: u32,
-        now_ms: i64,
-        result: SendResult,
-    ) -> Result<()>;
+    async fn record_send(&self, id: i64, attempt: u32, now: At, result: SendResult) -> Result<()>;
 
     /// The earliest time a reply part may become claimable (the head of its recipient's
     /// queue, not from a number in `skip`), or an unsettled send's lease or wait ends.
-    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>>;
+    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<At>>;
 }
 
 /// What people do: the review queue, settling its items, and customers' conversations.
@@ -574,7 +566,7 @@ pub trait Reviews: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`Error::NotFound`] when no open item has this id.
-    async fn resolve_review(&self, id: i64, now_ms: i64, resolution: Resolution) -> Result<()>;
+    async fn resolve_review(&self, id: i64, now: At, resolution: Resolution) -> Result<()>;
 
     /// The conversations of a customer, with their history (the last `turns` turns).
     async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>>;
@@ -596,11 +588,11 @@ pub trait WebChat: Send + Sync + 'static {
         message_id: &str,
     ) -> Result<Option<String>>;
 
-    /// A job, unless it is unknown or expired at `now_ms`.
-    async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>>;
+    /// A job, unless it is unknown or expired at `now`.
+    async fn chat_job(&self, job_id: &str, now: At) -> Result<Option<ChatJob>>;
 
     /// A session's questions and answers in the order they arrived, the last `limit` of them:
-    /// the clocks of the nodes that took them (each question's `now_ms`) do not reorder them.
+    /// the clocks of the nodes that took them (each question's `now`) do not reorder them.
     async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>>;
 
     /// Web-chat questions waiting for a turn. Counts them: callers keep the figure a moment.
@@ -619,11 +611,11 @@ pub trait Inspection: Send + Sync + 'static {
     /// Outbox rows in the order they were written.
     async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>>;
 
-    /// Turns that ended since `since_ms`.
-    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats>;
+    /// Turns that ended since `since`.
+    async fn turn_stats(&self, since: At) -> Result<TurnStats>;
 
     /// The pipeline's counts now.
-    async fn gauges(&self, now_ms: i64) -> Result<Gauges>;
+    async fn gauges(&self, now: At) -> Result<Gauges>;
 }
 
 /// Whether the store can serve.

@@ -28,19 +28,18 @@ impl LeaseGuard {
         lease: Duration,
     ) -> LeaseGuard {
         let lost = CancellationToken::new();
-        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
         let signal = lost.clone();
         let renewer = tokio::spawn(async move {
             // The lease as this worker last secured it (from the claim, then each renewal), less
             // a margin so that this turn has stopped before another worker may claim the batch.
-            let margin = lease_ms / 8;
-            let mut held_until = clock.now_ms().saturating_add(lease_ms - margin);
+            let margin = lease / 8;
+            let mut held_until = clock.now() + (lease - margin);
             loop {
-                let next = clock.now_ms().saturating_add(lease_ms / 4).min(held_until);
+                let next = (clock.now() + lease / 4).min(held_until);
                 clock.sleep_until(next).await;
-                let now = clock.now_ms();
-                match store.renew(batch, token, now, lease_ms).await {
-                    Ok(()) => held_until = now.saturating_add(lease_ms - margin),
+                let now = clock.now();
+                match store.renew(batch, token, now, lease).await {
+                    Ok(()) => held_until = now + (lease - margin),
                     Err(store::Error::LeaseLost) => {
                         tracing::warn!(batch, "lease lost while the turn ran; abandoning it");
                         signal.cancel();
@@ -48,7 +47,7 @@ impl LeaseGuard {
                     }
                     // Renewals failed until the lease ran out: another worker may take the
                     // batch now, so this turn stops rather than run beside it.
-                    Err(e) if clock.now_ms() >= held_until => {
+                    Err(e) if clock.now() >= held_until => {
                         tracing::warn!(batch, error.message = %e, "lease ran out while the store was unreachable; abandoning the turn");
                         signal.cancel();
                         return;

@@ -17,7 +17,6 @@ mod signals;
 mod wakeup;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -27,7 +26,7 @@ use self::lease::LeaseGuard;
 use self::policy::Decision;
 pub use self::signals::{ChatSignals, Subscription};
 pub use self::wakeup::Wakeup;
-use crate::clock::SharedClock;
+use crate::clock::{self, At, SharedClock};
 use crate::config::EngineSettings;
 use crate::domain::{Batch, Channel, Claim, LeaseToken, ReplyPart};
 use crate::metrics::Metrics;
@@ -149,8 +148,8 @@ impl Scheduler {
         if free == 0 {
             return Ok(Vec::new());
         }
-        let lease = millis(self.settings.lease);
-        let now = self.clock.now_ms();
+        let lease = self.settings.lease;
+        let now = self.clock.now();
         let mut claims = self
             .store
             .claim(now, lease, free, Some(Channel::Whatsapp))
@@ -180,7 +179,7 @@ impl Scheduler {
     }
 
     async fn turn(&self, claim: Claim) {
-        let started = self.clock.now_ms();
+        let started = self.clock.now();
         let decision = policy::decide(&claim, started, &self.settings.policy);
         let Claim {
             batch,
@@ -220,12 +219,9 @@ impl Scheduler {
                         reason,
                         error: Some(note),
                     },
-                    Err(e) => policy::after_failure(
-                        attempt,
-                        self.clock.now_ms(),
-                        &self.settings.policy,
-                        e.0,
-                    ),
+                    Err(e) => {
+                        policy::after_failure(attempt, self.clock.now(), &self.settings.policy, e.0)
+                    }
                 }
             }
         };
@@ -242,7 +238,7 @@ impl Scheduler {
                     self.outbox.notify_one();
                 }
                 Metrics::count(&self.metrics.turns, outcome);
-                let took = self.clock.now_ms().saturating_sub(started) as f64 / 1000.0;
+                let took = self.clock.now().since(started).as_secs_f64();
                 self.metrics
                     .turn_seconds
                     .get_or_create(&crate::metrics::Outcome {
@@ -298,9 +294,9 @@ impl Work for Scheduler {
 
     /// The earliest due time the store knows of, but no later than the next poll; published
     /// to the [`Wakeup`] before the store is read, so work stored meanwhile still wakes us.
-    async fn next_wake(&self) -> i64 {
-        let now = self.clock.now_ms();
-        let poll = now.saturating_add(millis(self.settings.poll_interval));
+    async fn next_wake(&self) -> At {
+        let now = self.clock.now();
+        let poll = now + self.settings.poll_interval;
         self.wakeup.plan(poll);
         let next_due = self.store.next_due().await;
         let deadline = runner::wake_time(now, self.settings.poll_interval, next_due);
@@ -331,10 +327,10 @@ impl Scheduler {
     }
 
     /// One line per turn: its outcome and timings; the customer only when configured.
-    fn log_turn(&self, batch: &Batch, attempt: u32, outcome: &str, started: i64) {
+    fn log_turn(&self, batch: &Batch, attempt: u32, outcome: &str, started: At) {
         let conversation = crate::telemetry::conversation_tag(&batch.conversation);
-        let delay_ms = started.saturating_sub(batch.due_at_ms);
-        let took_ms = self.clock.now_ms().saturating_sub(started);
+        let delay_ms = clock::millis(started.since(batch.due_at));
+        let took_ms = clock::millis(self.clock.now().since(started));
         let messages = batch.messages.len();
         if self.settings.log_customer_data {
             let texts: Vec<&str> = batch
@@ -383,8 +379,4 @@ fn web_chat_slots(turns: usize) -> usize {
     } else {
         turns - (turns / 5).max(1)
     }
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::clock::At;
 use crate::config::EnginePolicy;
 use crate::domain::{Claim, ReviewReason};
 use crate::store::Ending;
@@ -15,19 +16,19 @@ pub enum Decision {
 
 /// Decides before any work: a batch out of attempts (its workers kept dying) or too old for an
 /// automatic reply goes to a person, unless a person sent it back.
-pub fn decide(claim: &Claim, now_ms: i64, policy: &EnginePolicy) -> Decision {
+pub fn decide(claim: &Claim, now: At, policy: &EnginePolicy) -> Decision {
     if claim.attempt > policy.max_attempts {
         return Decision::Review(ReviewReason::OutOfRetries);
     }
-    let age = now_ms.saturating_sub(claim.batch.first_sent_at_ms());
-    if age > millis(policy.review_after) && !claim.requeued {
+    let age = now.since(claim.batch.first_sent_at());
+    if age > policy.review_after && !claim.requeued {
         return Decision::Review(ReviewReason::TooOld);
     }
     Decision::Run
 }
 
 /// How a failed attempt ends: a retry after `retry_base · 2^(attempt-1)`, or review after the last.
-pub fn after_failure(attempt: u32, now_ms: i64, policy: &EnginePolicy, error: String) -> Ending {
+pub fn after_failure(attempt: u32, now: At, policy: &EnginePolicy, error: String) -> Ending {
     if attempt >= policy.max_attempts {
         return Ending::Review {
             reason: ReviewReason::OutOfRetries,
@@ -35,7 +36,7 @@ pub fn after_failure(attempt: u32, now_ms: i64, policy: &EnginePolicy, error: St
         };
     }
     Ending::RetryAt {
-        at_ms: now_ms.saturating_add(millis(backoff(attempt, policy.retry_base))),
+        at: now + backoff(attempt, policy.retry_base),
         error,
     }
 }
@@ -45,13 +46,10 @@ pub fn backoff(attempt: u32, base: Duration) -> Duration {
     base.saturating_mul(1 << attempt.saturating_sub(1).min(16))
 }
 
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::UnixSeconds;
     use crate::domain::{Batch, BatchMessage, Channel, ConversationKey, LeaseToken};
 
     fn policy() -> EnginePolicy {
@@ -77,12 +75,12 @@ mod tests {
                     item_type: Some("text".into()),
                     text: None,
                     media_id: None,
-                    provider_ts: Some(sent_at_s),
-                    received_at_ms: sent_at_s * 1000 + 500,
+                    provider_ts: Some(UnixSeconds(sent_at_s)),
+                    received_at: At::from_millis(sent_at_s * 1000 + 500),
                     user: None,
                     address: None,
                 }],
-                due_at_ms: sent_at_s * 1000,
+                due_at: At::from_millis(sent_at_s * 1000),
             },
             token: LeaseToken(attempt.into()),
             attempt,
@@ -102,21 +100,21 @@ mod tests {
     fn failures_retry_then_go_to_review_after_the_last_attempt() {
         let p = policy();
         assert_eq!(
-            after_failure(1, 1_000, &p, "e".into()),
+            after_failure(1, At::from_millis(1_000), &p, "e".into()),
             Ending::RetryAt {
-                at_ms: 6_000,
+                at: At::from_millis(6_000),
                 error: "e".into()
             }
         );
         assert_eq!(
-            after_failure(3, 1_000, &p, "e".into()),
+            after_failure(3, At::from_millis(1_000), &p, "e".into()),
             Ending::RetryAt {
-                at_ms: 21_000,
+                at: At::from_millis(21_000),
                 error: "e".into()
             }
         );
         assert_eq!(
-            after_failure(4, 1_000, &p, "e".into()),
+            after_failure(4, At::from_millis(1_000), &p, "e".into()),
             Ending::Review {
                 reason: ReviewReason::OutOfRetries,
                 error: Some("e".into())
@@ -129,19 +127,27 @@ mod tests {
         let p = policy();
         let sent = 1_781_000_000;
         assert_eq!(
-            decide(&claim(1, sent), sent * 1000 + 60_000, &p),
+            decide(&claim(1, sent), At::from_millis(sent * 1000 + 60_000), &p),
             Decision::Run
         );
         assert_eq!(
-            decide(&claim(1, sent), (sent + 15 * 60) * 1000, &p),
+            decide(
+                &claim(1, sent),
+                At::from_millis((sent + 15 * 60) * 1000),
+                &p
+            ),
             Decision::Run
         );
         assert_eq!(
-            decide(&claim(1, sent), (sent + 15 * 60) * 1000 + 1, &p),
+            decide(
+                &claim(1, sent),
+                At::from_millis((sent + 15 * 60) * 1000 + 1),
+                &p
+            ),
             Decision::Review(ReviewReason::TooOld)
         );
         assert_eq!(
-            decide(&claim(5, sent), sent * 1000, &p),
+            decide(&claim(5, sent), At::from_millis(sent * 1000), &p),
             Decision::Review(ReviewReason::OutOfRetries)
         );
         let sent_back = Claim {
@@ -149,7 +155,7 @@ mod tests {
             ..claim(1, sent)
         };
         assert_eq!(
-            decide(&sent_back, (sent + 3600) * 1000, &p),
+            decide(&sent_back, At::from_millis((sent + 3600) * 1000), &p),
             Decision::Run,
             "a person sent it back: answered however old"
         );

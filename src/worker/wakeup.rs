@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use tokio::sync::Notify;
 
+use crate::clock::At;
+
 #[derive(Debug)]
 pub struct Wakeup {
     notify: Notify,
@@ -25,22 +27,24 @@ impl Default for Wakeup {
 }
 
 impl Wakeup {
-    /// Work becomes due at `due_ms`: wake the scheduler if it planned to wake later.
-    pub fn due_at(&self, due_ms: i64) {
-        if self.planned_ms.fetch_min(due_ms, Ordering::SeqCst) > due_ms {
+    /// Work becomes due at `due`: wake the scheduler if it planned to wake later.
+    pub fn due_at(&self, due: At) {
+        if self.planned_ms.fetch_min(due.millis(), Ordering::SeqCst) > due.millis() {
             self.notify.notify_one();
         }
     }
 
-    /// The scheduler will wake by `deadline_ms` at the latest. Called before it reads the store.
-    pub(super) fn plan(&self, deadline_ms: i64) {
-        self.planned_ms.store(deadline_ms, Ordering::SeqCst);
+    /// The scheduler will wake by `deadline` at the latest. Called before it reads the store.
+    pub(super) fn plan(&self, deadline: At) {
+        self.planned_ms.store(deadline.millis(), Ordering::SeqCst);
     }
 
     /// Lowers the plan to what the store said; returns the deadline to sleep until.
-    pub(super) fn lower(&self, deadline_ms: i64) -> i64 {
-        let previous = self.planned_ms.fetch_min(deadline_ms, Ordering::SeqCst);
-        previous.min(deadline_ms)
+    pub(super) fn lower(&self, deadline: At) -> At {
+        let previous = self
+            .planned_ms
+            .fetch_min(deadline.millis(), Ordering::SeqCst);
+        At::from_millis(previous).min(deadline)
     }
 
     pub(super) async fn notified(&self) {
@@ -55,16 +59,20 @@ mod tests {
     #[tokio::test]
     async fn only_earlier_work_wakes() {
         let wakeup = Wakeup::default();
-        wakeup.plan(1_000);
-        wakeup.due_at(5_000);
+        wakeup.plan(At::from_millis(1_000));
+        wakeup.due_at(At::from_millis(5_000));
         let later =
             tokio::time::timeout(std::time::Duration::from_millis(20), wakeup.notified()).await;
         assert!(
             later.is_err(),
             "work due after the planned wake does not wake"
         );
-        wakeup.due_at(500);
+        wakeup.due_at(At::from_millis(500));
         wakeup.notified().await;
-        assert_eq!(wakeup.lower(800), 500, "the plan only moves earlier");
+        assert_eq!(
+            wakeup.lower(At::from_millis(800)),
+            At::from_millis(500),
+            "the plan only moves earlier"
+        );
     }
 }

@@ -2,18 +2,17 @@
 //! history it sends, tool calls, retries and the fallback provider, voice notes, and history
 //! that survives a restart.
 
-use sabi::store::{ReviewEntry, ReviewQuery};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sabi::agent::voice::CANNOT_LISTEN;
-use sabi::clock::Clock;
-use sabi::store::OutboxEntry;
+use sabi::clock::{At, Clock};
+use sabi::store::{OutboxEntry, ReviewEntry, ReviewQuery};
 use sabi::testing::graph::FakeGraph;
 use sabi::testing::llm::{Answer, FakeLlm};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, text_webhook};
+use crate::helpers::{TestApp, ms, text_webhook};
 
 pub(crate) const PROMPT: &str = "You are Ada, the assistant of Sabi Bank.";
 
@@ -345,11 +344,10 @@ async fn a_third_turn_sees_the_first_two_from_the_store_after_a_restart() {
 
     // A new process on the same store: nothing of the conversation is in memory.
     let dir = std::mem::replace(&mut app.dir, tempfile::tempdir().expect("tempdir"));
-    let now = app.clock.now_ms();
+    let now = app.clock.now();
     drop(app);
     let app = start(dir, &llm, &[]).await;
-    let elapsed = u64::try_from(now + 1_000 - app.clock.now_ms()).expect("later");
-    app.clock.advance(Duration::from_millis(elapsed));
+    app.clock.advance((now + ms(1_000)).since(app.clock.now()));
     llm.script([Answer::Text("Third answer.".into())]);
     turn(&app, "wamid.3", "Thanks, and is parking free?").await;
 
@@ -384,7 +382,7 @@ async fn usage_is_stored_per_turn_and_stats_count_who_answered() {
     turn(&app, "wamid.1", "good morning").await; // the router
     app.clock.advance(Duration::from_secs(1));
     turn(&app, "wamid.2", OUT_OF_SCOPE).await; // the agent: 100 + 20 tokens
-    let stats = app.store.turn_stats(0).await.expect("stats");
+    let stats = app.store.turn_stats(At::default()).await.expect("stats");
     assert_eq!((stats.local, stats.agent, stats.people), (1, 1, 0));
     assert_eq!((stats.prompt_tokens, stats.completion_tokens), (100, 20));
     assert!((stats.cost - (100.0 * 2.0 + 20.0 * 10.0) / 1e6).abs() < 1e-12);
@@ -588,7 +586,7 @@ async fn the_last_round_offers_no_tools_and_a_slow_turn_fails_in_time() {
     app.clock.advance(Duration::from_secs(1));
     turn(&app, "wamid.2", "And which cinema?").await;
     assert_eq!(outbox(&app).await.len(), 1);
-    let stats = app.store.turn_stats(0).await.expect("stats");
+    let stats = app.store.turn_stats(At::default()).await.expect("stats");
     assert_eq!(stats.agent, 1, "the failed turn is not counted as answered");
 }
 

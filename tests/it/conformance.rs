@@ -18,8 +18,10 @@ mod turns;
 mod webchat;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::join_all;
+use sabi::clock::{At, UnixSeconds};
 use sabi::domain::{
     BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, ReplyPart, ReviewReason,
 };
@@ -53,6 +55,7 @@ use self::turns::{
 use self::webchat::{
     a_sessions_history_is_in_the_order_asked, chat_history_and_queue_depth_follow_each_question,
 };
+use crate::helpers::ms;
 use crate::services;
 use crate::walk::every_transition_of_a_reply_part_follows_the_rulebook;
 
@@ -370,10 +373,10 @@ suite!(sqlite);
 suite!(postgres);
 suite!(redis);
 
-pub const T0: i64 = 1_781_000_000_000;
+pub const T0: At = At::from_millis(1_781_000_000_000);
 const POLICY: BatchPolicy = BatchPolicy {
-    window_ms: 10_000,
-    cap_ms: 12_000,
+    window: Duration::from_millis(10_000),
+    cap: Duration::from_millis(12_000),
 };
 
 fn key(customer: &str) -> ConversationKey {
@@ -384,7 +387,7 @@ fn key(customer: &str) -> ConversationKey {
     }
 }
 
-pub fn message(id: &str, customer: &str, text: &str, sent_s: i64) -> InboundItem {
+pub fn message(id: &str, customer: &str, text: &str, sent: At) -> InboundItem {
     InboundItem {
         kind: ItemKind::Message,
         channel: Channel::Whatsapp,
@@ -394,17 +397,17 @@ pub fn message(id: &str, customer: &str, text: &str, sent_s: i64) -> InboundItem
         item_type: Some("text".into()),
         text: Some(text.into()),
         media_id: None,
-        provider_ts: Some(sent_s),
+        provider_ts: Some(UnixSeconds(sent.unix_seconds())),
         turn: Some(key(customer)),
         facts: serde_json::json!({"id": id}),
     }
 }
 
-async fn ingest(store: &Arc<dyn Store>, items: Vec<InboundItem>, at: i64) -> store::IngestReceipt {
+async fn ingest(store: &Arc<dyn Store>, items: Vec<InboundItem>, at: At) -> store::IngestReceipt {
     let delivery = Ingest {
         items,
         quarantined: Vec::new(),
-        received_at_ms: at,
+        received_at: at,
         policy: POLICY,
     };
     store.ingest(delivery).await.expect("ingest")
@@ -425,27 +428,27 @@ fn amendment(id: &str, customer: &str, original: &str, edited: Option<&str>) -> 
         text: edited.map(str::to_owned),
         turn: None,
         facts: serde_json::json!({"id": id, "amends": original}),
-        ..message(id, customer, "", T0 / 1000 + 5)
+        ..message(id, customer, "", T0 + ms(5_000))
     }
 }
 
 async fn deletions_and_edits_change_only_a_waiting_message(store: Arc<dyn Store>) {
-    let sent = T0 / 1000;
+    let sent = T0;
     let first = message("wamid.a1", "c1", "first", sent);
-    let second = message("wamid.a2", "c1", "second", sent + 1);
+    let second = message("wamid.a2", "c1", "second", sent + ms(1));
     ingest(&store, vec![first, second], T0).await;
     // Deleted and edited while they wait: one leaves the batch, the other is read as edited.
     let deleted = amendment("wamid.a3", "c1", "wamid.a1", None);
     let edited = amendment("wamid.a4", "c1", "wamid.a2", Some("second, edited"));
-    let receipt = ingest(&store, vec![deleted, edited], T0 + 1_000).await;
-    assert_eq!((receipt.stored, receipt.earliest_due_ms), (2, None));
+    let receipt = ingest(&store, vec![deleted, edited], T0 + ms(1_000)).await;
+    assert_eq!((receipt.stored, receipt.earliest_due), (2, None));
     // A conversation whose only message was deleted is no longer due.
     ingest(&store, vec![message("wamid.b1", "c2", "oops", sent)], T0).await;
     let gone = amendment("wamid.b2", "c2", "wamid.b1", None);
-    ingest(&store, vec![gone], T0 + 1_000).await;
+    ingest(&store, vec![gone], T0 + ms(1_000)).await;
 
     let claims = store
-        .claim(T0 + 60_000, 1_000, 10, None)
+        .claim(T0 + ms(60_000), ms(1_000), 10, None)
         .await
         .expect("claim");
     assert_eq!(claims.len(), 1, "nothing is due for c2");
@@ -461,8 +464,8 @@ async fn deletions_and_edits_change_only_a_waiting_message(store: Arc<dyn Store>
     // Once in a turn, a change is kept as a fact and changes nothing.
     let late_edit = amendment("wamid.a5", "c1", "wamid.a2", Some("too late"));
     let late_delete = amendment("wamid.a6", "c1", "wamid.a2", None);
-    let receipt = ingest(&store, vec![late_edit, late_delete], T0 + 61_000).await;
-    assert_eq!((receipt.stored, receipt.earliest_due_ms), (2, None));
+    let receipt = ingest(&store, vec![late_edit, late_delete], T0 + ms(61_000)).await;
+    assert_eq!((receipt.stored, receipt.earliest_due), (2, None));
     let inbox = store.inbox(Default::default()).await.expect("inbox");
     let state = |key: &str| {
         let stored = inbox.iter().find(|i| i.item.dedupe_key == key).expect(key);
@@ -478,11 +481,11 @@ async fn deletions_and_edits_change_only_a_waiting_message(store: Arc<dyn Store>
 }
 
 async fn duplicates_change_nothing_even_at_once(store: Arc<dyn Store>) {
-    let item = message("wamid.d1", "c1", "hello", T0 / 1000);
+    let item = message("wamid.d1", "c1", "hello", T0);
     let receipts = join_all((0..20).map(|_| ingest(&store, vec![item.clone()], T0))).await;
     assert_eq!(receipts.iter().map(|r| r.stored).sum::<usize>(), 1);
     assert_eq!(receipts.iter().map(|r| r.duplicates).sum::<usize>(), 19);
-    let other = message("wamid.d1", "c1", "other words", T0 / 1000);
+    let other = message("wamid.d1", "c1", "other words", T0);
     assert_eq!(ingest(&store, vec![other], T0).await.anomalies, 1);
     let inbox = store.inbox(Default::default()).await.expect("inbox");
     assert_eq!(inbox.len(), 1);
@@ -496,7 +499,7 @@ async fn the_inbox_keeps_a_deliverys_order_across_conversations(store: Arc<dyn S
     let items = ids
         .iter()
         .zip(["c3", "c1", "c2", "c1"])
-        .map(|(id, customer)| message(id, customer, "hi", T0 / 1000))
+        .map(|(id, customer)| message(id, customer, "hi", T0))
         .collect();
     ingest(&store, items, T0).await;
     let inbox = store.inbox(Default::default()).await.expect("inbox");
@@ -511,12 +514,12 @@ async fn a_batch_is_in_the_order_sent(store: Arc<dyn Store>) {
             &format!("wamid.o{i}"),
             "c1",
             &format!("m{i}"),
-            T0 / 1000 + sent,
+            T0 + Duration::from_secs(sent),
         );
         ingest(&store, vec![item], T0).await;
     }
     let claims = store
-        .claim(T0 + 60_000, 1_000, 10, None)
+        .claim(T0 + ms(60_000), ms(1_000), 10, None)
         .await
         .expect("claim");
     let texts: Vec<_> = claims[0]
@@ -529,25 +532,25 @@ async fn a_batch_is_in_the_order_sent(store: Arc<dyn Store>) {
 }
 
 async fn due_is_the_window_after_the_last_but_never_past_the_cap(store: Arc<dyn Store>) {
-    let first = ingest(&store, vec![message("wamid.w1", "c1", "a", T0 / 1000)], T0).await;
-    assert_eq!(first.earliest_due_ms, Some(T0 + 10_000));
+    let first = ingest(&store, vec![message("wamid.w1", "c1", "a", T0)], T0).await;
+    assert_eq!(first.earliest_due, Some(T0 + ms(10_000)));
     let second = ingest(
         &store,
-        vec![message("wamid.w2", "c1", "b", T0 / 1000 + 5)],
-        T0 + 5_000,
+        vec![message("wamid.w2", "c1", "b", T0 + ms(5_000))],
+        T0 + ms(5_000),
     )
     .await;
     // min(last + window, first + cap) = min(15 s, 12 s)
-    assert_eq!(second.earliest_due_ms, Some(T0 + 12_000));
+    assert_eq!(second.earliest_due, Some(T0 + ms(12_000)));
     assert!(
         store
-            .claim(T0 + 11_999, 1_000, 10, None)
+            .claim(T0 + ms(11_999), ms(1_000), 10, None)
             .await
             .expect("claim")
             .is_empty()
     );
     let claims = store
-        .claim(T0 + 12_000, 1_000, 10, None)
+        .claim(T0 + ms(12_000), ms(1_000), 10, None)
         .await
         .expect("claim");
     assert_eq!(claims.len(), 1);
@@ -555,30 +558,30 @@ async fn due_is_the_window_after_the_last_but_never_past_the_cap(store: Arc<dyn 
 }
 
 async fn one_claimer_wins(store: Arc<dyn Store>) {
-    ingest(&store, vec![message("wamid.c1", "c1", "a", T0 / 1000)], T0).await;
-    let at = T0 + 20_000;
-    let claims = join_all((0..10).map(|_| store.claim(at, 1_000, 5, None))).await;
+    ingest(&store, vec![message("wamid.c1", "c1", "a", T0)], T0).await;
+    let at = T0 + ms(20_000);
+    let claims = join_all((0..10).map(|_| store.claim(at, ms(1_000), 5, None))).await;
     let won: usize = claims.into_iter().map(|c| c.expect("claim").len()).sum();
     assert_eq!(won, 1);
 }
 
 async fn a_lapsed_lease_is_taken_over_with_a_new_token(store: Arc<dyn Store>) {
-    ingest(&store, vec![message("wamid.l1", "c1", "a", T0 / 1000)], T0).await;
-    let at = T0 + 20_000;
+    ingest(&store, vec![message("wamid.l1", "c1", "a", T0)], T0).await;
+    let at = T0 + ms(20_000);
     let first = store
-        .claim(at, 1_000, 5, None)
+        .claim(at, ms(1_000), 5, None)
         .await
         .expect("claim")
         .remove(0);
     assert!(
         store
-            .claim(at + 999, 1_000, 5, None)
+            .claim(at + ms(999), ms(1_000), 5, None)
             .await
             .expect("claim")
             .is_empty()
     );
     let again = store
-        .claim(at + 1_000, 1_000, 5, None)
+        .claim(at + ms(1_000), ms(1_000), 5, None)
         .await
         .expect("claim");
     assert_eq!(again.len(), 1);
@@ -587,12 +590,12 @@ async fn a_lapsed_lease_is_taken_over_with_a_new_token(store: Arc<dyn Store>) {
     assert_ne!(again[0].token, first.token);
     // Renewing keeps it.
     store
-        .renew(first.batch.id, again[0].token, at + 1_500, 1_000)
+        .renew(first.batch.id, again[0].token, at + ms(1_500), ms(1_000))
         .await
         .expect("renew");
     assert!(
         store
-            .claim(at + 2_200, 1_000, 5, None)
+            .claim(at + ms(2_200), ms(1_000), 5, None)
             .await
             .expect("claim")
             .is_empty()
@@ -600,24 +603,24 @@ async fn a_lapsed_lease_is_taken_over_with_a_new_token(store: Arc<dyn Store>) {
 }
 
 async fn stale_tokens_are_refused(store: Arc<dyn Store>) {
-    ingest(&store, vec![message("wamid.s1", "c1", "a", T0 / 1000)], T0).await;
-    let at = T0 + 20_000;
+    ingest(&store, vec![message("wamid.s1", "c1", "a", T0)], T0).await;
+    let at = T0 + ms(20_000);
     let stale = store
-        .claim(at, 1_000, 5, None)
+        .claim(at, ms(1_000), 5, None)
         .await
         .expect("claim")
         .remove(0);
     let fresh = store
-        .claim(at + 1_000, 1_000, 5, None)
+        .claim(at + ms(1_000), ms(1_000), 5, None)
         .await
         .expect("claim")
         .remove(0);
     let refused = store
-        .finish(stale.batch.id, stale.token, at + 1_100, reply("late"))
+        .finish(stale.batch.id, stale.token, at + ms(1_100), reply("late"))
         .await;
     assert!(matches!(refused, Err(store::Error::LeaseLost)));
     let refused = store
-        .renew(stale.batch.id, stale.token, at + 1_100, 1_000)
+        .renew(stale.batch.id, stale.token, at + ms(1_100), ms(1_000))
         .await;
     assert!(matches!(refused, Err(store::Error::LeaseLost)));
     assert!(
@@ -625,11 +628,16 @@ async fn stale_tokens_are_refused(store: Arc<dyn Store>) {
         "nothing written"
     );
     store
-        .finish(fresh.batch.id, fresh.token, at + 1_200, reply("on time"))
+        .finish(
+            fresh.batch.id,
+            fresh.token,
+            at + ms(1_200),
+            reply("on time"),
+        )
         .await
         .expect("finish");
     let again = store
-        .finish(fresh.batch.id, fresh.token, at + 1_300, reply("twice"))
+        .finish(fresh.batch.id, fresh.token, at + ms(1_300), reply("twice"))
         .await;
     assert!(
         matches!(again, Err(store::Error::LeaseLost)),
@@ -641,38 +649,33 @@ async fn stale_tokens_are_refused(store: Arc<dyn Store>) {
 }
 
 async fn messages_during_a_turn_wait_for_the_next(store: Arc<dyn Store>) {
-    ingest(
-        &store,
-        vec![message("wamid.t1", "c1", "first", T0 / 1000)],
-        T0,
-    )
-    .await;
-    let at = T0 + 20_000;
+    ingest(&store, vec![message("wamid.t1", "c1", "first", T0)], T0).await;
+    let at = T0 + ms(20_000);
     let running = store
-        .claim(at, 60_000, 5, None)
+        .claim(at, ms(60_000), 5, None)
         .await
         .expect("claim")
         .remove(0);
-    ingest(
-        &store,
-        vec![message("wamid.t2", "c1", "second", at / 1000)],
-        at,
-    )
-    .await;
+    ingest(&store, vec![message("wamid.t2", "c1", "second", at)], at).await;
     assert!(
         store
-            .claim(at + 30_000, 60_000, 5, None)
+            .claim(at + ms(30_000), ms(60_000), 5, None)
             .await
             .expect("claim")
             .is_empty(),
         "no second turn while one runs"
     );
     store
-        .finish(running.batch.id, running.token, at + 31_000, reply("ok"))
+        .finish(
+            running.batch.id,
+            running.token,
+            at + ms(31_000),
+            reply("ok"),
+        )
         .await
         .expect("finish");
     let next = store
-        .claim(at + 31_000, 60_000, 5, None)
+        .claim(at + ms(31_000), ms(60_000), 5, None)
         .await
         .expect("claim");
     assert_eq!(next.len(), 1);
@@ -689,13 +692,13 @@ async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
     for c in ["c1", "c2", "c3"] {
         ingest(
             &store,
-            vec![message(&format!("wamid.p-{c}"), c, "hi", T0 / 1000)],
+            vec![message(&format!("wamid.p-{c}"), c, "hi", T0)],
             T0,
         )
         .await;
     }
-    let at = T0 + 20_000;
-    for claim in store.claim(at, 60_000, 5, None).await.expect("claim") {
+    let at = T0 + ms(20_000);
+    for claim in store.claim(at, ms(60_000), 5, None).await.expect("claim") {
         let parts = vec![ReplyPart::text("one"), ReplyPart::text("two")];
         let ending = Ending::Replied {
             parts,
@@ -706,10 +709,10 @@ async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
             .await
             .expect("finish");
     }
-    let claim = |now_ms| SendClaim {
-        now_ms,
-        lease_ms: 10_000,
-        unknown_wait_ms: 60_000,
+    let claim = |now| SendClaim {
+        now,
+        lease: ms(10_000),
+        unknown_wait: ms(60_000),
         limit: 10,
         halted: Vec::new(),
     };
@@ -725,7 +728,7 @@ async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
         let accepted = SendResult::Accepted {
             wamid: format!("wamid.out-{}", job.id),
             template: false,
-            next_send_at_ms: at,
+            next_send_at: at,
         };
         store
             .record_send(job.id, job.attempt, at, accepted.clone())
@@ -740,7 +743,7 @@ async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
 }
 
 /// Ends a claimed batch in review, as too old for an automatic reply.
-async fn too_old(store: &Arc<dyn Store>, claim: &sabi::domain::Claim, at: i64) {
+async fn too_old(store: &Arc<dyn Store>, claim: &sabi::domain::Claim, at: At) {
     let review = Ending::Review {
         reason: ReviewReason::TooOld,
         error: None,
@@ -762,18 +765,17 @@ async fn whatsapp_hand_offs_come_first_in_review(store: Arc<dyn Store>) {
             .await
             .expect("submitted");
     }
-    let at = T0 + 1_000;
-    for claim in store.claim(at, 60_000, 10, None).await.expect("claim") {
+    let at = T0 + ms(1_000);
+    for claim in store.claim(at, ms(60_000), 10, None).await.expect("claim") {
         too_old(&store, &claim, at).await;
     }
-    ingest(
-        &store,
-        vec![message("wamid.h1", "c1", "help", T0 / 1000)],
-        at,
-    )
-    .await;
-    let later = at + 20_000;
-    for claim in store.claim(later, 60_000, 5, None).await.expect("claim") {
+    ingest(&store, vec![message("wamid.h1", "c1", "help", T0)], at).await;
+    let later = at + ms(20_000);
+    for claim in store
+        .claim(later, ms(60_000), 5, None)
+        .await
+        .expect("claim")
+    {
         too_old(&store, &claim, later).await;
     }
     let queue = store
@@ -796,15 +798,10 @@ async fn whatsapp_hand_offs_come_first_in_review(store: Arc<dyn Store>) {
 }
 
 async fn review_items_are_settled_once(store: Arc<dyn Store>) {
-    ingest(
-        &store,
-        vec![message("wamid.r1", "c1", "help", T0 / 1000)],
-        T0,
-    )
-    .await;
-    let at = T0 + 20_000;
+    ingest(&store, vec![message("wamid.r1", "c1", "help", T0)], T0).await;
+    let at = T0 + ms(20_000);
     let claim = store
-        .claim(at, 60_000, 5, None)
+        .claim(at, ms(60_000), 5, None)
         .await
         .expect("claim")
         .remove(0);
@@ -855,12 +852,12 @@ fn question(session: impl Into<String>, job: impl Into<String>) -> ChatSubmissio
         question: "hello".into(),
         business: "web".into(),
         job_id: job.into(),
-        now_ms: T0,
+        now: T0,
         policy: BatchPolicy {
-            window_ms: 0,
-            cap_ms: 60_000,
+            window: Duration::ZERO,
+            cap: ms(60_000),
         },
-        keep_ms: 3_600_000,
+        keep: ms(3_600_000),
         per_minute: 20,
         max_queue: 1_000,
     }
@@ -874,16 +871,16 @@ async fn a_claim_of_one_channel_takes_only_its_conversations(store: Arc<dyn Stor
             .await
             .expect("submitted");
     }
-    ingest(&store, vec![message("wamid.f1", "c1", "hi", T0 / 1000)], T0).await;
-    let at = T0 + 60_000;
+    ingest(&store, vec![message("wamid.f1", "c1", "hi", T0)], T0).await;
+    let at = T0 + ms(60_000);
     let whatsapp = store
-        .claim(at, 1_000, 5, Some(Channel::Whatsapp))
+        .claim(at, ms(1_000), 5, Some(Channel::Whatsapp))
         .await
         .expect("claim");
     assert_eq!(whatsapp.len(), 1);
     assert_eq!(whatsapp[0].batch.conversation.customer, "c1");
     let web = store
-        .claim(at, 1_000, 2, Some(Channel::Webchat))
+        .claim(at, ms(1_000), 2, Some(Channel::Webchat))
         .await
         .expect("claim");
     assert_eq!(web.len(), 2);
@@ -892,14 +889,17 @@ async fn a_claim_of_one_channel_takes_only_its_conversations(store: Arc<dyn Stor
             .all(|c| c.batch.conversation.channel == Channel::Webchat)
     );
     // Lapsed leases are taken back by their own channel's claims too.
-    let later = at + 5_000;
+    let later = at + ms(5_000);
     let whatsapp = store
-        .claim(later, 1_000, 5, Some(Channel::Whatsapp))
+        .claim(later, ms(1_000), 5, Some(Channel::Whatsapp))
         .await
         .expect("claim");
     assert_eq!(whatsapp.len(), 1);
     assert_eq!(whatsapp[0].attempt, 2);
-    let rest = store.claim(later, 1_000, 10, None).await.expect("claim");
+    let rest = store
+        .claim(later, ms(1_000), 10, None)
+        .await
+        .expect("claim");
     assert_eq!(
         rest.len(),
         5,
@@ -936,7 +936,7 @@ async fn chat_jobs_are_idempotent_under_races(store: Arc<dyn Store>) {
     assert_eq!(found.as_ref(), Some(job));
     assert!(
         store
-            .chat_job(job, T0 + 3_600_000)
+            .chat_job(job, T0 + ms(3_600_000))
             .await
             .expect("job")
             .is_none(),
@@ -954,13 +954,13 @@ async fn history_is_read_from_the_store_in_turn_order(store: Arc<dyn Store>) {
     {
         ingest(
             &store,
-            vec![message(&format!("wamid.h{i}"), "c1", said, at / 1000)],
+            vec![message(&format!("wamid.h{i}"), "c1", said, at)],
             at,
         )
         .await;
-        at += 20_000;
+        at = at + ms(20_000);
         let claim = store
-            .claim(at, 60_000, 5, None)
+            .claim(at, ms(60_000), 5, None)
             .await
             .expect("claim")
             .remove(0);
@@ -970,14 +970,9 @@ async fn history_is_read_from_the_store_in_turn_order(store: Arc<dyn Store>) {
             .await
             .expect("finish");
     }
-    ingest(
-        &store,
-        vec![message("wamid.h9", "c1", "thanks", at / 1000)],
-        at,
-    )
-    .await;
+    ingest(&store, vec![message("wamid.h9", "c1", "thanks", at)], at).await;
     let third = store
-        .claim(at + 20_000, 60_000, 5, None)
+        .claim(at + ms(20_000), ms(60_000), 5, None)
         .await
         .expect("claim")
         .remove(0);
@@ -988,10 +983,10 @@ async fn history_is_read_from_the_store_in_turn_order(store: Arc<dyn Store>) {
 }
 
 async fn a_requeued_send_that_fails_again_is_back_in_review(store: Arc<dyn Store>) {
-    ingest(&store, vec![message("wamid.q1", "c1", "hi", T0 / 1000)], T0).await;
-    let at = T0 + 20_000;
+    ingest(&store, vec![message("wamid.q1", "c1", "hi", T0)], T0).await;
+    let at = T0 + ms(20_000);
     let claim = store
-        .claim(at, 60_000, 5, None)
+        .claim(at, ms(60_000), 5, None)
         .await
         .expect("claim")
         .remove(0);
@@ -1000,9 +995,9 @@ async fn a_requeued_send_that_fails_again_is_back_in_review(store: Arc<dyn Store
         .await
         .expect("finish");
     let sends = SendClaim {
-        now_ms: at,
-        lease_ms: 10_000,
-        unknown_wait_ms: 60_000,
+        now: at,
+        lease: ms(10_000),
+        unknown_wait: ms(60_000),
         limit: 10,
         halted: Vec::new(),
     };
@@ -1051,13 +1046,13 @@ async fn crossing_deliveries_all_land(store: Arc<dyn Store>) {
                 ("cy", "cx")
             };
             let items = vec![
-                message(&format!("wamid.x{n}a"), a, "one", T0 / 1000),
-                message(&format!("wamid.x{n}b"), b, "two", T0 / 1000),
+                message(&format!("wamid.x{n}a"), a, "one", T0),
+                message(&format!("wamid.x{n}b"), b, "two", T0),
             ];
             let delivery = Ingest {
                 items,
                 quarantined: Vec::new(),
-                received_at_ms: T0,
+                received_at: T0,
                 policy: POLICY,
             };
             store.ingest(delivery).await

@@ -1,20 +1,20 @@
 //! The conversation engine on the SQLite store, driven with the injected clock: batching
 //! windows and caps, one turn at a time, fencing, retries with backoff, review, shutdown.
 
-use sabi::store::ReviewQuery;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sabi::clock::At;
 use sabi::domain::{Batch, ReplyPart};
-use sabi::store::{self, Ending, InboxQuery};
+use sabi::store::{self, Ending, InboxQuery, ReviewQuery};
 use sabi::turn::{TurnError, TurnHandler, TurnOutcome};
 use sabi::worker::TickOutcome;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{START_MS, StoreLock, TestApp, text_webhook_at};
+use crate::helpers::{START_MS, StoreLock, TestApp, ms, text_webhook_at};
 
 const CUSTOMER: &str = "2348031234567";
 
@@ -22,7 +22,7 @@ const CUSTOMER: &str = "2348031234567";
 /// can be held mid-turn, and panics if two turns of one conversation ever overlap.
 #[derive(Default)]
 struct Recorder {
-    turns: Mutex<Vec<(i64, Vec<String>)>>,
+    turns: Mutex<Vec<(At, Vec<String>)>>,
     running: Mutex<HashSet<String>>,
     failures_left: Mutex<u32>,
     hold: Option<Arc<Semaphore>>,
@@ -49,7 +49,7 @@ impl Recorder {
         })
     }
 
-    fn turns(&self) -> Vec<(i64, Vec<String>)> {
+    fn turns(&self) -> Vec<(At, Vec<String>)> {
         self.turns.lock().expect("lock").clone()
     }
 }
@@ -67,10 +67,15 @@ impl TurnHandler for Recorder {
             set: &self.running,
             customer,
         };
-        let now = self.clock.lock().expect("lock").as_ref().map_or(0, |c| {
-            use sabi::clock::Clock;
-            c.now_ms()
-        });
+        let now = self
+            .clock
+            .lock()
+            .expect("lock")
+            .as_ref()
+            .map_or(At::default(), |c| {
+                use sabi::clock::Clock;
+                c.now()
+            });
         let texts = batch
             .messages
             .iter()
@@ -178,7 +183,7 @@ async fn a_non_stop_typer_is_answered_at_the_cap_and_nothing_is_lost() {
     let turns = recorder.turns();
     assert_eq!(
         turns[0].0,
-        START_MS + 60_000,
+        At::from_millis(START_MS + 60_000),
         "the first turn runs at the cap"
     );
     assert_eq!(
@@ -236,7 +241,7 @@ async fn a_worker_whose_lease_was_taken_over_cannot_reply() {
     let app = TestApp::spawn().await;
     post(&app, "wamid.f", "hello", START_MS / 1000).await;
     app.clock.advance(Duration::from_secs(20));
-    let lease = 120_000;
+    let lease = ms(120_000);
     let now = app.clock_now();
     let stale = app
         .store
@@ -308,7 +313,7 @@ async fn a_lapsed_lease_lets_another_worker_finish_the_batch() {
     // A worker claims and dies without a word.
     let dead = app
         .store
-        .claim(app.clock_now(), 120_000, 1, None)
+        .claim(app.clock_now(), ms(120_000), 1, None)
         .await
         .expect("claim");
     assert_eq!(dead.len(), 1);
@@ -499,9 +504,9 @@ async fn conversations_are_batched_apart_and_statuses_are_not_turns() {
 }
 
 impl TestApp {
-    fn clock_now(&self) -> i64 {
+    fn clock_now(&self) -> At {
         use sabi::clock::Clock;
-        self.clock.now_ms()
+        self.clock.now()
     }
 }
 
@@ -719,7 +724,7 @@ async fn a_flooded_web_chat_never_takes_every_slot_from_whatsapp() {
     let mut answered = false;
     for _ in 0..400 {
         // The scheduler sleeps on the manual clock: nudge it as a stored message would.
-        app.scheduler.wakeup().due_at(0);
+        app.scheduler.wakeup().due_at(At::default());
         let inbox = app.store.inbox(InboxQuery::default()).await.expect("inbox");
         if inbox
             .iter()

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use sabi::app::{App, Role};
-use sabi::clock::ManualClock;
+use sabi::clock::{At, ManualClock};
 use sabi::config::Config;
 use sabi::store::{InboxQuery, Store, StoredItem};
 use sabi::turn::TurnHandler;
@@ -130,7 +130,7 @@ impl TestApp {
         extra: &[(&str, &str)],
     ) -> TestApp {
         let config = config(dir.path(), extra);
-        let clock = ManualClock::new(START_MS);
+        let clock = ManualClock::new(At::from_millis(START_MS));
         let app = App::build_with(&config, Role::Api, clock.clone(), handler)
             .await
             .expect("app builds");
@@ -443,4 +443,9 @@ impl Drop for StoreLock {
     fn drop(&mut self) {
         self.free();
     }
+}
+
+/// A span of `millis` milliseconds, for the times tests add to instants.
+pub fn ms(millis: u64) -> std::time::Duration {
+    std::time::Duration::from_millis(millis)
 }

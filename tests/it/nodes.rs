@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::conformance::{PgDatabase, RedisPrefix};
-use crate::helpers::{SabiProcess, sabi_command, signature, text_webhook_at};
+use crate::helpers::{SabiProcess, ms, sabi_command, signature, text_webhook_at};
 use crate::services::{self, Cable};
+use sabi::clock::At;
 
 const CONVERSATIONS: usize = 150;
 const BURST: usize = 3;
@@ -492,7 +493,13 @@ async fn a_redis_that_lost_its_keys_is_refused_until_the_node_restarts() {
         before.ready().await,
         Err(sabi::store::Error::Schema(_))
     ));
-    assert!(before.claim(0, 1000, 5, None).await.is_err(), "no claims");
+    assert!(
+        before
+            .claim(At::default(), ms(1_000), 5, None)
+            .await
+            .is_err(),
+        "no claims"
+    );
     let after = sabi::store::RedisStore::open(&prefix.url)
         .await
         .expect("a restarted node");

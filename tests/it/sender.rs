@@ -3,16 +3,16 @@
 //! Sabi runs whole (ingress, scheduler, sender) on the real clock; the shutdown grace is tested
 //! on the send loop alone, on a manual clock.
 
-use sabi::store::ReviewQuery;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use sabi::app::{App, Role};
-use sabi::clock::{Clock, ManualClock, SystemClock};
+use sabi::clock::{At, Clock, ManualClock, SystemClock};
 use sabi::config::SenderSettings;
 use sabi::domain::{Batch, BatchPolicy, ReplyPart};
 use sabi::sender::Sender;
+use sabi::store::ReviewQuery;
 use sabi::store::{
     self, Ending, Ingest, OutboxEntry, SendClaim, SendResult, SqliteStore, Store, send_callback,
 };
@@ -22,7 +22,7 @@ use sabi::whatsapp::graph::Graph;
 use tokio_util::sync::CancellationToken;
 
 use crate::conformance::message;
-use crate::helpers::{SECRET, StoreLock, config, signature, text_webhook_at};
+use crate::helpers::{SECRET, StoreLock, config, ms, signature, text_webhook_at};
 
 const TOKEN: &str = "it-graph-token";
 
@@ -582,14 +582,14 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
     let webhook = crate::helpers::text_webhook("wamid.in1", &customer(1), "hello");
     assert_eq!(app.post_whatsapp_webhook(webhook).await.status(), 200);
     app.scheduler.drain().await.expect("turn");
-    let claim = |now_ms: i64| SendClaim {
-        now_ms,
-        lease_ms: 1_000,
-        unknown_wait_ms: 60_000,
+    let claim = |now: At| SendClaim {
+        now,
+        lease: ms(1_000),
+        unknown_wait: ms(60_000),
         limit: 10,
         halted: Vec::new(),
     };
-    let now = app.clock.now_ms();
+    let now = app.clock.now();
 
     // Only the head of the customer's queue is claimable.
     let jobs = app.store.claim_sends(claim(now)).await.expect("claim");
@@ -604,7 +604,7 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
 
     // The sender vanished mid-send: the part may have left, so it is never claimed again,
     // and it still blocks the part after it.
-    let later = now + 5_000;
+    let later = now + ms(5_000);
     assert!(
         app.store
             .claim_sends(claim(later))
@@ -635,7 +635,7 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
     let accepted = SendResult::Accepted {
         wamid: "wamid.OUT2".into(),
         template: false,
-        next_send_at_ms: later,
+        next_send_at: later,
     };
     app.store
         .record_send(jobs[0].id, jobs[0].attempt, later, accepted.clone())
@@ -780,7 +780,7 @@ struct LoneSender {
 
 impl LoneSender {
     async fn start() -> LoneSender {
-        let now = SystemClock.now_ms();
+        let now = SystemClock.now();
         let clock = ManualClock::new(now);
         let dir = tempfile::tempdir().expect("tempdir");
         let store: Arc<dyn Store> = Arc::new(
@@ -789,16 +789,16 @@ impl LoneSender {
                 .expect("store"),
         );
         let delivery = Ingest {
-            items: vec![message("wamid.g1", &customer(1), "hello", now / 1000)],
+            items: vec![message("wamid.g1", &customer(1), "hello", now)],
             quarantined: Vec::new(),
-            received_at_ms: now,
+            received_at: now,
             policy: BatchPolicy {
-                window_ms: 0,
-                cap_ms: 0,
+                window: Duration::ZERO,
+                cap: Duration::ZERO,
             },
         };
         store.ingest(delivery).await.expect("ingest");
-        let claim = store.claim(now, 60_000, 1, None).await.expect("claim");
+        let claim = store.claim(now, ms(60_000), 1, None).await.expect("claim");
         let reply = Ending::Replied {
             parts: vec![ReplyPart::text("hi")],
             sandbox: false,

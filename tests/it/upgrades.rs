@@ -14,6 +14,7 @@ use sabi::store::{
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 use crate::conformance::{PgDatabase, RedisPrefix, T0, message};
+use crate::helpers::ms;
 
 /// A database exactly as the previous build (schema version 1) left it.
 const POSTGRES_V1: &str = include_str!("../data/upgrades/postgres-v1.sql");
@@ -235,7 +236,7 @@ async fn what_the_previous_build_stored_is_intact(store: &dyn Store) {
         ("handoff_asked", "2348022222222")
     );
     let job = store
-        .chat_job("job-1", T0 + 40_000)
+        .chat_job("job-1", T0 + ms(40_000))
         .await
         .expect("chat job")
         .expect("kept");
@@ -246,19 +247,19 @@ async fn what_the_previous_build_stored_is_intact(store: &dyn Store) {
             "wamid.A1",
             "2348011111111",
             "Abeg, wetin be my account balance?",
-            T0 / 1000 - 2,
+            T0 - ms(2_000),
         )],
         quarantined: Vec::new(),
-        received_at_ms: T0 + 50_000,
+        received_at: T0 + ms(50_000),
         policy: sabi::domain::BatchPolicy {
-            window_ms: 10_000,
-            cap_ms: 12_000,
+            window: ms(10_000),
+            cap: ms(12_000),
         },
     };
     assert_eq!(store.ingest(again).await.expect("ingest").stored, 0);
 
     let mut claims = store
-        .claim(T0 + 100_000, 120_000, 10, None)
+        .claim(T0 + ms(100_000), ms(120_000), 10, None)
         .await
         .expect("claim");
     claims.sort_by_key(|c| c.batch.id);
@@ -279,9 +280,9 @@ async fn what_the_previous_build_stored_is_intact(store: &dyn Store) {
     );
     let sends = store
         .claim_sends(SendClaim {
-            now_ms: T0 + 100_000,
-            lease_ms: 30_000,
-            unknown_wait_ms: 60_000,
+            now: T0 + ms(100_000),
+            lease: ms(30_000),
+            unknown_wait: ms(60_000),
             limit: 10,
             halted: Vec::new(),
         })

@@ -7,7 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
+use sabi::clock::{At, UnixSeconds};
 use sabi::domain::{
     BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, ReplyPart, ReviewReason,
 };
@@ -16,9 +18,11 @@ use sabi::store::{
     Ending, Error, Ingest, Resolution, ReviewQuery, SendClaim, SendResult, Store, send_callback,
 };
 
-const T0: i64 = 1_790_000_000_000;
-const LEASE_MS: i64 = 1_000;
-const WAIT_MS: i64 = 5_000;
+use crate::helpers::ms;
+
+const T0: At = At::from_millis(1_790_000_000_000);
+const LEASE: Duration = Duration::from_millis(1_000);
+const WAIT: Duration = Duration::from_millis(5_000);
 const BUSINESS: &str = "100000000000009";
 
 /// What the walk does to the store, each one through its interface.
@@ -27,7 +31,7 @@ enum Op {
     /// `claim_sends` now.
     Claim,
     /// `claim_sends` this much later: lapsed leases and waits settle first.
-    Later(i64),
+    Later(Duration),
     /// `record_send` with the part's latest attempt (or one before it: stale).
     Outcome { result: SendResult, stale: bool },
     /// A status webhook naming the part, by its wamid when it has one, else by the callback
@@ -43,14 +47,14 @@ fn outcomes() -> Vec<SendResult> {
         SendResult::Accepted {
             wamid: String::new(), // made unique per use
             template: false,
-            next_send_at_ms: 0, // set per use
+            next_send_at: At::default(), // set per use
         },
         SendResult::Retry {
-            at_ms: 0,
+            at: At::default(),
             failure: true,
             code: Some(131_000),
             error: error(),
-            recipient_after_ms: None,
+            recipient_after: None,
         },
         SendResult::Untried,
         SendResult::WindowClosed {
@@ -59,7 +63,7 @@ fn outcomes() -> Vec<SendResult> {
         },
         SendResult::Unknown {
             error: error(),
-            wait_until_ms: 0,
+            wait_until: At::default(),
         },
         SendResult::Review {
             reason: ReviewReason::SendFailed,
@@ -76,7 +80,7 @@ fn outcomes() -> Vec<SendResult> {
 
 /// Every event the walk tries on a part.
 fn events() -> Vec<Op> {
-    let mut ops = vec![Op::Claim, Op::Later(LEASE_MS + 1), Op::Later(WAIT_MS + 1)];
+    let mut ops = vec![Op::Claim, Op::Later(LEASE + ms(1)), Op::Later(WAIT + ms(1))];
     for result in outcomes() {
         ops.push(Op::Outcome {
             result,
@@ -127,7 +131,7 @@ fn paths() -> Vec<(&'static str, bool, Vec<Op>)> {
         (
             "unknown after a lapse",
             false,
-            vec![Op::Claim, Op::Later(LEASE_MS + 1)],
+            vec![Op::Claim, Op::Later(LEASE + ms(1))],
         ),
         ("failed", false, vec![Op::Claim, outcome(5)]),
         ("review", false, vec![Op::Claim, outcome(6)]),
@@ -146,17 +150,17 @@ struct Model {
     parts: BTreeMap<i64, Part>,
     conversation: HashMap<i64, String>,
     /// Per recipient: nothing is claimed before this.
-    hold: HashMap<String, i64>,
+    hold: HashMap<String, At>,
     /// Parts with an open review item.
     review: BTreeSet<i64>,
 }
 
 impl Model {
-    fn apply(&mut self, id: i64, event: &Event<'_>, now: i64) -> bool {
+    fn apply(&mut self, id: i64, event: &Event<'_>, now: At) -> bool {
         let Ok(step) = part::next(&self.parts[&id], event, now) else {
             return false;
         };
-        if let Some(until) = step.effects.hold_recipient_until_ms {
+        if let Some(until) = step.effects.hold_recipient_until {
             let hold = self.hold.entry(self.conversation[&id].clone()).or_default();
             *hold = (*hold).max(until);
         }
@@ -168,11 +172,9 @@ impl Model {
     }
 
     /// What `claim_sends` at `now` does: lapsed leases, then waits past, then the heads.
-    fn claim(&mut self, now: i64) -> BTreeSet<i64> {
+    fn claim(&mut self, now: At) -> BTreeSet<i64> {
         let ids: Vec<i64> = self.parts.keys().copied().collect();
-        let lapse = Event::LeaseLapsed {
-            unknown_wait_ms: WAIT_MS,
-        };
+        let lapse = Event::LeaseLapsed { unknown_wait: WAIT };
         for id in &ids {
             if self.parts[id].state == PartState::Sending {
                 self.apply(*id, &lapse, now);
@@ -185,8 +187,12 @@ impl Model {
         }
         let mut claimed = BTreeSet::new();
         for id in &ids {
-            let held = self.hold.get(&self.conversation[id]).copied().unwrap_or(0);
-            if held <= now && self.apply(*id, &Event::Claim { lease_ms: LEASE_MS }, now) {
+            let held = self
+                .hold
+                .get(&self.conversation[id])
+                .copied()
+                .unwrap_or_default();
+            if held <= now && self.apply(*id, &Event::Claim { lease: LEASE }, now) {
                 claimed.insert(*id);
             }
         }
@@ -197,7 +203,7 @@ impl Model {
 struct Walk {
     store: Arc<dyn Store>,
     model: Model,
-    now: i64,
+    now: At,
     serial: u32,
 }
 
@@ -224,14 +230,14 @@ impl Walk {
             item_type: Some("text".into()),
             text: Some("hello".into()),
             media_id: None,
-            provider_ts: Some(self.now / 1000),
+            provider_ts: Some(UnixSeconds(self.now.unix_seconds())),
             turn: Some(conversation),
             facts: serde_json::json!({}),
         };
         self.ingest(message).await;
         let claims = self
             .store
-            .claim(self.now, 60_000, 10, None)
+            .claim(self.now, ms(60_000), 10, None)
             .await
             .expect("claim");
         assert_eq!(claims.len(), 1, "one turn due");
@@ -260,21 +266,21 @@ impl Walk {
         let delivery = Ingest {
             items: vec![item],
             quarantined: Vec::new(),
-            received_at_ms: self.now,
+            received_at: self.now,
             policy: BatchPolicy {
-                window_ms: 0,
-                cap_ms: 0,
+                window: Duration::ZERO,
+                cap: Duration::ZERO,
             },
         };
         self.store.ingest(delivery).await.expect("ingest");
     }
 
     async fn run(&mut self, id: i64, op: &Op) {
-        self.now += 10;
+        self.now = self.now + ms(10);
         match op {
             Op::Claim => self.claim().await,
-            Op::Later(ms) => {
-                self.now += ms;
+            Op::Later(later) => {
+                self.now = self.now + *later;
                 self.claim().await;
             }
             Op::Outcome { result, stale } => self.outcome(id, result, *stale).await,
@@ -285,9 +291,9 @@ impl Walk {
 
     async fn claim(&mut self) {
         let claim = SendClaim {
-            now_ms: self.now,
-            lease_ms: LEASE_MS,
-            unknown_wait_ms: WAIT_MS,
+            now: self.now,
+            lease: LEASE,
+            unknown_wait: WAIT,
             limit: 1_000,
             halted: Vec::new(),
         };
@@ -301,7 +307,7 @@ impl Walk {
             SendResult::Accepted { template, .. } => SendResult::Accepted {
                 wamid: self.fresh("wamid.out"),
                 template,
-                next_send_at_ms: self.now + 50,
+                next_send_at: self.now + ms(50),
             },
             SendResult::Retry {
                 failure,
@@ -309,15 +315,15 @@ impl Walk {
                 error,
                 ..
             } => SendResult::Retry {
-                at_ms: self.now + 20,
+                at: self.now + ms(20),
                 failure,
                 code,
                 error,
-                recipient_after_ms: Some(self.now + 30),
+                recipient_after: Some(self.now + ms(30)),
             },
             SendResult::Unknown { error, .. } => SendResult::Unknown {
                 error,
-                wait_until_ms: self.now + WAIT_MS,
+                wait_until: self.now + WAIT,
             },
             other => other,
         };
@@ -360,7 +366,7 @@ impl Walk {
             item_type: Some(delivery.as_str().into()),
             text: None,
             media_id: None,
-            provider_ts: Some(self.now / 1000),
+            provider_ts: Some(UnixSeconds(self.now.unix_seconds())),
             turn: None,
             facts: serde_json::json!({
                 "kind": "status",

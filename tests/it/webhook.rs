@@ -1,5 +1,6 @@
 //! The WhatsApp webhook over real HTTP: verification, signatures, bad input, duplicates.
 
+use sabi::clock::At;
 use sabi::domain::ItemKind;
 
 use crate::helpers::{START_MS, StoreLock, TestApp, VERIFY_TOKEN, signature, text_webhook};
@@ -49,7 +50,8 @@ async fn a_signed_message_is_stored_before_the_200() {
     assert_eq!(inbox[0].item.text.as_deref(), Some("Abeg 🙏"));
     assert_eq!(inbox[0].state, "pending");
     assert_eq!(
-        inbox[0].received_at_ms, 1_781_000_000_000,
+        inbox[0].received_at,
+        At::from_millis(1_781_000_000_000),
         "time comes from the injected clock"
     );
     app.clock.advance(std::time::Duration::from_secs(5));
@@ -59,7 +61,10 @@ async fn a_signed_message_is_stored_before_the_200() {
             .status(),
         200
     );
-    assert_eq!(app.inbox().await[1].received_at_ms, START_MS + 5_000);
+    assert_eq!(
+        app.inbox().await[1].received_at,
+        At::from_millis(START_MS + 5_000)
+    );
 }
 
 #[tokio::test]

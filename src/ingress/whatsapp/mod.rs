@@ -115,7 +115,7 @@ async fn store_delivery(
         .ingest(Ingest {
             items,
             quarantined,
-            received_at_ms: state.clock.now_ms(),
+            received_at: state.clock.now(),
             policy: state.whatsapp.policy,
         })
         .await?;
@@ -126,7 +126,7 @@ async fn store_delivery(
         .duplicates
         .inc_by((receipt.duplicates + receipt.anomalies) as u64);
     metrics.quarantined.inc_by(receipt.quarantined as u64);
-    if let Some(due) = receipt.earliest_due_ms {
+    if let Some(due) = receipt.earliest_due {
         state.wakeup.due_at(due);
     }
     Ok(StatusCode::OK)

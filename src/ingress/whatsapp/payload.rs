@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::clock::UnixSeconds;
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 
 /// What one delivery carried.
@@ -192,7 +193,7 @@ fn message_item(scope: &Scope<'_>, contacts: &[Contact], m: Message) -> InboundI
         item_type: Some(m.kind),
         text: content.text,
         media_id: content.media_id,
-        provider_ts: Some(m.timestamp.0),
+        provider_ts: Some(UnixSeconds(m.timestamp.0)),
         turn,
         facts,
     }
@@ -241,7 +242,7 @@ fn status_item(scope: &Scope<'_>, s: Status) -> InboundItem {
         item_type: Some(s.status),
         text: None,
         media_id: None,
-        provider_ts: Some(s.timestamp.0),
+        provider_ts: Some(UnixSeconds(s.timestamp.0)),
         turn: None,
         facts,
     }
@@ -309,7 +310,7 @@ fn field_event(entry: &Entry<'_>, change: &Change<'_>) -> InboundItem {
         item_type: Some(change.field.clone()),
         text: None,
         media_id: None,
-        provider_ts: entry.time,
+        provider_ts: entry.time.map(UnixSeconds),
         turn: None,
         facts,
     }

@@ -4,6 +4,9 @@
 //! waits on the unique index and then finds it there, so only the first copy schedules its
 //! conversation.
 
+use std::time::Duration;
+
+use crate::clock::{At, millis};
 use sqlx::{PgConnection, PgPool, Row};
 
 use super::{channel, limit, outbox, unavailable};
@@ -11,7 +14,7 @@ use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined
 use crate::store::items::known;
 use crate::store::items::{
     Amendment, Encoded, POSITION_CAP, amendment, message_key, quarantine_hash, question_item,
-    sent_at_ms, status_of,
+    sent_at, status_of,
 };
 use crate::store::rules::item::ItemState;
 use crate::store::{
@@ -49,7 +52,7 @@ async fn ingest_message(
     match store_message(pool, delivery, item, key, encoded, None).await? {
         Some(due) => {
             receipt.stored = 1;
-            receipt.earliest_due_ms = Some(due);
+            receipt.earliest_due = Some(due);
         }
         None => {
             let mut conn = pool.acquire().await.map_err(unavailable)?;
@@ -71,8 +74,8 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     key: &ConversationKey,
     Encoded { facts, hash }: &Encoded,
     seq: Option<i64>,
-) -> Result<Option<i64>> {
-    let stored: Option<(i64, i64)> = sqlx::query_as(
+) -> Result<Option<At>> {
+    let stored: Option<(i64, At)> = sqlx::query_as(
         "SELECT seq, due_at FROM sabi_ingest_message_v2(
              $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
     )
@@ -84,15 +87,15 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     .bind(&item.text)
     .bind(&item.media_id)
     .bind(item.provider_ts)
-    .bind(delivery.received_at_ms)
+    .bind(delivery.received_at)
     .bind(hash)
     .bind(facts)
     .bind(key.channel.as_str())
     .bind(&key.business)
     .bind(&key.customer)
-    .bind(delivery.policy.window_ms)
-    .bind(delivery.policy.cap_ms)
-    .bind(sent_at_ms(item, delivery.received_at_ms))
+    .bind(millis(delivery.policy.window))
+    .bind(millis(delivery.policy.cap))
+    .bind(sent_at(item, delivery.received_at))
     .bind(seq)
     .fetch_optional(executor)
     .await
@@ -115,8 +118,7 @@ async fn ingest_in(
             match store_message(&mut *conn, delivery, item, key, &encoded[index], seq).await? {
                 Some(due) => {
                     receipt.stored += 1;
-                    receipt.earliest_due_ms =
-                        Some(receipt.earliest_due_ms.map_or(due, |d| d.min(due)));
+                    receipt.earliest_due = Some(receipt.earliest_due.map_or(due, |d| d.min(due)));
                 }
                 None => count_redelivery(conn, item, hash, &mut receipt).await?,
             }
@@ -144,7 +146,7 @@ async fn ingest_in(
         .bind(&item.text)
         .bind(&item.media_id)
         .bind(item.provider_ts)
-        .bind(delivery.received_at_ms)
+        .bind(delivery.received_at)
         .bind(state)
         .bind(hash)
         .bind(facts)
@@ -158,14 +160,14 @@ async fn ingest_in(
         }
         receipt.stored += 1;
         if item.kind == ItemKind::Status {
-            outbox::reconcile_status(conn, item, delivery.received_at_ms).await?;
+            outbox::reconcile_status(conn, item, delivery.received_at).await?;
         }
         if let Some(change) = amendment(item) {
             amend(conn, item.channel, &change).await?;
         }
     }
     for q in &delivery.quarantined {
-        receipt.quarantined += keep_quarantined(conn, q, delivery.received_at_ms).await?;
+        receipt.quarantined += keep_quarantined(conn, q, delivery.received_at).await?;
     }
     Ok(receipt)
 }
@@ -276,7 +278,7 @@ async fn count_redelivery(
     Ok(())
 }
 
-async fn keep_quarantined(conn: &mut PgConnection, q: &Quarantined, at: i64) -> Result<usize> {
+async fn keep_quarantined(conn: &mut PgConnection, q: &Quarantined, at: At) -> Result<usize> {
     let done = sqlx::query(
         "INSERT INTO quarantine (channel, received_at, reason, raw, hash) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (channel, hash) DO NOTHING",
@@ -328,7 +330,7 @@ pub(super) async fn inbox(pool: &PgPool, query: &InboxQuery) -> Result<Vec<Store
                     facts: serde_json::from_str(&facts)
                         .map_err(|e| Error::Schema(format!("undecodable facts: {e}")))?,
                 },
-                received_at_ms: r.get(10),
+                received_at: r.get(10),
                 state: known(ItemState::parse, r.get(11))?,
                 batch: r.get(12),
             })
@@ -351,7 +353,7 @@ pub(super) async fn quarantine(
         .map(|r| {
             Ok(StoredQuarantine {
                 id: r.get(0),
-                received_at_ms: r.get(2),
+                received_at: r.get(2),
                 quarantined: Quarantined {
                     channel: channel(r.get(1))?,
                     reason: r.get(3),
@@ -375,10 +377,12 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Sub
         return Ok(Submitted::Job(ChatReceipt {
             job_id,
             created: false,
-            earliest_due_ms: None,
+            earliest_due: None,
         }));
     }
-    if session_recent(&mut tx, &s.session_id, s.now_ms - 60_000).await? >= s.per_minute {
+    if session_recent(&mut tx, &s.session_id, s.now - Duration::from_secs(60)).await?
+        >= s.per_minute
+    {
         return Ok(Submitted::TooFast);
     }
     // New questions take turns (after their session's lock, always in that order) so the
@@ -395,7 +399,7 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Sub
     let delivery = Ingest {
         items: vec![item],
         quarantined: Vec::new(),
-        received_at_ms: s.now_ms,
+        received_at: s.now,
         policy: s.policy,
     };
     let receipt = ingest_in(&mut tx, &delivery, std::slice::from_ref(&encoded)).await?;
@@ -407,8 +411,8 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Sub
     .bind(&s.job_id)
     .bind(&s.session_id)
     .bind(&key)
-    .bind(s.now_ms)
-    .bind(s.now_ms.saturating_add(s.keep_ms))
+    .bind(s.now)
+    .bind(s.now + s.keep)
     .fetch_optional(&mut *tx)
     .await
     .map_err(unavailable)?;
@@ -416,13 +420,13 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Sub
         Some(job_id) => ChatReceipt {
             job_id,
             created: true,
-            earliest_due_ms: receipt.earliest_due_ms,
+            earliest_due: receipt.earliest_due,
         },
         // A racing submission of the same message made the job first.
         None => ChatReceipt {
             job_id: job_for_key(&mut tx, &key).await?.ok_or(Error::NotFound)?,
             created: false,
-            earliest_due_ms: None,
+            earliest_due: None,
         },
     };
     tx.commit().await.map_err(unavailable)?;
@@ -446,7 +450,7 @@ pub(super) async fn job_for_message(
     job_for_key(&mut conn, &message_key(session_id, message_id)).await
 }
 
-pub(super) async fn chat_job(pool: &PgPool, job_id: &str, now: i64) -> Result<Option<ChatJob>> {
+pub(super) async fn chat_job(pool: &PgPool, job_id: &str, now: At) -> Result<Option<ChatJob>> {
     let row = sqlx::query(
         "SELECT j.session_id, j.created_at, j.expires_at, i.state, i.batch_id, i.seq
          FROM chat_jobs j JOIN inbox i ON i.seq = j.inbox_seq WHERE j.job_id = $1",
@@ -458,7 +462,7 @@ pub(super) async fn chat_job(pool: &PgPool, job_id: &str, now: i64) -> Result<Op
     let Some(row) = row else {
         return Ok(None);
     };
-    let expires_at: i64 = row.get(2);
+    let expires_at: At = row.get(2);
     if expires_at <= now {
         return Ok(None);
     }
@@ -490,7 +494,7 @@ pub(super) async fn chat_job(pool: &PgPool, job_id: &str, now: i64) -> Result<Op
         stage,
         position,
         answer,
-        created_at_ms: row.get(1),
+        created_at: row.get(1),
     }))
 }
 
@@ -546,7 +550,7 @@ pub(super) async fn chat_history(
             question: row.get::<Option<String>, _>(1).unwrap_or_default(),
             answer,
             status,
-            asked_at_ms: row.get(4),
+            asked_at: row.get(4),
         });
     }
     Ok(exchanges)
@@ -562,7 +566,7 @@ pub(super) async fn queue_depth<'e, E: sqlx::PgExecutor<'e>>(executor: E) -> Res
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-async fn session_recent(conn: &mut PgConnection, session_id: &str, since: i64) -> Result<u64> {
+async fn session_recent(conn: &mut PgConnection, session_id: &str, since: At) -> Result<u64> {
     let n: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM chat_jobs WHERE session_id = $1 AND created_at >= $2",
     )

@@ -19,6 +19,8 @@ mod outbox;
 mod review;
 mod turns;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};
 
@@ -28,6 +30,7 @@ use super::{
     Result, ReviewEntry, ReviewQuery, Reviews, SendClaim, SendJob, SendResult, Sending, StoredItem,
     StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
+use crate::clock::{At, UnixSeconds};
 use crate::domain::{Channel, Claim, LeaseToken};
 
 /// The schema's versions in order: the Nth takes a database at version N - 1 to N. A released
@@ -247,26 +250,20 @@ impl Intake for PgStore {
 impl Turns for PgStore {
     async fn claim(
         &self,
-        now_ms: i64,
-        lease_ms: i64,
+        now: At,
+        lease: Duration,
         limit: usize,
         channel: Option<Channel>,
     ) -> Result<Vec<Claim>> {
-        retrying(|| turns::claim(&self.pool, now_ms, lease_ms, limit, channel)).await
+        retrying(|| turns::claim(&self.pool, now, lease, limit, channel)).await
     }
-    async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()> {
-        turns::renew(&self.pool, batch, token, now_ms, lease_ms).await
+    async fn renew(&self, batch: i64, token: LeaseToken, now: At, lease: Duration) -> Result<()> {
+        turns::renew(&self.pool, batch, token, now, lease).await
     }
-    async fn finish(
-        &self,
-        batch: i64,
-        token: LeaseToken,
-        now_ms: i64,
-        ending: Ending,
-    ) -> Result<()> {
-        retrying(|| turns::finish(&self.pool, batch, token, now_ms, &ending)).await
+    async fn finish(&self, batch: i64, token: LeaseToken, now: At, ending: Ending) -> Result<()> {
+        retrying(|| turns::finish(&self.pool, batch, token, now, &ending)).await
     }
-    async fn next_due(&self) -> Result<Option<i64>> {
+    async fn next_due(&self) -> Result<Option<At>> {
         turns::next_due(&self.pool).await
     }
     async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
@@ -297,16 +294,10 @@ impl Sending for PgStore {
     async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
         retrying(|| outbox::claim_sends(&self.pool, &claim)).await
     }
-    async fn record_send(
-        &self,
-        id: i64,
-        attempt: u32,
-        now_ms: i64,
-        result: SendResult,
-    ) -> Result<()> {
-        retrying(|| outbox::record_send(&self.pool, id, attempt, now_ms, &result)).await
+    async fn record_send(&self, id: i64, attempt: u32, now: At, result: SendResult) -> Result<()> {
+        retrying(|| outbox::record_send(&self.pool, id, attempt, now, &result)).await
     }
-    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>> {
+    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<At>> {
         outbox::next_send_due(&self.pool, &skip).await
     }
 }
@@ -319,8 +310,8 @@ impl Reviews for PgStore {
     async fn review_item(&self, id: i64) -> Result<Option<ReviewEntry>> {
         review::item(&self.pool, id).await
     }
-    async fn resolve_review(&self, id: i64, now_ms: i64, resolution: Resolution) -> Result<()> {
-        retrying(|| review::resolve(&self.pool, id, now_ms, &resolution)).await
+    async fn resolve_review(&self, id: i64, now: At, resolution: Resolution) -> Result<()> {
+        retrying(|| review::resolve(&self.pool, id, now, &resolution)).await
     }
     async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>> {
         review::conversations(&self.pool, customer, turns).await
@@ -339,8 +330,8 @@ impl WebChat for PgStore {
     ) -> Result<Option<String>> {
         ingest::job_for_message(&self.pool, session_id, message_id).await
     }
-    async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>> {
-        ingest::chat_job(&self.pool, job_id, now_ms).await
+    async fn chat_job(&self, job_id: &str, now: At) -> Result<Option<ChatJob>> {
+        ingest::chat_job(&self.pool, job_id, now).await
     }
     async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>> {
         ingest::chat_history(&self.pool, session_id, limit).await
@@ -361,11 +352,11 @@ impl Inspection for PgStore {
     async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
         outbox::outbox(&self.pool, limit).await
     }
-    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats> {
-        turns::stats(&self.pool, since_ms).await
+    async fn turn_stats(&self, since: At) -> Result<TurnStats> {
+        turns::stats(&self.pool, since).await
     }
-    async fn gauges(&self, now_ms: i64) -> Result<Gauges> {
-        review::gauges(&self.pool, now_ms).await
+    async fn gauges(&self, now: At) -> Result<Gauges> {
+        review::gauges(&self.pool, now).await
     }
 }
 
@@ -383,4 +374,40 @@ impl Health for PgStore {
             ))),
         }
     }
+}
+
+/// Instants and provider timestamps are kept as BIGINT: milliseconds and seconds since the
+/// epoch.
+macro_rules! stored_as_bigint {
+    ($($ty:ty: $into:expr, $from:expr;)*) => {
+        $(
+            impl sqlx::Type<sqlx::Postgres> for $ty {
+                fn type_info() -> sqlx::postgres::PgTypeInfo {
+                    <i64 as sqlx::Type<sqlx::Postgres>>::type_info()
+                }
+            }
+
+            impl sqlx::Encode<'_, sqlx::Postgres> for $ty {
+                fn encode_by_ref(
+                    &self,
+                    buf: &mut sqlx::postgres::PgArgumentBuffer,
+                ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                    <i64 as sqlx::Encode<sqlx::Postgres>>::encode_by_ref(&$into(*self), buf)
+                }
+            }
+
+            impl sqlx::Decode<'_, sqlx::Postgres> for $ty {
+                fn decode(
+                    value: sqlx::postgres::PgValueRef<'_>,
+                ) -> std::result::Result<Self, sqlx::error::BoxDynError> {
+                    <i64 as sqlx::Decode<sqlx::Postgres>>::decode(value).map($from)
+                }
+            }
+        )*
+    };
+}
+
+stored_as_bigint! {
+    At: At::millis, At::from_millis;
+    UnixSeconds: |s: UnixSeconds| s.0, UnixSeconds;
 }

@@ -3,10 +3,10 @@
 //! fresh attempt number its outcome must carry; a send that may have left is never claimed
 //! again but waits for its status webhook.
 
-use sqlx::AssertSqlSafe;
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
 use super::{channel, limit, unavailable};
+use crate::clock::At;
 use crate::domain::{ConversationKey, InboundItem, ReviewReason};
 use crate::store::items::known;
 use crate::store::rules::part::{
@@ -40,10 +40,10 @@ pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Vec<
         sending = PartState::Sending,
         closed = PartState::WindowClosed,
     )))
-    .bind(claim.now_ms)
+    .bind(claim.now)
     .bind(&claim.halted)
     .bind(limit(Some(claim.limit)))
-    .bind(claim.now_ms + claim.lease_ms)
+    .bind(claim.now + claim.lease)
     .fetch_all(&mut *tx)
     .await
     .map_err(unavailable)?;
@@ -70,7 +70,7 @@ pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Vec<
                 attempt: count(9),
                 failures: count(10),
                 window_closed: r.get(11),
-                last_inbound_at_ms: r.get(12),
+                last_inbound_at: r.get(12),
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -83,7 +83,7 @@ pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Vec<
 /// row lock, so a status webhook naming it waits and then finds it moved.
 async fn settle_lapsed(conn: &mut PgConnection, claim: &SendClaim) -> Result<()> {
     let lapsed = Event::LeaseLapsed {
-        unknown_wait_ms: claim.unknown_wait_ms,
+        unknown_wait: claim.unknown_wait,
     };
     for (state, event) in [
         (PartState::Sending, lapsed),
@@ -92,12 +92,12 @@ async fn settle_lapsed(conn: &mut PgConnection, claim: &SendClaim) -> Result<()>
         let due: Vec<i64> =
             sqlx::query_scalar("SELECT id FROM outbox WHERE state = $1 AND send_until <= $2")
                 .bind(state.as_str())
-                .bind(claim.now_ms)
+                .bind(claim.now)
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(unavailable)?;
         for id in due {
-            step(conn, id, &event, claim.now_ms).await?;
+            step(conn, id, &event, claim.now).await?;
         }
     }
     Ok(())
@@ -107,7 +107,7 @@ pub(super) async fn record_send(
     pool: &PgPool,
     id: i64,
     attempt: u32,
-    now: i64,
+    now: At,
     result: &SendResult,
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
@@ -125,7 +125,7 @@ pub(super) async fn step(
     conn: &mut PgConnection,
     id: i64,
     event: &Event<'_>,
-    now: i64,
+    now: At,
 ) -> Result<Option<()>> {
     let Some(held) = load(conn, id).await? else {
         return Ok(None);
@@ -134,7 +134,7 @@ pub(super) async fn step(
         return Ok(None);
     };
     save(conn, id, &step.part, now).await?;
-    if let Some(until) = step.effects.hold_recipient_until_ms {
+    if let Some(until) = step.effects.hold_recipient_until {
         sqlx::query(
             "UPDATE conversations SET send_after = GREATEST(COALESCE(send_after, 0), $2)
              WHERE id = $1",
@@ -184,16 +184,16 @@ async fn load(conn: &mut PgConnection, id: i64) -> Result<Option<Held>> {
             delivery: delivery.as_deref().and_then(Delivery::parse),
             error_code: r.get(7),
             error: r.get(8),
-            next_attempt_at_ms: r.get(9),
-            until_ms: r.get(10),
-            sent_at_ms: r.get(11),
+            next_attempt_at: r.get(9),
+            until: r.get(10),
+            sent_at: r.get(11),
         },
         batch: r.get(12),
         conversation: r.get(13),
     }))
 }
 
-async fn save(conn: &mut PgConnection, id: i64, part: &Part, now: i64) -> Result<()> {
+async fn save(conn: &mut PgConnection, id: i64, part: &Part, now: At) -> Result<()> {
     sqlx::query(
         "UPDATE outbox SET state = $2, failures = $3, window_closed = $4, wamid = $5, kind = $6,
                 delivery = $7, error_code = $8, error = $9, next_attempt_at = $10,
@@ -209,9 +209,9 @@ async fn save(conn: &mut PgConnection, id: i64, part: &Part, now: i64) -> Result
     .bind(part.delivery.map(Delivery::as_str))
     .bind(part.error_code)
     .bind(&part.error)
-    .bind(part.next_attempt_at_ms)
-    .bind(part.until_ms)
-    .bind(part.sent_at_ms)
+    .bind(part.next_attempt_at)
+    .bind(part.until)
+    .bind(part.sent_at)
     .bind(now)
     .execute(&mut *conn)
     .await
@@ -226,7 +226,7 @@ async fn review(
     outbox: i64,
     reason: ReviewReason,
     error: Option<&str>,
-    now: i64,
+    now: At,
 ) -> Result<()> {
     sqlx::query(
         "INSERT INTO review (batch_id, outbox_id, reason, error, state, created_at)
@@ -252,7 +252,7 @@ async fn review(
 pub(super) async fn reconcile_status(
     conn: &mut PgConnection,
     item: &InboundItem,
-    now: i64,
+    now: At,
 ) -> Result<()> {
     let facts = &item.facts;
     let (Some(wamid), Some(delivery)) = (
@@ -306,7 +306,7 @@ async fn find_sent(
     .map_err(unavailable)
 }
 
-pub(super) async fn next_send_due(pool: &PgPool, skip: &[String]) -> Result<Option<i64>> {
+pub(super) async fn next_send_due(pool: &PgPool, skip: &[String]) -> Result<Option<At>> {
     sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT LEAST(
              (SELECT min(GREATEST(COALESCE(o.next_attempt_at, 0), COALESCE(c.send_after, 0)))
@@ -352,9 +352,9 @@ pub(super) async fn outbox(pool: &PgPool, count: Option<usize>) -> Result<Vec<Ou
                 },
                 text: r.get(6),
                 state: known(PartState::parse, r.get(7))?,
-                created_at_ms: r.get(8),
-                turn_started_at_ms: r.get(9),
-                turn_finished_at_ms: r.get(10),
+                created_at: r.get(8),
+                turn_started_at: r.get(9),
+                turn_finished_at: r.get(10),
                 kind: known(PartKind::parse, r.get(11))?,
                 attempts: count(12),
                 wamid: r.get(13),
@@ -364,7 +364,7 @@ pub(super) async fn outbox(pool: &PgPool, count: Option<usize>) -> Result<Vec<Ou
                     .transpose()?,
                 error_code: r.get(15),
                 error: r.get(16),
-                sent_at_ms: r.get(17),
+                sent_at: r.get(17),
             })
         })
         .collect()

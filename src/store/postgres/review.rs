@@ -1,12 +1,12 @@
 //! The people's side of the PostgreSQL store: the review queue, settling its items,
 //! conversations by customer, and the pipeline's counts (the SQLite backend's rules).
 
-use sqlx::AssertSqlSafe;
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
 use super::outbox;
 use super::turns::{conversation_history, load_batch, lock_conversation};
 use super::{channel, limit, unavailable};
+use crate::clock::At;
 use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::items::known;
 use crate::store::rules::part::Event;
@@ -30,7 +30,7 @@ async fn entries(
             conversation: batch.conversation,
             reason: known(ReviewReason::parse, r.get(2))?,
             error: r.get(3),
-            created_at_ms: r.get(4),
+            created_at: r.get(4),
             messages: batch.messages,
         });
     }
@@ -71,7 +71,7 @@ pub(super) async fn item(pool: &PgPool, id: i64) -> Result<Option<ReviewEntry>> 
 pub(super) async fn resolve(
     pool: &PgPool,
     id: i64,
-    now: i64,
+    now: At,
     resolution: &Resolution,
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
@@ -124,7 +124,7 @@ pub(super) async fn resolve(
 async fn person_reply(
     conn: &mut PgConnection,
     batch: i64,
-    now: i64,
+    now: At,
     text: &str,
     sandbox: bool,
 ) -> Result<()> {
@@ -161,7 +161,7 @@ async fn person_reply(
     .map_err(unavailable)
 }
 
-async fn requeue_batch(conn: &mut PgConnection, batch: i64, now: i64) -> Result<()> {
+async fn requeue_batch(conn: &mut PgConnection, batch: i64, now: At) -> Result<()> {
     sqlx::query(
         "UPDATE inbox SET state = 'pending', batch_id = NULL WHERE batch_id = $1 AND kind = 'message'",
     )
@@ -203,14 +203,14 @@ pub(super) async fn conversations(
                 business: r.get(2),
                 customer: r.get(3),
             },
-            last_inbound_at_ms: r.get(4),
+            last_inbound_at: r.get(4),
             history: conversation_history(pool, r.get(0), i64::MAX, turns).await?,
         });
     }
     Ok(views)
 }
 
-pub(super) async fn gauges(pool: &PgPool, now: i64) -> Result<Gauges> {
+pub(super) async fn gauges(pool: &PgPool, now: At) -> Result<Gauges> {
     let row = sqlx::query(
         "SELECT
              (SELECT count(*) FROM conversations WHERE due_at <= $1 AND open_batch_id IS NULL),

@@ -1,9 +1,12 @@
 //! The engine's side of the PostgreSQL store: claims under `FOR UPDATE SKIP LOCKED`, leases
 //! with fencing tokens checked under `FOR UPDATE`, turn endings, history and usage.
 
+use std::time::Duration;
+
 use sqlx::{PgConnection, PgPool, Row};
 
 use super::{channel, limit, unavailable};
+use crate::clock::At;
 use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
@@ -12,8 +15,8 @@ use crate::store::{Ending, Error, HistoryEntry, Result, Speaker, TurnStats, Turn
 /// Claims due work, of one channel's conversations only when `channel` is given.
 pub(super) async fn claim(
     pool: &PgPool,
-    now: i64,
-    lease: i64,
+    now: At,
+    lease: Duration,
     count: usize,
     channel: Option<Channel>,
 ) -> Result<Vec<Claim>> {
@@ -31,8 +34,8 @@ pub(super) async fn claim(
 /// Batches whose lease lapsed or whose retry time came; rows another claimer holds are skipped.
 async fn reclaim(
     conn: &mut PgConnection,
-    now: i64,
-    lease: i64,
+    now: At,
+    lease: Duration,
     count: usize,
     channel: Option<&str>,
 ) -> Result<Vec<Claim>> {
@@ -72,8 +75,8 @@ async fn reclaim(
 /// batch never starts before the conversation's previous one finished (clocks may disagree).
 async fn open_batches(
     conn: &mut PgConnection,
-    now: i64,
-    lease: i64,
+    now: At,
+    lease: Duration,
     count: usize,
     channel: Option<&str>,
 ) -> Result<Vec<Claim>> {
@@ -163,7 +166,7 @@ pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch
         text: r.get(3),
         media_id: r.get(4),
         provider_ts: r.get(5),
-        received_at_ms: r.get(6),
+        received_at: r.get(6),
         user: r.get(7),
         address: r.get(8),
     })
@@ -172,7 +175,7 @@ pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch
         id,
         conversation,
         messages,
-        due_at_ms: row.get(3),
+        due_at: row.get(3),
     })
 }
 
@@ -197,8 +200,8 @@ pub(super) async fn renew(
     pool: &PgPool,
     batch: i64,
     token: LeaseToken,
-    now: i64,
-    lease: i64,
+    now: At,
+    lease: Duration,
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
     check_token(&mut tx, batch, token).await?;
@@ -216,7 +219,7 @@ pub(super) async fn finish(
     pool: &PgPool,
     batch: i64,
     token: LeaseToken,
-    now: i64,
+    now: At,
     ending: &Ending,
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
@@ -226,13 +229,13 @@ pub(super) async fn finish(
             write_reply(&mut tx, batch, conversation, now, parts, *sandbox).await?;
             close(&mut tx, batch, conversation, now, "done", "answered").await?;
         }
-        Ending::RetryAt { at_ms, error } => {
+        Ending::RetryAt { at, error } => {
             sqlx::query(
                 "UPDATE batches SET state = 'waiting', lease_until = NULL, next_attempt_at = $2,
                         last_error = $3 WHERE id = $1",
             )
             .bind(batch)
-            .bind(at_ms)
+            .bind(at)
             .bind(error)
             .execute(&mut *tx)
             .await
@@ -258,7 +261,7 @@ async fn write_reply(
     conn: &mut PgConnection,
     batch: i64,
     conversation: i64,
-    now: i64,
+    now: At,
     parts: &[ReplyPart],
     sandbox: bool,
 ) -> Result<()> {
@@ -305,7 +308,7 @@ async fn to_review(
     conn: &mut PgConnection,
     batch: i64,
     conversation: i64,
-    now: i64,
+    now: At,
     reason: ReviewReason,
     error: Option<&str>,
 ) -> Result<()> {
@@ -333,7 +336,7 @@ async fn close(
     conn: &mut PgConnection,
     batch: i64,
     conversation: i64,
-    now: i64,
+    now: At,
     state: &str,
     messages: &str,
 ) -> Result<()> {
@@ -356,7 +359,7 @@ async fn close(
 }
 
 /// `UPDATE ... WHERE id = $1` with one more value.
-async fn exec(conn: &mut PgConnection, sql: &'static str, id: i64, value: i64) -> Result<()> {
+async fn exec(conn: &mut PgConnection, sql: &'static str, id: i64, value: At) -> Result<()> {
     sqlx::query(sql)
         .bind(id)
         .bind(value)
@@ -366,7 +369,7 @@ async fn exec(conn: &mut PgConnection, sql: &'static str, id: i64, value: i64) -
         .map_err(unavailable)
 }
 
-pub(super) async fn next_due(pool: &PgPool) -> Result<Option<i64>> {
+pub(super) async fn next_due(pool: &PgPool) -> Result<Option<At>> {
     sqlx::query_scalar(
         "SELECT LEAST(
              (SELECT min(due_at) FROM conversations WHERE open_batch_id IS NULL AND due_at IS NOT NULL),
@@ -422,7 +425,7 @@ pub(super) async fn conversation_history(
     Ok(rows
         .iter()
         .map(|r| HistoryEntry {
-            at_ms: r.get(0),
+            at: r.get(0),
             speaker: match r.get::<i32, _>(1) {
                 0 => Speaker::Customer,
                 1 => Speaker::Business,
@@ -461,7 +464,7 @@ pub(super) async fn add_usage(pool: &PgPool, batch: i64, usage: TurnUsage) -> Re
     .map_err(unavailable)
 }
 
-pub(super) async fn stats(pool: &PgPool, since: i64) -> Result<TurnStats> {
+pub(super) async fn stats(pool: &PgPool, since: At) -> Result<TurnStats> {
     let row = sqlx::query(
         "SELECT count(*) FILTER (WHERE state = 'done' AND prompt_tokens IS NULL),
                 count(*) FILTER (WHERE state = 'done' AND prompt_tokens IS NOT NULL),

@@ -18,6 +18,7 @@ mod names;
 mod wire;
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::{RedisError, Script};
@@ -36,6 +37,7 @@ use super::{
     Resolution, Result, ReviewEntry, ReviewQuery, Reviews, SendClaim, SendJob, SendResult, Sending,
     StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
+use crate::clock::{At, millis};
 use crate::domain::{Channel, Claim, ItemKind, LeaseToken};
 use crate::store::items::question_item;
 
@@ -292,10 +294,10 @@ fn count(n: usize) -> usize {
 
 /// The largest integer the script's numbers (Lua doubles) hold exactly, and its JSON writes
 /// without an exponent: "never" as a time.
-const LATEST_MS: i64 = 99_999_999_999_999;
+const LATEST: At = At::from_millis(99_999_999_999_999);
 
-fn exact(ms: i64) -> i64 {
-    ms.min(LATEST_MS)
+fn exact(at: At) -> At {
+    at.min(LATEST)
 }
 
 #[async_trait]
@@ -313,7 +315,7 @@ impl Intake for RedisStore {
             duplicates: receipt.duplicates,
             anomalies: receipt.anomalies.0.len(),
             quarantined: receipt.quarantined,
-            earliest_due_ms: receipt.due,
+            earliest_due: receipt.due,
         })
     }
 }
@@ -322,39 +324,33 @@ impl Intake for RedisStore {
 impl Turns for RedisStore {
     async fn claim(
         &self,
-        now_ms: i64,
-        lease_ms: i64,
+        now: At,
+        lease: Duration,
         limit: usize,
         channel: Option<Channel>,
     ) -> Result<Vec<Claim>> {
         let raw: List<RawClaim> = self
             .call(
                 "claim",
-                json!({"now": now_ms, "lease": lease_ms, "limit": count(limit),
+                json!({"now": now, "lease": millis(lease), "limit": count(limit),
                        "ch": channel.map(Channel::as_str)}),
             )
             .await?;
         raw.0.into_iter().map(RawClaim::into_claim).collect()
     }
-    async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()> {
-        let args = json!({"batch": batch, "token": token.0, "now": now_ms, "lease": lease_ms});
+    async fn renew(&self, batch: i64, token: LeaseToken, now: At, lease: Duration) -> Result<()> {
+        let args = json!({"batch": batch, "token": token.0, "now": now, "lease": millis(lease)});
         let _: bool = self.call("renew", args).await?;
         Ok(())
     }
-    async fn finish(
-        &self,
-        batch: i64,
-        token: LeaseToken,
-        now_ms: i64,
-        ending: Ending,
-    ) -> Result<()> {
+    async fn finish(&self, batch: i64, token: LeaseToken, now: At, ending: Ending) -> Result<()> {
         let args = json!({
-            "batch": batch, "token": token.0, "now": now_ms, "ending": wire::ending(&ending),
+            "batch": batch, "token": token.0, "now": now, "ending": wire::ending(&ending),
         });
         let _: bool = self.call("finish", args).await?;
         Ok(())
     }
-    async fn next_due(&self) -> Result<Option<i64>> {
+    async fn next_due(&self) -> Result<Option<At>> {
         self.call("next_due", json!({})).await
     }
     async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
@@ -389,26 +385,20 @@ impl Turns for RedisStore {
 impl Sending for RedisStore {
     async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
         let args = json!({
-            "now": claim.now_ms, "lease": claim.lease_ms, "unknown_wait": claim.unknown_wait_ms,
+            "now": claim.now, "lease": millis(claim.lease), "unknown_wait": millis(claim.unknown_wait),
             "limit": count(claim.limit), "halted": claim.halted,
         });
         let raw: List<RawSendJob> = self.call("claim_sends", args).await?;
         raw.0.into_iter().map(RawSendJob::into_job).collect()
     }
-    async fn record_send(
-        &self,
-        id: i64,
-        attempt: u32,
-        now_ms: i64,
-        result: SendResult,
-    ) -> Result<()> {
+    async fn record_send(&self, id: i64, attempt: u32, now: At, result: SendResult) -> Result<()> {
         let args = json!({
-            "id": id, "attempt": attempt, "now": now_ms, "result": wire::send_result(&result),
+            "id": id, "attempt": attempt, "now": now, "result": wire::send_result(&result),
         });
         let _: bool = self.call("record_send", args).await?;
         Ok(())
     }
-    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>> {
+    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<At>> {
         self.call("next_send_due", json!({"skip": skip})).await
     }
 }
@@ -427,8 +417,8 @@ impl Reviews for RedisStore {
         let raw: Option<RawReview> = self.call("review_item", json!({"id": id})).await?;
         raw.map(RawReview::into_entry).transpose()
     }
-    async fn resolve_review(&self, id: i64, now_ms: i64, resolution: Resolution) -> Result<()> {
-        let args = json!({"id": id, "now": now_ms, "resolution": wire::resolution(&resolution)});
+    async fn resolve_review(&self, id: i64, now: At, resolution: Resolution) -> Result<()> {
+        let args = json!({"id": id, "now": now, "resolution": wire::resolution(&resolution)});
         let _: bool = self.call("resolve_review", args).await?;
         Ok(())
     }
@@ -447,13 +437,13 @@ impl Reviews for RedisStore {
 impl WebChat for RedisStore {
     async fn submit_chat(&self, s: ChatSubmission) -> Result<Submitted> {
         let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
-        let item = wire::item(&question_item(&s, key.clone()));
+        let item = wire::item(&question_item(&s, key.clone()), s.now);
         let args = json!({
-            "key": key, "session": s.session_id, "job": s.job_id, "now": s.now_ms,
-            "expires": exact(s.now_ms.saturating_add(s.keep_ms)), "per_minute": s.per_minute,
+            "key": key, "session": s.session_id, "job": s.job_id, "now": s.now,
+            "expires": exact(s.now + s.keep), "per_minute": s.per_minute,
             "max_queue": s.max_queue,
             "item": item,
-            "window": s.policy.window_ms, "cap": s.policy.cap_ms,
+            "window": millis(s.policy.window), "cap": millis(s.policy.cap),
         });
         let raw: RawReceipt = self.call("submit_chat", args).await?;
         if raw.limited {
@@ -468,7 +458,7 @@ impl WebChat for RedisStore {
         Ok(Submitted::Job(ChatReceipt {
             job_id,
             created: raw.created,
-            earliest_due_ms: raw.due,
+            earliest_due: raw.due,
         }))
     }
     async fn chat_job_for_message(
@@ -479,9 +469,9 @@ impl WebChat for RedisStore {
         let key = message_key(session_id, message_id);
         self.call("job_for_message", json!({"key": key})).await
     }
-    async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>> {
+    async fn chat_job(&self, job_id: &str, now: At) -> Result<Option<ChatJob>> {
         let raw: Option<RawJob> = self
-            .call("chat_job", json!({"job": job_id, "now": now_ms}))
+            .call("chat_job", json!({"job": job_id, "now": now}))
             .await?;
         Ok(raw.map(|j| j.into_job(job_id)))
     }
@@ -534,12 +524,12 @@ impl Inspection for RedisStore {
             .await?;
         raw.into_iter().map(RawPart::into_entry).collect()
     }
-    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats> {
-        let stats: RawStats = self.call("turn_stats", json!({"since": since_ms})).await?;
+    async fn turn_stats(&self, since: At) -> Result<TurnStats> {
+        let stats: RawStats = self.call("turn_stats", json!({"since": since})).await?;
         Ok(stats.into())
     }
-    async fn gauges(&self, now_ms: i64) -> Result<Gauges> {
-        let raw: RawGauges = self.call("gauges", json!({"now": now_ms})).await?;
+    async fn gauges(&self, now: At) -> Result<Gauges> {
+        let raw: RawGauges = self.call("gauges", json!({"now": now})).await?;
         Ok(raw.into())
     }
 }

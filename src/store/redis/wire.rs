@@ -4,11 +4,12 @@
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
+use crate::clock::{At, UnixSeconds, millis};
 use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
     ReplyPart, ReviewReason,
 };
-use crate::store::items::{Encoded, amendment, known, quarantine_hash, status_of};
+use crate::store::items::{Encoded, amendment, known, quarantine_hash, sent_at, status_of};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::{Delivery, PartKind, PartState};
 use crate::store::rules::review::ReviewState;
@@ -54,10 +55,10 @@ fn conversation(ch: &str, biz: String, cust: String) -> Result<ConversationKey> 
 /// A delivery as the script takes it: each item with its hash, and what a status settles.
 pub(super) fn delivery(d: &Ingest) -> Value {
     json!({
-        "recv": d.received_at_ms,
-        "window": d.policy.window_ms,
-        "cap": d.policy.cap_ms,
-        "items": d.items.iter().map(item).collect::<Vec<_>>(),
+        "recv": d.received_at,
+        "window": millis(d.policy.window),
+        "cap": millis(d.policy.cap),
+        "items": d.items.iter().map(|i| item(i, d.received_at)).collect::<Vec<_>>(),
         "quarantined": d.quarantined.iter().map(|q| json!({
             "ch": q.channel.as_str(),
             "reason": q.reason,
@@ -67,7 +68,9 @@ pub(super) fn delivery(d: &Ingest) -> Value {
     })
 }
 
-pub(super) fn item(item: &InboundItem) -> Value {
+/// One item as the script keeps it; `sent` is when its customer sent it, which starts the
+/// 24-hour window.
+pub(super) fn item(item: &InboundItem, received_at: At) -> Value {
     let Encoded { facts, hash } = Encoded::of(item);
     json!({
         "ch": item.channel.as_str(),
@@ -79,6 +82,7 @@ pub(super) fn item(item: &InboundItem) -> Value {
         "text": item.text,
         "media": item.media_id,
         "pts": item.provider_ts,
+        "sent": sent_at(item, received_at),
         "hash": hex::encode(hash),
         "facts": facts,
         "turn": item.turn.as_ref().map(|t| json!({
@@ -128,7 +132,7 @@ pub(super) fn ending(e: &Ending) -> Value {
         Ending::Replied { parts: p, sandbox } => {
             json!({"kind": "replied", "parts": parts(p), "sandbox": sandbox})
         }
-        Ending::RetryAt { at_ms, error } => json!({"kind": "retry", "at": at_ms, "error": error}),
+        Ending::RetryAt { at, error } => json!({"kind": "retry", "at": at, "error": error}),
         Ending::Review { reason, error } => {
             json!({"kind": "review", "reason": reason.as_str(), "error": error})
         }
@@ -145,28 +149,27 @@ pub(super) fn send_result(r: &SendResult) -> Value {
         SendResult::Accepted {
             wamid,
             template,
-            next_send_at_ms,
+            next_send_at,
         } => {
-            json!({"kind": "accepted", "wamid": wamid, "template": template, "next": next_send_at_ms})
+            json!({"kind": "accepted", "wamid": wamid, "template": template, "next": next_send_at})
         }
         SendResult::Retry {
-            at_ms,
+            at,
             failure,
             code,
             error,
-            recipient_after_ms,
+            recipient_after,
         } => json!({
-            "kind": "retry", "at": at_ms, "failure": failure, "code": code, "error": error,
-            "recipient_after": recipient_after_ms,
+            "kind": "retry", "at": at, "failure": failure, "code": code, "error": error,
+            "recipient_after": recipient_after,
         }),
         SendResult::Untried => json!({"kind": "untried"}),
         SendResult::WindowClosed { code, error } => {
             json!({"kind": "window_closed", "code": code, "error": error})
         }
-        SendResult::Unknown {
-            error,
-            wait_until_ms,
-        } => json!({"kind": "unknown", "error": error, "wait_until": wait_until_ms}),
+        SendResult::Unknown { error, wait_until } => {
+            json!({"kind": "unknown", "error": error, "wait_until": wait_until})
+        }
         SendResult::Review {
             reason,
             code,
@@ -191,7 +194,7 @@ pub(super) struct Receipt {
     pub(super) duplicates: usize,
     pub(super) anomalies: List<String>,
     pub(super) quarantined: usize,
-    pub(super) due: Option<i64>,
+    pub(super) due: Option<At>,
 }
 
 /// One page of a listing, and where the next one starts.
@@ -210,8 +213,8 @@ pub(super) struct RawMessage {
     item_type: Option<String>,
     text: Option<String>,
     media: Option<String>,
-    pts: Option<i64>,
-    recv: i64,
+    pts: Option<UnixSeconds>,
+    recv: At,
     #[serde(default)]
     user: Option<String>,
     #[serde(default)]
@@ -224,7 +227,7 @@ pub(super) struct RawBatch {
     ch: String,
     biz: String,
     cust: String,
-    due: i64,
+    due: At,
     messages: List<RawMessage>,
 }
 
@@ -243,7 +246,7 @@ impl RawBatch {
                 text: m.text,
                 media_id: m.media,
                 provider_ts: m.pts,
-                received_at_ms: m.recv,
+                received_at: m.recv,
                 user: m.user,
                 address: m.address,
             })
@@ -253,7 +256,7 @@ impl RawBatch {
             id: self.id,
             conversation: conversation(&self.ch, self.biz, self.cust)?,
             messages,
-            due_at_ms: self.due,
+            due_at: self.due,
         })
     }
 }
@@ -289,8 +292,8 @@ pub(super) struct RawItem {
     item_type: Option<String>,
     text: Option<String>,
     media: Option<String>,
-    pts: Option<i64>,
-    recv: i64,
+    pts: Option<UnixSeconds>,
+    recv: At,
     state: String,
     batch: Option<i64>,
     facts: String,
@@ -315,7 +318,7 @@ impl RawItem {
                 facts: serde_json::from_str(&self.facts)
                     .map_err(|e| Error::Schema(format!("undecodable facts: {e}")))?,
             },
-            received_at_ms: self.recv,
+            received_at: self.recv,
             state: known(ItemState::parse, &self.state)?,
             batch: self.batch,
         })
@@ -326,7 +329,7 @@ impl RawItem {
 pub(super) struct RawQuarantined {
     id: i64,
     ch: String,
-    recv: i64,
+    recv: At,
     reason: String,
     raw: String,
 }
@@ -335,7 +338,7 @@ impl RawQuarantined {
     pub(super) fn into_quarantined(self) -> Result<StoredQuarantine> {
         Ok(StoredQuarantine {
             id: self.id,
-            received_at_ms: self.recv,
+            received_at: self.recv,
             quarantined: crate::domain::Quarantined {
                 channel: channel(&self.ch)?,
                 reason: self.reason,
@@ -361,10 +364,10 @@ pub(super) struct RawPart {
     delivery: Option<String>,
     error_code: Option<i64>,
     error: Option<String>,
-    created: i64,
-    sent: Option<i64>,
-    started: i64,
-    finished: i64,
+    created: At,
+    sent: Option<At>,
+    started: At,
+    finished: At,
 }
 
 impl RawPart {
@@ -385,10 +388,10 @@ impl RawPart {
                 .transpose()?,
             error_code: self.error_code,
             error: self.error,
-            created_at_ms: self.created,
-            sent_at_ms: self.sent,
-            turn_started_at_ms: self.started,
-            turn_finished_at_ms: self.finished,
+            created_at: self.created,
+            sent_at: self.sent,
+            turn_started_at: self.started,
+            turn_finished_at: self.finished,
         })
     }
 }
@@ -407,7 +410,7 @@ pub(super) struct RawSendJob {
     attempt: u32,
     failures: u32,
     window_closed: bool,
-    last_in: Option<i64>,
+    last_in: Option<At>,
 }
 
 impl RawSendJob {
@@ -426,7 +429,7 @@ impl RawSendJob {
             attempt: self.attempt,
             failures: self.failures,
             window_closed: self.window_closed,
-            last_inbound_at_ms: self.last_in,
+            last_inbound_at: self.last_in,
         })
     }
 }
@@ -439,7 +442,7 @@ pub(super) struct RawReview {
     state: String,
     reason: String,
     error: Option<String>,
-    created: i64,
+    created: At,
 }
 
 impl RawReview {
@@ -453,7 +456,7 @@ impl RawReview {
             conversation: batch.conversation,
             reason: known(ReviewReason::parse, &self.reason)?,
             error: self.error,
-            created_at_ms: self.created,
+            created_at: self.created,
             messages: batch.messages,
         })
     }
@@ -461,7 +464,7 @@ impl RawReview {
 
 #[derive(Deserialize)]
 pub(super) struct RawLine {
-    at: i64,
+    at: At,
     speaker: String,
     text: String,
 }
@@ -471,7 +474,7 @@ pub(super) fn history(lines: List<RawLine>) -> Vec<HistoryEntry> {
         .0
         .into_iter()
         .map(|l| HistoryEntry {
-            at_ms: l.at,
+            at: l.at,
             speaker: match l.speaker.as_str() {
                 "customer" => Speaker::Customer,
                 "business" => Speaker::Business,
@@ -487,7 +490,7 @@ pub(super) struct RawConversation {
     ch: String,
     biz: String,
     cust: String,
-    last_in: Option<i64>,
+    last_in: Option<At>,
     history: List<RawLine>,
 }
 
@@ -495,7 +498,7 @@ impl RawConversation {
     pub(super) fn into_view(self) -> Result<ConversationView> {
         Ok(ConversationView {
             conversation: conversation(&self.ch, self.biz, self.cust)?,
-            last_inbound_at_ms: self.last_in,
+            last_inbound_at: self.last_in,
             history: history(self.history),
         })
     }
@@ -552,7 +555,7 @@ pub(super) struct RawReceipt {
     pub(super) job: Option<String>,
     #[serde(default)]
     pub(super) created: bool,
-    pub(super) due: Option<i64>,
+    pub(super) due: Option<At>,
     #[serde(default)]
     pub(super) limited: bool,
     #[serde(default)]
@@ -562,7 +565,7 @@ pub(super) struct RawReceipt {
 #[derive(Deserialize)]
 pub(super) struct RawJob {
     session: String,
-    created: i64,
+    created: At,
     state: String,
     position: Option<u64>,
     answer: Option<String>,
@@ -578,7 +581,7 @@ impl RawJob {
             stage: self.stage,
             position: self.position,
             answer: self.answer,
-            created_at_ms: self.created,
+            created_at: self.created,
         }
     }
 }
@@ -588,7 +591,7 @@ pub(super) struct RawExchange {
     job: String,
     question: String,
     state: String,
-    created: i64,
+    created: At,
     answer: Option<String>,
 }
 
@@ -599,7 +602,7 @@ impl From<RawExchange> for ChatExchange {
             question: e.question,
             answer: e.answer,
             status: status_of(&e.state),
-            asked_at_ms: e.created,
+            asked_at: e.created,
         }
     }
 }

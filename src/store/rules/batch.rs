@@ -2,6 +2,7 @@
 //! lease whose fencing token every write carries; a conversation has at most one batch open.
 
 use super::named;
+use crate::clock::At;
 use crate::domain::LeaseToken;
 use crate::store::Ending;
 
@@ -38,12 +39,12 @@ pub struct Lease {
     /// The latest token handed out.
     pub token: LeaseToken,
     /// While running: when the lease lapses; while waiting: the retry time.
-    pub until_ms: i64,
+    pub until: At,
 }
 
 /// May the batch be claimed again at `now` (a lapsed lease, or its retry time came)?
-pub fn reclaimable(lease: &Lease, now: i64) -> bool {
-    lease.state.open() && lease.until_ms <= now
+pub fn reclaimable(lease: &Lease, now: At) -> bool {
+    lease.state.open() && lease.until <= now
 }
 
 /// Does a write carrying `token` still speak for the batch? Only the latest token of a running
@@ -72,7 +73,7 @@ mod tests {
             let lease = Lease {
                 state: *state,
                 token: LeaseToken(3),
-                until_ms: 100,
+                until: At::from_millis(100),
             };
             assert_eq!(holds(&lease, LeaseToken(3)), *state == BatchState::Running);
             assert!(!holds(&lease, LeaseToken(2)));
@@ -86,10 +87,10 @@ mod tests {
             let lease = Lease {
                 state: *state,
                 token: LeaseToken(1),
-                until_ms: 100,
+                until: At::from_millis(100),
             };
-            assert_eq!(reclaimable(&lease, 100), state.open());
-            assert!(!reclaimable(&lease, 99));
+            assert_eq!(reclaimable(&lease, At::from_millis(100)), state.open());
+            assert!(!reclaimable(&lease, At::from_millis(99)));
         }
     }
 
@@ -101,7 +102,7 @@ mod tests {
                 sandbox: false,
             },
             Ending::RetryAt {
-                at_ms: 1,
+                at: At::from_millis(1),
                 error: String::new(),
             },
             Ending::Review {

@@ -7,8 +7,10 @@
 //! writes the part it returns with its [`Effects`].
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use super::{named, sql_list};
+use crate::clock::At;
 use crate::domain::ReviewReason;
 use crate::store::SendResult;
 
@@ -148,11 +150,11 @@ pub struct Part {
     pub error_code: Option<i64>,
     pub error: Option<String>,
     /// Not to be claimed before this.
-    pub next_attempt_at_ms: Option<i64>,
+    pub next_attempt_at: Option<At>,
     /// While sending: when the send lease lapses; while unknown: when the wait for a status ends.
-    pub until_ms: Option<i64>,
+    pub until: Option<At>,
     /// When Meta took it.
-    pub sent_at_ms: Option<i64>,
+    pub sent_at: Option<At>,
 }
 
 impl Part {
@@ -168,9 +170,9 @@ impl Part {
             delivery: None,
             error_code: None,
             error: None,
-            next_attempt_at_ms: None,
-            until_ms: None,
-            sent_at_ms: None,
+            next_attempt_at: None,
+            until: None,
+            sent_at: None,
         }
     }
 }
@@ -188,14 +190,14 @@ pub struct Status<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event<'a> {
     /// A sender claims it, holding it until `now + lease`.
-    Claim { lease_ms: i64 },
+    Claim { lease: Duration },
     /// The sender of `attempt` says how the send ended.
     Outcome {
         attempt: u32,
         result: &'a SendResult,
     },
     /// The send lease lapsed with no outcome (the sender died or hung): it may have left.
-    LeaseLapsed { unknown_wait_ms: i64 },
+    LeaseLapsed { unknown_wait: Duration },
     /// The wait for a status webhook ended with none.
     WaitOver,
     /// A status webhook named it, by Meta's id or by the send's callback data.
@@ -210,7 +212,7 @@ pub struct Effects {
     /// Open (or open again) the part's review item, with this reason and error.
     pub review: Option<(ReviewReason, String)>,
     /// Hold back every part to this recipient until then.
-    pub hold_recipient_until_ms: Option<i64>,
+    pub hold_recipient_until: Option<At>,
 }
 
 /// The part after a step, and what else to do.
@@ -237,11 +239,11 @@ pub enum Refused {
 ///
 /// # Errors
 /// [`Refused`] when the event does not apply to the part as it is.
-pub fn next(part: &Part, event: &Event<'_>, now: i64) -> Result<Step, Refused> {
+pub fn next(part: &Part, event: &Event<'_>, now: At) -> Result<Step, Refused> {
     match event {
-        Event::Claim { lease_ms } => claim(part, now, *lease_ms),
+        Event::Claim { lease } => claim(part, now, *lease),
         Event::Outcome { attempt, result } => outcome(part, *attempt, result, now),
-        Event::LeaseLapsed { unknown_wait_ms } => lapse(part, now, *unknown_wait_ms),
+        Event::LeaseLapsed { unknown_wait } => lapse(part, now, *unknown_wait),
         Event::WaitOver => wait_over(part, now),
         Event::Status(status) => status_of(part, status, now),
         Event::Requeue => requeue(part),
@@ -255,18 +257,18 @@ fn moved(part: Part) -> Result<Step, Refused> {
     })
 }
 
-fn claim(part: &Part, now: i64, lease_ms: i64) -> Result<Step, Refused> {
+fn claim(part: &Part, now: At, lease: Duration) -> Result<Step, Refused> {
     if !part.state.claimable() {
         return Err(Refused::State);
     }
-    if part.next_attempt_at_ms.is_some_and(|at| at > now) {
+    if part.next_attempt_at.is_some_and(|at| at > now) {
         return Err(Refused::NotYet);
     }
     moved(Part {
         state: PartState::Sending,
         attempts: part.attempts + 1,
         window_closed: part.state == PartState::WindowClosed,
-        until_ms: Some(now + lease_ms),
+        until: Some(now + lease),
         ..part.clone()
     })
 }
@@ -280,7 +282,7 @@ fn back(part: &Part) -> PartState {
     }
 }
 
-fn outcome(part: &Part, attempt: u32, result: &SendResult, now: i64) -> Result<Step, Refused> {
+fn outcome(part: &Part, attempt: u32, result: &SendResult, now: At) -> Result<Step, Refused> {
     if part.state != PartState::Sending {
         return Err(Refused::State);
     }
@@ -300,38 +302,35 @@ fn outcome(part: &Part, attempt: u32, result: &SendResult, now: i64) -> Result<S
         SendResult::Accepted {
             wamid,
             template,
-            next_send_at_ms,
-        } => return accepted(part, wamid, *template, *next_send_at_ms, now),
+            next_send_at,
+        } => return accepted(part, wamid, *template, *next_send_at, now),
         SendResult::Retry {
-            at_ms,
+            at,
             failure,
             code,
             error,
-            recipient_after_ms,
+            recipient_after,
         } => {
-            effects.hold_recipient_until_ms = *recipient_after_ms;
+            effects.hold_recipient_until = *recipient_after;
             Part {
                 state: back(part),
-                next_attempt_at_ms: Some(*at_ms),
+                next_attempt_at: Some(*at),
                 failures: part.failures + u32::from(*failure),
                 error_code: *code,
                 error: Some(error.clone()),
-                until_ms: None,
+                until: None,
                 ..part.clone()
             }
         }
         SendResult::Untried => Part {
             state: back(part),
-            until_ms: None,
+            until: None,
             ..part.clone()
         },
         SendResult::WindowClosed { code, error } => closed_window(part, *code, error.clone()),
-        SendResult::Unknown {
-            error,
-            wait_until_ms,
-        } => Part {
+        SendResult::Unknown { error, wait_until } => Part {
             state: PartState::Unknown,
-            until_ms: Some(*wait_until_ms),
+            until: Some(*wait_until),
             error: Some(error.clone()),
             ..part.clone()
         },
@@ -349,7 +348,7 @@ fn outcome(part: &Part, attempt: u32, result: &SendResult, now: i64) -> Result<S
                 },
                 error_code: *code,
                 error: Some(error.clone()),
-                until_ms: None,
+                until: None,
                 ..part.clone()
             }
         }
@@ -361,8 +360,8 @@ fn accepted(
     part: &Part,
     wamid: &str,
     template: bool,
-    next_send_at_ms: i64,
-    now: i64,
+    next_send_at: At,
+    now: At,
 ) -> Result<Step, Refused> {
     Ok(Step {
         part: Part {
@@ -373,12 +372,12 @@ fn accepted(
             } else {
                 PartKind::Text
             },
-            sent_at_ms: Some(now),
-            until_ms: None,
+            sent_at: Some(now),
+            until: None,
             ..part.clone()
         },
         effects: Effects {
-            hold_recipient_until_ms: Some(next_send_at_ms),
+            hold_recipient_until: Some(next_send_at),
             review: None,
         },
     })
@@ -394,31 +393,31 @@ fn closed_window(part: &Part, code: Option<i64>, error: String) -> Part {
         delivery: None,
         error_code: code,
         error: Some(error),
-        next_attempt_at_ms: None,
-        until_ms: None,
+        next_attempt_at: None,
+        until: None,
         ..part.clone()
     }
 }
 
-fn lapse(part: &Part, now: i64, unknown_wait_ms: i64) -> Result<Step, Refused> {
+fn lapse(part: &Part, now: At, unknown_wait: Duration) -> Result<Step, Refused> {
     if part.state != PartState::Sending {
         return Err(Refused::State);
     }
-    if part.until_ms.is_some_and(|until| until > now) {
+    if part.until.is_some_and(|until| until > now) {
         return Err(Refused::NotYet);
     }
     // A status webhook named it meanwhile: it left after all.
     let part = if part.wamid.is_some() {
         Part {
             state: PartState::Accepted,
-            sent_at_ms: Some(part.sent_at_ms.unwrap_or(now)),
-            until_ms: None,
+            sent_at: Some(part.sent_at.unwrap_or(now)),
+            until: None,
             ..part.clone()
         }
     } else {
         Part {
             state: PartState::Unknown,
-            until_ms: Some(now + unknown_wait_ms),
+            until: Some(now + unknown_wait),
             error: Some(
                 part.error
                     .clone()
@@ -430,11 +429,11 @@ fn lapse(part: &Part, now: i64, unknown_wait_ms: i64) -> Result<Step, Refused> {
     moved(part)
 }
 
-fn wait_over(part: &Part, now: i64) -> Result<Step, Refused> {
+fn wait_over(part: &Part, now: At) -> Result<Step, Refused> {
     if part.state != PartState::Unknown {
         return Err(Refused::State);
     }
-    if part.until_ms.is_some_and(|until| until > now) {
+    if part.until.is_some_and(|until| until > now) {
         return Err(Refused::NotYet);
     }
     let why = "no status webhook named this send in time; it may or may not have been delivered";
@@ -445,12 +444,12 @@ fn wait_over(part: &Part, now: i64) -> Result<Step, Refused> {
         },
         effects: Effects {
             review: Some((ReviewReason::UnknownOutcome, why.to_owned())),
-            hold_recipient_until_ms: None,
+            hold_recipient_until: None,
         },
     })
 }
 
-fn status_of(part: &Part, status: &Status<'_>, now: i64) -> Result<Step, Refused> {
+fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused> {
     // A status names a part by Meta's id, or, before the part has one, by the callback data of
     // a send that may be under way or recorded.
     let named = match &part.wamid {
@@ -474,8 +473,8 @@ fn status_of(part: &Part, status: &Status<'_>, now: i64) -> Result<Step, Refused
         PartState::Unknown => {
             part.state = PartState::Accepted;
             part.wamid = Some(status.wamid.to_owned());
-            part.sent_at_ms = Some(part.sent_at_ms.unwrap_or(now));
-            part.until_ms = None;
+            part.sent_at = Some(part.sent_at.unwrap_or(now));
+            part.until = None;
             changed = true;
         }
         _ => {}
@@ -511,7 +510,7 @@ fn status_of(part: &Part, status: &Status<'_>, now: i64) -> Result<Step, Refused
         },
         effects: Effects {
             review: Some((ReviewReason::SendFailed, error)),
-            hold_recipient_until_ms: None,
+            hold_recipient_until: None,
         },
     })
 }
@@ -526,8 +525,8 @@ fn requeue(part: &Part) -> Result<Step, Refused> {
         wamid: None,
         delivery: None,
         failures: 0,
-        next_attempt_at_ms: None,
-        until_ms: None,
+        next_attempt_at: None,
+        until: None,
         ..part.clone()
     })
 }
@@ -536,7 +535,11 @@ fn requeue(part: &Part) -> Result<Step, Refused> {
 mod tests {
     use super::*;
 
-    const NOW: i64 = 1_000;
+    const NOW: At = At::from_millis(1_000);
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
 
     fn results() -> Vec<SendResult> {
         let error = || "boom".to_owned();
@@ -544,14 +547,14 @@ mod tests {
             SendResult::Accepted {
                 wamid: "wamid.sent".into(),
                 template: false,
-                next_send_at_ms: NOW + 5,
+                next_send_at: NOW + ms(5),
             },
             SendResult::Retry {
-                at_ms: NOW + 10,
+                at: NOW + ms(10),
                 failure: true,
                 code: Some(131_000),
                 error: error(),
-                recipient_after_ms: Some(NOW + 20),
+                recipient_after: Some(NOW + ms(20)),
             },
             SendResult::Untried,
             SendResult::WindowClosed {
@@ -560,7 +563,7 @@ mod tests {
             },
             SendResult::Unknown {
                 error: error(),
-                wait_until_ms: NOW + 30,
+                wait_until: NOW + ms(30),
             },
             SendResult::Review {
                 reason: ReviewReason::SendFailed,
@@ -583,7 +586,7 @@ mod tests {
                 for wamid in [None, Some("wamid.a".to_owned())] {
                     for kind in PartKind::ALL {
                         for delivery in [None, Some(Delivery::Sent), Some(Delivery::Read)] {
-                            for until in [None, Some(NOW - 1), Some(NOW + 1)] {
+                            for until in [None, Some(NOW - ms(1)), Some(NOW + ms(1))] {
                                 parts.push(Part {
                                     state: *state,
                                     attempts: 2,
@@ -591,8 +594,8 @@ mod tests {
                                     wamid: wamid.clone(),
                                     kind: *kind,
                                     delivery,
-                                    until_ms: until,
-                                    next_attempt_at_ms: until,
+                                    until,
+                                    next_attempt_at: until,
                                     ..Part::written(*state)
                                 });
                             }
@@ -609,9 +612,9 @@ mod tests {
         let results = results();
         for part in parts() {
             let mut events = vec![
-                Event::Claim { lease_ms: 50 },
+                Event::Claim { lease: ms(50) },
                 Event::LeaseLapsed {
-                    unknown_wait_ms: 60,
+                    unknown_wait: ms(60),
                 },
                 Event::WaitOver,
                 Event::Requeue,
@@ -721,7 +724,7 @@ mod tests {
     fn a_status_settles_an_unknown_outcome_and_a_later_one_is_kept() {
         let mut part = Part {
             attempts: 1,
-            until_ms: Some(NOW + 100),
+            until: Some(NOW + ms(100)),
             ..Part::written(PartState::Unknown)
         };
         let delivered = Status {
@@ -762,11 +765,11 @@ mod tests {
         };
         let step = next(&part, &Event::Status(failed.clone()), NOW).expect("moved");
         assert_eq!(step.part.state, PartState::WindowClosed);
-        let claimed = next(&step.part, &Event::Claim { lease_ms: 10 }, NOW).expect("claimed");
+        let claimed = next(&step.part, &Event::Claim { lease: ms(10) }, NOW).expect("claimed");
         let sent = SendResult::Accepted {
             wamid: "wamid.u".into(),
             template: false,
-            next_send_at_ms: NOW,
+            next_send_at: NOW,
         };
         let event = Event::Outcome {
             attempt: 2,

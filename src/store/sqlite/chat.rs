@@ -3,6 +3,9 @@
 //! group-commit writer, so "is this (session, message id) known?" and "store it" are one
 //! transaction: two racing double-taps cannot both create a job.
 
+use std::time::Duration;
+
+use crate::clock::At;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{ingest, limit_param, unavailable};
@@ -20,11 +23,11 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
         return Ok(Submitted::Job(ChatReceipt {
             job_id,
             created: false,
-            earliest_due_ms: None,
+            earliest_due: None,
         }));
     }
     // Counted in the same transaction as the insert: the single writer makes them exact.
-    if session_recent(conn, &s.session_id, s.now_ms - 60_000)? >= s.per_minute {
+    if session_recent(conn, &s.session_id, s.now - Duration::from_secs(60))? >= s.per_minute {
         return Ok(Submitted::TooFast);
     }
     if queue_depth(conn)? >= s.max_queue {
@@ -35,7 +38,7 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
     let delivery = Ingest {
         items: vec![item],
         quarantined: Vec::new(),
-        received_at_ms: s.now_ms,
+        received_at: s.now,
         policy: s.policy,
     };
     let receipt = ingest(conn, &delivery, std::slice::from_ref(&encoded))?;
@@ -53,15 +56,15 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
             s.session_id,
             key,
             seq,
-            s.now_ms,
-            s.now_ms.saturating_add(s.keep_ms)
+            s.now,
+            s.now + s.keep
         ])
     })
     .map_err(unavailable)?;
     Ok(Submitted::Job(ChatReceipt {
         job_id: s.job_id.clone(),
         created: true,
-        earliest_due_ms: receipt.earliest_due_ms,
+        earliest_due: receipt.earliest_due,
     }))
 }
 
@@ -80,8 +83,8 @@ fn job_for_key(conn: &Connection, key: &str) -> Result<Option<String>> {
         .map_err(unavailable)
 }
 
-pub(super) fn job(conn: &Connection, job_id: &str, now: i64) -> Result<Option<ChatJob>> {
-    let row: Option<(String, i64, i64, String, Option<i64>, i64)> = conn
+pub(super) fn job(conn: &Connection, job_id: &str, now: At) -> Result<Option<ChatJob>> {
+    let row: Option<(String, At, At, String, Option<i64>, i64)> = conn
         .prepare_cached(
             "SELECT j.session_id, j.created_at, j.expires_at, i.state, i.batch_id, i.seq
              FROM chat_jobs j JOIN inbox i ON i.seq = j.inbox_seq WHERE j.job_id = ?1",
@@ -100,7 +103,7 @@ pub(super) fn job(conn: &Connection, job_id: &str, now: i64) -> Result<Option<Ch
             .optional()
         })
         .map_err(unavailable)?;
-    let Some((session_id, created_at_ms, expires_at, state, batch, seq)) = row else {
+    let Some((session_id, created_at, expires_at, state, batch, seq)) = row else {
         return Ok(None);
     };
     if expires_at <= now {
@@ -126,7 +129,7 @@ pub(super) fn job(conn: &Connection, job_id: &str, now: i64) -> Result<Option<Ch
         stage,
         position,
         answer,
-        created_at_ms,
+        created_at,
     }))
 }
 
@@ -177,7 +180,7 @@ pub(super) fn history(
                     question: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
                     answer: None,
                     status: status_of(&r.get::<_, String>(2)?),
-                    asked_at_ms: r.get(4)?,
+                    asked_at: r.get(4)?,
                 };
                 Ok((exchange, r.get(3)?))
             })?
@@ -202,7 +205,7 @@ pub(super) fn queue_depth(conn: &Connection) -> Result<u64> {
     .map_err(unavailable)
 }
 
-fn session_recent(conn: &Connection, session_id: &str, since: i64) -> Result<u64> {
+fn session_recent(conn: &Connection, session_id: &str, since: At) -> Result<u64> {
     conn.prepare_cached("SELECT count(*) FROM chat_jobs WHERE session_id = ?1 AND created_at >= ?2")
         .and_then(|mut st| st.query_row(params![session_id, since], |r| r.get(0)))
         .map_err(unavailable)

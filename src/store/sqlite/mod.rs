@@ -17,11 +17,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
+use rusqlite::ToSql;
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use self::writer::Writer;
-use super::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at_ms};
+use super::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at};
 use super::rules::item::ItemState;
 use super::rules::part::{Delivery, PartKind, PartState};
 use super::rules::review::ReviewState;
@@ -31,6 +32,7 @@ use super::{
     Result, ReviewEntry, ReviewQuery, Reviews, SendClaim, SendJob, SendResult, Sending, StoredItem,
     StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
+use crate::clock::{At, UnixSeconds, millis};
 use crate::domain::{
     BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken, Quarantined,
     ReviewReason,
@@ -262,32 +264,26 @@ impl Intake for SqliteStore {
 impl Turns for SqliteStore {
     async fn claim(
         &self,
-        now_ms: i64,
-        lease_ms: i64,
+        now: At,
+        lease: Duration,
         limit: usize,
         channel: Option<Channel>,
     ) -> Result<Vec<Claim>> {
         self.writer
-            .write(move |conn| turns::claim(conn, now_ms, lease_ms, limit, channel))
+            .write(move |conn| turns::claim(conn, now, lease, limit, channel))
             .await
     }
-    async fn renew(&self, batch: i64, token: LeaseToken, now_ms: i64, lease_ms: i64) -> Result<()> {
+    async fn renew(&self, batch: i64, token: LeaseToken, now: At, lease: Duration) -> Result<()> {
         self.writer
-            .write(move |conn| turns::renew(conn, batch, token, now_ms, lease_ms))
+            .write(move |conn| turns::renew(conn, batch, token, now, lease))
             .await
     }
-    async fn finish(
-        &self,
-        batch: i64,
-        token: LeaseToken,
-        now_ms: i64,
-        ending: Ending,
-    ) -> Result<()> {
+    async fn finish(&self, batch: i64, token: LeaseToken, now: At, ending: Ending) -> Result<()> {
         self.writer
-            .write(move |conn| turns::finish(conn, batch, token, now_ms, &ending))
+            .write(move |conn| turns::finish(conn, batch, token, now, &ending))
             .await
     }
-    async fn next_due(&self) -> Result<Option<i64>> {
+    async fn next_due(&self) -> Result<Option<At>> {
         self.read(turns::next_due).await
     }
     async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()> {
@@ -327,18 +323,12 @@ impl Sending for SqliteStore {
             .write(move |conn| outbox::claim_sends(conn, &claim))
             .await
     }
-    async fn record_send(
-        &self,
-        id: i64,
-        attempt: u32,
-        now_ms: i64,
-        result: SendResult,
-    ) -> Result<()> {
+    async fn record_send(&self, id: i64, attempt: u32, now: At, result: SendResult) -> Result<()> {
         self.writer
-            .write(move |conn| outbox::record_send(conn, id, attempt, now_ms, &result))
+            .write(move |conn| outbox::record_send(conn, id, attempt, now, &result))
             .await
     }
-    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<i64>> {
+    async fn next_send_due(&self, skip: Vec<String>) -> Result<Option<At>> {
         self.read(move |conn| outbox::next_send_due(conn, &skip))
             .await
     }
@@ -352,9 +342,9 @@ impl Reviews for SqliteStore {
     async fn review_item(&self, id: i64) -> Result<Option<ReviewEntry>> {
         self.read(move |conn| review::item(conn, id)).await
     }
-    async fn resolve_review(&self, id: i64, now_ms: i64, resolution: Resolution) -> Result<()> {
+    async fn resolve_review(&self, id: i64, now: At, resolution: Resolution) -> Result<()> {
         self.writer
-            .write(move |conn| review::resolve(conn, id, now_ms, &resolution))
+            .write(move |conn| review::resolve(conn, id, now, &resolution))
             .await
     }
     async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>> {
@@ -371,10 +361,9 @@ impl WebChat for SqliteStore {
             .write(move |conn| chat::submit(conn, &submission))
             .await
     }
-    async fn chat_job(&self, job_id: &str, now_ms: i64) -> Result<Option<ChatJob>> {
+    async fn chat_job(&self, job_id: &str, now: At) -> Result<Option<ChatJob>> {
         let job_id = job_id.to_owned();
-        self.read(move |conn| chat::job(conn, &job_id, now_ms))
-            .await
+        self.read(move |conn| chat::job(conn, &job_id, now)).await
     }
     async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>> {
         let session_id = session_id.to_owned();
@@ -400,11 +389,11 @@ impl Inspection for SqliteStore {
     async fn outbox(&self, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
         self.read(move |conn| outbox::outbox(conn, limit)).await
     }
-    async fn turn_stats(&self, since_ms: i64) -> Result<TurnStats> {
-        self.read(move |conn| turns::stats(conn, since_ms)).await
+    async fn turn_stats(&self, since: At) -> Result<TurnStats> {
+        self.read(move |conn| turns::stats(conn, since)).await
     }
-    async fn gauges(&self, now_ms: i64) -> Result<Gauges> {
-        self.read(move |conn| review::gauges(conn, now_ms)).await
+    async fn gauges(&self, now: At) -> Result<Gauges> {
+        self.read(move |conn| review::gauges(conn, now)).await
     }
     async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {
         self.read(move |conn| inbox(conn, &query)).await
@@ -453,25 +442,18 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
             None => {
                 let conversation = match &item.turn {
                     Some(key) => {
-                        let sent_at = sent_at_ms(item, delivery.received_at_ms);
+                        let sent_at = sent_at(item, delivery.received_at);
                         let (id, due) =
-                            schedule(conn, key, delivery.received_at_ms, sent_at, delivery.policy)?;
-                        receipt.earliest_due_ms =
-                            Some(receipt.earliest_due_ms.map_or(due, |d| d.min(due)));
+                            schedule(conn, key, delivery.received_at, sent_at, delivery.policy)?;
+                        receipt.earliest_due =
+                            Some(receipt.earliest_due.map_or(due, |d| d.min(due)));
                         Some(id)
                     }
                     None => None,
                 };
-                insert_item(
-                    conn,
-                    item,
-                    facts,
-                    hash,
-                    conversation,
-                    delivery.received_at_ms,
-                )?;
+                insert_item(conn, item, facts, hash, conversation, delivery.received_at)?;
                 if item.kind == ItemKind::Status {
-                    reconcile_status(conn, item, delivery.received_at_ms)?;
+                    reconcile_status(conn, item, delivery.received_at)?;
                 }
                 if let Some(change) = amendment(item) {
                     amend(conn, item.channel, &change)?;
@@ -487,7 +469,7 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
                 "INSERT INTO quarantine (channel, received_at, reason, raw, hash) VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (channel, hash) DO NOTHING",
             )
-            .and_then(|mut s| s.execute(params![q.channel.as_str(), delivery.received_at_ms, q.reason, q.raw, hash]))
+            .and_then(|mut s| s.execute(params![q.channel.as_str(), delivery.received_at, q.reason, q.raw, hash]))
             .map_err(unavailable)?;
         receipt.quarantined += inserted;
     }
@@ -511,10 +493,10 @@ fn existing_hash(conn: &Connection, item: &InboundItem) -> Result<Option<Vec<u8>
 fn schedule(
     conn: &Connection,
     key: &ConversationKey,
-    now: i64,
-    sent_at: i64,
+    now: At,
+    sent_at: At,
     policy: BatchPolicy,
-) -> Result<(i64, i64)> {
+) -> Result<(i64, At)> {
     conn.prepare_cached(
         "INSERT INTO conversations (channel, business, customer, first_pending_at, last_pending_at, due_at, last_inbound_at)
          VALUES (?1, ?2, ?3, ?4, ?4, ?4 + min(?5, ?6), ?7)
@@ -528,7 +510,7 @@ fn schedule(
     )
     .and_then(|mut s| {
         s.query_row(
-            params![key.channel.as_str(), key.business, key.customer, now, policy.window_ms, policy.cap_ms, sent_at],
+            params![key.channel.as_str(), key.business, key.customer, now, millis(policy.window), millis(policy.cap), sent_at],
             |row| Ok((row.get(0)?, row.get(1)?)),
         )
     })
@@ -569,7 +551,7 @@ fn amend(conn: &Connection, channel: Channel, change: &Amendment<'_>) -> Result<
 }
 
 /// A status of a message Sabi sent settles its outbox row, in the same transaction.
-fn reconcile_status(conn: &Connection, item: &InboundItem, now: i64) -> Result<()> {
+fn reconcile_status(conn: &Connection, item: &InboundItem, now: At) -> Result<()> {
     let facts = &item.facts;
     let (Some(wamid), Some(status)) = (facts["id"].as_str(), facts["status"].as_str()) else {
         return Ok(());
@@ -591,7 +573,7 @@ fn insert_item(
     facts: &str,
     hash: &[u8],
     conversation: Option<i64>,
-    received_at: i64,
+    received_at: At,
 ) -> Result<()> {
     let state = match (item.kind, conversation) {
         (ItemKind::Message, Some(_)) => "pending",
@@ -659,7 +641,7 @@ fn inbox(conn: &Connection, query: &InboxQuery) -> Result<Vec<StoredItem>> {
                     turn: None,
                     facts: serde_json::Value::Null,
                 },
-                received_at_ms: row.get(10)?,
+                received_at: row.get(10)?,
                 state: row.get(11)?,
                 batch: row.get(12)?,
             };
@@ -711,6 +693,31 @@ from_names!(
     ReviewReason
 );
 
+/// Instants and provider timestamps are kept as integers: milliseconds and seconds since the
+/// epoch.
+macro_rules! stored_as_integer {
+    ($($ty:ty: $into:expr, $from:expr;)*) => {
+        $(
+            impl ToSql for $ty {
+                fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+                    Ok(ToSqlOutput::from($into(*self)))
+                }
+            }
+
+            impl FromSql for $ty {
+                fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+                    value.as_i64().map($from)
+                }
+            }
+        )*
+    };
+}
+
+stored_as_integer! {
+    At: At::millis, At::from_millis;
+    UnixSeconds: |s: UnixSeconds| s.0, UnixSeconds;
+}
+
 fn quarantine(conn: &Connection, limit: Option<usize>) -> Result<Vec<StoredQuarantine>> {
     let limit = limit_param(limit.unwrap_or(usize::MAX));
     let mut stmt = conn
@@ -723,7 +730,7 @@ fn quarantine(conn: &Connection, limit: Option<usize>) -> Result<Vec<StoredQuara
             Ok((
                 row.get::<_, i64>(0)?,
                 row.get::<_, Channel>(1)?,
-                row.get::<_, i64>(2)?,
+                row.get::<_, At>(2)?,
                 row.get::<_, String>(3)?,
                 row.get::<_, String>(4)?,
             ))
@@ -731,10 +738,10 @@ fn quarantine(conn: &Connection, limit: Option<usize>) -> Result<Vec<StoredQuara
         .map_err(unavailable)?;
     let mut out = Vec::new();
     for row in rows {
-        let (id, channel, received_at_ms, reason, raw) = row.map_err(unavailable)?;
+        let (id, channel, received_at, reason, raw) = row.map_err(unavailable)?;
         out.push(StoredQuarantine {
             id,
-            received_at_ms,
+            received_at,
             quarantined: Quarantined {
                 channel,
                 reason,

@@ -10,6 +10,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::turns::execute;
 use super::{limit_param, unavailable};
+use crate::clock::At;
 use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::rules::part::{
     self, CLAIMABLE_SQL, Delivery, Event, Part, PartKind, PartState, Status, UNSETTLED_SQL,
@@ -35,15 +36,14 @@ pub(super) fn claim_sends(conn: &Connection, claim: &SendClaim) -> Result<Vec<Se
             unsettled = *UNSETTLED_SQL,
         ))
         .and_then(|mut s| {
-            s.query_map(
-                params![claim.now_ms, halted, limit_param(claim.limit)],
-                |r| r.get(0),
-            )?
+            s.query_map(params![claim.now, halted, limit_param(claim.limit)], |r| {
+                r.get(0)
+            })?
             .collect()
         })
         .map_err(unavailable)?;
     ids.into_iter()
-        .map(|id| take(conn, id, claim.now_ms + claim.lease_ms))
+        .map(|id| take(conn, id, claim.now + claim.lease))
         .collect()
 }
 
@@ -54,24 +54,24 @@ fn settle_lapsed(conn: &Connection, claim: &SendClaim) -> Result<()> {
     let due = |state: PartState| -> Result<Vec<i64>> {
         conn.prepare_cached("SELECT id FROM outbox WHERE state = ?1 AND send_until <= ?2")
             .and_then(|mut s| {
-                s.query_map(params![state.as_str(), claim.now_ms], |r| r.get(0))?
+                s.query_map(params![state.as_str(), claim.now], |r| r.get(0))?
                     .collect()
             })
             .map_err(unavailable)
     };
     let lapsed = Event::LeaseLapsed {
-        unknown_wait_ms: claim.unknown_wait_ms,
+        unknown_wait: claim.unknown_wait,
     };
     for id in due(PartState::Sending)? {
-        step(conn, id, &lapsed, claim.now_ms)?;
+        step(conn, id, &lapsed, claim.now)?;
     }
     for id in due(PartState::Unknown)? {
-        step(conn, id, &Event::WaitOver, claim.now_ms)?;
+        step(conn, id, &Event::WaitOver, claim.now)?;
     }
     Ok(())
 }
 
-fn take(conn: &Connection, id: i64, until: i64) -> Result<SendJob> {
+fn take(conn: &Connection, id: i64, until: At) -> Result<SendJob> {
     conn.prepare_cached(
         "UPDATE outbox SET state = ?3, attempts = attempts + 1, send_until = ?2,
                 window_closed = (state = ?4)
@@ -101,7 +101,7 @@ fn take(conn: &Connection, id: i64, until: i64) -> Result<SendJob> {
                 attempt: r.get(9)?,
                 failures: r.get(10)?,
                 window_closed: r.get(11)?,
-                last_inbound_at_ms: r.get(12)?,
+                last_inbound_at: r.get(12)?,
             })
         })
     })
@@ -112,7 +112,7 @@ pub(super) fn record_send(
     conn: &Connection,
     id: i64,
     attempt: u32,
-    now: i64,
+    now: At,
     result: &SendResult,
 ) -> Result<()> {
     let event = Event::Outcome { attempt, result };
@@ -124,7 +124,7 @@ pub(super) fn record_send(
 
 /// Moves part `id` by the rulebook: loads it, asks [`part::next`], writes what it says.
 /// `None` when there is no such part or the rulebook refused the event: nothing is written.
-pub(super) fn step(conn: &Connection, id: i64, event: &Event<'_>, now: i64) -> Result<Option<()>> {
+pub(super) fn step(conn: &Connection, id: i64, event: &Event<'_>, now: At) -> Result<Option<()>> {
     let Some(held) = load(conn, id)? else {
         return Ok(None);
     };
@@ -132,7 +132,7 @@ pub(super) fn step(conn: &Connection, id: i64, event: &Event<'_>, now: i64) -> R
         return Ok(None);
     };
     save(conn, id, &step.part, now)?;
-    if let Some(until) = step.effects.hold_recipient_until_ms {
+    if let Some(until) = step.effects.hold_recipient_until {
         execute(
             conn,
             "UPDATE conversations SET send_after = max(coalesce(send_after, 0), ?2) WHERE id = ?1",
@@ -180,9 +180,9 @@ fn load(conn: &Connection, id: i64) -> Result<Option<Held>> {
                     delivery: delivery.as_deref().and_then(Delivery::parse),
                     error_code: r.get(7)?,
                     error: r.get(8)?,
-                    next_attempt_at_ms: r.get(9)?,
-                    until_ms: r.get(10)?,
-                    sent_at_ms: r.get(11)?,
+                    next_attempt_at: r.get(9)?,
+                    until: r.get(10)?,
+                    sent_at: r.get(11)?,
                 },
                 batch: r.get(12)?,
                 conversation: r.get(13)?,
@@ -193,7 +193,7 @@ fn load(conn: &Connection, id: i64) -> Result<Option<Held>> {
     .map_err(unavailable)
 }
 
-fn save(conn: &Connection, id: i64, part: &Part, now: i64) -> Result<()> {
+fn save(conn: &Connection, id: i64, part: &Part, now: At) -> Result<()> {
     execute(
         conn,
         "UPDATE outbox SET state = ?2, failures = ?3, window_closed = ?4, wamid = ?5, kind = ?6,
@@ -210,9 +210,9 @@ fn save(conn: &Connection, id: i64, part: &Part, now: i64) -> Result<()> {
             part.delivery.map(Delivery::as_str),
             part.error_code,
             part.error,
-            part.next_attempt_at_ms,
-            part.until_ms,
-            part.sent_at_ms,
+            part.next_attempt_at,
+            part.until,
+            part.sent_at,
             now
         ],
     )
@@ -225,7 +225,7 @@ fn review(
     outbox: i64,
     reason: ReviewReason,
     error: Option<&str>,
-    now: i64,
+    now: At,
 ) -> Result<()> {
     execute(
         conn,
@@ -256,7 +256,7 @@ pub(super) struct StatusUpdate<'a> {
     pub error_code: Option<i64>,
 }
 
-pub(super) fn reconcile(conn: &Connection, update: StatusUpdate<'_>, now: i64) -> Result<()> {
+pub(super) fn reconcile(conn: &Connection, update: StatusUpdate<'_>, now: At) -> Result<()> {
     let Some(delivery) = Delivery::parse(update.status) else {
         return Ok(());
     };
@@ -290,7 +290,7 @@ fn find_sent(conn: &Connection, update: StatusUpdate<'_>) -> Result<Option<i64>>
         .map_err(unavailable)
 }
 
-pub(super) fn next_send_due(conn: &Connection, skip: &[String]) -> Result<Option<i64>> {
+pub(super) fn next_send_due(conn: &Connection, skip: &[String]) -> Result<Option<At>> {
     let skip = serde_json::to_string(skip).unwrap_or_else(|_| "[]".into());
     conn.prepare_cached(&format!(
         "SELECT min(t) FROM (
@@ -331,16 +331,16 @@ pub(super) fn outbox(conn: &Connection, limit: Option<usize>) -> Result<Vec<Outb
                 },
                 text: r.get(6)?,
                 state: r.get(7)?,
-                created_at_ms: r.get(8)?,
-                turn_started_at_ms: r.get(9)?,
-                turn_finished_at_ms: r.get(10)?,
+                created_at: r.get(8)?,
+                turn_started_at: r.get(9)?,
+                turn_finished_at: r.get(10)?,
                 kind: r.get(11)?,
                 attempts: r.get(12)?,
                 wamid: r.get(13)?,
                 delivery: r.get(14)?,
                 error_code: r.get(15)?,
                 error: r.get(16)?,
-                sent_at_ms: r.get(17)?,
+                sent_at: r.get(17)?,
             })
         })?
         .collect()

@@ -6,6 +6,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::outbox;
 use super::turns::{conversation_history, execute, load_batch};
 use super::{limit_param, unavailable};
+use crate::clock::At;
 use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::rules::part::Event;
 use crate::store::rules::review::{self, ReviewState};
@@ -16,7 +17,7 @@ type Row = (
     i64,
     ReviewReason,
     Option<String>,
-    i64,
+    At,
     Option<i64>,
     ReviewState,
 );
@@ -36,7 +37,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
 }
 
 fn entry(conn: &Connection, row: Row) -> Result<ReviewEntry> {
-    let (id, batch_id, reason, error, created_at_ms, outbox_id, state) = row;
+    let (id, batch_id, reason, error, created_at, outbox_id, state) = row;
     let batch = load_batch(conn, batch_id)?;
     Ok(ReviewEntry {
         id,
@@ -46,7 +47,7 @@ fn entry(conn: &Connection, row: Row) -> Result<ReviewEntry> {
         conversation: batch.conversation,
         reason,
         error,
-        created_at_ms,
+        created_at,
         messages: batch.messages,
     })
 }
@@ -82,7 +83,7 @@ pub(super) fn item(conn: &Connection, id: i64) -> Result<Option<ReviewEntry>> {
     found.map(|r| entry(conn, r)).transpose()
 }
 
-pub(super) fn resolve(conn: &Connection, id: i64, now: i64, resolution: &Resolution) -> Result<()> {
+pub(super) fn resolve(conn: &Connection, id: i64, now: At, resolution: &Resolution) -> Result<()> {
     let held: Option<(i64, Option<i64>, String)> = conn
         .prepare_cached("SELECT batch_id, outbox_id, state FROM review WHERE id = ?1")
         .and_then(|mut s| {
@@ -123,7 +124,7 @@ pub(super) fn resolve(conn: &Connection, id: i64, now: i64, resolution: &Resolut
 /// A person's reply joins the batch's reply parts, after the last, and goes out like any
 /// other part: in order, paced, inside the 24-hour window (or as the template). A web-chat
 /// question counts as answered then, so its browser shows the reply.
-fn person_reply(conn: &Connection, batch: i64, now: i64, text: &str, sandbox: bool) -> Result<()> {
+fn person_reply(conn: &Connection, batch: i64, now: At, text: &str, sandbox: bool) -> Result<()> {
     execute(
         conn,
         "UPDATE inbox SET state = 'answered'
@@ -144,7 +145,7 @@ fn person_reply(conn: &Connection, batch: i64, now: i64, text: &str, sandbox: bo
 }
 
 /// The batch's messages wait for a new turn, due now; the old batch stays as it ended.
-fn requeue_batch(conn: &Connection, batch: i64, now: i64) -> Result<()> {
+fn requeue_batch(conn: &Connection, batch: i64, now: At) -> Result<()> {
     execute(
         conn,
         "UPDATE inbox SET state = 'pending', batch_id = NULL WHERE batch_id = ?1 AND kind = 'message'",
@@ -164,7 +165,7 @@ pub(super) fn conversations(
     customer: &str,
     turns: usize,
 ) -> Result<Vec<ConversationView>> {
-    let found: Vec<(i64, ConversationKey, Option<i64>)> = conn
+    let found: Vec<(i64, ConversationKey, Option<At>)> = conn
         .prepare_cached(
             "SELECT id, channel, business, customer, last_inbound_at FROM conversations
              WHERE customer = ?1 ORDER BY id",
@@ -183,17 +184,17 @@ pub(super) fn conversations(
         .map_err(unavailable)?;
     found
         .into_iter()
-        .map(|(id, conversation, last_inbound_at_ms)| {
+        .map(|(id, conversation, last_inbound_at)| {
             Ok(ConversationView {
                 conversation,
-                last_inbound_at_ms,
+                last_inbound_at,
                 history: conversation_history(conn, id, i64::MAX, turns)?,
             })
         })
         .collect()
 }
 
-pub(super) fn gauges(conn: &Connection, now: i64) -> Result<Gauges> {
+pub(super) fn gauges(conn: &Connection, now: At) -> Result<Gauges> {
     let count = |sql: &str| -> Result<u64> {
         conn.prepare_cached(sql)
             .and_then(|mut s| s.query_row(params![now], |r| r.get(0)))

@@ -2,9 +2,12 @@
 //! outbox and review reads. Every write runs in the group-commit writer, so each operation is
 //! one transaction; the token check and the write it guards are in the same transaction.
 
+use std::time::Duration;
+
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{limit_param, unavailable};
+use crate::clock::At;
 use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
@@ -13,8 +16,8 @@ use crate::store::{Ending, Error, HistoryEntry, Result, Speaker, TurnStats, Turn
 /// Claims due work, of one channel's conversations only when `channel` is given.
 pub(super) fn claim(
     conn: &Connection,
-    now: i64,
-    lease: i64,
+    now: At,
+    lease: Duration,
     limit: usize,
     channel: Option<Channel>,
 ) -> Result<Vec<Claim>> {
@@ -30,8 +33,8 @@ pub(super) fn claim(
 /// Batches whose lease lapsed (their worker died or stalled) or whose retry time has come.
 fn reclaim(
     conn: &Connection,
-    now: i64,
-    lease: i64,
+    now: At,
+    lease: Duration,
     limit: usize,
     channel: Option<&str>,
 ) -> Result<Vec<Claim>> {
@@ -77,8 +80,8 @@ fn reclaim(
 /// `now` was read before it waited for the write lock (or on a node whose clock is behind).
 fn open_batches(
     conn: &Connection,
-    now: i64,
-    lease: i64,
+    now: At,
+    lease: Duration,
     limit: usize,
     channel: Option<&str>,
 ) -> Result<Vec<Claim>> {
@@ -129,7 +132,7 @@ fn open_batches(
 }
 
 pub(super) fn load_batch(conn: &Connection, id: i64) -> Result<Batch> {
-    let (conversation, due_at_ms) = conn
+    let (conversation, due_at) = conn
         .prepare_cached(
             "SELECT c.channel, c.business, c.customer, b.due_at
              FROM batches b JOIN conversations c ON c.id = b.conversation_id WHERE b.id = ?1",
@@ -149,7 +152,7 @@ pub(super) fn load_batch(conn: &Connection, id: i64) -> Result<Batch> {
         id,
         conversation,
         messages: batch_messages(conn, id)?,
-        due_at_ms,
+        due_at,
     })
 }
 
@@ -170,7 +173,7 @@ fn batch_messages(conn: &Connection, batch: i64) -> Result<Vec<BatchMessage>> {
                 text: r.get(3)?,
                 media_id: r.get(4)?,
                 provider_ts: r.get(5)?,
-                received_at_ms: r.get(6)?,
+                received_at: r.get(6)?,
                 user: r.get(7)?,
                 address: r.get(8)?,
             })
@@ -184,8 +187,8 @@ pub(super) fn renew(
     conn: &Connection,
     batch: i64,
     token: LeaseToken,
-    now: i64,
-    lease: i64,
+    now: At,
+    lease: Duration,
 ) -> Result<()> {
     check_token(conn, batch, token)?;
     execute(
@@ -199,7 +202,7 @@ pub(super) fn finish(
     conn: &Connection,
     batch: i64,
     token: LeaseToken,
-    now: i64,
+    now: At,
     ending: &Ending,
 ) -> Result<()> {
     let conversation = check_token(conn, batch, token)?;
@@ -208,11 +211,11 @@ pub(super) fn finish(
             write_reply(conn, batch, conversation, now, parts, *sandbox)?;
             close(conn, batch, conversation, now, "done", "answered")
         }
-        Ending::RetryAt { at_ms, error } => execute(
+        Ending::RetryAt { at, error } => execute(
             conn,
             "UPDATE batches SET state = 'waiting', lease_until = NULL, next_attempt_at = ?2, last_error = ?3
              WHERE id = ?1",
-            params![batch, at_ms, error],
+            params![batch, at, error],
         ),
         Ending::Review { reason, error } => to_review(conn, batch, conversation, now, *reason, error.as_deref()),
         Ending::Handoff { parts, sandbox, note } => {
@@ -226,7 +229,7 @@ fn to_review(
     conn: &Connection,
     batch: i64,
     conversation: i64,
-    now: i64,
+    now: At,
     reason: ReviewReason,
     error: Option<&str>,
 ) -> Result<()> {
@@ -264,7 +267,7 @@ fn write_reply(
     conn: &Connection,
     batch: i64,
     conversation: i64,
-    now: i64,
+    now: At,
     parts: &[ReplyPart],
     sandbox: bool,
 ) -> Result<()> {
@@ -294,7 +297,7 @@ fn close(
     conn: &Connection,
     batch: i64,
     conversation: i64,
-    now: i64,
+    now: At,
     state: &str,
     messages: &str,
 ) -> Result<()> {
@@ -315,7 +318,7 @@ fn close(
     )
 }
 
-pub(super) fn next_due(conn: &Connection) -> Result<Option<i64>> {
+pub(super) fn next_due(conn: &Connection) -> Result<Option<At>> {
     conn.prepare_cached(
         "SELECT min(t) FROM (
              SELECT min(due_at) AS t FROM conversations WHERE open_batch_id IS NULL AND due_at IS NOT NULL
@@ -375,7 +378,7 @@ pub(super) fn conversation_history(
                 _ => Speaker::Note,
             };
             Ok(HistoryEntry {
-                at_ms: r.get(0)?,
+                at: r.get(0)?,
                 speaker,
                 text: r.get(2)?,
             })
@@ -410,7 +413,7 @@ pub(super) fn add_usage(conn: &Connection, batch: i64, usage: TurnUsage) -> Resu
     )
 }
 
-pub(super) fn stats(conn: &Connection, since: i64) -> Result<TurnStats> {
+pub(super) fn stats(conn: &Connection, since: At) -> Result<TurnStats> {
     conn.prepare_cached(
         "SELECT count(*) FILTER (WHERE state = 'done' AND prompt_tokens IS NULL),
                 count(*) FILTER (WHERE state = 'done' AND prompt_tokens IS NOT NULL),

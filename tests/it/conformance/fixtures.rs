@@ -2,7 +2,9 @@
 //! a status webhook as the parser gives it, and the outbox row or review item to look at.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use sabi::clock::{At, UnixSeconds};
 use sabi::domain::{Channel, ConversationKey, InboundItem, ItemKind, ReplyPart};
 use sabi::store::{
     Ending, IngestReceipt, OutboxEntry, ReviewEntry, ReviewQuery, SendClaim, SendJob, SendResult,
@@ -11,9 +13,11 @@ use sabi::store::{
 
 use super::{POLICY, ingest, message};
 
+use crate::helpers::ms;
+
 /// How long a claimed send is held, and how long an unknown outcome waits for a status.
-pub const LEASE_MS: i64 = 10_000;
-pub const WAIT_MS: i64 = 60_000;
+pub const LEASE: Duration = Duration::from_millis(10_000);
+pub const WAIT: Duration = Duration::from_millis(60_000);
 
 /// The business number `message` writes to, and a second one, for what is halted or skipped per
 /// number.
@@ -21,7 +25,7 @@ pub const BUSINESS: &str = "100000000000001";
 pub const OTHER_BUSINESS: &str = "100000000000002";
 
 /// A customer's message to `business`, as the parser gives it.
-pub fn message_to(business: &str, id: &str, customer: &str, text: &str, at: i64) -> InboundItem {
+pub fn message_to(business: &str, id: &str, customer: &str, text: &str, at: At) -> InboundItem {
     InboundItem {
         business: Some(business.into()),
         turn: Some(ConversationKey {
@@ -29,25 +33,25 @@ pub fn message_to(business: &str, id: &str, customer: &str, text: &str, at: i64)
             business: business.into(),
             customer: customer.into(),
         }),
-        ..message(id, customer, text, at / 1000)
+        ..message(id, customer, text, at)
     }
 }
 
 /// A voice note: no text until a transcript is kept.
-pub fn voice(id: &str, customer: &str, at: i64) -> InboundItem {
+pub fn voice(id: &str, customer: &str, at: At) -> InboundItem {
     InboundItem {
         item_type: Some("audio".into()),
         text: None,
         media_id: Some(format!("media-{id}")),
-        ..message(id, customer, "", at / 1000)
+        ..message(id, customer, "", at)
     }
 }
 
 /// `item` written earlier (its message arrived a cap ago), claimed alone and ended with
 /// `ending` at `at`: the batch's id.
-pub async fn turn(store: &Arc<dyn Store>, item: InboundItem, at: i64, ending: Ending) -> i64 {
-    ingest(store, vec![item], at - POLICY.cap_ms).await;
-    let claims = store.claim(at, 60_000, 10, None).await.expect("claim");
+pub async fn turn(store: &Arc<dyn Store>, item: InboundItem, at: At, ending: Ending) -> i64 {
+    ingest(store, vec![item], at - POLICY.cap).await;
+    let claims = store.claim(at, ms(60_000), 10, None).await.expect("claim");
     assert_eq!(claims.len(), 1, "one turn due");
     let batch = claims[0].batch.id;
     store
@@ -58,13 +62,8 @@ pub async fn turn(store: &Arc<dyn Store>, item: InboundItem, at: i64, ending: En
 }
 
 /// A turn of `customer` that replied with `parts` at `at`, queued for sending: their outbox ids.
-pub async fn replied(store: &Arc<dyn Store>, customer: &str, parts: &[&str], at: i64) -> Vec<i64> {
-    let item = message(
-        &format!("wamid.in-{customer}-{at}"),
-        customer,
-        "hi",
-        at / 1000,
-    );
+pub async fn replied(store: &Arc<dyn Store>, customer: &str, parts: &[&str], at: At) -> Vec<i64> {
+    let item = message(&format!("wamid.in-{customer}-{at}"), customer, "hi", at);
     replied_to(store, item, parts, at).await
 }
 
@@ -73,7 +72,7 @@ pub async fn replied_to(
     store: &Arc<dyn Store>,
     item: InboundItem,
     parts: &[&str],
-    at: i64,
+    at: At,
 ) -> Vec<i64> {
     let ending = Ending::Replied {
         parts: parts.iter().map(|p| ReplyPart::text(*p)).collect(),
@@ -88,25 +87,25 @@ pub async fn replied_to(
         .collect()
 }
 
-pub fn sends(now_ms: i64) -> SendClaim {
+pub fn sends(now: At) -> SendClaim {
     SendClaim {
-        now_ms,
-        lease_ms: LEASE_MS,
-        unknown_wait_ms: WAIT_MS,
+        now,
+        lease: LEASE,
+        unknown_wait: WAIT,
         limit: 100,
         halted: Vec::new(),
     }
 }
 
 /// What a sender claims at `now`, by part id.
-pub async fn claim_sends(store: &Arc<dyn Store>, now: i64) -> Vec<SendJob> {
+pub async fn claim_sends(store: &Arc<dyn Store>, now: At) -> Vec<SendJob> {
     let mut jobs = store.claim_sends(sends(now)).await.expect("claim sends");
     jobs.sort_by_key(|j| j.id);
     jobs
 }
 
 /// Claims at `now` and expects exactly part `id`.
-pub async fn claim_only(store: &Arc<dyn Store>, id: i64, now: i64) -> SendJob {
+pub async fn claim_only(store: &Arc<dyn Store>, id: i64, now: At) -> SendJob {
     let jobs = claim_sends(store, now).await;
     let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
     assert_eq!(ids, [id], "claimed at {now}");
@@ -114,11 +113,11 @@ pub async fn claim_only(store: &Arc<dyn Store>, id: i64, now: i64) -> SendJob {
 }
 
 /// Records that Meta took the send as `wamid`; the recipient's next part may go at once.
-pub async fn accept(store: &Arc<dyn Store>, job: &SendJob, wamid: &str, now: i64) {
+pub async fn accept(store: &Arc<dyn Store>, job: &SendJob, wamid: &str, now: At) {
     let accepted = SendResult::Accepted {
         wamid: wamid.into(),
         template: job.window_closed,
-        next_send_at_ms: now,
+        next_send_at: now,
     };
     store
         .record_send(job.id, job.attempt, now, accepted)
@@ -128,7 +127,7 @@ pub async fn accept(store: &Arc<dyn Store>, job: &SendJob, wamid: &str, now: i64
 
 /// Meta's status `delivery` of the message `wamid`, as the parser gives it (its dedupe key is
 /// `<wamid>:<status>`, its facts what the store reads).
-pub fn status(wamid: &str, delivery: &str, at: i64) -> InboundItem {
+pub fn status(wamid: &str, delivery: &str, at: At) -> InboundItem {
     InboundItem {
         kind: ItemKind::Status,
         channel: Channel::Whatsapp,
@@ -138,13 +137,13 @@ pub fn status(wamid: &str, delivery: &str, at: i64) -> InboundItem {
         item_type: Some(delivery.into()),
         text: None,
         media_id: None,
-        provider_ts: Some(at / 1000),
+        provider_ts: Some(UnixSeconds(at.unix_seconds())),
         turn: None,
         facts: serde_json::json!({
             "kind": "status",
             "id": wamid,
             "status": delivery,
-            "timestamp": at / 1000,
+            "timestamp": at,
             "error_codes": [],
             "biz_opaque_callback_data": null,
         }),
@@ -169,7 +168,7 @@ pub fn rekeyed(mut item: InboundItem, key: &str) -> InboundItem {
     item
 }
 
-pub async fn deliver(store: &Arc<dyn Store>, item: InboundItem, at: i64) -> IngestReceipt {
+pub async fn deliver(store: &Arc<dyn Store>, item: InboundItem, at: At) -> IngestReceipt {
     ingest(store, vec![item], at).await
 }
 

@@ -2,16 +2,20 @@
 //! can serve at all.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::join_all;
+use sabi::clock::At;
 use sabi::domain::{Channel, Claim, InboundItem, ItemKind, LeaseToken, Quarantined, ReviewReason};
 use sabi::store::{
     Ending, Error, Gauges, InboxQuery, Ingest, Resolution, SendResult, Store, StoredItem,
     TurnStats, TurnUsage,
 };
 
-use super::fixtures::{WAIT_MS, claim_sends, status};
+use super::fixtures::{WAIT, claim_sends, status};
 use super::{POLICY, T0, ingest, message, question, reply};
+
+use crate::helpers::ms;
 
 pub async fn a_fresh_store_is_ready_and_holds_nothing(store: Arc<dyn Store>) {
     store.ready().await.expect("ready");
@@ -19,7 +23,7 @@ pub async fn a_fresh_store_is_ready_and_holds_nothing(store: Arc<dyn Store>) {
     // Writes that name nothing are refused, or change nothing.
     let token = LeaseToken(1);
     let lost = |r: Result<(), Error>| matches!(r, Err(Error::LeaseLost));
-    assert!(lost(store.renew(1, token, T0, 1_000).await));
+    assert!(lost(store.renew(1, token, T0, ms(1_000)).await));
     assert!(lost(store.finish(1, token, T0, reply("no")).await));
     assert!(lost(store.record_send(1, 1, T0, SendResult::Untried).await));
     let settled = store.resolve_review(1, T0, Resolution::Close).await;
@@ -34,7 +38,7 @@ pub async fn a_fresh_store_is_ready_and_holds_nothing(store: Arc<dyn Store>) {
         .await
         .expect("transcript");
     reads_find_nothing(&store).await;
-    ingest(&store, vec![message("wamid.e1", "c1", "hi", T0 / 1000)], T0).await;
+    ingest(&store, vec![message("wamid.e1", "c1", "hi", T0)], T0).await;
     store.ready().await.expect("still ready");
 }
 
@@ -43,7 +47,7 @@ async fn reads_find_nothing(store: &Arc<dyn Store>) {
     assert_eq!(store.next_send_due(Vec::new()).await.expect("due"), None);
     assert_eq!(store.gauges(T0).await.expect("gauges"), Gauges::default());
     assert_eq!(
-        store.turn_stats(0).await.expect("stats"),
+        store.turn_stats(At::default()).await.expect("stats"),
         TurnStats::default()
     );
     assert!(
@@ -86,7 +90,7 @@ async fn reads_find_nothing(store: &Arc<dyn Store>) {
     assert_eq!(store.chat_queue_depth().await.expect("depth"), 0);
     assert!(
         store
-            .claim(T0, 1_000, 10, None)
+            .claim(T0, ms(1_000), 10, None)
             .await
             .expect("claim")
             .is_empty()
@@ -94,35 +98,35 @@ async fn reads_find_nothing(store: &Arc<dyn Store>) {
     assert!(claim_sends(store, T0).await.is_empty());
 }
 
-/// Three conversations due (two at T0 + 10 s, one at T0 + 15 s), claimed in two steps, with
+/// Three conversations due (two at T0 + ms(10) s, one at T0 + ms(15) s), claimed in two steps, with
 /// the gauges at each: their claims.
 async fn three_running(store: &Arc<dyn Store>) -> Vec<Claim> {
     let gauges = |now| async move { store.gauges(now).await.expect("gauges") };
-    for (c, at) in [("c1", T0), ("c2", T0), ("c3", T0 + 5_000)] {
-        let item = message(&format!("wamid.g-{c}"), c, "hi", T0 / 1000);
+    for (c, at) in [("c1", T0), ("c2", T0), ("c3", T0 + ms(5_000))] {
+        let item = message(&format!("wamid.g-{c}"), c, "hi", T0);
         ingest(store, vec![item], at).await;
     }
-    assert_eq!(gauges(T0 + 9_999).await, Gauges::default());
+    assert_eq!(gauges(T0 + ms(9_999)).await, Gauges::default());
     let due = Gauges {
         due: 2,
         ..Gauges::default()
     };
-    assert_eq!(gauges(T0 + 10_000).await, due);
-    let first = store.claim(T0 + 10_000, 60_000, 1, None).await;
+    assert_eq!(gauges(T0 + ms(10_000)).await, due);
+    let first = store.claim(T0 + ms(10_000), ms(60_000), 1, None).await;
     let mut claims = first.expect("claim");
     let running = Gauges {
         due: 1,
         running: 1,
         ..Gauges::default()
     };
-    assert_eq!(gauges(T0 + 10_000).await, running);
-    let rest = store.claim(T0 + 15_000, 60_000, 10, None).await;
+    assert_eq!(gauges(T0 + ms(10_000)).await, running);
+    let rest = store.claim(T0 + ms(15_000), ms(60_000), 10, None).await;
     claims.extend(rest.expect("claim"));
     let all_running = Gauges {
         running: 3,
         ..Gauges::default()
     };
-    assert_eq!(gauges(T0 + 15_000).await, all_running);
+    assert_eq!(gauges(T0 + ms(15_000)).await, all_running);
     claims
 }
 
@@ -136,7 +140,7 @@ pub async fn gauges_count_the_pipeline_as_it_moves(store: Arc<dyn Store>) {
     // One turn waits for its retry, one for a person, one replied in two parts.
     let endings = [
         Ending::RetryAt {
-            at_ms: T0 + 90_000,
+            at: T0 + ms(90_000),
             error: "agent down".into(),
         },
         Ending::Review {
@@ -151,7 +155,7 @@ pub async fn gauges_count_the_pipeline_as_it_moves(store: Arc<dyn Store>) {
     for (claim, ending) in claims.iter().zip(endings) {
         let (batch, token) = (claim.batch.id, claim.token);
         store
-            .finish(batch, token, T0 + 16_000, ending)
+            .finish(batch, token, T0 + ms(16_000), ending)
             .await
             .expect("finish");
     }
@@ -161,17 +165,17 @@ pub async fn gauges_count_the_pipeline_as_it_moves(store: Arc<dyn Store>) {
         queued_sends: 2,
         ..Gauges::default()
     };
-    assert_eq!(gauges(T0 + 16_000).await, ended);
+    assert_eq!(gauges(T0 + ms(16_000)).await, ended);
     // A message for the conversation waiting on its retry is not due while its batch is open.
     let waiting = &claims[0].batch.conversation.customer;
-    let again = message("wamid.g-again", waiting, "hello?", T0 / 1000 + 16);
-    ingest(&store, vec![again], T0 + 16_000).await;
-    assert_eq!(gauges(T0 + 60_000).await, ended);
-    sends_in_gauges(&store, ended, T0 + 16_000).await;
+    let again = message("wamid.g-again", waiting, "hello?", T0 + ms(16_000));
+    ingest(&store, vec![again], T0 + ms(16_000)).await;
+    assert_eq!(gauges(T0 + ms(60_000)).await, ended);
+    sends_in_gauges(&store, ended, T0 + ms(16_000)).await;
 }
 
 /// The replied turn's first part sent with an unknown outcome, and then past its wait.
-async fn sends_in_gauges(store: &Arc<dyn Store>, before: Gauges, at: i64) {
+async fn sends_in_gauges(store: &Arc<dyn Store>, before: Gauges, at: At) {
     let jobs = claim_sends(store, at).await;
     assert_eq!(jobs.len(), 1, "the head part");
     let sending = Gauges {
@@ -181,7 +185,7 @@ async fn sends_in_gauges(store: &Arc<dyn Store>, before: Gauges, at: i64) {
     assert_eq!(store.gauges(at).await.expect("gauges"), sending);
     let unknown = SendResult::Unknown {
         error: "timed out".into(),
-        wait_until_ms: at + WAIT_MS,
+        wait_until: at + WAIT,
     };
     let job = &jobs[0];
     store
@@ -194,7 +198,7 @@ async fn sends_in_gauges(store: &Arc<dyn Store>, before: Gauges, at: i64) {
     };
     assert_eq!(store.gauges(at).await.expect("gauges"), unsure);
     // Past the wait: to a person, and the second part is claimed in the same step.
-    let over = at + WAIT_MS;
+    let over = at + WAIT;
     assert_eq!(claim_sends(store, over).await.len(), 1);
     let reviewed = Gauges {
         review: before.review + 1,
@@ -211,7 +215,7 @@ fn quiet_items() -> [InboundItem; 2] {
     let reaction = InboundItem {
         item_type: Some("reaction".into()),
         turn: None,
-        ..message("wamid.i3", "c1", "👍", T0 / 1000)
+        ..message("wamid.i3", "c1", "👍", T0)
     };
     let error = InboundItem {
         kind: ItemKind::ValueError,
@@ -222,7 +226,7 @@ fn quiet_items() -> [InboundItem; 2] {
         provider_ts: None,
         turn: None,
         facts: serde_json::json!({"kind": "value_error", "code": 131_000}),
-        ..message("error", "c1", "", 0)
+        ..message("error", "c1", "", At::default())
     };
     [reaction, error]
 }
@@ -232,17 +236,17 @@ fn quiet_items() -> [InboundItem; 2] {
 async fn seven_items(store: &Arc<dyn Store>) -> Vec<StoredItem> {
     let [reaction, error] = quiet_items();
     let first = vec![
-        message("wamid.i1", "c1", "one", T0 / 1000),
+        message("wamid.i1", "c1", "one", T0),
         status("wamid.out", "sent", T0),
         error,
-        message("wamid.i2", "c2", "two", T0 / 1000),
+        message("wamid.i2", "c2", "two", T0),
         reaction,
     ];
     ingest(store, first, T0).await;
     let asked = store.submit_chat(question("s1", "job-1")).await;
     asked.expect("submitted");
-    let last = message("wamid.i4", "c1", "three", T0 / 1000);
-    ingest(store, vec![last], T0 + 2).await;
+    let last = message("wamid.i4", "c1", "three", T0);
+    ingest(store, vec![last], T0 + ms(2)).await;
     let all = store.inbox(InboxQuery::default()).await.expect("inbox");
     let states: Vec<_> = all.iter().map(|i| i.state.as_str()).collect();
     let expected = [
@@ -305,9 +309,14 @@ async fn filters_reach_past_a_long_run(store: &Arc<dyn Store>, after: i64) {
         .collect();
     for n in 5..8 {
         let text = format!("m{n}");
-        items.push(message(&format!("wamid.i{n}"), "c3", &text, T0 / 1000 + n));
+        items.push(message(
+            &format!("wamid.i{n}"),
+            "c3",
+            &text,
+            T0 + Duration::from_secs(n),
+        ));
     }
-    ingest(store, items, T0 + 3).await;
+    ingest(store, items, T0 + ms(3)).await;
     let page = InboxQuery {
         kind: Some(ItemKind::Message),
         after: Some(after),
@@ -338,11 +347,11 @@ fn raw(channel: Channel, raw: &str, reason: &str) -> Quarantined {
     }
 }
 
-async fn keep(store: &Arc<dyn Store>, quarantined: Vec<Quarantined>, at: i64) -> usize {
+async fn keep(store: &Arc<dyn Store>, quarantined: Vec<Quarantined>, at: At) -> usize {
     let delivery = Ingest {
         items: Vec::new(),
         quarantined,
-        received_at_ms: at,
+        received_at: at,
         policy: POLICY,
     };
     store.ingest(delivery).await.expect("ingest").quarantined
@@ -363,14 +372,14 @@ pub async fn quarantine_keeps_each_raw_part_once_in_arrival_order(store: Arc<dyn
             raw(wa, "[]", "empty"),
         ]
     };
-    let kept = join_all((0..5).map(|n| keep(&store, again(), T0 + 1 + n))).await;
+    let kept = join_all((0..5).map(|n| keep(&store, again(), T0 + ms(1 + n)))).await;
     assert_eq!(kept.iter().sum::<usize>(), 1, "each part once");
     // The same bytes on another channel are that channel's.
     assert_eq!(
         keep(
             &store,
             vec![raw(Channel::Webchat, "{not json", "bad")],
-            T0 + 10
+            T0 + ms(10)
         )
         .await,
         1
@@ -395,8 +404,8 @@ pub async fn quarantine_keeps_each_raw_part_once_in_arrival_order(store: Arc<dyn
             (Channel::Webchat, "{not json", "bad"),
         ]
     );
-    assert_eq!(listed[0].received_at_ms, T0);
-    assert_eq!(listed[3].received_at_ms, T0 + 10);
+    assert_eq!(listed[0].received_at, T0);
+    assert_eq!(listed[3].received_at, T0 + ms(10));
     assert_eq!(
         store.quarantine(Some(2)).await.expect("quarantine"),
         listed[..2]
@@ -405,7 +414,7 @@ pub async fn quarantine_keeps_each_raw_part_once_in_arrival_order(store: Arc<dyn
     let bulk = (0..600)
         .map(|n| raw(wa, &format!("junk {n}"), "bulk"))
         .collect();
-    assert_eq!(keep(&store, bulk, T0 + 20).await, 600);
+    assert_eq!(keep(&store, bulk, T0 + ms(20)).await, 600);
     let listed = store.quarantine(None).await.expect("quarantine");
     assert_eq!(listed.len(), 604);
     assert!(listed.windows(2).all(|w| w[0].id < w[1].id));

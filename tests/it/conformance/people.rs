@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use sabi::clock::At;
 use sabi::domain::{Channel, ConversationKey, ReplyPart, ReviewReason};
 use sabi::store::{
     ConversationView, Ending, Error, HistoryEntry, Resolution, ReviewEntry, ReviewQuery,
@@ -13,12 +14,14 @@ use super::fixtures::{
 };
 use super::{T0, ingest, message, reply};
 
+use crate::helpers::ms;
+
 async fn queue(store: &Arc<dyn Store>, query: ReviewQuery) -> Vec<i64> {
     let queue = store.review_queue(query).await.expect("queue");
     queue.iter().map(|r| r.id).collect()
 }
 
-async fn refuse(store: &Arc<dyn Store>, id: i64, now: i64, reason: ReviewReason, error: &str) {
+async fn refuse(store: &Arc<dyn Store>, id: i64, now: At, reason: ReviewReason, error: &str) {
     let job = claim_only(store, id, now).await;
     let refused = SendResult::Review {
         reason,
@@ -33,28 +36,29 @@ async fn refuse(store: &Arc<dyn Store>, id: i64, now: i64, reason: ReviewReason,
 
 pub async fn review_items_read_alike_open_or_settled(store: Arc<dyn Store>) {
     // A turn too old for a reply, a hand-off, and a send Meta refused.
-    let at = T0 + 20_000;
+    let at = T0 + ms(20_000);
     let too_old = Ending::Review {
         reason: ReviewReason::TooOld,
         error: None,
     };
-    let b1 = turn(
-        &store,
-        message("wamid.r1", "c1", "help", T0 / 1000),
-        at,
-        too_old,
-    )
-    .await;
+    let b1 = turn(&store, message("wamid.r1", "c1", "help", T0), at, too_old).await;
     // Replies here are kept in sandbox mode: the only part to send is the refused one.
     let handoff = Ending::Handoff {
         parts: vec![ReplyPart::text("A colleague will answer.")],
         sandbox: true,
         note: "asked for a person".into(),
     };
-    let asked = message("wamid.r2", "c2", "a person", T0 / 1000);
-    turn(&store, asked, at + 1, handoff).await;
-    let part = replied(&store, "c3", &["x"], at + 2).await[0];
-    refuse(&store, part, at + 3, ReviewReason::SendFailed, "refused").await;
+    let asked = message("wamid.r2", "c2", "a person", T0);
+    turn(&store, asked, at + ms(1), handoff).await;
+    let part = replied(&store, "c3", &["x"], at + ms(2)).await[0];
+    refuse(
+        &store,
+        part,
+        at + ms(3),
+        ReviewReason::SendFailed,
+        "refused",
+    )
+    .await;
     let open = open_reviews(&store).await;
     let seen: Vec<_> = open
         .iter()
@@ -68,12 +72,12 @@ pub async fn review_items_read_alike_open_or_settled(store: Arc<dyn Store>) {
             ("c3", ReviewReason::SendFailed, Some(part)),
         ]
     );
-    assert_eq!((open[0].batch_id, open[0].created_at_ms), (b1, at));
+    assert_eq!((open[0].batch_id, open[0].created_at), (b1, at));
     assert_eq!(open[0].messages[0].text.as_deref(), Some("help"));
     assert_eq!(open[1].error.as_deref(), Some("asked for a person"));
     assert_eq!(
-        (open[2].error.as_deref(), open[2].created_at_ms),
-        (Some("refused"), at + 3)
+        (open[2].error.as_deref(), open[2].created_at),
+        (Some("refused"), at + ms(3))
     );
     for entry in &open {
         let item = store.review_item(entry.id).await.expect("item");
@@ -83,12 +87,12 @@ pub async fn review_items_read_alike_open_or_settled(store: Arc<dyn Store>) {
             "one item reads as the queue lists it"
         );
     }
-    settle_each(&store, &open, at + 10).await;
+    settle_each(&store, &open, at + ms(10)).await;
     // The requeued send fails again: the same item opens again, with the new reason.
     refuse(
         &store,
         part,
-        at + 20,
+        at + ms(20),
         ReviewReason::OutOfRetries,
         "out of tries",
     )
@@ -98,7 +102,7 @@ pub async fn review_items_read_alike_open_or_settled(store: Arc<dyn Store>) {
         state: ReviewState::Open,
         reason: ReviewReason::OutOfRetries,
         error: Some("out of tries".into()),
-        created_at_ms: at + 20,
+        created_at: at + ms(20),
         ..open[2].clone()
     };
     assert_eq!(again, Some(reopened.clone()));
@@ -107,7 +111,7 @@ pub async fn review_items_read_alike_open_or_settled(store: Arc<dyn Store>) {
 
 /// Closes, answers and requeues the three open items; each reads back settled, and is gone from
 /// the queue and settled once.
-async fn settle_each(store: &Arc<dyn Store>, open: &[ReviewEntry], at: i64) {
+async fn settle_each(store: &Arc<dyn Store>, open: &[ReviewEntry], at: At) {
     let c1 = ReviewQuery {
         customer: Some("c1".into()),
         ..ReviewQuery::default()
@@ -153,9 +157,9 @@ async fn settle_each(store: &Arc<dyn Store>, open: &[ReviewEntry], at: i64) {
     assert_eq!(store.review_item(unknown).await.expect("item"), None);
 }
 
-fn line(at_ms: i64, speaker: Speaker, text: &str) -> HistoryEntry {
+fn line(at: At, speaker: Speaker, text: &str) -> HistoryEntry {
     HistoryEntry {
-        at_ms,
+        at,
         speaker,
         text: text.into(),
     }
@@ -164,23 +168,23 @@ fn line(at_ms: i64, speaker: Speaker, text: &str) -> HistoryEntry {
 pub async fn conversations_list_every_thread_of_a_customer(store: Arc<dyn Store>) {
     // Two turns with the first number; the window opens at the latest message sent.
     let first = message_to(BUSINESS, "wamid.k1", "c1", "first", T0);
-    turn(&store, first, T0 + 20_000, reply("One.")).await;
-    let second = message_to(BUSINESS, "wamid.k2", "c1", "second", T0 + 30_000);
-    turn(&store, second, T0 + 50_000, reply("Two.")).await;
+    turn(&store, first, T0 + ms(20_000), reply("One.")).await;
+    let second = message_to(BUSINESS, "wamid.k2", "c1", "second", T0 + ms(30_000));
+    turn(&store, second, T0 + ms(50_000), reply("Two.")).await;
     // Waiting messages: an older one arriving late moves nothing back; one stamped in the
     // future counts from its arrival. Another customer is someone else's.
-    let late = message_to(BUSINESS, "wamid.k3", "c1", "late", T0 + 1_000);
-    let ahead = message_to(OTHER_BUSINESS, "wamid.k4", "c1", "hi", T0 + 200_000);
-    let other = message_to(BUSINESS, "wamid.k5", "c2", "me too", T0 + 60_000);
-    ingest(&store, vec![late, ahead, other], T0 + 61_000).await;
+    let late = message_to(BUSINESS, "wamid.k3", "c1", "late", T0 + ms(1_000));
+    let ahead = message_to(OTHER_BUSINESS, "wamid.k4", "c1", "hi", T0 + ms(200_000));
+    let other = message_to(BUSINESS, "wamid.k5", "c2", "me too", T0 + ms(60_000));
+    ingest(&store, vec![late, ahead, other], T0 + ms(61_000)).await;
     let first_number = |history| ConversationView {
         conversation: key(BUSINESS),
-        last_inbound_at_ms: Some(T0 + 30_000),
+        last_inbound_at: Some(T0 + ms(30_000)),
         history,
     };
     let second_number = ConversationView {
         conversation: key(OTHER_BUSINESS),
-        last_inbound_at_ms: Some(T0 + 61_000),
+        last_inbound_at: Some(T0 + ms(61_000)),
         history: Vec::new(),
     };
     let views = |customer: &'static str, turns| {
@@ -188,13 +192,13 @@ pub async fn conversations_list_every_thread_of_a_customer(store: Arc<dyn Store>
         async move { store.conversations(customer, turns).await.expect("views") }
     };
     let turn2 = vec![
-        line(T0 + 38_000, Speaker::Customer, "second"),
-        line(T0 + 50_000, Speaker::Business, "Two."),
+        line(T0 + ms(38_000), Speaker::Customer, "second"),
+        line(T0 + ms(50_000), Speaker::Business, "Two."),
     ];
     let all = [
         vec![
-            line(T0 + 8_000, Speaker::Customer, "first"),
-            line(T0 + 20_000, Speaker::Business, "One."),
+            line(T0 + ms(8_000), Speaker::Customer, "first"),
+            line(T0 + ms(20_000), Speaker::Business, "One."),
         ],
         turn2.clone(),
     ]

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use sabi::clock::At;
 use sabi::domain::{BatchMessage, Channel, InboundItem, ReplyPart, ReviewReason};
 use sabi::store::{
     Ending, HistoryEntry, JobStatus, SendResult, Speaker, Store, TurnStats, TurnUsage,
@@ -11,76 +12,82 @@ use sabi::store::{
 use super::fixtures::{accept, claim_only, replied_to, turn, voice};
 use super::{POLICY, T0, ingest, message, question, reply};
 
-async fn next_due(store: &Arc<dyn Store>) -> Option<i64> {
+use crate::helpers::ms;
+
+async fn next_due(store: &Arc<dyn Store>) -> Option<At> {
     store.next_due().await.expect("next due")
 }
 
 pub async fn next_due_is_the_earliest_window_lease_or_retry(store: Arc<dyn Store>) {
     assert_eq!(next_due(&store).await, None, "nothing waits");
-    ingest(&store, vec![message("wamid.n1", "c1", "a", T0 / 1000)], T0).await;
-    assert_eq!(next_due(&store).await, Some(T0 + POLICY.window_ms));
-    let at = T0 + 5_000;
-    ingest(&store, vec![message("wamid.n2", "c1", "b", at / 1000)], at).await;
-    assert_eq!(next_due(&store).await, Some(T0 + POLICY.cap_ms), "capped");
-    let at = T0 + 1_000;
-    ingest(&store, vec![message("wamid.n3", "c2", "c", at / 1000)], at).await;
-    assert_eq!(next_due(&store).await, Some(T0 + 11_000), "c2's window");
+    ingest(&store, vec![message("wamid.n1", "c1", "a", T0)], T0).await;
+    assert_eq!(next_due(&store).await, Some(T0 + POLICY.window));
+    let at = T0 + ms(5_000);
+    ingest(&store, vec![message("wamid.n2", "c1", "b", at)], at).await;
+    assert_eq!(next_due(&store).await, Some(T0 + POLICY.cap), "capped");
+    let at = T0 + ms(1_000);
+    ingest(&store, vec![message("wamid.n3", "c2", "c", at)], at).await;
+    assert_eq!(next_due(&store).await, Some(T0 + ms(11_000)), "c2's window");
     // c2 runs under a lease; c1 is still the earliest.
     let c2 = store
-        .claim(T0 + 11_000, 30_000, 10, None)
+        .claim(T0 + ms(11_000), ms(30_000), 10, None)
         .await
         .expect("claim");
     assert_eq!(c2.len(), 1);
-    assert_eq!(next_due(&store).await, Some(T0 + 12_000));
+    assert_eq!(next_due(&store).await, Some(T0 + ms(12_000)));
     let c1 = store
-        .claim(T0 + 12_000, 60_000, 10, None)
+        .claim(T0 + ms(12_000), ms(60_000), 10, None)
         .await
         .expect("claim");
-    assert_eq!(next_due(&store).await, Some(T0 + 41_000), "c2's lease ends");
+    assert_eq!(
+        next_due(&store).await,
+        Some(T0 + ms(41_000)),
+        "c2's lease ends"
+    );
     // A message during c1's turn waits for it: its window is not due while the turn runs.
-    let during = T0 + 20_000;
-    let late = message("wamid.n4", "c1", "d", during / 1000);
+    let during = T0 + ms(20_000);
+    let late = message("wamid.n4", "c1", "d", during);
     ingest(&store, vec![late], during).await;
-    assert_eq!(next_due(&store).await, Some(T0 + 41_000));
+    assert_eq!(next_due(&store).await, Some(T0 + ms(41_000)));
     // c2's lease lapsed unnoticed: still the earliest, until it is taken over.
     let c2 = store
-        .claim(T0 + 45_000, 1_000, 10, None)
+        .claim(T0 + ms(45_000), ms(1_000), 10, None)
         .await
         .expect("claim");
     assert_eq!((c2.len(), c2[0].attempt), (1, 2));
-    assert_eq!(next_due(&store).await, Some(T0 + 46_000));
+    assert_eq!(next_due(&store).await, Some(T0 + ms(46_000)));
     let retry = Ending::RetryAt {
-        at_ms: T0 + 90_000,
+        at: T0 + ms(90_000),
         error: "agent down".into(),
     };
     let c2 = &c2[0];
     store
-        .finish(c2.batch.id, c2.token, T0 + 45_500, retry)
+        .finish(c2.batch.id, c2.token, T0 + ms(45_500), retry)
         .await
         .expect("retry");
-    assert_eq!(next_due(&store).await, Some(T0 + 72_000), "c1's lease");
+    assert_eq!(next_due(&store).await, Some(T0 + ms(72_000)), "c1's lease");
     let c1 = &c1[0];
     store
-        .finish(c1.batch.id, c1.token, T0 + 50_000, reply("ok"))
+        .finish(c1.batch.id, c1.token, T0 + ms(50_000), reply("ok"))
         .await
         .expect("finish");
-    assert_eq!(next_due(&store).await, Some(during + POLICY.window_ms));
+    assert_eq!(next_due(&store).await, Some(during + POLICY.window));
     let third = store
-        .claim(T0 + 50_000, 60_000, 10, None)
+        .claim(T0 + ms(50_000), ms(60_000), 10, None)
         .await
         .expect("claim");
-    end(&store, &third, T0 + 51_000).await;
-    assert_eq!(next_due(&store).await, Some(T0 + 90_000), "c2's retry");
+    end(&store, &third, T0 + ms(51_000)).await;
+    assert_eq!(next_due(&store).await, Some(T0 + ms(90_000)), "c2's retry");
     let retried = store
-        .claim(T0 + 90_000, 60_000, 10, None)
+        .claim(T0 + ms(90_000), ms(60_000), 10, None)
         .await
         .expect("claim");
-    end(&store, &retried, T0 + 91_000).await;
+    end(&store, &retried, T0 + ms(91_000)).await;
     assert_eq!(next_due(&store).await, None, "idle again");
 }
 
 /// Ends each claimed turn with a reply.
-async fn end(store: &Arc<dyn Store>, claims: &[sabi::domain::Claim], at: i64) {
+async fn end(store: &Arc<dyn Store>, claims: &[sabi::domain::Claim], at: At) {
     assert_eq!(claims.len(), 1, "one turn due");
     for claim in claims {
         store
@@ -98,22 +105,22 @@ fn usage(prompt_tokens: u64, completion_tokens: u64, cost: f64) -> TurnUsage {
     }
 }
 
-/// Five turns of c1..c5 claimed together and ended one by one at T0 + 21..25 s: a local reply,
+/// Five turns of c1..c5 claimed together and ended one by one at T0 + ms(21)..25 s: a local reply,
 /// an agent's (two model calls), a review, a hand-off with a model call, and a retry (not ended,
 /// with a model call). The batch of c1's local reply.
 async fn five_turns(store: &Arc<dyn Store>) -> i64 {
     for c in ["c1", "c2", "c3", "c4", "c5"] {
-        let item = message(&format!("wamid.st-{c}"), c, "hi", T0 / 1000);
+        let item = message(&format!("wamid.st-{c}"), c, "hi", T0);
         ingest(store, vec![item], T0).await;
     }
     let mut claims = store
-        .claim(T0 + 20_000, 60_000, 10, None)
+        .claim(T0 + ms(20_000), ms(60_000), 10, None)
         .await
         .expect("claim");
     assert_eq!(claims.len(), 5);
     claims.sort_by_key(|c| c.batch.conversation.customer.clone());
     let retry = Ending::RetryAt {
-        at_ms: T0 + 99_000,
+        at: T0 + ms(99_000),
         error: "not ended".into(),
     };
     let ends: [(&[TurnUsage], Ending); 5] = [
@@ -127,7 +134,7 @@ async fn five_turns(store: &Arc<dyn Store>) -> i64 {
         for u in used {
             store.add_usage(claim.batch.id, *u).await.expect("usage");
         }
-        let at = T0 + 21_000 + 1_000 * n as i64;
+        let at = T0 + ms(21_000) + ms(1_000 * n as u64);
         store
             .finish(claim.batch.id, claim.token, at, ending)
             .await
@@ -152,9 +159,9 @@ pub async fn turn_stats_tell_local_agent_and_people_turns_apart(store: Arc<dyn S
         completion_tokens: 26,
         cost: 0.875,
     };
-    assert_eq!(stats(0).await, all);
+    assert_eq!(stats(At::default()).await, all);
     assert_eq!(
-        stats(T0 + 22_000).await,
+        stats(T0 + ms(22_000)).await,
         TurnStats { local: 0, ..all },
         "ended at the cut-off counts"
     );
@@ -165,8 +172,8 @@ pub async fn turn_stats_tell_local_agent_and_people_turns_apart(store: Arc<dyn S
         cost: 0.125,
         ..TurnStats::default()
     };
-    assert_eq!(stats(T0 + 22_001).await, people_only);
-    assert_eq!(stats(T0 + 24_001).await, TurnStats::default());
+    assert_eq!(stats(T0 + ms(22_001)).await, people_only);
+    assert_eq!(stats(T0 + ms(24_001)).await, TurnStats::default());
     // Usage written after its turn ended (the worker lost the lease) still counts: the turn
     // was the agent's.
     store
@@ -181,8 +188,8 @@ pub async fn turn_stats_tell_local_agent_and_people_turns_apart(store: Arc<dyn S
         cost: 0.9375,
         ..all
     };
-    assert_eq!(stats(0).await, later);
-    assert_eq!(stats(T0 + 22_001).await, people_only);
+    assert_eq!(stats(At::default()).await, later);
+    assert_eq!(stats(T0 + ms(22_001)).await, people_only);
 }
 
 fn review_ending() -> Ending {
@@ -215,7 +222,7 @@ pub async fn a_running_turns_stage_shows_in_its_chat_job(store: Arc<dyn Store>) 
     };
     assert_eq!(job(T0).await, (JobStatus::Queued, None, None));
     let claim = store
-        .claim(T0, 60_000, 10, None)
+        .claim(T0, ms(60_000), 10, None)
         .await
         .expect("claim")
         .remove(0);
@@ -229,21 +236,21 @@ pub async fn a_running_turns_stage_shows_in_its_chat_job(store: Arc<dyn Store>) 
         );
     }
     store
-        .finish(batch, claim.token, T0 + 1, reply("Here it is."))
+        .finish(batch, claim.token, T0 + ms(1), reply("Here it is."))
         .await
         .expect("finish");
     let answered = (JobStatus::Finished, None, Some("Here it is.".into()));
-    assert_eq!(job(T0 + 1).await, answered);
+    assert_eq!(job(T0 + ms(1)).await, answered);
     // A stage noted after the turn ended (a late tool) changes nothing.
     store.set_stage(batch, "too late").await.expect("stage");
-    assert_eq!(job(T0 + 2).await, answered);
+    assert_eq!(job(T0 + ms(2)).await, answered);
 }
 
 pub async fn a_transcript_fills_in_only_a_message_without_text(store: Arc<dyn Store>) {
-    let typed = message("wamid.v2", "c1", "typed", T0 / 1000 + 1);
+    let typed = message("wamid.v2", "c1", "typed", T0 + ms(1_000));
     ingest(&store, vec![voice("wamid.v1", "c1", T0), typed], T0).await;
     let claim = store
-        .claim(T0 + 20_000, 60_000, 10, None)
+        .claim(T0 + ms(20_000), ms(60_000), 10, None)
         .await
         .expect("claim");
     let texts: Vec<_> = claim[0]
@@ -274,13 +281,13 @@ pub async fn a_transcript_fills_in_only_a_message_without_text(store: Arc<dyn St
     assert_eq!(texts, [Some("I need a refund"), Some("typed")]);
     let (batch, token) = (claim[0].batch.id, claim[0].token);
     store
-        .finish(batch, token, T0 + 21_000, reply("Refund started."))
+        .finish(batch, token, T0 + ms(21_000), reply("Refund started."))
         .await
         .expect("finish");
     let next = turn(
         &store,
-        message("wamid.v3", "c1", "thanks", (T0 + 30_000) / 1000),
-        T0 + 42_000,
+        message("wamid.v3", "c1", "thanks", T0 + ms(30_000)),
+        T0 + ms(42_000),
         reply("You're welcome."),
     )
     .await;
@@ -295,9 +302,9 @@ pub async fn a_transcript_fills_in_only_a_message_without_text(store: Arc<dyn St
 }
 
 /// A line of history.
-fn line(at_ms: i64, speaker: Speaker, text: &str) -> HistoryEntry {
+fn line(at: At, speaker: Speaker, text: &str) -> HistoryEntry {
     HistoryEntry {
-        at_ms,
+        at,
         speaker,
         text: text.into(),
     }
@@ -308,43 +315,43 @@ fn line(at_ms: i64, speaker: Speaker, text: &str) -> HistoryEntry {
 /// Turn 2's batch, and each turn's lines of history.
 async fn three_turns(store: &Arc<dyn Store>) -> (i64, [Vec<HistoryEntry>; 3]) {
     use Speaker::{Business, Customer, Note};
-    let at1 = T0 + 20_000;
-    let hello = message("wamid.y1", "c1", "hello", T0 / 1000);
+    let at1 = T0 + ms(20_000);
+    let hello = message("wamid.y1", "c1", "hello", T0);
     let parts = replied_to(store, hello, &["Hi!", "How can I help?"], at1).await;
     let first = claim_only(store, parts[0], at1).await;
     accept(store, &first, "wamid.y-out1", at1).await;
-    let second = claim_only(store, parts[1], at1 + 1).await;
+    let second = claim_only(store, parts[1], at1 + ms(1)).await;
     let refused = SendResult::Review {
         reason: ReviewReason::SendFailed,
         code: Some(131_026),
         error: "refused".into(),
     };
     store
-        .record_send(second.id, second.attempt, at1 + 1, refused)
+        .record_send(second.id, second.attempt, at1 + ms(1), refused)
         .await
         .expect("recorded");
-    let at2 = T0 + 40_000;
-    let asked = message("wamid.y2", "c1", "a person please", (at2 - 12_000) / 1000);
+    let at2 = T0 + ms(40_000);
+    let asked = message("wamid.y2", "c1", "a person please", at2 - ms(12_000));
     let b2 = turn(store, asked, at2, handoff_ending()).await;
-    let at3 = T0 + 60_000;
-    let anyone = message("wamid.y3", "c1", "anyone?", (at3 - 12_000) / 1000);
-    let heard = voice("wamid.y4", "c1", at3 - 11_000);
-    ingest(store, vec![heard], at3 - 12_000).await;
+    let at3 = T0 + ms(60_000);
+    let anyone = message("wamid.y3", "c1", "anyone?", at3 - ms(12_000));
+    let heard = voice("wamid.y4", "c1", at3 - ms(11_000));
+    ingest(store, vec![heard], at3 - ms(12_000)).await;
     turn(store, anyone, at3, too_old_ending()).await;
     let handed = "handed to a person (handoff_asked): asked for a person";
     let lines = [
         vec![
-            line(at1 - 12_000, Customer, "hello"),
+            line(at1 - ms(12_000), Customer, "hello"),
             line(at1, Business, "Hi!"),
         ],
         vec![
-            line(at2 - 12_000, Customer, "a person please"),
+            line(at2 - ms(12_000), Customer, "a person please"),
             line(at2, Business, "A colleague will answer."),
             line(at2, Note, handed),
         ],
         vec![
-            line(at3 - 12_000, Customer, "anyone?"),
-            line(at3 - 12_000, Customer, "[audio]"),
+            line(at3 - ms(12_000), Customer, "anyone?"),
+            line(at3 - ms(12_000), Customer, "[audio]"),
             line(at3, Note, "handed to a person (too_old)"),
         ],
     ];
@@ -353,11 +360,11 @@ async fn three_turns(store: &Arc<dyn Store>) -> (i64, [Vec<HistoryEntry>; 3]) {
 
 pub async fn history_holds_the_turns_before_the_batch_with_notes(store: Arc<dyn Store>) {
     let (b2, [turn1, turn2, turn3]) = three_turns(&store).await;
-    let at4 = T0 + 80_000;
-    let still = message("wamid.y5", "c1", "still there?", (at4 - 12_000) / 1000);
-    ingest(&store, vec![still], at4 - 12_000).await;
+    let at4 = T0 + ms(80_000);
+    let still = message("wamid.y5", "c1", "still there?", at4 - ms(12_000));
+    ingest(&store, vec![still], at4 - ms(12_000)).await;
     let b4 = store
-        .claim(at4, 60_000, 10, None)
+        .claim(at4, ms(60_000), 10, None)
         .await
         .expect("claim")
         .remove(0);
@@ -376,15 +383,15 @@ pub async fn history_holds_the_turns_before_the_batch_with_notes(store: Arc<dyn 
         sandbox: true,
     };
     store
-        .finish(b4.batch.id, b4.token, at4 + 1, kept)
+        .finish(b4.batch.id, b4.token, at4 + ms(1), kept)
         .await
         .expect("finish");
-    let ok = message("wamid.y6", "c1", "ok", at4 / 1000);
-    let b5 = turn(&store, ok, at4 + 20_000, reply("Bye.")).await;
+    let ok = message("wamid.y6", "c1", "ok", at4);
+    let b5 = turn(&store, ok, at4 + ms(20_000), reply("Bye.")).await;
     assert_eq!(history(b4.batch.id, 10).await, all);
     let last = [
-        line(at4 - 12_000, Speaker::Customer, "still there?"),
-        line(at4 + 1, Speaker::Business, "Yes."),
+        line(at4 - ms(12_000), Speaker::Customer, "still there?"),
+        line(at4 + ms(1), Speaker::Business, "Yes."),
     ];
     assert_eq!(history(b5, 1).await, last);
 }
@@ -400,17 +407,17 @@ pub async fn a_batch_puts_messages_of_unknown_time_first(store: Arc<dyn Store>) 
     // Sent at +5 s, at an unknown time, and at +1 s, arriving in that order.
     let unknown = InboundItem {
         provider_ts: None,
-        ..message("wamid.o2", "c1", "unknown", 0)
+        ..message("wamid.o2", "c1", "unknown", At::default())
     };
     let items = vec![
-        message("wamid.o1", "c1", "late", T0 / 1000 + 5),
+        message("wamid.o1", "c1", "late", T0 + ms(5_000)),
         unknown,
-        message("wamid.o3", "c1", "early", T0 / 1000 + 1),
+        message("wamid.o3", "c1", "early", T0 + ms(1_000)),
     ];
     ingest(&store, items, T0).await;
     let order = ["unknown", "early", "late"];
     let claim = store
-        .claim(T0 + 20_000, 60_000, 10, None)
+        .claim(T0 + ms(20_000), ms(60_000), 10, None)
         .await
         .expect("claim");
     let texts = |messages: &[BatchMessage]| {
@@ -422,7 +429,7 @@ pub async fn a_batch_puts_messages_of_unknown_time_first(store: Arc<dyn Store>) 
     assert_eq!(texts(&claim[0].batch.messages), order, "the claimed batch");
     let (batch, token) = (claim[0].batch.id, claim[0].token);
     store
-        .finish(batch, token, T0 + 21_000, too_old_ending())
+        .finish(batch, token, T0 + ms(21_000), too_old_ending())
         .await
         .expect("finish");
     let item = store
@@ -431,8 +438,8 @@ pub async fn a_batch_puts_messages_of_unknown_time_first(store: Arc<dyn Store>) 
         .expect("queue")
         .remove(0);
     assert_eq!(texts(&item.messages), order, "the review item");
-    let next = message("wamid.o4", "c1", "hello?", (T0 + 30_000) / 1000);
-    let next = turn(&store, next, T0 + 42_000, reply("Hi.")).await;
+    let next = message("wamid.o4", "c1", "hello?", T0 + ms(30_000));
+    let next = turn(&store, next, T0 + ms(42_000), reply("Hi.")).await;
     let said: Vec<_> = store
         .history(next, 1)
         .await

@@ -3,18 +3,21 @@
 
 use std::sync::Arc;
 
+use sabi::clock::At;
 use sabi::domain::ReplyPart;
 use sabi::store::{ChatExchange, ChatSubmission, Ending, JobStatus, Resolution, Store, Submitted};
 
 use super::fixtures::open_reviews;
 use super::{T0, ingest, message, question};
 
+use crate::helpers::ms;
+
 /// Question `message_id` of session `s1`, asked at `now`, with job `job`.
-async fn ask(store: &Arc<dyn Store>, job: &str, message_id: &str, text: &str, now: i64) -> bool {
+async fn ask(store: &Arc<dyn Store>, job: &str, message_id: &str, text: &str, now: At) -> bool {
     let submission = ChatSubmission {
         message_id: Some(message_id.into()),
         question: text.into(),
-        now_ms: now,
+        now,
         ..question("s1", job)
     };
     match store.submit_chat(submission).await.expect("submitted") {
@@ -24,8 +27,8 @@ async fn ask(store: &Arc<dyn Store>, job: &str, message_id: &str, text: &str, no
 }
 
 /// Claims the one due web-chat turn at `now` and ends it so.
-async fn answer(store: &Arc<dyn Store>, now: i64, ending: Ending) {
-    let claims = store.claim(now, 60_000, 10, None).await.expect("claim");
+async fn answer(store: &Arc<dyn Store>, now: At, ending: Ending) {
+    let claims = store.claim(now, ms(60_000), 10, None).await.expect("claim");
     assert_eq!(claims.len(), 1, "one question due");
     let claim = &claims[0];
     store
@@ -39,14 +42,14 @@ fn exchange(
     question: &str,
     status: JobStatus,
     answer: Option<&str>,
-    at: i64,
+    at: At,
 ) -> ChatExchange {
     ChatExchange {
         job_id: job.into(),
         question: question.into(),
         answer: answer.map(str::to_owned),
         status,
-        asked_at_ms: at,
+        asked_at: at,
     }
 }
 
@@ -65,24 +68,24 @@ async fn three_questions(store: &Arc<dyn Store>) {
     };
     answer(store, T0, two_parts).await;
     assert_eq!(depth().await, 0, "a question in its turn waits no more");
-    assert!(ask(store, "j2", "m2", "Can I talk to someone?", T0 + 10).await);
+    assert!(ask(store, "j2", "m2", "Can I talk to someone?", T0 + ms(10)).await);
     let handoff = Ending::Handoff {
         parts: vec![ReplyPart::text("A colleague will answer.")],
         sandbox: false,
         note: "asked for a person".into(),
     };
-    answer(store, T0 + 10, handoff).await;
+    answer(store, T0 + ms(10), handoff).await;
     let elsewhere = ChatSubmission {
         message_id: Some("m1".into()),
-        now_ms: T0 + 20,
+        now: T0 + ms(20),
         ..question("s2", "s2-j1")
     };
     store.submit_chat(elsewhere).await.expect("submitted");
-    assert!(ask(store, "j3", "m3", "Hello?", T0 + 30).await);
+    assert!(ask(store, "j3", "m3", "Hello?", T0 + ms(30)).await);
     ingest(
         store,
-        vec![message("wamid.wc1", "c1", "hi", T0 / 1000)],
-        T0 + 31,
+        vec![message("wamid.wc1", "c1", "hi", T0)],
+        T0 + ms(31),
     )
     .await;
     assert_eq!(depth().await, 2, "web-chat questions only");
@@ -90,7 +93,7 @@ async fn three_questions(store: &Arc<dyn Store>) {
 
 pub async fn chat_history_and_queue_depth_follow_each_question(store: Arc<dyn Store>) {
     three_questions(&store).await;
-    let waiting = store.chat_job("j3", T0 + 31).await.expect("job");
+    let waiting = store.chat_job("j3", T0 + ms(31)).await.expect("job");
     let waiting = waiting.expect("kept");
     assert_eq!(
         (waiting.status, waiting.position),
@@ -108,8 +111,8 @@ pub async fn chat_history_and_queue_depth_follow_each_question(store: Arc<dyn St
         T0,
     );
     let asked = "Can I talk to someone?";
-    let handed = exchange("j2", asked, JobStatus::Failed, None, T0 + 10);
-    let third = exchange("j3", "Hello?", JobStatus::Queued, None, T0 + 30);
+    let handed = exchange("j2", asked, JobStatus::Failed, None, T0 + ms(10));
+    let third = exchange("j3", "Hello?", JobStatus::Queued, None, T0 + ms(30));
     assert_eq!(history(10).await, [first, handed.clone(), third.clone()]);
     assert_eq!(history(2).await, [handed, third.clone()]);
     assert_eq!(history(0).await, []);
@@ -120,13 +123,13 @@ pub async fn chat_history_and_queue_depth_follow_each_question(store: Arc<dyn St
         sandbox: false,
     };
     store
-        .resolve_review(item.id, T0 + 40, person)
+        .resolve_review(item.id, T0 + ms(40), person)
         .await
         .expect("replied");
     let both = "A colleague will answer.\n\nHere I am.";
-    let answered = exchange("j2", asked, JobStatus::Finished, Some(both), T0 + 10);
+    let answered = exchange("j2", asked, JobStatus::Finished, Some(both), T0 + ms(10));
     assert_eq!(history(2).await, [answered, third]);
-    let job = store.chat_job("j2", T0 + 41).await.expect("job");
+    let job = store.chat_job("j2", T0 + ms(41)).await.expect("job");
     let job = job.expect("kept");
     assert_eq!(
         (job.status, job.answer.as_deref()),
@@ -152,7 +155,7 @@ async fn jobs_are_found_by_their_session_and_message(store: &Arc<dyn Store>, dep
     let resend = ChatSubmission {
         message_id: Some("m3".into()),
         question: "Hello?".into(),
-        now_ms: T0 + 50,
+        now: T0 + ms(50),
         ..question("s1", "j3-again")
     };
     let receipt = store.submit_chat(resend).await.expect("submitted");
@@ -165,14 +168,17 @@ async fn jobs_are_found_by_their_session_and_message(store: &Arc<dyn Store>, dep
 
 pub async fn a_sessions_history_is_in_the_order_asked(store: Arc<dyn Store>) {
     // Asked through two nodes whose clocks disagree: the second node is 4 s behind.
-    assert!(ask(&store, "j1", "m1", "first", T0 + 5_000).await);
-    assert!(ask(&store, "j2", "m2", "second", T0 + 1_000).await);
+    assert!(ask(&store, "j1", "m1", "first", T0 + ms(5_000)).await);
+    assert!(ask(&store, "j2", "m2", "second", T0 + ms(1_000)).await);
     let history = store.chat_history("s1", 10).await.expect("history");
     let asked: Vec<_> = history
         .iter()
-        .map(|e| (e.question.as_str(), e.asked_at_ms))
+        .map(|e| (e.question.as_str(), e.asked_at))
         .collect();
-    assert_eq!(asked, [("first", T0 + 5_000), ("second", T0 + 1_000)]);
+    assert_eq!(
+        asked,
+        [("first", T0 + ms(5_000)), ("second", T0 + ms(1_000))]
+    );
     let last = store.chat_history("s1", 1).await.expect("history");
     assert_eq!(last[0].question, "second", "the last asked");
 }

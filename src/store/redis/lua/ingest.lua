@@ -71,11 +71,7 @@ local function keep_item(it, d, receipt)
   redis.call('ZADD', k('inbox'), int(seq), int(seq))
   receipt.stored = receipt.stored + 1
   if it.turn then
-    local sent_at = d.recv
-    if it.pts then
-      sent_at = math.min(it.pts * 1000, d.recv)
-    end
-    receipt.due = earliest(receipt.due, schedule(it.turn, d, sent_at, seq))
+    receipt.due = earliest(receipt.due, schedule(it.turn, d, it.sent, seq))
     if it.ch == 'webchat' then
       redis.call('ZADD', k('wc'), int(seq), int(seq))
     end
