@@ -27,7 +27,8 @@ use sabi::domain::{
     ReplyPart,
 };
 use sabi::store::{
-    self, Ending, HistoryEntry, Ingest, PgStore, RedisStore, SqliteStore, Store, TurnUsage, Turns,
+    self, Ending, HistoryEntry, Ingest, PgStore, RedisStore, RouteGuess, SqliteStore, Store,
+    TurnUsage, Turns,
 };
 use sabi::turn::{TurnError, TurnHandler, TurnOutcome};
 use sabi::worker::Scheduler;
@@ -460,6 +461,10 @@ impl Turns for CountingStore {
     async fn add_usage(&self, batch: i64, usage: TurnUsage) -> store::Result<()> {
         self.count();
         self.inner.add_usage(batch, usage).await
+    }
+    async fn set_route(&self, batch: i64, guess: RouteGuess) -> store::Result<()> {
+        self.count();
+        self.inner.set_route(batch, guess).await
     }
     async fn history(&self, batch: i64, turns: usize) -> store::Result<Vec<HistoryEntry>> {
         self.count();

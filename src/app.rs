@@ -69,7 +69,7 @@ fn default_handler(
         None => Acknowledger::new(clock, config.engine.sandbox_reply_delay),
     };
     let handler = match router {
-        Some(router) => RouterHandler::new(router, tools, agent, metrics.clone()),
+        Some(router) => RouterHandler::new(router, tools, agent, store.clone(), metrics.clone()),
         None => agent,
     };
     let transcribe_base = config

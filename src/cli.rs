@@ -94,6 +94,17 @@ enum Command {
         /// Print the intents file in use (the built-in one unless configured), to copy and extend.
         #[arg(long, conflicts_with_all = ["text", "jsonl", "eval"])]
         print_intents: bool,
+        /// Write, as JSON lines to label, the kept turns people labelled, those someone other
+        /// than the router's guess answered, and those it was least sure of. Set each line's
+        /// "intent", then pass the file to --calibrate or --eval.
+        #[arg(long, conflicts_with_all = ["text", "jsonl", "eval", "calibrate", "print_intents"])]
+        export_unsure: bool,
+        /// With --export-unsure: only turns that ended within this long (like 7d).
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "7d", requires = "export_unsure")]
+        since: Duration,
+        /// With --export-unsure: at most this many lines.
+        #[arg(long, default_value_t = 200, requires = "export_unsure")]
+        limit: usize,
     },
     /// Who answered the turns (router, agent, people), the model's tokens and cost, and the
     /// spend the router avoided.
@@ -248,7 +259,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 calibrate,
                 write,
                 print_intents,
+                export_unsure,
+                since,
+                limit,
             } => {
+                if export_unsure {
+                    return export_unsure_turns(&config, since, limit).await;
+                }
                 if print_intents {
                     print!("{}", config.router.intents_source()?);
                     return Ok(());
@@ -699,6 +716,20 @@ fn route(
     Ok(())
 }
 
+/// `sabi route --export-unsure`: the kept turns worth a person's label, as JSON lines.
+async fn export_unsure_turns(config: &Config, since: Duration, limit: usize) -> anyhow::Result<()> {
+    let router = Router::trained(&config.router.intents_source()?)?;
+    let store = store::open(&config.store).await?;
+    // Read further than the limit: repeated texts are listed once.
+    let read = limit.saturating_mul(4).max(1_000);
+    let turns = store.routed_turns(SystemClock.now() - since, read).await?;
+    let mut out = std::io::stdout().lock();
+    for line in router::learning::unsure(&router, turns, limit) {
+        writeln!(out, "{}", serde_json::to_string(&line)?)?;
+    }
+    Ok(())
+}
+
 /// `sabi route --calibrate`: thresholds from cross-validation, printed and optionally written.
 fn calibrate_router(
     config: &Config,
@@ -737,16 +768,43 @@ fn calibrate_router(
     Ok(())
 }
 
+/// The labelled lines of a file; lines whose `intent` is still `null` (an export not yet fully
+/// labelled) are skipped, and counted on stderr.
 fn read_samples(file: &std::path::Path) -> anyhow::Result<Vec<router::eval::Sample>> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        text: String,
+        intent: Option<String>,
+        #[serde(default)]
+        tags: Vec<String>,
+    }
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    text.lines()
+    let mut samples = Vec::new();
+    let mut unlabelled = 0;
+    for (i, l) in text
+        .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).with_context(|| format!("{} line {}", file.display(), i + 1))
-        })
-        .collect()
+    {
+        let line: Line = serde_json::from_str(l)
+            .with_context(|| format!("{} line {}", file.display(), i + 1))?;
+        match line.intent {
+            Some(intent) => samples.push(router::eval::Sample {
+                text: line.text,
+                intent,
+                tags: line.tags,
+            }),
+            None => unlabelled += 1,
+        }
+    }
+    if unlabelled > 0 {
+        eprintln!(
+            "{}: {unlabelled} lines without an intent skipped",
+            file.display()
+        );
+    }
+    Ok(samples)
 }
 
 struct SendArgs {

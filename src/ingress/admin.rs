@@ -5,11 +5,14 @@
 //!
 //! - `GET /admin/review?reason=&customer=&limit=`: open review items, WhatsApp's first, then
 //!   oldest first; an anonymous visitor's repeated hand-offs from one address fold into one;
+//!   with the intents a person may label messages as;
 //! - `GET /admin/review/{id}`: one item with its conversation;
 //! - `POST /admin/review/{id}/reply` `{"text": "..."}`: a person's reply, through the outbox
 //!   and all its rules (order, pacing, the 24-hour window);
 //! - `POST /admin/review/{id}/requeue`: back to the agent (or, for a send, sent again);
 //! - `POST /admin/review/{id}/close`;
+//! - `POST /admin/review/{id}/label` `{"intent": "..."}`: what the item's messages asked, for
+//!   the router to learn from (`sabi route --export-unsure`);
 //! - `GET /admin/conversations?customer=`: a customer's conversations and history;
 //! - `GET /admin/stats?since=`: who answered, tokens and cost.
 
@@ -102,7 +105,9 @@ pub(super) async fn list(
         .await?;
     let mut shown = fold_repeats(&items);
     shown.truncate(limit);
-    Ok(Json(json!({ "items": shown })))
+    Ok(Json(
+        json!({ "items": shown, "intents": state.admin.intents }),
+    ))
 }
 
 fn reason(name: &str) -> Result<ReviewReason, ApiError> {
@@ -205,6 +210,38 @@ pub(super) async fn close(
     Path(id): Path<i64>,
 ) -> Result<Json<Value>, ApiError> {
     settle(&state, id, Resolution::Close).await
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Label {
+    intent: String,
+}
+
+/// A person's word on what the item's messages asked: kept with the turn, for
+/// `sabi route --export-unsure` to hand to the router's next calibration. Settles nothing.
+pub(super) async fn label(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    Json(label): Json<Label>,
+) -> Result<Json<Value>, ApiError> {
+    if !state.admin.intents.contains(&label.intent) {
+        return Err(ApiError::Invalid {
+            field: "intent",
+            why: match state.admin.intents.is_empty() {
+                true => "cannot be given: the router is off".into(),
+                false => format!("must be one of {}", state.admin.intents.join(", ")),
+            },
+        });
+    }
+    let item = state
+        .store
+        .review_item(id)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    state.store.label_turn(item.batch_id, &label.intent).await?;
+    Ok(Json(
+        json!({ "id": id, "batch": item.batch_id, "label": label.intent }),
+    ))
 }
 
 async fn settle(

@@ -55,6 +55,9 @@ pub struct AdminSettings {
     pub sandbox: bool,
     /// Set: `/metrics` needs it as a bearer token.
     pub metrics_token: Option<SecretString>,
+    /// What a person may label a turn's messages as: the router's intents (none when the
+    /// router is off).
+    pub intents: Vec<String>,
 }
 
 pub type AppState = Arc<Ingress>;
@@ -79,7 +82,7 @@ impl Ingress {
             store,
             clock,
             whatsapp: whatsapp::Settings::from_config(config),
-            webchat: WebchatSettings::from_config(config, links.chat, intents),
+            webchat: WebchatSettings::from_config(config, links.chat, intents.clone()),
             wakeup: links.wakeup,
             outbox: links.outbox,
             metrics,
@@ -87,6 +90,7 @@ impl Ingress {
                 token: config.admin.token.clone(),
                 sandbox: config.whatsapp.sandbox(),
                 metrics_token: config.admin.metrics_token.clone(),
+                intents: intents.as_ref().map(|r| r.labels()).unwrap_or_default(),
             },
             source: SourcePolicy {
                 allow: config.ingress.webhook_allow.clone(),
@@ -209,6 +213,7 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
             .route("/admin/review/{id}/reply", post(admin::reply))
             .route("/admin/review/{id}/requeue", post(admin::requeue))
             .route("/admin/review/{id}/close", post(admin::close))
+            .route("/admin/review/{id}/label", post(admin::label))
             .route("/admin/conversations", get(admin::conversations))
             .route("/admin/stats", get(admin::stats))
             .layer(middleware::from_fn_with_state(

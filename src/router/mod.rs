@@ -16,6 +16,7 @@ mod classifier;
 pub mod entities;
 pub mod eval;
 pub mod intents;
+pub mod learning;
 mod normalise;
 mod turn;
 mod vocabulary;
@@ -318,6 +319,14 @@ impl Router {
     /// Every intent's name, in file order.
     pub fn labels(&self) -> Vec<String> {
         self.intents.iter().map(|i| i.name.clone()).collect()
+    }
+
+    /// The confidence below which an intent's guess goes to the agent.
+    pub fn threshold(&self, intent: &str) -> Option<f32> {
+        self.intents
+            .iter()
+            .find(|i| i.name == intent)
+            .map(|i| i.threshold)
     }
 
     /// The action, reply template and quick replies of an intent.

@@ -5,6 +5,9 @@
 //! Reply templates may use the message's entities (`{{amount}}`, `{{account}}`, `{{phone}}`,
 //! `{{reference}}`) and fields of a tool's JSON answer (`{{tool.balance.available}}`). A template
 //! that cannot be filled (no such entity, the tool failed) hands the batch to the agent instead.
+//!
+//! Every turn's guess is kept with the turn ([`Turns::set_route`]): `sabi route --export-unsure`
+//! compares the guesses with who answered, and a person's labels, to learn from use.
 
 use std::sync::Arc;
 
@@ -15,6 +18,7 @@ use serde_json::{Map, Value, json};
 use super::{ActionKind, Entities, PLEASANTRIES, Router, Routing};
 use crate::domain::{Batch, ReplyPart};
 use crate::metrics::{Metrics, Routed};
+use crate::store::{RouteGuess, Turns};
 use crate::tools::Tools;
 use crate::turn::{TurnError, TurnHandler, TurnOutcome};
 
@@ -23,6 +27,7 @@ pub struct RouterHandler {
     tools: Arc<Tools>,
     /// Answers what the router does not: the LLM agent.
     agent: Arc<dyn TurnHandler>,
+    store: Arc<dyn Turns>,
     metrics: Arc<Metrics>,
 }
 
@@ -31,14 +36,29 @@ impl RouterHandler {
         router: Arc<Router>,
         tools: Arc<Tools>,
         agent: Arc<dyn TurnHandler>,
+        store: Arc<dyn Turns>,
         metrics: Arc<Metrics>,
     ) -> Arc<RouterHandler> {
         Arc::new(RouterHandler {
             router,
             tools,
             agent,
+            store,
             metrics,
         })
+    }
+
+    /// Keeps the guess with the turn. Learning from use can do without one turn's guess, so a
+    /// store error here does not fail the turn.
+    async fn keep_guess(&self, batch: &Batch, routing: &Routing) {
+        let guess = RouteGuess {
+            intent: routing.intent.clone(),
+            confidence: routing.confidence,
+            local: routing.local,
+        };
+        if let Err(e) = self.store.set_route(batch.id, guess).await {
+            tracing::warn!(batch = batch.id, error.message = %e, "could not keep the router's guess");
+        }
     }
 
     fn count(&self, routing: &Routing, decision: &str) {
@@ -111,6 +131,7 @@ impl TurnHandler for RouterHandler {
     async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
         let routing = self.route_batch(batch);
         tracing::debug!(batch = batch.id, intent = %routing.intent, confidence = routing.confidence, local = routing.local, tier = ?routing.tier, "routed");
+        self.keep_guess(batch, &routing).await;
         let action = self
             .router
             .action(&routing.intent)

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 
 pub use self::postgres::PgStore;
 pub use self::redis::RedisStore;
+pub use self::rules::batch::AnsweredBy;
 pub use self::rules::item::ItemState;
 pub use self::rules::part::{Delivery, PartKind, PartState, WINDOW_CLOSED};
 pub use self::rules::review::ReviewState;
@@ -293,6 +294,30 @@ pub struct ReviewEntry {
     pub messages: Vec<BatchMessage>,
 }
 
+/// What the router made of a turn's messages, kept with the turn so that its guesses can be
+/// compared with what happened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteGuess {
+    /// Its best intent (an intent's name, or `out_of_scope`).
+    pub intent: String,
+    pub confidence: f32,
+    /// Whether the router answered (or handed over) on its own.
+    pub local: bool,
+}
+
+/// An ended turn the router guessed at: what learning from use reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutedTurn {
+    pub batch_id: i64,
+    /// The batch's messages' texts, one per line, in the order they were sent.
+    pub text: String,
+    pub guess: RouteGuess,
+    pub answered_by: AnsweredBy,
+    /// What a person said the messages asked, when one labelled them.
+    pub label: Option<String>,
+    pub finished_at: At,
+}
+
 /// What one agent turn's model calls used.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TurnUsage {
@@ -531,6 +556,9 @@ pub trait Turns: Send + Sync + 'static {
 
     /// Adds what a turn's model calls used.
     async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()>;
+
+    /// Keeps what the router made of a turn's messages.
+    async fn set_route(&self, batch: i64, guess: RouteGuess) -> Result<()>;
 }
 
 /// What the sender does with reply parts: claim under a send lease and record how each send ended.
@@ -570,6 +598,13 @@ pub trait Reviews: Send + Sync + 'static {
 
     /// The conversations of a customer, with their history (the last `turns` turns).
     async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>>;
+
+    /// A person's word on what a turn's messages asked (an intent's name, or `out_of_scope`);
+    /// a later label replaces an earlier one.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when there is no such batch.
+    async fn label_turn(&self, batch: i64, intent: &str) -> Result<()>;
 }
 
 /// What the web chat keeps and serves: questions, their jobs, a session's history.
@@ -616,6 +651,10 @@ pub trait Inspection: Send + Sync + 'static {
 
     /// The pipeline's counts now.
     async fn gauges(&self, now: At) -> Result<Gauges>;
+
+    /// Turns that ended since `since` and that the router guessed at, the latest first, at
+    /// most `limit` of them.
+    async fn routed_turns(&self, since: At, limit: usize) -> Result<Vec<RoutedTurn>>;
 }
 
 /// Whether the store can serve.

@@ -18,6 +18,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/admin/review/1/reply"),
     ("POST", "/admin/review/1/requeue"),
     ("POST", "/admin/review/1/close"),
+    ("POST", "/admin/review/1/label"),
     ("GET", "/admin/conversations?customer=2348031234567"),
     ("GET", "/admin/stats"),
 ];

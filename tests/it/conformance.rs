@@ -11,6 +11,7 @@
 
 mod fixtures;
 mod inspection;
+mod learning;
 mod people;
 mod sending;
 mod statuses;
@@ -36,6 +37,7 @@ use self::inspection::{
     quarantine_keeps_each_raw_part_once_in_arrival_order,
     the_inbox_filters_by_kind_channel_position_and_limit,
 };
+use self::learning::routed_turns_keep_the_guess_who_answered_and_a_label;
 use self::people::{
     conversations_list_every_thread_of_a_customer, review_items_read_alike_open_or_settled,
 };
@@ -230,6 +232,8 @@ macro_rules! cases {
             the_inbox_filters_by_kind_channel_position_and_limit,
             quarantine_keeps_each_raw_part_once_in_arrival_order,
             a_fresh_store_is_ready_and_holds_nothing,
+            // Learning from use (Turns, Reviews, Inspection)
+            routed_turns_keep_the_guess_who_answered_and_a_label,
         );
     };
 }

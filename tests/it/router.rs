@@ -382,3 +382,147 @@ async fn a_reply_template_uses_a_tool_and_falls_back_when_it_fails() {
     let calls = seen.lock().expect("lock").clone();
     assert_eq!(calls, vec!["customer=2348000000007 Bearer tool-token"]);
 }
+
+/// Learning from use, end to end: every turn keeps the router's guess; a person labels a
+/// handed-over message through the desk's API; `sabi route --export-unsure` lists that turn
+/// first with its label and the others to label; the file, once labelled, scores and calibrates.
+#[tokio::test]
+async fn the_export_and_relabel_loop_end_to_end() {
+    const TOKEN: &str = "desk-token-for-labels";
+    let app = TestApp::spawn_with(None, &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let t = START_MS / 1000;
+    for (n, (customer, text)) in [
+        ("2348000000001", "I wan check my balance"),
+        ("2348000000002", "I wan talk to human abeg"),
+        ("2348000000003", "Who go win the league this year?"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let body = text_webhook_at(&format!("wamid.u{n}"), customer, text, t);
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    }
+    app.clock.advance(Duration::from_secs(20));
+    assert_eq!(app.scheduler.drain().await.expect("drain"), 3);
+
+    let desk = |method: reqwest::Method, path: &str| {
+        app.client.request(method, app.url(path)).bearer_auth(TOKEN)
+    };
+    let queue: Value = desk(reqwest::Method::GET, "/admin/review")
+        .send()
+        .await
+        .expect("sent")
+        .json()
+        .await
+        .expect("json");
+    let id = queue["items"][0]["id"].as_i64().expect("a review item");
+    let intents: Vec<&str> = queue["intents"]
+        .as_array()
+        .expect("intents")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(intents.contains(&"agent_escalation"), "{intents:?}");
+    let label = |id: i64, intent: &str| {
+        desk(reqwest::Method::POST, &format!("/admin/review/{id}/label"))
+            .json(&serde_json::json!({ "intent": intent }))
+            .send()
+    };
+    assert_eq!(
+        label(id, "no_such_intent").await.expect("sent").status(),
+        422
+    );
+    assert_eq!(
+        label(9_999, "agent_escalation")
+            .await
+            .expect("sent")
+            .status(),
+        404
+    );
+    assert_eq!(
+        label(id, "agent_escalation").await.expect("sent").status(),
+        200
+    );
+
+    let lines = crate::helpers::json_lines(
+        app.dir.path(),
+        &["route", "--export-unsure", "--since", "3650d"],
+    );
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0]["why"], "labelled");
+    assert_eq!(lines[0]["intent"], "agent_escalation");
+    assert_eq!(lines[0]["text"], "I wan talk to human abeg");
+    assert_eq!(lines[0]["answered_by"], "person");
+    let by_text = |text: &str| {
+        lines
+            .iter()
+            .find(|l| l["text"] == text)
+            .unwrap_or_else(|| panic!("{text} exported: {lines:?}"))
+    };
+    let balance = by_text("I wan check my balance");
+    assert_eq!(
+        (
+            &balance["guess"],
+            &balance["answered_by"],
+            &balance["intent"]
+        ),
+        (
+            &Value::from("check_balance"),
+            &Value::from("router"),
+            &Value::Null
+        )
+    );
+    assert_eq!(
+        by_text("Who go win the league this year?")["answered_by"],
+        "agent"
+    );
+
+    // Unlabelled lines are skipped, and said so; labelled, every line counts.
+    let export = app.dir.path().join("unsure.jsonl");
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&export, text).expect("written");
+    let eval = |file: &std::path::Path| {
+        sabi_command(app.dir.path())
+            .args(["route", "--eval"])
+            .arg(file)
+            .args(["--folds", "0"])
+            .output()
+            .expect("sabi route runs")
+    };
+    let partial = eval(&export);
+    assert!(partial.status.success());
+    let note = String::from_utf8_lossy(&partial.stderr);
+    assert!(note.contains("2 lines without an intent skipped"), "{note}");
+    let scored = String::from_utf8_lossy(&partial.stdout);
+    assert!(scored.contains("messages            1\n"), "{scored}");
+    let labelled: String = lines
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            if l["intent"].is_null() {
+                let truth = match l["guess"].as_str() {
+                    Some("check_balance") => "check_balance",
+                    _ => "out_of_scope",
+                };
+                l["intent"] = Value::from(truth);
+            }
+            format!("{l}\n")
+        })
+        .collect();
+    std::fs::write(&export, labelled).expect("written");
+    let full = eval(&export);
+    assert!(full.status.success());
+    let scored = String::from_utf8_lossy(&full.stdout);
+    assert!(scored.contains("messages            3\n"), "{scored}");
+    let calibrated = sabi_command(app.dir.path())
+        .args(["route", "--calibrate"])
+        .arg(&export)
+        .output()
+        .expect("sabi route runs");
+    assert!(
+        calibrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&calibrated.stderr)
+    );
+    assert!(String::from_utf8_lossy(&calibrated.stdout).contains("3 messages"));
+}

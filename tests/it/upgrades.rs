@@ -44,7 +44,7 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     };
     let said = store::probe(&config).await.expect("probe");
     assert!(
-        said.ends_with("schema version 1, this build upgrades it to 2 at start"),
+        said.ends_with("schema version 1, this build upgrades it to 3 at start"),
         "{said}"
     );
     let mut conn = PgConnection::connect(&db.url).await.expect("connect");
@@ -55,7 +55,7 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     let (one, other) = tokio::join!(PgStore::open(&db.url), PgStore::open(&db.url));
     let (store, _other) = (one.expect("upgraded"), other.expect("opened"));
     let after: Vec<i32> = versions().fetch_all(&mut conn).await.expect("versions");
-    assert_eq!(after, [1, 2], "each migration ran once");
+    assert_eq!(after, [1, 2, 3], "each migration ran once");
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT indexname::text FROM pg_indexes
          WHERE indexname IN ('conversations_claimable', 'conversations_due')",
@@ -241,6 +241,16 @@ async fn what_the_previous_build_stored_is_intact(store: &dyn Store) {
         .expect("chat job")
         .expect("kept");
     assert_eq!(job.status, JobStatus::Queued);
+    let before_guesses = sabi::clock::At::default();
+    let routed = store
+        .routed_turns(before_guesses, 10)
+        .await
+        .expect("routed");
+    assert_eq!(routed, [], "the previous build kept no router guesses");
+    store
+        .label_turn(review[0].batch_id, "agent_escalation")
+        .await
+        .expect("an upgraded turn takes a label");
 
     let again = Ingest {
         items: vec![message(

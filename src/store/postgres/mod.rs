@@ -27,8 +27,9 @@ use sqlx::{PgConnection, PgPool};
 use super::{
     ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Error, Gauges, Health,
     HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, OutboxEntry, Resolution,
-    Result, ReviewEntry, ReviewQuery, Reviews, SendClaim, SendJob, SendResult, Sending, StoredItem,
-    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
+    Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob,
+    SendResult, Sending, StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns,
+    WebChat,
 };
 use crate::clock::{At, UnixSeconds};
 use crate::domain::{Channel, Claim, LeaseToken};
@@ -38,6 +39,7 @@ use crate::domain::{Channel, Claim, LeaseToken};
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_schema.sql"),
     include_str!("migrations/0002_claimable_conversations.sql"),
+    include_str!("migrations/0003_routes.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -284,6 +286,9 @@ impl Turns for PgStore {
     async fn set_stage(&self, batch: i64, stage: &str) -> Result<()> {
         turns::set_stage(&self.pool, batch, stage).await
     }
+    async fn set_route(&self, batch: i64, guess: RouteGuess) -> Result<()> {
+        turns::set_route(&self.pool, batch, &guess).await
+    }
     async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()> {
         turns::add_usage(&self.pool, batch, usage).await
     }
@@ -315,6 +320,9 @@ impl Reviews for PgStore {
     }
     async fn conversations(&self, customer: &str, turns: usize) -> Result<Vec<ConversationView>> {
         review::conversations(&self.pool, customer, turns).await
+    }
+    async fn label_turn(&self, batch: i64, intent: &str) -> Result<()> {
+        turns::label(&self.pool, batch, intent).await
     }
 }
 
@@ -357,6 +365,9 @@ impl Inspection for PgStore {
     }
     async fn gauges(&self, now: At) -> Result<Gauges> {
         review::gauges(&self.pool, now).await
+    }
+    async fn routed_turns(&self, since: At, limit: usize) -> Result<Vec<RoutedTurn>> {
+        turns::routed(&self.pool, since, limit).await
     }
 }
 

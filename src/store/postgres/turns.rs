@@ -10,7 +10,11 @@ use crate::clock::At;
 use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
-use crate::store::{Ending, Error, HistoryEntry, Result, Speaker, TurnStats, TurnUsage};
+use crate::store::items::known;
+use crate::store::rules::batch::{BatchState, answered_by};
+use crate::store::{
+    Ending, Error, HistoryEntry, Result, RouteGuess, RoutedTurn, Speaker, TurnStats, TurnUsage,
+};
 
 /// Claims due work, of one channel's conversations only when `channel` is given.
 pub(super) async fn claim(
@@ -462,6 +466,72 @@ pub(super) async fn add_usage(pool: &PgPool, batch: i64, usage: TurnUsage) -> Re
     .await
     .map(drop)
     .map_err(unavailable)
+}
+
+pub(super) async fn set_route(pool: &PgPool, batch: i64, guess: &RouteGuess) -> Result<()> {
+    sqlx::query(
+        "UPDATE batches SET route_intent = $2, route_confidence = $3, route_local = $4
+         WHERE id = $1",
+    )
+    .bind(batch)
+    .bind(&guess.intent)
+    .bind(guess.confidence)
+    .bind(guess.local)
+    .execute(pool)
+    .await
+    .map(drop)
+    .map_err(unavailable)
+}
+
+/// A person's label; refused for a batch that does not exist.
+pub(super) async fn label(pool: &PgPool, batch: i64, intent: &str) -> Result<()> {
+    let done = sqlx::query("UPDATE batches SET label = $2 WHERE id = $1")
+        .bind(batch)
+        .bind(intent)
+        .execute(pool)
+        .await
+        .map_err(unavailable)?;
+    if done.rows_affected() == 0 {
+        return Err(Error::NotFound);
+    }
+    Ok(())
+}
+
+pub(super) async fn routed(pool: &PgPool, since: At, limit: usize) -> Result<Vec<RoutedTurn>> {
+    let rows = sqlx::query(
+        "SELECT b.id, b.route_intent, b.route_confidence, b.route_local, b.state,
+                b.prompt_tokens IS NOT NULL, b.label, b.finished_at,
+                (SELECT string_agg(text, E'\n' ORDER BY provider_ts NULLS FIRST, seq)
+                 FROM inbox WHERE batch_id = b.id AND text IS NOT NULL)
+         FROM batches b
+         WHERE b.route_intent IS NOT NULL AND b.finished_at >= $1
+         ORDER BY b.finished_at DESC, b.id DESC LIMIT $2",
+    )
+    .bind(since)
+    .bind(super::limit(Some(limit)))
+    .fetch_all(pool)
+    .await
+    .map_err(unavailable)?;
+    let mut turns = Vec::new();
+    for r in rows {
+        let state = known(BatchState::parse, r.get(4))?;
+        let Some(answered_by) = answered_by(state, r.get(5), r.get(3)) else {
+            continue;
+        };
+        turns.push(RoutedTurn {
+            batch_id: r.get(0),
+            text: r.get::<Option<String>, _>(8).unwrap_or_default(),
+            guess: RouteGuess {
+                intent: r.get(1),
+                confidence: r.get(2),
+                local: r.get(3),
+            },
+            answered_by,
+            label: r.get(6),
+            finished_at: r.get(7),
+        });
+    }
+    Ok(turns)
 }
 
 pub(super) async fn stats(pool: &PgPool, since: At) -> Result<TurnStats> {

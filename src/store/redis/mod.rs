@@ -28,14 +28,15 @@ use serde_json::{Value, json};
 use self::connection::{Connection, Target};
 use self::wire::{
     List, Page, RawClaim, RawConversation, RawExchange, RawGauges, RawItem, RawJob, RawLine,
-    RawPart, RawQuarantined, RawReceipt, RawReview, RawSendJob, RawStats, Receipt,
+    RawPart, RawQuarantined, RawReceipt, RawReview, RawRouted, RawSendJob, RawStats, Receipt,
 };
 use super::items::message_key;
 use super::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
     Health, HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, OutboxEntry,
-    Resolution, Result, ReviewEntry, ReviewQuery, Reviews, SendClaim, SendJob, SendResult, Sending,
-    StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
+    Resolution, Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim,
+    SendJob, SendResult, Sending, StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage,
+    Turns, WebChat,
 };
 use crate::clock::{At, millis};
 use crate::domain::{Channel, Claim, ItemKind, LeaseToken};
@@ -379,6 +380,14 @@ impl Turns for RedisStore {
         let _: bool = self.call("add_usage", args).await?;
         Ok(())
     }
+    async fn set_route(&self, batch: i64, guess: RouteGuess) -> Result<()> {
+        let args = json!({
+            "batch": batch, "intent": guess.intent, "confidence": guess.confidence,
+            "local": guess.local,
+        });
+        let _: bool = self.call("set_route", args).await?;
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -430,6 +439,11 @@ impl Reviews for RedisStore {
             )
             .await?;
         raw.0.into_iter().map(RawConversation::into_view).collect()
+    }
+    async fn label_turn(&self, batch: i64, intent: &str) -> Result<()> {
+        let args = json!({"batch": batch, "intent": intent});
+        let _: bool = self.call("label_turn", args).await?;
+        Ok(())
     }
 }
 
@@ -531,6 +545,13 @@ impl Inspection for RedisStore {
     async fn gauges(&self, now: At) -> Result<Gauges> {
         let raw: RawGauges = self.call("gauges", json!({"now": now})).await?;
         Ok(raw.into())
+    }
+    async fn routed_turns(&self, since: At, limit: usize) -> Result<Vec<RoutedTurn>> {
+        let args = json!({"since": since, "limit": count(limit)});
+        let raw: List<RawRouted> = self.call("routed_turns", args).await?;
+        let turns: Result<Vec<Option<RoutedTurn>>> =
+            raw.0.into_iter().map(RawRouted::into_turn).collect();
+        Ok(turns?.into_iter().flatten().collect())
     }
 }
 

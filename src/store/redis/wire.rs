@@ -10,13 +10,14 @@ use crate::domain::{
     ReplyPart, ReviewReason,
 };
 use crate::store::items::{Encoded, amendment, known, quarantine_hash, sent_at, status_of};
+use crate::store::rules::batch::{BatchState, answered_by};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::{Delivery, PartKind, PartState};
 use crate::store::rules::review::ReviewState;
 use crate::store::{
     ChatExchange, ChatJob, ConversationView, Ending, Error, Gauges, HistoryEntry, Ingest,
-    OutboxEntry, Resolution, Result, ReviewEntry, SendJob, SendResult, Speaker, StoredItem,
-    StoredQuarantine, TurnStats, parse_send_callback,
+    OutboxEntry, Resolution, Result, ReviewEntry, RouteGuess, RoutedTurn, SendJob, SendResult,
+    Speaker, StoredItem, StoredQuarantine, TurnStats, parse_send_callback,
 };
 
 /// A list in a reply. Lua's JSON encoder cannot tell an empty list from an empty object and
@@ -501,6 +502,44 @@ impl RawConversation {
             last_inbound_at: self.last_in,
             history: history(self.history),
         })
+    }
+}
+
+/// A turn the router guessed at, as `routed_turns` returns it.
+#[derive(Deserialize)]
+pub(super) struct RawRouted {
+    batch: i64,
+    intent: String,
+    confidence: f32,
+    #[serde(rename = "local")]
+    routed_locally: bool,
+    state: String,
+    used_model: bool,
+    label: Option<String>,
+    finished: At,
+    text: String,
+}
+
+impl RawRouted {
+    /// The turn, unless it has not ended (a lapsed lease read mid-way).
+    pub(super) fn into_turn(self) -> Result<Option<RoutedTurn>> {
+        let state = known(BatchState::parse, &self.state)?;
+        Ok(
+            answered_by(state, self.used_model, self.routed_locally).map(|answered_by| {
+                RoutedTurn {
+                    batch_id: self.batch,
+                    text: self.text,
+                    guess: RouteGuess {
+                        intent: self.intent,
+                        confidence: self.confidence,
+                        local: self.routed_locally,
+                    },
+                    answered_by,
+                    label: self.label,
+                    finished_at: self.finished,
+                }
+            }),
+        )
     }
 }
 

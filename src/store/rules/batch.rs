@@ -53,6 +53,39 @@ pub fn holds(lease: &Lease, token: LeaseToken) -> bool {
     lease.state == BatchState::Running && lease.token == token
 }
 
+/// Who answered an ended turn: what learning from use compares the router's guess with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AnsweredBy {
+    /// Answered without a model call: the router's reply.
+    Router,
+    /// Answered with the model's help.
+    Agent,
+    /// Handed to a person (asked for, too old, out of tries, or the agent could not).
+    Person,
+}
+
+named!(AnsweredBy {
+    Router => "router",
+    Agent => "agent",
+    Person => "person",
+});
+
+/// Who answered a batch in `state`, given whether its turn used the model and whether the
+/// router meant to answer it; `None` while it has not ended. A reply with neither is the
+/// agent's side without a model (the sandbox's acknowledgement).
+pub fn answered_by(
+    state: BatchState,
+    used_model: bool,
+    routed_locally: bool,
+) -> Option<AnsweredBy> {
+    match state {
+        BatchState::Done if routed_locally && !used_model => Some(AnsweredBy::Router),
+        BatchState::Done => Some(AnsweredBy::Agent),
+        BatchState::Review => Some(AnsweredBy::Person),
+        BatchState::Running | BatchState::Waiting => None,
+    }
+}
+
 /// The state a turn's ending leaves the batch in.
 pub fn ended(ending: &Ending) -> BatchState {
     match ending {
@@ -91,6 +124,28 @@ mod tests {
             };
             assert_eq!(reclaimable(&lease, At::from_millis(100)), state.open());
             assert!(!reclaimable(&lease, At::from_millis(99)));
+        }
+    }
+
+    #[test]
+    fn an_ended_turn_was_answered_by_the_router_the_agent_or_a_person() {
+        use AnsweredBy::{Agent, Person, Router};
+        let cases = [
+            (BatchState::Done, false, true, Some(Router)),
+            (BatchState::Done, true, true, Some(Agent)),
+            (BatchState::Done, true, false, Some(Agent)),
+            (BatchState::Done, false, false, Some(Agent)),
+            (BatchState::Review, false, true, Some(Person)),
+            (BatchState::Review, true, false, Some(Person)),
+            (BatchState::Running, true, true, None),
+            (BatchState::Waiting, false, false, None),
+        ];
+        for (state, used_model, local, who) in cases {
+            assert_eq!(
+                answered_by(state, used_model, local),
+                who,
+                "{state} {used_model} {local}"
+            );
         }
     }
 

@@ -23,14 +23,16 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use self::writer::Writer;
 use super::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at};
+use super::rules::batch::BatchState;
 use super::rules::item::ItemState;
 use super::rules::part::{Delivery, PartKind, PartState};
 use super::rules::review::ReviewState;
 use super::{
     ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Error, Gauges, Health,
     HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, OutboxEntry, Resolution,
-    Result, ReviewEntry, ReviewQuery, Reviews, SendClaim, SendJob, SendResult, Sending, StoredItem,
-    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
+    Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob,
+    SendResult, Sending, StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns,
+    WebChat,
 };
 use crate::clock::{At, UnixSeconds, millis};
 use crate::domain::{
@@ -47,6 +49,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_sender.sql"),
     include_str!("migrations/0006_agent.sql"),
     include_str!("migrations/0007_review_resolution.sql"),
+    include_str!("migrations/0008_routes.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -305,6 +308,11 @@ impl Turns for SqliteStore {
             .write(move |conn| turns::set_stage(conn, batch, &stage))
             .await
     }
+    async fn set_route(&self, batch: i64, guess: RouteGuess) -> Result<()> {
+        self.writer
+            .write(move |conn| turns::set_route(conn, batch, &guess))
+            .await
+    }
     async fn add_usage(&self, batch: i64, usage: TurnUsage) -> Result<()> {
         self.writer
             .write(move |conn| turns::add_usage(conn, batch, usage))
@@ -352,6 +360,12 @@ impl Reviews for SqliteStore {
         self.read(move |conn| review::conversations(conn, &customer, turns))
             .await
     }
+    async fn label_turn(&self, batch: i64, intent: &str) -> Result<()> {
+        let intent = intent.to_owned();
+        self.writer
+            .write(move |conn| turns::label(conn, batch, &intent))
+            .await
+    }
 }
 
 #[async_trait]
@@ -394,6 +408,10 @@ impl Inspection for SqliteStore {
     }
     async fn gauges(&self, now: At) -> Result<Gauges> {
         self.read(move |conn| review::gauges(conn, now)).await
+    }
+    async fn routed_turns(&self, since: At, limit: usize) -> Result<Vec<RoutedTurn>> {
+        self.read(move |conn| turns::routed(conn, since, limit))
+            .await
     }
     async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {
         self.read(move |conn| inbox(conn, &query)).await
@@ -683,6 +701,7 @@ macro_rules! from_names {
 }
 
 from_names!(
+    BatchState,
     Channel,
     ItemKind,
     ItemState,

@@ -11,7 +11,10 @@ use crate::clock::At;
 use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
-use crate::store::{Ending, Error, HistoryEntry, Result, Speaker, TurnStats, TurnUsage};
+use crate::store::rules::batch::{BatchState, answered_by};
+use crate::store::{
+    Ending, Error, HistoryEntry, Result, RouteGuess, RoutedTurn, Speaker, TurnStats, TurnUsage,
+};
 
 /// Claims due work, of one channel's conversations only when `channel` is given.
 pub(super) fn claim(
@@ -411,6 +414,81 @@ pub(super) fn add_usage(conn: &Connection, batch: i64, usage: TurnUsage) -> Resu
             usage.cost
         ],
     )
+}
+
+pub(super) fn set_route(conn: &Connection, batch: i64, guess: &RouteGuess) -> Result<()> {
+    execute(
+        conn,
+        "UPDATE batches SET route_intent = ?2, route_confidence = ?3, route_local = ?4
+         WHERE id = ?1",
+        params![
+            batch,
+            guess.intent,
+            f64::from(guess.confidence),
+            guess.local
+        ],
+    )
+}
+
+/// A person's label; refused for a batch that does not exist.
+pub(super) fn label(conn: &Connection, batch: i64, intent: &str) -> Result<()> {
+    let changed = conn
+        .prepare_cached("UPDATE batches SET label = ?2 WHERE id = ?1")
+        .and_then(|mut s| s.execute(params![batch, intent]))
+        .map_err(unavailable)?;
+    if changed == 0 {
+        return Err(Error::NotFound);
+    }
+    Ok(())
+}
+
+pub(super) fn routed(conn: &Connection, since: At, limit: usize) -> Result<Vec<RoutedTurn>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT b.id, b.route_intent, b.route_confidence, b.route_local, b.state,
+                    b.prompt_tokens IS NOT NULL, b.label, b.finished_at,
+                    (SELECT group_concat(text, char(10)) FROM
+                        (SELECT text FROM inbox WHERE batch_id = b.id AND text IS NOT NULL
+                         ORDER BY coalesce(provider_ts, 0), seq))
+             FROM batches b
+             WHERE b.route_intent IS NOT NULL AND b.finished_at >= ?1
+             ORDER BY b.finished_at DESC, b.id DESC LIMIT ?2",
+        )
+        .map_err(unavailable)?;
+    let rows = stmt
+        .query_map(params![since, limit_param(limit)], |r| {
+            let state: BatchState = r.get(4)?;
+            let local: bool = r.get(3)?;
+            Ok((
+                r.get::<_, i64>(0)?,
+                RouteGuess {
+                    intent: r.get(1)?,
+                    confidence: r.get::<_, f64>(2)? as f32,
+                    local,
+                },
+                answered_by(state, r.get(5)?, local),
+                r.get(6)?,
+                r.get(7)?,
+                r.get::<_, Option<String>>(8)?,
+            ))
+        })
+        .map_err(unavailable)?;
+    let mut turns = Vec::new();
+    for row in rows {
+        let (batch_id, guess, answered_by, label, finished_at, text) = row.map_err(unavailable)?;
+        let Some(answered_by) = answered_by else {
+            continue;
+        };
+        turns.push(RoutedTurn {
+            batch_id,
+            text: text.unwrap_or_default(),
+            guess,
+            answered_by,
+            label,
+            finished_at,
+        });
+    }
+    Ok(turns)
 }
 
 pub(super) fn stats(conn: &Connection, since: At) -> Result<TurnStats> {

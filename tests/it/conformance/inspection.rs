@@ -98,7 +98,7 @@ async fn reads_find_nothing(store: &Arc<dyn Store>) {
     assert!(claim_sends(store, T0).await.is_empty());
 }
 
-/// Three conversations due (two at T0 + ms(10) s, one at T0 + ms(15) s), claimed in two steps, with
+/// Three conversations due (two at T0 + 10 s, one at T0 + 15 s), claimed in two steps, with
 /// the gauges at each: their claims.
 async fn three_running(store: &Arc<dyn Store>) -> Vec<Claim> {
     let gauges = |now| async move { store.gauges(now).await.expect("gauges") };

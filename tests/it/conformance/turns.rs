@@ -105,7 +105,7 @@ fn usage(prompt_tokens: u64, completion_tokens: u64, cost: f64) -> TurnUsage {
     }
 }
 
-/// Five turns of c1..c5 claimed together and ended one by one at T0 + ms(21)..25 s: a local reply,
+/// Five turns of c1..c5 claimed together and ended one by one at T0 + 21..25 s: a local reply,
 /// an agent's (two model calls), a review, a hand-off with a model call, and a retry (not ended,
 /// with a model call). The batch of c1's local reply.
 async fn five_turns(store: &Arc<dyn Store>) -> i64 {

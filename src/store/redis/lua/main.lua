@@ -23,7 +23,8 @@ local OPS = {
   next_send_due = next_send_due, review_queue = review_queue, review_item = review_item,
   resolve_review = resolve_review, conversations = conversations, gauges = gauges,
   submit_chat = submit_chat, job_for_message = job_for_message, chat_job = chat_job,
-  chat_history = chat_history, chat_queue_depth = chat_queue_depth,
+  chat_history = chat_history, chat_queue_depth = chat_queue_depth, set_route = set_route,
+  label_turn = label_turn, routed_turns = routed_turns,
 }
 
 -- Keys lost (a restart without persistence, a flush) and made again start every counter anew:

@@ -271,6 +271,65 @@ local function set_stage(a)
   return true
 end
 
+-- What the router made of a turn's messages (learning from use).
+local function set_route(a)
+  local key = k('b', a.batch)
+  if redis.call('EXISTS', key) == 1 then
+    put(key, {route_intent = a.intent, route_conf = string.format('%.9g', a.confidence),
+      route_local = a['local']})
+  end
+  return true
+end
+
+-- A person's word on what a turn's messages asked.
+local function label_turn(a)
+  local key = k('b', a.batch)
+  if redis.call('EXISTS', key) == 0 then
+    return fail('SABI_NOT_FOUND', 'no batch has this id')
+  end
+  redis.call('HSET', key, 'label', a.intent)
+  return true
+end
+
+-- Ended turns the router guessed at since `since`, the latest first: each with its messages'
+-- texts in the order they were sent.
+local function routed_turns(a)
+  local out = {}
+  local ids = redis.call('ZREVRANGEBYSCORE', k('finished'), '+inf', int(a.since))
+  for _, id in ipairs(ids) do
+    if #out >= a.limit then
+      break
+    end
+    local b = get(k('b', id), 'route_intent', 'route_conf', 'route_local', 'state',
+      'prompt_tokens', 'label', 'finished')
+    if b.route_intent then
+      local messages = {}
+      for _, seq in ipairs(redis.call('ZRANGE', k('b', id, 'msgs'), 0, -1)) do
+        local m = get(k('in', seq), 'text', 'pts')
+        if m.text then
+          messages[#messages + 1] = {text = m.text, pts = tonumber(m.pts) or 0, seq = tonumber(seq)}
+        end
+      end
+      table.sort(messages, function(x, y)
+        if x.pts ~= y.pts then
+          return x.pts < y.pts
+        end
+        return x.seq < y.seq
+      end)
+      local texts = {}
+      for i, m in ipairs(messages) do
+        texts[i] = m.text
+      end
+      out[#out + 1] = {
+        batch = tonumber(id), intent = b.route_intent, confidence = tonumber(b.route_conf),
+        ['local'] = b.route_local == '1', state = b.state, used_model = b.prompt_tokens ~= nil,
+        label = b.label, finished = tonumber(b.finished), text = table.concat(texts, '\n'),
+      }
+    end
+  end
+  return out
+end
+
 -- Usage of a turn that already ended (its worker lost the lease) joins the totals too.
 local function add_usage(a)
   local key = k('b', a.batch)
