@@ -24,7 +24,8 @@
 //! Modules, from the bottom up (`src/layers.txt` holds the layers; a test keeps every import
 //! pointing down them, and no two files importing each other):
 //!
-//! - [`domain`], [`clock`]: the types every stage shares, and the injected clock.
+//! - [`clock`], [`domain`]: the injected clock and the one type of an instant, and the types
+//!   every stage shares.
 //! - [`config`]: one typed configuration (`sabi.toml` + `SABI_*`), validated at start, holding
 //!   every stage's settings; its commented example.
 //! - [`store`]: the only place state lives (SQLite embedded by default, PostgreSQL or Redis for
@@ -34,6 +35,7 @@
 //! - `runner`: the one loop the scheduler and the sender run in.
 //! - [`sender`]: the outbox's delivery: pacing, retries, the window.
 //! - [`tools`]: the business's HTTP endpoints, declared in configuration.
+//! - [`broadcast`]: template campaigns; so far their audience files.
 //! - [`worker`]: the scheduler: batches per conversation, one turn at a time, leases, retries.
 //! - [`router`]: Pidgin-aware intent routing: patterns, a classifier, fallback to the agent.
 //! - [`agent`]: the LLM agent with tools and stored history; voice notes to text.
@@ -44,6 +46,7 @@
 
 pub mod agent;
 pub mod app;
+pub mod broadcast;
 pub mod check;
 pub mod cli;
 pub mod clock;

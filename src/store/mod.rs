@@ -14,6 +14,7 @@ mod redis;
 pub mod rules;
 mod sqlite;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ use async_trait::async_trait;
 pub use self::postgres::PgStore;
 pub use self::redis::RedisStore;
 pub use self::rules::batch::AnsweredBy;
+pub use self::rules::broadcast::{BroadcastState, Control, RecipientState, SkipReason};
 pub use self::rules::item::ItemState;
 pub use self::rules::part::{Delivery, PartKind, PartState, WINDOW_CLOSED};
 pub use self::rules::review::ReviewState;
@@ -316,6 +318,89 @@ pub struct RoutedTurn {
     /// What a person said the messages asked, when one labelled them.
     pub label: Option<String>,
     pub finished_at: At,
+}
+
+/// A broadcast as a person asks for it, with its audience.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewBroadcast {
+    /// The same key always gives the same broadcast: a retried create makes no second one.
+    pub key: Option<String>,
+    pub name: String,
+    pub template: String,
+    pub language: String,
+    /// The business number it goes from.
+    pub business: String,
+    pub now: At,
+    /// Not before this.
+    pub start_at: At,
+    /// What is not sent by then is cancelled.
+    pub until: Option<At>,
+    /// Messages per second at most.
+    pub rate: u32,
+    pub recipients: Vec<NewRecipient>,
+}
+
+/// One row of a broadcast's audience.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRecipient {
+    /// E.164 digits (as written, when it could not be read).
+    pub to: String,
+    /// The template's body parameters, in order.
+    pub params: Vec<String>,
+    /// Its line in the audience file, when it came from one.
+    pub line: Option<u64>,
+    /// Left out, and why in words.
+    pub skipped: Option<(SkipReason, String)>,
+}
+
+/// A broadcast as stored, with its recipients counted by state.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BroadcastView {
+    pub id: i64,
+    pub key: Option<String>,
+    pub name: String,
+    pub template: String,
+    pub language: String,
+    pub business: String,
+    pub state: BroadcastState,
+    /// Why it is paused, while it is.
+    pub paused_because: Option<String>,
+    pub created_at: At,
+    pub start_at: At,
+    pub until: Option<At>,
+    pub rate: u32,
+    pub recipients: u64,
+    /// Recipients by state; every state is named, with 0 when none is in it.
+    pub counts: BTreeMap<&'static str, u64>,
+}
+
+/// One recipient of a broadcast, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RecipientView {
+    pub id: i64,
+    pub to: String,
+    pub params: Vec<String>,
+    pub line: Option<u64>,
+    pub state: RecipientState,
+    pub skipped: Option<SkipReason>,
+    /// Why it was skipped, failed or is held, in words.
+    pub error: Option<String>,
+    pub error_code: Option<i64>,
+    pub wamid: Option<String>,
+}
+
+/// The counts of `states`, every state named.
+pub fn recipient_counts(
+    states: impl IntoIterator<Item = (RecipientState, u64)>,
+) -> BTreeMap<&'static str, u64> {
+    let mut counts: BTreeMap<&'static str, u64> = RecipientState::ALL
+        .iter()
+        .map(|s| (s.as_str(), 0))
+        .collect();
+    for (state, n) in states {
+        *counts.entry(state.as_str()).or_default() += n;
+    }
+    counts
 }
 
 /// What one agent turn's model calls used.
@@ -657,6 +742,40 @@ pub trait Inspection: Send + Sync + 'static {
     async fn routed_turns(&self, since: At, limit: usize) -> Result<Vec<RoutedTurn>>;
 }
 
+/// What broadcasts keep: their audience, who got them, and what people ask of them.
+#[async_trait]
+pub trait Broadcasts: Send + Sync + 'static {
+    /// Keeps a broadcast and its recipients in one atomic step; with a `key` already used, the
+    /// broadcast made with it is returned instead (`false`: nothing new was kept).
+    async fn create_broadcast(&self, broadcast: NewBroadcast) -> Result<(BroadcastView, bool)>;
+
+    /// The latest broadcasts first, at most `limit`.
+    async fn broadcasts(&self, limit: usize) -> Result<Vec<BroadcastView>>;
+
+    async fn broadcast(&self, id: i64) -> Result<Option<BroadcastView>>;
+
+    /// A broadcast's recipients in audience order, only those in `state` when given.
+    async fn broadcast_recipients(
+        &self,
+        id: i64,
+        state: Option<RecipientState>,
+        limit: usize,
+    ) -> Result<Vec<RecipientView>>;
+
+    /// Pauses (with `reason`), resumes or cancels a broadcast; a cancel also cancels every
+    /// recipient still waiting, in the same step.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when there is no such broadcast, or the control does not apply to
+    /// its state (see [`rules::broadcast::control`]).
+    async fn control_broadcast(
+        &self,
+        id: i64,
+        control: Control,
+        reason: Option<String>,
+    ) -> Result<BroadcastView>;
+}
+
 /// Whether the store can serve.
 #[async_trait]
 pub trait Health: Send + Sync + 'static {
@@ -667,9 +786,15 @@ pub trait Health: Send + Sync + 'static {
 /// A store is every role at once: what `open` returns and the app holds. Each component holds
 /// only the role it uses ([`Turns`] for the scheduler and turn handlers, [`Sending`] for the
 /// sender, ...), so a test fake implements one role.
-pub trait Store: Intake + Turns + Sending + Reviews + WebChat + Inspection + Health {}
+pub trait Store:
+    Intake + Turns + Sending + Reviews + WebChat + Inspection + Broadcasts + Health
+{
+}
 
-impl<T: Intake + Turns + Sending + Reviews + WebChat + Inspection + Health> Store for T {}
+impl<T: Intake + Turns + Sending + Reviews + WebChat + Inspection + Broadcasts + Health> Store
+    for T
+{
+}
 
 /// Looks at the configured backend without changing it (no file created, no migration):
 /// what a `sabi check` may do against a live store.

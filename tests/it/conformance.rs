@@ -9,6 +9,7 @@
 //! The modules below hold the cases for the rest of each role's methods, so that every method
 //! of every role is held to one behaviour on every backend.
 
+mod broadcasts;
 mod fixtures;
 mod inspection;
 mod learning;
@@ -32,6 +33,10 @@ use sabi::store::{
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
+use self::broadcasts::{
+    a_broadcast_is_kept_once_per_key_with_its_audience,
+    broadcasts_pause_resume_and_cancel_as_the_rulebook_allows,
+};
 use self::inspection::{
     a_fresh_store_is_ready_and_holds_nothing, gauges_count_the_pipeline_as_it_moves,
     quarantine_keeps_each_raw_part_once_in_arrival_order,
@@ -234,6 +239,9 @@ macro_rules! cases {
             a_fresh_store_is_ready_and_holds_nothing,
             // Learning from use (Turns, Reviews, Inspection)
             routed_turns_keep_the_guess_who_answered_and_a_label,
+            // Broadcasts
+            a_broadcast_is_kept_once_per_key_with_its_audience,
+            broadcasts_pause_resume_and_cancel_as_the_rulebook_allows,
         );
     };
 }

@@ -13,6 +13,7 @@
 //!
 //! The SQL mirrors the SQLite backend's; the conformance suite holds both to the same behaviour.
 
+mod broadcasts;
 mod connect;
 mod ingest;
 mod outbox;
@@ -25,11 +26,11 @@ use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};
 
 use super::{
-    ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Error, Gauges, Health,
-    HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, OutboxEntry, Resolution,
-    Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob,
-    SendResult, Sending, StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns,
-    WebChat,
+    BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Control, ConversationView,
+    Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection,
+    Intake, NewBroadcast, OutboxEntry, RecipientState, RecipientView, Resolution, Result,
+    ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult,
+    Sending, StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
 use crate::domain::{Channel, Claim, LeaseToken};
@@ -40,6 +41,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_schema.sql"),
     include_str!("migrations/0002_claimable_conversations.sql"),
     include_str!("migrations/0003_routes.sql"),
+    include_str!("migrations/0004_broadcasts.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -368,6 +370,36 @@ impl Inspection for PgStore {
     }
     async fn routed_turns(&self, since: At, limit: usize) -> Result<Vec<RoutedTurn>> {
         turns::routed(&self.pool, since, limit).await
+    }
+}
+
+#[async_trait]
+impl Broadcasts for PgStore {
+    async fn create_broadcast(&self, broadcast: NewBroadcast) -> Result<(BroadcastView, bool)> {
+        broadcasts::create(&self.pool, &broadcast).await
+    }
+    async fn broadcasts(&self, limit: usize) -> Result<Vec<BroadcastView>> {
+        broadcasts::list(&self.pool, limit).await
+    }
+    async fn broadcast(&self, id: i64) -> Result<Option<BroadcastView>> {
+        let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+        broadcasts::view(&mut conn, id).await
+    }
+    async fn broadcast_recipients(
+        &self,
+        id: i64,
+        state: Option<RecipientState>,
+        limit: usize,
+    ) -> Result<Vec<RecipientView>> {
+        broadcasts::recipients(&self.pool, id, state, limit).await
+    }
+    async fn control_broadcast(
+        &self,
+        id: i64,
+        control: Control,
+        reason: Option<String>,
+    ) -> Result<BroadcastView> {
+        broadcasts::control(&self.pool, id, control, reason.as_deref()).await
     }
 }
 

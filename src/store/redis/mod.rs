@@ -27,13 +27,16 @@ use serde_json::{Value, json};
 
 use self::connection::{Connection, Target};
 use self::wire::{
-    List, Page, RawClaim, RawConversation, RawExchange, RawGauges, RawItem, RawJob, RawLine,
-    RawPart, RawQuarantined, RawReceipt, RawReview, RawRouted, RawSendJob, RawStats, Receipt,
+    List, Page, RawBroadcast, RawClaim, RawConversation, RawCreated, RawExchange, RawGauges,
+    RawItem, RawJob, RawLine, RawPart, RawQuarantined, RawReceipt, RawRecipient, RawReview,
+    RawRouted, RawSendJob, RawStats, Receipt,
 };
 use super::items::message_key;
+use super::rules::broadcast::{self, BroadcastState, SkipReason};
 use super::{
-    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, ConversationView, Ending, Error, Gauges,
-    Health, HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, OutboxEntry,
+    BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Control,
+    ConversationView, Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest,
+    IngestReceipt, Inspection, Intake, NewBroadcast, OutboxEntry, RecipientState, RecipientView,
     Resolution, Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim,
     SendJob, SendResult, Sending, StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage,
     Turns, WebChat,
@@ -52,6 +55,7 @@ const SCRIPT_BODY: &str = concat!(
     include_str!("lua/ingest.lua"),
     include_str!("lua/people.lua"),
     include_str!("lua/chat.lua"),
+    include_str!("lua/broadcasts.lua"),
     include_str!("lua/main.lua"),
 );
 
@@ -552,6 +556,94 @@ impl Inspection for RedisStore {
         let turns: Result<Vec<Option<RoutedTurn>>> =
             raw.0.into_iter().map(RawRouted::into_turn).collect();
         Ok(turns?.into_iter().flatten().collect())
+    }
+}
+
+/// Every recipient state's name: the scripts count each.
+fn recipient_states() -> Vec<&'static str> {
+    RecipientState::ALL.iter().map(|s| s.as_str()).collect()
+}
+
+#[async_trait]
+impl Broadcasts for RedisStore {
+    async fn create_broadcast(&self, b: NewBroadcast) -> Result<(BroadcastView, bool)> {
+        let recipients: Vec<_> = b
+            .recipients
+            .iter()
+            .map(|r| {
+                let listed = broadcast::Recipient::listed(r.skipped.as_ref().map(|s| s.0));
+                json!({
+                    "to": r.to,
+                    "params": serde_json::to_string(&r.params).unwrap_or_else(|_| "[]".into()),
+                    "line": r.line,
+                    "state": listed.state.as_str(),
+                    "skipped": listed.skipped.map(SkipReason::as_str),
+                    "error": r.skipped.as_ref().map(|s| &s.1),
+                })
+            })
+            .collect();
+        let args = json!({
+            "key": b.key, "name": b.name, "template": b.template, "language": b.language,
+            "business": b.business, "now": b.now, "start": b.start_at, "until": b.until,
+            "rate": b.rate, "state": broadcast::initial(b.now, b.start_at).as_str(),
+            "recipients": recipients, "states": recipient_states(),
+        });
+        let raw: RawCreated = self.call("create_broadcast", args).await?;
+        Ok((raw.broadcast.into_view()?, raw.created))
+    }
+    async fn broadcasts(&self, limit: usize) -> Result<Vec<BroadcastView>> {
+        let args = json!({"limit": count(limit), "states": recipient_states()});
+        let raw: List<RawBroadcast> = self.call("broadcasts", args).await?;
+        raw.0.into_iter().map(RawBroadcast::into_view).collect()
+    }
+    async fn broadcast(&self, id: i64) -> Result<Option<BroadcastView>> {
+        let args = json!({"id": id, "states": recipient_states()});
+        let raw: Option<RawBroadcast> = self.call("broadcast", args).await?;
+        raw.map(RawBroadcast::into_view).transpose()
+    }
+    async fn broadcast_recipients(
+        &self,
+        id: i64,
+        state: Option<RecipientState>,
+        limit: usize,
+    ) -> Result<Vec<RecipientView>> {
+        let args =
+            json!({"id": id, "state": state.map(RecipientState::as_str), "limit": count(limit)});
+        let raw: List<RawRecipient> = self.call("broadcast_recipients", args).await?;
+        raw.0.into_iter().map(RawRecipient::into_view).collect()
+    }
+    async fn control_broadcast(
+        &self,
+        id: i64,
+        control: Control,
+        reason: Option<String>,
+    ) -> Result<BroadcastView> {
+        // The move as the rulebook allows it: from which states, to which.
+        let from: Vec<&str> = BroadcastState::ALL
+            .iter()
+            .filter(|s| broadcast::control(**s, control).is_some())
+            .map(|s| s.as_str())
+            .collect();
+        let to = BroadcastState::ALL
+            .iter()
+            .find_map(|s| broadcast::control(*s, control))
+            .ok_or(Error::NotFound)?;
+        let waiting: Vec<&str> = match control {
+            Control::Cancel => RecipientState::ALL
+                .iter()
+                .filter(|s| s.claimable())
+                .map(|s| s.as_str())
+                .collect(),
+            Control::Pause | Control::Resume => Vec::new(),
+        };
+        let args = json!({
+            "id": id, "from": from, "to": to.as_str(), "waiting": waiting,
+            "cancelled": RecipientState::Cancelled.as_str(),
+            "reason": reason.filter(|_| control == Control::Pause),
+            "states": recipient_states(),
+        });
+        let raw: RawBroadcast = self.call("control_broadcast", args).await?;
+        raw.into_view()
     }
 }
 

@@ -1,6 +1,8 @@
 //! What crosses to and from the script: arguments as JSON, and the JSON shapes of its replies
 //! with how they become the store's types. Field names are the script's own (its hash fields).
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
@@ -11,13 +13,15 @@ use crate::domain::{
 };
 use crate::store::items::{Encoded, amendment, known, quarantine_hash, sent_at, status_of};
 use crate::store::rules::batch::{BatchState, answered_by};
+use crate::store::rules::broadcast::{BroadcastState, RecipientState, SkipReason};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::{Delivery, PartKind, PartState};
 use crate::store::rules::review::ReviewState;
 use crate::store::{
-    ChatExchange, ChatJob, ConversationView, Ending, Error, Gauges, HistoryEntry, Ingest,
-    OutboxEntry, Resolution, Result, ReviewEntry, RouteGuess, RoutedTurn, SendJob, SendResult,
-    Speaker, StoredItem, StoredQuarantine, TurnStats, parse_send_callback,
+    BroadcastView, ChatExchange, ChatJob, ConversationView, Ending, Error, Gauges, HistoryEntry,
+    Ingest, OutboxEntry, RecipientView, Resolution, Result, ReviewEntry, RouteGuess, RoutedTurn,
+    SendJob, SendResult, Speaker, StoredItem, StoredQuarantine, TurnStats, parse_send_callback,
+    recipient_counts,
 };
 
 /// A list in a reply. Lua's JSON encoder cannot tell an empty list from an empty object and
@@ -501,6 +505,89 @@ impl RawConversation {
             conversation: conversation(&self.ch, self.biz, self.cust)?,
             last_inbound_at: self.last_in,
             history: history(self.history),
+        })
+    }
+}
+
+/// A broadcast as the scripts return it.
+#[derive(Deserialize)]
+pub(super) struct RawBroadcast {
+    id: i64,
+    key: Option<String>,
+    name: String,
+    template: String,
+    language: String,
+    business: String,
+    state: String,
+    paused_because: Option<String>,
+    created: At,
+    start: At,
+    deadline: Option<At>,
+    rate: u32,
+    counts: HashMap<String, u64>,
+}
+
+impl RawBroadcast {
+    pub(super) fn into_view(self) -> Result<BroadcastView> {
+        let mut counts = Vec::with_capacity(self.counts.len());
+        for (name, n) in self.counts {
+            counts.push((known(RecipientState::parse, &name)?, n));
+        }
+        Ok(BroadcastView {
+            id: self.id,
+            key: self.key,
+            name: self.name,
+            template: self.template,
+            language: self.language,
+            business: self.business,
+            state: known(BroadcastState::parse, &self.state)?,
+            paused_because: self.paused_because,
+            created_at: self.created,
+            start_at: self.start,
+            until: self.deadline,
+            rate: self.rate,
+            recipients: counts.iter().map(|(_, n)| n).sum(),
+            counts: recipient_counts(counts),
+        })
+    }
+}
+
+/// What `create_broadcast` answers.
+#[derive(Deserialize)]
+pub(super) struct RawCreated {
+    pub(super) created: bool,
+    pub(super) broadcast: RawBroadcast,
+}
+
+/// A recipient as `broadcast_recipients` returns it.
+#[derive(Deserialize)]
+pub(super) struct RawRecipient {
+    id: i64,
+    to: String,
+    params: String,
+    line: Option<u64>,
+    state: String,
+    skipped: Option<String>,
+    error: Option<String>,
+    error_code: Option<i64>,
+    wamid: Option<String>,
+}
+
+impl RawRecipient {
+    pub(super) fn into_view(self) -> Result<RecipientView> {
+        Ok(RecipientView {
+            id: self.id,
+            to: self.to,
+            params: serde_json::from_str(&self.params).unwrap_or_default(),
+            line: self.line,
+            state: known(RecipientState::parse, &self.state)?,
+            skipped: self
+                .skipped
+                .map(|s| known(SkipReason::parse, &s))
+                .transpose()?,
+            error: self.error,
+            error_code: self.error_code,
+            wamid: self.wamid,
         })
     }
 }

@@ -8,6 +8,7 @@
 //! of states are made by the functions below.
 
 pub mod batch;
+pub mod broadcast;
 pub mod item;
 pub mod part;
 pub mod review;

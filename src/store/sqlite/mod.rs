@@ -6,6 +6,7 @@
 //! beside the writer. Several processes may share one file: each writer takes the lock with
 //! `BEGIN IMMEDIATE` and waits for the others up to the busy timeout.
 
+mod broadcasts;
 mod chat;
 mod outbox;
 mod review;
@@ -24,15 +25,16 @@ use rusqlite::{Connection, OptionalExtension, params};
 use self::writer::Writer;
 use super::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at};
 use super::rules::batch::BatchState;
+use super::rules::broadcast::{BroadcastState, RecipientState, SkipReason};
 use super::rules::item::ItemState;
 use super::rules::part::{Delivery, PartKind, PartState};
 use super::rules::review::ReviewState;
 use super::{
-    ChatExchange, ChatJob, ChatSubmission, ConversationView, Ending, Error, Gauges, Health,
-    HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, OutboxEntry, Resolution,
-    Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob,
-    SendResult, Sending, StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns,
-    WebChat,
+    BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Control, ConversationView,
+    Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection,
+    Intake, NewBroadcast, OutboxEntry, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery,
+    Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem,
+    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds, millis};
 use crate::domain::{
@@ -50,6 +52,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_agent.sql"),
     include_str!("migrations/0007_review_resolution.sql"),
     include_str!("migrations/0008_routes.sql"),
+    include_str!("migrations/0009_broadcasts.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -422,6 +425,40 @@ impl Inspection for SqliteStore {
 }
 
 #[async_trait]
+impl Broadcasts for SqliteStore {
+    async fn create_broadcast(&self, broadcast: NewBroadcast) -> Result<(BroadcastView, bool)> {
+        self.writer
+            .write(move |conn| broadcasts::create(conn, &broadcast))
+            .await
+    }
+    async fn broadcasts(&self, limit: usize) -> Result<Vec<BroadcastView>> {
+        self.read(move |conn| broadcasts::list(conn, limit)).await
+    }
+    async fn broadcast(&self, id: i64) -> Result<Option<BroadcastView>> {
+        self.read(move |conn| broadcasts::view(conn, id)).await
+    }
+    async fn broadcast_recipients(
+        &self,
+        id: i64,
+        state: Option<RecipientState>,
+        limit: usize,
+    ) -> Result<Vec<RecipientView>> {
+        self.read(move |conn| broadcasts::recipients(conn, id, state, limit))
+            .await
+    }
+    async fn control_broadcast(
+        &self,
+        id: i64,
+        control: Control,
+        reason: Option<String>,
+    ) -> Result<BroadcastView> {
+        self.writer
+            .write(move |conn| broadcasts::control(conn, id, control, reason.as_deref()))
+            .await
+    }
+}
+
+#[async_trait]
 impl Health for SqliteStore {
     async fn ready(&self) -> Result<()> {
         if !self.writer.is_alive() {
@@ -687,7 +724,7 @@ fn from_name<T>(value: ValueRef<'_>, parse: fn(&str) -> Option<T>) -> FromSqlRes
         .ok_or_else(|| FromSqlError::Other(format!("unknown name {name:?} in the store").into()))
 }
 
-/// Names stored as text, read back as their enums.
+/// Enums stored as their names, and read back.
 macro_rules! from_names {
     ($($name:ty),*) => {
         $(
@@ -696,20 +733,29 @@ macro_rules! from_names {
                     from_name(value, <$name>::parse)
                 }
             }
+
+            impl ToSql for $name {
+                fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+                    Ok(ToSqlOutput::from(self.as_str()))
+                }
+            }
         )*
     };
 }
 
 from_names!(
     BatchState,
+    BroadcastState,
     Channel,
     ItemKind,
     ItemState,
     PartState,
     PartKind,
     Delivery,
+    RecipientState,
     ReviewState,
-    ReviewReason
+    ReviewReason,
+    SkipReason
 );
 
 /// Instants and provider timestamps are kept as integers: milliseconds and seconds since the

@@ -28,6 +28,8 @@
 --   P:r:<id>               hash   a review item; P:review zset of open ones; P:rbatch hash
 --                                 batch -> item; P:rout hash part -> item
 --   P:q:<id>               hash   a quarantined part; P:quarantine zset; P:qhash hash
+--   P:bc:<id>              hash   a broadcast; P:bckey, P:bcs, :r and :st:<state> zsets, P:br:<id>
+--                                 a recipient (broadcasts.lua)
 --   P:job:<id>             hash   a web-chat job; P:jobkey hash message key -> job;
 --                                 P:sj:<session> zset job by seq; P:sr:<session> zset job by
 --                                 time, the last minute's only

@@ -24,7 +24,9 @@ local OPS = {
   resolve_review = resolve_review, conversations = conversations, gauges = gauges,
   submit_chat = submit_chat, job_for_message = job_for_message, chat_job = chat_job,
   chat_history = chat_history, chat_queue_depth = chat_queue_depth, set_route = set_route,
-  label_turn = label_turn, routed_turns = routed_turns,
+  label_turn = label_turn, routed_turns = routed_turns, create_broadcast = create_broadcast,
+  broadcasts = broadcasts, broadcast = broadcast, broadcast_recipients = broadcast_recipients,
+  control_broadcast = control_broadcast,
 }
 
 -- Keys lost (a restart without persistence, a flush) and made again start every counter anew:
