@@ -23,7 +23,9 @@ use async_trait::async_trait;
 pub use self::postgres::PgStore;
 pub use self::redis::RedisStore;
 pub use self::rules::batch::AnsweredBy;
-pub use self::rules::broadcast::{BroadcastState, Control, RecipientState, SkipReason};
+pub use self::rules::broadcast::{
+    BroadcastState, Control, Limits, Outcome, RecipientState, SkipReason,
+};
 pub use self::rules::item::ItemState;
 pub use self::rules::part::{Delivery, PartKind, PartState, WINDOW_CLOSED};
 pub use self::rules::review::ReviewState;
@@ -387,6 +389,31 @@ pub struct RecipientView {
     pub error: Option<String>,
     pub error_code: Option<i64>,
     pub wamid: Option<String>,
+}
+
+/// Which broadcast recipients a sender may claim.
+#[derive(Debug, Clone)]
+pub struct RecipientClaim {
+    pub now: At,
+    /// How long a claimed recipient is held before its send counts as unknown.
+    pub lease: Duration,
+    pub limit: usize,
+    /// Business numbers that must not send now.
+    pub halted: Vec<String>,
+}
+
+/// A broadcast recipient handed to a sender under a send lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecipientJob {
+    pub id: i64,
+    pub broadcast_id: i64,
+    /// The fencing token of this send: [`Broadcasts::record_recipient`] must carry it.
+    pub attempt: u32,
+    pub to: String,
+    pub params: Vec<String>,
+    pub template: String,
+    pub language: String,
+    pub business: String,
 }
 
 /// The counts of `states`, every state named.
@@ -774,6 +801,27 @@ pub trait Broadcasts: Send + Sync + 'static {
         control: Control,
         reason: Option<String>,
     ) -> Result<BroadcastView>;
+
+    /// Claims up to `limit` recipients of running broadcasts, the oldest broadcast first and
+    /// each in audience order, under a send lease. In the same step, time moves the broadcasts
+    /// on: a scheduled one whose start came runs, one past its deadline is cancelled with its
+    /// waiting recipients, a send whose lease lapsed becomes unknown (never sent again), and a
+    /// running broadcast with nobody left to send to is finished.
+    async fn claim_recipients(&self, claim: RecipientClaim) -> Result<Vec<RecipientJob>>;
+
+    /// Records how a send to a recipient ended, by the rulebook.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when `attempt` is not the recipient's latest or it is no longer
+    /// being sent: nothing is written.
+    async fn record_recipient(
+        &self,
+        id: i64,
+        attempt: u32,
+        now: At,
+        outcome: Outcome,
+        limits: Limits,
+    ) -> Result<()>;
 }
 
 /// Whether the store can serve.

@@ -36,6 +36,9 @@ use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use self::broadcasts::{
     a_broadcast_is_kept_once_per_key_with_its_audience,
     broadcasts_pause_resume_and_cancel_as_the_rulebook_allows,
+    claimers_at_once_never_take_one_recipient_twice,
+    recipients_are_sent_at_most_once_and_broadcasts_end,
+    time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait,
 };
 use self::inspection::{
     a_fresh_store_is_ready_and_holds_nothing, gauges_count_the_pipeline_as_it_moves,
@@ -242,6 +245,9 @@ macro_rules! cases {
             // Broadcasts
             a_broadcast_is_kept_once_per_key_with_its_audience,
             broadcasts_pause_resume_and_cancel_as_the_rulebook_allows,
+            recipients_are_sent_at_most_once_and_broadcasts_end,
+            claimers_at_once_never_take_one_recipient_twice,
+            time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait,
         );
     };
 }

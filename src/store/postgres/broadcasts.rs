@@ -5,11 +5,17 @@
 use sqlx::{PgConnection, PgPool, Row};
 
 use super::unavailable;
+use crate::clock::At;
 use crate::store::items::known;
 use crate::store::rules::broadcast::{
-    self, BroadcastState, Control, RecipientState, SkipReason, WAITING_SQL,
+    self, BroadcastState, Control, Event, Limits, Outcome, Recipient, RecipientState, SkipReason,
+    Step, WAITING_SQL,
 };
-use crate::store::{BroadcastView, Error, NewBroadcast, RecipientView, Result, recipient_counts};
+use crate::store::rules::part::Delivery;
+use crate::store::{
+    BroadcastView, Error, NewBroadcast, RecipientClaim, RecipientJob, RecipientView, Result,
+    recipient_counts,
+};
 
 pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(BroadcastView, bool)> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
@@ -215,19 +221,247 @@ pub(super) async fn control(
         .await
         .map_err(unavailable)?;
     if control == Control::Cancel {
-        let sql = format!(
-            "UPDATE broadcast_recipients SET state = $2, next_attempt_at = NULL
-             WHERE broadcast_id = $1 AND state IN {}",
-            *WAITING_SQL
-        );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(id)
-            .bind(RecipientState::Cancelled.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(unavailable)?;
+        cancel_waiting(&mut tx, id).await?;
     }
     let after = view(&mut tx, id).await?.ok_or(Error::NotFound)?;
     tx.commit().await.map_err(unavailable)?;
     Ok(after)
+}
+
+/// In one transaction: time moves the broadcasts on (see [`broadcast::at_time`]), lapsed sends
+/// become unknown, and the due recipients are claimed through the rulebook; rows another node
+/// holds are skipped.
+pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<RecipientJob>> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    advance(&mut tx, c.now).await?;
+    let lapsed: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM broadcast_recipients WHERE state = $1 AND lease_until <= $2
+         ORDER BY id FOR UPDATE SKIP LOCKED",
+    )
+    .bind(RecipientState::Sending.as_str())
+    .bind(c.now)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(unavailable)?;
+    for id in lapsed {
+        step(&mut tx, id, &Event::LeaseLapsed, c.now, NO_LIMITS).await?;
+    }
+    let due: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT r.id FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
+         WHERE b.state = $1 AND r.state IN {waiting} AND COALESCE(r.next_attempt_at, 0) <= $2
+           AND NOT (b.business = ANY($3))
+         ORDER BY r.broadcast_id, r.id LIMIT $4 FOR UPDATE OF r SKIP LOCKED",
+        waiting = *WAITING_SQL,
+    )))
+    .bind(BroadcastState::Running.as_str())
+    .bind(c.now)
+    .bind(&c.halted)
+    .bind(super::limit(Some(c.limit)))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(unavailable)?;
+    let mut jobs = Vec::with_capacity(due.len());
+    for id in due {
+        let claimed = step(
+            &mut tx,
+            id,
+            &Event::Claim { lease: c.lease },
+            c.now,
+            NO_LIMITS,
+        )
+        .await?;
+        jobs.push(job(&mut tx, id, claimed.recipient.attempts).await?);
+    }
+    finish(&mut tx).await?;
+    tx.commit().await.map_err(unavailable)?;
+    Ok(jobs)
+}
+
+pub(super) async fn record(
+    pool: &PgPool,
+    id: i64,
+    attempt: u32,
+    now: At,
+    outcome: &Outcome,
+    limits: Limits,
+) -> Result<()> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    step(
+        &mut tx,
+        id,
+        &Event::Outcome { attempt, outcome },
+        now,
+        limits,
+    )
+    .await?;
+    tx.commit().await.map_err(unavailable)
+}
+
+/// Claims and lapses ask nothing of the limits.
+const NO_LIMITS: Limits = Limits {
+    max_failures: u32::MAX,
+    max_holds: u32::MAX,
+};
+
+async fn advance(conn: &mut PgConnection, now: At) -> Result<()> {
+    let live = sqlx::query(
+        "SELECT id, state, start_at, deadline FROM broadcasts WHERE state IN ($1, $2, $3)
+         ORDER BY id FOR UPDATE",
+    )
+    .bind(BroadcastState::Scheduled.as_str())
+    .bind(BroadcastState::Running.as_str())
+    .bind(BroadcastState::Paused.as_str())
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    for row in live {
+        let id: i64 = row.get(0);
+        let state = known(BroadcastState::parse, row.get(1))?;
+        let next = broadcast::at_time(state, now, row.get(2), row.get(3));
+        if next == state {
+            continue;
+        }
+        sqlx::query("UPDATE broadcasts SET state = $2 WHERE id = $1")
+            .bind(id)
+            .bind(next.as_str())
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        if next == BroadcastState::Cancelled {
+            cancel_waiting(conn, id).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn cancel_waiting(conn: &mut PgConnection, id: i64) -> Result<()> {
+    let sql = format!(
+        "UPDATE broadcast_recipients SET state = $2, next_attempt_at = NULL
+         WHERE broadcast_id = $1 AND state IN {}",
+        *WAITING_SQL
+    );
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(id)
+        .bind(RecipientState::Cancelled.as_str())
+        .execute(&mut *conn)
+        .await
+        .map(drop)
+        .map_err(unavailable)
+}
+
+async fn finish(conn: &mut PgConnection) -> Result<()> {
+    let sql = format!(
+        "UPDATE broadcasts SET state = $1 WHERE state = $2 AND NOT EXISTS (
+             SELECT 1 FROM broadcast_recipients r WHERE r.broadcast_id = broadcasts.id
+             AND (r.state IN {waiting} OR r.state = $3))",
+        waiting = *WAITING_SQL,
+    );
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(BroadcastState::Finished.as_str())
+        .bind(BroadcastState::Running.as_str())
+        .bind(RecipientState::Sending.as_str())
+        .execute(&mut *conn)
+        .await
+        .map(drop)
+        .map_err(unavailable)
+}
+
+/// Loads a recipient under its row lock, asks the rulebook, and saves what it says; a refusal
+/// writes nothing.
+async fn step(
+    conn: &mut PgConnection,
+    id: i64,
+    event: &Event<'_>,
+    now: At,
+    limits: Limits,
+) -> Result<Step> {
+    let recipient = load(conn, id).await?.ok_or(Error::NotFound)?;
+    let step = broadcast::next(&recipient, event, now, limits).map_err(|_| Error::LeaseLost)?;
+    save(conn, id, &step.recipient).await?;
+    Ok(step)
+}
+
+async fn load(conn: &mut PgConnection, id: i64) -> Result<Option<Recipient>> {
+    let row = sqlx::query(
+        "SELECT state, attempts, failures, holds, wamid, delivery, skipped, error_code, error,
+                next_attempt_at, lease_until, sent_at
+         FROM broadcast_recipients WHERE id = $1 FOR UPDATE",
+    )
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let Some(r) = row else {
+        return Ok(None);
+    };
+    let count = |i: usize| u32::try_from(r.get::<i32, _>(i)).unwrap_or(0);
+    Ok(Some(Recipient {
+        state: known(RecipientState::parse, r.get(0))?,
+        attempts: count(1),
+        failures: count(2),
+        holds: count(3),
+        wamid: r.get(4),
+        delivery: r
+            .get::<Option<&str>, _>(5)
+            .map(|d| known(Delivery::parse, d))
+            .transpose()?,
+        skipped: r
+            .get::<Option<&str>, _>(6)
+            .map(|s| known(SkipReason::parse, s))
+            .transpose()?,
+        error_code: r.get(7),
+        error: r.get(8),
+        next_attempt_at: r.get(9),
+        until: r.get(10),
+        sent_at: r.get(11),
+    }))
+}
+
+async fn save(conn: &mut PgConnection, id: i64, r: &Recipient) -> Result<()> {
+    let count = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    sqlx::query(
+        "UPDATE broadcast_recipients SET state = $2, attempts = $3, failures = $4, holds = $5,
+                wamid = $6, delivery = $7, skipped = $8, error_code = $9, error = $10,
+                next_attempt_at = $11, lease_until = $12, sent_at = $13
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(r.state.as_str())
+    .bind(count(r.attempts))
+    .bind(count(r.failures))
+    .bind(count(r.holds))
+    .bind(&r.wamid)
+    .bind(r.delivery.map(Delivery::as_str))
+    .bind(r.skipped.map(SkipReason::as_str))
+    .bind(r.error_code)
+    .bind(&r.error)
+    .bind(r.next_attempt_at)
+    .bind(r.until)
+    .bind(r.sent_at)
+    .execute(&mut *conn)
+    .await
+    .map(drop)
+    .map_err(unavailable)
+}
+
+async fn job(conn: &mut PgConnection, id: i64, attempt: u32) -> Result<RecipientJob> {
+    let r = sqlx::query(
+        "SELECT r.broadcast_id, r.recipient, r.params, b.template, b.language, b.business
+         FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id WHERE r.id = $1",
+    )
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let params: String = r.get(2);
+    Ok(RecipientJob {
+        id,
+        broadcast_id: r.get(0),
+        attempt,
+        to: r.get(1),
+        params: serde_json::from_str(&params).unwrap_or_default(),
+        template: r.get(3),
+        language: r.get(4),
+        business: r.get(5),
+    })
 }

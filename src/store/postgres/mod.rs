@@ -28,9 +28,10 @@ use sqlx::{PgConnection, PgPool};
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Control, ConversationView,
     Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection,
-    Intake, NewBroadcast, OutboxEntry, RecipientState, RecipientView, Resolution, Result,
-    ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult,
-    Sending, StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
+    Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob,
+    RecipientState, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery, Reviews,
+    RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem, StoredQuarantine,
+    Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
 use crate::domain::{Channel, Claim, LeaseToken};
@@ -400,6 +401,19 @@ impl Broadcasts for PgStore {
         reason: Option<String>,
     ) -> Result<BroadcastView> {
         broadcasts::control(&self.pool, id, control, reason.as_deref()).await
+    }
+    async fn claim_recipients(&self, claim: RecipientClaim) -> Result<Vec<RecipientJob>> {
+        retrying(|| broadcasts::claim(&self.pool, &claim)).await
+    }
+    async fn record_recipient(
+        &self,
+        id: i64,
+        attempt: u32,
+        now: At,
+        outcome: Outcome,
+        limits: Limits,
+    ) -> Result<()> {
+        broadcasts::record(&self.pool, id, attempt, now, &outcome, limits).await
     }
 }
 

@@ -28,18 +28,19 @@ use serde_json::{Value, json};
 use self::connection::{Connection, Target};
 use self::wire::{
     List, Page, RawBroadcast, RawClaim, RawConversation, RawCreated, RawExchange, RawGauges,
-    RawItem, RawJob, RawLine, RawPart, RawQuarantined, RawReceipt, RawRecipient, RawReview,
-    RawRouted, RawSendJob, RawStats, Receipt,
+    RawItem, RawJob, RawLine, RawLive, RawPart, RawQuarantined, RawReceipt, RawRecipient,
+    RawRecipientRow, RawReview, RawRouted, RawSendJob, RawStats, Receipt,
 };
+use super::items::known;
 use super::items::message_key;
-use super::rules::broadcast::{self, BroadcastState, SkipReason};
+use super::rules::broadcast::{self, BroadcastState, Event, SkipReason};
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Control,
     ConversationView, Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest,
-    IngestReceipt, Inspection, Intake, NewBroadcast, OutboxEntry, RecipientState, RecipientView,
-    Resolution, Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim,
-    SendJob, SendResult, Sending, StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage,
-    Turns, WebChat,
+    IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim,
+    RecipientJob, RecipientState, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery,
+    Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem,
+    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, millis};
 use crate::domain::{Channel, Claim, ItemKind, LeaseToken};
@@ -577,6 +578,7 @@ impl Broadcasts for RedisStore {
                     "params": serde_json::to_string(&r.params).unwrap_or_else(|_| "[]".into()),
                     "line": r.line,
                     "state": listed.state.as_str(),
+                    "waiting": listed.state.claimable(),
                     "skipped": listed.skipped.map(SkipReason::as_str),
                     "error": r.skipped.as_ref().map(|s| &s.1),
                 })
@@ -637,13 +639,130 @@ impl Broadcasts for RedisStore {
             Control::Pause | Control::Resume => Vec::new(),
         };
         let args = json!({
-            "id": id, "from": from, "to": to.as_str(), "waiting": waiting,
+            "id": id, "from": from, "to": to.as_str(), "waiting": waiting, "live": live(to),
             "cancelled": RecipientState::Cancelled.as_str(),
             "reason": reason.filter(|_| control == Control::Pause),
             "states": recipient_states(),
         });
         let raw: RawBroadcast = self.call("control_broadcast", args).await?;
         raw.into_view()
+    }
+    async fn claim_recipients(&self, claim: RecipientClaim) -> Result<Vec<RecipientJob>> {
+        self.advance_broadcasts(claim.now).await?;
+        let lapsed: List<RawRecipientRow> = self
+            .call("recipients_lapsed", json!({"now": claim.now}))
+            .await?;
+        let mut writes = Vec::new();
+        for row in &lapsed.0 {
+            writes.extend(row.step(&Event::LeaseLapsed, claim.now, NO_LIMITS)?);
+        }
+        self.save_recipients(writes, false).await?;
+        let args = json!({
+            "now": claim.now, "limit": count(claim.limit), "halted": claim.halted,
+            "running": BroadcastState::Running.as_str(),
+        });
+        let due: List<RawRecipientRow> = self.call("recipients_due", args).await?;
+        let (mut writes, mut jobs) = (Vec::new(), Vec::new());
+        let take = Event::Claim { lease: claim.lease };
+        for row in due.0 {
+            if let Some((write, attempt)) = row.claimed(&take, claim.now)? {
+                writes.push(write);
+                jobs.push(row.into_job(attempt));
+            }
+        }
+        let saved = self.save_recipients(writes, false).await?;
+        let args = json!({
+            "running": BroadcastState::Running.as_str(),
+            "finished": BroadcastState::Finished.as_str(),
+            "sending": RecipientState::Sending.as_str(),
+            "waiting": waiting_states(),
+        });
+        let _: bool = self.call("broadcasts_finish", args).await?;
+        Ok(jobs.into_iter().filter(|j| saved.contains(&j.id)).collect())
+    }
+    async fn record_recipient(
+        &self,
+        id: i64,
+        attempt: u32,
+        now: At,
+        outcome: Outcome,
+        limits: Limits,
+    ) -> Result<()> {
+        let rows: List<RawRecipientRow> =
+            self.call("recipients_load", json!({"ids": [id]})).await?;
+        let row = rows.0.into_iter().next().ok_or(Error::NotFound)?;
+        let event = Event::Outcome {
+            attempt,
+            outcome: &outcome,
+        };
+        let write = row.step(&event, now, limits)?.ok_or(Error::LeaseLost)?;
+        self.save_recipients(vec![write], true).await.map(drop)
+    }
+}
+
+/// Claims and lapses ask nothing of the limits.
+const NO_LIMITS: Limits = Limits {
+    max_failures: u32::MAX,
+    max_holds: u32::MAX,
+};
+
+/// The recipient states a sender may still claim from.
+fn waiting_states() -> Vec<&'static str> {
+    RecipientState::ALL
+        .iter()
+        .filter(|s| s.claimable())
+        .map(|s| s.as_str())
+        .collect()
+}
+
+/// A broadcast in `state` is still live: time and people may move it on.
+fn live(state: BroadcastState) -> bool {
+    matches!(
+        state,
+        BroadcastState::Scheduled | BroadcastState::Running | BroadcastState::Paused
+    )
+}
+
+impl RedisStore {
+    /// Time moves the live broadcasts on, by the rulebook ([`broadcast::at_time`]).
+    async fn advance_broadcasts(&self, now: At) -> Result<()> {
+        let live_ones: List<RawLive> = self.call("broadcasts_live", json!({})).await?;
+        for b in live_ones.0 {
+            let state = known(BroadcastState::parse, &b.state)?;
+            let next = broadcast::at_time(state, now, b.start, b.deadline);
+            if next == state {
+                continue;
+            }
+            let waiting = match next {
+                BroadcastState::Cancelled => waiting_states(),
+                _ => Vec::new(),
+            };
+            let args = json!({
+                "id": b.id, "from": [state.as_str()], "to": next.as_str(), "waiting": waiting,
+                "live": live(next), "cancelled": RecipientState::Cancelled.as_str(),
+                "states": recipient_states(),
+            });
+            // Another node may have moved it first: then there is nothing left to do.
+            match self.call::<RawBroadcast>("control_broadcast", args).await {
+                Ok(_) | Err(Error::NotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Saves recipient writes that still find their recipient as read; the ids saved.
+    async fn save_recipients(&self, writes: Vec<Value>, strict: bool) -> Result<Vec<i64>> {
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let saved: List<i64> = self
+            .call(
+                "recipients_save",
+                json!({"writes": writes, "strict": strict}),
+            )
+            .await?;
+        Ok(saved.0)
     }
 }
 

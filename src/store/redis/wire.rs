@@ -13,15 +13,17 @@ use crate::domain::{
 };
 use crate::store::items::{Encoded, amendment, known, quarantine_hash, sent_at, status_of};
 use crate::store::rules::batch::{BatchState, answered_by};
-use crate::store::rules::broadcast::{BroadcastState, RecipientState, SkipReason};
+use crate::store::rules::broadcast::{
+    self, BroadcastState, Event as RecipientEvent, Limits, Recipient, RecipientState, SkipReason,
+};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::{Delivery, PartKind, PartState};
 use crate::store::rules::review::ReviewState;
 use crate::store::{
     BroadcastView, ChatExchange, ChatJob, ConversationView, Ending, Error, Gauges, HistoryEntry,
-    Ingest, OutboxEntry, RecipientView, Resolution, Result, ReviewEntry, RouteGuess, RoutedTurn,
-    SendJob, SendResult, Speaker, StoredItem, StoredQuarantine, TurnStats, parse_send_callback,
-    recipient_counts,
+    Ingest, OutboxEntry, RecipientJob, RecipientView, Resolution, Result, ReviewEntry, RouteGuess,
+    RoutedTurn, SendJob, SendResult, Speaker, StoredItem, StoredQuarantine, TurnStats,
+    parse_send_callback, recipient_counts,
 };
 
 /// A list in a reply. Lua's JSON encoder cannot tell an empty list from an empty object and
@@ -590,6 +592,127 @@ impl RawRecipient {
             wamid: self.wamid,
         })
     }
+}
+
+/// A recipient as the scripts load it, with what its send needs when it is due.
+#[derive(Deserialize)]
+pub(super) struct RawRecipientRow {
+    id: i64,
+    bc: i64,
+    to: String,
+    params: String,
+    state: String,
+    skipped: Option<String>,
+    error: Option<String>,
+    error_code: Option<i64>,
+    wamid: Option<String>,
+    delivery: Option<String>,
+    attempts: Option<u32>,
+    failures: Option<u32>,
+    holds: Option<u32>,
+    next: Option<At>,
+    lease: Option<At>,
+    sent: Option<At>,
+    template: Option<String>,
+    language: Option<String>,
+    business: Option<String>,
+}
+
+impl RawRecipientRow {
+    fn recipient(&self) -> Result<Recipient> {
+        Ok(Recipient {
+            state: known(RecipientState::parse, &self.state)?,
+            attempts: self.attempts.unwrap_or(0),
+            failures: self.failures.unwrap_or(0),
+            holds: self.holds.unwrap_or(0),
+            wamid: self.wamid.clone(),
+            delivery: self
+                .delivery
+                .as_deref()
+                .map(|d| known(Delivery::parse, d))
+                .transpose()?,
+            skipped: self
+                .skipped
+                .as_deref()
+                .map(|s| known(SkipReason::parse, s))
+                .transpose()?,
+            error_code: self.error_code,
+            error: self.error.clone(),
+            next_attempt_at: self.next,
+            until: self.lease,
+            sent_at: self.sent,
+        })
+    }
+
+    /// The save `event` asks for by the rulebook, guarded by the state and attempt read;
+    /// `None` when the rulebook refuses it.
+    pub(super) fn step(
+        &self,
+        event: &RecipientEvent<'_>,
+        now: At,
+        limits: Limits,
+    ) -> Result<Option<Value>> {
+        let before = self.recipient()?;
+        let Ok(step) = broadcast::next(&before, event, now, limits) else {
+            return Ok(None);
+        };
+        let r = step.recipient;
+        Ok(Some(json!({
+            "id": self.id,
+            "expect_state": before.state.as_str(),
+            "expect_attempts": before.attempts,
+            "state": r.state.as_str(),
+            "waiting": r.state.claimable(),
+            "attempts": r.attempts,
+            "failures": r.failures,
+            "holds": r.holds,
+            "skipped": r.skipped.map(SkipReason::as_str),
+            "error": r.error,
+            "error_code": r.error_code,
+            "wamid": r.wamid,
+            "delivery": r.delivery.map(Delivery::as_str),
+            "next": r.next_attempt_at,
+            "lease": r.until,
+            "sent": r.sent_at,
+        })))
+    }
+
+    /// A claim's save and the attempt it hands out; `None` when the rulebook refuses it.
+    pub(super) fn claimed(
+        &self,
+        claim: &RecipientEvent<'_>,
+        now: At,
+    ) -> Result<Option<(Value, u32)>> {
+        let no_limits = Limits {
+            max_failures: u32::MAX,
+            max_holds: u32::MAX,
+        };
+        Ok(self
+            .step(claim, now, no_limits)?
+            .map(|write| (write, self.attempts.unwrap_or(0) + 1)))
+    }
+
+    pub(super) fn into_job(self, attempt: u32) -> RecipientJob {
+        RecipientJob {
+            id: self.id,
+            broadcast_id: self.bc,
+            attempt,
+            to: self.to,
+            params: serde_json::from_str(&self.params).unwrap_or_default(),
+            template: self.template.unwrap_or_default(),
+            language: self.language.unwrap_or_default(),
+            business: self.business.unwrap_or_default(),
+        }
+    }
+}
+
+/// A live broadcast, for time to move on.
+#[derive(Deserialize)]
+pub(super) struct RawLive {
+    pub(super) id: i64,
+    pub(super) state: String,
+    pub(super) start: At,
+    pub(super) deadline: Option<At>,
 }
 
 /// A turn the router guessed at, as `routed_turns` returns it.

@@ -110,6 +110,22 @@ pub fn initial(now: At, start_at: At) -> BroadcastState {
     }
 }
 
+/// What time alone does to a broadcast at `now`: a scheduled one whose start came runs; a live
+/// one past its deadline is cancelled (its waiting recipients with it).
+pub fn at_time(
+    state: BroadcastState,
+    now: At,
+    start_at: At,
+    deadline: Option<At>,
+) -> BroadcastState {
+    use BroadcastState::{Cancelled, Paused, Running, Scheduled};
+    match state {
+        Scheduled | Running | Paused if deadline.is_some_and(|d| d <= now) => Cancelled,
+        Scheduled if start_at <= now => Running,
+        other => other,
+    }
+}
+
 /// The states a sender may still claim from, as an SQL list.
 pub static WAITING_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     super::sql_list(

@@ -1,11 +1,19 @@
 //! Broadcasts on SQLite: a broadcast and its audience kept in one transaction, read back with
-//! their recipients counted by state, and what people ask of them.
+//! their recipients counted by state, what people ask of them, and its recipients claimed and
+//! their sends recorded through the rulebook (load, ask, save) in the single writer.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{limit_param, unavailable};
-use crate::store::rules::broadcast::{self, Control, RecipientState, WAITING_SQL};
-use crate::store::{BroadcastView, Error, NewBroadcast, RecipientView, Result, recipient_counts};
+use crate::clock::At;
+use crate::store::rules::broadcast::{
+    self, BroadcastState, Control, Event, Limits, Outcome, Recipient, RecipientState, Step,
+    WAITING_SQL,
+};
+use crate::store::{
+    BroadcastView, Error, NewBroadcast, RecipientClaim, RecipientJob, RecipientView, Result,
+    recipient_counts,
+};
 
 pub(super) fn create(conn: &Connection, b: &NewBroadcast) -> Result<(BroadcastView, bool)> {
     if let Some(key) = &b.key {
@@ -174,4 +182,206 @@ pub(super) fn control(
             .map_err(unavailable)?;
     }
     view(conn, id)?.ok_or(Error::NotFound)
+}
+
+/// Time moves the broadcasts on (see [`broadcast::at_time`]), then lapsed sends become unknown,
+/// then the due recipients are claimed one by one through the rulebook.
+pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<RecipientJob>> {
+    advance(conn, c.now)?;
+    let lapsed: Vec<i64> = conn
+        .prepare_cached(
+            "SELECT id FROM broadcast_recipients WHERE state = ?1 AND lease_until <= ?2",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![RecipientState::Sending, c.now], |r| r.get(0))?
+                .collect()
+        })
+        .map_err(unavailable)?;
+    for id in lapsed {
+        step(conn, id, &Event::LeaseLapsed, c.now, NO_LIMITS)?;
+    }
+    let halted = serde_json::to_string(&c.halted).unwrap_or_else(|_| "[]".into());
+    let due: Vec<i64> = conn
+        .prepare_cached(&format!(
+            "SELECT r.id FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
+             WHERE b.state = ?1 AND r.state IN {waiting} AND coalesce(r.next_attempt_at, 0) <= ?2
+               AND b.business NOT IN (SELECT value FROM json_each(?3))
+             ORDER BY r.broadcast_id, r.id LIMIT ?4",
+            waiting = *WAITING_SQL,
+        ))
+        .and_then(|mut s| {
+            s.query_map(
+                params![BroadcastState::Running, c.now, halted, limit_param(c.limit)],
+                |r| r.get(0),
+            )?
+            .collect()
+        })
+        .map_err(unavailable)?;
+    let mut jobs = Vec::with_capacity(due.len());
+    for id in due {
+        let claimed = step(conn, id, &Event::Claim { lease: c.lease }, c.now, NO_LIMITS)?;
+        jobs.push(job(conn, id, claimed.recipient.attempts)?);
+    }
+    finish(conn)?;
+    Ok(jobs)
+}
+
+pub(super) fn record(
+    conn: &Connection,
+    id: i64,
+    attempt: u32,
+    now: At,
+    outcome: &Outcome,
+    limits: Limits,
+) -> Result<()> {
+    let event = Event::Outcome { attempt, outcome };
+    step(conn, id, &event, now, limits).map(drop)
+}
+
+/// Claims and lapses ask nothing of the limits.
+const NO_LIMITS: Limits = Limits {
+    max_failures: u32::MAX,
+    max_holds: u32::MAX,
+};
+
+/// Scheduled broadcasts whose start came run; live ones past their deadline are cancelled,
+/// their waiting recipients with them.
+fn advance(conn: &Connection, now: At) -> Result<()> {
+    let live: Vec<(i64, BroadcastState, At, Option<At>)> = conn
+        .prepare_cached(
+            "SELECT id, state, start_at, deadline FROM broadcasts WHERE state IN (?1, ?2, ?3)",
+        )
+        .and_then(|mut s| {
+            s.query_map(
+                params![
+                    BroadcastState::Scheduled,
+                    BroadcastState::Running,
+                    BroadcastState::Paused
+                ],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )?
+            .collect()
+        })
+        .map_err(unavailable)?;
+    for (id, state, start_at, deadline) in live {
+        let next = broadcast::at_time(state, now, start_at, deadline);
+        if next == state {
+            continue;
+        }
+        if next == BroadcastState::Cancelled {
+            control(conn, id, Control::Cancel, None)?;
+        } else {
+            conn.prepare_cached("UPDATE broadcasts SET state = ?2 WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![id, next]))
+                .map_err(unavailable)?;
+        }
+    }
+    Ok(())
+}
+
+/// Running broadcasts with nobody left to send to, or being sent, are finished.
+fn finish(conn: &Connection) -> Result<()> {
+    let sql = format!(
+        "UPDATE broadcasts SET state = ?1 WHERE state = ?2 AND NOT EXISTS (
+             SELECT 1 FROM broadcast_recipients r WHERE r.broadcast_id = broadcasts.id
+             AND (r.state IN {waiting} OR r.state = ?3))",
+        waiting = *WAITING_SQL,
+    );
+    conn.prepare_cached(&sql)
+        .and_then(|mut s| {
+            s.execute(params![
+                BroadcastState::Finished,
+                BroadcastState::Running,
+                RecipientState::Sending
+            ])
+        })
+        .map(drop)
+        .map_err(unavailable)
+}
+
+/// Loads a recipient, asks the rulebook, and saves what it says; a refusal writes nothing.
+fn step(conn: &Connection, id: i64, event: &Event<'_>, now: At, limits: Limits) -> Result<Step> {
+    let recipient = load(conn, id)?.ok_or(Error::NotFound)?;
+    let step = broadcast::next(&recipient, event, now, limits).map_err(|_| Error::LeaseLost)?;
+    save(conn, id, &step.recipient)?;
+    Ok(step)
+}
+
+fn load(conn: &Connection, id: i64) -> Result<Option<Recipient>> {
+    conn.prepare_cached(
+        "SELECT state, attempts, failures, holds, wamid, delivery, skipped, error_code, error,
+                next_attempt_at, lease_until, sent_at
+         FROM broadcast_recipients WHERE id = ?1",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![id], |r| {
+            Ok(Recipient {
+                state: r.get(0)?,
+                attempts: r.get(1)?,
+                failures: r.get(2)?,
+                holds: r.get(3)?,
+                wamid: r.get(4)?,
+                delivery: r.get(5)?,
+                skipped: r.get(6)?,
+                error_code: r.get(7)?,
+                error: r.get(8)?,
+                next_attempt_at: r.get(9)?,
+                until: r.get(10)?,
+                sent_at: r.get(11)?,
+            })
+        })
+        .optional()
+    })
+    .map_err(unavailable)
+}
+
+fn save(conn: &Connection, id: i64, r: &Recipient) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE broadcast_recipients SET state = ?2, attempts = ?3, failures = ?4, holds = ?5,
+                wamid = ?6, delivery = ?7, skipped = ?8, error_code = ?9, error = ?10,
+                next_attempt_at = ?11, lease_until = ?12, sent_at = ?13
+         WHERE id = ?1",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            id,
+            r.state,
+            r.attempts,
+            r.failures,
+            r.holds,
+            r.wamid,
+            r.delivery,
+            r.skipped,
+            r.error_code,
+            r.error,
+            r.next_attempt_at,
+            r.until,
+            r.sent_at
+        ])
+    })
+    .map(drop)
+    .map_err(unavailable)
+}
+
+fn job(conn: &Connection, id: i64, attempt: u32) -> Result<RecipientJob> {
+    conn.prepare_cached(
+        "SELECT r.broadcast_id, r.recipient, r.params, b.template, b.language, b.business
+         FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id WHERE r.id = ?1",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![id], |r| {
+            let params: String = r.get(2)?;
+            Ok(RecipientJob {
+                id,
+                broadcast_id: r.get(0)?,
+                attempt,
+                to: r.get(1)?,
+                params: serde_json::from_str(&params).unwrap_or_default(),
+                template: r.get(3)?,
+                language: r.get(4)?,
+                business: r.get(5)?,
+            })
+        })
+    })
+    .map_err(unavailable)
 }

@@ -32,9 +32,10 @@ use super::rules::review::ReviewState;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Control, ConversationView,
     Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection,
-    Intake, NewBroadcast, OutboxEntry, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery,
-    Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem,
-    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
+    Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob,
+    RecipientView, Resolution, Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn,
+    SendClaim, SendJob, SendResult, Sending, StoredItem, StoredQuarantine, Submitted, TurnStats,
+    TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds, millis};
 use crate::domain::{
@@ -454,6 +455,23 @@ impl Broadcasts for SqliteStore {
     ) -> Result<BroadcastView> {
         self.writer
             .write(move |conn| broadcasts::control(conn, id, control, reason.as_deref()))
+            .await
+    }
+    async fn claim_recipients(&self, claim: RecipientClaim) -> Result<Vec<RecipientJob>> {
+        self.writer
+            .write(move |conn| broadcasts::claim(conn, &claim))
+            .await
+    }
+    async fn record_recipient(
+        &self,
+        id: i64,
+        attempt: u32,
+        now: At,
+        outcome: Outcome,
+        limits: Limits,
+    ) -> Result<()> {
+        self.writer
+            .write(move |conn| broadcasts::record(conn, id, attempt, now, &outcome, limits))
             .await
     }
 }

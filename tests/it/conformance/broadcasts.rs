@@ -7,7 +7,8 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use sabi::clock::At;
 use sabi::store::{
-    BroadcastState, Control, Error, NewBroadcast, NewRecipient, RecipientState, SkipReason, Store,
+    BroadcastState, Control, Error, Limits, NewBroadcast, NewRecipient, Outcome, RecipientClaim,
+    RecipientJob, RecipientState, SkipReason, Store,
 };
 
 use super::T0;
@@ -189,4 +190,201 @@ pub async fn broadcasts_pause_resume_and_cancel_as_the_rulebook_allows(store: Ar
         store.control_broadcast(9_999, Control::Cancel, None).await,
         Err(Error::NotFound)
     ));
+}
+
+fn sends(now: At, limit: usize) -> RecipientClaim {
+    RecipientClaim {
+        now,
+        lease: ms(10_000),
+        limit,
+        halted: Vec::new(),
+    }
+}
+
+const LIMITS: Limits = Limits {
+    max_failures: 3,
+    max_holds: 2,
+};
+
+async fn record(store: &Arc<dyn Store>, job: &RecipientJob, now: At, outcome: Outcome) {
+    store
+        .record_recipient(job.id, job.attempt, now, outcome, LIMITS)
+        .await
+        .expect("recorded");
+}
+
+fn accepted(wamid: &str) -> Outcome {
+    Outcome::Accepted {
+        wamid: wamid.into(),
+    }
+}
+
+pub async fn recipients_are_sent_at_most_once_and_broadcasts_end(store: Arc<dyn Store>) {
+    let (b, _) = store
+        .create_broadcast(diwali(None, T0))
+        .await
+        .expect("kept");
+    let first = store.claim_recipients(sends(T0, 1)).await.expect("claimed");
+    assert_eq!(first.len(), 1);
+    let job = &first[0];
+    assert_eq!(
+        (
+            job.broadcast_id,
+            job.attempt,
+            job.to.as_str(),
+            job.template.as_str()
+        ),
+        (b.id, 1, "2348031234567", "diwali_offer")
+    );
+    assert_eq!(job.params, ["Ada", "Lagos"]);
+    assert_eq!(job.language, "en");
+    assert_eq!(job.business, "100000000000001");
+    let second = store
+        .claim_recipients(sends(T0, 10))
+        .await
+        .expect("claimed");
+    assert_eq!(second.len(), 1, "the other waiting one; nobody twice");
+    assert_eq!(second[0].to, "2348039999999");
+    assert!(
+        store
+            .claim_recipients(sends(T0, 10))
+            .await
+            .expect("claimed")
+            .is_empty()
+    );
+
+    record(&store, job, T0 + ms(100), accepted("wamid.b1")).await;
+    assert!(matches!(
+        store
+            .record_recipient(job.id, job.attempt, T0, accepted("wamid.b1"), LIMITS)
+            .await,
+        Err(Error::LeaseLost)
+    ));
+    let held = Outcome::Held {
+        until: T0 + ms(3_600_000),
+        code: 131_049,
+        error: "marketing limit".into(),
+    };
+    record(&store, &second[0], T0 + ms(100), held).await;
+    assert!(
+        store
+            .claim_recipients(sends(T0 + ms(60_000), 10))
+            .await
+            .expect("claimed")
+            .is_empty()
+    );
+    let again = store
+        .claim_recipients(sends(T0 + ms(3_600_000), 10))
+        .await
+        .expect("claimed");
+    assert_eq!(
+        (again.len(), again[0].attempt),
+        (1, 2),
+        "after the hold, once more"
+    );
+    // Its sender dies: at the lease's end the send may have left, so it is never sent again.
+    let lapsed = store
+        .claim_recipients(sends(T0 + ms(3_610_000), 10))
+        .await
+        .expect("claimed");
+    assert!(lapsed.is_empty());
+    assert!(matches!(
+        store
+            .record_recipient(
+                again[0].id,
+                2,
+                T0 + ms(3_611_000),
+                accepted("wamid.late"),
+                LIMITS
+            )
+            .await,
+        Err(Error::LeaseLost)
+    ));
+    let ended = store.broadcast(b.id).await.expect("read").expect("kept");
+    assert_eq!(
+        ended.state,
+        BroadcastState::Finished,
+        "nobody left to send to"
+    );
+    assert_eq!(
+        (
+            ended.counts["accepted"],
+            ended.counts["unknown"],
+            ended.counts["skipped"]
+        ),
+        (1, 1, 2)
+    );
+}
+
+pub async fn claimers_at_once_never_take_one_recipient_twice(store: Arc<dyn Store>) {
+    let mut big = diwali(None, T0);
+    big.recipients = (0..40)
+        .map(|n| NewRecipient {
+            to: format!("23480300000{n:02}"),
+            params: vec![format!("customer {n}")],
+            line: Some(n + 2),
+            skipped: None,
+        })
+        .collect();
+    store.create_broadcast(big).await.expect("kept");
+    let mut taken = Vec::new();
+    while taken.len() < 40 {
+        let claims = join_all((0..4).map(|_| store.claim_recipients(sends(T0, 7)))).await;
+        let round: Vec<i64> = claims
+            .into_iter()
+            .flat_map(|c| c.expect("claimed"))
+            .map(|j| j.id)
+            .collect();
+        assert!(!round.is_empty(), "every round claims some");
+        taken.extend(round);
+    }
+    let mut distinct = taken.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), taken.len(), "nobody twice");
+    assert_eq!(taken.len(), 40);
+}
+
+pub async fn time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait(store: Arc<dyn Store>) {
+    let (later, _) = store
+        .create_broadcast(diwali(None, T0 + ms(60_000)))
+        .await
+        .expect("kept");
+    let mut short = diwali(None, T0);
+    short.until = Some(T0 + ms(30_000));
+    let (short, _) = store.create_broadcast(short).await.expect("kept");
+    let mut halted = sends(T0, 10);
+    halted.halted = vec!["100000000000001".into()];
+    assert!(
+        store
+            .claim_recipients(halted)
+            .await
+            .expect("claimed")
+            .is_empty()
+    );
+    store
+        .control_broadcast(short.id, Control::Pause, Some("a person".into()))
+        .await
+        .expect("paused");
+    assert!(
+        store
+            .claim_recipients(sends(T0, 10))
+            .await
+            .expect("claimed")
+            .is_empty(),
+        "scheduled, paused"
+    );
+    let gone = store
+        .claim_recipients(sends(T0 + ms(60_000), 10))
+        .await
+        .expect("claimed");
+    assert!(gone.iter().all(|j| j.broadcast_id == later.id), "{gone:?}");
+    assert_eq!(gone.len(), 2, "the later one started");
+    let short = store
+        .broadcast(short.id)
+        .await
+        .expect("read")
+        .expect("kept");
+    assert_eq!(short.state, BroadcastState::Cancelled, "past its deadline");
+    assert_eq!((short.counts["cancelled"], short.counts["queued"]), (2, 0));
 }

@@ -1,7 +1,12 @@
--- Broadcasts. P:bc:<id> hash a broadcast; P:bckey hash key -> id; P:bcs zset of ids;
--- P:bc:<id>:r zset of its recipients in audience order; P:bc:<id>:st:<state> zset of its
--- recipients in each state (counted by ZCARD); P:br:<id> hash a recipient. State names and
--- which moves are allowed come in the arguments, from the rulebook (store/rules/broadcast.rs).
+-- Broadcasts. P:bc:<id> hash a broadcast; P:bckey hash key -> id; P:bcs zset of ids; P:bclive
+-- zset of those scheduled, running or paused; P:bc:<id>:r zset of its recipients in audience
+-- order; P:bc:<id>:st:<state> zset of its recipients in each state (counted by ZCARD);
+-- P:bc:<id>:due zset of its waiting recipients (padded) -> when they may go; P:bcsending zset
+-- of recipients being sent (padded) -> when their lease lapses; P:br:<id> hash a recipient.
+--
+-- The rules are the rulebook's (store/rules/broadcast.rs): state names and allowed moves come
+-- in the arguments, and a recipient is moved by the caller, which loads it, asks the rulebook,
+-- and saves it here only if it has not moved meanwhile.
 
 local function broadcast_view(id, states)
   local b = get(k('bc', id), 'key', 'name', 'template', 'language', 'business', 'state',
@@ -37,6 +42,7 @@ local function create_broadcast(a)
     redis.call('HSET', k('bckey'), a.key, int(id))
   end
   redis.call('ZADD', k('bcs'), int(id), int(id))
+  redis.call('ZADD', k('bclive'), int(id), int(id))
   for _, r in ipairs(a.recipients) do
     local rid = redis.call('HINCRBY', k('ids'), 'recipient', 1)
     put(k('br', rid), {
@@ -45,6 +51,9 @@ local function create_broadcast(a)
     })
     redis.call('ZADD', k('bc', id, 'r'), rid, int(rid))
     redis.call('ZADD', k('bc', id, 'st', r.state), rid, int(rid))
+    if r.waiting then
+      redis.call('ZADD', k('bc', id, 'due'), 0, pad(rid))
+    end
   end
   return {created = true, broadcast = broadcast_view(id, a.states)}
 end
@@ -85,6 +94,9 @@ local function control_broadcast(a)
     return fail('SABI_NOT_FOUND', 'no broadcast with this id takes this')
   end
   put(k('bc', a.id), {state = a.to})
+  if not a.live then
+    redis.call('ZREM', k('bclive'), int(a.id))
+  end
   if a.reason then
     put(k('bc', a.id), {paused_because = a.reason})
   else
@@ -98,6 +110,138 @@ local function control_broadcast(a)
       redis.call('ZADD', k('bc', a.id, 'st', a.cancelled), rid, rid)
     end
     redis.call('DEL', from)
+    redis.call('DEL', k('bc', a.id, 'due'))
   end
   return broadcast_view(a.id, a.states)
+end
+
+local RECIPIENT = {'bc', 'to', 'params', 'line', 'state', 'skipped', 'error', 'error_code',
+  'wamid', 'delivery', 'attempts', 'failures', 'holds', 'next', 'lease', 'sent'}
+-- The fields a save may leave empty, cleared when it does.
+local OPTIONAL = {'skipped', 'error', 'error_code', 'wamid', 'delivery', 'next', 'lease', 'sent'}
+
+local function recipient_row(rid)
+  local r = get(k('br', rid), unpack(RECIPIENT))
+  if not r.state then
+    return nil
+  end
+  r.id = tonumber(rid)
+  for _, name in ipairs({'bc', 'line', 'error_code', 'attempts', 'failures', 'holds', 'next',
+      'lease', 'sent'}) do
+    r[name] = tonumber(r[name])
+  end
+  return r
+end
+
+local function recipients_load(a)
+  local out = {}
+  for _, id in ipairs(a.ids) do
+    out[#out + 1] = recipient_row(id)
+  end
+  return out
+end
+
+-- Each write lands only if its recipient is still in the state and attempt the caller read;
+-- `strict` refuses the call instead of skipping such a write. Returns the ids written.
+local function recipients_save(a)
+  local saved = {}
+  for _, w in ipairs(a.writes) do
+    local key = k('br', w.id)
+    local now = get(key, 'state', 'attempts', 'bc')
+    if now.state == w.expect_state and (tonumber(now.attempts) or 0) == w.expect_attempts then
+      if now.state ~= w.state then
+        redis.call('ZREM', k('bc', now.bc, 'st', now.state), int(w.id))
+        redis.call('ZADD', k('bc', now.bc, 'st', w.state), int(w.id), int(w.id))
+      end
+      local fields = {state = w.state, attempts = w.attempts, failures = w.failures,
+        holds = w.holds}
+      local gone = {}
+      for _, name in ipairs(OPTIONAL) do
+        if w[name] == nil then
+          gone[#gone + 1] = name
+        else
+          fields[name] = w[name]
+        end
+      end
+      put(key, fields)
+      redis.call('HDEL', key, unpack(gone))
+      if w.waiting then
+        redis.call('ZADD', k('bc', now.bc, 'due'), w.next or 0, pad(w.id))
+      else
+        redis.call('ZREM', k('bc', now.bc, 'due'), pad(w.id))
+      end
+      if w.lease then
+        redis.call('ZADD', k('bcsending'), w.lease, pad(w.id))
+      else
+        redis.call('ZREM', k('bcsending'), pad(w.id))
+      end
+      saved[#saved + 1] = w.id
+    elseif a.strict then
+      return fail('SABI_LEASE_LOST', 'the recipient moved since it was read')
+    end
+  end
+  return saved
+end
+
+-- Live broadcasts, for time to move them on.
+local function broadcasts_live(a)
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGE', k('bclive'), 0, -1)) do
+    local b = get(k('bc', id), 'state', 'start', 'deadline')
+    out[#out + 1] = {id = tonumber(id), state = b.state, start = tonumber(b.start),
+      deadline = tonumber(b.deadline)}
+  end
+  return out
+end
+
+-- Sends whose lease lapsed by `now`.
+local function recipients_lapsed(a)
+  local out = {}
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', k('bcsending'), '-inf', a.now)) do
+    out[#out + 1] = recipient_row(tonumber(m))
+  end
+  return out
+end
+
+-- Recipients that may go at `now`, of running broadcasts (the oldest first) not sent from a
+-- halted number, with what their send needs.
+local function recipients_due(a)
+  local halted = {}
+  for _, number in ipairs(a.halted) do
+    halted[number] = true
+  end
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGE', k('bclive'), 0, -1)) do
+    if #out >= a.limit then
+      break
+    end
+    local b = get(k('bc', id), 'state', 'business', 'template', 'language')
+    if b.state == a.running and not halted[b.business] then
+      local due = redis.call('ZRANGEBYSCORE', k('bc', id, 'due'), '-inf', a.now, 'LIMIT', 0,
+        a.limit - #out)
+      for _, m in ipairs(due) do
+        local r = recipient_row(tonumber(m))
+        r.template, r.language, r.business = b.template, b.language, b.business
+        out[#out + 1] = r
+      end
+    end
+  end
+  return out
+end
+
+-- Running broadcasts with nobody waiting or being sent are finished.
+local function broadcasts_finish(a)
+  for _, id in ipairs(redis.call('ZRANGE', k('bclive'), 0, -1)) do
+    if redis.call('HGET', k('bc', id), 'state') == a.running then
+      local left = redis.call('ZCARD', k('bc', id, 'st', a.sending))
+      for _, waiting in ipairs(a.waiting) do
+        left = left + redis.call('ZCARD', k('bc', id, 'st', waiting))
+      end
+      if left == 0 then
+        put(k('bc', id), {state = a.finished})
+        redis.call('ZREM', k('bclive'), id)
+      end
+    end
+  end
+  return true
 end

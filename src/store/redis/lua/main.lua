@@ -26,7 +26,10 @@ local OPS = {
   chat_history = chat_history, chat_queue_depth = chat_queue_depth, set_route = set_route,
   label_turn = label_turn, routed_turns = routed_turns, create_broadcast = create_broadcast,
   broadcasts = broadcasts, broadcast = broadcast, broadcast_recipients = broadcast_recipients,
-  control_broadcast = control_broadcast,
+  control_broadcast = control_broadcast, recipients_load = recipients_load,
+  recipients_save = recipients_save, broadcasts_live = broadcasts_live,
+  recipients_lapsed = recipients_lapsed, recipients_due = recipients_due,
+  broadcasts_finish = broadcasts_finish,
 }
 
 -- Keys lost (a restart without persistence, a flush) and made again start every counter anew:
