@@ -14,6 +14,7 @@ use crate::agent::external::ExternalAgent;
 use crate::agent::llm::{Llm, Provider, Retries, Sampling};
 use crate::agent::voice::{Transcriber, VoiceNotes};
 use crate::agent::{Agent, AgentSettings};
+use crate::broadcast::Broadcaster;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::http::serve::{ConnectionLimits, serve};
@@ -43,6 +44,9 @@ pub struct App {
     scheduler: Arc<Scheduler>,
     /// Delivers replies through the Graph API; none in sandbox mode.
     sender: Option<Arc<Sender>>,
+    /// Sends broadcasts through the Graph API, sharing the sender's pacing; none in sandbox
+    /// mode.
+    broadcaster: Option<Arc<Broadcaster>>,
     runs_scheduler: bool,
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
@@ -246,6 +250,14 @@ impl App {
             }
             _ => handler,
         };
+        let broadcaster = sender.as_ref().map(|sender| {
+            Broadcaster::new(
+                store.clone(),
+                clock.clone(),
+                sender.clone(),
+                config.sender_settings(),
+            )
+        });
         // Written reply parts wake this node's sender (none in sandbox mode: nothing listens).
         let outbox = sender
             .as_ref()
@@ -309,6 +321,7 @@ impl App {
             http,
             scheduler,
             sender,
+            broadcaster,
             runs_scheduler: role != Role::Api,
             store,
             shutdown: CancellationToken::new(),
@@ -356,6 +369,11 @@ impl App {
             .clone()
             .filter(|_| self.runs_scheduler)
             .map(|sender| tokio::spawn(sender.run(shutdown.clone())));
+        let broadcaster = self
+            .broadcaster
+            .clone()
+            .filter(|_| self.runs_scheduler)
+            .map(|broadcaster| tokio::spawn(broadcaster.run(shutdown.clone())));
         match self.http {
             Some((listener, router, limits)) => {
                 let addr = listener.local_addr()?;
@@ -371,6 +389,9 @@ impl App {
         }
         if let Some(sender) = sender {
             sender.await.context("the sender panicked")?;
+        }
+        if let Some(broadcaster) = broadcaster {
+            broadcaster.await.context("the broadcast loop panicked")?;
         }
         tracing::info!("sabi stopped");
         Ok(())

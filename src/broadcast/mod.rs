@@ -1,5 +1,9 @@
-//! Broadcasts: template campaigns to a business's customers. So far, the audience: who gets a
-//! broadcast, with which parameters, and who is left out and why ([`audience`]). The
-//! recipients' lifecycle is in the store's rulebook (`store::rules::broadcast`).
+//! Broadcasts: template campaigns to a business's customers: who gets one, with which
+//! parameters, and who is left out and why ([`audience`]); the loop that sends them, paced and
+//! once per recipient ([`sender`]). The lifecycles are in the store's rulebook
+//! (`store::rules::broadcast`).
 
 pub mod audience;
+pub mod sender;
+
+pub use self::sender::Broadcaster;

@@ -16,7 +16,7 @@
 //! gives sends in flight the grace period; a send still in flight then is stopped, and its part
 //! counts as unknown once its lease lapses (a status webhook settles it, or a person).
 
-mod pacer;
+pub(crate) mod pacer;
 pub mod policy;
 pub mod split;
 mod typing;
@@ -104,7 +104,7 @@ impl Sender {
 
     /// Numbers not to claim for now: halted ones, and those a throttling answer holds back
     /// (their parts would only wait in the pacer, holding a lease).
-    fn skipped_numbers(&self) -> Vec<String> {
+    pub(crate) fn skipped_numbers(&self) -> Vec<String> {
         let mut numbers = self.pacer.held(Duration::from_secs(1));
         numbers.extend(
             self.halted
@@ -290,7 +290,16 @@ impl Sender {
         }
     }
 
-    fn halt(&self, number: &str) {
+    /// Whether an expired token stopped this number's sends.
+    pub(crate) fn halts(&self, number: &str) -> bool {
+        self.halted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(number)
+    }
+
+    /// Stops this number's sends until restart: its token expired.
+    pub(crate) fn halt(&self, number: &str) {
         let newly = self
             .halted
             .lock()

@@ -414,6 +414,8 @@ pub struct RecipientJob {
     pub template: String,
     pub language: String,
     pub business: String,
+    /// The broadcast's messages per second at most.
+    pub rate: u32,
 }
 
 /// The counts of `states`, every state named.

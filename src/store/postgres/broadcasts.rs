@@ -446,7 +446,7 @@ async fn save(conn: &mut PgConnection, id: i64, r: &Recipient) -> Result<()> {
 
 async fn job(conn: &mut PgConnection, id: i64, attempt: u32) -> Result<RecipientJob> {
     let r = sqlx::query(
-        "SELECT r.broadcast_id, r.recipient, r.params, b.template, b.language, b.business
+        "SELECT r.broadcast_id, r.recipient, r.params, b.template, b.language, b.business, b.rate
          FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id WHERE r.id = $1",
     )
     .bind(id)
@@ -463,5 +463,6 @@ async fn job(conn: &mut PgConnection, id: i64, attempt: u32) -> Result<Recipient
         template: r.get(3),
         language: r.get(4),
         business: r.get(5),
+        rate: u32::try_from(r.get::<i64, _>(6)).unwrap_or(u32::MAX),
     })
 }

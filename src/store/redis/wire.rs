@@ -616,6 +616,7 @@ pub(super) struct RawRecipientRow {
     template: Option<String>,
     language: Option<String>,
     business: Option<String>,
+    rate: Option<u32>,
 }
 
 impl RawRecipientRow {
@@ -702,6 +703,7 @@ impl RawRecipientRow {
             template: self.template.unwrap_or_default(),
             language: self.language.unwrap_or_default(),
             business: self.business.unwrap_or_default(),
+            rate: self.rate.unwrap_or(1),
         }
     }
 }

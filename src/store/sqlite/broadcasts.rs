@@ -365,7 +365,7 @@ fn save(conn: &Connection, id: i64, r: &Recipient) -> Result<()> {
 
 fn job(conn: &Connection, id: i64, attempt: u32) -> Result<RecipientJob> {
     conn.prepare_cached(
-        "SELECT r.broadcast_id, r.recipient, r.params, b.template, b.language, b.business
+        "SELECT r.broadcast_id, r.recipient, r.params, b.template, b.language, b.business, b.rate
          FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id WHERE r.id = ?1",
     )
     .and_then(|mut s| {
@@ -380,6 +380,7 @@ fn job(conn: &Connection, id: i64, attempt: u32) -> Result<RecipientJob> {
                 template: r.get(3)?,
                 language: r.get(4)?,
                 business: r.get(5)?,
+                rate: r.get(6)?,
             })
         })
     })

@@ -215,13 +215,14 @@ local function recipients_due(a)
     if #out >= a.limit then
       break
     end
-    local b = get(k('bc', id), 'state', 'business', 'template', 'language')
+    local b = get(k('bc', id), 'state', 'business', 'template', 'language', 'rate')
     if b.state == a.running and not halted[b.business] then
       local due = redis.call('ZRANGEBYSCORE', k('bc', id, 'due'), '-inf', a.now, 'LIMIT', 0,
         a.limit - #out)
       for _, m in ipairs(due) do
         local r = recipient_row(tonumber(m))
         r.template, r.language, r.business = b.template, b.language, b.business
+        r.rate = tonumber(b.rate)
         out[#out + 1] = r
       end
     end

@@ -1,0 +1,226 @@
+//! The broadcast loop: claims recipients of running broadcasts, sends each its template through
+//! the Graph API once, and records how it went by the rulebook.
+//!
+//! - At most once per recipient: the store hands a recipient out with a fresh attempt number
+//!   before the request leaves, and a send whose answer was lost is never repeated (it stays
+//!   `unknown`).
+//! - Replies go first: broadcasts take their requests from the same per-number pacing as the
+//!   reply sender, and only as many at once as a few slots, so a reply due meanwhile waits for
+//!   at most a few of them. Each broadcast keeps to its own rate besides.
+//! - Meta's answers: its marketing limit per user (131049) holds the recipient for a day, a few
+//!   times at most; an opt-out (131050), and other refusals, fail it with the code; throttling
+//!   holds the whole number back; an expired token stops the number's sends.
+//!
+//! It runs in a `runner::Runner`, as the scheduler and the reply sender do.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{At, SharedClock};
+use crate::config::{SenderSettings, Template};
+use crate::runner::{Runner, Work};
+use crate::sender::Sender;
+use crate::sender::pacer::Pacer;
+use crate::sender::policy::{self, Class};
+use crate::store::{self, Broadcasts, Limits, Outcome, RecipientClaim, RecipientJob};
+use crate::whatsapp::graph::{Envelope, Graph, GraphError, Message};
+
+/// How long Meta's marketing limit per user (131049) holds a recipient before another try.
+const HOLD: Duration = Duration::from_secs(24 * 60 * 60);
+/// Holds for that limit before the recipient fails.
+const MAX_HOLDS: u32 = 3;
+/// Recipients in flight at once: few, so that replies never wait behind many of them.
+const SLOTS: usize = 4;
+
+pub struct Broadcaster {
+    store: Arc<dyn Broadcasts>,
+    clock: SharedClock,
+    graph: Graph,
+    /// The reply sender: its per-number pacing is shared, and its halted numbers stop these
+    /// sends too.
+    replies: Arc<Sender>,
+    settings: SenderSettings,
+    /// Each broadcast's own rate, keyed by its id.
+    rates: Mutex<HashMap<i64, Arc<Pacer>>>,
+}
+
+impl Broadcaster {
+    pub fn new(
+        store: Arc<dyn Broadcasts>,
+        clock: SharedClock,
+        replies: Arc<Sender>,
+        settings: SenderSettings,
+    ) -> Arc<Broadcaster> {
+        Arc::new(Broadcaster {
+            store,
+            graph: replies.graph().clone(),
+            clock,
+            replies,
+            settings,
+            rates: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Sends until `shutdown`, then gives sends in flight the grace period to end.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let runner = Runner {
+            clock: self.clock.clone(),
+            slots: SLOTS,
+            poll_interval: self.settings.poll_interval,
+            shutdown_grace: self.settings.shutdown_grace,
+        };
+        runner.run(self, shutdown).await;
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_failures: self.settings.max_failures,
+            max_holds: MAX_HOLDS,
+        }
+    }
+
+    /// The broadcast's own pacing, made at its rate the first time it is asked for.
+    fn rate_of(&self, job: &RecipientJob) -> Arc<Pacer> {
+        let mut rates = self.rates.lock().unwrap_or_else(|p| p.into_inner());
+        rates
+            .entry(job.broadcast_id)
+            .or_insert_with(|| Arc::new(Pacer::new(job.rate, self.clock.clone())))
+            .clone()
+    }
+
+    async fn deliver(&self, job: RecipientJob) {
+        let key = job.broadcast_id.to_string();
+        self.rate_of(&job).acquire(&key).await;
+        self.replies.pacer().acquire(&job.business).await;
+        let outcome = if self.replies.halts(&job.business) {
+            Outcome::Untried
+        } else {
+            self.attempt(&job).await
+        };
+        let lease = self.settings.lease;
+        let deadline = self.clock.now() + (lease - lease / 8);
+        let recorded = store::write_through_outage(
+            &self.clock,
+            || self.clock.now() < deadline,
+            |now| {
+                self.store.record_recipient(
+                    job.id,
+                    job.attempt,
+                    now,
+                    outcome.clone(),
+                    self.limits(),
+                )
+            },
+        )
+        .await;
+        if let Err(e) = recorded {
+            tracing::error!(
+                recipient = job.id,
+                broadcast = job.broadcast_id,
+                error.message = %e,
+                "could not record a broadcast send; it will count as unknown when its lease lapses"
+            );
+        }
+    }
+
+    async fn attempt(&self, job: &RecipientJob) -> Outcome {
+        let template = Template {
+            name: job.template.clone(),
+            language: job.language.clone(),
+            parameters: job.params.clone(),
+        };
+        let callback = format!("sabi:broadcast:{}:{}", job.id, job.attempt);
+        let envelope = Envelope {
+            from: &job.business,
+            to: &job.to,
+            quote: None,
+            callback: Some(&callback),
+        };
+        match self
+            .graph
+            .send(envelope, Message::Template(&template))
+            .await
+        {
+            Ok(wamid) => Outcome::Accepted { wamid },
+            Err(error) => self.after_error(job, &error),
+        }
+    }
+
+    fn after_error(&self, job: &RecipientJob, error: &GraphError) -> Outcome {
+        let code = policy::code(error);
+        let now = self.clock.now();
+        let message = error.to_string();
+        match (policy::classify(error), code) {
+            (_, Some(131_049)) => Outcome::Held {
+                until: now + HOLD,
+                code: 131_049,
+                error: message,
+            },
+            (Class::Throttled { .. }, _) => {
+                let wait = policy::wait(policy::classify(error), 1, self.settings.retry_base);
+                self.replies.pacer().hold(&job.business, wait);
+                retry(now + wait, false, code, message)
+            }
+            (Class::PairLimited | Class::Transient, _) => {
+                let wait = policy::jitter(
+                    policy::wait(Class::Transient, 1, self.settings.retry_base),
+                    getrandom::u32().unwrap_or(u32::MAX / 2),
+                );
+                retry(now + wait, true, code, message)
+            }
+            (Class::TokenExpired, _) => {
+                self.replies.halt(&job.business);
+                Outcome::Untried
+            }
+            (Class::Unknown, _) => Outcome::Unknown { error: message },
+            (Class::WindowClosed | Class::Permanent, _) => Outcome::Failed {
+                code,
+                error: message,
+            },
+        }
+    }
+}
+
+fn retry(at: At, failure: bool, code: Option<i64>, error: String) -> Outcome {
+    Outcome::Retry {
+        at,
+        failure,
+        code,
+        error,
+    }
+}
+
+#[async_trait::async_trait]
+impl Work for Broadcaster {
+    type Job = RecipientJob;
+    const JOBS: &'static str = "broadcast sends";
+
+    async fn claim(&self, free: usize) -> store::Result<Vec<RecipientJob>> {
+        if free == 0 {
+            return Ok(Vec::new());
+        }
+        self.store
+            .claim_recipients(RecipientClaim {
+                now: self.clock.now(),
+                lease: self.settings.lease,
+                limit: free,
+                halted: self.replies.skipped_numbers(),
+            })
+            .await
+    }
+
+    async fn perform(self: Arc<Self>, job: RecipientJob) {
+        self.deliver(job).await;
+    }
+
+    async fn next_wake(&self) -> At {
+        self.clock.now() + self.settings.poll_interval
+    }
+
+    async fn stored(&self) {
+        std::future::pending::<()>().await;
+    }
+}

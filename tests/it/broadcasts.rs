@@ -1,0 +1,124 @@
+//! Broadcasts sent end to end: Sabi whole against the fake Graph API, a broadcast kept in its
+//! store, its template sent to each recipient once with their parameters, at the broadcast's
+//! rate, with Meta's marketing limit holding a recipient and an opt-out failing one, while a
+//! customer who writes meanwhile is answered.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sabi::clock::{Clock, SystemClock};
+use sabi::store::{BroadcastState, NewBroadcast, NewRecipient, RecipientState};
+
+use crate::sender::{Parts, Sending, customer};
+
+const RECIPIENTS: usize = 60;
+
+fn broadcast(rate: u32) -> NewBroadcast {
+    let now = SystemClock.now();
+    NewBroadcast {
+        key: Some("diwali-eve".into()),
+        name: "Diwali eve".into(),
+        template: "diwali_offer".into(),
+        language: "en".into(),
+        business: "100000000000001".into(),
+        now,
+        start_at: now,
+        until: None,
+        rate,
+        recipients: (0..RECIPIENTS)
+            .map(|n| NewRecipient {
+                to: format!("23480900000{n:02}"),
+                params: vec![format!("Customer {n}"), format!("{n}% off")],
+                line: Some(n as u64 + 2),
+                skipped: None,
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_recipient_gets_the_template_once_at_the_rate_and_replies_still_go() {
+    let sabi = Sending::start(Arc::new(Parts(1)), &[]).await;
+    // The first two sends: Meta's marketing limit for that user, then an opt-out.
+    sabi.fake.fail_next(&[(400, 131_049), (400, 131_050)]);
+    let (b, created) = sabi
+        .store
+        .create_broadcast(broadcast(40))
+        .await
+        .expect("kept");
+    assert!(created);
+    let start = tokio::time::Instant::now();
+    while sabi.fake.accepted().len() < 5 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the broadcast did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    sabi.customer_writes("wamid.in1", &customer(1), "hello", 0)
+        .await;
+    let ended = loop {
+        let now = sabi
+            .store
+            .broadcast(b.id)
+            .await
+            .expect("read")
+            .expect("kept");
+        if now.state == BroadcastState::Running && now.counts["queued"] + now.counts["sending"] == 0
+        {
+            break now;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (
+            ended.counts["accepted"],
+            ended.counts["held"],
+            ended.counts["failed"]
+        ),
+        (RECIPIENTS as u64 - 2, 1, 1),
+        "{ended:?}"
+    );
+    let failed = sabi
+        .store
+        .broadcast_recipients(b.id, Some(RecipientState::Failed), 10)
+        .await
+        .expect("recipients");
+    assert_eq!(failed[0].error_code, Some(131_050));
+
+    let templates: Vec<_> = sabi
+        .fake
+        .received()
+        .into_iter()
+        .filter(|r| r.body["type"] == "template")
+        .collect();
+    assert_eq!(templates.len(), RECIPIENTS, "one request per recipient");
+    let mut seen = std::collections::HashSet::new();
+    for sent in &templates {
+        let to = sent.recipient().expect("to").to_owned();
+        let n: usize = to[to.len() - 2..].parse().expect("numbered");
+        assert!(seen.insert(to.clone()), "{to} twice");
+        let params = &sent.body["template"]["components"][0]["parameters"];
+        assert_eq!(params[0]["text"], format!("Customer {n}"));
+        assert_eq!(params[1]["text"], format!("{n}% off"));
+        assert_eq!(sent.body["template"]["name"], "diwali_offer");
+    }
+    // 40 a second: no window of one second holds more.
+    let times: Vec<_> = templates.iter().map(|r| r.at).collect();
+    for (i, first) in times.iter().enumerate() {
+        let within = times[i..]
+            .iter()
+            .take_while(|t| t.duration_since(*first) < Duration::from_secs(1))
+            .count();
+        assert!(within <= 40, "{within} sends in one second");
+    }
+    // The customer who wrote during the broadcast was answered.
+    let replies: Vec<_> = sabi
+        .fake
+        .accepted()
+        .into_iter()
+        .filter(|r| r.body["type"] != "template" && r.recipient() == Some(customer(1).as_str()))
+        .collect();
+    assert_eq!(replies.len(), 1, "the reply went out during the broadcast");
+}
