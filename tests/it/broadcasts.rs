@@ -122,3 +122,117 @@ async fn each_recipient_gets_the_template_once_at_the_rate_and_replies_still_go(
         .collect();
     assert_eq!(replies.len(), 1, "the reply went out during the broadcast");
 }
+
+/// `sabi broadcast` as an operator uses it: a dry run keeps nothing, a file that cannot be
+/// used is refused with what is wrong, the same key twice gives one broadcast, and pause,
+/// resume and cancel follow the rules.
+#[test]
+fn the_broadcast_commands_create_once_per_key_and_control_broadcasts() {
+    use crate::helpers::{json_lines, sabi_command};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let csv = dir.path().join("audience.csv");
+    std::fs::write(
+        &csv,
+        "name,phone,city\nAda,+2348031234567,Lagos\nBola,nope,Ibadan\n\
+         Chi,08031234567,Enugu\nDayo,08039999999,Abuja\n",
+    )
+    .expect("written");
+    let create = |extra: &[&str]| {
+        let mut args = vec![
+            "broadcast",
+            "create",
+            "--name",
+            "Diwali",
+            "--template",
+            "diwali_offer",
+            "--language",
+            "en",
+            "--audience",
+            csv.to_str().expect("utf-8"),
+            "--param",
+            "name",
+            "--param",
+            "city",
+            "--from",
+            "100000000000001",
+            "--country",
+            "234",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        json_lines(dir.path(), &args)
+    };
+    let dry = create(&["--dry-run"]);
+    assert_eq!(
+        (dry[0]["to_send"].as_u64(), dry[0]["recipients"].as_u64()),
+        (Some(2), Some(4))
+    );
+    let lines: Vec<u64> = dry[0]["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .filter_map(|s| s["line"].as_u64())
+        .collect();
+    assert_eq!(
+        lines,
+        [3, 4],
+        "the bad row and the repeated number, by line"
+    );
+    assert!(
+        json_lines(dir.path(), &["broadcast", "ls", "--json"]).is_empty(),
+        "a dry run keeps nothing"
+    );
+
+    let first = create(&["--key", "diwali-1"]);
+    let again = create(&["--key", "diwali-1"]);
+    assert_eq!(first[0]["id"], again[0]["id"]);
+    assert_eq!(first[0]["counts"]["queued"], 2);
+    assert_eq!(
+        json_lines(dir.path(), &["broadcast", "ls", "--json"]).len(),
+        1
+    );
+
+    let bad = sabi_command(dir.path())
+        .args([
+            "broadcast",
+            "create",
+            "--name",
+            "x",
+            "--template",
+            "t",
+            "--language",
+            "en",
+        ])
+        .args([
+            "--audience",
+            csv.to_str().expect("utf-8"),
+            "--param",
+            "town",
+        ])
+        .args(["--from", "100000000000001"])
+        .output()
+        .expect("sabi runs");
+    assert!(!bad.status.success());
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(said.contains("no column \"town\""), "{said}");
+
+    let id = first[0]["id"].to_string();
+    let paused = json_lines(
+        dir.path(),
+        &["broadcast", "pause", &id, "--reason", "checking", "--json"],
+    );
+    assert_eq!(
+        (
+            paused[0]["state"].as_str(),
+            paused[0]["paused_because"].as_str()
+        ),
+        (Some("paused"), Some("checking"))
+    );
+    let cancelled = json_lines(dir.path(), &["broadcast", "cancel", &id, "--json"]);
+    assert_eq!(cancelled[0]["counts"]["cancelled"], 2);
+    let resume = sabi_command(dir.path())
+        .args(["broadcast", "resume", &id])
+        .output()
+        .expect("sabi runs");
+    assert!(!resume.status.success(), "a cancelled broadcast stays so");
+}

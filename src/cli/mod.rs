@@ -1,6 +1,8 @@
 //! The `sabi` commands. Every command reads the same configuration (file and environment), so
 //! `sabi inbox` inspects the store that `sabi serve` writes.
 
+mod broadcast;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +41,11 @@ enum Command {
         /// What this node runs: all, api (HTTP ingress only) or worker (turns only).
         #[arg(long, value_enum, default_value = "all")]
         role: Role,
+    },
+    /// Broadcasts: template campaigns to an audience file (`sabi broadcast create --help`).
+    Broadcast {
+        #[command(subcommand)]
+        action: broadcast::BroadcastAction,
     },
     /// Print stored inbound items (messages, statuses, errors, field events) in arrival order.
     Inbox {
@@ -222,6 +229,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Ok(())
             }
             Command::Check => check(&config).await,
+            Command::Broadcast { action } => broadcast::run(&config, action).await,
             Command::Outbox { json } => outbox(&config, json).await,
             Command::Review { action, json } => {
                 let action = action.unwrap_or(ReviewAction::Ls {

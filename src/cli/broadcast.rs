@@ -1,0 +1,306 @@
+//! `sabi broadcast`: create a broadcast from an audience file (or see what it would do), list,
+//! show, pause, resume and cancel broadcasts, on the store the configuration names. A running
+//! `sabi serve` with an access token sends them.
+
+use std::path::PathBuf;
+use std::time::{Duration, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::Subcommand;
+use serde_json::json;
+
+use crate::broadcast::audience;
+use crate::clock::{At, Clock, SystemClock, millis};
+use crate::config::Config;
+use crate::store::{self, BroadcastView, Control, NewBroadcast, NewRecipient, RecipientState};
+
+#[derive(Debug, Subcommand)]
+pub(super) enum BroadcastAction {
+    /// Keep a broadcast of a template to everyone in an audience file.
+    Create {
+        #[arg(long)]
+        name: String,
+        /// The approved template's name.
+        #[arg(long)]
+        template: String,
+        /// Its language code, like en or en_US.
+        #[arg(long)]
+        language: String,
+        /// A CSV file with a header; its phone (or wa_id) column names each recipient.
+        #[arg(long)]
+        audience: PathBuf,
+        /// A column whose value fills the template's next body parameter ({{1}}, {{2}}, ...).
+        #[arg(long = "param", value_name = "COLUMN")]
+        params: Vec<String>,
+        /// The business number (phone-number id) it goes from.
+        #[arg(long = "from", value_name = "PHONE_NUMBER_ID")]
+        business: String,
+        /// Not before this time (RFC 3339, like 2026-11-11T18:00:00Z); now by default.
+        #[arg(long, value_parser = parse_time)]
+        at: Option<At>,
+        /// Cancel what is not sent by this time (RFC 3339).
+        #[arg(long, value_parser = parse_time)]
+        until: Option<At>,
+        /// Messages per second at most.
+        #[arg(long, default_value_t = 20)]
+        rate: u32,
+        /// The country code added to numbers written the local way (a leading 0), like 234.
+        #[arg(long)]
+        country: Option<String>,
+        /// Creating again with the same key gives the same broadcast.
+        #[arg(long)]
+        key: Option<String>,
+        /// Keep nothing: print who would get it, who is left out and why, and how long it takes.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The broadcasts, the latest first.
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One broadcast with its counts, and the recipients in one state when asked.
+    Show {
+        id: i64,
+        /// List the recipients in this state (queued, accepted, failed, skipped, ...).
+        #[arg(long, value_parser = recipient_state)]
+        recipients: Option<RecipientState>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop sending it for now.
+    Pause {
+        id: i64,
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send it again after a pause.
+    Resume {
+        id: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop it for good: who has not had it never will.
+    Cancel {
+        id: i64,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Result<()> {
+    match action {
+        BroadcastAction::Create {
+            name,
+            template,
+            language,
+            audience,
+            params,
+            business,
+            at,
+            until,
+            rate,
+            country,
+            key,
+            dry_run,
+            json,
+        } => {
+            let text = std::fs::read_to_string(&audience)
+                .with_context(|| format!("reading {}", audience.display()))?;
+            let rows = audience::parse(&text, &params, country.as_deref())?;
+            let now = SystemClock.now();
+            let broadcast = NewBroadcast {
+                key,
+                name,
+                template,
+                language,
+                business,
+                now,
+                start_at: at.unwrap_or(now),
+                until,
+                rate: rate.max(1),
+                recipients: rows
+                    .into_iter()
+                    .map(|row| NewRecipient {
+                        to: row.to,
+                        params: row.params,
+                        line: Some(row.line),
+                        skipped: row.skipped,
+                    })
+                    .collect(),
+            };
+            if dry_run {
+                return dry(&broadcast, json);
+            }
+            let store = store::open(&config.store).await?;
+            let (made, created) = store.create_broadcast(broadcast).await?;
+            if !created && !json {
+                println!("a broadcast with this key exists already:");
+            }
+            print(&made, json)
+        }
+        BroadcastAction::Ls { json } => {
+            let store = store::open(&config.store).await?;
+            for b in store.broadcasts(1_000).await? {
+                print(&b, json)?;
+            }
+            Ok(())
+        }
+        BroadcastAction::Show {
+            id,
+            recipients,
+            json,
+        } => {
+            let store = store::open(&config.store).await?;
+            let b = store
+                .broadcast(id)
+                .await?
+                .context("no broadcast has this id")?;
+            print(&b, json)?;
+            if let Some(state) = recipients {
+                for r in store
+                    .broadcast_recipients(id, Some(state), usize::MAX)
+                    .await?
+                {
+                    match json {
+                        true => println!("{}", serde_json::to_string(&r)?),
+                        false => println!(
+                            "{:>8}  {:<16} line {:<6} {}",
+                            r.id,
+                            r.to,
+                            r.line.map_or_else(String::new, |l| l.to_string()),
+                            r.error.as_deref().unwrap_or_default()
+                        ),
+                    }
+                }
+            }
+            Ok(())
+        }
+        BroadcastAction::Pause { id, reason, json } => {
+            control(config, id, Control::Pause, reason, json).await
+        }
+        BroadcastAction::Resume { id, json } => {
+            control(config, id, Control::Resume, None, json).await
+        }
+        BroadcastAction::Cancel { id, json } => {
+            control(config, id, Control::Cancel, None, json).await
+        }
+    }
+}
+
+async fn control(
+    config: &Config,
+    id: i64,
+    control: Control,
+    reason: Option<String>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let store = store::open(&config.store).await?;
+    match store.control_broadcast(id, control, reason).await {
+        Ok(b) => print(&b, json),
+        Err(store::Error::NotFound) => {
+            anyhow::bail!("no broadcast {id} that can be {}", past(control))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn past(control: Control) -> &'static str {
+    match control {
+        Control::Pause => "paused (only a scheduled or running one)",
+        Control::Resume => "resumed (only a paused one)",
+        Control::Cancel => "cancelled (only one not yet finished or cancelled)",
+    }
+}
+
+/// What a create would do, with nothing kept.
+fn dry(b: &NewBroadcast, json: bool) -> anyhow::Result<()> {
+    let sent: Vec<&NewRecipient> = b
+        .recipients
+        .iter()
+        .filter(|r| r.skipped.is_none())
+        .collect();
+    let skipped: Vec<serde_json::Value> = b
+        .recipients
+        .iter()
+        .filter_map(|r| {
+            let (reason, why) = r.skipped.as_ref()?;
+            Some(json!({"line": r.line, "to": r.to, "reason": reason, "why": why}))
+        })
+        .collect();
+    let takes = Duration::from_secs_f64(sent.len() as f64 / f64::from(b.rate.max(1)));
+    if json {
+        let out = json!({
+            "dry_run": true,
+            "recipients": b.recipients.len(),
+            "to_send": sent.len(),
+            "skipped": skipped,
+            "takes_ms": millis(takes),
+            "rate": b.rate,
+        });
+        println!("{out}");
+        return Ok(());
+    }
+    println!(
+        "{} would get {:?} ({}) from {}: {} of {} rows, about {} at {} a second",
+        sent.len(),
+        b.template,
+        b.language,
+        b.business,
+        sent.len(),
+        b.recipients.len(),
+        humantime::format_duration(Duration::from_secs(takes.as_secs())),
+        b.rate
+    );
+    for s in &skipped {
+        println!(
+            "  left out, line {}: {} ({})",
+            s["line"],
+            s["why"].as_str().unwrap_or_default(),
+            s["reason"].as_str().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+fn print(b: &BroadcastView, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(b)?);
+        return Ok(());
+    }
+    let counts: Vec<String> = b
+        .counts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(state, n)| format!("{state} {n}"))
+        .collect();
+    println!(
+        "{:>6}  {:<10} {:<24} {} recipients: {}{}",
+        b.id,
+        b.state,
+        b.name,
+        b.recipients,
+        counts.join(", "),
+        b.paused_because
+            .as_deref()
+            .map_or_else(String::new, |why| format!(" (paused: {why})"))
+    );
+    Ok(())
+}
+
+fn parse_time(s: &str) -> Result<At, String> {
+    let at = humantime::parse_rfc3339_weak(s).map_err(|e| format!("{s:?}: {e}"))?;
+    let since = at.duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
+    Ok(At::from_millis(millis(since)))
+}
+
+fn recipient_state(s: &str) -> Result<RecipientState, String> {
+    RecipientState::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = RecipientState::ALL.iter().map(|s| s.as_str()).collect();
+        format!("one of {}", names.join(", "))
+    })
+}
