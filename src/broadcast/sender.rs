@@ -132,7 +132,7 @@ impl Broadcaster {
             language: job.language.clone(),
             parameters: job.params.clone(),
         };
-        let callback = format!("sabi:broadcast:{}:{}", job.id, job.attempt);
+        let callback = store::broadcast_callback(job.id, job.attempt);
         let envelope = Envelope {
             from: &job.business,
             to: &job.to,

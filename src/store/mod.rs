@@ -69,6 +69,18 @@ pub fn parse_send_callback(callback: &str) -> Option<(i64, u32)> {
     Some((id.parse().ok()?, attempt.parse().ok()?))
 }
 
+/// What a broadcast send puts in `biz_opaque_callback_data`: the recipient and the attempt, so
+/// a status webhook settles exactly that send when its answer was lost.
+pub fn broadcast_callback(recipient: i64, attempt: u32) -> String {
+    format!("sabi:broadcast:{recipient}:{attempt}")
+}
+
+/// The (recipient, attempt) a broadcast callback names.
+pub fn parse_broadcast_callback(callback: &str) -> Option<(i64, u32)> {
+    let (id, attempt) = callback.strip_prefix("sabi:broadcast:")?.split_once(':')?;
+    Some((id.parse().ok()?, attempt.parse().ok()?))
+}
+
 /// Runs a fenced write (a turn's ending, a send's outcome) again while the store is unreachable:
 /// up to eight more tries, 0.1 s apart doubling to 2 s (about 9 s in all), and only while
 /// `holds()` says the lease is still this node's. A short outage then costs a delay, not the

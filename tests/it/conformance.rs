@@ -38,6 +38,7 @@ use self::broadcasts::{
     broadcasts_pause_resume_and_cancel_as_the_rulebook_allows,
     claimers_at_once_never_take_one_recipient_twice,
     recipients_are_sent_at_most_once_and_broadcasts_end,
+    statuses_move_broadcast_recipients_forward_only,
     time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait,
 };
 use self::inspection::{
@@ -247,6 +248,7 @@ macro_rules! cases {
             broadcasts_pause_resume_and_cancel_as_the_rulebook_allows,
             recipients_are_sent_at_most_once_and_broadcasts_end,
             claimers_at_once_never_take_one_recipient_twice,
+            statuses_move_broadcast_recipients_forward_only,
             time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait,
         );
     };

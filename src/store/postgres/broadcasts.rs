@@ -6,15 +6,16 @@ use sqlx::{PgConnection, PgPool, Row};
 
 use super::unavailable;
 use crate::clock::At;
+use crate::domain::InboundItem;
 use crate::store::items::known;
 use crate::store::rules::broadcast::{
     self, BroadcastState, Control, Event, Limits, Outcome, Recipient, RecipientState, SkipReason,
     Step, WAITING_SQL,
 };
-use crate::store::rules::part::Delivery;
+use crate::store::rules::part::{Delivery, Status};
 use crate::store::{
     BroadcastView, Error, NewBroadcast, RecipientClaim, RecipientJob, RecipientView, Result,
-    recipient_counts,
+    parse_broadcast_callback, recipient_counts,
 };
 
 pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(BroadcastView, bool)> {
@@ -295,6 +296,57 @@ pub(super) async fn record(
     )
     .await?;
     tx.commit().await.map_err(unavailable)
+}
+
+/// A status of a broadcast message moves its recipient by the rulebook, in the ingest's
+/// transaction; one that changes nothing (older, repeated, for another send) is dropped.
+pub(super) async fn reconcile_status(
+    conn: &mut PgConnection,
+    item: &InboundItem,
+    now: At,
+) -> Result<()> {
+    let facts = &item.facts;
+    let (Some(wamid), Some(delivery)) = (
+        facts["id"].as_str(),
+        facts["status"].as_str().and_then(Delivery::parse),
+    ) else {
+        return Ok(());
+    };
+    let by_wamid: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM broadcast_recipients WHERE wamid = $1")
+            .bind(wamid)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+    let named = facts["biz_opaque_callback_data"]
+        .as_str()
+        .and_then(parse_broadcast_callback);
+    let id = match (by_wamid, named) {
+        (Some(id), _) => Some(id),
+        (None, Some((id, attempt))) => sqlx::query_scalar(
+            "SELECT id FROM broadcast_recipients WHERE id = $1 AND attempts = $2",
+        )
+        .bind(id)
+        .bind(i32::try_from(attempt).unwrap_or(i32::MAX))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(unavailable)?,
+        (None, None) => None,
+    };
+    let Some(id) = id else {
+        return Ok(());
+    };
+    let status = Status {
+        wamid,
+        delivery,
+        code: facts["error_codes"]
+            .get(0)
+            .and_then(serde_json::Value::as_i64),
+    };
+    match step(conn, id, &Event::Status(status), now, NO_LIMITS).await {
+        Ok(_) | Err(Error::LeaseLost) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Claims and lapses ask nothing of the limits.

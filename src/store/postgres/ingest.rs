@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::clock::{At, millis};
 use sqlx::{PgConnection, PgPool, Row};
 
-use super::{channel, limit, outbox, unavailable};
+use super::{broadcasts, channel, limit, outbox, unavailable};
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 use crate::store::items::known;
 use crate::store::items::{
@@ -161,6 +161,7 @@ async fn ingest_in(
         receipt.stored += 1;
         if item.kind == ItemKind::Status {
             outbox::reconcile_status(conn, item, delivery.received_at).await?;
+            broadcasts::reconcile_status(conn, item, delivery.received_at).await?;
         }
         if let Some(change) = amendment(item) {
             amend(conn, item.channel, &change).await?;

@@ -34,13 +34,14 @@ use self::wire::{
 use super::items::known;
 use super::items::message_key;
 use super::rules::broadcast::{self, BroadcastState, Event, SkipReason};
+use super::rules::part::{Delivery, Status};
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Control,
     ConversationView, Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest,
     IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim,
     RecipientJob, RecipientState, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery,
     Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem,
-    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
+    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat, parse_broadcast_callback,
 };
 use crate::clock::{At, millis};
 use crate::domain::{Channel, Claim, ItemKind, LeaseToken};
@@ -310,6 +311,7 @@ fn exact(at: At) -> At {
 impl Intake for RedisStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
         let receipt: Receipt = self.call("ingest", wire::delivery(&delivery)).await?;
+        self.settle_broadcast_statuses(&delivery).await?;
         for key in &receipt.anomalies.0 {
             tracing::warn!(
                 key = %key,
@@ -749,6 +751,52 @@ impl RedisStore {
             }
         }
         Ok(())
+    }
+
+    /// Statuses of broadcast messages move their recipients by the rulebook, right after the
+    /// delivery is kept; one that changes nothing (older, repeated, for another send) is
+    /// dropped. A crash between the two leaves the recipient as it was: the status stays in
+    /// the inbox.
+    async fn settle_broadcast_statuses(&self, delivery: &Ingest) -> Result<()> {
+        // Each status with the (recipient, attempt) its callback names, if any.
+        let statuses: Vec<(Status<'_>, Option<(i64, u32)>)> = delivery
+            .items
+            .iter()
+            .filter(|item| item.kind == ItemKind::Status)
+            .filter_map(|item| {
+                let facts = &item.facts;
+                let status = Status {
+                    wamid: facts["id"].as_str()?,
+                    delivery: facts["status"].as_str().and_then(Delivery::parse)?,
+                    code: facts["error_codes"].get(0).and_then(Value::as_i64),
+                };
+                let named = facts["biz_opaque_callback_data"]
+                    .as_str()
+                    .and_then(parse_broadcast_callback);
+                Some((status, named))
+            })
+            .collect();
+        if statuses.is_empty() {
+            return Ok(());
+        }
+        let asked: Vec<Value> = statuses
+            .iter()
+            .map(|(status, named)| {
+                json!({"wamid": status.wamid, "id": named.map(|n| n.0), "attempt": named.map(|n| n.1)})
+            })
+            .collect();
+        let found: List<RawRecipientRow> = self
+            .call("recipients_for_statuses", json!({ "statuses": asked }))
+            .await?;
+        let mut writes = Vec::new();
+        for row in &found.0 {
+            let Some((status, _)) = row.index().and_then(|i| statuses.get(i)) else {
+                continue;
+            };
+            let event = Event::Status(status.clone());
+            writes.extend(row.step(&event, delivery.received_at, NO_LIMITS)?);
+        }
+        self.save_recipients(writes, false).await.map(drop)
     }
 
     /// Saves recipient writes that still find their recipient as read; the ids saved.

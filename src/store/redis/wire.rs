@@ -617,9 +617,16 @@ pub(super) struct RawRecipientRow {
     language: Option<String>,
     business: Option<String>,
     rate: Option<u32>,
+    /// Which of the asked statuses named it (1-based, as Lua counts).
+    i: Option<usize>,
 }
 
 impl RawRecipientRow {
+    /// The index of the status that named it.
+    pub(super) fn index(&self) -> Option<usize> {
+        self.i?.checked_sub(1)
+    }
+
     fn recipient(&self) -> Result<Recipient> {
         Ok(Recipient {
             state: known(RecipientState::parse, &self.state)?,

@@ -10,9 +10,10 @@ use crate::store::rules::broadcast::{
     self, BroadcastState, Control, Event, Limits, Outcome, Recipient, RecipientState, Step,
     WAITING_SQL,
 };
+use crate::store::rules::part::Status;
 use crate::store::{
     BroadcastView, Error, NewBroadcast, RecipientClaim, RecipientJob, RecipientView, Result,
-    recipient_counts,
+    parse_broadcast_callback, recipient_counts,
 };
 
 pub(super) fn create(conn: &Connection, b: &NewBroadcast) -> Result<(BroadcastView, bool)> {
@@ -236,6 +237,40 @@ pub(super) fn record(
 ) -> Result<()> {
     let event = Event::Outcome { attempt, outcome };
     step(conn, id, &event, now, limits).map(drop)
+}
+
+/// A status of a broadcast message moves its recipient by the rulebook, in the ingest's
+/// transaction; one that changes nothing (older, repeated, for another send) is dropped.
+pub(super) fn reconcile(
+    conn: &Connection,
+    status: Status<'_>,
+    callback: Option<&str>,
+    now: At,
+) -> Result<()> {
+    let by_wamid: Option<i64> = conn
+        .prepare_cached("SELECT id FROM broadcast_recipients WHERE wamid = ?1")
+        .and_then(|mut s| s.query_row(params![status.wamid], |r| r.get(0)).optional())
+        .map_err(unavailable)?;
+    let id = match (by_wamid, callback.and_then(parse_broadcast_callback)) {
+        (Some(id), _) => id,
+        (None, Some((id, attempt))) => {
+            let named: Option<i64> = conn
+                .prepare_cached(
+                    "SELECT id FROM broadcast_recipients WHERE id = ?1 AND attempts = ?2",
+                )
+                .and_then(|mut s| s.query_row(params![id, attempt], |r| r.get(0)).optional())
+                .map_err(unavailable)?;
+            let Some(id) = named else {
+                return Ok(());
+            };
+            id
+        }
+        (None, None) => return Ok(()),
+    };
+    match step(conn, id, &Event::Status(status), now, NO_LIMITS) {
+        Ok(_) | Err(Error::LeaseLost) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Claims and lapses ask nothing of the limits.

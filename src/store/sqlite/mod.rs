@@ -27,7 +27,7 @@ use super::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at};
 use super::rules::batch::BatchState;
 use super::rules::broadcast::{BroadcastState, RecipientState, SkipReason};
 use super::rules::item::ItemState;
-use super::rules::part::{Delivery, PartKind, PartState};
+use super::rules::part::{Delivery, PartKind, PartState, Status};
 use super::rules::review::ReviewState;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Control, ConversationView,
@@ -637,7 +637,16 @@ fn reconcile_status(conn: &Connection, item: &InboundItem, now: At) -> Result<()
             .get(0)
             .and_then(serde_json::Value::as_i64),
     };
-    outbox::reconcile(conn, update, now)
+    outbox::reconcile(conn, update, now)?;
+    let Some(delivery) = Delivery::parse(status) else {
+        return Ok(());
+    };
+    let status = Status {
+        wamid,
+        delivery,
+        code: update.error_code,
+    };
+    broadcasts::reconcile(conn, status, update.callback, now)
 }
 
 fn insert_item(

@@ -8,10 +8,11 @@ use futures_util::future::join_all;
 use sabi::clock::At;
 use sabi::store::{
     BroadcastState, Control, Error, Limits, NewBroadcast, NewRecipient, Outcome, RecipientClaim,
-    RecipientJob, RecipientState, SkipReason, Store,
+    RecipientJob, RecipientState, SkipReason, Store, broadcast_callback,
 };
 
 use super::T0;
+use super::fixtures::{deliver, status, with_callback};
 use crate::helpers::ms;
 
 fn audience() -> Vec<NewRecipient> {
@@ -387,4 +388,53 @@ pub async fn time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait(stor
         .expect("kept");
     assert_eq!(short.state, BroadcastState::Cancelled, "past its deadline");
     assert_eq!((short.counts["cancelled"], short.counts["queued"]), (2, 0));
+}
+
+pub async fn statuses_move_broadcast_recipients_forward_only(store: Arc<dyn Store>) {
+    let (b, _) = store
+        .create_broadcast(diwali(None, T0))
+        .await
+        .expect("kept");
+    let jobs = store
+        .claim_recipients(sends(T0, 10))
+        .await
+        .expect("claimed");
+    assert_eq!(jobs.len(), 2);
+    record(&store, &jobs[0], T0 + ms(100), accepted("wamid.s1")).await;
+    for (delivery, at) in [("delivered", 1_000), ("read", 2_000), ("sent", 3_000)] {
+        deliver(
+            &store,
+            status("wamid.s1", delivery, T0 + ms(at)),
+            T0 + ms(at),
+        )
+        .await;
+    }
+    // The second send's answer was lost: its status names it by the callback Sabi gave it.
+    let named = with_callback(
+        status("wamid.s2", "delivered", T0 + ms(4_000)),
+        broadcast_callback(jobs[1].id, jobs[1].attempt),
+    );
+    deliver(&store, named, T0 + ms(4_000)).await;
+    let stale = with_callback(
+        status("wamid.other", "read", T0 + ms(5_000)),
+        broadcast_callback(jobs[1].id, jobs[1].attempt + 1),
+    );
+    deliver(&store, stale, T0 + ms(5_000)).await;
+    let everyone = store
+        .broadcast_recipients(b.id, None, 10)
+        .await
+        .expect("recipients");
+    let states: Vec<(RecipientState, Option<&str>)> = everyone
+        .iter()
+        .filter(|r| r.skipped.is_none())
+        .map(|r| (r.state, r.wamid.as_deref()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (RecipientState::Read, Some("wamid.s1")),
+            (RecipientState::Delivered, Some("wamid.s2")),
+        ],
+        "a late sent does not undo read; a callback of another attempt names nothing"
+    );
 }

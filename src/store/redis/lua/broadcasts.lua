@@ -2,7 +2,8 @@
 -- zset of those scheduled, running or paused; P:bc:<id>:r zset of its recipients in audience
 -- order; P:bc:<id>:st:<state> zset of its recipients in each state (counted by ZCARD);
 -- P:bc:<id>:due zset of its waiting recipients (padded) -> when they may go; P:bcsending zset
--- of recipients being sent (padded) -> when their lease lapses; P:br:<id> hash a recipient.
+-- of recipients being sent (padded) -> when their lease lapses; P:br:<id> hash a recipient;
+-- P:brwamid hash Meta's id -> recipient.
 --
 -- The rules are the rulebook's (store/rules/broadcast.rs): state names and allowed moves come
 -- in the arguments, and a recipient is moved by the caller, which loads it, asks the rulebook,
@@ -165,6 +166,9 @@ local function recipients_save(a)
       end
       put(key, fields)
       redis.call('HDEL', key, unpack(gone))
+      if w.wamid then
+        redis.call('HSET', k('brwamid'), w.wamid, int(w.id))
+      end
       if w.waiting then
         redis.call('ZADD', k('bc', now.bc, 'due'), w.next or 0, pad(w.id))
       else
@@ -181,6 +185,27 @@ local function recipients_save(a)
     end
   end
   return saved
+end
+
+-- The recipients statuses name: by Meta's id, or by the (recipient, attempt) of a send whose
+-- answer was lost. Each found one carries `i`, the index of its status.
+local function recipients_for_statuses(a)
+  local out = {}
+  for i, st in ipairs(a.statuses) do
+    local rid = redis.call('HGET', k('brwamid'), st.wamid)
+    if not rid and st.id then
+      local r = get(k('br', st.id), 'attempts')
+      if tonumber(r.attempts) == st.attempt then
+        rid = st.id
+      end
+    end
+    local r = rid and recipient_row(rid)
+    if r then
+      r.i = i
+      out[#out + 1] = r
+    end
+  end
+  return out
 end
 
 -- Live broadcasts, for time to move them on.

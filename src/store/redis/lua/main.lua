@@ -29,7 +29,7 @@ local OPS = {
   control_broadcast = control_broadcast, recipients_load = recipients_load,
   recipients_save = recipients_save, broadcasts_live = broadcasts_live,
   recipients_lapsed = recipients_lapsed, recipients_due = recipients_due,
-  broadcasts_finish = broadcasts_finish,
+  broadcasts_finish = broadcasts_finish, recipients_for_statuses = recipients_for_statuses,
 }
 
 -- Keys lost (a restart without persistence, a flush) and made again start every counter anew:

@@ -36,3 +36,4 @@ CREATE TABLE broadcast_recipients (
     sent_at         INTEGER
 );
 CREATE INDEX broadcast_recipients_state ON broadcast_recipients (broadcast_id, state);
+CREATE INDEX broadcast_recipients_wamid ON broadcast_recipients (wamid) WHERE wamid IS NOT NULL;
