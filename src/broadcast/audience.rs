@@ -115,6 +115,41 @@ pub fn parse(csv: &str, columns: &[String], country: Option<&str>) -> Result<Vec
     Ok(rows)
 }
 
+/// Recipients given as a list (`to`, parameters) rather than a file, read by the same rules;
+/// a row's `line` is then its place in the list, from 1.
+pub fn listed(
+    recipients: impl IntoIterator<Item = (String, Vec<String>)>,
+    country: Option<&str>,
+) -> Vec<Row> {
+    let mut first_line: HashMap<String, u64> = HashMap::new();
+    recipients
+        .into_iter()
+        .zip(1..)
+        .map(|((written, params), line)| {
+            let mut row = Row {
+                line,
+                to: written.clone(),
+                params,
+                skipped: None,
+            };
+            match e164(&written, country) {
+                Err(why) => row.skipped = Some((SkipReason::Invalid, why)),
+                Ok(number) => match first_line.get(&number) {
+                    Some(first) => {
+                        row.skipped =
+                            Some((SkipReason::Duplicate, format!("the same number as {first}")));
+                    }
+                    None => {
+                        first_line.insert(number.clone(), line);
+                        row.to = number;
+                    }
+                },
+            }
+            row
+        })
+        .collect()
+}
+
 /// Where each line of the file starts: a record's line, counted as a person would (the CSV
 /// reader counts blank lines before a record into it).
 struct Lines<'a> {
@@ -267,6 +302,32 @@ mod tests {
             rows[3].skipped.as_ref().expect("skipped").1,
             "no value for {{2}} (column city)"
         );
+    }
+
+    #[test]
+    fn a_list_is_read_by_the_same_rules_with_its_places_as_lines() {
+        let given = [
+            ("+2348031234567", "Ada"),
+            ("08031234567", "again"),
+            ("nope", "Bola"),
+        ];
+        let rows = listed(
+            given.map(|(to, name)| (to.to_owned(), vec![name.to_owned()])),
+            Some("234"),
+        );
+        let seen: Vec<(u64, Option<SkipReason>)> = rows
+            .iter()
+            .map(|r| (r.line, r.skipped.as_ref().map(|s| s.0)))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (1, None),
+                (2, Some(SkipReason::Duplicate)),
+                (3, Some(SkipReason::Invalid))
+            ]
+        );
+        assert_eq!(rows[0].to, "2348031234567");
     }
 
     #[test]

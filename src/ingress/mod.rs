@@ -5,6 +5,7 @@
 
 mod admin;
 mod bodies;
+mod broadcasts;
 mod error;
 mod headers;
 mod health;
@@ -216,13 +217,36 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
             .route("/admin/review/{id}/label", post(admin::label))
             .route("/admin/conversations", get(admin::conversations))
             .route("/admin/stats", get(admin::stats))
+            .route("/admin/broadcasts/{id}", get(broadcasts::show))
+            .route(
+                "/admin/broadcasts/{id}/recipients",
+                get(broadcasts::recipients),
+            )
+            .route("/admin/broadcasts/{id}/pause", post(broadcasts::pause))
+            .route("/admin/broadcasts/{id}/resume", post(broadcasts::resume))
+            .route("/admin/broadcasts/{id}/cancel", post(broadcasts::cancel))
             .layer(middleware::from_fn_with_state(
                 state.clone(),
                 admin::require_token,
             ))
             .layer(DefaultBodyLimit::max(WEBCHAT_MAX_BODY))
             .layer(bodies(WEBCHAT_MAX_BODY));
-        routes = routes.merge(api).route("/desk", get(admin::desk));
+        // An audience file is larger than anything else a person posts.
+        let audiences = Router::new()
+            .route(
+                "/admin/broadcasts",
+                get(broadcasts::list).post(broadcasts::create),
+            )
+            .layer(middleware::from_fn_with_state(
+                state.clone(),
+                admin::require_token,
+            ))
+            .layer(DefaultBodyLimit::max(AUDIENCE_MAX_BODY))
+            .layer(bodies(AUDIENCE_MAX_BODY));
+        routes = routes
+            .merge(api)
+            .merge(audiences)
+            .route("/desk", get(admin::desk));
     }
     let policies = Arc::new(headers::Policies::new(&state.webchat.frame_ancestors));
     routes
@@ -232,3 +256,5 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
 
 /// A chat question is at most a few kilobytes.
 const WEBCHAT_MAX_BODY: usize = 64 * 1024;
+/// An audience of 100,000 customers with a few parameters each.
+const AUDIENCE_MAX_BODY: usize = 16 * 1024 * 1024;

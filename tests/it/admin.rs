@@ -19,6 +19,11 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/admin/review/1/requeue"),
     ("POST", "/admin/review/1/close"),
     ("POST", "/admin/review/1/label"),
+    ("GET", "/admin/broadcasts"),
+    ("POST", "/admin/broadcasts"),
+    ("GET", "/admin/broadcasts/1"),
+    ("GET", "/admin/broadcasts/1/recipients"),
+    ("POST", "/admin/broadcasts/1/cancel"),
     ("GET", "/admin/conversations?customer=2348031234567"),
     ("GET", "/admin/stats"),
 ];

@@ -236,3 +236,144 @@ fn the_broadcast_commands_create_once_per_key_and_control_broadcasts() {
         .expect("sabi runs");
     assert!(!resume.status.success(), "a cancelled broadcast stays so");
 }
+
+/// The admin API's broadcasts: the review API's token, a dry run that keeps nothing, recipients
+/// given as a list or as a CSV file, one broadcast per key, recipients by state, and pause,
+/// resume and cancel as the rules allow.
+#[tokio::test]
+async fn the_admin_api_creates_lists_and_controls_broadcasts() {
+    use crate::helpers::TestApp;
+    use serde_json::{Value, json};
+    const TOKEN: &str = "admin-token-for-broadcasts";
+    let app = TestApp::spawn_with(None, &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let call = |method: reqwest::Method, path: &str, body: Option<Value>| {
+        let mut request = app.client.request(method, app.url(path)).bearer_auth(TOKEN);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        async move {
+            let response = request.send().await.expect("sent");
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let unauthorised = app
+        .client
+        .get(app.url("/admin/broadcasts"))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(unauthorised.status(), 401);
+
+    let listed = json!({
+        "name": "Diwali eve", "template": {"name": "diwali_offer", "language": "en"},
+        "from": "100000000000001", "country": "234", "key": "api-1",
+        "recipients": [
+            {"to": "+2348031234567", "params": ["Ada"]},
+            {"to": "08031234567", "params": ["Ada again"]},
+            {"to": "not a number", "params": ["Bola"]},
+            {"to": "2348039999999", "params": ["Chi"]},
+        ],
+    });
+    let mut dry = listed.clone();
+    dry["dry_run"] = json!(true);
+    let (status, answer) = call(reqwest::Method::POST, "/admin/broadcasts", Some(dry)).await;
+    assert_eq!(
+        (status, answer["to_send"].as_u64()),
+        (200, Some(2)),
+        "{answer}"
+    );
+    let (_, all) = call(reqwest::Method::GET, "/admin/broadcasts", None).await;
+    assert_eq!(
+        all["broadcasts"].as_array().map(Vec::len),
+        Some(0),
+        "a dry run keeps nothing"
+    );
+
+    let (status, made) = call(
+        reqwest::Method::POST,
+        "/admin/broadcasts",
+        Some(listed.clone()),
+    )
+    .await;
+    assert_eq!(
+        (status, made["created"].as_bool()),
+        (200, Some(true)),
+        "{made}"
+    );
+    let (_, again) = call(reqwest::Method::POST, "/admin/broadcasts", Some(listed)).await;
+    assert_eq!(again["created"].as_bool(), Some(false));
+    let id = made["broadcast"]["id"].as_i64().expect("id");
+    assert_eq!(
+        again["broadcast"]["id"].as_i64(),
+        Some(id),
+        "one broadcast per key"
+    );
+    assert_eq!(made["broadcast"]["counts"]["queued"], 2);
+    assert_eq!(made["broadcast"]["counts"]["skipped"], 2);
+
+    let (_, skipped) = call(
+        reqwest::Method::GET,
+        &format!("/admin/broadcasts/{id}/recipients?state=skipped"),
+        None,
+    )
+    .await;
+    let reasons: Vec<&str> = skipped["recipients"]
+        .as_array()
+        .expect("recipients")
+        .iter()
+        .filter_map(|r| r["skipped"].as_str())
+        .collect();
+    assert_eq!(reasons, ["duplicate", "invalid"]);
+    let (status, _) = call(
+        reqwest::Method::GET,
+        &format!("/admin/broadcasts/{id}/recipients?state=lost"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 422);
+
+    let csv = json!({
+        "name": "From a file", "template": {"name": "diwali_offer", "language": "en"},
+        "from": "100000000000001", "params": ["name"],
+        "audience_csv": "phone,name\n2348031234567,Ada\n",
+    });
+    let (status, from_file) = call(reqwest::Method::POST, "/admin/broadcasts", Some(csv)).await;
+    assert_eq!(
+        (status, from_file["broadcast"]["recipients"].as_u64()),
+        (200, Some(1))
+    );
+    let bad = json!({
+        "name": "Bad", "template": {"name": "t", "language": "en"}, "from": "1",
+        "params": ["town"], "audience_csv": "phone,name\n2348031234567,Ada\n",
+    });
+    let (status, said) = call(reqwest::Method::POST, "/admin/broadcasts", Some(bad)).await;
+    assert_eq!(status, 422, "{said}");
+
+    let path = |action: &str| format!("/admin/broadcasts/{id}/{action}");
+    let (status, paused) = call(
+        reqwest::Method::POST,
+        &path("pause"),
+        Some(json!({"reason": "checking"})),
+    )
+    .await;
+    assert_eq!((status, paused["state"].as_str()), (200, Some("paused")));
+    assert_eq!(paused["paused_because"], "checking");
+    let (_, resumed) = call(reqwest::Method::POST, &path("resume"), None).await;
+    assert_eq!(resumed["state"], "running");
+    let (_, cancelled) = call(reqwest::Method::POST, &path("cancel"), None).await;
+    assert_eq!(
+        (
+            cancelled["state"].as_str(),
+            cancelled["counts"]["cancelled"].as_u64()
+        ),
+        (Some("cancelled"), Some(2))
+    );
+    let (status, _) = call(reqwest::Method::POST, &path("resume"), None).await;
+    assert_eq!(status, 404, "a cancelled broadcast stays so");
+    let (status, _) = call(reqwest::Method::GET, "/admin/broadcasts/9999", None).await;
+    assert_eq!(status, 404);
+}

@@ -1,0 +1,203 @@
+//! The admin API's broadcasts, with the review API's token rules:
+//!
+//! - `POST /admin/broadcasts` `{"name", "template": {"name", "language"}, "from", "recipients":
+//!   [{"to", "params"}]` or `"audience_csv"` with `"params"` naming its columns, `"country",
+//!   "at", "until", "rate", "key", "dry_run"}`: keeps it (once per key), or with `dry_run` says
+//!   who would get it and who is left out, keeping nothing;
+//! - `GET /admin/broadcasts`, `GET /admin/broadcasts/{id}`;
+//! - `GET /admin/broadcasts/{id}/recipients?state=&limit=`;
+//! - `POST /admin/broadcasts/{id}/pause` `{"reason"}`, `.../resume`, `.../cancel`.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, AppState};
+use crate::broadcast::audience::{self, Row};
+use crate::clock::At;
+use crate::store::{Control, NewBroadcast, NewRecipient, RecipientState};
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Create {
+    name: String,
+    template: TemplateRef,
+    from: String,
+    #[serde(default)]
+    recipients: Vec<Listed>,
+    audience_csv: Option<String>,
+    #[serde(default)]
+    params: Vec<String>,
+    country: Option<String>,
+    at: Option<At>,
+    until: Option<At>,
+    rate: Option<u32>,
+    key: Option<String>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct TemplateRef {
+    name: String,
+    language: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Listed {
+    to: String,
+    #[serde(default)]
+    params: Vec<String>,
+}
+
+/// Broadcasts go at 20 messages a second unless asked otherwise.
+const DEFAULT_RATE: u32 = 20;
+
+pub(super) async fn create(
+    State(state): State<AppState>,
+    Json(c): Json<Create>,
+) -> Result<Json<Value>, ApiError> {
+    let rows = match (&c.audience_csv, c.recipients.is_empty()) {
+        (Some(csv), true) => {
+            audience::parse(csv, &c.params, c.country.as_deref()).map_err(|e| {
+                ApiError::Invalid {
+                    field: "audience_csv",
+                    why: e.to_string(),
+                }
+            })?
+        }
+        (None, false) => audience::listed(
+            c.recipients.into_iter().map(|r| (r.to, r.params)),
+            c.country.as_deref(),
+        ),
+        _ => {
+            return Err(ApiError::Invalid {
+                field: "recipients",
+                why: "give recipients or audience_csv, one of them".into(),
+            });
+        }
+    };
+    let now = state.clock.now();
+    let broadcast = NewBroadcast {
+        key: c.key,
+        name: c.name,
+        template: c.template.name,
+        language: c.template.language,
+        business: c.from,
+        now,
+        start_at: c.at.unwrap_or(now),
+        until: c.until,
+        rate: c.rate.unwrap_or(DEFAULT_RATE).max(1),
+        recipients: rows.into_iter().map(recipient).collect(),
+    };
+    if c.dry_run {
+        return Ok(Json(dry_run(&broadcast)));
+    }
+    let (made, created) = state.store.create_broadcast(broadcast).await?;
+    Ok(Json(json!({ "created": created, "broadcast": made })))
+}
+
+fn recipient(row: Row) -> NewRecipient {
+    NewRecipient {
+        to: row.to,
+        params: row.params,
+        line: Some(row.line),
+        skipped: row.skipped,
+    }
+}
+
+fn dry_run(b: &NewBroadcast) -> Value {
+    let to_send = b.recipients.iter().filter(|r| r.skipped.is_none()).count();
+    let skipped: Vec<Value> = b
+        .recipients
+        .iter()
+        .filter_map(|r| {
+            let (reason, why) = r.skipped.as_ref()?;
+            Some(json!({"line": r.line, "to": r.to, "reason": reason, "why": why}))
+        })
+        .collect();
+    json!({
+        "dry_run": true,
+        "recipients": b.recipients.len(),
+        "to_send": to_send,
+        "skipped": skipped,
+        "takes_ms": (to_send as u64).saturating_mul(1000) / u64::from(b.rate.max(1)),
+    })
+}
+
+pub(super) async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let broadcasts = state.store.broadcasts(1_000).await?;
+    Ok(Json(json!({ "broadcasts": broadcasts })))
+}
+
+pub(super) async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let b = state.store.broadcast(id).await?.ok_or(ApiError::NotFound)?;
+    Ok(Json(json!(b)))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct RecipientsQuery {
+    state: Option<String>,
+    limit: Option<usize>,
+}
+
+pub(super) async fn recipients(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    Query(q): Query<RecipientsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let wanted = q
+        .state
+        .as_deref()
+        .map(|s| {
+            RecipientState::parse(s).ok_or_else(|| ApiError::Invalid {
+                field: "state",
+                why: format!("is not a recipient state: {s:?}"),
+            })
+        })
+        .transpose()?;
+    let limit = q.limit.unwrap_or(1_000).min(100_000);
+    let found = state.store.broadcast_recipients(id, wanted, limit).await?;
+    Ok(Json(json!({ "recipients": found })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Reason {
+    reason: Option<String>,
+}
+
+pub(super) async fn pause(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    reason: Option<Json<Reason>>,
+) -> Result<Json<Value>, ApiError> {
+    let reason = reason.and_then(|Json(r)| r.reason);
+    control(&state, id, Control::Pause, reason).await
+}
+
+pub(super) async fn resume(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    control(&state, id, Control::Resume, None).await
+}
+
+pub(super) async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    control(&state, id, Control::Cancel, None).await
+}
+
+async fn control(
+    state: &AppState,
+    id: i64,
+    control: Control,
+    reason: Option<String>,
+) -> Result<Json<Value>, ApiError> {
+    let b = state.store.control_broadcast(id, control, reason).await?;
+    Ok(Json(json!(b)))
+}
