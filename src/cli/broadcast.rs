@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::json;
 
+use super::shown;
 use crate::broadcast::audience;
 use crate::clock::{At, Clock, SystemClock, millis};
 use crate::config::Config;
@@ -171,9 +172,9 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
                         false => println!(
                             "{:>8}  {:<16} line {:<6} {}",
                             r.id,
-                            r.to,
+                            shown(&r.to),
                             r.line.map_or_else(String::new, |l| l.to_string()),
-                            r.error.as_deref().unwrap_or_default()
+                            shown(r.error.as_deref().unwrap_or_default())
                         ),
                     }
                 }
@@ -260,7 +261,7 @@ fn dry(b: &NewBroadcast, json: bool) -> anyhow::Result<()> {
         println!(
             "  left out, line {}: {} ({})",
             s["line"],
-            s["why"].as_str().unwrap_or_default(),
+            shown(s["why"].as_str().unwrap_or_default()),
             s["reason"].as_str().unwrap_or_default()
         );
     }
@@ -282,12 +283,12 @@ fn print(b: &BroadcastView, json: bool) -> anyhow::Result<()> {
         "{:>6}  {:<10} {:<24} {} recipients: {}{}",
         b.id,
         b.state,
-        b.name,
+        shown(&b.name),
         b.recipients,
         counts.join(", "),
         b.paused_because
             .as_deref()
-            .map_or_else(String::new, |why| format!(" (paused: {why})"))
+            .map_or_else(String::new, |why| format!(" (paused: {})", shown(why)))
     );
     Ok(())
 }

@@ -9,8 +9,8 @@ use crate::clock::At;
 use crate::domain::InboundItem;
 use crate::store::items::known;
 use crate::store::rules::broadcast::{
-    self, BroadcastState, Control, Event, Limits, Outcome, Recipient, RecipientState, SkipReason,
-    Step, WAITING_SQL,
+    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, Recipient, RecipientState,
+    SkipReason, Step, WAITING_SQL,
 };
 use crate::store::rules::part::{Delivery, Status};
 use crate::store::{
@@ -245,7 +245,7 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
     .await
     .map_err(unavailable)?;
     for id in lapsed {
-        step(&mut tx, id, &Event::LeaseLapsed, c.now, NO_LIMITS).await?;
+        step(&mut tx, id, &Event::LeaseLapsed, c.now, Limits::NONE).await?;
     }
     let due: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT r.id FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
@@ -268,7 +268,7 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
             id,
             &Event::Claim { lease: c.lease },
             c.now,
-            NO_LIMITS,
+            Limits::NONE,
         )
         .await?;
         jobs.push(job(&mut tx, id, claimed.recipient.attempts).await?);
@@ -343,26 +343,18 @@ pub(super) async fn reconcile_status(
             .get(0)
             .and_then(serde_json::Value::as_i64),
     };
-    match step(conn, id, &Event::Status(status), now, NO_LIMITS).await {
+    match step(conn, id, &Event::Status(status), now, Limits::NONE).await {
         Ok(_) | Err(Error::LeaseLost) => Ok(()),
         Err(e) => Err(e),
     }
 }
 
-/// Claims and lapses ask nothing of the limits.
-const NO_LIMITS: Limits = Limits {
-    max_failures: u32::MAX,
-    max_holds: u32::MAX,
-};
-
 async fn advance(conn: &mut PgConnection, now: At) -> Result<()> {
-    let live = sqlx::query(
-        "SELECT id, state, start_at, deadline FROM broadcasts WHERE state IN ($1, $2, $3)
+    let live = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT id, state, start_at, deadline FROM broadcasts WHERE state IN {}
          ORDER BY id FOR UPDATE",
-    )
-    .bind(BroadcastState::Scheduled.as_str())
-    .bind(BroadcastState::Running.as_str())
-    .bind(BroadcastState::Paused.as_str())
+        *LIVE_SQL
+    )))
     .fetch_all(&mut *conn)
     .await
     .map_err(unavailable)?;

@@ -641,7 +641,7 @@ impl Broadcasts for RedisStore {
             Control::Pause | Control::Resume => Vec::new(),
         };
         let args = json!({
-            "id": id, "from": from, "to": to.as_str(), "waiting": waiting, "live": live(to),
+            "id": id, "from": from, "to": to.as_str(), "waiting": waiting, "live": to.live(),
             "cancelled": RecipientState::Cancelled.as_str(),
             "reason": reason.filter(|_| control == Control::Pause),
             "states": recipient_states(),
@@ -656,7 +656,7 @@ impl Broadcasts for RedisStore {
             .await?;
         let mut writes = Vec::new();
         for row in &lapsed.0 {
-            writes.extend(row.step(&Event::LeaseLapsed, claim.now, NO_LIMITS)?);
+            writes.extend(row.step(&Event::LeaseLapsed, claim.now, Limits::NONE)?);
         }
         self.save_recipients(writes, false).await?;
         let args = json!({
@@ -702,12 +702,6 @@ impl Broadcasts for RedisStore {
     }
 }
 
-/// Claims and lapses ask nothing of the limits.
-const NO_LIMITS: Limits = Limits {
-    max_failures: u32::MAX,
-    max_holds: u32::MAX,
-};
-
 /// The recipient states a sender may still claim from.
 fn waiting_states() -> Vec<&'static str> {
     RecipientState::ALL
@@ -715,14 +709,6 @@ fn waiting_states() -> Vec<&'static str> {
         .filter(|s| s.claimable())
         .map(|s| s.as_str())
         .collect()
-}
-
-/// A broadcast in `state` is still live: time and people may move it on.
-fn live(state: BroadcastState) -> bool {
-    matches!(
-        state,
-        BroadcastState::Scheduled | BroadcastState::Running | BroadcastState::Paused
-    )
 }
 
 impl RedisStore {
@@ -741,7 +727,7 @@ impl RedisStore {
             };
             let args = json!({
                 "id": b.id, "from": [state.as_str()], "to": next.as_str(), "waiting": waiting,
-                "live": live(next), "cancelled": RecipientState::Cancelled.as_str(),
+                "live": next.live(), "cancelled": RecipientState::Cancelled.as_str(),
                 "states": recipient_states(),
             });
             // Another node may have moved it first: then there is nothing left to do.
@@ -794,7 +780,7 @@ impl RedisStore {
                 continue;
             };
             let event = Event::Status(status.clone());
-            writes.extend(row.step(&event, delivery.received_at, NO_LIMITS)?);
+            writes.extend(row.step(&event, delivery.received_at, Limits::NONE)?);
         }
         self.save_recipients(writes, false).await.map(drop)
     }

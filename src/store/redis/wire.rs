@@ -691,12 +691,8 @@ impl RawRecipientRow {
         claim: &RecipientEvent<'_>,
         now: At,
     ) -> Result<Option<(Value, u32)>> {
-        let no_limits = Limits {
-            max_failures: u32::MAX,
-            max_holds: u32::MAX,
-        };
         Ok(self
-            .step(claim, now, no_limits)?
+            .step(claim, now, Limits::NONE)?
             .map(|write| (write, self.attempts.unwrap_or(0) + 1)))
     }
 

@@ -102,6 +102,16 @@ named!(BroadcastState {
     Cancelled => "cancelled",
 });
 
+impl BroadcastState {
+    /// Time and people may still move it on: it is scheduled, running or paused.
+    pub fn live(self) -> bool {
+        matches!(
+            self,
+            BroadcastState::Scheduled | BroadcastState::Running | BroadcastState::Paused
+        )
+    }
+}
+
 /// A new broadcast runs at once, or waits for its start.
 pub fn initial(now: At, start_at: At) -> BroadcastState {
     match start_at > now {
@@ -118,9 +128,9 @@ pub fn at_time(
     start_at: At,
     deadline: Option<At>,
 ) -> BroadcastState {
-    use BroadcastState::{Cancelled, Paused, Running, Scheduled};
+    use BroadcastState::{Cancelled, Running, Scheduled};
     match state {
-        Scheduled | Running | Paused if deadline.is_some_and(|d| d <= now) => Cancelled,
+        live if live.live() && deadline.is_some_and(|d| d <= now) => Cancelled,
         Scheduled if start_at <= now => Running,
         other => other,
     }
@@ -132,6 +142,15 @@ pub static WAITING_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|
         RecipientState::ALL,
         RecipientState::as_str,
         RecipientState::claimable,
+    )
+});
+
+/// The live broadcast states, as an SQL list.
+pub static LIVE_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    super::sql_list(
+        BroadcastState::ALL,
+        BroadcastState::as_str,
+        BroadcastState::live,
     )
 });
 
@@ -245,6 +264,14 @@ pub struct Limits {
     pub max_failures: u32,
     /// Holds for Meta's marketing limit before the recipient fails.
     pub max_holds: u32,
+}
+
+impl Limits {
+    /// For the events that read no limits: claims, lapses and statuses.
+    pub const NONE: Limits = Limits {
+        max_failures: u32::MAX,
+        max_holds: u32::MAX,
+    };
 }
 
 /// What can happen to a recipient.

@@ -7,8 +7,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{limit_param, unavailable};
 use crate::clock::At;
 use crate::store::rules::broadcast::{
-    self, BroadcastState, Control, Event, Limits, Outcome, Recipient, RecipientState, Step,
-    WAITING_SQL,
+    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, Recipient, RecipientState,
+    Step, WAITING_SQL,
 };
 use crate::store::rules::part::Status;
 use crate::store::{
@@ -199,7 +199,7 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
         })
         .map_err(unavailable)?;
     for id in lapsed {
-        step(conn, id, &Event::LeaseLapsed, c.now, NO_LIMITS)?;
+        step(conn, id, &Event::LeaseLapsed, c.now, Limits::NONE)?;
     }
     let halted = serde_json::to_string(&c.halted).unwrap_or_else(|_| "[]".into());
     let due: Vec<i64> = conn
@@ -220,7 +220,13 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
         .map_err(unavailable)?;
     let mut jobs = Vec::with_capacity(due.len());
     for id in due {
-        let claimed = step(conn, id, &Event::Claim { lease: c.lease }, c.now, NO_LIMITS)?;
+        let claimed = step(
+            conn,
+            id,
+            &Event::Claim { lease: c.lease },
+            c.now,
+            Limits::NONE,
+        )?;
         jobs.push(job(conn, id, claimed.recipient.attempts)?);
     }
     finish(conn)?;
@@ -267,35 +273,23 @@ pub(super) fn reconcile(
         }
         (None, None) => return Ok(()),
     };
-    match step(conn, id, &Event::Status(status), now, NO_LIMITS) {
+    match step(conn, id, &Event::Status(status), now, Limits::NONE) {
         Ok(_) | Err(Error::LeaseLost) => Ok(()),
         Err(e) => Err(e),
     }
 }
 
-/// Claims and lapses ask nothing of the limits.
-const NO_LIMITS: Limits = Limits {
-    max_failures: u32::MAX,
-    max_holds: u32::MAX,
-};
-
 /// Scheduled broadcasts whose start came run; live ones past their deadline are cancelled,
 /// their waiting recipients with them.
 fn advance(conn: &Connection, now: At) -> Result<()> {
     let live: Vec<(i64, BroadcastState, At, Option<At>)> = conn
-        .prepare_cached(
-            "SELECT id, state, start_at, deadline FROM broadcasts WHERE state IN (?1, ?2, ?3)",
-        )
+        .prepare_cached(&format!(
+            "SELECT id, state, start_at, deadline FROM broadcasts WHERE state IN {}",
+            *LIVE_SQL
+        ))
         .and_then(|mut s| {
-            s.query_map(
-                params![
-                    BroadcastState::Scheduled,
-                    BroadcastState::Running,
-                    BroadcastState::Paused
-                ],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-            )?
-            .collect()
+            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                .collect()
         })
         .map_err(unavailable)?;
     for (id, state, start_at, deadline) in live {
