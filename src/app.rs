@@ -15,6 +15,7 @@ use crate::agent::llm::{Llm, Provider, Retries, Sampling};
 use crate::agent::voice::{Transcriber, VoiceNotes};
 use crate::agent::{Agent, AgentSettings};
 use crate::broadcast::Broadcaster;
+use crate::broadcast::consent::{self, Consent};
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::http::serve::{ConnectionLimits, serve};
@@ -244,6 +245,11 @@ impl App {
                 metrics.clone(),
             )
         });
+        let replies = consent::Replies {
+            stopped: config.broadcast.stop_reply.clone(),
+            started: config.broadcast.start_reply.clone(),
+        };
+        let handler = Consent::new(handler, store.clone(), clock.clone(), replies);
         let handler = match &sender {
             Some(sender) if config.whatsapp.typing_indicator => {
                 Typing::new(handler, sender.clone()) as Arc<dyn TurnHandler>

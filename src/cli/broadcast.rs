@@ -7,13 +7,13 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Subcommand;
-use serde_json::json;
 
 use super::shown;
 use crate::broadcast::audience;
+use crate::broadcast::plan::{self, DryRun};
 use crate::clock::{At, Clock, SystemClock, millis};
 use crate::config::Config;
-use crate::store::{self, BroadcastView, Control, NewBroadcast, NewRecipient, RecipientState};
+use crate::store::{self, BroadcastView, Control, NewBroadcast, RecipientState};
 
 #[derive(Debug, Subcommand)]
 pub(super) enum BroadcastAction {
@@ -114,7 +114,7 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
                 .with_context(|| format!("reading {}", audience.display()))?;
             let rows = audience::parse(&text, &params, country.as_deref())?;
             let now = SystemClock.now();
-            let broadcast = NewBroadcast {
+            let mut broadcast = NewBroadcast {
                 key,
                 name,
                 template,
@@ -124,20 +124,13 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
                 start_at: at.unwrap_or(now),
                 until,
                 rate: rate.max(1),
-                recipients: rows
-                    .into_iter()
-                    .map(|row| NewRecipient {
-                        to: row.to,
-                        params: row.params,
-                        line: Some(row.line),
-                        skipped: row.skipped,
-                    })
-                    .collect(),
+                recipients: rows.into_iter().map(plan::recipient).collect(),
             };
+            let store = store::open(&config.store).await?;
+            plan::exclude_opted_out(store.as_ref(), &mut broadcast).await?;
             if dry_run {
                 return dry(&broadcast, json);
             }
-            let store = store::open(&config.store).await?;
             let (made, created) = store.create_broadcast(broadcast).await?;
             if !created && !json {
                 println!("a broadcast with this key exists already:");
@@ -220,49 +213,28 @@ fn past(control: Control) -> &'static str {
 
 /// What a create would do, with nothing kept.
 fn dry(b: &NewBroadcast, json: bool) -> anyhow::Result<()> {
-    let sent: Vec<&NewRecipient> = b
-        .recipients
-        .iter()
-        .filter(|r| r.skipped.is_none())
-        .collect();
-    let skipped: Vec<serde_json::Value> = b
-        .recipients
-        .iter()
-        .filter_map(|r| {
-            let (reason, why) = r.skipped.as_ref()?;
-            Some(json!({"line": r.line, "to": r.to, "reason": reason, "why": why}))
-        })
-        .collect();
-    let takes = Duration::from_secs_f64(sent.len() as f64 / f64::from(b.rate.max(1)));
+    let dry = DryRun::of(b);
     if json {
-        let out = json!({
-            "dry_run": true,
-            "recipients": b.recipients.len(),
-            "to_send": sent.len(),
-            "skipped": skipped,
-            "takes_ms": millis(takes),
-            "rate": b.rate,
-        });
-        println!("{out}");
+        println!("{}", serde_json::to_string(&dry)?);
         return Ok(());
     }
     println!(
         "{} would get {:?} ({}) from {}: {} of {} rows, about {} at {} a second",
-        sent.len(),
+        dry.to_send,
         b.template,
         b.language,
         b.business,
-        sent.len(),
-        b.recipients.len(),
-        humantime::format_duration(Duration::from_secs(takes.as_secs())),
+        dry.to_send,
+        dry.recipients,
+        humantime::format_duration(Duration::from_secs(dry.takes_ms.unsigned_abs() / 1000)),
         b.rate
     );
-    for s in &skipped {
+    for s in &dry.skipped {
         println!(
             "  left out, line {}: {} ({})",
-            s["line"],
-            shown(s["why"].as_str().unwrap_or_default()),
-            s["reason"].as_str().unwrap_or_default()
+            s.line.map_or_else(String::new, |l| l.to_string()),
+            shown(&s.why),
+            s.reason
         );
     }
     Ok(())

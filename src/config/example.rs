@@ -340,6 +340,14 @@ const SETTINGS: &[Setting] = &[
         "router.max_wrong_rate",
         "The share of local answers that may be wrong; `sabi route --calibrate` sets thresholds to meet it.",
     ),
+    set(
+        "broadcast.stop_reply",
+        "Told once to a WhatsApp customer who writes STOP (or its Pidgin, Yoruba, Igbo or Hausa equivalents): they get no broadcasts until START.",
+    ),
+    set(
+        "broadcast.start_reply",
+        "Told once to a customer who writes START and gets broadcasts again.",
+    ),
     set("logging.format", "text, or json (one object per line)."),
     set(
         "logging.customer_data",

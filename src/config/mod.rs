@@ -97,6 +97,8 @@ pub struct Config {
     #[serde(default)]
     pub router: RouterConfig,
     #[serde(default)]
+    pub broadcast: BroadcastConfig,
+    #[serde(default)]
     pub logging: LoggingConfig,
     /// The business's HTTP tools, for reply templates and the agent (`[[tools]]`).
     #[serde(default)]
@@ -698,6 +700,26 @@ pub struct AdminConfig {
     pub metrics_token: Option<SecretString>,
 }
 
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BroadcastConfig {
+    /// Told once to a customer who writes STOP (or its equivalents) and is opted out.
+    #[serde(default = "defaults::stop_reply")]
+    pub stop_reply: String,
+    /// Told once to a customer who writes START and is opted back in.
+    #[serde(default = "defaults::start_reply")]
+    pub start_reply: String,
+}
+
+impl Default for BroadcastConfig {
+    fn default() -> Self {
+        BroadcastConfig {
+            stop_reply: defaults::stop_reply(),
+            start_reply: defaults::start_reply(),
+        }
+    }
+}
+
 /// A configuration that cannot be used, naming the setting.
 #[derive(Debug, thiserror::Error)]
 #[error("configuration: {0}")]
@@ -1036,6 +1058,14 @@ mod defaults {
     }
     pub(super) fn retry_base() -> Duration {
         Duration::from_secs(5)
+    }
+    pub(super) fn stop_reply() -> String {
+        "You will get no more offers or updates from us. You can still write to us any time, \
+         and reply START to get them again."
+            .into()
+    }
+    pub(super) fn start_reply() -> String {
+        "You will get our offers and updates again. Reply STOP any time to stop them.".into()
     }
     pub(super) fn poll_interval() -> Duration {
         Duration::from_secs(1)

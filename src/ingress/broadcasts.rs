@@ -14,9 +14,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, AppState};
-use crate::broadcast::audience::{self, Row};
+use crate::broadcast::audience;
+use crate::broadcast::plan::{self, DryRun};
 use crate::clock::At;
-use crate::store::{Control, NewBroadcast, NewRecipient, RecipientState};
+use crate::store::{Control, NewBroadcast, RecipientState};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct Create {
@@ -78,7 +79,7 @@ pub(super) async fn create(
         }
     };
     let now = state.clock.now();
-    let broadcast = NewBroadcast {
+    let mut broadcast = NewBroadcast {
         key: c.key,
         name: c.name,
         template: c.template.name,
@@ -88,41 +89,14 @@ pub(super) async fn create(
         start_at: c.at.unwrap_or(now),
         until: c.until,
         rate: c.rate.unwrap_or(DEFAULT_RATE).max(1),
-        recipients: rows.into_iter().map(recipient).collect(),
+        recipients: rows.into_iter().map(plan::recipient).collect(),
     };
+    plan::exclude_opted_out(state.store.as_ref(), &mut broadcast).await?;
     if c.dry_run {
-        return Ok(Json(dry_run(&broadcast)));
+        return Ok(Json(json!(DryRun::of(&broadcast))));
     }
     let (made, created) = state.store.create_broadcast(broadcast).await?;
     Ok(Json(json!({ "created": created, "broadcast": made })))
-}
-
-fn recipient(row: Row) -> NewRecipient {
-    NewRecipient {
-        to: row.to,
-        params: row.params,
-        line: Some(row.line),
-        skipped: row.skipped,
-    }
-}
-
-fn dry_run(b: &NewBroadcast) -> Value {
-    let to_send = b.recipients.iter().filter(|r| r.skipped.is_none()).count();
-    let skipped: Vec<Value> = b
-        .recipients
-        .iter()
-        .filter_map(|r| {
-            let (reason, why) = r.skipped.as_ref()?;
-            Some(json!({"line": r.line, "to": r.to, "reason": reason, "why": why}))
-        })
-        .collect();
-    json!({
-        "dry_run": true,
-        "recipients": b.recipients.len(),
-        "to_send": to_send,
-        "skipped": skipped,
-        "takes_ms": (to_send as u64).saturating_mul(1000) / u64::from(b.rate.max(1)),
-    })
 }
 
 pub(super) async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {

@@ -14,7 +14,7 @@ mod redis;
 pub mod rules;
 mod sqlite;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +26,7 @@ pub use self::rules::batch::AnsweredBy;
 pub use self::rules::broadcast::{
     BroadcastState, Control, Limits, Outcome, RecipientState, SkipReason,
 };
+pub use self::rules::consent::Choice;
 pub use self::rules::item::ItemState;
 pub use self::rules::part::{Delivery, PartKind, PartState, WINDOW_CLOSED};
 pub use self::rules::review::ReviewState;
@@ -836,6 +837,15 @@ pub trait Broadcasts: Send + Sync + 'static {
         outcome: Outcome,
         limits: Limits,
     ) -> Result<()>;
+
+    /// Keeps a customer's choice about broadcasts by the rulebook
+    /// ([`rules::consent::apply`]); `true` when it changed their standing. A claim skips a
+    /// recipient whose customer opted out, and so does a recipient's opt-out from Meta (131050),
+    /// kept in the same step as the recipient.
+    async fn choose(&self, customer: &str, choice: Choice) -> Result<bool>;
+
+    /// Those of `customers` who opted out of broadcasts.
+    async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>>;
 }
 
 /// Whether the store can serve.

@@ -377,3 +377,188 @@ async fn the_admin_api_creates_lists_and_controls_broadcasts() {
     let (status, _) = call(reqwest::Method::GET, "/admin/broadcasts/9999", None).await;
     assert_eq!(status, 404);
 }
+
+/// Meta's `user_preferences` webhook, signed as Meta signs it.
+fn preference_webhook(customer: &str, value: &str) -> Vec<u8> {
+    let now = SystemClock.now().unix_seconds();
+    let body = serde_json::json!({
+        "object": "whatsapp_business_account",
+        "entry": [{"id": "240011223344556", "changes": [{"field": "user_preferences", "value": {
+            "messaging_product": "whatsapp",
+            "metadata": {"display_phone_number": "2347000000001", "phone_number_id": "100000000000001"},
+            "contacts": [{"wa_id": customer, "profile": {"name": "Amaka Eze"}}],
+            "user_preferences": [{"wa_id": customer, "detail": "User requested to change marketing messages",
+                "category": "marketing_messages", "value": value, "timestamp": now}],
+        }}]}],
+    });
+    sabi::whatsapp::wire::encode(&body).into_bytes()
+}
+
+/// Every text `to` was sent, in order.
+fn texts_to(sabi: &Sending, to: &str) -> Vec<String> {
+    sabi.fake
+        .accepted()
+        .iter()
+        .filter(|r| r.recipient() == Some(to))
+        .filter_map(|r| r.text().map(str::to_owned))
+        .collect()
+}
+
+async fn wait_for_texts(sabi: &Sending, to: &str, count: usize) -> Vec<String> {
+    let start = tokio::time::Instant::now();
+    loop {
+        let texts = texts_to(sabi, to);
+        if texts.len() >= count {
+            return texts;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{to} got {texts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Opting out three ways (a stop keyword, Meta's `user_preferences`, Meta's 131050 refusal) keeps
+/// every later broadcast from the customer while service replies still go; START opts back in,
+/// each change confirmed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn customers_opt_out_by_keyword_by_meta_and_by_refusal_and_back_in() {
+    use sabi::config::Config;
+    use sabi::store::SkipReason;
+    const ANSWER: &str = "Our shop opens at nine.";
+    const ADMIN: &str = "admin-token-for-opt-outs";
+    let sabi = Sending::start(
+        Arc::new(crate::sender::Says(ANSWER.into())),
+        &[("SABI_ADMIN_TOKEN", ADMIN)],
+    )
+    .await;
+    let defaults = Config::defaults().expect("defaults").broadcast;
+    let (ada, bola, chi) = ("2348031111111", "2348032222222", "2348033333333");
+
+    sabi.customer_writes("wamid.stop1", ada, "Abeg no send me again o", 0)
+        .await;
+    assert_eq!(wait_for_texts(&sabi, ada, 1).await[0], defaults.stop_reply);
+    sabi.customer_writes("wamid.stop2", ada, "STOP", 0).await;
+    sabi.customer_writes("wamid.q1", ada, "When do you open?", 0)
+        .await;
+    let texts = wait_for_texts(&sabi, ada, 2).await;
+    assert_eq!(
+        texts,
+        [defaults.stop_reply.clone(), ANSWER.to_owned()],
+        "a repeated stop is not confirmed twice, and questions are still answered"
+    );
+
+    let body = preference_webhook(bola, "stop");
+    let response = sabi
+        .client
+        .post(format!("{}/webhook/whatsapp", sabi.url))
+        .header("content-type", "application/json")
+        .header("x-hub-signature-256", crate::helpers::signature(&body))
+        .body(body)
+        .send()
+        .await
+        .expect("webhook sent");
+    assert_eq!(response.status(), 200);
+
+    // A dry run through the admin API leaves both out, saying why.
+    let dry: serde_json::Value = sabi
+        .client
+        .post(format!("{}/admin/broadcasts", sabi.url))
+        .bearer_auth(ADMIN)
+        .json(&serde_json::json!({
+            "name": "Diwali eve", "template": {"name": "diwali_offer", "language": "en"},
+            "from": "100000000000001", "recipients": [{"to": ada}, {"to": bola}, {"to": chi}],
+            "dry_run": true,
+        }))
+        .send()
+        .await
+        .expect("dry run")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(dry["to_send"], 1, "{dry}");
+    let left_out: Vec<(&str, &str)> = dry["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .map(|s| {
+            (
+                s["to"].as_str().unwrap_or(""),
+                s["reason"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(left_out, [(ada, "opted_out"), (bola, "opted_out")]);
+
+    // Kept without that check, the claim still skips them; Meta refuses Chi with 131050.
+    sabi.fake.fail_next(&[(400, 131_050)]);
+    let now = SystemClock.now();
+    let (b, _) = sabi
+        .store
+        .create_broadcast(NewBroadcast {
+            key: None,
+            now,
+            start_at: now,
+            recipients: [ada, bola, chi]
+                .iter()
+                .map(|to| NewRecipient {
+                    to: (*to).to_owned(),
+                    params: vec!["Friend".into(), "10% off".into()],
+                    line: None,
+                    skipped: None,
+                })
+                .collect(),
+            ..broadcast(20)
+        })
+        .await
+        .expect("kept");
+    let start = tokio::time::Instant::now();
+    let ended = loop {
+        let b = sabi
+            .store
+            .broadcast(b.id)
+            .await
+            .expect("read")
+            .expect("kept");
+        if b.state == BroadcastState::Finished {
+            break b;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{b:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!((ended.counts["skipped"], ended.counts["failed"]), (2, 1));
+    let skipped = sabi
+        .store
+        .broadcast_recipients(b.id, Some(RecipientState::Skipped), 10)
+        .await
+        .expect("recipients");
+    assert!(
+        skipped
+            .iter()
+            .all(|r| r.skipped == Some(SkipReason::OptedOut))
+    );
+    let asked = [ada, bola, chi].map(str::to_owned);
+    let mut out: Vec<String> = sabi
+        .store
+        .opted_out(&asked)
+        .await
+        .expect("read")
+        .into_iter()
+        .collect();
+    out.sort();
+    assert_eq!(out, [ada, bola, chi]);
+
+    sabi.customer_writes("wamid.start", ada, "Start", 0).await;
+    let texts = wait_for_texts(&sabi, ada, 3).await;
+    assert_eq!(texts[2], defaults.start_reply);
+    let out = sabi.store.opted_out(&asked).await.expect("read");
+    assert!(!out.contains(ada), "Ada is in again");
+    let templates = sabi
+        .fake
+        .received()
+        .into_iter()
+        .filter(|r| r.body["type"] == "template")
+        .count();
+    assert_eq!(templates, 1, "only Chi's send was tried");
+}

@@ -37,6 +37,7 @@ use self::broadcasts::{
     a_broadcast_is_kept_once_per_key_with_its_audience,
     broadcasts_pause_resume_and_cancel_as_the_rulebook_allows,
     claimers_at_once_never_take_one_recipient_twice,
+    opt_outs_keep_the_latest_choice_and_claims_skip_them,
     recipients_are_sent_at_most_once_and_broadcasts_end,
     statuses_move_broadcast_recipients_forward_only,
     time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait,
@@ -250,6 +251,7 @@ macro_rules! cases {
             claimers_at_once_never_take_one_recipient_twice,
             statuses_move_broadcast_recipients_forward_only,
             time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait,
+            opt_outs_keep_the_latest_choice_and_claims_skip_them,
         );
     };
 }

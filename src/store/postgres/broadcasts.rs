@@ -2,6 +2,8 @@
 //! taken twice at once still makes one), read back with their recipients counted by state, and
 //! what people ask of them, under the broadcast's row lock.
 
+use std::collections::HashSet;
+
 use sqlx::{PgConnection, PgPool, Row};
 
 use super::unavailable;
@@ -12,6 +14,7 @@ use crate::store::rules::broadcast::{
     self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, Recipient, RecipientState,
     SkipReason, Step, WAITING_SQL,
 };
+use crate::store::rules::consent::{self, Choice, Source};
 use crate::store::rules::part::{Delivery, Status};
 use crate::store::{
     BroadcastView, Error, NewBroadcast, RecipientClaim, RecipientJob, RecipientView, Result,
@@ -247,8 +250,10 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
     for id in lapsed {
         step(&mut tx, id, &Event::LeaseLapsed, c.now, Limits::NONE).await?;
     }
-    let due: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT r.id FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
+    let due: Vec<(i64, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT r.id, EXISTS (SELECT 1 FROM consents c
+                              WHERE c.customer = r.recipient AND c.opted_out)
+         FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
          WHERE b.state = $1 AND r.state IN {waiting} AND COALESCE(r.next_attempt_at, 0) <= $2
            AND NOT (b.business = ANY($3))
          ORDER BY r.broadcast_id, r.id LIMIT $4 FOR UPDATE OF r SKIP LOCKED",
@@ -262,7 +267,11 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
     .await
     .map_err(unavailable)?;
     let mut jobs = Vec::with_capacity(due.len());
-    for id in due {
+    for (id, opted_out) in due {
+        if opted_out {
+            step(&mut tx, id, &Event::OptedOut, c.now, Limits::NONE).await?;
+            continue;
+        }
         let claimed = step(
             &mut tx,
             id,
@@ -422,7 +431,72 @@ async fn step(
     let recipient = load(conn, id).await?.ok_or(Error::NotFound)?;
     let step = broadcast::next(&recipient, event, now, limits).map_err(|_| Error::LeaseLost)?;
     save(conn, id, &step.recipient).await?;
+    if step.opted_out {
+        let customer: String =
+            sqlx::query_scalar("SELECT recipient FROM broadcast_recipients WHERE id = $1")
+                .bind(id)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+        let choice = Choice {
+            opted_out: true,
+            source: Source::Refused,
+            at: now,
+        };
+        choose(conn, &customer, &choice).await?;
+    }
     Ok(step)
+}
+
+/// Keeps a customer's choice by the rulebook under the customer's row lock; two first choices
+/// at once meet in the upsert, where the later one wins. `true` when it changed their standing.
+pub(super) async fn choose(
+    conn: &mut PgConnection,
+    customer: &str,
+    choice: &Choice,
+) -> Result<bool> {
+    let kept =
+        sqlx::query("SELECT opted_out, source, at FROM consents WHERE customer = $1 FOR UPDATE")
+            .bind(customer)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+    let kept = kept
+        .map(|r| {
+            Ok::<_, Error>(Choice {
+                opted_out: r.get(0),
+                source: known(Source::parse, r.get(1))?,
+                at: r.get(2),
+            })
+        })
+        .transpose()?;
+    let Some(new) = consent::apply(kept.as_ref(), choice) else {
+        return Ok(false);
+    };
+    sqlx::query(
+        "INSERT INTO consents (customer, opted_out, source, at) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (customer) DO UPDATE
+         SET opted_out = excluded.opted_out, source = excluded.source, at = excluded.at
+         WHERE consents.at <= excluded.at",
+    )
+    .bind(customer)
+    .bind(new.opted_out)
+    .bind(new.source.as_str())
+    .bind(new.at)
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(true)
+}
+
+pub(super) async fn opted_out(pool: &PgPool, customers: &[String]) -> Result<HashSet<String>> {
+    let found: Vec<String> =
+        sqlx::query_scalar("SELECT customer FROM consents WHERE opted_out AND customer = ANY($1)")
+            .bind(customers)
+            .fetch_all(pool)
+            .await
+            .map_err(unavailable)?;
+    Ok(found.into_iter().collect())
 }
 
 async fn load(conn: &mut PgConnection, id: i64) -> Result<Option<Recipient>> {

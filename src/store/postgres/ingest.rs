@@ -16,6 +16,7 @@ use crate::store::items::{
     Amendment, Encoded, POSITION_CAP, amendment, message_key, quarantine_hash, question_item,
     sent_at, status_of,
 };
+use crate::store::rules::consent;
 use crate::store::rules::item::ItemState;
 use crate::store::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest, IngestReceipt,
@@ -162,6 +163,9 @@ async fn ingest_in(
         if item.kind == ItemKind::Status {
             outbox::reconcile_status(conn, item, delivery.received_at).await?;
             broadcasts::reconcile_status(conn, item, delivery.received_at).await?;
+        }
+        for (customer, choice) in consent::preferences(item) {
+            broadcasts::choose(conn, &customer, &choice).await?;
         }
         if let Some(change) = amendment(item) {
             amend(conn, item.channel, &change).await?;

@@ -20,18 +20,19 @@ mod outbox;
 mod review;
 mod turns;
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};
 
 use super::{
-    BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Control, ConversationView,
-    Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection,
-    Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob,
-    RecipientState, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery, Reviews,
-    RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem, StoredQuarantine,
-    Submitted, TurnStats, TurnUsage, Turns, WebChat,
+    BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Choice, Control,
+    ConversationView, Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest,
+    IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim,
+    RecipientJob, RecipientState, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery,
+    Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem,
+    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
 use crate::domain::{Channel, Claim, LeaseToken};
@@ -43,6 +44,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_claimable_conversations.sql"),
     include_str!("migrations/0003_routes.sql"),
     include_str!("migrations/0004_broadcasts.sql"),
+    include_str!("migrations/0005_consents.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -414,6 +416,18 @@ impl Broadcasts for PgStore {
         limits: Limits,
     ) -> Result<()> {
         broadcasts::record(&self.pool, id, attempt, now, &outcome, limits).await
+    }
+    async fn choose(&self, customer: &str, choice: Choice) -> Result<bool> {
+        retrying(|| async {
+            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let changed = broadcasts::choose(&mut tx, customer, &choice).await?;
+            tx.commit().await.map_err(unavailable)?;
+            Ok(changed)
+        })
+        .await
+    }
+    async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>> {
+        broadcasts::opted_out(&self.pool, customers).await
     }
 }
 

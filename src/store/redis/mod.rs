@@ -17,6 +17,7 @@ mod connection;
 mod names;
 mod wire;
 
+use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -27,16 +28,17 @@ use serde_json::{Value, json};
 
 use self::connection::{Connection, Target};
 use self::wire::{
-    List, Page, RawBroadcast, RawClaim, RawConversation, RawCreated, RawExchange, RawGauges,
-    RawItem, RawJob, RawLine, RawLive, RawPart, RawQuarantined, RawReceipt, RawRecipient,
-    RawRecipientRow, RawReview, RawRouted, RawSendJob, RawStats, Receipt,
+    List, Page, RawBroadcast, RawChoice, RawClaim, RawConsent, RawConversation, RawCreated,
+    RawExchange, RawGauges, RawItem, RawJob, RawLine, RawLive, RawPart, RawQuarantined, RawReceipt,
+    RawRecipient, RawRecipientRow, RawReview, RawRouted, RawSendJob, RawStats, Receipt,
 };
 use super::items::known;
 use super::items::message_key;
 use super::rules::broadcast::{self, BroadcastState, Event, SkipReason};
+use super::rules::consent::{self, Source};
 use super::rules::part::{Delivery, Status};
 use super::{
-    BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Control,
+    BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Choice, Control,
     ConversationView, Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest,
     IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim,
     RecipientJob, RecipientState, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery,
@@ -312,6 +314,9 @@ impl Intake for RedisStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
         let receipt: Receipt = self.call("ingest", wire::delivery(&delivery)).await?;
         self.settle_broadcast_statuses(&delivery).await?;
+        for (customer, choice) in delivery.items.iter().flat_map(consent::preferences) {
+            self.choose(&customer, choice).await?;
+        }
         for key in &receipt.anomalies.0 {
             tracing::warn!(
                 key = %key,
@@ -667,7 +672,9 @@ impl Broadcasts for RedisStore {
         let (mut writes, mut jobs) = (Vec::new(), Vec::new());
         let take = Event::Claim { lease: claim.lease };
         for row in due.0 {
-            if let Some((write, attempt)) = row.claimed(&take, claim.now)? {
+            if row.opted_out() {
+                writes.extend(row.step(&Event::OptedOut, claim.now, Limits::NONE)?);
+            } else if let Some((write, attempt)) = row.claimed(&take, claim.now)? {
                 writes.push(write);
                 jobs.push(row.into_job(attempt));
             }
@@ -699,6 +706,35 @@ impl Broadcasts for RedisStore {
         };
         let write = row.step(&event, now, limits)?.ok_or(Error::LeaseLost)?;
         self.save_recipients(vec![write], true).await.map(drop)
+    }
+    async fn choose(&self, customer: &str, choice: Choice) -> Result<bool> {
+        // The rule is the rulebook's; the script saves only over the choice read, so a choice
+        // made meanwhile is read again and the rule asked again.
+        loop {
+            let kept = self.consents(&[customer.to_owned()]).await?;
+            let (kept, raw) = match kept.get(customer) {
+                Some((choice, raw)) => (Some(*choice), Some(raw.clone())),
+                None => (None, None),
+            };
+            let Some(new) = consent::apply(kept.as_ref(), &choice) else {
+                return Ok(false);
+            };
+            let json = serde_json::to_string(&RawChoice::of(&new)).unwrap_or_default();
+            let args = json!({"customer": customer, "expect": raw, "choice": json});
+            let saved: bool = self.call("consent_save", args).await?;
+            if saved {
+                return Ok(true);
+            }
+        }
+    }
+    async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>> {
+        Ok(self
+            .consents(customers)
+            .await?
+            .into_iter()
+            .filter(|(_, (choice, _))| choice.opted_out)
+            .map(|(customer, _)| customer)
+            .collect())
     }
 }
 
@@ -796,7 +832,41 @@ impl RedisStore {
                 json!({"writes": writes, "strict": strict}),
             )
             .await?;
+        // Meta's word that a customer opted out (131050) is kept right after: were it lost
+        // in between, the next broadcast's refusal would tell it again.
+        for write in &writes {
+            let (Some(id), Some(to), Some(at)) = (
+                write["id"].as_i64(),
+                write["to"].as_str(),
+                write["opted_out_at"].as_i64(),
+            ) else {
+                continue;
+            };
+            if saved.0.contains(&id) {
+                let choice = Choice {
+                    opted_out: true,
+                    source: Source::Refused,
+                    at: At::from_millis(at),
+                };
+                self.choose(to, choice).await?;
+            }
+        }
         Ok(saved.0)
+    }
+
+    /// Customers' choices about broadcasts as kept, with the JSON each is kept as.
+    async fn consents(&self, customers: &[String]) -> Result<HashMap<String, (Choice, String)>> {
+        let kept: List<RawConsent> = self
+            .call("consents", json!({ "customers": customers }))
+            .await?;
+        kept.0
+            .into_iter()
+            .map(|c| {
+                let raw: RawChoice = serde_json::from_str(&c.choice)
+                    .map_err(|e| Error::Unavailable(format!("a kept choice: {e}")))?;
+                Ok((c.customer, (raw.choice()?, c.choice)))
+            })
+            .collect()
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
 use crate::clock::{At, UnixSeconds, millis};
@@ -16,6 +16,7 @@ use crate::store::rules::batch::{BatchState, answered_by};
 use crate::store::rules::broadcast::{
     self, BroadcastState, Event as RecipientEvent, Limits, Recipient, RecipientState, SkipReason,
 };
+use crate::store::rules::consent::{Choice, Source};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::{Delivery, PartKind, PartState};
 use crate::store::rules::review::ReviewState;
@@ -617,6 +618,8 @@ pub(super) struct RawRecipientRow {
     language: Option<String>,
     business: Option<String>,
     rate: Option<u32>,
+    /// Whether its customer opted out of broadcasts (as a claim reads it).
+    opted_out: Option<bool>,
     /// Which of the asked statuses named it (1-based, as Lua counts).
     i: Option<usize>,
 }
@@ -625,6 +628,10 @@ impl RawRecipientRow {
     /// The index of the status that named it.
     pub(super) fn index(&self) -> Option<usize> {
         self.i?.checked_sub(1)
+    }
+
+    pub(super) fn opted_out(&self) -> bool {
+        self.opted_out == Some(true)
     }
 
     fn recipient(&self) -> Result<Recipient> {
@@ -653,7 +660,8 @@ impl RawRecipientRow {
     }
 
     /// The save `event` asks for by the rulebook, guarded by the state and attempt read;
-    /// `None` when the rulebook refuses it.
+    /// `None` when the rulebook refuses it. One that opts the customer out says when
+    /// (`opted_out_at`), for the saver to keep their choice.
     pub(super) fn step(
         &self,
         event: &RecipientEvent<'_>,
@@ -667,6 +675,8 @@ impl RawRecipientRow {
         let r = step.recipient;
         Ok(Some(json!({
             "id": self.id,
+            "to": self.to,
+            "opted_out_at": step.opted_out.then_some(now),
             "expect_state": before.state.as_str(),
             "expect_attempts": before.attempts,
             "state": r.state.as_str(),
@@ -859,4 +869,37 @@ impl From<RawExchange> for ChatExchange {
             asked_at: e.created,
         }
     }
+}
+
+/// A customer's choice about broadcasts as the store keeps it: JSON in the consent hash.
+#[derive(Serialize, Deserialize, PartialEq)]
+pub(super) struct RawChoice {
+    opted_out: bool,
+    source: String,
+    at: At,
+}
+
+impl RawChoice {
+    pub(super) fn of(choice: &Choice) -> RawChoice {
+        RawChoice {
+            opted_out: choice.opted_out,
+            source: choice.source.as_str().to_owned(),
+            at: choice.at,
+        }
+    }
+
+    pub(super) fn choice(&self) -> Result<Choice> {
+        Ok(Choice {
+            opted_out: self.opted_out,
+            source: known(Source::parse, &self.source)?,
+            at: self.at,
+        })
+    }
+}
+
+/// A kept choice, by customer, as the JSON the hash holds.
+#[derive(Deserialize)]
+pub(super) struct RawConsent {
+    pub(super) customer: String,
+    pub(super) choice: String,
 }

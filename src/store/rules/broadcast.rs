@@ -287,6 +287,8 @@ pub enum Event<'a> {
     Status(Status<'a>),
     /// The broadcast was cancelled or its deadline passed.
     Cancel,
+    /// Its customer opted out of broadcasts before it was sent.
+    OptedOut,
 }
 
 /// The recipient after a step, and whether its customer opted out of broadcasts.
@@ -320,6 +322,7 @@ pub fn next(r: &Recipient, event: &Event<'_>, now: At, limits: Limits) -> Result
         Event::LeaseLapsed => lapse(r, now),
         Event::Status(status) => status_of(r, status, now),
         Event::Cancel => cancel(r),
+        Event::OptedOut => skip(r, SkipReason::OptedOut),
     }
 }
 
@@ -489,6 +492,18 @@ fn status_of(r: &Recipient, status: &Status<'_>, now: At) -> Result<Step, Refuse
     })
 }
 
+fn skip(r: &Recipient, reason: SkipReason) -> Result<Step, Refused> {
+    if !r.state.claimable() {
+        return Err(Refused::State);
+    }
+    moved(Recipient {
+        state: RecipientState::Skipped,
+        skipped: Some(reason),
+        next_attempt_at: None,
+        ..r.clone()
+    })
+}
+
 fn cancel(r: &Recipient) -> Result<Step, Refused> {
     if !r.state.claimable() {
         return Err(Refused::State);
@@ -584,6 +599,7 @@ mod tests {
                 Event::Claim { lease: ms(50) },
                 Event::LeaseLapsed,
                 Event::Cancel,
+                Event::OptedOut,
             ];
             for outcome in &outcomes {
                 for attempt in [2, 1] {
@@ -618,7 +634,7 @@ mod tests {
                 assert!(
                     !matches!(
                         (event, &step),
-                        (Event::Claim { .. }, Ok(_)) | (Event::Cancel, Ok(_))
+                        (Event::Claim { .. } | Event::Cancel | Event::OptedOut, Ok(_))
                     ),
                     "{r:?} {event:?}"
                 );

@@ -9,6 +9,7 @@
 
 pub mod batch;
 pub mod broadcast;
+pub mod consent;
 pub mod item;
 pub mod part;
 pub mod review;

@@ -2,6 +2,8 @@
 //! their recipients counted by state, what people ask of them, and its recipients claimed and
 //! their sends recorded through the rulebook (load, ask, save) in the single writer.
 
+use std::collections::HashSet;
+
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{limit_param, unavailable};
@@ -10,6 +12,7 @@ use crate::store::rules::broadcast::{
     self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, Recipient, RecipientState,
     Step, WAITING_SQL,
 };
+use crate::store::rules::consent::{self, Choice, Source};
 use crate::store::rules::part::Status;
 use crate::store::{
     BroadcastView, Error, NewBroadcast, RecipientClaim, RecipientJob, RecipientView, Result,
@@ -202,9 +205,11 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
         step(conn, id, &Event::LeaseLapsed, c.now, Limits::NONE)?;
     }
     let halted = serde_json::to_string(&c.halted).unwrap_or_else(|_| "[]".into());
-    let due: Vec<i64> = conn
+    let due: Vec<(i64, bool)> = conn
         .prepare_cached(&format!(
-            "SELECT r.id FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
+            "SELECT r.id, EXISTS (SELECT 1 FROM consents c
+                                  WHERE c.customer = r.recipient AND c.opted_out)
+             FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
              WHERE b.state = ?1 AND r.state IN {waiting} AND coalesce(r.next_attempt_at, 0) <= ?2
                AND b.business NOT IN (SELECT value FROM json_each(?3))
              ORDER BY r.broadcast_id, r.id LIMIT ?4",
@@ -213,13 +218,17 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
         .and_then(|mut s| {
             s.query_map(
                 params![BroadcastState::Running, c.now, halted, limit_param(c.limit)],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )?
             .collect()
         })
         .map_err(unavailable)?;
     let mut jobs = Vec::with_capacity(due.len());
-    for id in due {
+    for (id, opted_out) in due {
+        if opted_out {
+            step(conn, id, &Event::OptedOut, c.now, Limits::NONE)?;
+            continue;
+        }
         let claimed = step(
             conn,
             id,
@@ -328,11 +337,62 @@ fn finish(conn: &Connection) -> Result<()> {
         .map_err(unavailable)
 }
 
+/// Keeps a customer's choice by the rulebook; `true` when it changed their standing.
+pub(super) fn choose(conn: &Connection, customer: &str, choice: &Choice) -> Result<bool> {
+    let kept: Option<Choice> = conn
+        .prepare_cached("SELECT opted_out, source, at FROM consents WHERE customer = ?1")
+        .and_then(|mut s| {
+            s.query_row(params![customer], |r| {
+                Ok(Choice {
+                    opted_out: r.get(0)?,
+                    source: r.get(1)?,
+                    at: r.get(2)?,
+                })
+            })
+            .optional()
+        })
+        .map_err(unavailable)?;
+    let Some(new) = consent::apply(kept.as_ref(), choice) else {
+        return Ok(false);
+    };
+    conn.prepare_cached(
+        "INSERT INTO consents (customer, opted_out, source, at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (customer) DO UPDATE
+         SET opted_out = excluded.opted_out, source = excluded.source, at = excluded.at",
+    )
+    .and_then(|mut s| s.execute(params![customer, new.opted_out, new.source, new.at]))
+    .map_err(unavailable)?;
+    Ok(true)
+}
+
+pub(super) fn opted_out(conn: &Connection, customers: &[String]) -> Result<HashSet<String>> {
+    let asked = serde_json::to_string(customers).unwrap_or_else(|_| "[]".into());
+    conn.prepare_cached(
+        "SELECT customer FROM consents
+         WHERE opted_out AND customer IN (SELECT value FROM json_each(?1))",
+    )
+    .and_then(|mut s| s.query_map(params![asked], |r| r.get(0))?.collect())
+    .map_err(unavailable)
+}
+
 /// Loads a recipient, asks the rulebook, and saves what it says; a refusal writes nothing.
+/// Meta's word that the customer opted out (131050) is kept with it.
 fn step(conn: &Connection, id: i64, event: &Event<'_>, now: At, limits: Limits) -> Result<Step> {
     let recipient = load(conn, id)?.ok_or(Error::NotFound)?;
     let step = broadcast::next(&recipient, event, now, limits).map_err(|_| Error::LeaseLost)?;
     save(conn, id, &step.recipient)?;
+    if step.opted_out {
+        let customer: String = conn
+            .prepare_cached("SELECT recipient FROM broadcast_recipients WHERE id = ?1")
+            .and_then(|mut s| s.query_row(params![id], |r| r.get(0)))
+            .map_err(unavailable)?;
+        let choice = Choice {
+            opted_out: true,
+            source: Source::Refused,
+            at: now,
+        };
+        choose(conn, &customer, &choice)?;
+    }
     Ok(step)
 }
 

@@ -13,6 +13,7 @@ mod review;
 mod turns;
 mod writer;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -26,16 +27,17 @@ use self::writer::Writer;
 use super::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at};
 use super::rules::batch::BatchState;
 use super::rules::broadcast::{BroadcastState, RecipientState, SkipReason};
+use super::rules::consent::{self, Source};
 use super::rules::item::ItemState;
 use super::rules::part::{Delivery, PartKind, PartState, Status};
 use super::rules::review::ReviewState;
 use super::{
-    BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Control, ConversationView,
-    Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection,
-    Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob,
-    RecipientView, Resolution, Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn,
-    SendClaim, SendJob, SendResult, Sending, StoredItem, StoredQuarantine, Submitted, TurnStats,
-    TurnUsage, Turns, WebChat,
+    BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Choice, Control,
+    ConversationView, Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest,
+    IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim,
+    RecipientJob, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
+    RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem, StoredQuarantine, Submitted,
+    TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds, millis};
 use crate::domain::{
@@ -54,6 +56,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_review_resolution.sql"),
     include_str!("migrations/0008_routes.sql"),
     include_str!("migrations/0009_broadcasts.sql"),
+    include_str!("migrations/0010_consents.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -474,6 +477,17 @@ impl Broadcasts for SqliteStore {
             .write(move |conn| broadcasts::record(conn, id, attempt, now, &outcome, limits))
             .await
     }
+    async fn choose(&self, customer: &str, choice: Choice) -> Result<bool> {
+        let customer = customer.to_owned();
+        self.writer
+            .write(move |conn| broadcasts::choose(conn, &customer, &choice))
+            .await
+    }
+    async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>> {
+        let customers = customers.to_vec();
+        self.read(move |conn| broadcasts::opted_out(conn, &customers))
+            .await
+    }
 }
 
 #[async_trait]
@@ -527,6 +541,9 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
                 insert_item(conn, item, facts, hash, conversation, delivery.received_at)?;
                 if item.kind == ItemKind::Status {
                     reconcile_status(conn, item, delivery.received_at)?;
+                }
+                for (customer, choice) in consent::preferences(item) {
+                    broadcasts::choose(conn, &customer, &choice)?;
                 }
                 if let Some(change) = amendment(item) {
                     amend(conn, item.channel, &change)?;
@@ -782,7 +799,8 @@ from_names!(
     RecipientState,
     ReviewState,
     ReviewReason,
-    SkipReason
+    SkipReason,
+    Source
 );
 
 /// Instants and provider timestamps are kept as integers: milliseconds and seconds since the

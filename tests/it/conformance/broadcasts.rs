@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use futures_util::future::join_all;
 use sabi::clock::At;
+use sabi::store::rules::consent::Source;
 use sabi::store::{
-    BroadcastState, Control, Error, Limits, NewBroadcast, NewRecipient, Outcome, RecipientClaim,
-    RecipientJob, RecipientState, SkipReason, Store, broadcast_callback,
+    BroadcastState, Choice, Control, Error, Limits, NewBroadcast, NewRecipient, Outcome,
+    RecipientClaim, RecipientJob, RecipientState, SkipReason, Store, broadcast_callback,
 };
 
 use super::T0;
-use super::fixtures::{deliver, status, with_callback};
+use super::fixtures::{deliver, preference, status, with_callback};
 use crate::helpers::ms;
 
 fn audience() -> Vec<NewRecipient> {
@@ -437,4 +438,95 @@ pub async fn statuses_move_broadcast_recipients_forward_only(store: Arc<dyn Stor
         ],
         "a late sent does not undo read; a callback of another attempt names nothing"
     );
+}
+
+fn by_keyword(opted_out: bool, at: At) -> Choice {
+    Choice {
+        opted_out,
+        source: Source::Keyword,
+        at,
+    }
+}
+
+async fn opted_out(store: &Arc<dyn Store>) -> Vec<String> {
+    let asked = ["2348031234567", "2348039999999", "2348030000001"].map(str::to_owned);
+    let mut out: Vec<String> = store
+        .opted_out(&asked)
+        .await
+        .expect("read")
+        .into_iter()
+        .collect();
+    out.sort();
+    out
+}
+
+pub async fn opt_outs_keep_the_latest_choice_and_claims_skip_them(store: Arc<dyn Store>) {
+    let ada = "2348031234567";
+    assert!(store.choose(ada, by_keyword(true, T0)).await.expect("kept"));
+    assert!(
+        !store
+            .choose(ada, by_keyword(true, T0 + ms(5)))
+            .await
+            .expect("kept"),
+        "a repeat changes nothing"
+    );
+    assert!(
+        !store
+            .choose(ada, by_keyword(false, T0 - ms(1_000)))
+            .await
+            .expect("kept"),
+        "an older choice changes nothing"
+    );
+    assert_eq!(opted_out(&store).await, [ada]);
+
+    // Ada opted out after her broadcast was made: the claim skips her.
+    let (b, _) = store
+        .create_broadcast(diwali(None, T0))
+        .await
+        .expect("kept");
+    let jobs = store
+        .claim_recipients(sends(T0, 10))
+        .await
+        .expect("claimed");
+    let to: Vec<&str> = jobs.iter().map(|j| j.to.as_str()).collect();
+    assert_eq!(to, ["2348039999999"]);
+    let ada_row = store
+        .broadcast_recipients(b.id, Some(RecipientState::Skipped), 10)
+        .await
+        .expect("recipients")
+        .into_iter()
+        .find(|r| r.to == ada)
+        .expect("skipped");
+    assert_eq!(ada_row.skipped, Some(SkipReason::OptedOut));
+
+    // Meta refuses Chi's with 131050: she opted out in WhatsApp, and it is kept.
+    let refused = Outcome::Failed {
+        code: Some(131_050),
+        error: "the user stopped marketing messages".into(),
+    };
+    record(&store, &jobs[0], T0 + ms(10), refused).await;
+    assert_eq!(opted_out(&store).await, [ada, "2348039999999"]);
+
+    // Meta's user_preferences webhook: Ada resumes, a third customer stops.
+    deliver(
+        &store,
+        preference(ada, "resume", T0 + ms(60_000)),
+        T0 + ms(61_000),
+    )
+    .await;
+    deliver(
+        &store,
+        preference("2348030000001", "stop", T0 + ms(60_000)),
+        T0 + ms(61_000),
+    )
+    .await;
+    assert_eq!(opted_out(&store).await, ["2348030000001", "2348039999999"]);
+    // A START from Chi, after Meta's word: she is in again.
+    assert!(
+        store
+            .choose("2348039999999", by_keyword(false, T0 + ms(120_000)))
+            .await
+            .expect("kept")
+    );
+    assert_eq!(opted_out(&store).await, ["2348030000001"]);
 }

@@ -150,6 +150,39 @@ pub fn status(wamid: &str, delivery: &str, at: At) -> InboundItem {
     }
 }
 
+/// Meta's `user_preferences` webhook, as the parser gives it: `customer` stopped (`"stop"`) or
+/// resumed (`"resume"`) marketing messages at `at`.
+pub fn preference(customer: &str, value: &str, at: At) -> InboundItem {
+    let value = serde_json::json!({
+        "messaging_product": "whatsapp",
+        "user_preferences": [{
+            "wa_id": customer,
+            "detail": "User requested to change marketing messages",
+            "category": "marketing_messages",
+            "value": value,
+            "timestamp": at.unix_seconds(),
+        }],
+    });
+    InboundItem {
+        kind: ItemKind::FieldEvent,
+        channel: Channel::Whatsapp,
+        dedupe_key: format!("field:{customer}:{value}:{}", at.millis()),
+        business: None,
+        customer: None,
+        item_type: Some("user_preferences".into()),
+        text: None,
+        media_id: None,
+        provider_ts: None,
+        turn: None,
+        facts: serde_json::json!({
+            "kind": "field_event",
+            "field": "user_preferences",
+            "event": null,
+            "value": value,
+        }),
+    }
+}
+
 /// The status naming a send by its callback data (the send's answer was lost).
 pub fn with_callback(mut item: InboundItem, callback: String) -> InboundItem {
     item.facts["biz_opaque_callback_data"] = callback.into();

@@ -248,6 +248,8 @@ local function recipients_due(a)
         local r = recipient_row(tonumber(m))
         r.template, r.language, r.business = b.template, b.language, b.business
         r.rate = tonumber(b.rate)
+        local choice = redis.call('HGET', k('consent'), r.to)
+        r.opted_out = choice and cjson.decode(choice).opted_out or false
         out[#out + 1] = r
       end
     end
@@ -269,5 +271,28 @@ local function broadcasts_finish(a)
       end
     end
   end
+  return true
+end
+
+-- Customers' choices about broadcasts: P:consent hash customer -> the latest choice as JSON
+-- ({opted_out, source, at}). The rule (store/rules/consent.rs) is the caller's, which saves a
+-- choice only over the one it read.
+local function consents(a)
+  local out = {}
+  for _, customer in ipairs(a.customers) do
+    local choice = redis.call('HGET', k('consent'), customer)
+    if choice then
+      out[#out + 1] = {customer = customer, choice = choice}
+    end
+  end
+  return out
+end
+
+local function consent_save(a)
+  local kept = redis.call('HGET', k('consent'), a.customer)
+  if (kept or nil) ~= a.expect then
+    return false
+  end
+  redis.call('HSET', k('consent'), a.customer, a.choice)
   return true
 end

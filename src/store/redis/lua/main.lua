@@ -30,6 +30,7 @@ local OPS = {
   recipients_save = recipients_save, broadcasts_live = broadcasts_live,
   recipients_lapsed = recipients_lapsed, recipients_due = recipients_due,
   broadcasts_finish = broadcasts_finish, recipients_for_statuses = recipients_for_statuses,
+  consents = consents, consent_save = consent_save,
 }
 
 -- Keys lost (a restart without persistence, a flush) and made again start every counter anew:
