@@ -8,8 +8,10 @@
 //!   reply sender, and only as many at once as a few slots, so a reply due meanwhile waits for
 //!   at most a few of them. Each broadcast keeps to its own rate besides.
 //! - Meta's answers: its marketing limit per user (131049) holds the recipient for a day, a few
-//!   times at most; an opt-out (131050), and other refusals, fail it with the code; throttling
-//!   holds the whole number back; an expired token stops the number's sends.
+//!   times at most; an opt-out (131050), and other refusals, fail it with the code; a paused or
+//!   disabled template (132015, 132016) pauses every broadcast sending it and puts the recipient
+//!   back in the queue; throttling holds the whole number back; an expired token stops the
+//!   number's sends.
 //!
 //! It runs in a `runner::Runner`, as the scheduler and the reply sender do.
 
@@ -25,13 +27,15 @@ use crate::runner::{Runner, Work};
 use crate::sender::Sender;
 use crate::sender::pacer::Pacer;
 use crate::sender::policy::{self, Class};
-use crate::store::{self, Broadcasts, Limits, Outcome, RecipientClaim, RecipientJob};
+use crate::store::{self, Broadcasts, Limits, Outcome, RecipientClaim, RecipientJob, TemplateNews};
 use crate::whatsapp::graph::{Envelope, Graph, GraphError, Message};
 
 /// How long Meta's marketing limit per user (131049) holds a recipient before another try.
 const HOLD: Duration = Duration::from_secs(24 * 60 * 60);
 /// Holds for that limit before the recipient fails.
 const MAX_HOLDS: u32 = 3;
+/// Meta's refusals of the template itself: paused (132015) or disabled (132016).
+const TEMPLATE_STOPPED: [i64; 2] = [132_015, 132_016];
 /// Recipients in flight at once: few, so that replies never wait behind many of them.
 const SLOTS: usize = 4;
 
@@ -145,7 +149,35 @@ impl Broadcaster {
             .await
         {
             Ok(wamid) => Outcome::Accepted { wamid },
+            Err(error) if policy::code(&error).is_some_and(|c| TEMPLATE_STOPPED.contains(&c)) => {
+                self.template_stopped(job, &error).await;
+                Outcome::Untried
+            }
             Err(error) => self.after_error(job, &error),
+        }
+    }
+
+    /// Meta refused the template itself (paused or disabled): every broadcast sending it
+    /// pauses, and this recipient waits in the queue for it to be approved again.
+    async fn template_stopped(&self, job: &RecipientJob, error: &GraphError) {
+        let news = TemplateNews {
+            name: job.template.clone(),
+            language: Some(job.language.clone()),
+            approved: false,
+            why: format!("Meta refused template {}: {error}", job.template),
+        };
+        match self.store.hear_template(news).await {
+            Ok(paused) => tracing::warn!(
+                template = %job.template,
+                broadcasts = ?paused,
+                error.message = %error,
+                "Meta refused a broadcast's template: its broadcasts are paused until it is approved again"
+            ),
+            Err(e) => tracing::error!(
+                template = %job.template,
+                error.message = %e,
+                "could not pause the broadcasts of a refused template; its next send will try again"
+            ),
         }
     }
 

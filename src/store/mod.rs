@@ -24,7 +24,7 @@ pub use self::postgres::PgStore;
 pub use self::redis::RedisStore;
 pub use self::rules::batch::AnsweredBy;
 pub use self::rules::broadcast::{
-    BroadcastState, Control, Limits, Outcome, RecipientState, SkipReason,
+    BroadcastState, Control, Limits, Outcome, PausedBy, RecipientState, SkipReason, TemplateNews,
 };
 pub use self::rules::consent::Choice;
 pub use self::rules::item::ItemState;
@@ -378,8 +378,9 @@ pub struct BroadcastView {
     pub language: String,
     pub business: String,
     pub state: BroadcastState,
-    /// Why it is paused, while it is.
+    /// Why it is paused, and who paused it, while it is.
     pub paused_because: Option<String>,
+    pub paused_by: Option<PausedBy>,
     pub created_at: At,
     pub start_at: At,
     pub until: Option<At>,
@@ -837,6 +838,11 @@ pub trait Broadcasts: Send + Sync + 'static {
         outcome: Outcome,
         limits: Limits,
     ) -> Result<()>;
+
+    /// Meta's word on a template moves every broadcast sending it, by the rulebook
+    /// ([`rules::broadcast::on_template`]); the ids of those it moved. Stored webhooks about
+    /// templates are heard in the ingest's step.
+    async fn hear_template(&self, news: TemplateNews) -> Result<Vec<i64>>;
 
     /// Keeps a customer's choice about broadcasts by the rulebook
     /// ([`rules::consent::apply`]); `true` when it changed their standing. A claim skips a

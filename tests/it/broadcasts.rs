@@ -562,3 +562,103 @@ async fn customers_opt_out_by_keyword_by_meta_and_by_refusal_and_back_in() {
         .count();
     assert_eq!(templates, 1, "only Chi's send was tried");
 }
+
+/// Posts a body to the webhook, signed as Meta signs it.
+async fn post_webhook(sabi: &Sending, body: Vec<u8>) {
+    let response = sabi
+        .client
+        .post(format!("{}/webhook/whatsapp", sabi.url))
+        .header("content-type", "application/json")
+        .header("x-hub-signature-256", crate::helpers::signature(&body))
+        .body(body)
+        .send()
+        .await
+        .expect("webhook sent");
+    assert_eq!(response.status(), 200);
+}
+
+async fn wait_for_state(
+    sabi: &Sending,
+    id: i64,
+    state: BroadcastState,
+) -> sabi::store::BroadcastView {
+    let start = tokio::time::Instant::now();
+    loop {
+        let b = sabi.store.broadcast(id).await.expect("read").expect("kept");
+        if b.state == state {
+            return b;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{b:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Meta refuses the template mid-broadcast (132015, paused): the broadcast pauses with nobody
+/// lost; Meta's APPROVED webhook resumes it and everyone gets it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_template_pauses_the_broadcast_and_its_approval_resumes_it() {
+    let sabi = Sending::start(Arc::new(Parts(1)), &[]).await;
+    sabi.fake.fail_next(&[(400, 132_015)]);
+    let (b, _) = sabi
+        .store
+        .create_broadcast(broadcast(20))
+        .await
+        .expect("kept");
+    let paused = wait_for_state(&sabi, b.id, BroadcastState::Paused).await;
+    assert_eq!(paused.paused_by, Some(sabi::store::PausedBy::Template));
+    // The few sends claimed with the refused one end as they may; then nothing goes.
+    loop {
+        let now = sabi.store.broadcast(b.id).await.expect("read").expect("kept");
+        if now.counts["sending"] == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sent_while_paused = sabi.fake.accepted().len();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        sabi.fake.accepted().len(),
+        sent_while_paused,
+        "nothing goes while paused"
+    );
+
+    let approved = serde_json::json!({
+        "object": "whatsapp_business_account",
+        "entry": [{"id": "240011223344556", "time": SystemClock.now().unix_seconds(),
+            "changes": [{"field": "message_template_status_update", "value": {
+                "event": "APPROVED", "message_template_id": 1_689_556_908_120_042_i64,
+                "message_template_name": "diwali_offer", "message_template_language": "en",
+                "reason": "NONE", "message_template_category": "MARKETING"}}]}],
+    });
+    post_webhook(&sabi, sabi::whatsapp::wire::encode(&approved).into_bytes()).await;
+    let ended = loop {
+        let now = sabi
+            .store
+            .broadcast(b.id)
+            .await
+            .expect("read")
+            .expect("kept");
+        if now.counts["queued"] + now.counts["sending"] == 0 {
+            break now;
+        }
+        assert!(
+            now.state != BroadcastState::Paused || now.paused_by.is_none(),
+            "{now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(ended.counts["accepted"], RECIPIENTS as u64, "{ended:?}");
+    let mut seen = std::collections::HashSet::new();
+    for sent in sabi
+        .fake
+        .accepted()
+        .iter()
+        .filter(|r| r.body["type"] == "template")
+    {
+        assert!(
+            seen.insert(sent.recipient().expect("to").to_owned()),
+            "sent twice"
+        );
+    }
+    assert_eq!(seen.len(), RECIPIENTS);
+}

@@ -35,6 +35,7 @@ use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 use self::broadcasts::{
     a_broadcast_is_kept_once_per_key_with_its_audience,
+    a_stopped_template_pauses_its_broadcasts_and_its_approval_resumes_them,
     broadcasts_pause_resume_and_cancel_as_the_rulebook_allows,
     claimers_at_once_never_take_one_recipient_twice,
     opt_outs_keep_the_latest_choice_and_claims_skip_them,
@@ -252,6 +253,7 @@ macro_rules! cases {
             statuses_move_broadcast_recipients_forward_only,
             time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait,
             opt_outs_keep_the_latest_choice_and_claims_skip_them,
+            a_stopped_template_pauses_its_broadcasts_and_its_approval_resumes_them,
         );
     };
 }

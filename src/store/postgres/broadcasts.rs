@@ -11,8 +11,8 @@ use crate::clock::At;
 use crate::domain::InboundItem;
 use crate::store::items::known;
 use crate::store::rules::broadcast::{
-    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, Recipient, RecipientState,
-    SkipReason, Step, WAITING_SQL,
+    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, Recipient,
+    RecipientState, SkipReason, Step, TemplateNews, WAITING_SQL,
 };
 use crate::store::rules::consent::{self, Choice, Source};
 use crate::store::rules::part::{Delivery, Status};
@@ -132,7 +132,7 @@ pub(super) async fn view(conn: &mut PgConnection, id: i64) -> Result<Option<Broa
     }
     let row = sqlx::query(
         "SELECT key, name, template, language, business, state, paused_because, created_at,
-                start_at, deadline, rate
+                start_at, deadline, rate, paused_by
          FROM broadcasts WHERE id = $1",
     )
     .bind(id)
@@ -151,6 +151,10 @@ pub(super) async fn view(conn: &mut PgConnection, id: i64) -> Result<Option<Broa
         business: r.get(4),
         state: known(BroadcastState::parse, r.get(5))?,
         paused_because: r.get(6),
+        paused_by: r
+            .get::<Option<&str>, _>(11)
+            .map(|by| known(PausedBy::parse, by))
+            .transpose()?,
         created_at: r.get(7),
         start_at: r.get(8),
         until: r.get(9),
@@ -217,19 +221,69 @@ pub(super) async fn control(
     let state = known(BroadcastState::parse, &state.ok_or(Error::NotFound)?)?;
     let next = broadcast::control(state, control).ok_or(Error::NotFound)?;
     let reason = (control == Control::Pause).then_some(reason).flatten();
-    sqlx::query("UPDATE broadcasts SET state = $2, paused_because = $3 WHERE id = $1")
-        .bind(id)
-        .bind(next.as_str())
-        .bind(reason)
-        .execute(&mut *tx)
-        .await
-        .map_err(unavailable)?;
+    let by = (control == Control::Pause).then_some(PausedBy::Person);
+    set_state(&mut tx, id, next, reason, by).await?;
     if control == Control::Cancel {
         cancel_waiting(&mut tx, id).await?;
     }
     let after = view(&mut tx, id).await?.ok_or(Error::NotFound)?;
     tx.commit().await.map_err(unavailable)?;
     Ok(after)
+}
+
+/// Meta's word on a template moves the broadcasts sending it, by the rulebook, under their row
+/// locks.
+pub(super) async fn hear_template(
+    conn: &mut PgConnection,
+    news: &TemplateNews,
+) -> Result<Vec<i64>> {
+    let live = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT id, state, paused_by, template, language FROM broadcasts
+         WHERE template = $1 AND state IN {} ORDER BY id FOR UPDATE",
+        *LIVE_SQL
+    )))
+    .bind(&news.name)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let mut moved = Vec::new();
+    for row in live {
+        let id: i64 = row.get(0);
+        if !news.names(row.get(3), row.get(4)) {
+            continue;
+        }
+        let state = known(BroadcastState::parse, row.get(1))?;
+        let by = row
+            .get::<Option<&str>, _>(2)
+            .map(|by| known(PausedBy::parse, by))
+            .transpose()?;
+        if let Some((next, by)) = broadcast::on_template(state, by, news.approved) {
+            let why = by.map(|_| news.why.as_str());
+            set_state(conn, id, next, why, by).await?;
+            moved.push(id);
+        }
+    }
+    Ok(moved)
+}
+
+async fn set_state(
+    conn: &mut PgConnection,
+    id: i64,
+    state: BroadcastState,
+    paused_because: Option<&str>,
+    paused_by: Option<PausedBy>,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE broadcasts SET state = $2, paused_because = $3, paused_by = $4 WHERE id = $1",
+    )
+    .bind(id)
+    .bind(state.as_str())
+    .bind(paused_because)
+    .bind(paused_by.map(PausedBy::as_str))
+    .execute(&mut *conn)
+    .await
+    .map(drop)
+    .map_err(unavailable)
 }
 
 /// In one transaction: time moves the broadcasts on (see [`broadcast::at_time`]), lapsed sends

@@ -16,8 +16,8 @@ use crate::store::items::{
     Amendment, Encoded, POSITION_CAP, amendment, message_key, quarantine_hash, question_item,
     sent_at, status_of,
 };
-use crate::store::rules::consent;
 use crate::store::rules::item::ItemState;
+use crate::store::rules::{broadcast, consent};
 use crate::store::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest, IngestReceipt,
     JobStatus, Result, StoredItem, StoredQuarantine, Submitted,
@@ -166,6 +166,9 @@ async fn ingest_in(
         }
         for (customer, choice) in consent::preferences(item) {
             broadcasts::choose(conn, &customer, &choice).await?;
+        }
+        if let Some(news) = broadcast::template_news(item) {
+            broadcasts::hear_template(conn, &news).await?;
         }
         if let Some(change) = amendment(item) {
             amend(conn, item.channel, &change).await?;

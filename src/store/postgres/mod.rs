@@ -32,7 +32,7 @@ use super::{
     IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim,
     RecipientJob, RecipientState, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery,
     Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem,
-    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
+    StoredQuarantine, Submitted, TemplateNews, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
 use crate::domain::{Channel, Claim, LeaseToken};
@@ -45,6 +45,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_routes.sql"),
     include_str!("migrations/0004_broadcasts.sql"),
     include_str!("migrations/0005_consents.sql"),
+    include_str!("migrations/0006_paused_by.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -416,6 +417,15 @@ impl Broadcasts for PgStore {
         limits: Limits,
     ) -> Result<()> {
         broadcasts::record(&self.pool, id, attempt, now, &outcome, limits).await
+    }
+    async fn hear_template(&self, news: TemplateNews) -> Result<Vec<i64>> {
+        retrying(|| async {
+            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let moved = broadcasts::hear_template(&mut tx, &news).await?;
+            tx.commit().await.map_err(unavailable)?;
+            Ok(moved)
+        })
+        .await
     }
     async fn choose(&self, customer: &str, choice: Choice) -> Result<bool> {
         retrying(|| async {

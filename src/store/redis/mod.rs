@@ -34,7 +34,7 @@ use self::wire::{
 };
 use super::items::known;
 use super::items::message_key;
-use super::rules::broadcast::{self, BroadcastState, Event, SkipReason};
+use super::rules::broadcast::{self, BroadcastState, Event, PausedBy, SkipReason, TemplateNews};
 use super::rules::consent::{self, Source};
 use super::rules::part::{Delivery, Status};
 use super::{
@@ -314,8 +314,20 @@ impl Intake for RedisStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
         let receipt: Receipt = self.call("ingest", wire::delivery(&delivery)).await?;
         self.settle_broadcast_statuses(&delivery).await?;
-        for (customer, choice) in delivery.items.iter().flat_map(consent::preferences) {
-            self.choose(&customer, choice).await?;
+        // What field events say is acted on right after they are kept, once: were it lost in
+        // between, a customer's choice would wait for their next one, a template's pause for
+        // its next send's refusal.
+        let fresh = delivery
+            .items
+            .iter()
+            .filter(|item| receipt.events.0.contains(&item.dedupe_key));
+        for item in fresh {
+            for (customer, choice) in consent::preferences(item) {
+                self.choose(&customer, choice).await?;
+            }
+            if let Some(news) = broadcast::template_news(item) {
+                self.hear_template(news).await?;
+            }
         }
         for key in &receipt.anomalies.0 {
             tracing::warn!(
@@ -645,10 +657,12 @@ impl Broadcasts for RedisStore {
                 .collect(),
             Control::Pause | Control::Resume => Vec::new(),
         };
+        let pause = control == Control::Pause;
         let args = json!({
             "id": id, "from": from, "to": to.as_str(), "waiting": waiting, "live": to.live(),
             "cancelled": RecipientState::Cancelled.as_str(),
-            "reason": reason.filter(|_| control == Control::Pause),
+            "reason": reason.filter(|_| pause),
+            "paused_by": pause.then_some(PausedBy::Person.as_str()),
             "states": recipient_states(),
         });
         let raw: RawBroadcast = self.call("control_broadcast", args).await?;
@@ -706,6 +720,36 @@ impl Broadcasts for RedisStore {
         };
         let write = row.step(&event, now, limits)?.ok_or(Error::LeaseLost)?;
         self.save_recipients(vec![write], true).await.map(drop)
+    }
+    async fn hear_template(&self, news: TemplateNews) -> Result<Vec<i64>> {
+        let live: List<RawLive> = self.call("broadcasts_live", json!({})).await?;
+        let mut moved = Vec::new();
+        for b in live.0 {
+            if !news.names(&b.template, &b.language) {
+                continue;
+            }
+            let state = known(BroadcastState::parse, &b.state)?;
+            let by = b
+                .paused_by
+                .as_deref()
+                .map(|by| known(PausedBy::parse, by))
+                .transpose()?;
+            let Some((next, by)) = broadcast::on_template(state, by, news.approved) else {
+                continue;
+            };
+            // Moved only from the state read: one a person moved meanwhile stays as they left it.
+            let args = json!({
+                "id": b.id, "from": [state.as_str()], "to": next.as_str(), "live": next.live(),
+                "reason": by.map(|_| &news.why), "paused_by": by.map(PausedBy::as_str),
+                "states": recipient_states(),
+            });
+            match self.call::<RawBroadcast>("control_broadcast", args).await {
+                Ok(_) => moved.push(b.id),
+                Err(Error::NotFound) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(moved)
     }
     async fn choose(&self, customer: &str, choice: Choice) -> Result<bool> {
         // The rule is the rulebook's; the script saves only over the choice read, so a choice

@@ -14,7 +14,8 @@ use crate::domain::{
 use crate::store::items::{Encoded, amendment, known, quarantine_hash, sent_at, status_of};
 use crate::store::rules::batch::{BatchState, answered_by};
 use crate::store::rules::broadcast::{
-    self, BroadcastState, Event as RecipientEvent, Limits, Recipient, RecipientState, SkipReason,
+    self, BroadcastState, Event as RecipientEvent, Limits, PausedBy, Recipient, RecipientState,
+    SkipReason,
 };
 use crate::store::rules::consent::{Choice, Source};
 use crate::store::rules::item::ItemState;
@@ -201,6 +202,8 @@ pub(super) struct Receipt {
     pub(super) stored: usize,
     pub(super) duplicates: usize,
     pub(super) anomalies: List<String>,
+    /// Field events kept for the first time, by dedupe key.
+    pub(super) events: List<String>,
     pub(super) quarantined: usize,
     pub(super) due: Option<At>,
 }
@@ -523,6 +526,7 @@ pub(super) struct RawBroadcast {
     business: String,
     state: String,
     paused_because: Option<String>,
+    paused_by: Option<String>,
     created: At,
     start: At,
     deadline: Option<At>,
@@ -545,6 +549,11 @@ impl RawBroadcast {
             business: self.business,
             state: known(BroadcastState::parse, &self.state)?,
             paused_because: self.paused_because,
+            paused_by: self
+                .paused_by
+                .as_deref()
+                .map(|by| known(PausedBy::parse, by))
+                .transpose()?,
             created_at: self.created,
             start_at: self.start,
             until: self.deadline,
@@ -728,6 +737,9 @@ pub(super) struct RawLive {
     pub(super) state: String,
     pub(super) start: At,
     pub(super) deadline: Option<At>,
+    pub(super) template: String,
+    pub(super) language: String,
+    pub(super) paused_by: Option<String>,
 }
 
 /// A turn the router guessed at, as `routed_turns` returns it.

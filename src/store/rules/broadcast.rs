@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::named;
 use super::part::{Delivery, Status};
 use crate::clock::At;
+use crate::store::{InboundItem, ItemKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RecipientState {
@@ -173,6 +174,98 @@ pub fn control(state: BroadcastState, control: Control) -> Option<BroadcastState
         (Scheduled | Running | Paused, Control::Cancel) => Some(Cancelled),
         _ => None,
     }
+}
+
+/// Who paused a broadcast: a person resumes it; one paused for its template also resumes when
+/// Meta approves the template again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PausedBy {
+    Person,
+    Template,
+}
+
+named!(PausedBy {
+    Person => "person",
+    Template => "template",
+});
+
+/// Meta's word on a template, from its webhooks or a send's refusal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateNews {
+    pub name: String,
+    /// The language it is about; `None`: every language of the template.
+    pub language: Option<String>,
+    /// `true`: it may be sent again; `false`: it may not (paused, disabled, rated RED...).
+    pub approved: bool,
+    /// In words, for the pause's reason.
+    pub why: String,
+}
+
+impl TemplateNews {
+    /// Whether it is about a broadcast's template.
+    pub fn names(&self, template: &str, language: &str) -> bool {
+        self.name == template && self.language.as_deref().is_none_or(|l| l == language)
+    }
+}
+
+/// What Meta's word on its template does to a broadcast: a scheduled or running one pauses when
+/// its template may no longer be sent; one paused for its template (never one a person paused)
+/// resumes when it is approved again. `None`: nothing.
+pub fn on_template(
+    state: BroadcastState,
+    paused_by: Option<PausedBy>,
+    approved: bool,
+) -> Option<(BroadcastState, Option<PausedBy>)> {
+    match (state, approved) {
+        (BroadcastState::Scheduled | BroadcastState::Running, false) => {
+            control(state, Control::Pause).map(|s| (s, Some(PausedBy::Template)))
+        }
+        (BroadcastState::Paused, true) if paused_by == Some(PausedBy::Template) => {
+            control(state, Control::Resume).map(|s| (s, None))
+        }
+        _ => None,
+    }
+}
+
+/// Meta's word on a template in a stored webhook item: its status
+/// (`message_template_status_update`) or its quality (`message_template_quality_update`,
+/// where RED stops it).
+pub fn template_news(item: &InboundItem) -> Option<TemplateNews> {
+    if item.kind != ItemKind::FieldEvent {
+        return None;
+    }
+    let value = &item.facts["value"];
+    let name = value["message_template_name"].as_str()?.to_owned();
+    let language = value["message_template_language"]
+        .as_str()
+        .map(str::to_owned);
+    let (approved, why) = match item.facts["field"].as_str()? {
+        "message_template_status_update" => {
+            let event = value["event"].as_str()?;
+            let approved = match event {
+                "APPROVED" | "REINSTATED" | "UNARCHIVED" => true,
+                "PAUSED" | "DISABLED" | "LOCKED" | "DELETED" | "PENDING_DELETION" | "ARCHIVED"
+                | "REJECTED" | "LIMIT_EXCEEDED" => false,
+                _ => return None,
+            };
+            let reason = value["reason"].as_str().filter(|r| *r != "NONE");
+            let why = match reason {
+                Some(reason) => format!("Meta: template {name} {event} ({reason})"),
+                None => format!("Meta: template {name} {event}"),
+            };
+            (approved, why)
+        }
+        "message_template_quality_update" if value["new_quality_score"] == "RED" => {
+            (false, format!("Meta: template {name} rated RED"))
+        }
+        _ => return None,
+    };
+    Some(TemplateNews {
+        name,
+        language,
+        approved,
+        why,
+    })
 }
 
 /// Meta's answer that the user stopped marketing messages.
@@ -671,6 +764,36 @@ mod tests {
             };
             assert_eq!(step.opted_out, opted, "{r:?} {event:?}");
         });
+    }
+
+    #[test]
+    fn a_template_stop_pauses_and_its_approval_resumes_only_what_it_paused() {
+        use BroadcastState::{Cancelled, Finished, Paused, Running, Scheduled};
+        let stop = |state, by| on_template(state, by, false);
+        let approve = |state, by| on_template(state, by, true);
+        assert_eq!(
+            stop(Running, None),
+            Some((Paused, Some(PausedBy::Template)))
+        );
+        assert_eq!(
+            stop(Scheduled, None),
+            Some((Paused, Some(PausedBy::Template)))
+        );
+        assert_eq!(stop(Paused, Some(PausedBy::Person)), None);
+        assert_eq!(
+            approve(Paused, Some(PausedBy::Template)),
+            Some((Running, None))
+        );
+        assert_eq!(
+            approve(Paused, Some(PausedBy::Person)),
+            None,
+            "a person's pause"
+        );
+        for ended in [Finished, Cancelled] {
+            assert_eq!(stop(ended, None), None);
+            assert_eq!(approve(ended, None), None);
+        }
+        assert_eq!(approve(Running, None), None);
     }
 
     #[test]

@@ -9,8 +9,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{limit_param, unavailable};
 use crate::clock::At;
 use crate::store::rules::broadcast::{
-    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, Recipient, RecipientState,
-    Step, WAITING_SQL,
+    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, Recipient,
+    RecipientState, Step, TemplateNews, WAITING_SQL,
 };
 use crate::store::rules::consent::{self, Choice, Source};
 use crate::store::rules::part::Status;
@@ -100,7 +100,7 @@ pub(super) fn view(conn: &Connection, id: i64) -> Result<Option<BroadcastView>> 
         .map_err(unavailable)?;
     conn.prepare_cached(
         "SELECT key, name, template, language, business, state, paused_because, created_at,
-                start_at, deadline, rate
+                start_at, deadline, rate, paused_by
          FROM broadcasts WHERE id = ?1",
     )
     .and_then(|mut s| {
@@ -114,6 +114,7 @@ pub(super) fn view(conn: &Connection, id: i64) -> Result<Option<BroadcastView>> 
                 business: r.get(4)?,
                 state: r.get(5)?,
                 paused_because: r.get(6)?,
+                paused_by: r.get(11)?,
                 created_at: r.get(7)?,
                 start_at: r.get(8)?,
                 until: r.get(9)?,
@@ -173,9 +174,8 @@ pub(super) fn control(
     let state = view(conn, id)?.ok_or(Error::NotFound)?.state;
     let next = broadcast::control(state, control).ok_or(Error::NotFound)?;
     let reason = (control == Control::Pause).then_some(reason).flatten();
-    conn.prepare_cached("UPDATE broadcasts SET state = ?2, paused_because = ?3 WHERE id = ?1")
-        .and_then(|mut s| s.execute(params![id, next, reason]))
-        .map_err(unavailable)?;
+    let by = (control == Control::Pause).then_some(PausedBy::Person);
+    set_state(conn, id, next, reason, by)?;
     if control == Control::Cancel {
         let sql = format!(
             "UPDATE broadcast_recipients SET state = ?2, next_attempt_at = NULL
@@ -186,6 +186,50 @@ pub(super) fn control(
             .map_err(unavailable)?;
     }
     view(conn, id)?.ok_or(Error::NotFound)
+}
+
+/// Meta's word on a template moves the broadcasts sending it, by the rulebook.
+pub(super) fn hear_template(conn: &Connection, news: &TemplateNews) -> Result<Vec<i64>> {
+    let live: Vec<(i64, BroadcastState, Option<PausedBy>, String, String)> = conn
+        .prepare_cached(&format!(
+            "SELECT id, state, paused_by, template, language FROM broadcasts
+             WHERE template = ?1 AND state IN {}",
+            *LIVE_SQL
+        ))
+        .and_then(|mut s| {
+            s.query_map(params![news.name], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect()
+        })
+        .map_err(unavailable)?;
+    let mut moved = Vec::new();
+    for (id, state, by, template, language) in live {
+        if !news.names(&template, &language) {
+            continue;
+        }
+        if let Some((next, by)) = broadcast::on_template(state, by, news.approved) {
+            let why = by.map(|_| news.why.as_str());
+            set_state(conn, id, next, why, by)?;
+            moved.push(id);
+        }
+    }
+    Ok(moved)
+}
+
+fn set_state(
+    conn: &Connection,
+    id: i64,
+    state: BroadcastState,
+    paused_because: Option<&str>,
+    paused_by: Option<PausedBy>,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE broadcasts SET state = ?2, paused_because = ?3, paused_by = ?4 WHERE id = ?1",
+    )
+    .and_then(|mut s| s.execute(params![id, state, paused_because, paused_by]))
+    .map(drop)
+    .map_err(unavailable)
 }
 
 /// Time moves the broadcasts on (see [`broadcast::at_time`]), then lapsed sends become unknown,

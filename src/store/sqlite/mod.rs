@@ -26,7 +26,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use self::writer::Writer;
 use super::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at};
 use super::rules::batch::BatchState;
-use super::rules::broadcast::{BroadcastState, RecipientState, SkipReason};
+use super::rules::broadcast::{
+    self, BroadcastState, PausedBy, RecipientState, SkipReason, TemplateNews,
+};
 use super::rules::consent::{self, Source};
 use super::rules::item::ItemState;
 use super::rules::part::{Delivery, PartKind, PartState, Status};
@@ -57,6 +59,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_routes.sql"),
     include_str!("migrations/0009_broadcasts.sql"),
     include_str!("migrations/0010_consents.sql"),
+    include_str!("migrations/0011_paused_by.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -477,6 +480,11 @@ impl Broadcasts for SqliteStore {
             .write(move |conn| broadcasts::record(conn, id, attempt, now, &outcome, limits))
             .await
     }
+    async fn hear_template(&self, news: TemplateNews) -> Result<Vec<i64>> {
+        self.writer
+            .write(move |conn| broadcasts::hear_template(conn, &news))
+            .await
+    }
     async fn choose(&self, customer: &str, choice: Choice) -> Result<bool> {
         let customer = customer.to_owned();
         self.writer
@@ -544,6 +552,9 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
                 }
                 for (customer, choice) in consent::preferences(item) {
                     broadcasts::choose(conn, &customer, &choice)?;
+                }
+                if let Some(news) = broadcast::template_news(item) {
+                    broadcasts::hear_template(conn, &news)?;
                 }
                 if let Some(change) = amendment(item) {
                     amend(conn, item.channel, &change)?;
@@ -800,7 +811,8 @@ from_names!(
     ReviewState,
     ReviewReason,
     SkipReason,
-    Source
+    Source,
+    PausedBy
 );
 
 /// Instants and provider timestamps are kept as integers: milliseconds and seconds since the

@@ -8,12 +8,13 @@ use futures_util::future::join_all;
 use sabi::clock::At;
 use sabi::store::rules::consent::Source;
 use sabi::store::{
-    BroadcastState, Choice, Control, Error, Limits, NewBroadcast, NewRecipient, Outcome,
-    RecipientClaim, RecipientJob, RecipientState, SkipReason, Store, broadcast_callback,
+    BroadcastState, Choice, Control, Error, Limits, NewBroadcast, NewRecipient, Outcome, PausedBy,
+    RecipientClaim, RecipientJob, RecipientState, SkipReason, Store, TemplateNews,
+    broadcast_callback,
 };
 
 use super::T0;
-use super::fixtures::{deliver, preference, status, with_callback};
+use super::fixtures::{deliver, preference, status, template_status, with_callback};
 use crate::helpers::ms;
 
 fn audience() -> Vec<NewRecipient> {
@@ -529,4 +530,106 @@ pub async fn opt_outs_keep_the_latest_choice_and_claims_skip_them(store: Arc<dyn
             .expect("kept")
     );
     assert_eq!(opted_out(&store).await, ["2348030000001"]);
+}
+
+pub async fn a_stopped_template_pauses_its_broadcasts_and_its_approval_resumes_them(
+    store: Arc<dyn Store>,
+) {
+    let (by_meta, _) = store
+        .create_broadcast(diwali(None, T0))
+        .await
+        .expect("kept");
+    let (by_person, _) = store
+        .create_broadcast(diwali(None, T0))
+        .await
+        .expect("kept");
+    let (french, _) = store
+        .create_broadcast(NewBroadcast {
+            language: "fr".into(),
+            ..diwali(None, T0)
+        })
+        .await
+        .expect("kept");
+    store
+        .control_broadcast(by_person.id, Control::Pause, Some("wrong price".into()))
+        .await
+        .expect("paused");
+    let state = |id| {
+        let store = store.clone();
+        async move {
+            let b = store.broadcast(id).await.expect("read").expect("kept");
+            (b.state, b.paused_by)
+        }
+    };
+
+    deliver(
+        &store,
+        template_status("diwali_offer", "en", "PAUSED", T0),
+        T0,
+    )
+    .await;
+    assert_eq!(
+        state(by_meta.id).await,
+        (BroadcastState::Paused, Some(PausedBy::Template))
+    );
+    let paused = store
+        .broadcast(by_meta.id)
+        .await
+        .expect("read")
+        .expect("kept");
+    assert!(
+        paused
+            .paused_because
+            .as_deref()
+            .is_some_and(|why| why.contains("PAUSED")),
+        "{paused:?}"
+    );
+    assert_eq!(
+        state(by_person.id).await,
+        (BroadcastState::Paused, Some(PausedBy::Person))
+    );
+    assert_eq!(
+        state(french.id).await,
+        (BroadcastState::Running, None),
+        "another language"
+    );
+    let jobs = store
+        .claim_recipients(sends(T0, 10))
+        .await
+        .expect("claimed");
+    assert!(
+        jobs.iter().all(|j| j.broadcast_id == french.id),
+        "only the French one sends"
+    );
+
+    deliver(
+        &store,
+        template_status("diwali_offer", "en", "APPROVED", T0 + ms(1_000)),
+        T0,
+    )
+    .await;
+    assert_eq!(state(by_meta.id).await, (BroadcastState::Running, None));
+    assert_eq!(
+        state(by_person.id).await,
+        (BroadcastState::Paused, Some(PausedBy::Person)),
+        "a person's pause is theirs to end"
+    );
+
+    // A send's refusal (132016) says the same for every language when none is named.
+    let moved = store
+        .hear_template(TemplateNews {
+            name: "diwali_offer".into(),
+            language: None,
+            approved: false,
+            why: "Meta refused template diwali_offer: 132016".into(),
+        })
+        .await
+        .expect("heard");
+    let mut moved = moved;
+    moved.sort_unstable();
+    assert_eq!(moved, [by_meta.id, french.id]);
+    assert_eq!(
+        state(french.id).await,
+        (BroadcastState::Paused, Some(PausedBy::Template))
+    );
 }

@@ -183,6 +183,36 @@ pub fn preference(customer: &str, value: &str, at: At) -> InboundItem {
     }
 }
 
+/// Meta's `message_template_status_update` webhook for a template, as the parser gives it.
+pub fn template_status(name: &str, language: &str, event: &str, at: At) -> InboundItem {
+    let value = serde_json::json!({
+        "event": event,
+        "message_template_id": 1_689_556_908_120_042_i64,
+        "message_template_name": name,
+        "message_template_language": language,
+        "reason": "NONE",
+        "message_template_category": "MARKETING",
+    });
+    InboundItem {
+        kind: ItemKind::FieldEvent,
+        channel: Channel::Whatsapp,
+        dedupe_key: format!("field:{name}:{language}:{event}:{}", at.millis()),
+        business: None,
+        customer: None,
+        item_type: Some("message_template_status_update".into()),
+        text: None,
+        media_id: None,
+        provider_ts: Some(UnixSeconds(at.unix_seconds())),
+        turn: None,
+        facts: serde_json::json!({
+            "kind": "field_event",
+            "field": "message_template_status_update",
+            "event": event,
+            "value": value,
+        }),
+    }
+}
+
 /// The status naming a send by its callback data (the send's answer was lost).
 pub fn with_callback(mut item: InboundItem, callback: String) -> InboundItem {
     item.facts["biz_opaque_callback_data"] = callback.into();

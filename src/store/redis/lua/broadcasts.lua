@@ -11,7 +11,7 @@
 
 local function broadcast_view(id, states)
   local b = get(k('bc', id), 'key', 'name', 'template', 'language', 'business', 'state',
-    'paused_because', 'created', 'start', 'deadline', 'rate')
+    'paused_because', 'paused_by', 'created', 'start', 'deadline', 'rate')
   if not b.state then
     return nil
   end
@@ -83,8 +83,8 @@ local function broadcast_recipients(a)
   return out
 end
 
--- Moves a broadcast from one of `from` to `to`; a cancel moves every recipient still in one of
--- `waiting` to `cancelled`.
+-- Moves a broadcast from one of `from` to `to`, paused by `paused_by` because of `reason` when
+-- given; a cancel moves every recipient still in one of `waiting` to `cancelled`.
 local function control_broadcast(a)
   local state = redis.call('HGET', k('bc', a.id), 'state')
   local allowed = false
@@ -102,6 +102,11 @@ local function control_broadcast(a)
     put(k('bc', a.id), {paused_because = a.reason})
   else
     redis.call('HDEL', k('bc', a.id), 'paused_because')
+  end
+  if a.paused_by then
+    put(k('bc', a.id), {paused_by = a.paused_by})
+  else
+    redis.call('HDEL', k('bc', a.id), 'paused_by')
   end
   for _, waiting in ipairs(a.waiting or {}) do
     local from = k('bc', a.id, 'st', waiting)
@@ -208,13 +213,14 @@ local function recipients_for_statuses(a)
   return out
 end
 
--- Live broadcasts, for time to move them on.
+-- Live broadcasts, for time and Meta's word on their templates to move them on.
 local function broadcasts_live(a)
   local out = {}
   for _, id in ipairs(redis.call('ZRANGE', k('bclive'), 0, -1)) do
-    local b = get(k('bc', id), 'state', 'start', 'deadline')
+    local b = get(k('bc', id), 'state', 'start', 'deadline', 'template', 'language', 'paused_by')
     out[#out + 1] = {id = tonumber(id), state = b.state, start = tonumber(b.start),
-      deadline = tonumber(b.deadline)}
+      deadline = tonumber(b.deadline), template = b.template, language = b.language,
+      paused_by = b.paused_by}
   end
   return out
 end

@@ -70,6 +70,9 @@ local function keep_item(it, d, receipt)
   redis.call('HSET', k('dedupe'), it.ch .. '\n' .. it.key, int(seq))
   redis.call('ZADD', k('inbox'), int(seq), int(seq))
   receipt.stored = receipt.stored + 1
+  if it.kind == 'field_event' then
+    receipt.events[#receipt.events + 1] = it.key
+  end
   if it.turn then
     receipt.due = earliest(receipt.due, schedule(it.turn, d, it.sent, seq))
     if it.ch == 'webchat' then
@@ -97,9 +100,10 @@ local function keep_quarantined(q, d, receipt)
 end
 
 -- A whole delivery: each item once per (channel, key); a redelivery with other content is an
--- anomaly, reported and not kept.
+-- anomaly, reported and not kept. The keys of field events kept for the first time are
+-- reported too, for the caller to act on once.
 local function ingest(d)
-  local receipt = {stored = 0, duplicates = 0, anomalies = {}, quarantined = 0}
+  local receipt = {stored = 0, duplicates = 0, anomalies = {}, events = {}, quarantined = 0}
   for _, it in ipairs(d.items) do
     local seen = redis.call('HGET', k('dedupe'), it.ch .. '\n' .. it.key)
     if not seen then
