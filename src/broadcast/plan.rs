@@ -1,4 +1,5 @@
-//! A broadcast before it is kept: who is left out and why (the audience's own reasons, and the
+//! A broadcast before it is kept: its template checked with Meta ([`Preflight`]), who is left
+//! out and why (the audience's own reasons, parameters the template does not take, and the
 //! customers who opted out), and what a dry run says it would do. The command line and the
 //! admin API both make broadcasts through it.
 
@@ -8,7 +9,9 @@ use serde::Serialize;
 
 use crate::broadcast::audience::Row;
 use crate::clock::millis;
+use crate::config::Config;
 use crate::store::{self, Broadcasts, NewBroadcast, NewRecipient, SkipReason};
+use crate::whatsapp::graph::{Graph, GraphError};
 
 /// An audience row as a recipient to keep.
 pub fn recipient(row: Row) -> NewRecipient {
@@ -41,6 +44,95 @@ pub async fn exclude_opted_out(store: &dyn Broadcasts, b: &mut NewBroadcast) -> 
     Ok(())
 }
 
+/// Checks a broadcast's template with Meta before anything is kept or sent.
+pub struct Preflight {
+    graph: Graph,
+    /// The WhatsApp Business Account the templates belong to.
+    account: String,
+}
+
+/// Why a broadcast's template cannot be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("{name:?} does not exist in {language:?} on the business account{}", others(.languages))]
+    NoTemplate {
+        name: String,
+        language: String,
+        languages: Vec<String>,
+    },
+    #[error("{name:?} ({language}) is {status}, not APPROVED: nothing can be sent with it")]
+    NotApproved {
+        name: String,
+        language: String,
+        status: String,
+    },
+    #[error("could not be checked with Meta: {0}")]
+    Graph(#[from] GraphError),
+}
+
+fn others(languages: &[String]) -> String {
+    match languages.is_empty() {
+        true => String::new(),
+        false => format!(" (it has {})", languages.join(", ")),
+    }
+}
+
+impl Preflight {
+    /// `None` in sandbox mode (no access token) or without a business account id: templates go
+    /// unchecked, and a dry run says so.
+    ///
+    /// # Errors
+    /// When the Graph API client cannot be built.
+    pub fn from_config(config: &Config) -> reqwest::Result<Option<Preflight>> {
+        let whatsapp = &config.whatsapp;
+        let (Some(token), Some(account)) = (&whatsapp.access_token, &whatsapp.business_account_id)
+        else {
+            return Ok(None);
+        };
+        let graph = Graph::new(&whatsapp.api_base, token.clone(), whatsapp.send_timeout)?;
+        Ok(Some(Preflight {
+            graph,
+            account: account.clone(),
+        }))
+    }
+
+    /// The template exists in the broadcast's language and is APPROVED; each recipient whose
+    /// parameters are not as many as its body takes is left out, saying so. Its body is kept
+    /// with the broadcast.
+    ///
+    /// # Errors
+    /// [`Refused`] when nothing could be sent with it, or Meta could not be asked.
+    pub async fn check(&self, b: &mut NewBroadcast) -> Result<(), Refused> {
+        let found = self.graph.templates(&self.account, &b.template).await?;
+        let Some(template) = found.iter().find(|t| t.language == b.language) else {
+            return Err(Refused::NoTemplate {
+                name: b.template.clone(),
+                language: b.language.clone(),
+                languages: found.into_iter().map(|t| t.language).collect(),
+            });
+        };
+        if template.status != "APPROVED" {
+            return Err(Refused::NotApproved {
+                name: b.template.clone(),
+                language: b.language.clone(),
+                status: template.status.clone(),
+            });
+        }
+        let takes = template.parameters();
+        for r in b.recipients.iter_mut().filter(|r| r.skipped.is_none()) {
+            if r.params.len() != takes {
+                let why = format!(
+                    "the template takes {takes} parameters; this row gives {}",
+                    r.params.len()
+                );
+                r.skipped = Some((SkipReason::Invalid, why));
+            }
+        }
+        b.body = template.body().map(str::to_owned);
+        Ok(())
+    }
+}
+
 /// What a create would do, with nothing kept.
 #[derive(Debug, Serialize)]
 pub struct DryRun {
@@ -52,6 +144,8 @@ pub struct DryRun {
     /// How long the sends take at the broadcast's rate.
     pub takes_ms: i64,
     pub rate: u32,
+    /// Meta confirmed the template and its parameters (see [`Preflight`]).
+    pub template_checked: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -86,6 +180,7 @@ impl DryRun {
             skipped,
             takes_ms: millis(takes),
             rate: b.rate,
+            template_checked: b.body.is_some(),
         }
     }
 }

@@ -10,7 +10,7 @@ use clap::Subcommand;
 
 use super::shown;
 use crate::broadcast::audience;
-use crate::broadcast::plan::{self, DryRun};
+use crate::broadcast::plan::{self, DryRun, Preflight};
 use crate::clock::{At, Clock, SystemClock, millis};
 use crate::config::Config;
 use crate::store::{self, BroadcastView, Control, NewBroadcast, RecipientState};
@@ -124,8 +124,20 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
                 start_at: at.unwrap_or(now),
                 until,
                 rate: rate.max(1),
+                body: None,
                 recipients: rows.into_iter().map(plan::recipient).collect(),
             };
+            match Preflight::from_config(config)? {
+                Some(preflight) => preflight
+                    .check(&mut broadcast)
+                    .await
+                    .context("the template")?,
+                None if !json => eprintln!(
+                    "the template is not checked with Meta: that needs whatsapp.access_token and \
+                     whatsapp.business_account_id"
+                ),
+                None => {}
+            }
             let store = store::open(&config.store).await?;
             plan::exclude_opted_out(store.as_ref(), &mut broadcast).await?;
             if dry_run {

@@ -61,6 +61,11 @@ const SETTINGS: &[Setting] = &[
         "Graph API access token. Unset: sandbox mode, replies are kept and never sent.",
         "\"EAAG...\"",
     ),
+    opt(
+        "whatsapp.business_account_id",
+        "Your WhatsApp Business Account id: a broadcast's template is checked through it (it exists, is APPROVED, takes the parameters given) before anything is sent.",
+        "\"240011223344556\"",
+    ),
     set("whatsapp.api_base", "Graph API base URL, with its version."),
     set(
         "whatsapp.batch_window",

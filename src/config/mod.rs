@@ -33,6 +33,10 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_WHATSAPP_VERIFY_TOKEN", "whatsapp.verify_token"),
     ("SABI_WHATSAPP_ACCESS_TOKEN", "whatsapp.access_token"),
     ("SABI_WHATSAPP_API_BASE", "whatsapp.api_base"),
+    (
+        "SABI_WHATSAPP_BUSINESS_ACCOUNT_ID",
+        "whatsapp.business_account_id",
+    ),
     ("SABI_BATCH_WINDOW", "whatsapp.batch_window"),
     ("SABI_BATCH_MAX_WAIT", "whatsapp.batch_max_wait"),
     ("SABI_OUTBOUND_RATE", "whatsapp.outbound_rate"),
@@ -291,6 +295,9 @@ pub struct WhatsappConfig {
     /// Graph API access token. Unset means sandbox mode: replies are stored, not sent.
     #[serde(skip_serializing)]
     pub access_token: Option<SecretString>,
+    /// The WhatsApp Business Account's id: broadcasts check their template through it before
+    /// anything is sent.
+    pub business_account_id: Option<String>,
     /// Graph API base URL, with its version.
     #[serde(default = "defaults::api_base")]
     pub api_base: String,
@@ -346,6 +353,7 @@ impl Default for WhatsappConfig {
             previous_app_secret: None,
             verify_token: None,
             access_token: None,
+            business_account_id: None,
             api_base: defaults::api_base(),
             batch_window: defaults::whatsapp_window(),
             batch_max_wait: defaults::max_wait(),

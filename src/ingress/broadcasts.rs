@@ -15,9 +15,9 @@ use serde_json::{Value, json};
 
 use super::{ApiError, AppState};
 use crate::broadcast::audience;
-use crate::broadcast::plan::{self, DryRun};
+use crate::broadcast::plan::{self, DryRun, Refused};
 use crate::clock::At;
-use crate::store::{Control, NewBroadcast, RecipientState};
+use crate::store::{self, Control, NewBroadcast, RecipientState};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct Create {
@@ -89,8 +89,21 @@ pub(super) async fn create(
         start_at: c.at.unwrap_or(now),
         until: c.until,
         rate: c.rate.unwrap_or(DEFAULT_RATE).max(1),
+        body: None,
         recipients: rows.into_iter().map(plan::recipient).collect(),
     };
+    if let Some(preflight) = &state.admin.preflight {
+        preflight.check(&mut broadcast).await.map_err(|e| match e {
+            // Meta could not be asked: try again later.
+            Refused::Graph(_) => {
+                ApiError::Store(store::Error::Unavailable(format!("the template {e}")))
+            }
+            _ => ApiError::Invalid {
+                field: "template",
+                why: e.to_string(),
+            },
+        })?;
+    }
     plan::exclude_opted_out(state.store.as_ref(), &mut broadcast).await?;
     if c.dry_run {
         return Ok(Json(json!(DryRun::of(&broadcast))));

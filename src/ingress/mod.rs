@@ -25,6 +25,7 @@ use axum::{Router, middleware};
 use secrecy::SecretString;
 use tokio::sync::Notify;
 
+use crate::broadcast::plan::Preflight;
 use crate::clock::SharedClock;
 use crate::config::{Config, IngressConfig};
 use crate::domain::BatchPolicy;
@@ -59,6 +60,9 @@ pub struct AdminSettings {
     /// What a person may label a turn's messages as: the router's intents (none when the
     /// router is off).
     pub intents: Vec<String>,
+    /// Checks a broadcast's template with Meta; `None` in sandbox mode or without a business
+    /// account id.
+    pub preflight: Option<Preflight>,
 }
 
 pub type AppState = Arc<Ingress>;
@@ -92,6 +96,7 @@ impl Ingress {
                 sandbox: config.whatsapp.sandbox(),
                 metrics_token: config.admin.metrics_token.clone(),
                 intents: intents.as_ref().map(|r| r.labels()).unwrap_or_default(),
+                preflight: Preflight::from_config(config).ok().flatten(),
             },
             source: SourcePolicy {
                 allow: config.ingress.webhook_allow.clone(),

@@ -352,6 +352,8 @@ pub struct NewBroadcast {
     pub until: Option<At>,
     /// Messages per second at most.
     pub rate: u32,
+    /// The template's body as Meta approved it, with its placeholders (when it was checked).
+    pub body: Option<String>,
     pub recipients: Vec<NewRecipient>,
 }
 
@@ -381,6 +383,8 @@ pub struct BroadcastView {
     /// Why it is paused, and who paused it, while it is.
     pub paused_because: Option<String>,
     pub paused_by: Option<PausedBy>,
+    /// The template's body as Meta approved it, when it was checked.
+    pub body: Option<String>,
     pub created_at: At,
     pub start_at: At,
     pub until: Option<At>,

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -77,6 +77,8 @@ struct Behaviour {
     window_closed: HashSet<String>,
     statuses: bool,
     media: HashMap<String, (String, Vec<u8>)>,
+    /// Message templates as `GET /{account}/message_templates` lists them.
+    templates: Vec<Value>,
 }
 
 struct Shared {
@@ -119,6 +121,7 @@ impl FakeGraph {
         let app = axum::Router::new()
             .route("/{version}/{number}/messages", post(messages))
             .route("/{version}/{media}", get(media_info))
+            .route("/{version}/{account}/message_templates", get(templates))
             .route("/download/{media}", get(download))
             .with_state(shared.clone());
         tokio::spawn(async move {
@@ -194,6 +197,19 @@ impl FakeGraph {
     /// window-failed one always gets its statuses).
     pub fn send_statuses(&self, on: bool) {
         lock(&self.shared.behaviour).statuses = on;
+    }
+
+    /// Lists a message template of the business account: `status` as Meta gives it
+    /// (APPROVED, PAUSED, ...), `body` with its `{{1}}`... placeholders.
+    pub fn add_template(&self, name: &str, language: &str, status: &str, body: &str) {
+        lock(&self.shared.behaviour).templates.push(json!({
+            "name": name,
+            "language": language,
+            "status": status,
+            "category": "MARKETING",
+            "components": [{"type": "BODY", "text": body}],
+            "id": "1689556908120042",
+        }));
     }
 
     /// Serves `bytes` as media `id`.
@@ -474,6 +490,26 @@ fn chrono_now_secs() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// The account's templates whose names contain `name`, as Meta's filter matches.
+async fn templates(
+    State(shared): State<Arc<Shared>>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorised(&shared, &headers) {
+        return error(401, 190, "Error validating access token");
+    }
+    let name = query.get("name").cloned().unwrap_or_default();
+    let data: Vec<Value> = lock(&shared.behaviour)
+        .templates
+        .iter()
+        .filter(|t| t["name"].as_str().is_some_and(|n| n.contains(&name)))
+        .cloned()
+        .collect();
+    Json(json!({"data": data, "paging": {"cursors": {"before": "MAZDZD", "after": "MAZDZD"}}}))
+        .into_response()
 }
 
 async fn media_info(

@@ -184,6 +184,34 @@ impl Graph {
         Ok(bytes)
     }
 
+    /// The business account's templates called `name`, one per language.
+    ///
+    /// # Errors
+    /// [`GraphError`].
+    pub async fn templates(
+        &self,
+        account: &str,
+        name: &str,
+    ) -> Result<Vec<TemplateInfo>, GraphError> {
+        #[derive(Deserialize)]
+        struct Answer {
+            #[serde(default)]
+            data: Vec<TemplateInfo>,
+        }
+        let url = url::Url::parse_with_params(
+            &format!("{}/{}/message_templates", self.base, urlencode(account)),
+            [
+                ("name", name),
+                ("fields", "name,language,status,category,components"),
+                ("limit", "100"),
+            ],
+        )
+        .map_err(|e| GraphError::NotSent(format!("the templates address: {e}")))?;
+        let answer: Answer = self.call(self.http.get(url)).await?;
+        // Meta's `name` filter matches parts of names too.
+        Ok(answer.data.into_iter().filter(|t| t.name == name).collect())
+    }
+
     async fn post_messages<T: serde::de::DeserializeOwned>(
         &self,
         from: &str,
@@ -210,6 +238,60 @@ impl Graph {
             .await
             .map_err(|e| GraphError::Unknown(format!("unreadable answer: {e}")))
     }
+}
+
+/// A message template as Meta lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TemplateInfo {
+    pub name: String,
+    pub language: String,
+    /// APPROVED, PENDING, REJECTED, PAUSED, DISABLED, ...
+    pub status: String,
+    #[serde(default)]
+    pub category: Option<String>,
+    #[serde(default)]
+    pub components: Vec<TemplateComponent>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TemplateComponent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+impl TemplateInfo {
+    /// The body's text, with its `{{1}}`, `{{2}}`... (or named) placeholders.
+    pub fn body(&self) -> Option<&str> {
+        self.components
+            .iter()
+            .find(|c| c.kind.eq_ignore_ascii_case("BODY"))
+            .and_then(|c| c.text.as_deref())
+    }
+
+    /// How many parameters the body takes: its distinct placeholders.
+    pub fn parameters(&self) -> usize {
+        let Some(body) = self.body() else { return 0 };
+        let mut names: Vec<&str> = body
+            .split("{{")
+            .skip(1)
+            .filter_map(|rest| rest.split_once("}}").map(|(name, _)| name.trim()))
+            .filter(|name| !name.is_empty())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.len()
+    }
+}
+
+/// A template's body with its placeholders filled in, in order: what the customer read.
+pub fn fill(body: &str, params: &[String]) -> String {
+    let mut text = body.to_owned();
+    for (n, value) in params.iter().enumerate() {
+        text = text.replace(&format!("{{{{{}}}}}", n + 1), value);
+    }
+    text
 }
 
 #[derive(Deserialize)]
@@ -383,6 +465,25 @@ fn urlencode(segment: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_templates_parameters_are_its_distinct_placeholders_and_fill_in_order() {
+        let template: TemplateInfo = serde_json::from_value(json!({
+            "name": "diwali_offer", "language": "en", "status": "APPROVED",
+            "components": [
+                {"type": "HEADER", "format": "TEXT", "text": "Hi {{1}}"},
+                {"type": "BODY", "text": "Happy Diwali, {{1}}! {{2}} off, {{1}}, tonight."},
+                {"type": "FOOTER", "text": "Reply STOP to opt out"}
+            ],
+        }))
+        .expect("a template");
+        assert_eq!(template.parameters(), 2);
+        let body = template.body().expect("a body");
+        assert_eq!(
+            fill(body, &["Ada".into(), "20%".into()]),
+            "Happy Diwali, Ada! 20% off, Ada, tonight."
+        );
+    }
 
     fn envelope(to: &str) -> Envelope<'_> {
         Envelope {

@@ -25,6 +25,7 @@ fn broadcast(rate: u32) -> NewBroadcast {
         start_at: now,
         until: None,
         rate,
+        body: None,
         recipients: (0..RECIPIENTS)
             .map(|n| NewRecipient {
                 to: format!("23480900000{n:02}"),
@@ -608,7 +609,12 @@ async fn a_paused_template_pauses_the_broadcast_and_its_approval_resumes_it() {
     assert_eq!(paused.paused_by, Some(sabi::store::PausedBy::Template));
     // The few sends claimed with the refused one end as they may; then nothing goes.
     loop {
-        let now = sabi.store.broadcast(b.id).await.expect("read").expect("kept");
+        let now = sabi
+            .store
+            .broadcast(b.id)
+            .await
+            .expect("read")
+            .expect("kept");
         if now.counts["sending"] == 0 {
             break;
         }
@@ -661,4 +667,85 @@ async fn a_paused_template_pauses_the_broadcast_and_its_approval_resumes_it() {
         );
     }
     assert_eq!(seen.len(), RECIPIENTS);
+}
+
+/// Before anything is kept, Meta is asked about the template: one that does not exist in the
+/// language, or is not APPROVED, refuses the broadcast; a row whose parameters the body does not
+/// take is left out; the body is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_template_is_checked_with_meta_before_anything_is_kept() {
+    use serde_json::{Value, json};
+    const ADMIN: &str = "admin-token-for-preflight";
+    const BODY: &str = "Happy Diwali, {{1}}! {{2}} off tonight only.";
+    let sabi = Sending::start(
+        Arc::new(Parts(1)),
+        &[
+            ("SABI_ADMIN_TOKEN", ADMIN),
+            ("SABI_WHATSAPP_BUSINESS_ACCOUNT_ID", "240011223344556"),
+        ],
+    )
+    .await;
+    sabi.fake
+        .add_template("diwali_offer", "en", "APPROVED", BODY);
+    sabi.fake
+        .add_template("diwali_offer_v2", "en", "PAUSED", BODY);
+    let create = |template: &str, language: &str, dry_run: bool| {
+        let request = sabi
+            .client
+            .post(format!("{}/admin/broadcasts", sabi.url))
+            .bearer_auth(ADMIN)
+            .json(&json!({
+                "name": "Diwali eve", "template": {"name": template, "language": language},
+                "from": "100000000000001", "dry_run": dry_run,
+                "recipients": [
+                    {"to": "2348031111111", "params": ["Ada", "20%"]},
+                    {"to": "2348032222222", "params": ["Bola"]},
+                ],
+            }));
+        async move {
+            let response = request.send().await.expect("answered");
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.expect("json"),
+            )
+        }
+    };
+
+    let (status, dry) = create("diwali_offer", "en", true).await;
+    assert_eq!(status, 200, "{dry}");
+    assert_eq!(
+        (dry["to_send"].as_u64(), dry["template_checked"].as_bool()),
+        (Some(1), Some(true))
+    );
+    assert_eq!(dry["skipped"][0]["to"], "2348032222222");
+    assert_eq!(dry["skipped"][0]["reason"], "invalid");
+    assert!(
+        dry["skipped"][0]["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("takes 2")),
+        "{dry}"
+    );
+
+    for (template, language, says) in [
+        (
+            "diwali_offer",
+            "fr",
+            "does not exist in \\\"fr\\\" on the business account (it has en)",
+        ),
+        ("diwali_offer_v2", "en", "PAUSED, not APPROVED"),
+        ("no_such_template", "en", "does not exist"),
+    ] {
+        let (status, refused) = create(template, language, false).await;
+        assert_eq!(status, 422, "{refused}");
+        assert!(refused.to_string().contains(says), "{refused}");
+    }
+    assert!(
+        sabi.store.broadcasts(10).await.expect("listed").is_empty(),
+        "nothing kept"
+    );
+
+    let (status, made) = create("diwali_offer", "en", false).await;
+    assert_eq!(status, 200, "{made}");
+    assert_eq!(made["broadcast"]["body"], BODY);
+    assert_eq!(made["broadcast"]["counts"]["skipped"], 1);
 }

@@ -26,8 +26,8 @@ pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(Broadcast
     let state = broadcast::initial(b.now, b.start_at);
     let id: Option<i64> = sqlx::query_scalar(
         "INSERT INTO broadcasts (key, name, template, language, business, state, created_at,
-                                 start_at, deadline, rate)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                                 start_at, deadline, rate, body)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (key) DO NOTHING RETURNING id",
     )
     .bind(&b.key)
@@ -40,6 +40,7 @@ pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(Broadcast
     .bind(b.start_at)
     .bind(b.until)
     .bind(i64::from(b.rate))
+    .bind(&b.body)
     .fetch_optional(&mut *tx)
     .await
     .map_err(unavailable)?;
@@ -132,7 +133,7 @@ pub(super) async fn view(conn: &mut PgConnection, id: i64) -> Result<Option<Broa
     }
     let row = sqlx::query(
         "SELECT key, name, template, language, business, state, paused_because, created_at,
-                start_at, deadline, rate, paused_by
+                start_at, deadline, rate, paused_by, body
          FROM broadcasts WHERE id = $1",
     )
     .bind(id)
@@ -155,6 +156,7 @@ pub(super) async fn view(conn: &mut PgConnection, id: i64) -> Result<Option<Broa
             .get::<Option<&str>, _>(11)
             .map(|by| known(PausedBy::parse, by))
             .transpose()?,
+        body: r.get(12),
         created_at: r.get(7),
         start_at: r.get(8),
         until: r.get(9),

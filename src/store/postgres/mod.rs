@@ -45,7 +45,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_routes.sql"),
     include_str!("migrations/0004_broadcasts.sql"),
     include_str!("migrations/0005_consents.sql"),
-    include_str!("migrations/0006_paused_by.sql"),
+    include_str!("migrations/0006_broadcast_pause_and_body.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;

@@ -606,7 +606,7 @@ impl Broadcasts for RedisStore {
         let args = json!({
             "key": b.key, "name": b.name, "template": b.template, "language": b.language,
             "business": b.business, "now": b.now, "start": b.start_at, "until": b.until,
-            "rate": b.rate, "state": broadcast::initial(b.now, b.start_at).as_str(),
+            "rate": b.rate, "body": b.body, "state": broadcast::initial(b.now, b.start_at).as_str(),
             "recipients": recipients, "states": recipient_states(),
         });
         let raw: RawCreated = self.call("create_broadcast", args).await?;

@@ -527,6 +527,7 @@ pub(super) struct RawBroadcast {
     state: String,
     paused_because: Option<String>,
     paused_by: Option<String>,
+    body: Option<String>,
     created: At,
     start: At,
     deadline: Option<At>,
@@ -554,6 +555,7 @@ impl RawBroadcast {
                 .as_deref()
                 .map(|by| known(PausedBy::parse, by))
                 .transpose()?,
+            body: self.body,
             created_at: self.created,
             start_at: self.start,
             until: self.deadline,

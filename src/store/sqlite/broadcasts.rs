@@ -33,14 +33,14 @@ pub(super) fn create(conn: &Connection, b: &NewBroadcast) -> Result<(BroadcastVi
     let id: i64 = conn
         .prepare_cached(
             "INSERT INTO broadcasts (key, name, template, language, business, state, created_at,
-                                     start_at, deadline, rate)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
+                                     start_at, deadline, rate, body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING id",
         )
         .and_then(|mut s| {
             s.query_row(
                 params![
                     b.key, b.name, b.template, b.language, b.business, state, b.now, b.start_at,
-                    b.until, b.rate
+                    b.until, b.rate, b.body
                 ],
                 |r| r.get(0),
             )
@@ -100,7 +100,7 @@ pub(super) fn view(conn: &Connection, id: i64) -> Result<Option<BroadcastView>> 
         .map_err(unavailable)?;
     conn.prepare_cached(
         "SELECT key, name, template, language, business, state, paused_because, created_at,
-                start_at, deadline, rate, paused_by
+                start_at, deadline, rate, paused_by, body
          FROM broadcasts WHERE id = ?1",
     )
     .and_then(|mut s| {
@@ -115,6 +115,7 @@ pub(super) fn view(conn: &Connection, id: i64) -> Result<Option<BroadcastView>> 
                 state: r.get(5)?,
                 paused_because: r.get(6)?,
                 paused_by: r.get(11)?,
+                body: r.get(12)?,
                 created_at: r.get(7)?,
                 start_at: r.get(8)?,
                 until: r.get(9)?,

@@ -53,6 +53,7 @@ fn diwali(key: Option<&str>, start_at: At) -> NewBroadcast {
         start_at,
         until: Some(T0 + ms(86_400_000)),
         rate: 20,
+        body: Some("Happy Diwali, {{1}}! {{2}} only tonight.".into()),
         recipients: audience(),
     }
 }
@@ -82,6 +83,10 @@ pub async fn a_broadcast_is_kept_once_per_key_with_its_audience(store: Arc<dyn S
         (BroadcastState::Running, 4, 2, 2, 0)
     );
     assert_eq!(b.key.as_deref(), Some("k-1"));
+    assert_eq!(
+        b.body.as_deref(),
+        Some("Happy Diwali, {{1}}! {{2}} only tonight.")
+    );
     assert_eq!((b.created_at, b.start_at, b.rate), (T0, T0, 20));
     assert_eq!(b.until, Some(T0 + ms(86_400_000)));
     let (later, created) = store

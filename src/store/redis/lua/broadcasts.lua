@@ -11,7 +11,7 @@
 
 local function broadcast_view(id, states)
   local b = get(k('bc', id), 'key', 'name', 'template', 'language', 'business', 'state',
-    'paused_because', 'paused_by', 'created', 'start', 'deadline', 'rate')
+    'paused_because', 'paused_by', 'body', 'created', 'start', 'deadline', 'rate')
   if not b.state then
     return nil
   end
@@ -37,7 +37,7 @@ local function create_broadcast(a)
   put(k('bc', id), {
     key = a.key, name = a.name, template = a.template, language = a.language,
     business = a.business, state = a.state, created = a.now, start = a.start,
-    deadline = a['until'], rate = a.rate,
+    deadline = a['until'], rate = a.rate, body = a.body,
   })
   if a.key then
     redis.call('HSET', k('bckey'), a.key, int(id))
