@@ -99,3 +99,102 @@ async fn crash_round(round: u64, kill_after: Duration) {
         stored.len()
     );
 }
+
+/// At most once per recipient, through real crashes: `sabi serve` sends a broadcast to the fake
+/// Graph API and is killed with SIGKILL three times at random moments. After the last restart
+/// everyone else is sent to, and no recipient was sent the template twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_broadcast_recipient_gets_it_twice_through_kill_9() {
+    use sabi::testing::graph::FakeGraph;
+    const RECIPIENTS: usize = 400;
+    const TOKEN: &str = "crash-graph-token";
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("time")
+        .as_nanos() as u64;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = FakeGraph::start(TOKEN).await;
+    let base = fake.base_url();
+    let env = [
+        ("SABI_WHATSAPP_ACCESS_TOKEN", TOKEN),
+        ("SABI_WHATSAPP_API_BASE", base.as_str()),
+    ];
+    let mut csv = String::from("phone,name\n");
+    for n in 0..RECIPIENTS {
+        csv.push_str(&format!("+23480{n:08},Customer {n}\n"));
+    }
+    std::fs::write(dir.path().join("audience.csv"), csv).expect("written");
+    let created = crate::helpers::json_lines(
+        dir.path(),
+        &[
+            "broadcast",
+            "create",
+            "--name",
+            "Diwali eve",
+            "--template",
+            "diwali_offer",
+            "--language",
+            "en",
+            "--audience",
+            "audience.csv",
+            "--param",
+            "name",
+            "--from",
+            "100000000000001",
+            "--rate",
+            "80",
+            "--json",
+        ],
+    );
+    let id = created[0]["id"].as_i64().expect("id").to_string();
+
+    for round in 0..3u64 {
+        let kill_after = Duration::from_millis(300 + (seed.wrapping_mul(round + 3) >> 9) % 900);
+        eprintln!("round {round}: kill -9 after {kill_after:?} (seed {seed})");
+        let sabi = crate::helpers::SabiProcess::start_with(dir.path(), &env);
+        tokio::time::sleep(kill_after).await;
+        sabi.kill9();
+    }
+    let _sabi = crate::helpers::SabiProcess::start_with(dir.path(), &env);
+    // Sends cut off by a kill stay `sending` until their lease lapses, then `unknown`: never
+    // sent again. Everyone else is sent to.
+    // Settled: nobody queued, and nothing moved for a second (the live sends ended).
+    let mut last = serde_json::Value::Null;
+    let counts = loop {
+        let shown = crate::helpers::json_lines(dir.path(), &["broadcast", "show", &id, "--json"]);
+        let counts = shown[0]["counts"].clone();
+        if counts["queued"] == 0 && counts == last {
+            break counts;
+        }
+        last = counts;
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+    };
+    let templates: Vec<String> = fake
+        .received()
+        .iter()
+        .filter(|r| r.body["type"] == "template")
+        .filter_map(|r| r.recipient().map(str::to_owned))
+        .collect();
+    let unique: HashSet<&String> = templates.iter().collect();
+    assert_eq!(unique.len(), templates.len(), "a recipient got it twice");
+    let count = |state: &str| counts[state].as_u64().unwrap_or(0);
+    assert_eq!(
+        count("accepted") + count("sending") + count("unknown"),
+        RECIPIENTS as u64,
+        "{counts}"
+    );
+    let cut_off = count("sending") + count("unknown");
+    assert!(
+        cut_off <= 3 * 4,
+        "at most the sends in flight at each kill are cut off: {counts}"
+    );
+    assert!(
+        unique.len() as u64 >= RECIPIENTS as u64 - cut_off,
+        "{} of {RECIPIENTS} sent: {counts}",
+        unique.len()
+    );
+    eprintln!(
+        "{} sent, {cut_off} cut off by the kills: {counts}",
+        unique.len()
+    );
+}
