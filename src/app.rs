@@ -262,6 +262,7 @@ impl App {
                 clock.clone(),
                 sender.clone(),
                 config.sender_settings(),
+                config.broadcast_settings(),
             )
         });
         // Written reply parts wake this node's sender (none in sandbox mode: nothing listens).

@@ -9,7 +9,8 @@ use serde::Serialize;
 
 use crate::broadcast::audience::Row;
 use crate::clock::millis;
-use crate::config::Config;
+use crate::config::{BroadcastSettings, Config};
+use crate::store::rules::broadcast;
 use crate::store::{self, Broadcasts, NewBroadcast, NewRecipient, SkipReason};
 use crate::whatsapp::graph::{Graph, GraphError};
 
@@ -23,12 +24,18 @@ pub fn recipient(row: Row) -> NewRecipient {
     }
 }
 
-/// Leaves out the recipients whose customers opted out of broadcasts. A claim checks again
-/// before each send, so a customer who opts out later is skipped too.
+/// Leaves out the recipients whose customers opted out of broadcasts, or were sent one within
+/// the cooldown before the broadcast starts; the claim checks both again before each send, so
+/// a customer who opts out later is skipped too. Returns how many customers Meta's messaging
+/// limit lets broadcasts reach now (`None`: unlimited).
 ///
 /// # Errors
-/// When the store cannot say who opted out.
-pub async fn exclude_opted_out(store: &dyn Broadcasts, b: &mut NewBroadcast) -> store::Result<()> {
+/// When the store cannot say.
+pub async fn leave_out(
+    store: &dyn Broadcasts,
+    settings: &BroadcastSettings,
+    b: &mut NewBroadcast,
+) -> store::Result<Option<u64>> {
     let listed: Vec<String> = b
         .recipients
         .iter()
@@ -36,12 +43,25 @@ pub async fn exclude_opted_out(store: &dyn Broadcasts, b: &mut NewBroadcast) -> 
         .map(|r| r.to.clone())
         .collect();
     let out = store.opted_out(&listed).await?;
-    for r in &mut b.recipients {
-        if r.skipped.is_none() && out.contains(&r.to) {
-            r.skipped = Some((SkipReason::OptedOut, "opted out of broadcasts".to_owned()));
-        }
+    let recent = store
+        .sent_since(&listed, b.start_at - settings.cooldown)
+        .await?;
+    let cooldown = humantime::format_duration(settings.cooldown);
+    for r in b.recipients.iter_mut().filter(|r| r.skipped.is_none()) {
+        let Some(reason) = broadcast::left_out(out.contains(&r.to), recent.contains(&r.to)) else {
+            continue;
+        };
+        let why = match reason {
+            SkipReason::OptedOut => "opted out of broadcasts".to_owned(),
+            _ => format!("sent a broadcast within the last {cooldown}"),
+        };
+        r.skipped = Some((reason, why));
     }
-    Ok(())
+    let Some(limit) = settings.messaging_limit.0 else {
+        return Ok(None);
+    };
+    let reached = store.reached(b.now - broadcast::LIMIT_SPAN).await?;
+    Ok(Some(limit.saturating_sub(reached)))
 }
 
 /// Checks a broadcast's template with Meta before anything is kept or sent.
@@ -141,9 +161,13 @@ pub struct DryRun {
     pub recipients: usize,
     pub to_send: usize,
     pub skipped: Vec<LeftOut>,
-    /// How long the sends take at the broadcast's rate.
+    /// How long the sends the messaging limit lets go now take at the broadcast's rate.
     pub takes_ms: i64,
     pub rate: u32,
+    /// Customers Meta's messaging limit lets broadcasts reach now (`None`: unlimited)...
+    pub headroom: Option<u64>,
+    /// ...and how many of this audience wait for more, a day at most.
+    pub wait_for_headroom: usize,
     /// Meta confirmed the template and its parameters (see [`Preflight`]).
     pub template_checked: bool,
 }
@@ -157,8 +181,11 @@ pub struct LeftOut {
 }
 
 impl DryRun {
-    pub fn of(b: &NewBroadcast) -> DryRun {
+    pub fn of(b: &NewBroadcast, headroom: Option<u64>) -> DryRun {
         let to_send = b.recipients.iter().filter(|r| r.skipped.is_none()).count();
+        let now = headroom.map_or(to_send, |h| {
+            to_send.min(usize::try_from(h).unwrap_or(usize::MAX))
+        });
         let skipped = b
             .recipients
             .iter()
@@ -172,7 +199,7 @@ impl DryRun {
                 })
             })
             .collect();
-        let takes = Duration::from_secs_f64(to_send as f64 / f64::from(b.rate.max(1)));
+        let takes = Duration::from_secs_f64(now as f64 / f64::from(b.rate.max(1)));
         DryRun {
             dry_run: true,
             recipients: b.recipients.len(),
@@ -180,6 +207,8 @@ impl DryRun {
             skipped,
             takes_ms: millis(takes),
             rate: b.rate,
+            headroom,
+            wait_for_headroom: to_send - now,
             template_checked: b.body.is_some(),
         }
     }

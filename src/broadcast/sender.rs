@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{At, SharedClock};
-use crate::config::{SenderSettings, Template};
+use crate::config::{BroadcastSettings, SenderSettings, Template};
 use crate::runner::{Runner, Work};
 use crate::sender::Sender;
 use crate::sender::pacer::Pacer;
@@ -32,8 +32,6 @@ use crate::whatsapp::graph::{Envelope, Graph, GraphError, Message};
 
 /// How long Meta's marketing limit per user (131049) holds a recipient before another try.
 const HOLD: Duration = Duration::from_secs(24 * 60 * 60);
-/// Holds for that limit before the recipient fails.
-const MAX_HOLDS: u32 = 3;
 /// Meta's refusals of the template itself: paused (132015) or disabled (132016).
 const TEMPLATE_STOPPED: [i64; 2] = [132_015, 132_016];
 /// Recipients in flight at once: few, so that replies never wait behind many of them.
@@ -47,6 +45,7 @@ pub struct Broadcaster {
     /// sends too.
     replies: Arc<Sender>,
     settings: SenderSettings,
+    broadcasts: BroadcastSettings,
     /// Each broadcast's own rate, keyed by its id.
     rates: Mutex<HashMap<i64, Arc<Pacer>>>,
 }
@@ -57,6 +56,7 @@ impl Broadcaster {
         clock: SharedClock,
         replies: Arc<Sender>,
         settings: SenderSettings,
+        broadcasts: BroadcastSettings,
     ) -> Arc<Broadcaster> {
         Arc::new(Broadcaster {
             store,
@@ -64,6 +64,7 @@ impl Broadcaster {
             clock,
             replies,
             settings,
+            broadcasts,
             rates: Mutex::new(HashMap::new()),
         })
     }
@@ -82,7 +83,7 @@ impl Broadcaster {
     fn limits(&self) -> Limits {
         Limits {
             max_failures: self.settings.max_failures,
-            max_holds: MAX_HOLDS,
+            max_holds: self.broadcasts.max_holds,
         }
     }
 
@@ -240,6 +241,8 @@ impl Work for Broadcaster {
                 lease: self.settings.lease,
                 limit: free,
                 halted: self.replies.skipped_numbers(),
+                cooldown: self.broadcasts.cooldown,
+                daily_limit: self.broadcasts.messaging_limit.0,
             })
             .await
     }

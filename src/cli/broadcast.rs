@@ -139,9 +139,10 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
                 None => {}
             }
             let store = store::open(&config.store).await?;
-            plan::exclude_opted_out(store.as_ref(), &mut broadcast).await?;
+            let settings = config.broadcast_settings();
+            let headroom = plan::leave_out(store.as_ref(), &settings, &mut broadcast).await?;
             if dry_run {
-                return dry(&broadcast, json);
+                return dry(&broadcast, headroom, json);
             }
             let (made, created) = store.create_broadcast(broadcast).await?;
             if !created && !json {
@@ -224,8 +225,8 @@ fn past(control: Control) -> &'static str {
 }
 
 /// What a create would do, with nothing kept.
-fn dry(b: &NewBroadcast, json: bool) -> anyhow::Result<()> {
-    let dry = DryRun::of(b);
+fn dry(b: &NewBroadcast, headroom: Option<u64>, json: bool) -> anyhow::Result<()> {
+    let dry = DryRun::of(b, headroom);
     if json {
         println!("{}", serde_json::to_string(&dry)?);
         return Ok(());
@@ -241,6 +242,14 @@ fn dry(b: &NewBroadcast, json: bool) -> anyhow::Result<()> {
         humantime::format_duration(Duration::from_secs(dry.takes_ms.unsigned_abs() / 1000)),
         b.rate
     );
+    if dry.wait_for_headroom > 0 {
+        println!(
+            "  {} wait for Meta's messaging limit (whatsapp.messaging_limit): {} more customers \
+             can be reached in these 24 hours; the rest go as it frees up",
+            dry.wait_for_headroom,
+            dry.headroom.unwrap_or(0)
+        );
+    }
     for s in &dry.skipped {
         println!(
             "  left out, line {}: {} ({})",

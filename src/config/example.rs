@@ -80,6 +80,10 @@ const SETTINGS: &[Setting] = &[
         "Messages per second per business number (Meta's default is 80).",
     ),
     set(
+        "whatsapp.messaging_limit",
+        "Meta's messaging limit for your business: unique customers broadcasts may reach in a rolling 24 hours (250, 2000, 10000, 100000 or \"unlimited\"); the rest of a broadcast waits for headroom.",
+    ),
+    set(
         "whatsapp.pair_spacing",
         "Least time between two messages to one customer.",
     ),
@@ -344,6 +348,14 @@ const SETTINGS: &[Setting] = &[
     set(
         "router.max_wrong_rate",
         "The share of local answers that may be wrong; `sabi route --calibrate` sets thresholds to meet it.",
+    ),
+    set(
+        "broadcast.cooldown",
+        "A customer sent a broadcast this recently is skipped by the next.",
+    ),
+    set(
+        "broadcast.max_holds",
+        "Holds for Meta's marketing limit per user (131049, a day each) before a recipient fails.",
     ),
     set(
         "broadcast.stop_reply",

@@ -18,7 +18,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
 pub use self::engine::{EnginePolicy, EngineSettings};
-pub use self::sender::{SenderSettings, Template};
+pub use self::sender::{BroadcastSettings, MessagingLimit, SenderSettings, Template};
 pub use self::tools::ToolConfig;
 use crate::domain::BatchPolicy;
 
@@ -41,6 +41,8 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_BATCH_MAX_WAIT", "whatsapp.batch_max_wait"),
     ("SABI_OUTBOUND_RATE", "whatsapp.outbound_rate"),
     ("SABI_PAIR_SPACING", "whatsapp.pair_spacing"),
+    ("SABI_MESSAGING_LIMIT", "whatsapp.messaging_limit"),
+    ("SABI_BROADCAST_COOLDOWN", "broadcast.cooldown"),
     ("SABI_SEND_TIMEOUT", "whatsapp.send_timeout"),
     ("SABI_UNKNOWN_OUTCOME_WAIT", "whatsapp.unknown_outcome_wait"),
     ("SABI_LLM_BASE_URL", "llm.base_url"),
@@ -310,6 +312,10 @@ pub struct WhatsappConfig {
     /// Messages per second per business number.
     #[serde(default = "defaults::outbound_rate", deserialize_with = "number::u32")]
     pub outbound_rate: u32,
+    /// Meta's messaging limit for the business: unique customers that broadcasts may reach in
+    /// a rolling 24 hours; beyond it, the rest of a broadcast waits.
+    #[serde(default = "defaults::messaging_limit")]
+    pub messaging_limit: MessagingLimit,
     /// The least time between two messages to one customer. Meta's pair limit is about one
     /// per 6 s with bursts allowed; a reply's few parts fit in the burst.
     #[serde(default = "defaults::pair_spacing", with = "duration")]
@@ -358,6 +364,7 @@ impl Default for WhatsappConfig {
             batch_window: defaults::whatsapp_window(),
             batch_max_wait: defaults::max_wait(),
             outbound_rate: defaults::outbound_rate(),
+            messaging_limit: defaults::messaging_limit(),
             pair_spacing: defaults::pair_spacing(),
             send_timeout: defaults::send_timeout(),
             unknown_outcome_wait: defaults::unknown_outcome_wait(),
@@ -717,6 +724,13 @@ pub struct BroadcastConfig {
     /// Told once to a customer who writes START and is opted back in.
     #[serde(default = "defaults::start_reply")]
     pub start_reply: String,
+    /// A customer sent a broadcast this recently is skipped by the next.
+    #[serde(default = "defaults::cooldown", with = "duration")]
+    pub cooldown: Duration,
+    /// Holds for Meta's marketing limit per user (131049, at least 24 h each) before a
+    /// recipient fails.
+    #[serde(default = "defaults::max_holds", deserialize_with = "number::u32")]
+    pub max_holds: u32,
 }
 
 impl Default for BroadcastConfig {
@@ -724,6 +738,8 @@ impl Default for BroadcastConfig {
         BroadcastConfig {
             stop_reply: defaults::stop_reply(),
             start_reply: defaults::start_reply(),
+            cooldown: defaults::cooldown(),
+            max_holds: defaults::max_holds(),
         }
     }
 }
@@ -935,6 +951,15 @@ impl Config {
 }
 
 impl Config {
+    /// How broadcasts run.
+    pub fn broadcast_settings(&self) -> BroadcastSettings {
+        BroadcastSettings {
+            cooldown: self.broadcast.cooldown,
+            max_holds: self.broadcast.max_holds,
+            messaging_limit: self.whatsapp.messaging_limit,
+        }
+    }
+
     /// The sender's settings.
     pub fn sender_settings(&self) -> SenderSettings {
         let w = &self.whatsapp;
@@ -965,6 +990,8 @@ impl WebchatConfig {
 mod defaults {
     use std::net::SocketAddr;
     use std::time::Duration;
+
+    use super::MessagingLimit;
 
     pub(super) fn listen() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 8080))
@@ -1066,6 +1093,15 @@ mod defaults {
     }
     pub(super) fn retry_base() -> Duration {
         Duration::from_secs(5)
+    }
+    pub(super) fn messaging_limit() -> MessagingLimit {
+        MessagingLimit(Some(250))
+    }
+    pub(super) fn cooldown() -> Duration {
+        Duration::from_secs(24 * 60 * 60)
+    }
+    pub(super) fn max_holds() -> u32 {
+        3
     }
     pub(super) fn stop_reply() -> String {
         "You will get no more offers or updates from us. You can still write to us any time, \

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
 /// How the sender runs, typed once from configuration.
 #[derive(Debug, Clone)]
@@ -41,4 +41,52 @@ pub struct Template {
     /// Body parameters, in order (positional).
     #[serde(default)]
     pub parameters: Vec<String>,
+}
+
+/// How broadcasts run, typed once from configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct BroadcastSettings {
+    /// A customer sent a broadcast this recently is skipped by the next.
+    pub cooldown: Duration,
+    /// Holds for Meta's marketing limit per user (131049) before a recipient fails.
+    pub max_holds: u32,
+    pub messaging_limit: MessagingLimit,
+}
+
+/// Meta's messaging limit: how many unique customers business-initiated messages may reach in
+/// a rolling 24 hours (250, 2,000, 10,000, 100,000, or unlimited); `None` is unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessagingLimit(pub Option<u64>);
+
+impl Serialize for MessagingLimit {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(n) => s.serialize_u64(n),
+            None => s.serialize_str("unlimited"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MessagingLimit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Spec {
+            Number(u64),
+            Text(String),
+        }
+        let limit = match Spec::deserialize(d)? {
+            Spec::Number(n) => n,
+            Spec::Text(t) if t.trim().eq_ignore_ascii_case("unlimited") => {
+                return Ok(MessagingLimit(None));
+            }
+            Spec::Text(t) => t.trim().parse().map_err(|_| {
+                de::Error::custom(format!("{t:?}: a number of customers, or \"unlimited\""))
+            })?,
+        };
+        if limit == 0 {
+            return Err(de::Error::custom("at least 1 customer, or \"unlimited\""));
+        }
+        Ok(MessagingLimit(Some(limit)))
+    }
 }

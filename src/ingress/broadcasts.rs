@@ -104,9 +104,10 @@ pub(super) async fn create(
             },
         })?;
     }
-    plan::exclude_opted_out(state.store.as_ref(), &mut broadcast).await?;
+    let settings = &state.admin.broadcasts;
+    let headroom = plan::leave_out(state.store.as_ref(), settings, &mut broadcast).await?;
     if c.dry_run {
-        return Ok(Json(json!(DryRun::of(&broadcast))));
+        return Ok(Json(json!(DryRun::of(&broadcast, headroom))));
     }
     let (made, created) = state.store.create_broadcast(broadcast).await?;
     Ok(Json(json!({ "created": created, "broadcast": made })))

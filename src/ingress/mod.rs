@@ -27,7 +27,7 @@ use tokio::sync::Notify;
 
 use crate::broadcast::plan::Preflight;
 use crate::clock::SharedClock;
-use crate::config::{Config, IngressConfig};
+use crate::config::{BroadcastSettings, Config, IngressConfig};
 use crate::domain::BatchPolicy;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -63,6 +63,7 @@ pub struct AdminSettings {
     /// Checks a broadcast's template with Meta; `None` in sandbox mode or without a business
     /// account id.
     pub preflight: Option<Preflight>,
+    pub broadcasts: BroadcastSettings,
 }
 
 pub type AppState = Arc<Ingress>;
@@ -97,6 +98,7 @@ impl Ingress {
                 metrics_token: config.admin.metrics_token.clone(),
                 intents: intents.as_ref().map(|r| r.labels()).unwrap_or_default(),
                 preflight: Preflight::from_config(config).ok().flatten(),
+                broadcasts: config.broadcast_settings(),
             },
             source: SourcePolicy {
                 allow: config.ingress.webhook_allow.clone(),

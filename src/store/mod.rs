@@ -418,6 +418,11 @@ pub struct RecipientClaim {
     pub limit: usize,
     /// Business numbers that must not send now.
     pub halted: Vec<String>,
+    /// A customer sent a broadcast this recently is skipped by the next ([`SkipReason::Cooldown`]).
+    pub cooldown: Duration,
+    /// Meta's messaging limit: unique customers per rolling 24 hours (`None`: unlimited). No
+    /// more are claimed once it is reached; the rest wait for headroom.
+    pub daily_limit: Option<u64>,
 }
 
 /// A broadcast recipient handed to a sender under a send lease.
@@ -826,7 +831,9 @@ pub trait Broadcasts: Send + Sync + 'static {
     /// each in audience order, under a send lease. In the same step, time moves the broadcasts
     /// on: a scheduled one whose start came runs, one past its deadline is cancelled with its
     /// waiting recipients, a send whose lease lapsed becomes unknown (never sent again), and a
-    /// running broadcast with nobody left to send to is finished.
+    /// running broadcast with nobody left to send to is finished. A due recipient whose customer
+    /// opted out, or is inside the cooldown, is skipped ([`rules::broadcast::left_out`]); none
+    /// is claimed beyond the messaging limit's headroom ([`rules::broadcast::headroom`]).
     async fn claim_recipients(&self, claim: RecipientClaim) -> Result<Vec<RecipientJob>>;
 
     /// Records how a send to a recipient ended, by the rulebook.
@@ -856,6 +863,13 @@ pub trait Broadcasts: Send + Sync + 'static {
 
     /// Those of `customers` who opted out of broadcasts.
     async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>>;
+
+    /// Those of `customers` sent a broadcast after `since`.
+    async fn sent_since(&self, customers: &[String], since: At) -> Result<HashSet<String>>;
+
+    /// How many customers broadcasts reached after `since`, or are being sent to: what Meta's
+    /// messaging limit counts.
+    async fn reached(&self, since: At) -> Result<u64>;
 }
 
 /// Whether the store can serve.

@@ -749,3 +749,73 @@ async fn the_template_is_checked_with_meta_before_anything_is_kept() {
     assert_eq!(made["broadcast"]["body"], BODY);
     assert_eq!(made["broadcast"]["counts"]["skipped"], 1);
 }
+
+/// Meta's messaging limit and the cooldown, end to end: with two customers a day allowed, a
+/// first broadcast reaches two; a second one's dry run leaves out the customer sent one today
+/// and says the others wait for headroom, and once kept, nobody more is sent to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_messaging_limit_holds_a_broadcast_back_and_the_cooldown_skips() {
+    use serde_json::{Value, json};
+    const ADMIN: &str = "admin-token-for-limits";
+    let sabi = Sending::start(
+        Arc::new(Parts(1)),
+        &[("SABI_ADMIN_TOKEN", ADMIN), ("SABI_MESSAGING_LIMIT", "2")],
+    )
+    .await;
+    let create = |to: &[&str], dry_run: bool| {
+        let recipients: Vec<Value> = to
+            .iter()
+            .map(|t| json!({"to": t, "params": ["x"]}))
+            .collect();
+        let request = sabi
+            .client
+            .post(format!("{}/admin/broadcasts", sabi.url))
+            .bearer_auth(ADMIN)
+            .json(&json!({
+                "name": "Diwali eve", "template": {"name": "diwali_offer", "language": "en"},
+                "from": "100000000000001", "dry_run": dry_run, "recipients": recipients,
+            }));
+        async move {
+            request
+                .send()
+                .await
+                .expect("answered")
+                .json::<Value>()
+                .await
+                .expect("json")
+        }
+    };
+    let (a, b, c, d) = (
+        "2348031111111",
+        "2348032222222",
+        "2348033333333",
+        "2348034444444",
+    );
+    let first = create(&[a, b, c], false).await;
+    let id = first["broadcast"]["id"].as_i64().expect("id");
+    // Two reached: the third waits for headroom.
+    let start = tokio::time::Instant::now();
+    loop {
+        let now = sabi.store.broadcast(id).await.expect("read").expect("kept");
+        if now.counts["accepted"] == 2 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{now:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let now = sabi.store.broadcast(id).await.expect("read").expect("kept");
+    assert_eq!(
+        (now.counts["accepted"], now.counts["queued"]),
+        (2, 1),
+        "{now:?}"
+    );
+
+    let dry = create(&[a, c, d], true).await;
+    assert_eq!(dry["headroom"], 0, "{dry}");
+    assert_eq!(dry["wait_for_headroom"], 2, "{dry}");
+    assert_eq!(dry["skipped"][0]["to"], a, "{dry}");
+    assert_eq!(dry["skipped"][0]["reason"], "cooldown", "{dry}");
+    let sent = sabi.fake.accepted().len();
+    assert_eq!(sent, 2);
+}

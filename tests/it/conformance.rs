@@ -41,6 +41,7 @@ use self::broadcasts::{
     opt_outs_keep_the_latest_choice_and_claims_skip_them,
     recipients_are_sent_at_most_once_and_broadcasts_end,
     statuses_move_broadcast_recipients_forward_only,
+    the_cooldown_skips_and_the_messaging_limit_holds_back,
     time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait,
 };
 use self::inspection::{
@@ -254,6 +255,7 @@ macro_rules! cases {
             time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait,
             opt_outs_keep_the_latest_choice_and_claims_skip_them,
             a_stopped_template_pauses_its_broadcasts_and_its_approval_resumes_them,
+            the_cooldown_skips_and_the_messaging_limit_holds_back,
         );
     };
 }

@@ -118,6 +118,7 @@ async fn no_broadcast_recipient_gets_it_twice_through_kill_9() {
     let env = [
         ("SABI_WHATSAPP_ACCESS_TOKEN", TOKEN),
         ("SABI_WHATSAPP_API_BASE", base.as_str()),
+        ("SABI_MESSAGING_LIMIT", "unlimited"),
     ];
     let mut csv = String::from("phone,name\n");
     for n in 0..RECIPIENTS {

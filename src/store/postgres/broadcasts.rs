@@ -306,9 +306,12 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
     for id in lapsed {
         step(&mut tx, id, &Event::LeaseLapsed, c.now, Limits::NONE).await?;
     }
-    let due: Vec<(i64, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT r.id, EXISTS (SELECT 1 FROM consents c
-                              WHERE c.customer = r.recipient AND c.opted_out)
+    let limit = c.limit.min(headroom(&mut tx, c).await?);
+    let due: Vec<(i64, bool, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT r.id,
+                EXISTS (SELECT 1 FROM consents c WHERE c.customer = r.recipient AND c.opted_out),
+                EXISTS (SELECT 1 FROM broadcast_recipients o
+                        WHERE o.recipient = r.recipient AND o.sent_at > $5 AND o.id <> r.id)
          FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
          WHERE b.state = $1 AND r.state IN {waiting} AND COALESCE(r.next_attempt_at, 0) <= $2
            AND NOT (b.business = ANY($3))
@@ -318,14 +321,15 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
     .bind(BroadcastState::Running.as_str())
     .bind(c.now)
     .bind(&c.halted)
-    .bind(super::limit(Some(c.limit)))
+    .bind(super::limit(Some(limit)))
+    .bind(c.now - c.cooldown)
     .fetch_all(&mut *tx)
     .await
     .map_err(unavailable)?;
     let mut jobs = Vec::with_capacity(due.len());
-    for (id, opted_out) in due {
-        if opted_out {
-            step(&mut tx, id, &Event::OptedOut, c.now, Limits::NONE).await?;
+    for (id, opted_out, in_cooldown) in due {
+        if let Some(reason) = broadcast::left_out(opted_out, in_cooldown) {
+            step(&mut tx, id, &Event::Skip(reason), c.now, Limits::NONE).await?;
             continue;
         }
         let claimed = step(
@@ -341,6 +345,49 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
     finish(&mut tx).await?;
     tx.commit().await.map_err(unavailable)?;
     Ok(jobs)
+}
+
+/// How many more customers may be sent to now under the messaging limit.
+async fn headroom(conn: &mut PgConnection, c: &RecipientClaim) -> Result<usize> {
+    match c.daily_limit {
+        None => Ok(usize::MAX),
+        Some(limit) => {
+            let reached = reached(conn, c.now - broadcast::LIMIT_SPAN).await?;
+            Ok(broadcast::headroom(Some(limit), reached))
+        }
+    }
+}
+
+/// Customers sent a broadcast after `since`, or being sent one.
+pub(super) async fn reached(conn: &mut PgConnection, since: At) -> Result<u64> {
+    let reached: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (
+             SELECT recipient FROM broadcast_recipients WHERE sent_at > $1
+             UNION SELECT recipient FROM broadcast_recipients WHERE state = $2) reached",
+    )
+    .bind(since)
+    .bind(RecipientState::Sending.as_str())
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(u64::try_from(reached).unwrap_or(0))
+}
+
+pub(super) async fn sent_since(
+    pool: &PgPool,
+    customers: &[String],
+    since: At,
+) -> Result<HashSet<String>> {
+    let found: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT recipient FROM broadcast_recipients
+         WHERE sent_at > $2 AND recipient = ANY($1)",
+    )
+    .bind(customers)
+    .bind(since)
+    .fetch_all(pool)
+    .await
+    .map_err(unavailable)?;
+    Ok(found.into_iter().collect())
 }
 
 pub(super) async fn record(

@@ -439,6 +439,13 @@ impl Broadcasts for PgStore {
     async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>> {
         broadcasts::opted_out(&self.pool, customers).await
     }
+    async fn sent_since(&self, customers: &[String], since: At) -> Result<HashSet<String>> {
+        broadcasts::sent_since(&self.pool, customers, since).await
+    }
+    async fn reached(&self, since: At) -> Result<u64> {
+        let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+        broadcasts::reached(&mut conn, since).await
+    }
 }
 
 #[async_trait]

@@ -678,16 +678,27 @@ impl Broadcasts for RedisStore {
             writes.extend(row.step(&Event::LeaseLapsed, claim.now, Limits::NONE)?);
         }
         self.save_recipients(writes, false).await?;
+        let limit = match claim.daily_limit {
+            None => claim.limit,
+            Some(daily) => {
+                let reached = self.reached(claim.now - broadcast::LIMIT_SPAN).await?;
+                claim.limit.min(broadcast::headroom(Some(daily), reached))
+            }
+        };
         let args = json!({
-            "now": claim.now, "limit": count(claim.limit), "halted": claim.halted,
-            "running": BroadcastState::Running.as_str(),
+            "now": claim.now, "limit": count(limit), "halted": claim.halted,
+            "running": BroadcastState::Running.as_str(), "cooled": claim.now - claim.cooldown,
         });
-        let due: List<RawRecipientRow> = self.call("recipients_due", args).await?;
+        let due: List<RawRecipientRow> = if limit == 0 {
+            List(Vec::new())
+        } else {
+            self.call("recipients_due", args).await?
+        };
         let (mut writes, mut jobs) = (Vec::new(), Vec::new());
         let take = Event::Claim { lease: claim.lease };
         for row in due.0 {
-            if row.opted_out() {
-                writes.extend(row.step(&Event::OptedOut, claim.now, Limits::NONE)?);
+            if let Some(reason) = row.left_out() {
+                writes.extend(row.step(&Event::Skip(reason), claim.now, Limits::NONE)?);
             } else if let Some((write, attempt)) = row.claimed(&take, claim.now)? {
                 writes.push(write);
                 jobs.push(row.into_job(attempt));
@@ -770,6 +781,15 @@ impl Broadcasts for RedisStore {
                 return Ok(true);
             }
         }
+    }
+    async fn sent_since(&self, customers: &[String], since: At) -> Result<HashSet<String>> {
+        let args = json!({"customers": customers, "since": since});
+        let sent: List<String> = self.call("sent_since", args).await?;
+        Ok(sent.0.into_iter().collect())
+    }
+    async fn reached(&self, since: At) -> Result<u64> {
+        self.call("broadcast_reach", json!({ "since": since }))
+            .await
     }
     async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>> {
         Ok(self

@@ -629,8 +629,10 @@ pub(super) struct RawRecipientRow {
     language: Option<String>,
     business: Option<String>,
     rate: Option<u32>,
-    /// Whether its customer opted out of broadcasts (as a claim reads it).
+    /// Whether its customer opted out of broadcasts, or is inside the cooldown (as a claim
+    /// reads it).
     opted_out: Option<bool>,
+    in_cooldown: Option<bool>,
     /// Which of the asked statuses named it (1-based, as Lua counts).
     i: Option<usize>,
 }
@@ -641,8 +643,9 @@ impl RawRecipientRow {
         self.i?.checked_sub(1)
     }
 
-    pub(super) fn opted_out(&self) -> bool {
-        self.opted_out == Some(true)
+    /// Why it is left out when its turn came, if it is.
+    pub(super) fn left_out(&self) -> Option<SkipReason> {
+        broadcast::left_out(self.opted_out == Some(true), self.in_cooldown == Some(true))
     }
 
     fn recipient(&self) -> Result<Recipient> {

@@ -268,6 +268,28 @@ pub fn template_news(item: &InboundItem) -> Option<TemplateNews> {
     })
 }
 
+/// Whether a recipient whose turn came is left out, and why: its customer opted out of
+/// broadcasts, or got another within the cooldown.
+pub fn left_out(opted_out: bool, in_cooldown: bool) -> Option<SkipReason> {
+    match (opted_out, in_cooldown) {
+        (true, _) => Some(SkipReason::OptedOut),
+        (false, true) => Some(SkipReason::Cooldown),
+        (false, false) => None,
+    }
+}
+
+/// How many more customers broadcasts may reach now under Meta's messaging limit (unique
+/// customers per rolling 24 hours; `None`: unlimited), given those reached or being sent to in
+/// that time. The rest wait for headroom.
+pub fn headroom(limit: Option<u64>, reached: u64) -> usize {
+    limit.map_or(usize::MAX, |limit| {
+        usize::try_from(limit.saturating_sub(reached)).unwrap_or(usize::MAX)
+    })
+}
+
+/// The span Meta's messaging limit counts customers over.
+pub const LIMIT_SPAN: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// Meta's answer that the user stopped marketing messages.
 pub const OPTED_OUT: i64 = 131_050;
 
@@ -380,8 +402,8 @@ pub enum Event<'a> {
     Status(Status<'a>),
     /// The broadcast was cancelled or its deadline passed.
     Cancel,
-    /// Its customer opted out of broadcasts before it was sent.
-    OptedOut,
+    /// Left out when its turn came (see [`left_out`]).
+    Skip(SkipReason),
 }
 
 /// The recipient after a step, and whether its customer opted out of broadcasts.
@@ -415,7 +437,7 @@ pub fn next(r: &Recipient, event: &Event<'_>, now: At, limits: Limits) -> Result
         Event::LeaseLapsed => lapse(r, now),
         Event::Status(status) => status_of(r, status, now),
         Event::Cancel => cancel(r),
-        Event::OptedOut => skip(r, SkipReason::OptedOut),
+        Event::Skip(reason) => skip(r, *reason),
     }
 }
 
@@ -692,7 +714,8 @@ mod tests {
                 Event::Claim { lease: ms(50) },
                 Event::LeaseLapsed,
                 Event::Cancel,
-                Event::OptedOut,
+                Event::Skip(SkipReason::OptedOut),
+                Event::Skip(SkipReason::Cooldown),
             ];
             for outcome in &outcomes {
                 for attempt in [2, 1] {
@@ -727,7 +750,7 @@ mod tests {
                 assert!(
                     !matches!(
                         (event, &step),
-                        (Event::Claim { .. } | Event::Cancel | Event::OptedOut, Ok(_))
+                        (Event::Claim { .. } | Event::Cancel | Event::Skip(_), Ok(_))
                     ),
                     "{r:?} {event:?}"
                 );

@@ -250,10 +250,13 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
         step(conn, id, &Event::LeaseLapsed, c.now, Limits::NONE)?;
     }
     let halted = serde_json::to_string(&c.halted).unwrap_or_else(|_| "[]".into());
-    let due: Vec<(i64, bool)> = conn
+    let limit = c.limit.min(headroom(conn, c)?);
+    let due: Vec<(i64, bool, bool)> = conn
         .prepare_cached(&format!(
-            "SELECT r.id, EXISTS (SELECT 1 FROM consents c
-                                  WHERE c.customer = r.recipient AND c.opted_out)
+            "SELECT r.id,
+                    EXISTS (SELECT 1 FROM consents c WHERE c.customer = r.recipient AND c.opted_out),
+                    EXISTS (SELECT 1 FROM broadcast_recipients o
+                            WHERE o.recipient = r.recipient AND o.sent_at > ?5 AND o.id <> r.id)
              FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
              WHERE b.state = ?1 AND r.state IN {waiting} AND coalesce(r.next_attempt_at, 0) <= ?2
                AND b.business NOT IN (SELECT value FROM json_each(?3))
@@ -261,17 +264,16 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
             waiting = *WAITING_SQL,
         ))
         .and_then(|mut s| {
-            s.query_map(
-                params![BroadcastState::Running, c.now, halted, limit_param(c.limit)],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?
-            .collect()
+            let cooled = c.now - c.cooldown;
+            let args = params![BroadcastState::Running, c.now, halted, limit_param(limit), cooled];
+            s.query_map(args, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect()
         })
         .map_err(unavailable)?;
     let mut jobs = Vec::with_capacity(due.len());
-    for (id, opted_out) in due {
-        if opted_out {
-            step(conn, id, &Event::OptedOut, c.now, Limits::NONE)?;
+    for (id, opted_out, in_cooldown) in due {
+        if let Some(reason) = broadcast::left_out(opted_out, in_cooldown) {
+            step(conn, id, &Event::Skip(reason), c.now, Limits::NONE)?;
             continue;
         }
         let claimed = step(
@@ -285,6 +287,42 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
     }
     finish(conn)?;
     Ok(jobs)
+}
+
+/// How many more customers may be sent to now under the messaging limit.
+fn headroom(conn: &Connection, c: &RecipientClaim) -> Result<usize> {
+    match c.daily_limit {
+        None => Ok(usize::MAX),
+        Some(limit) => {
+            let reached = reached(conn, c.now - broadcast::LIMIT_SPAN)?;
+            Ok(broadcast::headroom(Some(limit), reached))
+        }
+    }
+}
+
+/// Customers sent a broadcast after `since`, or being sent one.
+pub(super) fn reached(conn: &Connection, since: At) -> Result<u64> {
+    conn.prepare_cached(
+        "SELECT count(*) FROM (
+             SELECT recipient FROM broadcast_recipients WHERE sent_at > ?1
+             UNION SELECT recipient FROM broadcast_recipients WHERE state = ?2)",
+    )
+    .and_then(|mut s| s.query_row(params![since, RecipientState::Sending], |r| r.get(0)))
+    .map_err(unavailable)
+}
+
+pub(super) fn sent_since(
+    conn: &Connection,
+    customers: &[String],
+    since: At,
+) -> Result<HashSet<String>> {
+    let asked = serde_json::to_string(customers).unwrap_or_else(|_| "[]".into());
+    conn.prepare_cached(
+        "SELECT DISTINCT recipient FROM broadcast_recipients
+         WHERE sent_at > ?2 AND recipient IN (SELECT value FROM json_each(?1))",
+    )
+    .and_then(|mut s| s.query_map(params![asked, since], |r| r.get(0))?.collect())
+    .map_err(unavailable)
 }
 
 pub(super) fn record(

@@ -496,6 +496,15 @@ impl Broadcasts for SqliteStore {
         self.read(move |conn| broadcasts::opted_out(conn, &customers))
             .await
     }
+    async fn sent_since(&self, customers: &[String], since: At) -> Result<HashSet<String>> {
+        let customers = customers.to_vec();
+        self.read(move |conn| broadcasts::sent_since(conn, &customers, since))
+            .await
+    }
+    async fn reached(&self, since: At) -> Result<u64> {
+        self.read(move |conn| broadcasts::reached(conn, since))
+            .await
+    }
 }
 
 #[async_trait]

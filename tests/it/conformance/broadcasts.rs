@@ -206,6 +206,8 @@ fn sends(now: At, limit: usize) -> RecipientClaim {
         lease: ms(10_000),
         limit,
         halted: Vec::new(),
+        cooldown: ms(0),
+        daily_limit: None,
     }
 }
 
@@ -637,4 +639,96 @@ pub async fn a_stopped_template_pauses_its_broadcasts_and_its_approval_resumes_t
         state(french.id).await,
         (BroadcastState::Paused, Some(PausedBy::Template))
     );
+}
+
+pub async fn the_cooldown_skips_and_the_messaging_limit_holds_back(store: Arc<dyn Store>) {
+    const DAY: u64 = 86_400_000;
+    let two = |name: &str| NewBroadcast {
+        name: name.into(),
+        until: None,
+        ..diwali(None, T0)
+    };
+    let within = |now: At, limit: usize, daily: u64| RecipientClaim {
+        cooldown: ms(DAY),
+        daily_limit: Some(daily),
+        ..sends(now, limit)
+    };
+    let (first, _) = store.create_broadcast(two("first")).await.expect("kept");
+    // Meta lets the business reach one customer a day: the other waits.
+    let jobs = store
+        .claim_recipients(within(T0, 10, 1))
+        .await
+        .expect("claimed");
+    assert_eq!(jobs.len(), 1, "one customer of headroom");
+    assert!(
+        store
+            .claim_recipients(within(T0, 10, 1))
+            .await
+            .expect("claimed")
+            .is_empty(),
+        "the one being sent counts"
+    );
+    record(&store, &jobs[0], T0 + ms(10), accepted("wamid.c1")).await;
+    assert!(
+        store
+            .claim_recipients(within(T0 + ms(DAY - 1_000), 10, 1))
+            .await
+            .expect("claimed")
+            .is_empty(),
+        "no headroom within the day"
+    );
+    let next_day = store
+        .claim_recipients(within(T0 + ms(DAY + 1_000), 10, 1))
+        .await
+        .expect("claimed");
+    assert_eq!(next_day.len(), 1, "headroom again a day later");
+    record(
+        &store,
+        &next_day[0],
+        T0 + ms(DAY + 1_100),
+        accepted("wamid.c2"),
+    )
+    .await;
+    assert_eq!(
+        store
+            .broadcast(first.id)
+            .await
+            .expect("read")
+            .expect("kept")
+            .counts["accepted"],
+        2
+    );
+
+    // A second broadcast within the day skips the customer sent one; the first customer's day
+    // is over.
+    let (second, _) = store.create_broadcast(two("second")).await.expect("kept");
+    let jobs = store
+        .claim_recipients(within(T0 + ms(DAY + 2_000), 10, 100))
+        .await
+        .expect("claimed");
+    let to: Vec<&str> = jobs.iter().map(|j| j.to.as_str()).collect();
+    assert_eq!(to, [jobs_first_to(&first, &store).await.as_str()]);
+    let skipped = store
+        .broadcast_recipients(second.id, Some(RecipientState::Skipped), 10)
+        .await
+        .expect("recipients");
+    let cooled: Vec<&str> = skipped
+        .iter()
+        .filter(|r| r.skipped == Some(SkipReason::Cooldown))
+        .map(|r| r.to.as_str())
+        .collect();
+    assert_eq!(cooled.len(), 1, "{skipped:?}");
+    assert_ne!(cooled[0], to[0]);
+}
+
+/// The customer the first broadcast reached first.
+async fn jobs_first_to(b: &sabi::store::BroadcastView, store: &Arc<dyn Store>) -> String {
+    let sent = store
+        .broadcast_recipients(b.id, Some(RecipientState::Accepted), 10)
+        .await
+        .expect("recipients");
+    sent.iter()
+        .min_by_key(|r| r.id)
+        .map(|r| r.to.clone())
+        .expect("one sent")
 }

@@ -3,7 +3,8 @@
 -- order; P:bc:<id>:st:<state> zset of its recipients in each state (counted by ZCARD);
 -- P:bc:<id>:due zset of its waiting recipients (padded) -> when they may go; P:bcsending zset
 -- of recipients being sent (padded) -> when their lease lapses; P:br:<id> hash a recipient;
--- P:brwamid hash Meta's id -> recipient.
+-- P:brwamid hash Meta's id -> recipient; P:brsent zset customer -> when they were last sent a
+-- broadcast.
 --
 -- The rules are the rulebook's (store/rules/broadcast.rs): state names and allowed moves come
 -- in the arguments, and a recipient is moved by the caller, which loads it, asks the rulebook,
@@ -174,6 +175,9 @@ local function recipients_save(a)
       if w.wamid then
         redis.call('HSET', k('brwamid'), w.wamid, int(w.id))
       end
+      if w.sent then
+        redis.call('ZADD', k('brsent'), 'GT', w.sent, w.to)
+      end
       if w.waiting then
         redis.call('ZADD', k('bc', now.bc, 'due'), w.next or 0, pad(w.id))
       else
@@ -256,11 +260,19 @@ local function recipients_due(a)
         r.rate = tonumber(b.rate)
         local choice = redis.call('HGET', k('consent'), r.to)
         r.opted_out = choice and cjson.decode(choice).opted_out or false
+        local sent = tonumber(redis.call('ZSCORE', k('brsent'), r.to))
+        r.in_cooldown = sent ~= nil and sent > a.cooled
         out[#out + 1] = r
       end
     end
   end
   return out
+end
+
+-- Customers sent a broadcast since `since`, or being sent one: what Meta's messaging limit
+-- counts (an upper bound: one being sent who was also sent lately counts twice).
+local function broadcast_reach(a)
+  return redis.call('ZCOUNT', k('brsent'), '(' .. a.since, '+inf') + redis.call('ZCARD', k('bcsending'))
 end
 
 -- Running broadcasts with nobody waiting or being sent are finished.
@@ -301,4 +313,16 @@ local function consent_save(a)
   end
   redis.call('HSET', k('consent'), a.customer, a.choice)
   return true
+end
+
+-- Those of `customers` sent a broadcast after `since`.
+local function sent_since(a)
+  local out = {}
+  for _, customer in ipairs(a.customers) do
+    local sent = tonumber(redis.call('ZSCORE', k('brsent'), customer))
+    if sent and sent > a.since then
+      out[#out + 1] = customer
+    end
+  end
+  return out
 end

@@ -30,7 +30,8 @@ local OPS = {
   recipients_save = recipients_save, broadcasts_live = broadcasts_live,
   recipients_lapsed = recipients_lapsed, recipients_due = recipients_due,
   broadcasts_finish = broadcasts_finish, recipients_for_statuses = recipients_for_statuses,
-  consents = consents, consent_save = consent_save,
+  consents = consents, consent_save = consent_save, broadcast_reach = broadcast_reach,
+  sent_since = sent_since,
 }
 
 -- Keys lost (a restart without persistence, a flush) and made again start every counter anew:

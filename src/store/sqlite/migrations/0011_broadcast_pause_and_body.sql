@@ -3,3 +3,9 @@
 -- {{1}}... placeholders: what each recipient read, once filled in.
 ALTER TABLE broadcasts ADD COLUMN paused_by TEXT;
 ALTER TABLE broadcasts ADD COLUMN body TEXT;
+-- A claim asks who was sent a broadcast lately (the cooldown, per customer; Meta's messaging
+-- limit, unique customers in 24 hours) and which sends are under way.
+CREATE INDEX broadcast_recipients_sent ON broadcast_recipients (sent_at, recipient)
+    WHERE sent_at IS NOT NULL;
+CREATE INDEX broadcast_recipients_customer ON broadcast_recipients (recipient, sent_at);
+CREATE INDEX broadcast_recipients_by_state ON broadcast_recipients (state, lease_until);
