@@ -1,12 +1,13 @@
 //! Broadcasts: template campaigns to a business's customers: who gets one, with which
 //! parameters, and who is left out and why ([`audience`], [`plan`]); the loop that sends them,
-//! paced and once per recipient ([`sender`]); and customers' stop and start requests
-//! ([`consent`]). The lifecycles are in the store's rulebook (`store::rules::broadcast` and
+//! paced and once per recipient ([`sender`]); how it went ([`report`]); and customers' stop and
+//! start requests ([`consent`]). The lifecycles are in the store's rulebook (`store::rules::broadcast` and
 //! `store::rules::consent`).
 
 pub mod audience;
 pub mod consent;
 pub mod plan;
+pub mod report;
 pub mod sender;
 
 pub use self::consent::Consent;

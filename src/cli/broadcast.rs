@@ -11,6 +11,7 @@ use clap::Subcommand;
 use super::shown;
 use crate::broadcast::audience;
 use crate::broadcast::plan::{self, DryRun, Preflight};
+use crate::broadcast::report::{self, Prices, Report};
 use crate::clock::{At, Clock, SystemClock, millis};
 use crate::config::Config;
 use crate::store::{self, BroadcastView, Control, NewBroadcast, RecipientState};
@@ -68,6 +69,13 @@ pub(super) enum BroadcastAction {
         /// List the recipients in this state (queued, accepted, failed, skipped, ...).
         #[arg(long, value_parser = recipient_state)]
         recipients: Option<RecipientState>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// How it went: delivered, read, replied and opted-out rates, the replies minute by minute
+    /// after each send, and its cost (estimated, and as delivered).
+    Report {
+        id: i64,
         #[arg(long)]
         json: bool,
     },
@@ -187,6 +195,21 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
             }
             Ok(())
         }
+        BroadcastAction::Report { id, json } => {
+            let store = store::open(&config.store).await?;
+            let prices = Prices {
+                by_prefix: &config.broadcast.prices,
+                currency: &config.broadcast.currency,
+            };
+            let report = report::report(store.as_ref(), id, &prices)
+                .await?
+                .context("no broadcast has this id")?;
+            match json {
+                true => println!("{}", serde_json::to_string(&report)?),
+                false => print_report(&report)?,
+            }
+            Ok(())
+        }
         BroadcastAction::Pause { id, reason, json } => {
             control(config, id, Control::Pause, reason, json).await
         }
@@ -258,6 +281,38 @@ fn dry(b: &NewBroadcast, headroom: Option<u64>, json: bool) -> anyhow::Result<()
             s.reason
         );
     }
+    Ok(())
+}
+
+fn print_report(r: &Report) -> anyhow::Result<()> {
+    print(&r.broadcast, false)?;
+    let percent = |share: f64| format!("{:.1}%", share * 100.0);
+    println!(
+        "  sent {}: delivered {}, read {}, replied {}, opted out {}, failed {}",
+        r.sent,
+        percent(r.rates.delivered),
+        percent(r.rates.read),
+        percent(r.rates.replied),
+        percent(r.rates.opted_out),
+        percent(r.rates.failed)
+    );
+    let curve: Vec<String> = r.reply_curve.iter().map(u64::to_string).collect();
+    println!(
+        "  first replies per minute after the send: {} (later: {})",
+        curve.join(" "),
+        r.replies_later
+    );
+    println!(
+        "  cost: {:.2} {} estimated, {:.2} {} delivered{}",
+        r.cost.estimated,
+        r.cost.currency,
+        r.cost.actual,
+        r.cost.currency,
+        match r.cost.unpriced {
+            0 => String::new(),
+            n => format!(" ({n} recipients in countries without a price in broadcast.prices)"),
+        }
+    );
     Ok(())
 }
 

@@ -357,6 +357,12 @@ const SETTINGS: &[Setting] = &[
         "broadcast.max_holds",
         "Holds for Meta's marketing limit per user (131049, a day each) before a recipient fails.",
     ),
+    opt(
+        "broadcast.prices",
+        "What Meta charges for one marketing template message, by country prefix (the longest that matches): a broadcast's report estimates its cost before and counts it after.",
+        "{ \"234\" = 0.0516, \"91\" = 0.0107, \"44\" = 0.0705 }",
+    ),
+    set("broadcast.currency", "The currency of broadcast.prices."),
     set(
         "broadcast.stop_reply",
         "Told once to a WhatsApp customer who writes STOP (or its Pidgin, Yoruba, Igbo or Hausa equivalents): they get no broadcasts until START.",

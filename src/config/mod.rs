@@ -10,6 +10,7 @@ mod example;
 mod sender;
 mod tools;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -731,6 +732,13 @@ pub struct BroadcastConfig {
     /// recipient fails.
     #[serde(default = "defaults::max_holds", deserialize_with = "number::u32")]
     pub max_holds: u32,
+    /// What Meta charges for one template message, by the recipient's country prefix (the
+    /// longest that matches): a broadcast's cost before it goes and after.
+    #[serde(default)]
+    pub prices: BTreeMap<String, f64>,
+    /// The currency of `prices`.
+    #[serde(default = "defaults::currency")]
+    pub currency: String,
 }
 
 impl Default for BroadcastConfig {
@@ -740,6 +748,8 @@ impl Default for BroadcastConfig {
             start_reply: defaults::start_reply(),
             cooldown: defaults::cooldown(),
             max_holds: defaults::max_holds(),
+            prices: BTreeMap::new(),
+            currency: defaults::currency(),
         }
     }
 }
@@ -1102,6 +1112,9 @@ mod defaults {
     }
     pub(super) fn max_holds() -> u32 {
         3
+    }
+    pub(super) fn currency() -> String {
+        "USD".into()
     }
     pub(super) fn stop_reply() -> String {
         "You will get no more offers or updates from us. You can still write to us any time, \

@@ -5,7 +5,7 @@
 //!   "at", "until", "rate", "key", "dry_run"}`: keeps it (once per key), or with `dry_run` says
 //!   who would get it and who is left out, keeping nothing;
 //! - `GET /admin/broadcasts`, `GET /admin/broadcasts/{id}`;
-//! - `GET /admin/broadcasts/{id}/recipients?state=&limit=`;
+//! - `GET /admin/broadcasts/{id}/recipients?state=&limit=`, `GET /admin/broadcasts/{id}/report`;
 //! - `POST /admin/broadcasts/{id}/pause` `{"reason"}`, `.../resume`, `.../cancel`.
 
 use axum::Json;
@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use super::{ApiError, AppState};
 use crate::broadcast::audience;
 use crate::broadcast::plan::{self, DryRun, Refused};
+use crate::broadcast::report::{self, Prices};
 use crate::clock::At;
 use crate::store::{self, Control, NewBroadcast, RecipientState};
 
@@ -111,6 +112,20 @@ pub(super) async fn create(
     }
     let (made, created) = state.store.create_broadcast(broadcast).await?;
     Ok(Json(json!({ "created": created, "broadcast": made })))
+}
+
+pub(super) async fn report(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let prices = Prices {
+        by_prefix: &state.admin.prices,
+        currency: &state.admin.currency,
+    };
+    let report = report::report(state.store.as_ref(), id, &prices)
+        .await?
+        .ok_or(ApiError::NotFound)?;
+    Ok(Json(json!(report)))
 }
 
 pub(super) async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {

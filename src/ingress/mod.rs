@@ -64,6 +64,9 @@ pub struct AdminSettings {
     /// account id.
     pub preflight: Option<Preflight>,
     pub broadcasts: BroadcastSettings,
+    /// A broadcast report's prices by country prefix, and their currency.
+    pub prices: std::collections::BTreeMap<String, f64>,
+    pub currency: String,
 }
 
 pub type AppState = Arc<Ingress>;
@@ -99,6 +102,8 @@ impl Ingress {
                 intents: intents.as_ref().map(|r| r.labels()).unwrap_or_default(),
                 preflight: Preflight::from_config(config).ok().flatten(),
                 broadcasts: config.broadcast_settings(),
+                prices: config.broadcast.prices.clone(),
+                currency: config.broadcast.currency.clone(),
             },
             source: SourcePolicy {
                 allow: config.ingress.webhook_allow.clone(),
@@ -229,6 +234,7 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
                 "/admin/broadcasts/{id}/recipients",
                 get(broadcasts::recipients),
             )
+            .route("/admin/broadcasts/{id}/report", get(broadcasts::report))
             .route("/admin/broadcasts/{id}/pause", post(broadcasts::pause))
             .route("/admin/broadcasts/{id}/resume", post(broadcasts::resume))
             .route("/admin/broadcasts/{id}/cancel", post(broadcasts::cancel))

@@ -407,7 +407,14 @@ pub struct RecipientView {
     pub error: Option<String>,
     pub error_code: Option<i64>,
     pub wamid: Option<String>,
+    /// When Meta took it.
+    pub sent_at: Option<At>,
+    /// When the customer first wrote after it (within [`REPLY_SPAN`]).
+    pub replied_at: Option<At>,
 }
+
+/// How long after a broadcast a customer's message counts as its reply.
+pub const REPLY_SPAN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// Which broadcast recipients a sender may claim.
 #[derive(Debug, Clone)]

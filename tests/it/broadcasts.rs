@@ -819,3 +819,99 @@ async fn the_messaging_limit_holds_a_broadcast_back_and_the_cooldown_skips() {
     let sent = sabi.fake.accepted().len();
     assert_eq!(sent, 2);
 }
+
+/// The report: who got it, read it, answered it or opted out after it, the replies minute by
+/// minute after the send, and the cost at `broadcast.prices`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_counts_replies_opt_outs_and_cost() {
+    use serde_json::Value;
+    const ADMIN: &str = "admin-token-for-reports";
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("sabi.toml"),
+        "[broadcast]\nprices = { \"234\" = 0.05, \"44\" = 0.07 }\ncurrency = \"USD\"\n",
+    )
+    .expect("config written");
+    let sabi = Sending::launch(
+        dir,
+        Some(Arc::new(Parts(1))),
+        &[("SABI_ADMIN_TOKEN", ADMIN)],
+        true,
+    )
+    .await;
+    sabi.fake.send_statuses(true);
+    let now = SystemClock.now();
+    let customers: Vec<String> = (0..10).map(|n| format!("23480700000{n:02}")).collect();
+    let (b, _) = sabi
+        .store
+        .create_broadcast(NewBroadcast {
+            key: None,
+            now,
+            start_at: now,
+            recipients: customers
+                .iter()
+                .map(|to| NewRecipient {
+                    to: to.clone(),
+                    params: vec!["Friend".into(), "10% off".into()],
+                    line: None,
+                    skipped: None,
+                })
+                .collect(),
+            ..broadcast(50)
+        })
+        .await
+        .expect("kept");
+    let start = tokio::time::Instant::now();
+    loop {
+        let now = sabi
+            .store
+            .broadcast(b.id)
+            .await
+            .expect("read")
+            .expect("kept");
+        if now.counts["delivered"] == 10 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{now:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for (n, text) in ["Is it for shoes too?", "hi", "how much", "STOP"]
+        .iter()
+        .enumerate()
+    {
+        sabi.customer_writes(&format!("wamid.reply{n}"), &customers[n], text, 0)
+            .await;
+    }
+    let report = loop {
+        let report: Value = sabi
+            .client
+            .get(format!("{}/admin/broadcasts/{}/report", sabi.url, b.id))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("report")
+            .json()
+            .await
+            .expect("json");
+        if report["rates"]["opted_out"] == 0.1 {
+            break report;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{report}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(report["sent"], 10, "{report}");
+    assert_eq!(report["rates"]["delivered"], 1.0, "{report}");
+    assert_eq!(report["rates"]["replied"], 0.4, "{report}");
+    assert_eq!(report["reply_curve"][0], 4, "{report}");
+    assert_eq!(report["replies_later"], 0, "{report}");
+    let cost = &report["cost"];
+    assert!(
+        (cost["estimated"].as_f64().expect("estimated") - 0.5).abs() < 1e-9,
+        "{report}"
+    );
+    assert!(
+        (cost["actual"].as_f64().expect("actual") - 0.5).abs() < 1e-9,
+        "{report}"
+    );
+    assert_eq!(cost["unpriced"], 0, "{report}");
+}

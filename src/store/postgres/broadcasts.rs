@@ -17,8 +17,8 @@ use crate::store::rules::broadcast::{
 use crate::store::rules::consent::{self, Choice, Source};
 use crate::store::rules::part::{Delivery, Status};
 use crate::store::{
-    BroadcastView, Error, NewBroadcast, RecipientClaim, RecipientJob, RecipientView, Result,
-    parse_broadcast_callback, recipient_counts,
+    BroadcastView, Error, NewBroadcast, REPLY_SPAN, RecipientClaim, RecipientJob, RecipientView,
+    Result, parse_broadcast_callback, recipient_counts,
 };
 
 pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(BroadcastView, bool)> {
@@ -173,7 +173,8 @@ pub(super) async fn recipients(
     limit: usize,
 ) -> Result<Vec<RecipientView>> {
     let rows = sqlx::query(
-        "SELECT id, recipient, params, line, state, skipped, error, error_code, wamid
+        "SELECT id, recipient, params, line, state, skipped, error, error_code, wamid, sent_at,
+                replied_at
          FROM broadcast_recipients
          WHERE broadcast_id = $1 AND ($2::TEXT IS NULL OR state = $2)
          ORDER BY id LIMIT $3",
@@ -202,6 +203,8 @@ pub(super) async fn recipients(
                 error: r.get(6),
                 error_code: r.get(7),
                 wamid: r.get(8),
+                sent_at: r.get(9),
+                replied_at: r.get(10),
             })
         })
         .collect()
@@ -686,4 +689,23 @@ async fn job(conn: &mut PgConnection, id: i64, attempt: u32) -> Result<Recipient
         business: r.get(5),
         rate: u32::try_from(r.get::<i64, _>(6)).unwrap_or(u32::MAX),
     })
+}
+
+/// A customer's message is the reply to the broadcast they were last sent, if that came within
+/// [`REPLY_SPAN`] and had none yet.
+pub(super) async fn note_reply(conn: &mut PgConnection, customer: &str, at: At) -> Result<()> {
+    sqlx::query(
+        "UPDATE broadcast_recipients SET replied_at = $2
+         WHERE id = (SELECT id FROM broadcast_recipients
+                     WHERE recipient = $1 AND sent_at > $3 AND sent_at <= $2
+                     ORDER BY sent_at DESC LIMIT 1)
+           AND replied_at IS NULL",
+    )
+    .bind(customer)
+    .bind(at)
+    .bind(at - REPLY_SPAN)
+    .execute(&mut *conn)
+    .await
+    .map(drop)
+    .map_err(unavailable)
 }

@@ -4,17 +4,18 @@
 -- One customer message that wakes its conversation, stored and scheduled in one round trip:
 -- the message's unique key first, then the conversation's row (the order every ingest takes its
 -- locks in), so a racing copy waits on the key and schedules nothing. Due one window after the
--- latest message, never later than the cap after the first. Returns the message's seq and the
+-- latest message, never later than the cap after the first; a WhatsApp message is noted as the
+-- reply to the customer's latest broadcast. Returns the message's seq and the
 -- conversation's due time, or no row when the message was already stored. Every PostgreSQL
 -- ingest of such a message calls it, alone or inside a delivery's transaction. `p_seq`, when
 -- given, is the message's place in arrival order, taken ahead for a delivery whose items are
 -- stored in another order than they came (see `lock_order`). The sequence is named, not looked
 -- up by `pg_get_serial_sequence`, which would cost a catalog read on every message.
-CREATE OR REPLACE FUNCTION sabi_ingest_message_v2(
+CREATE OR REPLACE FUNCTION sabi_ingest_message_v3(
     p_channel TEXT, p_key TEXT, p_business TEXT, p_customer TEXT, p_type TEXT, p_text TEXT,
     p_media TEXT, p_provider_ts BIGINT, p_received BIGINT, p_hash BYTEA, p_facts TEXT,
     p_conv_channel TEXT, p_conv_business TEXT, p_conv_customer TEXT,
-    p_window BIGINT, p_cap BIGINT, p_sent_at BIGINT, p_seq BIGINT)
+    p_window BIGINT, p_cap BIGINT, p_sent_at BIGINT, p_seq BIGINT, p_reply_since BIGINT)
 RETURNS TABLE (seq BIGINT, due_at BIGINT) LANGUAGE plpgsql AS $$
 DECLARE
     stored BIGINT;
@@ -43,6 +44,16 @@ BEGIN
         last_inbound_at = GREATEST(COALESCE(c.last_inbound_at, 0), EXCLUDED.last_inbound_at)
     RETURNING c.id, c.due_at INTO conversation, due;
     UPDATE inbox SET conversation_id = conversation WHERE inbox.seq = stored;
+    -- On WhatsApp, the reply to the broadcast the customer was last sent, if that came after
+    -- p_reply_since and had none yet (broadcast reports count it).
+    IF p_channel = 'whatsapp' THEN
+        UPDATE broadcast_recipients SET replied_at = p_received
+        WHERE id = (SELECT r.id FROM broadcast_recipients r
+                    WHERE r.recipient = p_customer AND r.sent_at > p_reply_since
+                      AND r.sent_at <= p_received
+                    ORDER BY r.sent_at DESC LIMIT 1)
+          AND replied_at IS NULL;
+    END IF;
     seq := stored;
     due_at := due;
     RETURN NEXT;

@@ -20,7 +20,7 @@ use crate::store::rules::item::ItemState;
 use crate::store::rules::{broadcast, consent};
 use crate::store::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest, IngestReceipt,
-    JobStatus, Result, StoredItem, StoredQuarantine, Submitted,
+    JobStatus, REPLY_SPAN, Result, StoredItem, StoredQuarantine, Submitted,
 };
 
 pub(super) async fn ingest(pool: &PgPool, delivery: &Ingest) -> Result<IngestReceipt> {
@@ -65,7 +65,7 @@ async fn ingest_message(
 
 /// Stores a customer message that wakes its conversation and schedules the conversation (due
 /// one window after the latest message, never later than the cap after the first), through
-/// `sabi_ingest_message_v2` (functions.sql): the message's unique key first, then the
+/// `sabi_ingest_message_v3` (functions.sql): the message's unique key first, then the
 /// conversation's row, so a racing copy waits on the key and schedules nothing. The
 /// conversation's due time when the message is new; `None` when it was already stored.
 async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
@@ -77,8 +77,9 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     seq: Option<i64>,
 ) -> Result<Option<At>> {
     let stored: Option<(i64, At)> = sqlx::query_as(
-        "SELECT seq, due_at FROM sabi_ingest_message_v2(
-             $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+        "SELECT seq, due_at FROM sabi_ingest_message_v3(
+             $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+             $19)",
     )
     .bind(item.channel.as_str())
     .bind(&item.dedupe_key)
@@ -98,6 +99,7 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     .bind(millis(delivery.policy.cap))
     .bind(sent_at(item, delivery.received_at))
     .bind(seq)
+    .bind(delivery.received_at - REPLY_SPAN)
     .fetch_optional(executor)
     .await
     .map_err(unavailable)?;
@@ -169,6 +171,11 @@ async fn ingest_in(
         }
         if let Some(news) = broadcast::template_news(item) {
             broadcasts::hear_template(conn, &news).await?;
+        }
+        if let (ItemKind::Message, Channel::Whatsapp, Some(customer)) =
+            (item.kind, item.channel, &item.customer)
+        {
+            broadcasts::note_reply(conn, customer, delivery.received_at).await?;
         }
         if let Some(change) = amendment(item) {
             amend(conn, item.channel, &change).await?;

@@ -23,8 +23,8 @@ use crate::store::rules::part::{Delivery, PartKind, PartState};
 use crate::store::rules::review::ReviewState;
 use crate::store::{
     BroadcastView, ChatExchange, ChatJob, ConversationView, Ending, Error, Gauges, HistoryEntry,
-    Ingest, OutboxEntry, RecipientJob, RecipientView, Resolution, Result, ReviewEntry, RouteGuess,
-    RoutedTurn, SendJob, SendResult, Speaker, StoredItem, StoredQuarantine, TurnStats,
+    Ingest, OutboxEntry, REPLY_SPAN, RecipientJob, RecipientView, Resolution, Result, ReviewEntry,
+    RouteGuess, RoutedTurn, SendJob, SendResult, Speaker, StoredItem, StoredQuarantine, TurnStats,
     parse_send_callback, recipient_counts,
 };
 
@@ -65,6 +65,7 @@ fn conversation(ch: &str, biz: String, cust: String) -> Result<ConversationKey> 
 pub(super) fn delivery(d: &Ingest) -> Value {
     json!({
         "recv": d.received_at,
+        "reply_since": d.received_at - REPLY_SPAN,
         "window": millis(d.policy.window),
         "cap": millis(d.policy.cap),
         "items": d.items.iter().map(|i| item(i, d.received_at)).collect::<Vec<_>>(),
@@ -585,6 +586,8 @@ pub(super) struct RawRecipient {
     error: Option<String>,
     error_code: Option<i64>,
     wamid: Option<String>,
+    sent: Option<At>,
+    replied: Option<At>,
 }
 
 impl RawRecipient {
@@ -602,6 +605,8 @@ impl RawRecipient {
             error: self.error,
             error_code: self.error_code,
             wamid: self.wamid,
+            sent_at: self.sent,
+            replied_at: self.replied,
         })
     }
 }

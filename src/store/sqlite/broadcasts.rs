@@ -15,8 +15,8 @@ use crate::store::rules::broadcast::{
 use crate::store::rules::consent::{self, Choice, Source};
 use crate::store::rules::part::Status;
 use crate::store::{
-    BroadcastView, Error, NewBroadcast, RecipientClaim, RecipientJob, RecipientView, Result,
-    parse_broadcast_callback, recipient_counts,
+    BroadcastView, Error, NewBroadcast, REPLY_SPAN, RecipientClaim, RecipientJob, RecipientView,
+    Result, parse_broadcast_callback, recipient_counts,
 };
 
 pub(super) fn create(conn: &Connection, b: &NewBroadcast) -> Result<(BroadcastView, bool)> {
@@ -136,7 +136,8 @@ pub(super) fn recipients(
     limit: usize,
 ) -> Result<Vec<RecipientView>> {
     conn.prepare_cached(
-        "SELECT id, recipient, params, line, state, skipped, error, error_code, wamid
+        "SELECT id, recipient, params, line, state, skipped, error, error_code, wamid, sent_at,
+                replied_at
          FROM broadcast_recipients
          WHERE broadcast_id = ?1 AND (?2 IS NULL OR state = ?2)
          ORDER BY id LIMIT ?3",
@@ -158,6 +159,8 @@ pub(super) fn recipients(
                     error: r.get(6)?,
                     error_code: r.get(7)?,
                     wamid: r.get(8)?,
+                    sent_at: r.get(9)?,
+                    replied_at: r.get(10)?,
                 })
             },
         )?
@@ -556,5 +559,20 @@ fn job(conn: &Connection, id: i64, attempt: u32) -> Result<RecipientJob> {
             })
         })
     })
+    .map_err(unavailable)
+}
+
+/// A customer's message is the reply to the broadcast they were last sent, if that came within
+/// [`REPLY_SPAN`] and had none yet.
+pub(super) fn note_reply(conn: &Connection, customer: &str, at: At) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE broadcast_recipients SET replied_at = ?2
+         WHERE id = (SELECT id FROM broadcast_recipients
+                     WHERE recipient = ?1 AND sent_at > ?3 AND sent_at <= ?2
+                     ORDER BY sent_at DESC LIMIT 1)
+           AND replied_at IS NULL",
+    )
+    .and_then(|mut s| s.execute(params![customer, at, at - REPLY_SPAN]))
+    .map(drop)
     .map_err(unavailable)
 }

@@ -565,6 +565,11 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
                 if let Some(news) = broadcast::template_news(item) {
                     broadcasts::hear_template(conn, &news)?;
                 }
+                if let (ItemKind::Message, Channel::Whatsapp, Some(customer)) =
+                    (item.kind, item.channel, &item.customer)
+                {
+                    broadcasts::note_reply(conn, customer, delivery.received_at)?;
+                }
                 if let Some(change) = amendment(item) {
                     amend(conn, item.channel, &change)?;
                 }

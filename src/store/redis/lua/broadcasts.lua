@@ -4,7 +4,7 @@
 -- P:bc:<id>:due zset of its waiting recipients (padded) -> when they may go; P:bcsending zset
 -- of recipients being sent (padded) -> when their lease lapses; P:br:<id> hash a recipient;
 -- P:brwamid hash Meta's id -> recipient; P:brsent zset customer -> when they were last sent a
--- broadcast.
+-- broadcast, P:brlast hash customer -> that recipient (whose `replied` the ingest sets).
 --
 -- The rules are the rulebook's (store/rules/broadcast.rs): state names and allowed moves come
 -- in the arguments, and a recipient is moved by the caller, which loads it, asks the rulebook,
@@ -77,8 +77,9 @@ local function broadcast_recipients(a)
   local out = {}
   for _, rid in ipairs(redis.call('ZRANGE', set, 0, a.limit - 1)) do
     local r = get(k('br', rid), 'to', 'params', 'line', 'state', 'skipped', 'error',
-      'error_code', 'wamid')
+      'error_code', 'wamid', 'sent', 'replied')
     r.id, r.line, r.error_code = tonumber(rid), tonumber(r.line), tonumber(r.error_code)
+    r.sent, r.replied = tonumber(r.sent), tonumber(r.replied)
     out[#out + 1] = r
   end
   return out
@@ -176,7 +177,11 @@ local function recipients_save(a)
         redis.call('HSET', k('brwamid'), w.wamid, int(w.id))
       end
       if w.sent then
-        redis.call('ZADD', k('brsent'), 'GT', w.sent, w.to)
+        local last = tonumber(redis.call('ZSCORE', k('brsent'), w.to))
+        if not last or w.sent >= last then
+          redis.call('ZADD', k('brsent'), w.sent, w.to)
+          redis.call('HSET', k('brlast'), w.to, int(w.id))
+        end
       end
       if w.waiting then
         redis.call('ZADD', k('bc', now.bc, 'due'), w.next or 0, pad(w.id))

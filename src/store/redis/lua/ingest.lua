@@ -56,6 +56,20 @@ local function amend(ch, change)
   end
 end
 
+-- A customer's message is the reply to the broadcast they were last sent, if that came after
+-- `d.reply_since` and had none yet.
+local function note_reply(customer, d)
+  local rid = redis.call('HGET', k('brlast'), customer)
+  if not rid then
+    return
+  end
+  local r = get(k('br', rid), 'sent', 'replied')
+  local sent = tonumber(r.sent)
+  if sent and not r.replied and sent > d.reply_since and sent <= d.recv then
+    redis.call('HSET', k('br', rid), 'replied', int(d.recv))
+  end
+end
+
 local function keep_item(it, d, receipt)
   local seq = redis.call('HINCRBY', k('ids'), 'inbox', 1)
   local state = ITEM.recorded
@@ -72,6 +86,9 @@ local function keep_item(it, d, receipt)
   receipt.stored = receipt.stored + 1
   if it.kind == 'field_event' then
     receipt.events[#receipt.events + 1] = it.key
+  end
+  if it.kind == 'message' and it.ch == 'whatsapp' and it.cust then
+    note_reply(it.cust, d)
   end
   if it.turn then
     receipt.due = earliest(receipt.due, schedule(it.turn, d, it.sent, seq))

@@ -3,6 +3,8 @@
 -- {{1}}... placeholders: what each recipient read, once filled in.
 ALTER TABLE broadcasts ADD COLUMN paused_by TEXT;
 ALTER TABLE broadcasts ADD COLUMN body TEXT;
+-- When the customer first wrote after their broadcast: its report's replies.
+ALTER TABLE broadcast_recipients ADD COLUMN replied_at BIGINT;
 -- A claim asks who was sent a broadcast lately (the cooldown, per customer; Meta's messaging
 -- limit, unique customers in 24 hours) and which sends are under way.
 CREATE INDEX broadcast_recipients_sent ON broadcast_recipients (sent_at, recipient)
