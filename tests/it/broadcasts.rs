@@ -915,3 +915,99 @@ async fn the_report_counts_replies_opt_outs_and_cost() {
     );
     assert_eq!(cost["unpriced"], 0, "{report}");
 }
+
+/// A large broadcast at 200 a second: every one-second window within the rate, each recipient
+/// once with their parameters, and customers who write meanwhile answered at once: replies go
+/// first (behind the queue, a reply would wait up to the 25 s the broadcast takes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_thousand_recipients_keep_the_rate_and_replies_go_first() {
+    const RECIPIENTS: usize = 5_000;
+    const RATE: usize = 200;
+    const WRITERS: usize = 20;
+    let sabi = Sending::start(
+        Arc::new(Parts(1)),
+        &[
+            ("SABI_OUTBOUND_RATE", "260"),
+            ("SABI_MESSAGING_LIMIT", "unlimited"),
+        ],
+    )
+    .await;
+    let now = SystemClock.now();
+    let (b, _) = sabi
+        .store
+        .create_broadcast(NewBroadcast {
+            key: None,
+            now,
+            start_at: now,
+            recipients: (0..RECIPIENTS)
+                .map(|n| NewRecipient {
+                    to: format!("2348{n:09}"),
+                    params: vec![format!("Customer {n}"), format!("code{n}")],
+                    line: None,
+                    skipped: None,
+                })
+                .collect(),
+            ..broadcast(RATE as u32)
+        })
+        .await
+        .expect("kept");
+    // Customers write while it drains, a few seconds apart.
+    let mut written = Vec::new();
+    for n in 0..WRITERS {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let who = customer(900 + n);
+        written.push((who.clone(), tokio::time::Instant::now()));
+        sabi.customer_writes(&format!("wamid.during{n}"), &who, "hello", 0)
+            .await;
+    }
+    let start = tokio::time::Instant::now();
+    let ended = loop {
+        let now = sabi
+            .store
+            .broadcast(b.id)
+            .await
+            .expect("read")
+            .expect("kept");
+        if now.counts["queued"] + now.counts["sending"] == 0 {
+            break now;
+        }
+        assert!(start.elapsed() < Duration::from_secs(180), "{now:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(ended.counts["accepted"], RECIPIENTS as u64, "{ended:?}");
+
+    let received = sabi.fake.received();
+    let templates: Vec<_> = received
+        .iter()
+        .filter(|r| r.body["type"] == "template")
+        .collect();
+    assert_eq!(templates.len(), RECIPIENTS, "one request per recipient");
+    let mut seen = std::collections::HashSet::new();
+    for sent in &templates {
+        let to = sent.recipient().expect("to");
+        assert!(seen.insert(to.to_owned()), "{to} twice");
+        let n: usize = to[4..].parse().expect("numbered");
+        let params = &sent.body["template"]["components"][0]["parameters"];
+        assert_eq!(params[0]["text"], format!("Customer {n}"));
+        assert_eq!(params[1]["text"], format!("code{n}"));
+    }
+    let times: Vec<_> = templates.iter().map(|r| r.at).collect();
+    for (i, first) in times.iter().enumerate() {
+        let within = times[i..]
+            .iter()
+            .take_while(|t| t.duration_since(*first) < Duration::from_secs(1))
+            .count();
+        assert!(within <= RATE, "{within} sends in one second");
+    }
+    for (who, wrote) in written {
+        let reply = received
+            .iter()
+            .find(|r| r.body["type"] == "text" && r.recipient() == Some(who.as_str()))
+            .unwrap_or_else(|| panic!("{who} got no reply"));
+        let waited = reply.at.duration_since(wrote);
+        assert!(
+            waited < Duration::from_secs(3),
+            "{who}'s reply waited {waited:?}"
+        );
+    }
+}
