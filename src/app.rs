@@ -16,12 +16,14 @@ use crate::agent::voice::{Transcriber, VoiceNotes};
 use crate::agent::{Agent, AgentSettings};
 use crate::broadcast::Broadcaster;
 use crate::broadcast::consent::{self, Consent};
+use crate::broadcast::sender::Route;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::http::serve::{ConnectionLimits, serve};
 use crate::ingress::{self, Ingress, WorkerLinks};
 use crate::metrics::Metrics;
 use crate::router::{Router, RouterHandler};
+use crate::sender::pacer::Pacer;
 use crate::sender::{Sender, Typing};
 use crate::store::{self, Store};
 use crate::tools::Tools;
@@ -47,7 +49,7 @@ pub struct App {
     sender: Option<Arc<Sender>>,
     /// Sends broadcasts through the Graph API, sharing the sender's pacing; none in sandbox
     /// mode.
-    broadcaster: Option<Arc<Broadcaster>>,
+    broadcaster: Arc<Broadcaster>,
     runs_scheduler: bool,
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
@@ -256,15 +258,18 @@ impl App {
             }
             _ => handler,
         };
-        let broadcaster = sender.as_ref().map(|sender| {
-            Broadcaster::new(
-                store.clone(),
-                clock.clone(),
-                sender.clone(),
-                config.sender_settings(),
-                config.broadcast_settings(),
-            )
-        });
+        // Broadcasts run in sandbox mode too, recorded instead of sent.
+        let route = match &sender {
+            Some(sender) => Route::Meta(sender.clone()),
+            None => Route::Sandbox(Pacer::new(config.whatsapp.outbound_rate, clock.clone())),
+        };
+        let broadcaster = Broadcaster::new(
+            store.clone(),
+            clock.clone(),
+            route,
+            config.sender_settings(),
+            config.broadcast_settings(),
+        );
         // Written reply parts wake this node's sender (none in sandbox mode: nothing listens).
         let outbox = sender
             .as_ref()
@@ -377,10 +382,8 @@ impl App {
             .filter(|_| self.runs_scheduler)
             .map(|sender| tokio::spawn(sender.run(shutdown.clone())));
         let broadcaster = self
-            .broadcaster
-            .clone()
-            .filter(|_| self.runs_scheduler)
-            .map(|broadcaster| tokio::spawn(broadcaster.run(shutdown.clone())));
+            .runs_scheduler
+            .then(|| tokio::spawn(self.broadcaster.clone().run(shutdown.clone())));
         match self.http {
             Some((listener, router, limits)) => {
                 let addr = listener.local_addr()?;

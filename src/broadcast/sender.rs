@@ -28,7 +28,7 @@ use crate::sender::Sender;
 use crate::sender::pacer::Pacer;
 use crate::sender::policy::{self, Class};
 use crate::store::{self, Broadcasts, Limits, Outcome, RecipientClaim, RecipientJob, TemplateNews};
-use crate::whatsapp::graph::{Envelope, Graph, GraphError, Message};
+use crate::whatsapp::graph::{Envelope, GraphError, Message};
 
 /// How long Meta's marketing limit per user (131049) holds a recipient before another try.
 const HOLD: Duration = Duration::from_secs(24 * 60 * 60);
@@ -37,13 +37,36 @@ const TEMPLATE_STOPPED: [i64; 2] = [132_015, 132_016];
 /// Recipients in flight at once: few, so that replies never wait behind many of them.
 const SLOTS: usize = 4;
 
+/// Where broadcasts go.
+pub(crate) enum Route {
+    /// To Meta, through the reply sender: its per-number pacing is shared, and its halted
+    /// numbers stop these sends too.
+    Meta(Arc<Sender>),
+    /// Nowhere (sandbox mode, no access token): each send passes every rule and is recorded as
+    /// accepted under a `sandbox.` id, at the number's rate.
+    Sandbox(Pacer),
+}
+
+impl Route {
+    fn pacer(&self) -> &Pacer {
+        match self {
+            Route::Meta(replies) => replies.pacer(),
+            Route::Sandbox(pacer) => pacer,
+        }
+    }
+
+    fn replies(&self) -> Option<&Sender> {
+        match self {
+            Route::Meta(replies) => Some(replies),
+            Route::Sandbox(_) => None,
+        }
+    }
+}
+
 pub struct Broadcaster {
     store: Arc<dyn Broadcasts>,
     clock: SharedClock,
-    graph: Graph,
-    /// The reply sender: its per-number pacing is shared, and its halted numbers stop these
-    /// sends too.
-    replies: Arc<Sender>,
+    route: Route,
     settings: SenderSettings,
     broadcasts: BroadcastSettings,
     /// Each broadcast's own rate, keyed by its id.
@@ -51,18 +74,17 @@ pub struct Broadcaster {
 }
 
 impl Broadcaster {
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Broadcasts>,
         clock: SharedClock,
-        replies: Arc<Sender>,
+        route: Route,
         settings: SenderSettings,
         broadcasts: BroadcastSettings,
     ) -> Arc<Broadcaster> {
         Arc::new(Broadcaster {
             store,
-            graph: replies.graph().clone(),
             clock,
-            replies,
+            route,
             settings,
             broadcasts,
             rates: Mutex::new(HashMap::new()),
@@ -99,11 +121,13 @@ impl Broadcaster {
     async fn deliver(&self, job: RecipientJob) {
         let key = job.broadcast_id.to_string();
         self.rate_of(&job).acquire(&key).await;
-        self.replies.pacer().acquire(&job.business).await;
-        let outcome = if self.replies.halts(&job.business) {
-            Outcome::Untried
-        } else {
-            self.attempt(&job).await
+        self.route.pacer().acquire(&job.business).await;
+        let outcome = match self.route.replies() {
+            None => Outcome::Accepted {
+                wamid: format!("sandbox.{}.{}", job.id, job.attempt),
+            },
+            Some(replies) if replies.halts(&job.business) => Outcome::Untried,
+            Some(replies) => self.attempt(replies, &job).await,
         };
         let lease = self.settings.lease;
         let deadline = self.clock.now() + (lease - lease / 8);
@@ -131,7 +155,7 @@ impl Broadcaster {
         }
     }
 
-    async fn attempt(&self, job: &RecipientJob) -> Outcome {
+    async fn attempt(&self, replies: &Sender, job: &RecipientJob) -> Outcome {
         let template = Template {
             name: job.template.clone(),
             language: job.language.clone(),
@@ -144,8 +168,8 @@ impl Broadcaster {
             quote: None,
             callback: Some(&callback),
         };
-        match self
-            .graph
+        match replies
+            .graph()
             .send(envelope, Message::Template(&template))
             .await
         {
@@ -154,7 +178,7 @@ impl Broadcaster {
                 self.template_stopped(job, &error).await;
                 Outcome::Untried
             }
-            Err(error) => self.after_error(job, &error),
+            Err(error) => self.after_error(replies, job, &error),
         }
     }
 
@@ -182,7 +206,7 @@ impl Broadcaster {
         }
     }
 
-    fn after_error(&self, job: &RecipientJob, error: &GraphError) -> Outcome {
+    fn after_error(&self, replies: &Sender, job: &RecipientJob, error: &GraphError) -> Outcome {
         let code = policy::code(error);
         let now = self.clock.now();
         let message = error.to_string();
@@ -194,7 +218,7 @@ impl Broadcaster {
             },
             (Class::Throttled { .. }, _) => {
                 let wait = policy::wait(policy::classify(error), 1, self.settings.retry_base);
-                self.replies.pacer().hold(&job.business, wait);
+                replies.pacer().hold(&job.business, wait);
                 retry(now + wait, false, code, message)
             }
             (Class::PairLimited | Class::Transient, _) => {
@@ -205,7 +229,7 @@ impl Broadcaster {
                 retry(now + wait, true, code, message)
             }
             (Class::TokenExpired, _) => {
-                self.replies.halt(&job.business);
+                replies.halt(&job.business);
                 Outcome::Untried
             }
             (Class::Unknown, _) => Outcome::Unknown { error: message },
@@ -240,7 +264,11 @@ impl Work for Broadcaster {
                 now: self.clock.now(),
                 lease: self.settings.lease,
                 limit: free,
-                halted: self.replies.skipped_numbers(),
+                halted: self
+                    .route
+                    .replies()
+                    .map(Sender::skipped_numbers)
+                    .unwrap_or_default(),
                 cooldown: self.broadcasts.cooldown,
                 daily_limit: self.broadcasts.messaging_limit.0,
             })

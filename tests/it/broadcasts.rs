@@ -1011,3 +1011,69 @@ async fn five_thousand_recipients_keep_the_rate_and_replies_go_first() {
         );
     }
 }
+
+/// In sandbox mode (no access token) `sabi serve` runs a broadcast through every rule and
+/// records each send instead of making it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_broadcast_runs_every_rule_and_records_its_sends() {
+    use crate::helpers::{SabiProcess, json_lines};
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("audience.csv"),
+        "phone,name\n+2348031111111,Ada\nnope,Bola\n+2348032222222,Chi\n+2348033333333,Dayo\n",
+    )
+    .expect("written");
+    let created = json_lines(
+        dir.path(),
+        &[
+            "broadcast",
+            "create",
+            "--name",
+            "Try it",
+            "--template",
+            "diwali_offer",
+            "--language",
+            "en",
+            "--audience",
+            "audience.csv",
+            "--param",
+            "name",
+            "--from",
+            "100000000000001",
+            "--json",
+        ],
+    );
+    let id = created[0]["id"].as_i64().expect("id").to_string();
+    let _sabi = SabiProcess::start(dir.path());
+    let start = tokio::time::Instant::now();
+    let shown = loop {
+        let shown = json_lines(dir.path(), &["broadcast", "show", &id, "--json"]);
+        if shown[0]["state"] == "finished" {
+            break shown;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{shown:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(shown[0]["counts"]["accepted"], 3, "{shown:?}");
+    assert_eq!(shown[0]["counts"]["skipped"], 1, "{shown:?}");
+    let sent = json_lines(
+        dir.path(),
+        &[
+            "broadcast",
+            "show",
+            &id,
+            "--recipients",
+            "accepted",
+            "--json",
+        ],
+    );
+    assert_eq!(sent.len(), 4, "the broadcast and its three sends: {sent:?}");
+    for r in &sent[1..] {
+        assert!(
+            r["wamid"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("sandbox.")),
+            "{r}"
+        );
+    }
+}
