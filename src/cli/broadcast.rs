@@ -2,6 +2,7 @@
 //! show, pause, resume and cancel broadcasts, on the store the configuration names. A running
 //! `sabi serve` with an access token sends them.
 
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -79,6 +80,8 @@ pub(super) enum BroadcastAction {
         #[arg(long)]
         json: bool,
     },
+    /// A live progress bar until it is finished or cancelled.
+    Watch { id: i64 },
     /// Stop sending it for now.
     Pause {
         id: i64,
@@ -210,6 +213,7 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
             }
             Ok(())
         }
+        BroadcastAction::Watch { id } => watch(config, id).await,
         BroadcastAction::Pause { id, reason, json } => {
             control(config, id, Control::Pause, reason, json).await
         }
@@ -282,6 +286,61 @@ fn dry(b: &NewBroadcast, headroom: Option<u64>, json: bool) -> anyhow::Result<()
         );
     }
     Ok(())
+}
+
+/// Redraws one line a second (a line per change when not on a terminal) until the broadcast
+/// ends.
+async fn watch(config: &Config, id: i64) -> anyhow::Result<()> {
+    let store = store::open(&config.store).await?;
+    let terminal = std::io::stdout().is_terminal();
+    let mut last = String::new();
+    loop {
+        let b = store
+            .broadcast(id)
+            .await?
+            .context("no broadcast has this id")?;
+        let line = progress(&b);
+        if line != last {
+            match terminal {
+                true => print!("\r\x1b[2K{line}"),
+                false => println!("{line}"),
+            }
+            std::io::stdout().flush()?;
+            last = line;
+        }
+        if !b.state.live() {
+            if terminal {
+                println!();
+            }
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// `[#########...........]  45% 2250/5000 sent, 12 failed, 30 left out  running`
+fn progress(b: &BroadcastView) -> String {
+    const WIDTH: u64 = 30;
+    let n = |state: &str| b.counts.get(state).copied().unwrap_or(0);
+    let sent = n("accepted") + n("delivered") + n("read");
+    let done = b.recipients - n("queued") - n("held") - n("sending");
+    let filled = (done * WIDTH).checked_div(b.recipients).unwrap_or(WIDTH);
+    let percent = (done * 100).checked_div(b.recipients).unwrap_or(100);
+    let bar: String = (0..WIDTH)
+        .map(|i| if i < filled { '#' } else { '.' })
+        .collect();
+    let state = match &b.paused_because {
+        Some(why) => format!("paused: {}", shown(why)),
+        None => b.state.to_string(),
+    };
+    format!(
+        "[{bar}] {percent:>3}% {sent}/{} sent, {} failed, {} unknown, {} left out, {} held  {state}",
+        b.recipients,
+        n("failed"),
+        n("unknown"),
+        n("skipped") + n("cancelled"),
+        n("held"),
+    )
 }
 
 fn print_report(r: &Report) -> anyhow::Result<()> {

@@ -1076,4 +1076,12 @@ async fn a_sandbox_broadcast_runs_every_rule_and_records_its_sends() {
             "{r}"
         );
     }
+    // `watch` of an ended broadcast draws its last state and returns.
+    let watched = crate::helpers::sabi_command(dir.path())
+        .args(["broadcast", "watch", &id])
+        .output()
+        .expect("sabi runs");
+    assert!(watched.status.success());
+    let line = String::from_utf8_lossy(&watched.stdout);
+    assert!(line.contains("100% 3/4 sent") && line.contains("finished"), "{line}");
 }
