@@ -269,6 +269,7 @@ impl App {
             route,
             config.sender_settings(),
             config.broadcast_settings(),
+            metrics.clone(),
         );
         // Written reply parts wake this node's sender (none in sandbox mode: nothing listens).
         let outbox = sender

@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::store::Gauges;
+use crate::store::{BroadcastState, BroadcastView, Gauges};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Outcome {
@@ -23,6 +23,13 @@ pub struct Outcome {
 pub struct Routed {
     pub tier: String,
     pub decision: String,
+}
+
+/// A broadcast's recipients in one state.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BroadcastRecipients {
+    pub broadcast: String,
+    pub state: String,
 }
 
 /// `prompt` or `completion`.
@@ -76,6 +83,13 @@ pub struct Metrics {
     pub review_open: Gauge,
     pub sends_queued: Gauge,
     pub sends_unknown: Gauge,
+    /// Broadcast sends by how they ended (accepted, sandbox, held, retry, failed, unknown,
+    /// untried): their rate is the broadcast send rate.
+    pub broadcast_sends: Family<Outcome, Counter>,
+    /// Live broadcasts' recipients by state, read from the store at each scrape.
+    pub broadcast_recipients: Family<BroadcastRecipients, Gauge>,
+    /// Broadcasts paused, by a person or for their template: an alert.
+    pub broadcasts_paused: Gauge,
 }
 
 impl Metrics {
@@ -202,8 +216,28 @@ impl Metrics {
             "Batches claimed again after a lapsed lease or a failure",
             reclaims.clone(),
         );
+        let broadcast_sends = Family::<Outcome, Counter>::default();
+        registry.register(
+            "sabi_broadcast_sends",
+            "Broadcast sends by how they ended",
+            broadcast_sends.clone(),
+        );
+        let broadcast_recipients = Family::<BroadcastRecipients, Gauge>::default();
+        registry.register(
+            "sabi_broadcast_recipients",
+            "Recipients of live broadcasts by state",
+            broadcast_recipients.clone(),
+        );
+        let broadcasts_paused = gauge(
+            &mut registry,
+            "sabi_broadcasts_paused",
+            "Broadcasts paused by a person or for their template (alert when above 0)",
+        );
         Arc::new(Metrics {
             registry,
+            broadcast_sends,
+            broadcast_recipients,
+            broadcasts_paused,
             webhooks,
             items_stored,
             duplicates,
@@ -251,6 +285,29 @@ impl Metrics {
         set(&self.review_open, gauges.review);
         set(&self.sends_queued, gauges.queued_sends);
         set(&self.sends_unknown, gauges.unknown_sends);
+    }
+
+    /// The live broadcasts' counts, as of now: those no longer live leave the family.
+    pub fn observe_broadcasts(&self, broadcasts: &[BroadcastView]) {
+        self.broadcast_recipients.clear();
+        let live = broadcasts.iter().filter(|b| b.state.live());
+        for b in live {
+            for (state, n) in &b.counts {
+                let labels = BroadcastRecipients {
+                    broadcast: b.id.to_string(),
+                    state: (*state).to_owned(),
+                };
+                self.broadcast_recipients
+                    .get_or_create(&labels)
+                    .set(i64::try_from(*n).unwrap_or(i64::MAX));
+            }
+        }
+        let paused = broadcasts
+            .iter()
+            .filter(|b| b.state == BroadcastState::Paused)
+            .count();
+        self.broadcasts_paused
+            .set(i64::try_from(paused).unwrap_or(i64::MAX));
     }
 
     /// The Prometheus text exposition of every metric.

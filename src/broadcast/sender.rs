@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{At, SharedClock};
 use crate::config::{BroadcastSettings, SenderSettings, Template};
+use crate::metrics::Metrics;
 use crate::runner::{Runner, Work};
 use crate::sender::Sender;
 use crate::sender::pacer::Pacer;
@@ -69,6 +70,7 @@ pub struct Broadcaster {
     route: Route,
     settings: SenderSettings,
     broadcasts: BroadcastSettings,
+    metrics: Arc<Metrics>,
     /// Each broadcast's own rate, keyed by its id.
     rates: Mutex<HashMap<i64, Arc<Pacer>>>,
 }
@@ -80,6 +82,7 @@ impl Broadcaster {
         route: Route,
         settings: SenderSettings,
         broadcasts: BroadcastSettings,
+        metrics: Arc<Metrics>,
     ) -> Arc<Broadcaster> {
         Arc::new(Broadcaster {
             store,
@@ -87,6 +90,7 @@ impl Broadcaster {
             route,
             settings,
             broadcasts,
+            metrics,
             rates: Mutex::new(HashMap::new()),
         })
     }
@@ -129,6 +133,7 @@ impl Broadcaster {
             Some(replies) if replies.halts(&job.business) => Outcome::Untried,
             Some(replies) => self.attempt(replies, &job).await,
         };
+        Metrics::count(&self.metrics.broadcast_sends, outcome_name(&outcome));
         let lease = self.settings.lease;
         let deadline = self.clock.now() + (lease - lease / 8);
         let recorded = store::write_through_outage(
@@ -238,6 +243,18 @@ impl Broadcaster {
                 error: message,
             },
         }
+    }
+}
+
+fn outcome_name(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Accepted { wamid } if wamid.starts_with("sandbox.") => "sandbox",
+        Outcome::Accepted { .. } => "accepted",
+        Outcome::Retry { .. } => "retry",
+        Outcome::Untried => "untried",
+        Outcome::Held { .. } => "held",
+        Outcome::Failed { .. } => "failed",
+        Outcome::Unknown { .. } => "unknown",
     }
 }
 

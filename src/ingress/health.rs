@@ -20,6 +20,9 @@ pub(super) async fn readyz(
     Ok((StatusCode::OK, "ready"))
 }
 
+/// The latest broadcasts whose counts `/metrics` shows (those still live among them).
+const BROADCASTS_SHOWN: usize = 50;
+
 /// Prometheus text exposition (OpenMetrics) of this process's metrics, with the pipeline's
 /// counts read from the store (left as they were when it cannot be read).
 pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
@@ -28,6 +31,10 @@ pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         Err(e) => {
             tracing::warn!(error.message = %e, "could not read the store's counts for /metrics")
         }
+    }
+    match state.store.broadcasts(BROADCASTS_SHOWN).await {
+        Ok(broadcasts) => state.metrics.observe_broadcasts(&broadcasts),
+        Err(e) => tracing::warn!(error.message = %e, "could not read the broadcasts for /metrics"),
     }
     (
         [(

@@ -627,6 +627,13 @@ async fn a_paused_template_pauses_the_broadcast_and_its_approval_resumes_it() {
         sent_while_paused,
         "nothing goes while paused"
     );
+    let metrics = sabi.metrics().await;
+    assert!(metrics.contains("sabi_broadcasts_paused 1"), "{metrics}");
+    let queued = format!(
+        "sabi_broadcast_recipients{{broadcast=\"{}\",state=\"queued\"}}",
+        b.id
+    );
+    assert!(metrics.contains(&queued), "{metrics}");
 
     let approved = serde_json::json!({
         "object": "whatsapp_business_account",
@@ -654,6 +661,14 @@ async fn a_paused_template_pauses_the_broadcast_and_its_approval_resumes_it() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(ended.counts["accepted"], RECIPIENTS as u64, "{ended:?}");
+    let metrics = sabi.metrics().await;
+    assert!(metrics.contains("sabi_broadcasts_paused 0"), "{metrics}");
+    assert!(
+        metrics.contains(&format!(
+            "sabi_broadcast_sends_total{{outcome=\"accepted\"}} {RECIPIENTS}"
+        )),
+        "{metrics}"
+    );
     let mut seen = std::collections::HashSet::new();
     for sent in sabi
         .fake
@@ -1083,5 +1098,8 @@ async fn a_sandbox_broadcast_runs_every_rule_and_records_its_sends() {
         .expect("sabi runs");
     assert!(watched.status.success());
     let line = String::from_utf8_lossy(&watched.stdout);
-    assert!(line.contains("100% 3/4 sent") && line.contains("finished"), "{line}");
+    assert!(
+        line.contains("100% 3/4 sent") && line.contains("finished"),
+        "{line}"
+    );
 }
