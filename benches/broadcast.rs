@@ -85,6 +85,7 @@ fn broadcast(recipients: Vec<NewRecipient>, rate: u32) -> NewBroadcast {
         until: None,
         rate,
         body: None,
+        quiet: None,
         recipients,
     }
 }

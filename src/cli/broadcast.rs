@@ -15,7 +15,7 @@ use crate::broadcast::plan::{self, DryRun, Preflight};
 use crate::broadcast::report::{self, Prices, Report};
 use crate::clock::{At, Clock, SystemClock, millis};
 use crate::config::Config;
-use crate::store::{self, BroadcastView, Control, NewBroadcast, RecipientState};
+use crate::store::{self, BroadcastView, Control, NewBroadcast, QuietHours, RecipientState};
 
 #[derive(Debug, Subcommand)]
 pub(super) enum BroadcastAction {
@@ -47,6 +47,12 @@ pub(super) enum BroadcastAction {
         /// Messages per second at most.
         #[arg(long, default_value_t = 20)]
         rate: u32,
+        /// Hours of the day it sends nothing, like 21:00-08:00 (in --tz).
+        #[arg(long, requires = "tz")]
+        quiet_hours: Option<String>,
+        /// The IANA time zone of --quiet-hours, like Africa/Lagos.
+        #[arg(long, requires = "quiet_hours")]
+        tz: Option<String>,
         /// The country code added to numbers written the local way (a leading 0), like 234.
         #[arg(long)]
         country: Option<String>,
@@ -116,11 +122,19 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
             at,
             until,
             rate,
+            quiet_hours,
+            tz,
             country,
             key,
             dry_run,
             json,
         } => {
+            let quiet = match (quiet_hours, tz) {
+                (Some(spec), Some(tz)) => {
+                    Some(QuietHours::parse(&spec, &tz).map_err(anyhow::Error::msg)?)
+                }
+                _ => None,
+            };
             let text = std::fs::read_to_string(&audience)
                 .with_context(|| format!("reading {}", audience.display()))?;
             let rows = audience::parse(&text, &params, country.as_deref())?;
@@ -136,6 +150,7 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
                 until,
                 rate: rate.max(1),
                 body: None,
+                quiet,
                 recipients: rows.into_iter().map(plan::recipient).collect(),
             };
             match Preflight::from_config(config)? {

@@ -2,8 +2,8 @@
 //!
 //! - `POST /admin/broadcasts` `{"name", "template": {"name", "language"}, "from", "recipients":
 //!   [{"to", "params"}]` or `"audience_csv"` with `"params"` naming its columns, `"country",
-//!   "at", "until", "rate", "key", "dry_run"}`: keeps it (once per key), or with `dry_run` says
-//!   who would get it and who is left out, keeping nothing;
+//!   "at", "until", "quiet_hours", "tz", "rate", "key", "dry_run"}`: keeps it (once per key),
+//!   or with `dry_run` says who would get it and who is left out, keeping nothing;
 //! - `GET /admin/broadcasts`, `GET /admin/broadcasts/{id}`;
 //! - `GET /admin/broadcasts/{id}/recipients?state=&limit=`, `GET /admin/broadcasts/{id}/report`;
 //! - `POST /admin/broadcasts/{id}/pause` `{"reason"}`, `.../resume`, `.../cancel`.
@@ -18,7 +18,7 @@ use crate::broadcast::audience;
 use crate::broadcast::plan::{self, DryRun, Refused};
 use crate::broadcast::report::{self, Prices};
 use crate::clock::At;
-use crate::store::{self, Control, NewBroadcast, RecipientState};
+use crate::store::{self, Control, NewBroadcast, QuietHours, RecipientState};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct Create {
@@ -34,6 +34,9 @@ pub(super) struct Create {
     at: Option<At>,
     until: Option<At>,
     rate: Option<u32>,
+    /// `HH:MM-HH:MM`, in `tz`.
+    quiet_hours: Option<String>,
+    tz: Option<String>,
     key: Option<String>,
     #[serde(default)]
     dry_run: bool,
@@ -79,6 +82,23 @@ pub(super) async fn create(
             });
         }
     };
+    let quiet = match (&c.quiet_hours, &c.tz) {
+        (Some(spec), Some(tz)) => {
+            Some(
+                QuietHours::parse(spec, tz).map_err(|why| ApiError::Invalid {
+                    field: "quiet_hours",
+                    why,
+                })?,
+            )
+        }
+        (None, None) => None,
+        _ => {
+            return Err(ApiError::Invalid {
+                field: "quiet_hours",
+                why: "give quiet_hours and tz together".into(),
+            });
+        }
+    };
     let now = state.clock.now();
     let mut broadcast = NewBroadcast {
         key: c.key,
@@ -91,6 +111,7 @@ pub(super) async fn create(
         until: c.until,
         rate: c.rate.unwrap_or(DEFAULT_RATE).max(1),
         body: None,
+        quiet,
         recipients: rows.into_iter().map(plan::recipient).collect(),
     };
     if let Some(preflight) = &state.admin.preflight {

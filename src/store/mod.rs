@@ -24,7 +24,8 @@ pub use self::postgres::PgStore;
 pub use self::redis::RedisStore;
 pub use self::rules::batch::AnsweredBy;
 pub use self::rules::broadcast::{
-    BroadcastState, Control, Limits, Outcome, PausedBy, RecipientState, SkipReason, TemplateNews,
+    BroadcastState, Control, Limits, Outcome, PausedBy, QuietHours, RecipientState, SkipReason,
+    TemplateNews,
 };
 pub use self::rules::consent::Choice;
 pub use self::rules::item::ItemState;
@@ -354,6 +355,8 @@ pub struct NewBroadcast {
     pub rate: u32,
     /// The template's body as Meta approved it, with its placeholders (when it was checked).
     pub body: Option<String>,
+    /// Hours of the day it sends nothing.
+    pub quiet: Option<QuietHours>,
     pub recipients: Vec<NewRecipient>,
 }
 
@@ -385,6 +388,9 @@ pub struct BroadcastView {
     pub paused_by: Option<PausedBy>,
     /// The template's body as Meta approved it, when it was checked.
     pub body: Option<String>,
+    /// Hours of the day it sends nothing (`HH:MM-HH:MM`), in time zone `tz`.
+    pub quiet_hours: Option<String>,
+    pub tz: Option<String>,
     pub created_at: At,
     pub start_at: At,
     pub until: Option<At>,

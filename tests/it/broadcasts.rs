@@ -26,6 +26,7 @@ fn broadcast(rate: u32) -> NewBroadcast {
         until: None,
         rate,
         body: None,
+        quiet: None,
         recipients: (0..RECIPIENTS)
             .map(|n| NewRecipient {
                 to: format!("23480900000{n:02}"),
@@ -184,10 +185,39 @@ fn the_broadcast_commands_create_once_per_key_and_control_broadcasts() {
         "a dry run keeps nothing"
     );
 
-    let first = create(&["--key", "diwali-1"]);
+    let first = create(&[
+        "--key",
+        "diwali-1",
+        "--quiet-hours",
+        "21:00-08:00",
+        "--tz",
+        "Africa/Lagos",
+    ]);
     let again = create(&["--key", "diwali-1"]);
     assert_eq!(first[0]["id"], again[0]["id"]);
     assert_eq!(first[0]["counts"]["queued"], 2);
+    assert_eq!(
+        (first[0]["quiet_hours"].as_str(), first[0]["tz"].as_str()),
+        (Some("21:00-08:00"), Some("Africa/Lagos"))
+    );
+    let unknown_zone = sabi_command(dir.path())
+        .args([
+            "broadcast",
+            "create",
+            "--name",
+            "x",
+            "--template",
+            "t",
+            "--language",
+            "en",
+        ])
+        .args(["--audience", csv.to_str().expect("utf-8"), "--from", "1"])
+        .args(["--quiet-hours", "21:00-08:00", "--tz", "Mars/Olympus"])
+        .output()
+        .expect("sabi runs");
+    assert!(!unknown_zone.status.success());
+    let said = String::from_utf8_lossy(&unknown_zone.stderr);
+    assert!(said.contains("not a known zone"), "{said}");
     assert_eq!(
         json_lines(dir.path(), &["broadcast", "ls", "--json"]).len(),
         1

@@ -11,8 +11,8 @@ use crate::clock::At;
 use crate::domain::InboundItem;
 use crate::store::items::known;
 use crate::store::rules::broadcast::{
-    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, Recipient,
-    RecipientState, SkipReason, Step, TemplateNews, WAITING_SQL,
+    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, QuietHours,
+    Recipient, RecipientState, SkipReason, Step, TemplateNews, WAITING_SQL,
 };
 use crate::store::rules::consent::{self, Choice, Source};
 use crate::store::rules::part::{Delivery, Status};
@@ -26,8 +26,8 @@ pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(Broadcast
     let state = broadcast::initial(b.now, b.start_at);
     let id: Option<i64> = sqlx::query_scalar(
         "INSERT INTO broadcasts (key, name, template, language, business, state, created_at,
-                                 start_at, deadline, rate, body)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                                 start_at, deadline, rate, body, quiet_hours, tz)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (key) DO NOTHING RETURNING id",
     )
     .bind(&b.key)
@@ -41,6 +41,8 @@ pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(Broadcast
     .bind(b.until)
     .bind(i64::from(b.rate))
     .bind(&b.body)
+    .bind(b.quiet.as_ref().map(QuietHours::spec))
+    .bind(b.quiet.as_ref().map(|q| &q.tz))
     .fetch_optional(&mut *tx)
     .await
     .map_err(unavailable)?;
@@ -133,7 +135,7 @@ pub(super) async fn view(conn: &mut PgConnection, id: i64) -> Result<Option<Broa
     }
     let row = sqlx::query(
         "SELECT key, name, template, language, business, state, paused_because, created_at,
-                start_at, deadline, rate, paused_by, body
+                start_at, deadline, rate, paused_by, body, quiet_hours, tz
          FROM broadcasts WHERE id = $1",
     )
     .bind(id)
@@ -157,6 +159,8 @@ pub(super) async fn view(conn: &mut PgConnection, id: i64) -> Result<Option<Broa
             .map(|by| known(PausedBy::parse, by))
             .transpose()?,
         body: r.get(12),
+        quiet_hours: r.get(13),
+        tz: r.get(14),
         created_at: r.get(7),
         start_at: r.get(8),
         until: r.get(9),
@@ -296,7 +300,7 @@ async fn set_state(
 /// holds are skipped.
 pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<RecipientJob>> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
-    advance(&mut tx, c.now).await?;
+    let resting = advance(&mut tx, c.now).await?;
     let lapsed: Vec<i64> = sqlx::query_scalar(
         "SELECT id FROM broadcast_recipients WHERE state = $1 AND lease_until <= $2
          ORDER BY id FOR UPDATE SKIP LOCKED",
@@ -317,7 +321,7 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
                         WHERE o.recipient = r.recipient AND o.sent_at > $5 AND o.id <> r.id)
          FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
          WHERE b.state = $1 AND r.state IN {waiting} AND COALESCE(r.next_attempt_at, 0) <= $2
-           AND NOT (b.business = ANY($3))
+           AND NOT (b.business = ANY($3)) AND NOT (b.id = ANY($6))
          ORDER BY r.broadcast_id, r.id LIMIT $4 FOR UPDATE OF r SKIP LOCKED",
         waiting = *WAITING_SQL,
     )))
@@ -326,6 +330,7 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
     .bind(&c.halted)
     .bind(super::limit(Some(limit)))
     .bind(c.now - c.cooldown)
+    .bind(&resting)
     .fetch_all(&mut *tx)
     .await
     .map_err(unavailable)?;
@@ -464,17 +469,23 @@ pub(super) async fn reconcile_status(
     }
 }
 
-async fn advance(conn: &mut PgConnection, now: At) -> Result<()> {
+/// Time moves the live broadcasts on (see [`broadcast::at_time`]); the ids of those in their
+/// quiet hours.
+async fn advance(conn: &mut PgConnection, now: At) -> Result<Vec<i64>> {
     let live = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT id, state, start_at, deadline FROM broadcasts WHERE state IN {}
-         ORDER BY id FOR UPDATE",
+        "SELECT id, state, start_at, deadline, quiet_hours, tz FROM broadcasts
+         WHERE state IN {} ORDER BY id FOR UPDATE",
         *LIVE_SQL
     )))
     .fetch_all(&mut *conn)
     .await
     .map_err(unavailable)?;
+    let mut resting = Vec::new();
     for row in live {
         let id: i64 = row.get(0);
+        if broadcast::resting(row.get(4), row.get(5), now) {
+            resting.push(id);
+        }
         let state = known(BroadcastState::parse, row.get(1))?;
         let next = broadcast::at_time(state, now, row.get(2), row.get(3));
         if next == state {
@@ -490,7 +501,7 @@ async fn advance(conn: &mut PgConnection, now: At) -> Result<()> {
             cancel_waiting(conn, id).await?;
         }
     }
-    Ok(())
+    Ok(resting)
 }
 
 async fn cancel_waiting(conn: &mut PgConnection, id: i64) -> Result<()> {

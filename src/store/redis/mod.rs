@@ -34,7 +34,9 @@ use self::wire::{
 };
 use super::items::known;
 use super::items::message_key;
-use super::rules::broadcast::{self, BroadcastState, Event, PausedBy, SkipReason, TemplateNews};
+use super::rules::broadcast::{
+    self, BroadcastState, Event, PausedBy, QuietHours, SkipReason, TemplateNews,
+};
 use super::rules::consent::{self, Source};
 use super::rules::part::{Delivery, Status};
 use super::{
@@ -607,6 +609,8 @@ impl Broadcasts for RedisStore {
             "key": b.key, "name": b.name, "template": b.template, "language": b.language,
             "business": b.business, "now": b.now, "start": b.start_at, "until": b.until,
             "rate": b.rate, "body": b.body, "state": broadcast::initial(b.now, b.start_at).as_str(),
+            "quiet_hours": b.quiet.as_ref().map(QuietHours::spec),
+            "tz": b.quiet.as_ref().map(|q| &q.tz),
             "recipients": recipients, "states": recipient_states(),
         });
         let raw: RawCreated = self.call("create_broadcast", args).await?;
@@ -669,7 +673,7 @@ impl Broadcasts for RedisStore {
         raw.into_view()
     }
     async fn claim_recipients(&self, claim: RecipientClaim) -> Result<Vec<RecipientJob>> {
-        self.advance_broadcasts(claim.now).await?;
+        let resting = self.advance_broadcasts(claim.now).await?;
         let lapsed: List<RawRecipientRow> = self
             .call("recipients_lapsed", json!({"now": claim.now}))
             .await?;
@@ -688,6 +692,7 @@ impl Broadcasts for RedisStore {
         let args = json!({
             "now": claim.now, "limit": count(limit), "halted": claim.halted,
             "running": BroadcastState::Running.as_str(), "cooled": claim.now - claim.cooldown,
+            "resting": resting,
         });
         let due: List<RawRecipientRow> = if limit == 0 {
             List(Vec::new())
@@ -812,10 +817,15 @@ fn waiting_states() -> Vec<&'static str> {
 }
 
 impl RedisStore {
-    /// Time moves the live broadcasts on, by the rulebook ([`broadcast::at_time`]).
-    async fn advance_broadcasts(&self, now: At) -> Result<()> {
+    /// Time moves the live broadcasts on, by the rulebook ([`broadcast::at_time`]); the ids of
+    /// those in their quiet hours.
+    async fn advance_broadcasts(&self, now: At) -> Result<Vec<i64>> {
         let live_ones: List<RawLive> = self.call("broadcasts_live", json!({})).await?;
+        let mut resting = Vec::new();
         for b in live_ones.0 {
+            if broadcast::resting(b.quiet_hours.as_deref(), b.tz.as_deref(), now) {
+                resting.push(b.id);
+            }
             let state = known(BroadcastState::parse, &b.state)?;
             let next = broadcast::at_time(state, now, b.start, b.deadline);
             if next == state {
@@ -836,7 +846,7 @@ impl RedisStore {
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        Ok(resting)
     }
 
     /// Statuses of broadcast messages move their recipients by the rulebook, right after the

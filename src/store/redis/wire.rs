@@ -529,6 +529,8 @@ pub(super) struct RawBroadcast {
     paused_because: Option<String>,
     paused_by: Option<String>,
     body: Option<String>,
+    quiet_hours: Option<String>,
+    tz: Option<String>,
     created: At,
     start: At,
     deadline: Option<At>,
@@ -557,6 +559,8 @@ impl RawBroadcast {
                 .map(|by| known(PausedBy::parse, by))
                 .transpose()?,
             body: self.body,
+            quiet_hours: self.quiet_hours,
+            tz: self.tz,
             created_at: self.created,
             start_at: self.start,
             until: self.deadline,
@@ -750,6 +754,8 @@ pub(super) struct RawLive {
     pub(super) template: String,
     pub(super) language: String,
     pub(super) paused_by: Option<String>,
+    pub(super) quiet_hours: Option<String>,
+    pub(super) tz: Option<String>,
 }
 
 /// A turn the router guessed at, as `routed_turns` returns it.

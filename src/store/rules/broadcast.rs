@@ -137,6 +137,80 @@ pub fn at_time(
     }
 }
 
+/// Hours of the day, in a time zone, when a broadcast sends nothing (`21:00-08:00` runs over
+/// midnight). Time and the deadline still move it; its recipients wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuietHours {
+    /// Minutes after midnight: from `start` up to `end`.
+    start: u16,
+    end: u16,
+    zone: jiff::tz::TimeZone,
+    /// The zone's name as given, as stores keep it.
+    pub tz: String,
+}
+
+impl QuietHours {
+    /// `spec` as `HH:MM-HH:MM`, in the IANA time zone `tz` (like `Africa/Lagos`).
+    ///
+    /// # Errors
+    /// What is wrong with either, in words.
+    pub fn parse(spec: &str, tz: &str) -> Result<QuietHours, String> {
+        let minutes = |hhmm: &str| -> Option<u16> {
+            let (h, m) = hhmm.trim().split_once(':')?;
+            let (h, m): (u16, u16) = (h.parse().ok()?, m.parse().ok()?);
+            (h < 24 && m < 60).then_some(h * 60 + m)
+        };
+        let bad = || format!("quiet hours {spec:?}: write them as HH:MM-HH:MM, like 21:00-08:00");
+        let (start, end) = spec.split_once('-').ok_or_else(bad)?;
+        let (start, end) = (
+            minutes(start).ok_or_else(bad)?,
+            minutes(end).ok_or_else(bad)?,
+        );
+        if start == end {
+            return Err(format!(
+                "quiet hours {spec:?}: they start and end at the same time"
+            ));
+        }
+        let zone = jiff::tz::TimeZone::get(tz)
+            .map_err(|_| format!("time zone {tz:?}: not a known zone, like Africa/Lagos"))?;
+        Ok(QuietHours {
+            start,
+            end,
+            zone,
+            tz: tz.to_owned(),
+        })
+    }
+
+    /// Whether `now` falls in them, on the zone's clock.
+    pub fn hold(&self, now: At) -> bool {
+        let Ok(instant) = jiff::Timestamp::from_millisecond(now.millis()) else {
+            return false;
+        };
+        let local = instant.to_zoned(self.zone.clone());
+        let minute = u16::try_from(local.hour()).unwrap_or(0) * 60
+            + u16::try_from(local.minute()).unwrap_or(0);
+        match self.start < self.end {
+            true => (self.start..self.end).contains(&minute),
+            false => minute >= self.start || minute < self.end,
+        }
+    }
+
+    /// `HH:MM-HH:MM`, as parsed.
+    pub fn spec(&self) -> String {
+        let hhmm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
+        format!("{}-{}", hhmm(self.start), hhmm(self.end))
+    }
+}
+
+/// Whether a broadcast with these quiet hours, as a store keeps them, rests at `now` (one whose
+/// hours cannot be read never rests: they were checked when it was made).
+pub fn resting(quiet_hours: Option<&str>, tz: Option<&str>, now: At) -> bool {
+    match (quiet_hours, tz) {
+        (Some(spec), Some(tz)) => QuietHours::parse(spec, tz).is_ok_and(|q| q.hold(now)),
+        _ => false,
+    }
+}
+
 /// The states a sender may still claim from, as an SQL list.
 pub static WAITING_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     super::sql_list(
@@ -787,6 +861,34 @@ mod tests {
             };
             assert_eq!(step.opted_out, opted, "{r:?} {event:?}");
         });
+    }
+
+    #[test]
+    fn quiet_hours_hold_on_the_zones_clock_and_may_run_over_midnight() {
+        // 2026-11-11T20:30:00Z is 21:30 in Lagos (UTC+1) and 02:00 the next day in Kolkata.
+        let at = At::from_millis(1_794_429_000_000);
+        let lagos = QuietHours::parse("21:00-08:00", "Africa/Lagos").expect("valid");
+        assert!(lagos.hold(at));
+        assert!(
+            !lagos.hold(at - Duration::from_secs(3_600)),
+            "20:30 in Lagos"
+        );
+        assert!(
+            lagos.hold(at + Duration::from_secs(10 * 3_600)),
+            "07:30 the next morning"
+        );
+        assert!(!lagos.hold(at + Duration::from_secs(11 * 3_600)), "08:30");
+        let kolkata = QuietHours::parse("01:00-06:30", "Asia/Kolkata").expect("valid");
+        assert!(kolkata.hold(at));
+        assert_eq!(kolkata.spec(), "01:00-06:30");
+        for (spec, tz) in [
+            ("21:00", "UTC"),
+            ("25:00-08:00", "UTC"),
+            ("08:00-08:00", "UTC"),
+        ] {
+            assert!(QuietHours::parse(spec, tz).is_err(), "{spec}");
+        }
+        assert!(QuietHours::parse("21:00-08:00", "Mars/Olympus").is_err());
     }
 
     #[test]

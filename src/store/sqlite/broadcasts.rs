@@ -9,8 +9,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{limit_param, unavailable};
 use crate::clock::At;
 use crate::store::rules::broadcast::{
-    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, Recipient,
-    RecipientState, Step, TemplateNews, WAITING_SQL,
+    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, QuietHours,
+    Recipient, RecipientState, Step, TemplateNews, WAITING_SQL,
 };
 use crate::store::rules::consent::{self, Choice, Source};
 use crate::store::rules::part::Status;
@@ -33,14 +33,25 @@ pub(super) fn create(conn: &Connection, b: &NewBroadcast) -> Result<(BroadcastVi
     let id: i64 = conn
         .prepare_cached(
             "INSERT INTO broadcasts (key, name, template, language, business, state, created_at,
-                                     start_at, deadline, rate, body)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING id",
+                                     start_at, deadline, rate, body, quiet_hours, tz)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING id",
         )
         .and_then(|mut s| {
             s.query_row(
                 params![
-                    b.key, b.name, b.template, b.language, b.business, state, b.now, b.start_at,
-                    b.until, b.rate, b.body
+                    b.key,
+                    b.name,
+                    b.template,
+                    b.language,
+                    b.business,
+                    state,
+                    b.now,
+                    b.start_at,
+                    b.until,
+                    b.rate,
+                    b.body,
+                    b.quiet.as_ref().map(QuietHours::spec),
+                    b.quiet.as_ref().map(|q| &q.tz)
                 ],
                 |r| r.get(0),
             )
@@ -100,7 +111,7 @@ pub(super) fn view(conn: &Connection, id: i64) -> Result<Option<BroadcastView>> 
         .map_err(unavailable)?;
     conn.prepare_cached(
         "SELECT key, name, template, language, business, state, paused_because, created_at,
-                start_at, deadline, rate, paused_by, body
+                start_at, deadline, rate, paused_by, body, quiet_hours, tz
          FROM broadcasts WHERE id = ?1",
     )
     .and_then(|mut s| {
@@ -116,6 +127,8 @@ pub(super) fn view(conn: &Connection, id: i64) -> Result<Option<BroadcastView>> 
                 paused_because: r.get(6)?,
                 paused_by: r.get(11)?,
                 body: r.get(12)?,
+                quiet_hours: r.get(13)?,
+                tz: r.get(14)?,
                 created_at: r.get(7)?,
                 start_at: r.get(8)?,
                 until: r.get(9)?,
@@ -239,7 +252,7 @@ fn set_state(
 /// Time moves the broadcasts on (see [`broadcast::at_time`]), then lapsed sends become unknown,
 /// then the due recipients are claimed one by one through the rulebook.
 pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<RecipientJob>> {
-    advance(conn, c.now)?;
+    let resting = serde_json::to_string(&advance(conn, c.now)?).unwrap_or_else(|_| "[]".into());
     let lapsed: Vec<i64> = conn
         .prepare_cached(
             "SELECT id FROM broadcast_recipients WHERE state = ?1 AND lease_until <= ?2",
@@ -263,12 +276,20 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
              FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
              WHERE b.state = ?1 AND r.state IN {waiting} AND coalesce(r.next_attempt_at, 0) <= ?2
                AND b.business NOT IN (SELECT value FROM json_each(?3))
+               AND b.id NOT IN (SELECT value FROM json_each(?6))
              ORDER BY r.broadcast_id, r.id LIMIT ?4",
             waiting = *WAITING_SQL,
         ))
         .and_then(|mut s| {
             let cooled = c.now - c.cooldown;
-            let args = params![BroadcastState::Running, c.now, halted, limit_param(limit), cooled];
+            let args = params![
+                BroadcastState::Running,
+                c.now,
+                halted,
+                limit_param(limit),
+                cooled,
+                resting
+            ];
             s.query_map(args, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect()
         })
@@ -375,19 +396,41 @@ pub(super) fn reconcile(
 }
 
 /// Scheduled broadcasts whose start came run; live ones past their deadline are cancelled,
-/// their waiting recipients with them.
-fn advance(conn: &Connection, now: At) -> Result<()> {
-    let live: Vec<(i64, BroadcastState, At, Option<At>)> = conn
+/// their waiting recipients with them. The ids of those in their quiet hours.
+fn advance(conn: &Connection, now: At) -> Result<Vec<i64>> {
+    type Live = (
+        i64,
+        BroadcastState,
+        At,
+        Option<At>,
+        Option<String>,
+        Option<String>,
+    );
+    let live: Vec<Live> = conn
         .prepare_cached(&format!(
-            "SELECT id, state, start_at, deadline FROM broadcasts WHERE state IN {}",
+            "SELECT id, state, start_at, deadline, quiet_hours, tz FROM broadcasts
+             WHERE state IN {}",
             *LIVE_SQL
         ))
         .and_then(|mut s| {
-            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-                .collect()
+            s.query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            })?
+            .collect()
         })
         .map_err(unavailable)?;
-    for (id, state, start_at, deadline) in live {
+    let mut resting = Vec::new();
+    for (id, state, start_at, deadline, quiet_hours, tz) in live {
+        if broadcast::resting(quiet_hours.as_deref(), tz.as_deref(), now) {
+            resting.push(id);
+        }
         let next = broadcast::at_time(state, now, start_at, deadline);
         if next == state {
             continue;
@@ -400,7 +443,7 @@ fn advance(conn: &Connection, now: At) -> Result<()> {
                 .map_err(unavailable)?;
         }
     }
-    Ok(())
+    Ok(resting)
 }
 
 /// Running broadcasts with nobody left to send to, or being sent, are finished.

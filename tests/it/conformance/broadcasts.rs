@@ -9,7 +9,7 @@ use sabi::clock::At;
 use sabi::store::rules::consent::Source;
 use sabi::store::{
     BroadcastState, Choice, Control, Error, Limits, NewBroadcast, NewRecipient, Outcome, PausedBy,
-    RecipientClaim, RecipientJob, RecipientState, SkipReason, Store, TemplateNews,
+    QuietHours, RecipientClaim, RecipientJob, RecipientState, SkipReason, Store, TemplateNews,
     broadcast_callback,
 };
 
@@ -54,6 +54,7 @@ fn diwali(key: Option<&str>, start_at: At) -> NewBroadcast {
         until: Some(T0 + ms(86_400_000)),
         rate: 20,
         body: Some("Happy Diwali, {{1}}! {{2}} only tonight.".into()),
+        quiet: None,
         recipients: audience(),
     }
 }
@@ -731,4 +732,49 @@ async fn jobs_first_to(b: &sabi::store::BroadcastView, store: &Arc<dyn Store>) -
         .min_by_key(|r| r.id)
         .map(|r| r.to.clone())
         .expect("one sent")
+}
+
+pub async fn quiet_hours_hold_a_broadcasts_sends_on_its_zones_clock(store: Arc<dyn Store>) {
+    let quiet = QuietHours::parse("21:00-08:00", "Africa/Lagos").expect("valid");
+    // The first whole minute from T0 that is inside them, and the first after that is not.
+    let minutes = (0..2 * 24 * 60).map(|m| T0 + ms(m * 60_000));
+    let night = minutes.clone().find(|at| quiet.hold(*at)).expect("a night");
+    let morning = minutes
+        .filter(|at| *at > night)
+        .find(|at| !quiet.hold(*at))
+        .expect("a morning");
+    let (b, _) = store
+        .create_broadcast(NewBroadcast {
+            quiet: Some(quiet),
+            until: None,
+            ..diwali(None, T0)
+        })
+        .await
+        .expect("kept");
+    assert_eq!(
+        (b.quiet_hours.as_deref(), b.tz.as_deref()),
+        (Some("21:00-08:00"), Some("Africa/Lagos"))
+    );
+    assert!(
+        store
+            .claim_recipients(sends(night, 10))
+            .await
+            .expect("claimed")
+            .is_empty(),
+        "nothing goes in the quiet hours"
+    );
+    let jobs = store
+        .claim_recipients(sends(morning, 10))
+        .await
+        .expect("claimed");
+    assert_eq!(jobs.len(), 2, "both go once they are over");
+    assert_eq!(
+        store
+            .broadcast(b.id)
+            .await
+            .expect("read")
+            .expect("kept")
+            .state,
+        BroadcastState::Running
+    );
 }

@@ -3,6 +3,9 @@
 -- {{1}}... placeholders: what each recipient read, once filled in.
 ALTER TABLE broadcasts ADD COLUMN paused_by TEXT;
 ALTER TABLE broadcasts ADD COLUMN body TEXT;
+-- Hours of the day it sends nothing (HH:MM-HH:MM), in its IANA time zone.
+ALTER TABLE broadcasts ADD COLUMN quiet_hours TEXT;
+ALTER TABLE broadcasts ADD COLUMN tz TEXT;
 -- When the customer first wrote after their broadcast: its report's replies.
 ALTER TABLE broadcast_recipients ADD COLUMN replied_at BIGINT;
 -- A claim asks who was sent a broadcast lately (the cooldown, per customer; Meta's messaging

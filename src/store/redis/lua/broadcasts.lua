@@ -12,7 +12,8 @@
 
 local function broadcast_view(id, states)
   local b = get(k('bc', id), 'key', 'name', 'template', 'language', 'business', 'state',
-    'paused_because', 'paused_by', 'body', 'created', 'start', 'deadline', 'rate')
+    'paused_because', 'paused_by', 'body', 'quiet_hours', 'tz', 'created', 'start', 'deadline',
+    'rate')
   if not b.state then
     return nil
   end
@@ -38,7 +39,7 @@ local function create_broadcast(a)
   put(k('bc', id), {
     key = a.key, name = a.name, template = a.template, language = a.language,
     business = a.business, state = a.state, created = a.now, start = a.start,
-    deadline = a['until'], rate = a.rate, body = a.body,
+    deadline = a['until'], rate = a.rate, body = a.body, quiet_hours = a.quiet_hours, tz = a.tz,
   })
   if a.key then
     redis.call('HSET', k('bckey'), a.key, int(id))
@@ -226,10 +227,11 @@ end
 local function broadcasts_live(a)
   local out = {}
   for _, id in ipairs(redis.call('ZRANGE', k('bclive'), 0, -1)) do
-    local b = get(k('bc', id), 'state', 'start', 'deadline', 'template', 'language', 'paused_by')
+    local b = get(k('bc', id), 'state', 'start', 'deadline', 'template', 'language', 'paused_by',
+      'quiet_hours', 'tz')
     out[#out + 1] = {id = tonumber(id), state = b.state, start = tonumber(b.start),
       deadline = tonumber(b.deadline), template = b.template, language = b.language,
-      paused_by = b.paused_by}
+      paused_by = b.paused_by, quiet_hours = b.quiet_hours, tz = b.tz}
   end
   return out
 end
@@ -244,11 +246,14 @@ local function recipients_lapsed(a)
 end
 
 -- Recipients that may go at `now`, of running broadcasts (the oldest first) not sent from a
--- halted number, with what their send needs.
+-- halted number nor `resting` in their quiet hours, with what their send needs.
 local function recipients_due(a)
-  local halted = {}
+  local halted, resting = {}, {}
   for _, number in ipairs(a.halted) do
     halted[number] = true
+  end
+  for _, id in ipairs(a.resting) do
+    resting[tostring(id)] = true
   end
   local out = {}
   for _, id in ipairs(redis.call('ZRANGE', k('bclive'), 0, -1)) do
@@ -256,7 +261,7 @@ local function recipients_due(a)
       break
     end
     local b = get(k('bc', id), 'state', 'business', 'template', 'language', 'rate')
-    if b.state == a.running and not halted[b.business] then
+    if b.state == a.running and not halted[b.business] and not resting[id] then
       local due = redis.call('ZRANGEBYSCORE', k('bc', id, 'due'), '-inf', a.now, 'LIMIT', 0,
         a.limit - #out)
       for _, m in ipairs(due) do
