@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context;
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 
 use super::shown;
 use crate::broadcast::audience;
@@ -20,51 +20,7 @@ use crate::store::{self, BroadcastView, Control, NewBroadcast, QuietHours, Recip
 #[derive(Debug, Subcommand)]
 pub(super) enum BroadcastAction {
     /// Keep a broadcast of a template to everyone in an audience file.
-    Create {
-        #[arg(long)]
-        name: String,
-        /// The approved template's name.
-        #[arg(long)]
-        template: String,
-        /// Its language code, like en or en_US.
-        #[arg(long)]
-        language: String,
-        /// A CSV file with a header; its phone (or wa_id) column names each recipient.
-        #[arg(long)]
-        audience: PathBuf,
-        /// A column whose value fills the template's next body parameter ({{1}}, {{2}}, ...).
-        #[arg(long = "param", value_name = "COLUMN")]
-        params: Vec<String>,
-        /// The business number (phone-number id) it goes from.
-        #[arg(long = "from", value_name = "PHONE_NUMBER_ID")]
-        business: String,
-        /// Not before this time (RFC 3339, like 2026-11-11T18:00:00Z); now by default.
-        #[arg(long, value_parser = parse_time)]
-        at: Option<At>,
-        /// Cancel what is not sent by this time (RFC 3339).
-        #[arg(long, value_parser = parse_time)]
-        until: Option<At>,
-        /// Messages per second at most.
-        #[arg(long, default_value_t = 20)]
-        rate: u32,
-        /// Hours of the day it sends nothing, like 21:00-08:00 (in --tz).
-        #[arg(long, requires = "tz")]
-        quiet_hours: Option<String>,
-        /// The IANA time zone of --quiet-hours, like Africa/Lagos.
-        #[arg(long, requires = "quiet_hours")]
-        tz: Option<String>,
-        /// The country code added to numbers written the local way (a leading 0), like 234.
-        #[arg(long)]
-        country: Option<String>,
-        /// Creating again with the same key gives the same broadcast.
-        #[arg(long)]
-        key: Option<String>,
-        /// Keep nothing: print who would get it, who is left out and why, and how long it takes.
-        #[arg(long)]
-        dry_run: bool,
-        #[arg(long)]
-        json: bool,
-    },
+    Create(Box<Create>),
     /// The broadcasts, the latest first.
     Ls {
         #[arg(long)]
@@ -110,25 +66,74 @@ pub(super) enum BroadcastAction {
     },
 }
 
+/// What `sabi broadcast create` takes.
+#[derive(Debug, Args)]
+pub(super) struct Create {
+    #[arg(long)]
+    name: String,
+    /// The approved template's name.
+    #[arg(long)]
+    template: String,
+    /// Its language code, like en or en_US.
+    #[arg(long)]
+    language: String,
+    /// A CSV file with a header; its phone (or wa_id) column names each recipient.
+    #[arg(long)]
+    audience: PathBuf,
+    /// A column whose value fills the template's next body parameter ({{1}}, {{2}}, ...).
+    #[arg(long = "param", value_name = "COLUMN")]
+    params: Vec<String>,
+    /// The business number (phone-number id) it goes from.
+    #[arg(long = "from", value_name = "PHONE_NUMBER_ID")]
+    business: String,
+    /// Not before this time (RFC 3339, like 2026-11-11T18:00:00Z); now by default.
+    #[arg(long, value_parser = parse_time)]
+    at: Option<At>,
+    /// Cancel what is not sent by this time (RFC 3339).
+    #[arg(long, value_parser = parse_time)]
+    until: Option<At>,
+    /// Messages per second at most.
+    #[arg(long, default_value_t = 20)]
+    rate: u32,
+    /// Hours of the day it sends nothing, like 21:00-08:00 (in --tz).
+    #[arg(long, requires = "tz")]
+    quiet_hours: Option<String>,
+    /// The IANA time zone of --quiet-hours, like Africa/Lagos.
+    #[arg(long, requires = "quiet_hours")]
+    tz: Option<String>,
+    /// The country code added to numbers written the local way (a leading 0), like 234.
+    #[arg(long)]
+    country: Option<String>,
+    /// Creating again with the same key gives the same broadcast.
+    #[arg(long)]
+    key: Option<String>,
+    /// Keep nothing: print who would get it, who is left out and why, and how long it takes.
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    json: bool,
+}
+
 pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Result<()> {
     match action {
-        BroadcastAction::Create {
-            name,
-            template,
-            language,
-            audience,
-            params,
-            business,
-            at,
-            until,
-            rate,
-            quiet_hours,
-            tz,
-            country,
-            key,
-            dry_run,
-            json,
-        } => {
+        BroadcastAction::Create(create) => {
+            let Create {
+                name,
+                template,
+                language,
+                audience,
+                params,
+                business,
+                at,
+                until,
+                rate,
+                quiet_hours,
+                tz,
+                country,
+                key,
+                dry_run,
+                json,
+            } = *create;
             let quiet = match (quiet_hours, tz) {
                 (Some(spec), Some(tz)) => {
                     Some(QuietHours::parse(&spec, &tz).map_err(anyhow::Error::msg)?)
