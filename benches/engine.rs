@@ -364,4 +364,13 @@ impl Turns for CountingStore {
         self.count();
         self.inner.history(batch, turns).await
     }
+    async fn last_broadcast(
+        &self,
+        conversation: &ConversationKey,
+        since: At,
+        until: At,
+    ) -> store::Result<Option<HistoryEntry>> {
+        self.count();
+        self.inner.last_broadcast(conversation, since, until).await
+    }
 }

@@ -65,9 +65,7 @@ impl ExternalAgent {
     }
 
     async fn body(&self, batch: &Batch) -> Result<String, TurnError> {
-        let history = self
-            .store
-            .history(batch.id, 20)
+        let history = super::history(self.store.as_ref(), batch, 20)
             .await
             .map_err(|e| TurnError(format!("reading the history: {e}")))?;
         let text: Vec<&str> = batch

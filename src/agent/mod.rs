@@ -26,7 +26,7 @@ use self::llm::{ChatMessage, Llm, Providers, ToolCall, Usage};
 use crate::domain::{Batch, Channel, Identity, ReplyPart, ReviewReason};
 use crate::metrics::{Metrics, TokenKind};
 use crate::router::Router;
-use crate::store::{HistoryEntry, Speaker, TurnUsage, Turns};
+use crate::store::{self, HistoryEntry, Speaker, TurnUsage, Turns};
 use crate::tools::Tools;
 use crate::turn::{TurnError, TurnHandler, TurnOutcome};
 
@@ -57,6 +57,35 @@ pub struct Agent {
     metrics: Arc<Metrics>,
 }
 
+/// What was said before `batch` in its last `turns` turns, with the latest broadcast its
+/// customer was sent in the week before it in its place: a reply to an offer needs the offer.
+///
+/// # Errors
+/// When the store cannot be read.
+pub(crate) async fn history(
+    store: &dyn Turns,
+    batch: &Batch,
+    turns: usize,
+) -> store::Result<Vec<HistoryEntry>> {
+    let mut history = store.history(batch.id, turns).await?;
+    let first = batch.messages.first().map(|m| m.received_at);
+    let (Channel::Whatsapp, Some(first)) = (batch.conversation.channel, first) else {
+        return Ok(history);
+    };
+    let since = first - store::REPLY_SPAN;
+    if let Some(sent) = store
+        .last_broadcast(&batch.conversation, since, first)
+        .await?
+    {
+        let at = history
+            .iter()
+            .position(|e| e.at > sent.at)
+            .unwrap_or(history.len());
+        history.insert(at, sent);
+    }
+    Ok(history)
+}
+
 impl Agent {
     pub fn new(
         llm: Llm,
@@ -77,9 +106,7 @@ impl Agent {
     }
 
     async fn converse(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
-        let history = self
-            .store
-            .history(batch.id, HISTORY_TURNS)
+        let history = history(self.store.as_ref(), batch, HISTORY_TURNS)
             .await
             .map_err(|e| TurnError(format!("reading the history: {e}")))?;
         let mut messages = self.prompt(batch, &history);

@@ -697,6 +697,15 @@ pub trait Turns: Send + Sync + 'static {
     /// customer's messages, the replies, and hand-off notes, oldest first.
     async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>>;
 
+    /// The latest broadcast the conversation's customer was sent from its business after
+    /// `since` and up to `until`, as the customer read it: a reply to it needs it in view.
+    async fn last_broadcast(
+        &self,
+        conversation: &ConversationKey,
+        since: At,
+        until: At,
+    ) -> Result<Option<HistoryEntry>>;
+
     /// Keeps the transcript of a voice note as the message's text (only where it has none), so
     /// history and people read what was said.
     async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()>;

@@ -635,3 +635,74 @@ async fn an_unheard_voice_note_beside_typed_text_does_not_silence_the_text() {
     );
     assert!(outbox(&app).await[0].text.starts_with("fake answer"));
 }
+
+/// A customer answering a broadcast: the model sees the broadcast, as the customer read it,
+/// before their message.
+#[tokio::test]
+async fn a_reply_to_a_broadcast_reaches_the_model_with_the_broadcast_before_it() {
+    use sabi::store::{Limits, NewBroadcast, NewRecipient, Outcome, RecipientClaim};
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, "http://127.0.0.1:9", "");
+    let app = start(dir, &llm, &[]).await;
+    let hour_ago = app.clock.now() - Duration::from_secs(3_600);
+    app.store
+        .create_broadcast(NewBroadcast {
+            key: None,
+            name: "Diwali eve".into(),
+            template: "diwali_offer".into(),
+            language: "en".into(),
+            business: "100000000000001".into(),
+            now: hour_ago,
+            start_at: hour_ago,
+            until: None,
+            rate: 20,
+            body: Some("Happy Diwali, {{1}}! {{2}} off tonight.".into()),
+            quiet: None,
+            recipients: vec![NewRecipient {
+                to: "2348031234567".into(),
+                params: vec!["Ada".into(), "20%".into()],
+                line: None,
+                skipped: None,
+            }],
+        })
+        .await
+        .expect("kept");
+    let claim = RecipientClaim {
+        now: hour_ago,
+        lease: Duration::from_secs(60),
+        limit: 10,
+        halted: Vec::new(),
+        cooldown: Duration::ZERO,
+        daily_limit: None,
+    };
+    let job = app
+        .store
+        .claim_recipients(claim)
+        .await
+        .expect("claimed")
+        .remove(0);
+    let sent = Outcome::Accepted {
+        wamid: "wamid.diwali".into(),
+    };
+    app.store
+        .record_recipient(job.id, job.attempt, hour_ago, sent, Limits::NONE)
+        .await
+        .expect("recorded");
+
+    llm.script([Answer::Text("It covers the whole shop.".into())]);
+    turn(&app, "wamid.1", OUT_OF_SCOPE).await;
+    let request = roles_and_texts(llm.completions().last().expect("a request"));
+    let said: Vec<(&str, &str)> = request
+        .iter()
+        .filter(|(role, _)| role != "system")
+        .map(|(role, text)| (role.as_str(), text.as_str()))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("assistant", "Happy Diwali, Ada! 20% off tonight."),
+            ("user", OUT_OF_SCOPE)
+        ]
+    );
+}

@@ -8,7 +8,7 @@ use sqlx::{PgConnection, PgPool, Row};
 
 use super::unavailable;
 use crate::clock::At;
-use crate::domain::InboundItem;
+use crate::domain::{ConversationKey, InboundItem};
 use crate::store::items::known;
 use crate::store::rules::broadcast::{
     self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, QuietHours,
@@ -17,8 +17,8 @@ use crate::store::rules::broadcast::{
 use crate::store::rules::consent::{self, Choice, Source};
 use crate::store::rules::part::{Delivery, Status};
 use crate::store::{
-    BroadcastView, Error, NewBroadcast, REPLY_SPAN, RecipientClaim, RecipientJob, RecipientView,
-    Result, parse_broadcast_callback, recipient_counts,
+    BroadcastView, Error, HistoryEntry, NewBroadcast, REPLY_SPAN, RecipientClaim, RecipientJob,
+    RecipientView, Result, Speaker, parse_broadcast_callback, recipient_counts,
 };
 
 pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(BroadcastView, bool)> {
@@ -719,4 +719,35 @@ pub(super) async fn note_reply(conn: &mut PgConnection, customer: &str, at: At) 
     .await
     .map(drop)
     .map_err(unavailable)
+}
+
+/// The latest broadcast sent to the conversation's customer from its business in (`since`,
+/// `until`], as read.
+pub(super) async fn last_to(
+    pool: &PgPool,
+    conversation: &ConversationKey,
+    since: At,
+    until: At,
+) -> Result<Option<HistoryEntry>> {
+    let found = sqlx::query(
+        "SELECT r.sent_at, b.template, b.body, r.params
+         FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
+         WHERE r.recipient = $1 AND b.business = $2 AND r.sent_at > $3 AND r.sent_at <= $4
+         ORDER BY r.sent_at DESC LIMIT 1",
+    )
+    .bind(&conversation.customer)
+    .bind(&conversation.business)
+    .bind(since)
+    .bind(until)
+    .fetch_optional(pool)
+    .await
+    .map_err(unavailable)?;
+    Ok(found.map(|r| {
+        let params: Vec<String> = serde_json::from_str(r.get(3)).unwrap_or_default();
+        HistoryEntry {
+            at: r.get(0),
+            speaker: Speaker::Business,
+            text: broadcast::sent_text(r.get(1), r.get(2), &params),
+        }
+    }))
 }

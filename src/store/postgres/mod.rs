@@ -35,7 +35,7 @@ use super::{
     StoredQuarantine, Submitted, TemplateNews, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
-use crate::domain::{Channel, Claim, LeaseToken};
+use crate::domain::{Channel, Claim, ConversationKey, LeaseToken};
 
 /// The schema's versions in order: the Nth takes a database at version N - 1 to N. A released
 /// migration never changes: databases it already ran on would not run it again.
@@ -276,6 +276,14 @@ impl Turns for PgStore {
     }
     async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
         turns::history(&self.pool, batch, turns).await
+    }
+    async fn last_broadcast(
+        &self,
+        conversation: &ConversationKey,
+        since: At,
+        until: At,
+    ) -> Result<Option<HistoryEntry>> {
+        broadcasts::last_to(&self.pool, conversation, since, until).await
     }
     async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()> {
         sqlx::query(

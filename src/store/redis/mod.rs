@@ -29,8 +29,9 @@ use serde_json::{Value, json};
 use self::connection::{Connection, Target};
 use self::wire::{
     List, Page, RawBroadcast, RawChoice, RawClaim, RawConsent, RawConversation, RawCreated,
-    RawExchange, RawGauges, RawItem, RawJob, RawLine, RawLive, RawPart, RawQuarantined, RawReceipt,
-    RawRecipient, RawRecipientRow, RawReview, RawRouted, RawSendJob, RawStats, Receipt,
+    RawExchange, RawGauges, RawItem, RawJob, RawLastBroadcast, RawLine, RawLive, RawPart,
+    RawQuarantined, RawReceipt, RawRecipient, RawRecipientRow, RawReview, RawRouted, RawSendJob,
+    RawStats, Receipt,
 };
 use super::items::known;
 use super::items::message_key;
@@ -44,11 +45,11 @@ use super::{
     ConversationView, Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest,
     IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim,
     RecipientJob, RecipientState, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery,
-    Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem,
+    Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, Speaker, StoredItem,
     StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat, parse_broadcast_callback,
 };
 use crate::clock::{At, millis};
-use crate::domain::{Channel, Claim, ItemKind, LeaseToken};
+use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken};
 use crate::store::items::question_item;
 
 /// Every operation's script, the rulebook's names rendered in (`names.rs`).
@@ -385,6 +386,30 @@ impl Turns for RedisStore {
             .call("history", json!({"batch": batch, "turns": count(turns)}))
             .await?;
         Ok(wire::history(lines))
+    }
+    async fn last_broadcast(
+        &self,
+        conversation: &ConversationKey,
+        since: At,
+        until: At,
+    ) -> Result<Option<HistoryEntry>> {
+        // The customer's very last broadcast: one from another of the business's numbers since
+        // hides an earlier one from this number.
+        let last: List<RawLastBroadcast> = self
+            .call("last_broadcast", json!({"customer": conversation.customer}))
+            .await?;
+        Ok(last
+            .0
+            .into_iter()
+            .find(|b| b.business == conversation.business && b.sent > since && b.sent <= until)
+            .map(|b| {
+                let params: Vec<String> = serde_json::from_str(&b.params).unwrap_or_default();
+                HistoryEntry {
+                    at: b.sent,
+                    speaker: Speaker::Business,
+                    text: broadcast::sent_text(&b.template, b.body.as_deref(), &params),
+                }
+            }))
     }
     async fn set_transcript(&self, channel: Channel, external_id: &str, text: &str) -> Result<()> {
         let args = json!({"ch": channel.as_str(), "key": external_id, "text": text});

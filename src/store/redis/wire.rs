@@ -931,3 +931,13 @@ pub(super) struct RawConsent {
     pub(super) customer: String,
     pub(super) choice: String,
 }
+
+/// The last broadcast a customer was sent, as `last_broadcast` returns it.
+#[derive(Deserialize)]
+pub(super) struct RawLastBroadcast {
+    pub(super) sent: At,
+    pub(super) params: String,
+    pub(super) template: String,
+    pub(super) body: Option<String>,
+    pub(super) business: String,
+}

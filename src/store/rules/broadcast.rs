@@ -211,6 +211,20 @@ pub fn resting(quiet_hours: Option<&str>, tz: Option<&str>, now: At) -> bool {
     }
 }
 
+/// What a recipient read: the template's body with its placeholders filled in, in order; or,
+/// when its body was not kept, the template's name and the parameters it was sent with.
+pub fn sent_text(template: &str, body: Option<&str>, params: &[String]) -> String {
+    match body {
+        Some(body) => params
+            .iter()
+            .enumerate()
+            .fold(body.to_owned(), |text, (n, value)| {
+                text.replace(&format!("{{{{{}}}}}", n + 1), value)
+            }),
+        None => format!("[template {template}: {}]", params.join(", ")),
+    }
+}
+
 /// The states a sender may still claim from, as an SQL list.
 pub static WAITING_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     super::sql_list(
@@ -889,6 +903,23 @@ mod tests {
             assert!(QuietHours::parse(spec, tz).is_err(), "{spec}");
         }
         assert!(QuietHours::parse("21:00-08:00", "Mars/Olympus").is_err());
+    }
+
+    #[test]
+    fn what_a_recipient_read_is_the_body_filled_in_order() {
+        let params = ["Ada".to_owned(), "20%".to_owned()];
+        assert_eq!(
+            sent_text(
+                "diwali_offer",
+                Some("Happy Diwali, {{1}}! {{2}} off, {{1}}."),
+                &params
+            ),
+            "Happy Diwali, Ada! 20% off, Ada."
+        );
+        assert_eq!(
+            sent_text("diwali_offer", None, &params),
+            "[template diwali_offer: Ada, 20%]"
+        );
     }
 
     #[test]

@@ -15,8 +15,8 @@ use crate::store::rules::broadcast::{
 use crate::store::rules::consent::{self, Choice, Source};
 use crate::store::rules::part::Status;
 use crate::store::{
-    BroadcastView, Error, NewBroadcast, REPLY_SPAN, RecipientClaim, RecipientJob, RecipientView,
-    Result, parse_broadcast_callback, recipient_counts,
+    BroadcastView, Error, HistoryEntry, NewBroadcast, REPLY_SPAN, RecipientClaim, RecipientJob,
+    RecipientView, Result, Speaker, parse_broadcast_callback, recipient_counts,
 };
 
 pub(super) fn create(conn: &Connection, b: &NewBroadcast) -> Result<(BroadcastView, bool)> {
@@ -618,4 +618,36 @@ pub(super) fn note_reply(conn: &Connection, customer: &str, at: At) -> Result<()
     .and_then(|mut s| s.execute(params![customer, at, at - REPLY_SPAN]))
     .map(drop)
     .map_err(unavailable)
+}
+
+/// The latest broadcast sent to `customer` from `business` in (`since`, `until`], as read.
+pub(super) fn last_to(
+    conn: &Connection,
+    customer: &str,
+    business: &str,
+    since: At,
+    until: At,
+) -> Result<Option<HistoryEntry>> {
+    let found: Option<(At, String, Option<String>, String)> = conn
+        .prepare_cached(
+            "SELECT r.sent_at, b.template, b.body, r.params
+             FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
+             WHERE r.recipient = ?1 AND b.business = ?2 AND r.sent_at > ?3 AND r.sent_at <= ?4
+             ORDER BY r.sent_at DESC LIMIT 1",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![customer, business, since, until], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()
+        })
+        .map_err(unavailable)?;
+    Ok(found.map(|(at, template, body, params)| {
+        let params: Vec<String> = serde_json::from_str(&params).unwrap_or_default();
+        HistoryEntry {
+            at,
+            speaker: Speaker::Business,
+            text: broadcast::sent_text(&template, body.as_deref(), &params),
+        }
+    }))
 }

@@ -332,6 +332,16 @@ impl Turns for SqliteStore {
         self.read(move |conn| turns::history(conn, batch, turns))
             .await
     }
+    async fn last_broadcast(
+        &self,
+        conversation: &ConversationKey,
+        since: At,
+        until: At,
+    ) -> Result<Option<HistoryEntry>> {
+        let (customer, business) = (conversation.customer.clone(), conversation.business.clone());
+        self.read(move |conn| broadcasts::last_to(conn, &customer, &business, since, until))
+            .await
+    }
 }
 
 #[async_trait]

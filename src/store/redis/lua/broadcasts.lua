@@ -336,3 +336,16 @@ local function sent_since(a)
   end
   return out
 end
+
+-- The last broadcast `customer` was sent: when, with which parameters, of which template and
+-- body, from which number.
+local function last_broadcast(a)
+  local rid = redis.call('HGET', k('brlast'), a.customer)
+  if not rid then
+    return {}
+  end
+  local r = get(k('br', rid), 'sent', 'params', 'bc')
+  local b = get(k('bc', r.bc), 'template', 'body', 'business')
+  return {{sent = tonumber(r.sent), params = r.params, template = b.template, body = b.body,
+    business = b.business}}
+end

@@ -31,7 +31,7 @@ local OPS = {
   recipients_lapsed = recipients_lapsed, recipients_due = recipients_due,
   broadcasts_finish = broadcasts_finish, recipients_for_statuses = recipients_for_statuses,
   consents = consents, consent_save = consent_save, broadcast_reach = broadcast_reach,
-  sent_since = sent_since,
+  sent_since = sent_since, last_broadcast = last_broadcast,
 }
 
 -- Keys lost (a restart without persistence, a flush) and made again start every counter anew:
