@@ -1,4 +1,5 @@
-//! The chat page in a real browser: Debian's Chromium, driven by Playwright (`tests/browser/`).
+//! The chat page and the desk in a real browser: Debian's Chromium, driven by Playwright
+//! (`tests/browser/`).
 //! The test installs `playwright-core` from npm under `target/` when it is missing, and is
 //! skipped where Chromium, Node.js or npm is not installed (`.ci/run` installs Chromium).
 
@@ -78,6 +79,79 @@ async fn a_person_asks_on_the_chat_page_and_sees_the_answer() {
     );
     assert_eq!(seen["mine"], 2, "a double click shows one question");
     assert_eq!(seen["asked"], 2, "and the server has one question for it");
+}
+
+/// The desk's broadcasts in a browser: a broadcast's progress shows, and its Pause button
+/// pauses it in the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_desk_shows_a_broadcasts_progress_and_pauses_it() {
+    use sabi::clock::Clock;
+    use sabi::store::{BroadcastState, NewBroadcast, NewRecipient, PausedBy};
+    const TOKEN: &str = "desk-token-for-broadcasts";
+    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let Some(prefix) = install_browser_tools(&browser_dir) else {
+        return;
+    };
+    let script = prefix.join("desk.mjs");
+    std::fs::copy(browser_dir.join("desk.mjs"), &script).expect("script copied");
+    let app = TestApp::spawn_with(None, &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let now = app.clock.now();
+    let (b, _) = app
+        .store
+        .create_broadcast(NewBroadcast {
+            key: None,
+            name: "Diwali eve".into(),
+            template: "diwali_offer".into(),
+            language: "en".into(),
+            business: "100000000000001".into(),
+            now,
+            start_at: now,
+            until: None,
+            rate: 20,
+            body: None,
+            quiet: None,
+            recipients: (0..3)
+                .map(|n| NewRecipient {
+                    to: format!("23480300000{n:02}"),
+                    params: vec![format!("Customer {n}")],
+                    line: None,
+                    skipped: None,
+                })
+                .collect(),
+        })
+        .await
+        .expect("kept");
+
+    let screenshot = target_dir().join("desk-broadcasts.png");
+    let mut node = Command::new("node");
+    node.arg(script)
+        .arg(format!("http://{}", app.addr))
+        .arg(TOKEN)
+        .arg(screenshot);
+    let stdout = run_to_success(node).await;
+    let seen: Value =
+        serde_json::from_str(stdout.trim().lines().last().unwrap_or("{}")).expect("one JSON line");
+    assert_eq!(
+        seen["before"]["progress"], "Diwali eve: 0 of 3 done",
+        "{seen}"
+    );
+    let card = seen["after"]["card"].as_str().unwrap_or_default();
+    assert!(card.contains("Paused: paused at the desk"), "{seen}");
+    assert_eq!(
+        seen["after"]["buttons"],
+        serde_json::json!(["Resume", "Cancel"]),
+        "{seen}"
+    );
+    let paused = app
+        .store
+        .broadcast(b.id)
+        .await
+        .expect("read")
+        .expect("kept");
+    assert_eq!(
+        (paused.state, paused.paused_by),
+        (BroadcastState::Paused, Some(PausedBy::Person))
+    );
 }
 
 /// A directory whose `node_modules` has playwright-core (installed there with npm when
