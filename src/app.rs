@@ -47,8 +47,8 @@ pub struct App {
     scheduler: Arc<Scheduler>,
     /// Delivers replies through the Graph API; none in sandbox mode.
     sender: Option<Arc<Sender>>,
-    /// Sends broadcasts through the Graph API, sharing the sender's pacing; none in sandbox
-    /// mode.
+    /// Sends broadcasts through the Graph API, sharing the sender's pacing; in sandbox mode it
+    /// records them instead.
     broadcaster: Arc<Broadcaster>,
     runs_scheduler: bool,
     store: Arc<dyn Store>,
@@ -251,7 +251,7 @@ impl App {
             stopped: config.broadcast.stop_reply.clone(),
             started: config.broadcast.start_reply.clone(),
         };
-        let handler = Consent::new(handler, store.clone(), clock.clone(), replies);
+        let handler = Consent::new(handler, store.clone(), replies);
         let handler = match &sender {
             Some(sender) if config.whatsapp.typing_indicator => {
                 Typing::new(handler, sender.clone()) as Arc<dyn TurnHandler>

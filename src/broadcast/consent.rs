@@ -5,7 +5,8 @@
 //! A request is a whole message, give or take a "please": "stop" inside a sentence ("stop my
 //! order") is a question for the assistant, not an opt-out. [`Consent`] wraps the turn handler:
 //! a batch made only of such requests gets the confirmation instead of an answer; one with more
-//! in it is answered as usual, the confirmation first.
+//! in it is answered as usual, the confirmation first. The request counts from when the
+//! customer sent it, so a later choice made in WhatsApp's own menu is never undone by it.
 
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use async_trait::async_trait;
 use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::is_combining_mark;
 
-use crate::clock::SharedClock;
+use crate::clock::At;
 use crate::domain::{Batch, Channel, ReplyPart};
 use crate::store::rules::consent::Source;
 use crate::store::{Broadcasts, Choice};
@@ -141,7 +142,6 @@ pub struct Replies {
 pub struct Consent {
     inner: Arc<dyn TurnHandler>,
     store: Arc<dyn Broadcasts>,
-    clock: SharedClock,
     replies: Replies,
 }
 
@@ -149,24 +149,27 @@ impl Consent {
     pub fn new(
         inner: Arc<dyn TurnHandler>,
         store: Arc<dyn Broadcasts>,
-        clock: SharedClock,
         replies: Replies,
     ) -> Arc<Consent> {
         Arc::new(Consent {
             inner,
             store,
-            clock,
             replies,
         })
     }
 
-    /// Keeps the customer's last request of the batch; the confirmation when it changed their
-    /// standing (a repeat gets none).
-    async fn keep(&self, customer: &str, asked: Request) -> Result<Option<ReplyPart>, TurnError> {
+    /// Keeps the customer's last request of the batch, made `at`; the confirmation when it
+    /// changed their standing (a repeat gets none).
+    async fn keep(
+        &self,
+        customer: &str,
+        asked: Request,
+        at: At,
+    ) -> Result<Option<ReplyPart>, TurnError> {
         let choice = Choice {
             opted_out: asked == Request::Stop,
             source: Source::Keyword,
-            at: self.clock.now(),
+            at,
         };
         let changed = self
             .store
@@ -192,19 +195,31 @@ impl TurnHandler for Consent {
             .iter()
             .map(|m| m.text.as_deref().and_then(request))
             .collect();
-        let Some(last) = asked.iter().rev().flatten().next().copied() else {
+        let last = batch
+            .messages
+            .iter()
+            .zip(&asked)
+            .rev()
+            .find_map(|(m, asked)| Some((*asked)?).map(|a| (a, m.sent_at())));
+        let Some((last, at)) = last else {
             return self.inner.handle(batch).await;
         };
-        let confirmation = self.keep(&batch.conversation.customer, last).await?;
-        if asked.iter().all(Option::is_some) {
-            return Ok(TurnOutcome::Reply(confirmation.into_iter().collect()));
-        }
-        let outcome = self.inner.handle(batch).await?;
-        Ok(match (outcome, confirmation) {
-            (TurnOutcome::Reply(parts), Some(first)) => {
-                TurnOutcome::Reply(std::iter::once(first).chain(parts).collect())
-            }
-            (outcome, _) => outcome,
+        // The rest of the batch is answered first: were that to fail, the turn is tried again,
+        // and the request is kept (and confirmed) then.
+        let answer = match asked.iter().all(Option::is_some) {
+            true => None,
+            false => Some(self.inner.handle(batch).await?),
+        };
+        let confirmation = self.keep(&batch.conversation.customer, last, at).await?;
+        let first = |parts: Vec<ReplyPart>| confirmation.iter().cloned().chain(parts).collect();
+        Ok(match answer {
+            None => TurnOutcome::Reply(first(Vec::new())),
+            Some(TurnOutcome::Reply(parts)) => TurnOutcome::Reply(first(parts)),
+            Some(TurnOutcome::Handoff { parts, note }) => TurnOutcome::Handoff {
+                parts: first(parts),
+                note,
+            },
+            Some(review) => review,
         })
     }
 }

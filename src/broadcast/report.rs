@@ -1,6 +1,7 @@
-//! A broadcast's report: how many got it, read it, answered it or opted out after it, the
-//! replies minute by minute after each send (the curve a surge of replies follows), and what it
-//! cost, estimated before from `broadcast.prices` and counted after from what Meta delivered.
+//! A broadcast's report: of those Meta took it for, how many it reached, read it, answered it
+//! or are opted out now, the replies minute by minute after each send (the curve a surge of
+//! replies follows), and what it cost, estimated before from `broadcast.prices` and counted
+//! after from what Meta delivered. A 131050 refusal is a failed recipient, not one sent.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

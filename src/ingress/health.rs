@@ -20,7 +20,8 @@ pub(super) async fn readyz(
     Ok((StatusCode::OK, "ready"))
 }
 
-/// The latest broadcasts whose counts `/metrics` shows (those still live among them).
+/// The latest broadcasts whose counts `/metrics` shows (those still live among them), and
+/// whose pauses `sabi_broadcasts_paused` counts: an older one paused is not seen there.
 const BROADCASTS_SHOWN: usize = 50;
 
 /// Prometheus text exposition (OpenMetrics) of this process's metrics, with the pipeline's

@@ -100,7 +100,10 @@ impl Ingress {
                 sandbox: config.whatsapp.sandbox(),
                 metrics_token: config.admin.metrics_token.clone(),
                 intents: intents.as_ref().map(|r| r.labels()).unwrap_or_default(),
-                preflight: Preflight::from_config(config).ok().flatten(),
+                preflight: Preflight::from_config(config).unwrap_or_else(|e| {
+                    tracing::warn!(error.message = %e, "no Graph API client: broadcast templates go unchecked");
+                    None
+                }),
                 broadcasts: config.broadcast_settings(),
                 prices: config.broadcast.prices.clone(),
                 currency: config.broadcast.currency.clone(),

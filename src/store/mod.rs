@@ -698,7 +698,9 @@ pub trait Turns: Send + Sync + 'static {
     async fn history(&self, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>>;
 
     /// The latest broadcast the conversation's customer was sent from its business after
-    /// `since` and up to `until`, as the customer read it: a reply to it needs it in view.
+    /// `since` and up to `until`, as the customer read it: a reply to it needs it in view. Redis
+    /// keeps only each customer's very last broadcast: one sent later (or from another of the
+    /// business's numbers) hides it there.
     async fn last_broadcast(
         &self,
         conversation: &ConversationKey,
@@ -874,13 +876,15 @@ pub trait Broadcasts: Send + Sync + 'static {
 
     /// Meta's word on a template moves every broadcast sending it, by the rulebook
     /// ([`rules::broadcast::on_template`]); the ids of those it moved. Stored webhooks about
-    /// templates are heard in the ingest's step.
+    /// templates are heard in the ingest's transaction on SQLite and PostgreSQL, and on Redis
+    /// right after the ingest script kept them the first time.
     async fn hear_template(&self, news: TemplateNews) -> Result<Vec<i64>>;
 
     /// Keeps a customer's choice about broadcasts by the rulebook
     /// ([`rules::consent::apply`]); `true` when it changed their standing. A claim skips a
-    /// recipient whose customer opted out, and so does a recipient's opt-out from Meta (131050),
-    /// kept in the same step as the recipient.
+    /// recipient whose customer opted out. Meta's word that a recipient opted out (131050) is
+    /// kept with the recipient's step on SQLite and PostgreSQL, and right after it on Redis
+    /// (lost there only if the node dies in between: the next refusal tells it again).
     async fn choose(&self, customer: &str, choice: Choice) -> Result<bool>;
 
     /// Those of `customers` who opted out of broadcasts.

@@ -566,7 +566,8 @@ async fn step(
 }
 
 /// Keeps a customer's choice by the rulebook under the customer's row lock; two first choices
-/// at once meet in the upsert, where the later one wins. `true` when it changed their standing.
+/// at once meet in the upsert, which applies the same rule. `true` when it changed their
+/// standing.
 pub(super) async fn choose(
     conn: &mut PgConnection,
     customer: &str,
@@ -590,11 +591,13 @@ pub(super) async fn choose(
     let Some(new) = consent::apply(kept.as_ref(), choice) else {
         return Ok(false);
     };
-    sqlx::query(
+    // A first choice made at once by another transaction may have landed meanwhile: this one
+    // is kept only over an older choice of the other standing.
+    let written = sqlx::query(
         "INSERT INTO consents (customer, opted_out, source, at) VALUES ($1, $2, $3, $4)
          ON CONFLICT (customer) DO UPDATE
          SET opted_out = excluded.opted_out, source = excluded.source, at = excluded.at
-         WHERE consents.at <= excluded.at",
+         WHERE consents.at <= excluded.at AND consents.opted_out <> excluded.opted_out",
     )
     .bind(customer)
     .bind(new.opted_out)
@@ -603,7 +606,7 @@ pub(super) async fn choose(
     .execute(&mut *conn)
     .await
     .map_err(unavailable)?;
-    Ok(true)
+    Ok(written.rows_affected() > 0)
 }
 
 pub(super) async fn opted_out(pool: &PgPool, customers: &[String]) -> Result<HashSet<String>> {

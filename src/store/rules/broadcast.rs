@@ -28,8 +28,9 @@ pub enum RecipientState {
     Failed,
     /// Meta's marketing limit for this user: tried again after the hold.
     Held,
-    /// Left out before any send (opted out, invalid, a duplicate, in its cooldown, over the
-    /// messaging limit).
+    /// Left out before any send (opted out, invalid, a duplicate, in its cooldown; `over_limit`
+    /// is named for outside readers but never given: beyond Meta's messaging limit, recipients
+    /// wait for headroom instead).
     Skipped,
     /// The request may have left and no status said so: never sent again.
     Unknown,
@@ -121,7 +122,8 @@ pub fn initial(now: At, start_at: At) -> BroadcastState {
     }
 }
 
-/// What time alone does to a broadcast at `now`: a scheduled one whose start came runs; a live
+/// What time alone does to a broadcast at `now`: a scheduled one whose start came runs, and a
+/// running one whose start has not come (resumed after a pause before it) waits for it; a live
 /// one past its deadline is cancelled (its waiting recipients with it).
 pub fn at_time(
     state: BroadcastState,
@@ -133,6 +135,7 @@ pub fn at_time(
     match state {
         live if live.live() && deadline.is_some_and(|d| d <= now) => Cancelled,
         Scheduled if start_at <= now => Running,
+        Running if start_at > now => Scheduled,
         other => other,
     }
 }
@@ -214,15 +217,32 @@ pub fn resting(quiet_hours: Option<&str>, tz: Option<&str>, now: At) -> bool {
 /// What a recipient read: the template's body with its placeholders filled in, in order; or,
 /// when its body was not kept, the template's name and the parameters it was sent with.
 pub fn sent_text(template: &str, body: Option<&str>, params: &[String]) -> String {
-    match body {
-        Some(body) => params
-            .iter()
-            .enumerate()
-            .fold(body.to_owned(), |text, (n, value)| {
-                text.replace(&format!("{{{{{}}}}}", n + 1), value)
-            }),
-        None => format!("[template {template}: {}]", params.join(", ")),
+    let Some(body) = body else {
+        return format!("[template {template}: {}]", params.join(", "));
+    };
+    // One pass over the body: a parameter's own text is never read as a placeholder.
+    let mut text = String::with_capacity(body.len());
+    let mut rest = body;
+    while let Some(open) = rest.find("{{") {
+        text.push_str(&rest[..open]);
+        let after = &rest[open + 2..];
+        let filled = after.split_once("}}").and_then(|(name, tail)| {
+            let n: usize = name.trim().parse().ok()?;
+            Some((params.get(n.checked_sub(1)?)?, tail))
+        });
+        match filled {
+            Some((value, tail)) => {
+                text.push_str(value);
+                rest = tail;
+            }
+            None => {
+                text.push_str("{{");
+                rest = after;
+            }
+        }
     }
+    text.push_str(rest);
+    text
 }
 
 /// The states a sender may still claim from, as an SQL list.
@@ -920,6 +940,21 @@ mod tests {
             sent_text("diwali_offer", None, &params),
             "[template diwali_offer: Ada, 20%]"
         );
+        let tricky = ["{{2}}".to_owned(), "x".to_owned()];
+        assert_eq!(
+            sent_text("t", Some("a {{1}} b {{2}} c {{3}}"), &tricky),
+            "a {{2}} b x c {{3}}",
+            "a parameter's text stays as it is; a placeholder without a value stays too"
+        );
+    }
+
+    #[test]
+    fn a_broadcast_resumed_before_its_start_waits_for_it() {
+        use BroadcastState::{Running, Scheduled};
+        let start = NOW + ms(60_000);
+        assert_eq!(at_time(Running, NOW, start, None), Scheduled);
+        assert_eq!(at_time(Scheduled, start, start, None), Running);
+        assert_eq!(at_time(Running, start, start, None), Running);
     }
 
     #[test]
