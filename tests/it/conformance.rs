@@ -37,6 +37,7 @@ use self::broadcasts::{
     a_broadcast_is_kept_once_per_key_with_its_audience,
     a_stopped_template_pauses_its_broadcasts_and_its_approval_resumes_them,
     broadcasts_pause_resume_and_cancel_as_the_rulebook_allows,
+    claimers_at_once_never_pass_the_messaging_limit,
     claimers_at_once_never_take_one_recipient_twice,
     opt_outs_keep_the_latest_choice_and_claims_skip_them,
     quiet_hours_hold_a_broadcasts_sends_on_its_zones_clock,
@@ -258,6 +259,7 @@ macro_rules! cases {
             a_stopped_template_pauses_its_broadcasts_and_its_approval_resumes_them,
             the_cooldown_skips_and_the_messaging_limit_holds_back,
             quiet_hours_hold_a_broadcasts_sends_on_its_zones_clock,
+            claimers_at_once_never_pass_the_messaging_limit,
         );
     };
 }

@@ -706,13 +706,20 @@ impl Broadcasts for RedisStore {
         for row in &lapsed.0 {
             writes.extend(row.step(&Event::LeaseLapsed, claim.now, Limits::NONE)?);
         }
-        self.save_recipients(writes, false).await?;
-        let limit = match claim.daily_limit {
-            None => claim.limit,
-            Some(daily) => {
-                let reached = self.reached(claim.now - broadcast::LIMIT_SPAN).await?;
+        self.save_recipients(writes, false, None).await?;
+        // The messaging limit's count as read: the claim lands only if it is unchanged.
+        let reach = match claim.daily_limit {
+            None => None,
+            Some(_) => {
+                let since = claim.now - broadcast::LIMIT_SPAN;
+                Some((since, self.reached(since).await?))
+            }
+        };
+        let limit = match (claim.daily_limit, reach) {
+            (Some(daily), Some((_, reached))) => {
                 claim.limit.min(broadcast::headroom(Some(daily), reached))
             }
+            _ => claim.limit,
         };
         let args = json!({
             "now": claim.now, "limit": count(limit), "halted": claim.halted,
@@ -734,7 +741,7 @@ impl Broadcasts for RedisStore {
                 jobs.push(row.into_job(attempt));
             }
         }
-        let saved = self.save_recipients(writes, false).await?;
+        let saved = self.save_recipients(writes, false, reach).await?;
         let args = json!({
             "running": BroadcastState::Running.as_str(),
             "finished": BroadcastState::Finished.as_str(),
@@ -760,7 +767,9 @@ impl Broadcasts for RedisStore {
             outcome: &outcome,
         };
         let write = row.step(&event, now, limits)?.ok_or(Error::LeaseLost)?;
-        self.save_recipients(vec![write], true).await.map(drop)
+        self.save_recipients(vec![write], true, None)
+            .await
+            .map(drop)
     }
     async fn hear_template(&self, news: TemplateNews) -> Result<Vec<i64>> {
         let live: List<RawLive> = self.call("broadcasts_live", json!({})).await?;
@@ -917,18 +926,25 @@ impl RedisStore {
             let event = Event::Status(status.clone());
             writes.extend(row.step(&event, delivery.received_at, Limits::NONE)?);
         }
-        self.save_recipients(writes, false).await.map(drop)
+        self.save_recipients(writes, false, None).await.map(drop)
     }
 
-    /// Saves recipient writes that still find their recipient as read; the ids saved.
-    async fn save_recipients(&self, writes: Vec<Value>, strict: bool) -> Result<Vec<i64>> {
+    /// Saves recipient writes that still find their recipient as read (and, with `reach`, the
+    /// messaging limit's count after `since` as read); the ids saved.
+    async fn save_recipients(
+        &self,
+        writes: Vec<Value>,
+        strict: bool,
+        reach: Option<(At, u64)>,
+    ) -> Result<Vec<i64>> {
         if writes.is_empty() {
             return Ok(Vec::new());
         }
+        let reach = reach.map(|(since, read)| json!({"since": since, "read": read}));
         let saved: List<i64> = self
             .call(
                 "recipients_save",
-                json!({"writes": writes, "strict": strict}),
+                json!({"writes": writes, "strict": strict, "reach": reach}),
             )
             .await?;
         // Meta's word that a customer opted out (131050) is kept right after: were it lost

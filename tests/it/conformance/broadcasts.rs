@@ -356,6 +356,31 @@ pub async fn claimers_at_once_never_take_one_recipient_twice(store: Arc<dyn Stor
     assert_eq!(taken.len(), 40);
 }
 
+pub async fn claimers_at_once_never_pass_the_messaging_limit(store: Arc<dyn Store>) {
+    let mut big = diwali(None, T0);
+    big.recipients = (0..40)
+        .map(|n| NewRecipient {
+            to: format!("23480300000{n:02}"),
+            params: vec![format!("customer {n}")],
+            line: Some(n + 2),
+            skipped: None,
+        })
+        .collect();
+    store.create_broadcast(big).await.expect("kept");
+    let limited = || RecipientClaim {
+        daily_limit: Some(10),
+        ..sends(T0, 7)
+    };
+    for _ in 0..3 {
+        let claims = join_all((0..4).map(|_| store.claim_recipients(limited()))).await;
+        for claim in claims {
+            claim.expect("claimed");
+        }
+    }
+    let b = store.broadcasts(1).await.expect("listed").remove(0);
+    assert_eq!(b.counts["sending"], 10, "{b:?}");
+}
+
 pub async fn time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait(store: Arc<dyn Store>) {
     let (later, _) = store
         .create_broadcast(diwali(None, T0 + ms(60_000)))

@@ -150,10 +150,21 @@ local function recipients_load(a)
   return out
 end
 
+-- Customers sent a broadcast after `since`, or being sent one: what Meta's messaging limit
+-- counts (an upper bound: one being sent who was also sent lately counts twice).
+local function reach(since)
+  return redis.call('ZCOUNT', k('brsent'), '(' .. since, '+inf') + redis.call('ZCARD', k('bcsending'))
+end
+
 -- Each write lands only if its recipient is still in the state and attempt the caller read;
--- `strict` refuses the call instead of skipping such a write. Returns the ids written.
+-- `strict` refuses the call instead of skipping such a write. With `reach` ({since, read}),
+-- nothing lands unless the messaging limit's count is still what the caller read: a claim
+-- sized to the headroom left then is not made beside another node's. Returns the ids written.
 local function recipients_save(a)
   local saved = {}
+  if a.reach and reach(a.reach.since) ~= a.reach.read then
+    return saved
+  end
   for _, w in ipairs(a.writes) do
     local key = k('br', w.id)
     local now = get(key, 'state', 'attempts', 'bc')
@@ -279,10 +290,8 @@ local function recipients_due(a)
   return out
 end
 
--- Customers sent a broadcast since `since`, or being sent one: what Meta's messaging limit
--- counts (an upper bound: one being sent who was also sent lately counts twice).
 local function broadcast_reach(a)
-  return redis.call('ZCOUNT', k('brsent'), '(' .. a.since, '+inf') + redis.call('ZCARD', k('bcsending'))
+  return reach(a.since)
 end
 
 -- Running broadcasts with nobody waiting or being sent are finished.
