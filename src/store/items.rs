@@ -9,7 +9,8 @@ use crate::clock::At;
 use crate::domain;
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 use crate::store::rules::item::{self, ItemState};
-use crate::store::{ChatSubmission, JobStatus};
+use crate::store::rules::part::{Delivery, Status};
+use crate::store::{ChatSubmission, JobStatus, parse_broadcast_callback};
 
 /// An item's facts as stored, and the hash a redelivery is compared on.
 pub(crate) struct Encoded {
@@ -128,4 +129,24 @@ pub(crate) const POSITION_CAP: i64 = 10_000;
 /// store was written by another one.
 pub(crate) fn known<T>(parse: fn(&str) -> Option<T>, name: &str) -> crate::store::Result<T> {
     parse(name).ok_or_else(|| crate::store::Error::Schema(format!("unknown name {name:?}")))
+}
+
+/// A status webhook item as a broadcast recipient reads it: Meta's status, and the (recipient,
+/// attempt) its callback data names when the send's answer was lost. `None` for any other item.
+pub(crate) fn broadcast_status(item: &InboundItem) -> Option<(Status<'_>, Option<(i64, u32)>)> {
+    if item.kind != ItemKind::Status {
+        return None;
+    }
+    let facts = &item.facts;
+    let status = Status {
+        wamid: facts["id"].as_str()?,
+        delivery: facts["status"].as_str().and_then(Delivery::parse)?,
+        code: facts["error_codes"]
+            .get(0)
+            .and_then(serde_json::Value::as_i64),
+    };
+    let named = facts["biz_opaque_callback_data"]
+        .as_str()
+        .and_then(parse_broadcast_callback);
+    Some((status, named))
 }

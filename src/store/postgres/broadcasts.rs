@@ -9,16 +9,16 @@ use sqlx::{PgConnection, PgPool, Row};
 use super::unavailable;
 use crate::clock::At;
 use crate::domain::{ConversationKey, InboundItem};
-use crate::store::items::known;
+use crate::store::items::{broadcast_status, known};
 use crate::store::rules::broadcast::{
     self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, QuietHours,
     Recipient, RecipientState, SkipReason, Step, TemplateNews, WAITING_SQL,
 };
 use crate::store::rules::consent::{self, Choice, Source};
-use crate::store::rules::part::{Delivery, Status};
+use crate::store::rules::part::Delivery;
 use crate::store::{
     BroadcastView, Error, HistoryEntry, NewBroadcast, REPLY_SPAN, RecipientClaim, RecipientJob,
-    RecipientView, Result, Speaker, parse_broadcast_callback, recipient_counts,
+    RecipientView, Result, Speaker, recipient_counts,
 };
 
 pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(BroadcastView, bool)> {
@@ -425,22 +425,16 @@ pub(super) async fn reconcile_status(
     item: &InboundItem,
     now: At,
 ) -> Result<()> {
-    let facts = &item.facts;
-    let (Some(wamid), Some(delivery)) = (
-        facts["id"].as_str(),
-        facts["status"].as_str().and_then(Delivery::parse),
-    ) else {
+    let Some((status, named)) = broadcast_status(item) else {
         return Ok(());
     };
+    let wamid = status.wamid;
     let by_wamid: Option<i64> =
         sqlx::query_scalar("SELECT id FROM broadcast_recipients WHERE wamid = $1")
             .bind(wamid)
             .fetch_optional(&mut *conn)
             .await
             .map_err(unavailable)?;
-    let named = facts["biz_opaque_callback_data"]
-        .as_str()
-        .and_then(parse_broadcast_callback);
     let id = match (by_wamid, named) {
         (Some(id), _) => Some(id),
         (None, Some((id, attempt))) => sqlx::query_scalar(
@@ -455,13 +449,6 @@ pub(super) async fn reconcile_status(
     };
     let Some(id) = id else {
         return Ok(());
-    };
-    let status = Status {
-        wamid,
-        delivery,
-        code: facts["error_codes"]
-            .get(0)
-            .and_then(serde_json::Value::as_i64),
     };
     match step(conn, id, &Event::Status(status), now, Limits::NONE).await {
         Ok(_) | Err(Error::LeaseLost) => Ok(()),

@@ -33,20 +33,20 @@ use self::wire::{
     RawQuarantined, RawReceipt, RawRecipient, RawRecipientRow, RawReview, RawRouted, RawSendJob,
     RawStats, Receipt,
 };
-use super::items::known;
 use super::items::message_key;
+use super::items::{broadcast_status, known};
 use super::rules::broadcast::{
     self, BroadcastState, Event, PausedBy, QuietHours, SkipReason, TemplateNews,
 };
 use super::rules::consent::{self, Source};
-use super::rules::part::{Delivery, Status};
+use super::rules::part::Status;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Choice, Control,
     ConversationView, Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest,
     IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim,
     RecipientJob, RecipientState, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery,
     Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, Speaker, StoredItem,
-    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat, parse_broadcast_callback,
+    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, millis};
 use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken};
@@ -889,23 +889,8 @@ impl RedisStore {
     /// the inbox.
     async fn settle_broadcast_statuses(&self, delivery: &Ingest) -> Result<()> {
         // Each status with the (recipient, attempt) its callback names, if any.
-        let statuses: Vec<(Status<'_>, Option<(i64, u32)>)> = delivery
-            .items
-            .iter()
-            .filter(|item| item.kind == ItemKind::Status)
-            .filter_map(|item| {
-                let facts = &item.facts;
-                let status = Status {
-                    wamid: facts["id"].as_str()?,
-                    delivery: facts["status"].as_str().and_then(Delivery::parse)?,
-                    code: facts["error_codes"].get(0).and_then(Value::as_i64),
-                };
-                let named = facts["biz_opaque_callback_data"]
-                    .as_str()
-                    .and_then(parse_broadcast_callback);
-                Some((status, named))
-            })
-            .collect();
+        let statuses: Vec<(Status<'_>, Option<(i64, u32)>)> =
+            delivery.items.iter().filter_map(broadcast_status).collect();
         if statuses.is_empty() {
             return Ok(());
         }
