@@ -1085,4 +1085,84 @@ mod tests {
             Some(BroadcastState::Paused)
         );
     }
+
+    /// One event of a generated history, owned so that proptest can make and shrink it.
+    #[derive(Debug, Clone)]
+    enum Happening {
+        Claim,
+        Lapse,
+        Cancel,
+        Skip,
+        Outcome { outcome: usize, stale: bool },
+        Status { delivery: usize, opted_out: bool },
+    }
+
+    fn happening() -> impl Strategy<Value = Happening> {
+        prop_oneof![
+            3 => Just(Happening::Claim),
+            1 => Just(Happening::Lapse),
+            1 => Just(Happening::Cancel),
+            1 => Just(Happening::Skip),
+            4 => (0..outcomes().len(), any::<bool>())
+                .prop_map(|(outcome, stale)| Happening::Outcome { outcome, stale }),
+            2 => (0..Delivery::ALL.len(), any::<bool>())
+                .prop_map(|(delivery, opted_out)| Happening::Status { delivery, opted_out }),
+        ]
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whole lives of a recipient: whatever happens in whatever order, once the template
+        /// may have left (accepted, or its outcome unknown) it is never claimed again, every
+        /// claim spends one attempt, and holds and failures stay within the broadcast's limits.
+        #[test]
+        fn no_history_sends_a_recipient_twice(
+            history in proptest::collection::vec((happening(), 0u64..100_000_000), 1..60),
+        ) {
+            let outcomes = outcomes();
+            let mut r = Recipient::listed(None);
+            let mut now = NOW;
+            let mut may_have_left = false;
+            for (happening, wait) in history {
+                now = now + ms(wait);
+                let status;
+                let event = match happening {
+                    Happening::Claim => Event::Claim { lease: ms(50) },
+                    Happening::Lapse => Event::LeaseLapsed,
+                    Happening::Cancel => Event::Cancel,
+                    Happening::Skip => Event::Skip(SkipReason::OptedOut),
+                    Happening::Outcome { outcome, stale } => {
+                        let attempt = r.attempts - u32::from(stale && r.attempts > 0);
+                        Event::Outcome { attempt, outcome: &outcomes[outcome] }
+                    }
+                    Happening::Status { delivery, opted_out } => {
+                        status = Status {
+                            wamid: "wamid.b",
+                            delivery: Delivery::ALL[delivery],
+                            code: opted_out.then_some(OPTED_OUT),
+                        };
+                        Event::Status(status.clone())
+                    }
+                };
+                let Ok(step) = next(&r, &event, now, LIMITS) else { continue };
+                if let Event::Claim { .. } = event {
+                    prop_assert!(!may_have_left, "claimed again after it may have left: {r:?}");
+                    prop_assert_eq!(step.recipient.attempts, r.attempts + 1);
+                } else {
+                    prop_assert_eq!(step.recipient.attempts, r.attempts);
+                }
+                prop_assert!(step.recipient.failures < LIMITS.max_failures);
+                prop_assert!(step.recipient.holds <= LIMITS.max_holds);
+                may_have_left |= matches!(
+                    step.recipient.state,
+                    RecipientState::Accepted
+                        | RecipientState::Delivered
+                        | RecipientState::Read
+                        | RecipientState::Unknown
+                );
+                r = step.recipient;
+            }
+        }
+    }
 }

@@ -785,4 +785,109 @@ mod tests {
         let step = next(&template, &Event::Status(failed), NOW).expect("failed");
         assert_eq!(step.part.state, PartState::Failed);
     }
+
+    /// One event of a generated history, owned so that proptest can make and shrink it.
+    #[derive(Debug, Clone)]
+    enum Happening {
+        Claim,
+        Lapse,
+        WaitOver,
+        Requeue,
+        Outcome {
+            result: usize,
+            stale: bool,
+        },
+        Status {
+            delivery: usize,
+            code: usize,
+            ours: bool,
+        },
+    }
+
+    fn happening() -> impl Strategy<Value = Happening> {
+        prop_oneof![
+            3 => Just(Happening::Claim),
+            1 => Just(Happening::Lapse),
+            1 => Just(Happening::WaitOver),
+            1 => Just(Happening::Requeue),
+            3 => (0..results().len(), any::<bool>())
+                .prop_map(|(result, stale)| Happening::Outcome { result, stale }),
+            3 => (0..Delivery::ALL.len(), 0..3usize, any::<bool>())
+                .prop_map(|(delivery, code, ours)| Happening::Status { delivery, code, ours }),
+        ]
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whole lives of a part, not single steps: whatever happens in whatever order, a
+        /// message that may have left is not claimed again until a person sends it back or Meta
+        /// closed the window (then the template, a new message, goes once); delivery never goes
+        /// down meanwhile; every claim spends one attempt; a person is asked only on arrival.
+        #[test]
+        fn no_history_sends_a_message_twice(
+            history in proptest::collection::vec((happening(), 0u64..80), 1..60),
+        ) {
+            let results = results();
+            let mut part = Part::written(PartState::Queued);
+            let mut now = NOW;
+            let mut may_have_left = false;
+            let mut template_left = false;
+            for (happening, wait) in history {
+                now = now + ms(wait);
+                let result;
+                let status;
+                let event = match happening {
+                    Happening::Claim => Event::Claim { lease: ms(50) },
+                    Happening::Lapse => Event::LeaseLapsed { unknown_wait: ms(60) },
+                    Happening::WaitOver => Event::WaitOver,
+                    Happening::Requeue => Event::Requeue,
+                    Happening::Outcome { result: i, stale } => {
+                        result = results[i].clone();
+                        let attempt = part.attempts - u32::from(stale && part.attempts > 0);
+                        Event::Outcome { attempt, result: &result }
+                    }
+                    Happening::Status { delivery, code, ours } => {
+                        status = Status {
+                            wamid: if ours { "wamid.sent" } else { "wamid.other" },
+                            delivery: Delivery::ALL[delivery],
+                            code: [None, Some(WINDOW_CLOSED), Some(131_026)][code],
+                        };
+                        Event::Status(status.clone())
+                    }
+                };
+                let Ok(step) = next(&part, &event, now) else { continue };
+                let again = event == Event::Requeue || step.part.state == PartState::WindowClosed;
+                if let Event::Claim { .. } = event {
+                    prop_assert!(!may_have_left, "claimed again after it may have left: {part:?}");
+                    prop_assert_eq!(step.part.attempts, part.attempts + 1);
+                } else {
+                    prop_assert_eq!(step.part.attempts, part.attempts);
+                }
+                if !again {
+                    prop_assert!(Delivery::rank(step.part.delivery) >= Delivery::rank(part.delivery));
+                }
+                let with_people = |s: PartState| matches!(s, PartState::Failed | PartState::Review);
+                prop_assert_eq!(
+                    step.effects.review.is_some(),
+                    with_people(step.part.state) && !with_people(part.state)
+                );
+                if event == Event::Requeue {
+                    template_left = false;
+                }
+                prop_assert!(
+                    !(template_left && step.part.state == PartState::WindowClosed),
+                    "the template again: {part:?} {event:?}"
+                );
+                template_left |= step.part.kind == PartKind::Template
+                    && matches!(step.part.state, PartState::Accepted | PartState::Unknown);
+                may_have_left = match step.part.state {
+                    _ if again => false,
+                    PartState::Accepted | PartState::Unknown => true,
+                    _ => may_have_left || step.part.wamid.is_some(),
+                };
+                part = step.part;
+            }
+        }
+    }
 }
