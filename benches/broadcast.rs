@@ -68,6 +68,7 @@ fn audience(count: usize, offset: usize) -> Vec<NewRecipient> {
             params: vec![format!("Customer {n}")],
             line: None,
             skipped: None,
+            tz: None,
         })
         .collect()
 }
@@ -85,7 +86,7 @@ fn broadcast(recipients: Vec<NewRecipient>, rate: u32) -> NewBroadcast {
         until: None,
         rate,
         body: None,
-        quiet: None,
+        hours: None,
         recipients,
     }
 }

@@ -2,21 +2,29 @@
 //! is left out and why, by the file's line numbers.
 //!
 //! The file has a header; the `phone` (or `wa_id`) column names the recipient, and each
-//! parameter column fills the template's next body parameter ({{1}}, {{2}}, ...). Numbers
+//! parameter column fills the template's next body parameter ({{1}}, {{2}}, ...). A `tz` (or
+//! `time_zone`) column may give a recipient's IANA time zone; without one it is their
+//! country's, when that has a single zone ([`zones`]). Numbers
 //! become E.164 digits (no `+`, spaces or punctuation); a number written the local way (a
 //! leading trunk `0`) takes the default country code when one is given. A file that cannot be
 //! read as such (no header, no phone column, a parameter column it lacks, broken CSV) is
-//! refused whole; a bad row (an invalid number, an empty parameter) or a repeated number is
+//! refused whole; a bad row (an invalid number, an empty parameter, an unknown zone) or a
+//! repeated number is
 //! kept as skipped, with its reason and line.
 //!
 //! PURE: no IO.
 
 use std::collections::HashMap;
 
+use crate::broadcast::zones;
 use crate::store::rules::broadcast::SkipReason;
+use crate::store::rules::hours::{unknown_zone, zone};
 
 /// The columns that may name the recipient, in the order they are looked for.
 const PHONE_COLUMNS: [&str; 2] = ["phone", "wa_id"];
+
+/// The columns that may give the recipient's time zone.
+const ZONE_COLUMNS: [&str; 3] = ["tz", "time_zone", "timezone"];
 
 /// One row of the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +36,8 @@ pub struct Row {
     pub params: Vec<String>,
     /// Left out: why, in words a person reads.
     pub skipped: Option<(SkipReason, String)>,
+    /// Its IANA time zone: as the file gave it, or its country's.
+    pub tz: Option<String>,
 }
 
 /// Why a file is refused: nothing of it is kept.
@@ -62,6 +72,9 @@ pub fn parse(csv: &str, columns: &[String], country: Option<&str>) -> Result<Vec
         .iter()
         .find_map(|name| headers.iter().position(|h| h == name))
         .ok_or_else(|| Refusal::NoPhoneColumn(shown.clone()))?;
+    let zone_column = ZONE_COLUMNS
+        .iter()
+        .find_map(|name| headers.iter().position(|h| h == name));
     let params = columns
         .iter()
         .map(|name| {
@@ -93,6 +106,7 @@ pub fn parse(csv: &str, columns: &[String], country: Option<&str>) -> Result<Vec
             to: written.to_owned(),
             params: values,
             skipped: None,
+            tz: None,
         };
         match e164(written, country) {
             Err(why) => row.skipped = Some((SkipReason::Invalid, why)),
@@ -107,6 +121,8 @@ pub fn parse(csv: &str, columns: &[String], country: Option<&str>) -> Result<Vec
                 }
             }
         }
+        let written_zone = zone_column.and_then(|i| record.get(i));
+        zone_in(&mut row, written_zone);
         rows.push(row);
     }
     if rows.is_empty() {
@@ -115,22 +131,23 @@ pub fn parse(csv: &str, columns: &[String], country: Option<&str>) -> Result<Vec
     Ok(rows)
 }
 
-/// Recipients given as a list (`to`, parameters) rather than a file, read by the same rules;
-/// a row's `line` is then its place in the list, from 1.
-pub fn listed(
-    recipients: impl IntoIterator<Item = (String, Vec<String>)>,
-    country: Option<&str>,
-) -> Vec<Row> {
+/// One recipient given in a list: the number, the parameters, and the time zone if known.
+pub type Listed = (String, Vec<String>, Option<String>);
+
+/// Recipients given as a list rather than a file, read by the same rules; a row's `line` is
+/// then its place in the list, from 1.
+pub fn listed(recipients: impl IntoIterator<Item = Listed>, country: Option<&str>) -> Vec<Row> {
     let mut first_line: HashMap<String, u64> = HashMap::new();
     recipients
         .into_iter()
         .zip(1..)
-        .map(|((written, params), line)| {
+        .map(|((written, params, tz), line)| {
             let mut row = Row {
                 line,
                 to: written.clone(),
                 params,
                 skipped: None,
+                tz: None,
             };
             match e164(&written, country) {
                 Err(why) => row.skipped = Some((SkipReason::Invalid, why)),
@@ -145,9 +162,23 @@ pub fn listed(
                     }
                 },
             }
+            zone_in(&mut row, tz.as_deref());
             row
         })
         .collect()
+}
+
+/// A row's zone: as written (an unknown one leaves the row out), else its country's.
+fn zone_in(row: &mut Row, written: Option<&str>) {
+    match written.map(str::trim).filter(|w| !w.is_empty()) {
+        Some(name) if zone(name).is_some() => row.tz = Some(name.to_owned()),
+        Some(name) => {
+            if row.skipped.is_none() {
+                row.skipped = Some((SkipReason::Invalid, unknown_zone(name)));
+            }
+        }
+        None => row.tz = zones::of_number(&row.to).map(str::to_owned),
+    }
 }
 
 /// Where each line of the file starts: a record's line, counted as a person would (the CSV
@@ -312,7 +343,7 @@ mod tests {
             ("nope", "Bola"),
         ];
         let rows = listed(
-            given.map(|(to, name)| (to.to_owned(), vec![name.to_owned()])),
+            given.map(|(to, name)| (to.to_owned(), vec![name.to_owned()], None)),
             Some("234"),
         );
         let seen: Vec<(u64, Option<SkipReason>)> = rows
@@ -328,6 +359,21 @@ mod tests {
             ]
         );
         assert_eq!(rows[0].to, "2348031234567");
+    }
+
+    #[test]
+    fn a_recipients_zone_is_the_files_or_else_their_countrys() {
+        let csv = "phone,tz\n+2348031234567,\n+447700900123,Asia/Kolkata\n\
+                   +15551234567,\n+2348039999999,Lagos/Ikeja\n";
+        let rows = parse(csv, &[], None).expect("parsed");
+        let zones: Vec<Option<&str>> = rows.iter().map(|r| r.tz.as_deref()).collect();
+        assert_eq!(
+            zones,
+            [Some("Africa/Lagos"), Some("Asia/Kolkata"), None, None]
+        );
+        let (reason, why) = rows[3].skipped.clone().expect("left out");
+        assert_eq!((reason, rows[3].line), (SkipReason::Invalid, 5));
+        assert!(why.contains("Lagos/Ikeja"), "{why}");
     }
 
     #[test]

@@ -11,7 +11,10 @@ use crate::broadcast::audience::Row;
 use crate::clock::millis;
 use crate::config::{BroadcastSettings, Config};
 use crate::store::rules::broadcast;
-use crate::store::{self, Broadcasts, NewBroadcast, NewRecipient, SkipReason};
+use crate::store::rules::hours::Span;
+use crate::store::{
+    self, Broadcasts, LocalHours, NewBroadcast, NewRecipient, QuietHours, SkipReason, When,
+};
 use crate::whatsapp::graph::{Graph, GraphError};
 
 /// An audience row as a recipient to keep.
@@ -21,7 +24,68 @@ pub fn recipient(row: Row) -> NewRecipient {
         params: row.params,
         line: Some(row.line),
         skipped: row.skipped,
+        tz: row.tz,
     }
+}
+
+/// When a person asked a broadcast to go, as they wrote it: a start and a deadline (each an
+/// instant, or a wall-clock time on each recipient's clock, see [`When`]), quiet hours
+/// (`HH:MM-HH:MM`), and the zone of recipients without their own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Asked<'a> {
+    pub at: Option<When>,
+    pub until: Option<When>,
+    pub quiet_hours: Option<&'a str>,
+    pub tz: Option<&'a str>,
+}
+
+/// Sets `b`'s start, deadline and hours from what was asked. Wall-clock times become instants
+/// per recipient: the broadcast starts at the earliest and is cancelled after the latest, and
+/// each recipient waits for its own (see [`LocalHours::span`]).
+///
+/// # Errors
+/// What is wrong with what was asked, in words.
+pub fn schedule(b: &mut NewBroadcast, asked: Asked<'_>) -> Result<(), String> {
+    let (at, until) = (asked.at, asked.until);
+    let quiet = asked.quiet_hours.map(QuietHours::parse).transpose()?;
+    let local = |when: Option<When>| match when {
+        Some(When::Local(time)) => Some(time),
+        _ => None,
+    };
+    let (start, end) = (local(at), local(until));
+    let on_clocks = quiet.is_some() || start.is_some() || end.is_some();
+    b.hours = match (asked.tz, on_clocks) {
+        (Some(tz), _) => Some(LocalHours::new(tz, quiet, start, end)?),
+        (None, false) => None,
+        (None, true) => {
+            return Err(
+                "quiet hours and times without an offset are read on each recipient's \
+                        clock: give tz, the zone of recipients without their own (like \
+                        Africa/Lagos)"
+                    .into(),
+            );
+        }
+    };
+    let span = b.hours.as_ref().map_or_else(Span::default, |h| {
+        h.span(
+            b.recipients
+                .iter()
+                .filter(|r| r.skipped.is_none())
+                .map(|r| r.tz.as_deref()),
+        )
+    });
+    b.start_at = match at {
+        Some(When::At(t)) => t,
+        _ => span.start.unwrap_or(b.now),
+    };
+    b.until = match until {
+        Some(When::At(t)) => Some(t),
+        _ => span.until,
+    };
+    if b.until.is_some_and(|until| until <= b.start_at) {
+        return Err("its deadline is not after its start".into());
+    }
+    Ok(())
 }
 
 /// Leaves out the recipients whose customers opted out of broadcasts, or were sent one within

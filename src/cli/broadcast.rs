@@ -4,7 +4,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -13,9 +13,9 @@ use super::shown;
 use crate::broadcast::audience;
 use crate::broadcast::plan::{self, DryRun, Preflight};
 use crate::broadcast::report::{self, Prices, Report};
-use crate::clock::{At, Clock, SystemClock, millis};
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::store::{self, BroadcastView, Control, NewBroadcast, QuietHours, RecipientState};
+use crate::store::{self, BroadcastView, Control, NewBroadcast, RecipientState, When};
 
 #[derive(Debug, Subcommand)]
 pub(super) enum BroadcastAction {
@@ -86,20 +86,22 @@ pub(super) struct Create {
     /// The business number (phone-number id) it goes from.
     #[arg(long = "from", value_name = "PHONE_NUMBER_ID")]
     business: String,
-    /// Not before this time (RFC 3339, like 2026-11-11T18:00:00Z); now by default.
-    #[arg(long, value_parser = parse_time)]
-    at: Option<At>,
-    /// Cancel what is not sent by this time (RFC 3339).
-    #[arg(long, value_parser = parse_time)]
-    until: Option<At>,
+    /// Not before this time: 2026-11-11T18:00:00Z is one instant; 2026-11-11T09:00 (no offset)
+    /// is nine o'clock on each recipient's clock. Now by default.
+    #[arg(long)]
+    at: Option<String>,
+    /// Cancel what is not sent by this time, written as --at is.
+    #[arg(long)]
+    until: Option<String>,
     /// Messages per second at most.
     #[arg(long, default_value_t = 20)]
     rate: u32,
-    /// Hours of the day it sends nothing, like 21:00-08:00 (in --tz).
-    #[arg(long, requires = "tz")]
+    /// Hours of the day it sends nothing, like 21:00-08:00, on each recipient's clock.
+    #[arg(long)]
     quiet_hours: Option<String>,
-    /// The IANA time zone of --quiet-hours, like Africa/Lagos.
-    #[arg(long, requires = "quiet_hours")]
+    /// The IANA time zone of recipients without their own (the audience's tz column, or their
+    /// country's), like Africa/Lagos.
+    #[arg(long)]
     tz: Option<String>,
     /// The country code added to numbers written the local way (a leading 0), like 234.
     #[arg(long)]
@@ -134,12 +136,6 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
                 dry_run,
                 json,
             } = *create;
-            let quiet = match (quiet_hours, tz) {
-                (Some(spec), Some(tz)) => {
-                    Some(QuietHours::parse(&spec, &tz).map_err(anyhow::Error::msg)?)
-                }
-                _ => None,
-            };
             let text = std::fs::read_to_string(&audience)
                 .with_context(|| format!("reading {}", audience.display()))?;
             let rows = audience::parse(&text, &params, country.as_deref())?;
@@ -151,13 +147,21 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
                 language,
                 business,
                 now,
-                start_at: at.unwrap_or(now),
-                until,
+                start_at: now,
+                until: None,
                 rate: rate.max(1),
                 body: None,
-                quiet,
+                hours: None,
                 recipients: rows.into_iter().map(plan::recipient).collect(),
             };
+            let when = |text: Option<String>| text.as_deref().map(When::parse).transpose();
+            let asked = plan::Asked {
+                at: when(at).map_err(anyhow::Error::msg)?,
+                until: when(until).map_err(anyhow::Error::msg)?,
+                quiet_hours: quiet_hours.as_deref(),
+                tz: tz.as_deref(),
+            };
+            plan::schedule(&mut broadcast, asked).map_err(anyhow::Error::msg)?;
             match Preflight::from_config(config)? {
                 Some(preflight) => preflight
                     .check(&mut broadcast)
@@ -418,12 +422,6 @@ fn print(b: &BroadcastView, json: bool) -> anyhow::Result<()> {
             .map_or_else(String::new, |why| format!(" (paused: {})", shown(why)))
     );
     Ok(())
-}
-
-fn parse_time(s: &str) -> Result<At, String> {
-    let at = humantime::parse_rfc3339_weak(s).map_err(|e| format!("{s:?}: {e}"))?;
-    let since = at.duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
-    Ok(At::from_millis(millis(since)))
 }
 
 fn recipient_state(s: &str) -> Result<RecipientState, String> {

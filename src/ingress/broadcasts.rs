@@ -1,7 +1,7 @@
 //! The admin API's broadcasts, with the review API's token rules:
 //!
 //! - `POST /admin/broadcasts` `{"name", "template": {"name", "language"}, "from", "recipients":
-//!   [{"to", "params"}]` or `"audience_csv"` with `"params"` naming its columns, `"country",
+//!   [{"to", "params", "tz"}]` or `"audience_csv"` with `"params"` naming its columns, `"country",
 //!   "at", "until", "quiet_hours", "tz", "rate", "key", "dry_run"}`: keeps it (once per key),
 //!   or with `dry_run` says who would get it and who is left out, keeping nothing;
 //! - `GET /admin/broadcasts`, `GET /admin/broadcasts/{id}`;
@@ -18,7 +18,7 @@ use crate::broadcast::audience;
 use crate::broadcast::plan::{self, DryRun, Refused};
 use crate::broadcast::report::{self, Prices};
 use crate::clock::At;
-use crate::store::{self, Control, NewBroadcast, QuietHours, RecipientState};
+use crate::store::{self, Control, NewBroadcast, RecipientState, When};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct Create {
@@ -31,15 +31,34 @@ pub(super) struct Create {
     #[serde(default)]
     params: Vec<String>,
     country: Option<String>,
-    at: Option<At>,
-    until: Option<At>,
+    at: Option<Time>,
+    until: Option<Time>,
     rate: Option<u32>,
-    /// `HH:MM-HH:MM`, in `tz`.
+    /// `HH:MM-HH:MM`, on each recipient's clock.
     quiet_hours: Option<String>,
+    /// The zone of recipients without their own.
     tz: Option<String>,
     key: Option<String>,
     #[serde(default)]
     dry_run: bool,
+}
+
+/// A time as the API takes it: milliseconds since the epoch, or RFC 3339 text (with an offset
+/// one instant, without one a wall-clock time on each recipient's clock).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Time {
+    Millis(i64),
+    Text(String),
+}
+
+impl Time {
+    fn when(self, field: &'static str) -> Result<When, ApiError> {
+        match self {
+            Time::Millis(ms) => Ok(When::At(At::from_millis(ms))),
+            Time::Text(text) => When::parse(&text).map_err(|why| ApiError::Invalid { field, why }),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -53,6 +72,7 @@ struct Listed {
     to: String,
     #[serde(default)]
     params: Vec<String>,
+    tz: Option<String>,
 }
 
 /// Broadcasts go at 20 messages a second unless asked otherwise.
@@ -72,30 +92,13 @@ pub(super) async fn create(
             })?
         }
         (None, false) => audience::listed(
-            c.recipients.into_iter().map(|r| (r.to, r.params)),
+            c.recipients.into_iter().map(|r| (r.to, r.params, r.tz)),
             c.country.as_deref(),
         ),
         _ => {
             return Err(ApiError::Invalid {
                 field: "recipients",
                 why: "give recipients or audience_csv, one of them".into(),
-            });
-        }
-    };
-    let quiet = match (&c.quiet_hours, &c.tz) {
-        (Some(spec), Some(tz)) => {
-            Some(
-                QuietHours::parse(spec, tz).map_err(|why| ApiError::Invalid {
-                    field: "quiet_hours",
-                    why,
-                })?,
-            )
-        }
-        (None, None) => None,
-        _ => {
-            return Err(ApiError::Invalid {
-                field: "quiet_hours",
-                why: "give quiet_hours and tz together".into(),
             });
         }
     };
@@ -107,13 +110,23 @@ pub(super) async fn create(
         language: c.template.language,
         business: c.from,
         now,
-        start_at: c.at.unwrap_or(now),
-        until: c.until,
+        start_at: now,
+        until: None,
         rate: c.rate.unwrap_or(DEFAULT_RATE).max(1),
         body: None,
-        quiet,
+        hours: None,
         recipients: rows.into_iter().map(plan::recipient).collect(),
     };
+    let asked = plan::Asked {
+        at: c.at.map(|t| t.when("at")).transpose()?,
+        until: c.until.map(|t| t.when("until")).transpose()?,
+        quiet_hours: c.quiet_hours.as_deref(),
+        tz: c.tz.as_deref(),
+    };
+    plan::schedule(&mut broadcast, asked).map_err(|why| ApiError::Invalid {
+        field: "schedule",
+        why,
+    })?;
     if let Some(preflight) = &state.admin.preflight {
         preflight.check(&mut broadcast).await.map_err(|e| match e {
             // Meta could not be asked: try again later.

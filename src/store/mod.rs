@@ -24,10 +24,10 @@ pub use self::postgres::PgStore;
 pub use self::redis::RedisStore;
 pub use self::rules::batch::AnsweredBy;
 pub use self::rules::broadcast::{
-    BroadcastState, Control, Limits, Outcome, PausedBy, QuietHours, RecipientState, SkipReason,
-    TemplateNews,
+    BroadcastState, Control, Limits, Outcome, PausedBy, RecipientState, SkipReason, TemplateNews,
 };
 pub use self::rules::consent::Choice;
+pub use self::rules::hours::{LocalHours, QuietHours, When};
 pub use self::rules::item::ItemState;
 pub use self::rules::part::{Delivery, PartKind, PartState, WINDOW_CLOSED};
 pub use self::rules::review::ReviewState;
@@ -355,8 +355,9 @@ pub struct NewBroadcast {
     pub rate: u32,
     /// The template's body as Meta approved it, with its placeholders (when it was checked).
     pub body: Option<String>,
-    /// Hours of the day it sends nothing.
-    pub quiet: Option<QuietHours>,
+    /// Quiet hours and wall-clock times, on each recipient's clock (`start_at` and `until` are
+    /// then the earliest start and the latest deadline, see [`LocalHours::span`]).
+    pub hours: Option<LocalHours>,
     pub recipients: Vec<NewRecipient>,
 }
 
@@ -371,6 +372,8 @@ pub struct NewRecipient {
     pub line: Option<u64>,
     /// Left out, and why in words.
     pub skipped: Option<(SkipReason, String)>,
+    /// Its IANA time zone, when known (the broadcast's otherwise).
+    pub tz: Option<String>,
 }
 
 /// A broadcast as stored, with its recipients counted by state.
@@ -388,9 +391,13 @@ pub struct BroadcastView {
     pub paused_by: Option<PausedBy>,
     /// The template's body as Meta approved it, when it was checked.
     pub body: Option<String>,
-    /// Hours of the day it sends nothing (`HH:MM-HH:MM`), in time zone `tz`.
+    /// Hours of the day it sends nothing (`HH:MM-HH:MM`), on each recipient's clock.
     pub quiet_hours: Option<String>,
+    /// The time zone of recipients without their own.
     pub tz: Option<String>,
+    /// A start and deadline given as wall-clock times, on each recipient's clock.
+    pub local_start: Option<String>,
+    pub local_until: Option<String>,
     pub created_at: At,
     pub start_at: At,
     pub until: Option<At>,
@@ -417,6 +424,8 @@ pub struct RecipientView {
     pub sent_at: Option<At>,
     /// When the customer first wrote after it (within [`REPLY_SPAN`]).
     pub replied_at: Option<At>,
+    /// Its IANA time zone, when known (the broadcast's otherwise).
+    pub tz: Option<String>,
 }
 
 /// How long after a broadcast a customer's message counts as its reply.

@@ -658,12 +658,13 @@ async fn a_reply_to_a_broadcast_reaches_the_model_with_the_broadcast_before_it()
             until: None,
             rate: 20,
             body: Some("Happy Diwali, {{1}}! {{2}} off tonight.".into()),
-            quiet: None,
+            hours: None,
             recipients: vec![NewRecipient {
                 to: "2348031234567".into(),
                 params: vec!["Ada".into(), "20%".into()],
                 line: None,
                 skipped: None,
+                tz: None,
             }],
         })
         .await

@@ -26,13 +26,14 @@ fn broadcast(rate: u32) -> NewBroadcast {
         until: None,
         rate,
         body: None,
-        quiet: None,
+        hours: None,
         recipients: (0..RECIPIENTS)
             .map(|n| NewRecipient {
                 to: format!("23480900000{n:02}"),
                 params: vec![format!("Customer {n}"), format!("{n}% off")],
                 line: Some(n as u64 + 2),
                 skipped: None,
+                tz: None,
             })
             .collect(),
     }
@@ -222,6 +223,39 @@ fn the_broadcast_commands_create_once_per_key_and_control_broadcasts() {
         json_lines(dir.path(), &["broadcast", "ls", "--json"]).len(),
         1
     );
+
+    // Nine in the morning on each recipient's clock: these are in Nigeria (their country has
+    // one zone), so it starts at 08:00Z; a wall-clock time needs a zone for those without one.
+    let local = ["--at", "2030-01-01T09:00", "--until", "2030-01-01 18:00"];
+    let no_zone = sabi_command(dir.path())
+        .args(["broadcast", "create", "--name", "x", "--template", "t"])
+        .args(["--language", "en", "--from", "1"])
+        .args(["--audience", csv.to_str().expect("utf-8")])
+        .args(local)
+        .output()
+        .expect("sabi runs");
+    assert!(!no_zone.status.success());
+    let said = String::from_utf8_lossy(&no_zone.stderr);
+    assert!(said.contains("give tz"), "{said}");
+    let morning = create(&[&local[..], &["--tz", "Europe/London", "--dry-run"]].concat());
+    assert_eq!(morning[0]["to_send"], 2, "{morning:?}");
+    let morning = create(&[&local[..], &["--tz", "Europe/London"]].concat());
+    assert_eq!(
+        (
+            morning[0]["start_at"].as_i64(),
+            morning[0]["until"].as_i64(),
+            morning[0]["local_start"].as_str()
+        ),
+        (
+            Some(1_893_484_800_000),
+            Some(1_893_484_800_000 + 9 * 3_600_000),
+            Some("2030-01-01T09:00:00")
+        ),
+        "Lagos's clock, not the broadcast's London"
+    );
+    assert_eq!(morning[0]["state"], "scheduled");
+    let id = morning[0]["id"].to_string();
+    json_lines(dir.path(), &["broadcast", "cancel", &id, "--json"]);
 
     let bad = sabi_command(dir.path())
         .args([
@@ -538,6 +572,7 @@ async fn customers_opt_out_by_keyword_by_meta_and_by_refusal_and_back_in() {
                     params: vec!["Friend".into(), "10% off".into()],
                     line: None,
                     skipped: None,
+                    tz: None,
                 })
                 .collect(),
             ..broadcast(20)
@@ -900,6 +935,7 @@ async fn the_report_counts_replies_opt_outs_and_cost() {
                     params: vec!["Friend".into(), "10% off".into()],
                     line: None,
                     skipped: None,
+                    tz: None,
                 })
                 .collect(),
             ..broadcast(50)
@@ -990,6 +1026,7 @@ async fn five_thousand_recipients_keep_the_rate_and_replies_go_first() {
                     params: vec![format!("Customer {n}"), format!("code{n}")],
                     line: None,
                     skipped: None,
+                    tz: None,
                 })
                 .collect(),
             ..broadcast(RATE as u32)

@@ -109,13 +109,14 @@ async fn the_desk_shows_a_broadcasts_progress_and_pauses_it() {
             until: None,
             rate: 20,
             body: None,
-            quiet: None,
+            hours: None,
             recipients: (0..3)
                 .map(|n| NewRecipient {
                     to: format!("23480300000{n:02}"),
                     params: vec![format!("Customer {n}")],
                     line: None,
                     skipped: None,
+                    tz: None,
                 })
                 .collect(),
         })

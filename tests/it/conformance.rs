@@ -40,7 +40,7 @@ use self::broadcasts::{
     claimers_at_once_never_pass_the_messaging_limit,
     claimers_at_once_never_take_one_recipient_twice,
     opt_outs_keep_the_latest_choice_and_claims_skip_them,
-    quiet_hours_hold_a_broadcasts_sends_on_its_zones_clock,
+    quiet_hours_and_wall_clock_times_hold_each_recipient_on_its_own_clock,
     recipients_are_sent_at_most_once_and_broadcasts_end,
     statuses_move_broadcast_recipients_forward_only,
     the_cooldown_skips_and_the_messaging_limit_holds_back,
@@ -258,7 +258,7 @@ macro_rules! cases {
             opt_outs_keep_the_latest_choice_and_claims_skip_them,
             a_stopped_template_pauses_its_broadcasts_and_its_approval_resumes_them,
             the_cooldown_skips_and_the_messaging_limit_holds_back,
-            quiet_hours_hold_a_broadcasts_sends_on_its_zones_clock,
+            quiet_hours_and_wall_clock_times_hold_each_recipient_on_its_own_clock,
             claimers_at_once_never_pass_the_messaging_limit,
         );
     };

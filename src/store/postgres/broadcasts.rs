@@ -2,7 +2,7 @@
 //! taken twice at once still makes one), read back with their recipients counted by state, and
 //! what people ask of them, under the broadcast's row lock.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::{PgConnection, PgPool, Row};
 
@@ -11,10 +11,11 @@ use crate::clock::At;
 use crate::domain::{ConversationKey, InboundItem};
 use crate::store::items::{broadcast_status, known};
 use crate::store::rules::broadcast::{
-    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, QuietHours,
-    Recipient, RecipientState, SkipReason, Step, TemplateNews, WAITING_SQL,
+    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, Recipient,
+    RecipientState, SkipReason, Step, TemplateNews, WAITING_SQL,
 };
 use crate::store::rules::consent::{self, Choice, Source};
+use crate::store::rules::hours::{LocalHours, Turn};
 use crate::store::rules::part::Delivery;
 use crate::store::{
     BroadcastView, Error, HistoryEntry, NewBroadcast, REPLY_SPAN, RecipientClaim, RecipientJob,
@@ -26,8 +27,9 @@ pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(Broadcast
     let state = broadcast::initial(b.now, b.start_at);
     let id: Option<i64> = sqlx::query_scalar(
         "INSERT INTO broadcasts (key, name, template, language, business, state, created_at,
-                                 start_at, deadline, rate, body, quiet_hours, tz)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                                 start_at, deadline, rate, body, quiet_hours, tz, local_start,
+                                 local_until)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
          ON CONFLICT (key) DO NOTHING RETURNING id",
     )
     .bind(&b.key)
@@ -41,8 +43,10 @@ pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(Broadcast
     .bind(b.until)
     .bind(i64::from(b.rate))
     .bind(&b.body)
-    .bind(b.quiet.as_ref().map(QuietHours::spec))
-    .bind(b.quiet.as_ref().map(|q| &q.tz))
+    .bind(b.hours.as_ref().and_then(LocalHours::quiet_spec))
+    .bind(b.hours.as_ref().map(|h| &h.tz))
+    .bind(b.hours.as_ref().and_then(LocalHours::start_text))
+    .bind(b.hours.as_ref().and_then(LocalHours::until_text))
     .fetch_optional(&mut *tx)
     .await
     .map_err(unavailable)?;
@@ -80,12 +84,14 @@ pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(Broadcast
         .iter()
         .map(|r| r.skipped.as_ref().map(|s| s.1.as_str()))
         .collect();
+    let zones: Vec<Option<&str>> = b.recipients.iter().map(|r| r.tz.as_deref()).collect();
     // One statement for the whole audience, in its order.
     sqlx::query(
         "INSERT INTO broadcast_recipients (broadcast_id, recipient, params, line, state, skipped,
-                                           error)
-         SELECT $1, r, p, l, s, k, e FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[],
-                                  $7::TEXT[]) WITH ORDINALITY AS a(r, p, l, s, k, e, n)
+                                           error, tz)
+         SELECT $1, r, p, l, s, k, e, z
+         FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[], $7::TEXT[],
+                     $8::TEXT[]) WITH ORDINALITY AS a(r, p, l, s, k, e, z, n)
          ORDER BY n",
     )
     .bind(id)
@@ -95,6 +101,7 @@ pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(Broadcast
     .bind(&states)
     .bind(&skips)
     .bind(&errors)
+    .bind(&zones)
     .execute(&mut *tx)
     .await
     .map_err(unavailable)?;
@@ -135,7 +142,8 @@ pub(super) async fn view(conn: &mut PgConnection, id: i64) -> Result<Option<Broa
     }
     let row = sqlx::query(
         "SELECT key, name, template, language, business, state, paused_because, created_at,
-                start_at, deadline, rate, paused_by, body, quiet_hours, tz
+                start_at, deadline, rate, paused_by, body, quiet_hours, tz, local_start,
+                local_until
          FROM broadcasts WHERE id = $1",
     )
     .bind(id)
@@ -161,6 +169,8 @@ pub(super) async fn view(conn: &mut PgConnection, id: i64) -> Result<Option<Broa
         body: r.get(12),
         quiet_hours: r.get(13),
         tz: r.get(14),
+        local_start: r.get(15),
+        local_until: r.get(16),
         created_at: r.get(7),
         start_at: r.get(8),
         until: r.get(9),
@@ -178,7 +188,7 @@ pub(super) async fn recipients(
 ) -> Result<Vec<RecipientView>> {
     let rows = sqlx::query(
         "SELECT id, recipient, params, line, state, skipped, error, error_code, wamid, sent_at,
-                replied_at
+                replied_at, tz
          FROM broadcast_recipients
          WHERE broadcast_id = $1 AND ($2::TEXT IS NULL OR state = $2)
          ORDER BY id LIMIT $3",
@@ -209,6 +219,7 @@ pub(super) async fn recipients(
                 wamid: r.get(8),
                 sent_at: r.get(9),
                 replied_at: r.get(10),
+                tz: r.get(11),
             })
         })
         .collect()
@@ -300,7 +311,7 @@ async fn set_state(
 /// holds are skipped.
 pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<RecipientJob>> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
-    let resting = advance(&mut tx, c.now).await?;
+    let hours = advance(&mut tx, c.now).await?;
     let lapsed: Vec<i64> = sqlx::query_scalar(
         "SELECT id FROM broadcast_recipients WHERE state = $1 AND lease_until <= $2
          ORDER BY id FOR UPDATE SKIP LOCKED",
@@ -314,14 +325,15 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
         step(&mut tx, id, &Event::LeaseLapsed, c.now, Limits::NONE).await?;
     }
     let limit = c.limit.min(headroom(&mut tx, c).await?);
-    let due: Vec<(i64, bool, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT r.id,
+    type Due = (i64, i64, Option<String>, bool, bool);
+    let due: Vec<Due> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT r.id, r.broadcast_id, r.tz,
                 EXISTS (SELECT 1 FROM consents c WHERE c.customer = r.recipient AND c.opted_out),
                 EXISTS (SELECT 1 FROM broadcast_recipients o
                         WHERE o.recipient = r.recipient AND o.sent_at > $5 AND o.id <> r.id)
          FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
          WHERE b.state = $1 AND r.state IN {waiting} AND COALESCE(r.next_attempt_at, 0) <= $2
-           AND NOT (b.business = ANY($3)) AND NOT (b.id = ANY($6))
+           AND NOT (b.business = ANY($3))
          ORDER BY r.broadcast_id, r.id LIMIT $4 FOR UPDATE OF r SKIP LOCKED",
         waiting = *WAITING_SQL,
     )))
@@ -330,25 +342,20 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
     .bind(&c.halted)
     .bind(super::limit(Some(limit)))
     .bind(c.now - c.cooldown)
-    .bind(&resting)
     .fetch_all(&mut *tx)
     .await
     .map_err(unavailable)?;
     let mut jobs = Vec::with_capacity(due.len());
-    for (id, opted_out, in_cooldown) in due {
-        if let Some(reason) = broadcast::left_out(opted_out, in_cooldown) {
-            step(&mut tx, id, &Event::Skip(reason), c.now, Limits::NONE).await?;
-            continue;
+    for (id, broadcast_id, tz, opted_out, in_cooldown) in due {
+        let turn = hours
+            .get(&broadcast_id)
+            .and_then(Option::as_ref)
+            .map_or(Turn::Go, |h| h.turn(tz.as_deref(), c.now));
+        let event = broadcast::on_claim(turn, opted_out, in_cooldown, c.lease);
+        let stepped = step(&mut tx, id, &event, c.now, Limits::NONE).await?;
+        if let Event::Claim { .. } = event {
+            jobs.push(job(&mut tx, id, stepped.recipient.attempts).await?);
         }
-        let claimed = step(
-            &mut tx,
-            id,
-            &Event::Claim { lease: c.lease },
-            c.now,
-            Limits::NONE,
-        )
-        .await?;
-        jobs.push(job(&mut tx, id, claimed.recipient.attempts).await?);
     }
     finish(&mut tx).await?;
     tx.commit().await.map_err(unavailable)?;
@@ -456,23 +463,24 @@ pub(super) async fn reconcile_status(
     }
 }
 
-/// Time moves the live broadcasts on (see [`broadcast::at_time`]); the ids of those in their
-/// quiet hours.
-async fn advance(conn: &mut PgConnection, now: At) -> Result<Vec<i64>> {
+/// Time moves the live broadcasts on (see [`broadcast::at_time`]); the hours on their
+/// recipients' clocks, by broadcast.
+async fn advance(conn: &mut PgConnection, now: At) -> Result<HashMap<i64, Option<LocalHours>>> {
     let live = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT id, state, start_at, deadline, quiet_hours, tz FROM broadcasts
-         WHERE state IN {} ORDER BY id FOR UPDATE",
+        "SELECT id, state, start_at, deadline, quiet_hours, tz, local_start, local_until
+         FROM broadcasts WHERE state IN {} ORDER BY id FOR UPDATE",
         *LIVE_SQL
     )))
     .fetch_all(&mut *conn)
     .await
     .map_err(unavailable)?;
-    let mut resting = Vec::new();
+    let mut hours = HashMap::new();
     for row in live {
         let id: i64 = row.get(0);
-        if broadcast::resting(row.get(4), row.get(5), now) {
-            resting.push(id);
-        }
+        hours.insert(
+            id,
+            LocalHours::stored(row.get(4), row.get(5), row.get(6), row.get(7)),
+        );
         let state = known(BroadcastState::parse, row.get(1))?;
         let next = broadcast::at_time(state, now, row.get(2), row.get(3));
         if next == state {
@@ -488,7 +496,7 @@ async fn advance(conn: &mut PgConnection, now: At) -> Result<Vec<i64>> {
             cancel_waiting(conn, id).await?;
         }
     }
-    Ok(resting)
+    Ok(hours)
 }
 
 async fn cancel_waiting(conn: &mut PgConnection, id: i64) -> Result<()> {

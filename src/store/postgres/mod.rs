@@ -46,6 +46,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_broadcasts.sql"),
     include_str!("migrations/0005_consents.sql"),
     include_str!("migrations/0006_broadcast_pause_and_body.sql"),
+    include_str!("migrations/0007_local_hours.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;

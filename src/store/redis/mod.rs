@@ -35,10 +35,9 @@ use self::wire::{
 };
 use super::items::message_key;
 use super::items::{broadcast_status, known};
-use super::rules::broadcast::{
-    self, BroadcastState, Event, PausedBy, QuietHours, SkipReason, TemplateNews,
-};
+use super::rules::broadcast::{self, BroadcastState, Event, PausedBy, SkipReason, TemplateNews};
 use super::rules::consent::{self, Source};
+use super::rules::hours::{LocalHours, Turn};
 use super::rules::part::Status;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Choice, Control,
@@ -627,6 +626,7 @@ impl Broadcasts for RedisStore {
                     "waiting": listed.state.claimable(),
                     "skipped": listed.skipped.map(SkipReason::as_str),
                     "error": r.skipped.as_ref().map(|s| &s.1),
+                    "tz": r.tz,
                 })
             })
             .collect();
@@ -634,8 +634,10 @@ impl Broadcasts for RedisStore {
             "key": b.key, "name": b.name, "template": b.template, "language": b.language,
             "business": b.business, "now": b.now, "start": b.start_at, "until": b.until,
             "rate": b.rate, "body": b.body, "state": broadcast::initial(b.now, b.start_at).as_str(),
-            "quiet_hours": b.quiet.as_ref().map(QuietHours::spec),
-            "tz": b.quiet.as_ref().map(|q| &q.tz),
+            "quiet_hours": b.hours.as_ref().and_then(LocalHours::quiet_spec),
+            "tz": b.hours.as_ref().map(|h| &h.tz),
+            "local_start": b.hours.as_ref().and_then(LocalHours::start_text),
+            "local_until": b.hours.as_ref().and_then(LocalHours::until_text),
             "recipients": recipients, "states": recipient_states(),
         });
         let raw: RawCreated = self.call("create_broadcast", args).await?;
@@ -698,7 +700,7 @@ impl Broadcasts for RedisStore {
         raw.into_view()
     }
     async fn claim_recipients(&self, claim: RecipientClaim) -> Result<Vec<RecipientJob>> {
-        let resting = self.advance_broadcasts(claim.now).await?;
+        let hours = self.advance_broadcasts(claim.now).await?;
         let lapsed: List<RawRecipientRow> = self
             .call("recipients_lapsed", json!({"now": claim.now}))
             .await?;
@@ -724,7 +726,6 @@ impl Broadcasts for RedisStore {
         let args = json!({
             "now": claim.now, "limit": count(limit), "halted": claim.halted,
             "running": BroadcastState::Running.as_str(), "cooled": claim.now - claim.cooldown,
-            "resting": resting,
         });
         let due: List<RawRecipientRow> = if limit == 0 {
             List(Vec::new())
@@ -732,13 +733,19 @@ impl Broadcasts for RedisStore {
             self.call("recipients_due", args).await?
         };
         let (mut writes, mut jobs) = (Vec::new(), Vec::new());
-        let take = Event::Claim { lease: claim.lease };
         for row in due.0 {
-            if let Some(reason) = row.left_out() {
-                writes.extend(row.step(&Event::Skip(reason), claim.now, Limits::NONE)?);
-            } else if let Some((write, attempt)) = row.claimed(&take, claim.now)? {
-                writes.push(write);
-                jobs.push(row.into_job(attempt));
+            let turn = hours
+                .get(&row.bc)
+                .and_then(Option::as_ref)
+                .map_or(Turn::Go, |h| h.turn(row.tz.as_deref(), claim.now));
+            let event = row.on_claim(turn, claim.lease);
+            if let Event::Claim { .. } = event {
+                if let Some((write, attempt)) = row.claimed(&event, claim.now)? {
+                    writes.push(write);
+                    jobs.push(row.into_job(attempt));
+                }
+            } else {
+                writes.extend(row.step(&event, claim.now, Limits::NONE)?);
             }
         }
         let saved = self.save_recipients(writes, false, reach).await?;
@@ -851,15 +858,13 @@ fn waiting_states() -> Vec<&'static str> {
 }
 
 impl RedisStore {
-    /// Time moves the live broadcasts on, by the rulebook ([`broadcast::at_time`]); the ids of
-    /// those in their quiet hours.
-    async fn advance_broadcasts(&self, now: At) -> Result<Vec<i64>> {
+    /// Time moves the live broadcasts on, by the rulebook ([`broadcast::at_time`]); the hours
+    /// on their recipients' clocks, by broadcast.
+    async fn advance_broadcasts(&self, now: At) -> Result<HashMap<i64, Option<LocalHours>>> {
         let live_ones: List<RawLive> = self.call("broadcasts_live", json!({})).await?;
-        let mut resting = Vec::new();
+        let mut hours = HashMap::new();
         for b in live_ones.0 {
-            if broadcast::resting(b.quiet_hours.as_deref(), b.tz.as_deref(), now) {
-                resting.push(b.id);
-            }
+            hours.insert(b.id, b.hours());
             let state = known(BroadcastState::parse, &b.state)?;
             let next = broadcast::at_time(state, now, b.start, b.deadline);
             if next == state {
@@ -880,7 +885,7 @@ impl RedisStore {
                 Err(e) => return Err(e),
             }
         }
-        Ok(resting)
+        Ok(hours)
     }
 
     /// Statuses of broadcast messages move their recipients by the rulebook, right after the

@@ -2,6 +2,7 @@
 //! with how they become the store's types. Field names are the script's own (its hash fields).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
@@ -18,6 +19,7 @@ use crate::store::rules::broadcast::{
     SkipReason,
 };
 use crate::store::rules::consent::{Choice, Source};
+use crate::store::rules::hours::{LocalHours, Turn};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::{Delivery, PartKind, PartState};
 use crate::store::rules::review::ReviewState;
@@ -531,6 +533,8 @@ pub(super) struct RawBroadcast {
     body: Option<String>,
     quiet_hours: Option<String>,
     tz: Option<String>,
+    local_start: Option<String>,
+    local_until: Option<String>,
     created: At,
     start: At,
     deadline: Option<At>,
@@ -561,6 +565,8 @@ impl RawBroadcast {
             body: self.body,
             quiet_hours: self.quiet_hours,
             tz: self.tz,
+            local_start: self.local_start,
+            local_until: self.local_until,
             created_at: self.created,
             start_at: self.start,
             until: self.deadline,
@@ -592,6 +598,7 @@ pub(super) struct RawRecipient {
     wamid: Option<String>,
     sent: Option<At>,
     replied: Option<At>,
+    tz: Option<String>,
 }
 
 impl RawRecipient {
@@ -611,6 +618,7 @@ impl RawRecipient {
             wamid: self.wamid,
             sent_at: self.sent,
             replied_at: self.replied,
+            tz: self.tz,
         })
     }
 }
@@ -619,7 +627,7 @@ impl RawRecipient {
 #[derive(Deserialize)]
 pub(super) struct RawRecipientRow {
     id: i64,
-    bc: i64,
+    pub(super) bc: i64,
     to: String,
     params: String,
     state: String,
@@ -642,6 +650,8 @@ pub(super) struct RawRecipientRow {
     /// reads it).
     opted_out: Option<bool>,
     in_cooldown: Option<bool>,
+    /// Its IANA time zone, when known.
+    pub(super) tz: Option<String>,
     /// Which of the asked statuses named it (1-based, as Lua counts).
     i: Option<usize>,
 }
@@ -653,8 +663,11 @@ impl RawRecipientRow {
     }
 
     /// Why it is left out when its turn came, if it is.
-    pub(super) fn left_out(&self) -> Option<SkipReason> {
-        broadcast::left_out(self.opted_out == Some(true), self.in_cooldown == Some(true))
+    /// What a claim does with it (see [`broadcast::on_claim`]).
+    pub(super) fn on_claim(&self, turn: Turn, lease: Duration) -> RecipientEvent<'static> {
+        let (opted_out, in_cooldown) =
+            (self.opted_out == Some(true), self.in_cooldown == Some(true));
+        broadcast::on_claim(turn, opted_out, in_cooldown, lease)
     }
 
     fn recipient(&self) -> Result<Recipient> {
@@ -756,6 +769,19 @@ pub(super) struct RawLive {
     pub(super) paused_by: Option<String>,
     pub(super) quiet_hours: Option<String>,
     pub(super) tz: Option<String>,
+    pub(super) local_start: Option<String>,
+    pub(super) local_until: Option<String>,
+}
+
+impl RawLive {
+    pub(super) fn hours(&self) -> Option<LocalHours> {
+        LocalHours::stored(
+            self.quiet_hours.as_deref(),
+            self.tz.as_deref(),
+            self.local_start.as_deref(),
+            self.local_until.as_deref(),
+        )
+    }
 }
 
 /// A turn the router guessed at, as `routed_turns` returns it.

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use super::hours::Turn;
 use super::named;
 use super::part::{Delivery, Status};
 use crate::clock::At;
@@ -137,80 +138,6 @@ pub fn at_time(
         Scheduled if start_at <= now => Running,
         Running if start_at > now => Scheduled,
         other => other,
-    }
-}
-
-/// Hours of the day, in a time zone, when a broadcast sends nothing (`21:00-08:00` runs over
-/// midnight). Time and the deadline still move it; its recipients wait.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuietHours {
-    /// Minutes after midnight: from `start` up to `end`.
-    start: u16,
-    end: u16,
-    zone: jiff::tz::TimeZone,
-    /// The zone's name as given, as stores keep it.
-    pub tz: String,
-}
-
-impl QuietHours {
-    /// `spec` as `HH:MM-HH:MM`, in the IANA time zone `tz` (like `Africa/Lagos`).
-    ///
-    /// # Errors
-    /// What is wrong with either, in words.
-    pub fn parse(spec: &str, tz: &str) -> Result<QuietHours, String> {
-        let minutes = |hhmm: &str| -> Option<u16> {
-            let (h, m) = hhmm.trim().split_once(':')?;
-            let (h, m): (u16, u16) = (h.parse().ok()?, m.parse().ok()?);
-            (h < 24 && m < 60).then_some(h * 60 + m)
-        };
-        let bad = || format!("quiet hours {spec:?}: write them as HH:MM-HH:MM, like 21:00-08:00");
-        let (start, end) = spec.split_once('-').ok_or_else(bad)?;
-        let (start, end) = (
-            minutes(start).ok_or_else(bad)?,
-            minutes(end).ok_or_else(bad)?,
-        );
-        if start == end {
-            return Err(format!(
-                "quiet hours {spec:?}: they start and end at the same time"
-            ));
-        }
-        let zone = jiff::tz::TimeZone::get(tz)
-            .map_err(|_| format!("time zone {tz:?}: not a known zone, like Africa/Lagos"))?;
-        Ok(QuietHours {
-            start,
-            end,
-            zone,
-            tz: tz.to_owned(),
-        })
-    }
-
-    /// Whether `now` falls in them, on the zone's clock.
-    pub fn hold(&self, now: At) -> bool {
-        let Ok(instant) = jiff::Timestamp::from_millisecond(now.millis()) else {
-            return false;
-        };
-        let local = instant.to_zoned(self.zone.clone());
-        let minute = u16::try_from(local.hour()).unwrap_or(0) * 60
-            + u16::try_from(local.minute()).unwrap_or(0);
-        match self.start < self.end {
-            true => (self.start..self.end).contains(&minute),
-            false => minute >= self.start || minute < self.end,
-        }
-    }
-
-    /// `HH:MM-HH:MM`, as parsed.
-    pub fn spec(&self) -> String {
-        let hhmm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
-        format!("{}-{}", hhmm(self.start), hhmm(self.end))
-    }
-}
-
-/// Whether a broadcast with these quiet hours, as a store keeps them, rests at `now` (one whose
-/// hours cannot be read never rests: they were checked when it was made).
-pub fn resting(quiet_hours: Option<&str>, tz: Option<&str>, now: At) -> bool {
-    match (quiet_hours, tz) {
-        (Some(spec), Some(tz)) => QuietHours::parse(spec, tz).is_ok_and(|q| q.hold(now)),
-        _ => false,
     }
 }
 
@@ -376,6 +303,17 @@ pub fn template_news(item: &InboundItem) -> Option<TemplateNews> {
     })
 }
 
+/// What a claim does with a due recipient: cancels it past its deadline on its own clock, lets
+/// it wait for its start or for its quiet hours to end, leaves it out, or takes it.
+pub fn on_claim(turn: Turn, opted_out: bool, in_cooldown: bool, lease: Duration) -> Event<'static> {
+    match (turn, left_out(opted_out, in_cooldown)) {
+        (Turn::Expired, _) => Event::Cancel,
+        (Turn::Wait(until), _) => Event::Wait { until },
+        (Turn::Go, Some(reason)) => Event::Skip(reason),
+        (Turn::Go, None) => Event::Claim { lease },
+    }
+}
+
 /// Whether a recipient whose turn came is left out, and why: its customer opted out of
 /// broadcasts, or got another within the cooldown.
 pub fn left_out(opted_out: bool, in_cooldown: bool) -> Option<SkipReason> {
@@ -512,6 +450,8 @@ pub enum Event<'a> {
     Cancel,
     /// Left out when its turn came (see [`left_out`]).
     Skip(SkipReason),
+    /// Not to go before `until`, by its own clock (see [`super::hours::LocalHours::turn`]).
+    Wait { until: At },
 }
 
 /// The recipient after a step, and whether its customer opted out of broadcasts.
@@ -546,6 +486,7 @@ pub fn next(r: &Recipient, event: &Event<'_>, now: At, limits: Limits) -> Result
         Event::Status(status) => status_of(r, status, now),
         Event::Cancel => cancel(r),
         Event::Skip(reason) => skip(r, *reason),
+        Event::Wait { until } => wait(r, *until),
     }
 }
 
@@ -727,6 +668,16 @@ fn skip(r: &Recipient, reason: SkipReason) -> Result<Step, Refused> {
     })
 }
 
+fn wait(r: &Recipient, until: At) -> Result<Step, Refused> {
+    if !r.state.claimable() {
+        return Err(Refused::State);
+    }
+    moved(Recipient {
+        next_attempt_at: Some(r.next_attempt_at.map_or(until, |at| at.max(until))),
+        ..r.clone()
+    })
+}
+
 fn cancel(r: &Recipient) -> Result<Step, Refused> {
     if !r.state.claimable() {
         return Err(Refused::State);
@@ -824,6 +775,9 @@ mod tests {
                 Event::Cancel,
                 Event::Skip(SkipReason::OptedOut),
                 Event::Skip(SkipReason::Cooldown),
+                Event::Wait {
+                    until: NOW + ms(100),
+                },
             ];
             for outcome in &outcomes {
                 for attempt in [2, 1] {
@@ -858,7 +812,13 @@ mod tests {
                 assert!(
                     !matches!(
                         (event, &step),
-                        (Event::Claim { .. } | Event::Cancel | Event::Skip(_), Ok(_))
+                        (
+                            Event::Claim { .. }
+                                | Event::Cancel
+                                | Event::Skip(_)
+                                | Event::Wait { .. },
+                            Ok(_)
+                        )
                     ),
                     "{r:?} {event:?}"
                 );
@@ -895,34 +855,6 @@ mod tests {
             };
             assert_eq!(step.opted_out, opted, "{r:?} {event:?}");
         });
-    }
-
-    #[test]
-    fn quiet_hours_hold_on_the_zones_clock_and_may_run_over_midnight() {
-        // 2026-11-11T20:30:00Z is 21:30 in Lagos (UTC+1) and 02:00 the next day in Kolkata.
-        let at = At::from_millis(1_794_429_000_000);
-        let lagos = QuietHours::parse("21:00-08:00", "Africa/Lagos").expect("valid");
-        assert!(lagos.hold(at));
-        assert!(
-            !lagos.hold(at - Duration::from_secs(3_600)),
-            "20:30 in Lagos"
-        );
-        assert!(
-            lagos.hold(at + Duration::from_secs(10 * 3_600)),
-            "07:30 the next morning"
-        );
-        assert!(!lagos.hold(at + Duration::from_secs(11 * 3_600)), "08:30");
-        let kolkata = QuietHours::parse("01:00-06:30", "Asia/Kolkata").expect("valid");
-        assert!(kolkata.hold(at));
-        assert_eq!(kolkata.spec(), "01:00-06:30");
-        for (spec, tz) in [
-            ("21:00", "UTC"),
-            ("25:00-08:00", "UTC"),
-            ("08:00-08:00", "UTC"),
-        ] {
-            assert!(QuietHours::parse(spec, tz).is_err(), "{spec}");
-        }
-        assert!(QuietHours::parse("21:00-08:00", "Mars/Olympus").is_err());
     }
 
     #[test]
@@ -1093,6 +1025,7 @@ mod tests {
         Lapse,
         Cancel,
         Skip,
+        Wait,
         Outcome { outcome: usize, stale: bool },
         Status { delivery: usize, opted_out: bool },
     }
@@ -1103,6 +1036,7 @@ mod tests {
             1 => Just(Happening::Lapse),
             1 => Just(Happening::Cancel),
             1 => Just(Happening::Skip),
+            1 => Just(Happening::Wait),
             4 => (0..outcomes().len(), any::<bool>())
                 .prop_map(|(outcome, stale)| Happening::Outcome { outcome, stale }),
             2 => (0..Delivery::ALL.len(), any::<bool>())
@@ -1132,6 +1066,7 @@ mod tests {
                     Happening::Lapse => Event::LeaseLapsed,
                     Happening::Cancel => Event::Cancel,
                     Happening::Skip => Event::Skip(SkipReason::OptedOut),
+                    Happening::Wait => Event::Wait { until: now + ms(3_600_000) },
                     Happening::Outcome { outcome, stale } => {
                         let attempt = r.attempts - u32::from(stale && r.attempts > 0);
                         Event::Outcome { attempt, outcome: &outcomes[outcome] }

@@ -2,17 +2,18 @@
 //! their recipients counted by state, what people ask of them, and its recipients claimed and
 //! their sends recorded through the rulebook (load, ask, save) in the single writer.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{limit_param, unavailable};
 use crate::clock::At;
 use crate::store::rules::broadcast::{
-    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, QuietHours,
-    Recipient, RecipientState, Step, TemplateNews, WAITING_SQL,
+    self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, Recipient,
+    RecipientState, Step, TemplateNews, WAITING_SQL,
 };
 use crate::store::rules::consent::{self, Choice, Source};
+use crate::store::rules::hours::{LocalHours, Turn};
 use crate::store::rules::part::Status;
 use crate::store::{
     BroadcastView, Error, HistoryEntry, NewBroadcast, REPLY_SPAN, RecipientClaim, RecipientJob,
@@ -33,8 +34,10 @@ pub(super) fn create(conn: &Connection, b: &NewBroadcast) -> Result<(BroadcastVi
     let id: i64 = conn
         .prepare_cached(
             "INSERT INTO broadcasts (key, name, template, language, business, state, created_at,
-                                     start_at, deadline, rate, body, quiet_hours, tz)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING id",
+                                     start_at, deadline, rate, body, quiet_hours, tz,
+                                     local_start, local_until)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+             RETURNING id",
         )
         .and_then(|mut s| {
             s.query_row(
@@ -50,8 +53,10 @@ pub(super) fn create(conn: &Connection, b: &NewBroadcast) -> Result<(BroadcastVi
                     b.until,
                     b.rate,
                     b.body,
-                    b.quiet.as_ref().map(QuietHours::spec),
-                    b.quiet.as_ref().map(|q| &q.tz)
+                    b.hours.as_ref().and_then(LocalHours::quiet_spec),
+                    b.hours.as_ref().map(|h| &h.tz),
+                    b.hours.as_ref().and_then(LocalHours::start_text),
+                    b.hours.as_ref().and_then(LocalHours::until_text),
                 ],
                 |r| r.get(0),
             )
@@ -60,8 +65,8 @@ pub(super) fn create(conn: &Connection, b: &NewBroadcast) -> Result<(BroadcastVi
     let mut insert = conn
         .prepare_cached(
             "INSERT INTO broadcast_recipients (broadcast_id, recipient, params, line, state,
-                                               skipped, error)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                                               skipped, error, tz)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )
         .map_err(unavailable)?;
     for r in &b.recipients {
@@ -77,6 +82,7 @@ pub(super) fn create(conn: &Connection, b: &NewBroadcast) -> Result<(BroadcastVi
                 listed.state,
                 listed.skipped,
                 r.skipped.as_ref().map(|s| &s.1),
+                r.tz,
             ])
             .map_err(unavailable)?;
     }
@@ -111,7 +117,8 @@ pub(super) fn view(conn: &Connection, id: i64) -> Result<Option<BroadcastView>> 
         .map_err(unavailable)?;
     conn.prepare_cached(
         "SELECT key, name, template, language, business, state, paused_because, created_at,
-                start_at, deadline, rate, paused_by, body, quiet_hours, tz
+                start_at, deadline, rate, paused_by, body, quiet_hours, tz, local_start,
+                local_until
          FROM broadcasts WHERE id = ?1",
     )
     .and_then(|mut s| {
@@ -129,6 +136,8 @@ pub(super) fn view(conn: &Connection, id: i64) -> Result<Option<BroadcastView>> 
                 body: r.get(12)?,
                 quiet_hours: r.get(13)?,
                 tz: r.get(14)?,
+                local_start: r.get(15)?,
+                local_until: r.get(16)?,
                 created_at: r.get(7)?,
                 start_at: r.get(8)?,
                 until: r.get(9)?,
@@ -150,7 +159,7 @@ pub(super) fn recipients(
 ) -> Result<Vec<RecipientView>> {
     conn.prepare_cached(
         "SELECT id, recipient, params, line, state, skipped, error, error_code, wamid, sent_at,
-                replied_at
+                replied_at, tz
          FROM broadcast_recipients
          WHERE broadcast_id = ?1 AND (?2 IS NULL OR state = ?2)
          ORDER BY id LIMIT ?3",
@@ -174,6 +183,7 @@ pub(super) fn recipients(
                     wamid: r.get(8)?,
                     sent_at: r.get(9)?,
                     replied_at: r.get(10)?,
+                    tz: r.get(11)?,
                 })
             },
         )?
@@ -250,9 +260,10 @@ fn set_state(
 }
 
 /// Time moves the broadcasts on (see [`broadcast::at_time`]), then lapsed sends become unknown,
-/// then the due recipients are claimed one by one through the rulebook.
+/// then the due recipients are claimed one by one through the rulebook, each when its own clock
+/// lets it go (see [`LocalHours::turn`]).
 pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<RecipientJob>> {
-    let resting = serde_json::to_string(&advance(conn, c.now)?).unwrap_or_else(|_| "[]".into());
+    let hours = advance(conn, c.now)?;
     let lapsed: Vec<i64> = conn
         .prepare_cached(
             "SELECT id FROM broadcast_recipients WHERE state = ?1 AND lease_until <= ?2",
@@ -267,16 +278,16 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
     }
     let halted = serde_json::to_string(&c.halted).unwrap_or_else(|_| "[]".into());
     let limit = c.limit.min(headroom(conn, c)?);
-    let due: Vec<(i64, bool, bool)> = conn
+    type Due = (i64, i64, Option<String>, bool, bool);
+    let due: Vec<Due> = conn
         .prepare_cached(&format!(
-            "SELECT r.id,
+            "SELECT r.id, r.broadcast_id, r.tz,
                     EXISTS (SELECT 1 FROM consents c WHERE c.customer = r.recipient AND c.opted_out),
                     EXISTS (SELECT 1 FROM broadcast_recipients o
                             WHERE o.recipient = r.recipient AND o.sent_at > ?5 AND o.id <> r.id)
              FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
              WHERE b.state = ?1 AND r.state IN {waiting} AND coalesce(r.next_attempt_at, 0) <= ?2
                AND b.business NOT IN (SELECT value FROM json_each(?3))
-               AND b.id NOT IN (SELECT value FROM json_each(?6))
              ORDER BY r.broadcast_id, r.id LIMIT ?4",
             waiting = *WAITING_SQL,
         ))
@@ -288,26 +299,24 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
                 halted,
                 limit_param(limit),
                 cooled,
-                resting
             ];
-            s.query_map(args, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                .collect()
+            s.query_map(args, |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect()
         })
         .map_err(unavailable)?;
     let mut jobs = Vec::with_capacity(due.len());
-    for (id, opted_out, in_cooldown) in due {
-        if let Some(reason) = broadcast::left_out(opted_out, in_cooldown) {
-            step(conn, id, &Event::Skip(reason), c.now, Limits::NONE)?;
-            continue;
+    for (id, broadcast_id, tz, opted_out, in_cooldown) in due {
+        let turn = hours
+            .get(&broadcast_id)
+            .and_then(Option::as_ref)
+            .map_or(Turn::Go, |h| h.turn(tz.as_deref(), c.now));
+        let event = broadcast::on_claim(turn, opted_out, in_cooldown, c.lease);
+        let stepped = step(conn, id, &event, c.now, Limits::NONE)?;
+        if let Event::Claim { .. } = event {
+            jobs.push(job(conn, id, stepped.recipient.attempts)?);
         }
-        let claimed = step(
-            conn,
-            id,
-            &Event::Claim { lease: c.lease },
-            c.now,
-            Limits::NONE,
-        )?;
-        jobs.push(job(conn, id, claimed.recipient.attempts)?);
     }
     finish(conn)?;
     Ok(jobs)
@@ -396,41 +405,32 @@ pub(super) fn reconcile(
 }
 
 /// Scheduled broadcasts whose start came run; live ones past their deadline are cancelled,
-/// their waiting recipients with them. The ids of those in their quiet hours.
-fn advance(conn: &Connection, now: At) -> Result<Vec<i64>> {
-    type Live = (
-        i64,
-        BroadcastState,
-        At,
-        Option<At>,
-        Option<String>,
-        Option<String>,
-    );
+/// their waiting recipients with them. The hours on their recipients' clocks, by broadcast.
+fn advance(conn: &Connection, now: At) -> Result<HashMap<i64, Option<LocalHours>>> {
+    type Live = (i64, BroadcastState, At, Option<At>, [Option<String>; 4]);
     let live: Vec<Live> = conn
         .prepare_cached(&format!(
-            "SELECT id, state, start_at, deadline, quiet_hours, tz FROM broadcasts
-             WHERE state IN {}",
+            "SELECT id, state, start_at, deadline, quiet_hours, tz, local_start, local_until
+             FROM broadcasts WHERE state IN {}",
             *LIVE_SQL
         ))
         .and_then(|mut s| {
             s.query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
+                let hours = [r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?];
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, hours))
             })?
             .collect()
         })
         .map_err(unavailable)?;
-    let mut resting = Vec::new();
-    for (id, state, start_at, deadline, quiet_hours, tz) in live {
-        if broadcast::resting(quiet_hours.as_deref(), tz.as_deref(), now) {
-            resting.push(id);
-        }
+    let mut hours = HashMap::new();
+    for (id, state, start_at, deadline, [quiet, tz, start, until]) in live {
+        let local = LocalHours::stored(
+            quiet.as_deref(),
+            tz.as_deref(),
+            start.as_deref(),
+            until.as_deref(),
+        );
+        hours.insert(id, local);
         let next = broadcast::at_time(state, now, start_at, deadline);
         if next == state {
             continue;
@@ -443,7 +443,7 @@ fn advance(conn: &Connection, now: At) -> Result<Vec<i64>> {
                 .map_err(unavailable)?;
         }
     }
-    Ok(resting)
+    Ok(hours)
 }
 
 /// Running broadcasts with nobody left to send to, or being sent, are finished.

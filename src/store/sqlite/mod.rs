@@ -60,6 +60,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0009_broadcasts.sql"),
     include_str!("migrations/0010_consents.sql"),
     include_str!("migrations/0011_broadcast_pause_and_body.sql"),
+    include_str!("migrations/0012_local_hours.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.

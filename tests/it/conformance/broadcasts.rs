@@ -7,10 +7,11 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use sabi::clock::At;
 use sabi::store::rules::consent::Source;
+use sabi::store::rules::hours::Turn;
 use sabi::store::{
-    BroadcastState, Choice, Control, Error, Limits, NewBroadcast, NewRecipient, Outcome, PausedBy,
-    QuietHours, RecipientClaim, RecipientJob, RecipientState, SkipReason, Store, TemplateNews,
-    broadcast_callback,
+    BroadcastState, Choice, Control, Error, Limits, LocalHours, NewBroadcast, NewRecipient,
+    Outcome, PausedBy, QuietHours, RecipientClaim, RecipientJob, RecipientState, SkipReason, Store,
+    TemplateNews, broadcast_callback,
 };
 
 use super::T0;
@@ -23,6 +24,7 @@ fn audience() -> Vec<NewRecipient> {
         params: params.iter().map(|p| (*p).to_owned()).collect(),
         line: Some(line),
         skipped: skipped.map(|(reason, why)| (reason, why.to_owned())),
+        tz: None,
     };
     vec![
         row("2348031234567", &["Ada", "Lagos"], 2, None),
@@ -54,7 +56,7 @@ fn diwali(key: Option<&str>, start_at: At) -> NewBroadcast {
         until: Some(T0 + ms(86_400_000)),
         rate: 20,
         body: Some("Happy Diwali, {{1}}! {{2}} only tonight.".into()),
-        quiet: None,
+        hours: None,
         recipients: audience(),
     }
 }
@@ -335,6 +337,7 @@ pub async fn claimers_at_once_never_take_one_recipient_twice(store: Arc<dyn Stor
             params: vec![format!("customer {n}")],
             line: Some(n + 2),
             skipped: None,
+            tz: None,
         })
         .collect();
     store.create_broadcast(big).await.expect("kept");
@@ -364,6 +367,7 @@ pub async fn claimers_at_once_never_pass_the_messaging_limit(store: Arc<dyn Stor
             params: vec![format!("customer {n}")],
             line: Some(n + 2),
             skipped: None,
+            tz: None,
         })
         .collect();
     store.create_broadcast(big).await.expect("kept");
@@ -759,47 +763,104 @@ async fn jobs_first_to(b: &sabi::store::BroadcastView, store: &Arc<dyn Store>) -
         .expect("one sent")
 }
 
-pub async fn quiet_hours_hold_a_broadcasts_sends_on_its_zones_clock(store: Arc<dyn Store>) {
-    let quiet = QuietHours::parse("21:00-08:00", "Africa/Lagos").expect("valid");
-    // The first whole minute from T0 that is inside them, and the first after that is not.
+pub async fn quiet_hours_and_wall_clock_times_hold_each_recipient_on_its_own_clock(
+    store: Arc<dyn Store>,
+) {
+    let quiet = QuietHours::parse("21:00-08:00").ok();
+    let hours = LocalHours::new("Africa/Lagos", quiet, None, None).expect("valid");
+    let mut b = diwali(None, T0);
+    b.until = None;
+    b.hours = Some(hours.clone());
+    // Ada reads the broadcast's zone; Chi is in Kolkata, 4 h 30 min ahead.
+    b.recipients[2].tz = Some("Asia/Kolkata".into());
+    // A minute when Lagos may be sent to and Kolkata is in its quiet hours (20:00 in Lagos is
+    // 00:30 in Kolkata), and when the quiet hours end there.
     let minutes = (0..2 * 24 * 60).map(|m| T0 + ms(m * 60_000));
-    let night = minutes.clone().find(|at| quiet.hold(*at)).expect("a night");
-    let morning = minutes
-        .filter(|at| *at > night)
-        .find(|at| !quiet.hold(*at))
-        .expect("a morning");
-    let (b, _) = store
-        .create_broadcast(NewBroadcast {
-            quiet: Some(quiet),
-            until: None,
-            ..diwali(None, T0)
+    let evening = minutes
+        .clone()
+        .find(|at| {
+            hours.turn(None, *at) == Turn::Go
+                && matches!(hours.turn(Some("Asia/Kolkata"), *at), Turn::Wait(_))
         })
-        .await
-        .expect("kept");
+        .expect("an evening");
+    let Turn::Wait(kolkata_morning) = hours.turn(Some("Asia/Kolkata"), evening) else {
+        unreachable!()
+    };
+    let (b, _) = store.create_broadcast(b).await.expect("kept");
     assert_eq!(
         (b.quiet_hours.as_deref(), b.tz.as_deref()),
         (Some("21:00-08:00"), Some("Africa/Lagos"))
     );
+    let zones: Vec<Option<String>> = store
+        .broadcast_recipients(b.id, None, 10)
+        .await
+        .expect("recipients")
+        .into_iter()
+        .map(|r| r.tz)
+        .collect();
+    assert_eq!(zones[2].as_deref(), Some("Asia/Kolkata"), "kept");
+    let first = store
+        .claim_recipients(sends(evening, 10))
+        .await
+        .expect("claimed");
+    let to: Vec<&str> = first.iter().map(|j| j.to.as_str()).collect();
+    assert_eq!(to, ["2348031234567"], "Lagos goes, Kolkata sleeps");
     assert!(
         store
-            .claim_recipients(sends(night, 10))
+            .claim_recipients(sends(kolkata_morning - ms(60_000), 10))
             .await
             .expect("claimed")
             .is_empty(),
-        "nothing goes in the quiet hours"
+        "nothing before the quiet hours end in Kolkata"
     );
-    let jobs = store
-        .claim_recipients(sends(morning, 10))
+    let later = store
+        .claim_recipients(sends(kolkata_morning, 10))
         .await
         .expect("claimed");
-    assert_eq!(jobs.len(), 2, "both go once they are over");
+    let to: Vec<&str> = later.iter().map(|j| j.to.as_str()).collect();
     assert_eq!(
-        store
-            .broadcast(b.id)
-            .await
-            .expect("read")
-            .expect("kept")
-            .state,
-        BroadcastState::Running
+        to,
+        ["2348039999999"],
+        "Kolkata goes once its quiet hours end"
     );
+
+    // Nine to ten in the morning, on each recipient's clock: Accra goes an hour after Lagos,
+    // and Kolkata's hour has passed by then.
+    let nine = "2026-06-10T09:00".parse().expect("valid");
+    let ten = "2026-06-10T10:00".parse().expect("valid");
+    let hours = LocalHours::new("Africa/Lagos", None, Some(nine), Some(ten)).expect("valid");
+    let mut morning = diwali(None, T0);
+    morning.recipients = ["2348030000001", "233200000001", "919800000001"]
+        .iter()
+        .zip([None, Some("Africa/Accra"), Some("Asia/Kolkata")])
+        .map(|(to, tz)| NewRecipient {
+            to: (*to).into(),
+            params: vec!["Ada".into(), "Lagos".into()],
+            line: None,
+            skipped: None,
+            tz: tz.map(str::to_owned),
+        })
+        .collect();
+    let span = hours.span([None, Some("Africa/Accra"), Some("Asia/Kolkata")]);
+    (morning.start_at, morning.until) = (span.start.expect("a start"), span.until);
+    morning.hours = Some(hours.clone());
+    let (morning, _) = store.create_broadcast(morning).await.expect("kept");
+    let Turn::Wait(lagos_nine) = hours.turn(None, span.start.expect("a start")) else {
+        unreachable!()
+    };
+    let mut sent = Vec::new();
+    for at in [lagos_nine, lagos_nine + ms(3_600_000)] {
+        let jobs = store
+            .claim_recipients(sends(at, 10))
+            .await
+            .expect("claimed");
+        sent.push(jobs.into_iter().map(|j| j.to).collect::<Vec<_>>());
+    }
+    assert_eq!(sent, [vec!["2348030000001"], vec!["233200000001"]]);
+    let cancelled = store
+        .broadcast_recipients(morning.id, Some(RecipientState::Cancelled), 10)
+        .await
+        .expect("recipients");
+    assert_eq!(cancelled.len(), 1, "Kolkata's hour passed");
+    assert_eq!(cancelled[0].to, "919800000001");
 }

@@ -12,8 +12,8 @@
 
 local function broadcast_view(id, states)
   local b = get(k('bc', id), 'key', 'name', 'template', 'language', 'business', 'state',
-    'paused_because', 'paused_by', 'body', 'quiet_hours', 'tz', 'created', 'start', 'deadline',
-    'rate')
+    'paused_because', 'paused_by', 'body', 'quiet_hours', 'tz', 'local_start', 'local_until',
+    'created', 'start', 'deadline', 'rate')
   if not b.state then
     return nil
   end
@@ -40,6 +40,7 @@ local function create_broadcast(a)
     key = a.key, name = a.name, template = a.template, language = a.language,
     business = a.business, state = a.state, created = a.now, start = a.start,
     deadline = a['until'], rate = a.rate, body = a.body, quiet_hours = a.quiet_hours, tz = a.tz,
+    local_start = a.local_start, local_until = a.local_until,
   })
   if a.key then
     redis.call('HSET', k('bckey'), a.key, int(id))
@@ -50,7 +51,7 @@ local function create_broadcast(a)
     local rid = redis.call('HINCRBY', k('ids'), 'recipient', 1)
     put(k('br', rid), {
       bc = id, to = r.to, params = r.params, line = r.line, state = r.state,
-      skipped = r.skipped, error = r.error,
+      skipped = r.skipped, error = r.error, tz = r.tz,
     })
     redis.call('ZADD', k('bc', id, 'r'), rid, int(rid))
     redis.call('ZADD', k('bc', id, 'st', r.state), rid, int(rid))
@@ -78,7 +79,7 @@ local function broadcast_recipients(a)
   local out = {}
   for _, rid in ipairs(redis.call('ZRANGE', set, 0, a.limit - 1)) do
     local r = get(k('br', rid), 'to', 'params', 'line', 'state', 'skipped', 'error',
-      'error_code', 'wamid', 'sent', 'replied')
+      'error_code', 'wamid', 'sent', 'replied', 'tz')
     r.id, r.line, r.error_code = tonumber(rid), tonumber(r.line), tonumber(r.error_code)
     r.sent, r.replied = tonumber(r.sent), tonumber(r.replied)
     out[#out + 1] = r
@@ -125,7 +126,7 @@ local function control_broadcast(a)
 end
 
 local RECIPIENT = {'bc', 'to', 'params', 'line', 'state', 'skipped', 'error', 'error_code',
-  'wamid', 'delivery', 'attempts', 'failures', 'holds', 'next', 'lease', 'sent'}
+  'wamid', 'delivery', 'attempts', 'failures', 'holds', 'next', 'lease', 'sent', 'tz'}
 -- The fields a save may leave empty, cleared when it does.
 local OPTIONAL = {'skipped', 'error', 'error_code', 'wamid', 'delivery', 'next', 'lease', 'sent'}
 
@@ -239,10 +240,11 @@ local function broadcasts_live(a)
   local out = {}
   for _, id in ipairs(redis.call('ZRANGE', k('bclive'), 0, -1)) do
     local b = get(k('bc', id), 'state', 'start', 'deadline', 'template', 'language', 'paused_by',
-      'quiet_hours', 'tz')
+      'quiet_hours', 'tz', 'local_start', 'local_until')
     out[#out + 1] = {id = tonumber(id), state = b.state, start = tonumber(b.start),
       deadline = tonumber(b.deadline), template = b.template, language = b.language,
-      paused_by = b.paused_by, quiet_hours = b.quiet_hours, tz = b.tz}
+      paused_by = b.paused_by, quiet_hours = b.quiet_hours, tz = b.tz,
+      local_start = b.local_start, local_until = b.local_until}
   end
   return out
 end
@@ -257,14 +259,11 @@ local function recipients_lapsed(a)
 end
 
 -- Recipients that may go at `now`, of running broadcasts (the oldest first) not sent from a
--- halted number nor `resting` in their quiet hours, with what their send needs.
+-- halted number, with what their send needs.
 local function recipients_due(a)
-  local halted, resting = {}, {}
+  local halted = {}
   for _, number in ipairs(a.halted) do
     halted[number] = true
-  end
-  for _, id in ipairs(a.resting) do
-    resting[tostring(id)] = true
   end
   local out = {}
   for _, id in ipairs(redis.call('ZRANGE', k('bclive'), 0, -1)) do
@@ -272,7 +271,7 @@ local function recipients_due(a)
       break
     end
     local b = get(k('bc', id), 'state', 'business', 'template', 'language', 'rate')
-    if b.state == a.running and not halted[b.business] and not resting[id] then
+    if b.state == a.running and not halted[b.business] then
       local due = redis.call('ZRANGEBYSCORE', k('bc', id, 'due'), '-inf', a.now, 'LIMIT', 0,
         a.limit - #out)
       for _, m in ipairs(due) do
