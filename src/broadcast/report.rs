@@ -1,7 +1,8 @@
 //! A broadcast's report: of those Meta took it for, how many it reached, read it, answered it
 //! or are opted out now, the replies minute by minute after each send (the curve a surge of
-//! replies follows), and what it cost, estimated before from `broadcast.prices` and counted
-//! after from what Meta delivered. A 131050 refusal is a failed recipient, not one sent.
+//! replies follows), and what it cost: estimated from `broadcast.prices`, and actual from the
+//! pricing Meta's statuses give each message (charged, or free when the customer came from an
+//! ad). A 131050 refusal is a failed recipient, not one sent.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -42,9 +43,14 @@ pub struct Cost {
     pub currency: String,
     /// Every recipient not left out, at their country's price.
     pub estimated: f64,
-    /// The messages Meta delivered (what it charges for), at their country's price.
+    /// The messages Meta's statuses say it charges for, at their country's price.
     pub actual: f64,
-    /// Recipients whose country has no price in `broadcast.prices`: left out of both.
+    /// Messages Meta said it charges for, and those it said are free.
+    pub billed: u64,
+    pub free: u64,
+    /// Messages Meta took that no status has priced yet.
+    pub awaiting_pricing: u64,
+    /// Recipients whose country has no price in `broadcast.prices`: left out of both sums.
     pub unpriced: u64,
 }
 
@@ -129,18 +135,27 @@ fn cost(recipients: &[RecipientView], prices: &Prices<'_>) -> Cost {
         currency: prices.currency.to_owned(),
         estimated: 0.0,
         actual: 0.0,
+        billed: 0,
+        free: 0,
+        awaiting_pricing: 0,
         unpriced: 0,
     };
     for r in recipients
         .iter()
         .filter(|r| r.state != RecipientState::Skipped)
     {
+        match (r.billed, r.sent_at) {
+            (Some(true), _) => cost.billed += 1,
+            (Some(false), _) => cost.free += 1,
+            (None, Some(_)) => cost.awaiting_pricing += 1,
+            (None, None) => {}
+        }
         let Some(price) = prices.of(&r.to) else {
             cost.unpriced += 1;
             continue;
         };
         cost.estimated += price;
-        if delivered(r.state) {
+        if r.billed == Some(true) {
             cost.actual += price;
         }
     }

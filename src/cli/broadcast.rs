@@ -36,7 +36,7 @@ pub(super) enum BroadcastAction {
         json: bool,
     },
     /// How it went: delivered, read, replied and opted-out rates, the replies minute by minute
-    /// after each send, and its cost (estimated, and as delivered).
+    /// after each send, and its cost (estimated, and as Meta's statuses priced it).
     Report {
         id: i64,
         #[arg(long)]
@@ -385,15 +385,20 @@ fn print_report(r: &Report) -> anyhow::Result<()> {
         curve.join(" "),
         r.replies_later
     );
+    let c = &r.cost;
     println!(
-        "  cost: {:.2} {} estimated, {:.2} {} delivered{}",
-        r.cost.estimated,
-        r.cost.currency,
-        r.cost.actual,
-        r.cost.currency,
-        match r.cost.unpriced {
+        "  cost: {:.2} {} estimated, {:.2} {} charged by Meta ({} billed, {} free, {} not priced \
+         yet){}",
+        c.estimated,
+        c.currency,
+        c.actual,
+        c.currency,
+        c.billed,
+        c.free,
+        c.awaiting_pricing,
+        match c.unpriced {
             0 => String::new(),
-            n => format!(" ({n} recipients in countries without a price in broadcast.prices)"),
+            n => format!("; {n} recipients in countries without a price in broadcast.prices"),
         }
     );
     Ok(())

@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 use crate::clock::At;
 use crate::domain;
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
+use crate::store::rules::broadcast;
 use crate::store::rules::item::{self, ItemState};
 use crate::store::rules::part::{Delivery, Status};
 use crate::store::{ChatSubmission, JobStatus, parse_broadcast_callback};
@@ -131,9 +132,17 @@ pub(crate) fn known<T>(parse: fn(&str) -> Option<T>, name: &str) -> crate::store
     parse(name).ok_or_else(|| crate::store::Error::Schema(format!("unknown name {name:?}")))
 }
 
-/// A status webhook item as a broadcast recipient reads it: Meta's status, and the (recipient,
-/// attempt) its callback data names when the send's answer was lost. `None` for any other item.
-pub(crate) fn broadcast_status(item: &InboundItem) -> Option<(Status<'_>, Option<(i64, u32)>)> {
+/// A status webhook item as a broadcast recipient reads it.
+pub(crate) struct RecipientStatus<'a> {
+    pub(crate) status: Status<'a>,
+    /// The (recipient, attempt) its callback data names, for when the send's answer was lost.
+    pub(crate) named: Option<(i64, u32)>,
+    /// Whether Meta charges for the message, when the status carries its pricing.
+    pub(crate) billed: Option<bool>,
+}
+
+/// A status webhook item as a broadcast recipient reads it; `None` for any other item.
+pub(crate) fn broadcast_status(item: &InboundItem) -> Option<RecipientStatus<'_>> {
     if item.kind != ItemKind::Status {
         return None;
     }
@@ -148,5 +157,13 @@ pub(crate) fn broadcast_status(item: &InboundItem) -> Option<(Status<'_>, Option
     let named = facts["biz_opaque_callback_data"]
         .as_str()
         .and_then(parse_broadcast_callback);
-    Some((status, named))
+    let billed = broadcast::billed(
+        facts["pricing_type"].as_str(),
+        facts["pricing_billable"].as_bool(),
+    );
+    Some(RecipientStatus {
+        status,
+        named,
+        billed,
+    })
 }

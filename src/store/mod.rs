@@ -426,6 +426,8 @@ pub struct RecipientView {
     pub replied_at: Option<At>,
     /// Its IANA time zone, when known (the broadcast's otherwise).
     pub tz: Option<String>,
+    /// Whether Meta charges for its message, once a status said (see [`rules::broadcast::billed`]).
+    pub billed: Option<bool>,
 }
 
 /// How long after a broadcast a customer's message counts as its reply.

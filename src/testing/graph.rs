@@ -75,6 +75,8 @@ struct Behaviour {
     answer_delay: Duration,
     token_expired: bool,
     window_closed: HashSet<String>,
+    /// Recipients whose templates Meta does not charge for (they came from an ad).
+    free_entry: HashSet<String>,
     statuses: bool,
     media: HashMap<String, (String, Vec<u8>)>,
     /// Message templates as `GET /{account}/message_templates` lists them.
@@ -193,8 +195,17 @@ impl FakeGraph {
             .insert(recipient.to_owned());
     }
 
+    /// Templates to `recipient` are free, as when they came through a Click-to-WhatsApp ad:
+    /// their statuses' pricing says `free_entry_point`.
+    pub fn free_entry_point(&self, recipient: &str) {
+        lock(&self.shared.behaviour)
+            .free_entry
+            .insert(recipient.to_owned());
+    }
+
     /// Sends `sent` and `delivered` status webhooks for every accepted message (a stalled or
-    /// window-failed one always gets its statuses).
+    /// window-failed one always gets its statuses); `delivered` carries the message's pricing,
+    /// as Meta's v24 statuses do.
     pub fn send_statuses(&self, on: bool) {
         lock(&self.shared.behaviour).statuses = on;
     }
@@ -375,6 +386,7 @@ async fn messages(
         .unwrap_or_default()
         .to_owned();
     let callback = body["biz_opaque_callback_data"].as_str().map(str::to_owned);
+    let pricing = pricing(&shared, &body, &recipient);
     let statuses = lock(&shared.behaviour).statuses || fail_window || stall;
     if statuses {
         let shared = shared.clone();
@@ -390,15 +402,14 @@ async fn messages(
                 &["sent", "delivered"]
             };
             for status in list {
-                post_status(
-                    &shared,
-                    &number,
-                    &wamid,
-                    &recipient,
-                    status,
-                    callback.as_deref(),
-                )
-                .await;
+                let sent = Sent {
+                    number: &number,
+                    wamid: &wamid,
+                    recipient: &recipient,
+                    callback: callback.as_deref(),
+                    pricing: (*status == "delivered").then_some(&pricing),
+                };
+                post_status(&shared, &sent, status).await;
             }
         });
     }
@@ -429,15 +440,37 @@ fn uuid_like() -> String {
     hex::encode_upper(bytes)
 }
 
+/// What Meta says a message costs: templates are charged (`regular`, marketing) unless their
+/// recipient came from an ad; replies in an open window are free service messages.
+fn pricing(shared: &Shared, body: &Value, recipient: &str) -> Value {
+    let template = body["type"] == "template";
+    let free_entry = template && lock(&shared.behaviour).free_entry.contains(recipient);
+    let (kind, category) = match (template, free_entry) {
+        (true, false) => ("regular", "marketing"),
+        (true, true) => ("free_entry_point", "marketing"),
+        (false, _) => ("free_customer_service", "service"),
+    };
+    json!({"billable": kind == "regular", "pricing_model": "PMP", "type": kind, "category": category})
+}
+
+/// A message the fake took, as its status webhooks name it.
+struct Sent<'a> {
+    number: &'a str,
+    wamid: &'a str,
+    recipient: &'a str,
+    callback: Option<&'a str>,
+    pricing: Option<&'a Value>,
+}
+
 /// A status webhook, signed like Meta, posted until Sabi answers 200 (a few tries).
-async fn post_status(
-    shared: &Shared,
-    number: &str,
-    wamid: &str,
-    recipient: &str,
-    status: &str,
-    callback: Option<&str>,
-) {
+async fn post_status(shared: &Shared, sent: &Sent<'_>, status: &str) {
+    let Sent {
+        number,
+        wamid,
+        recipient,
+        callback,
+        pricing,
+    } = *sent;
     let Some(hooks) = lock(&shared.webhooks).clone() else {
         return;
     };
@@ -449,6 +482,9 @@ async fn post_status(
     });
     if let Some(callback) = callback {
         item["biz_opaque_callback_data"] = json!(callback);
+    }
+    if let Some(pricing) = pricing {
+        item["pricing"] = pricing.clone();
     }
     if status == "failed" {
         item["errors"] = json!([{

@@ -921,7 +921,11 @@ async fn the_report_counts_replies_opt_outs_and_cost() {
     .await;
     sabi.fake.send_statuses(true);
     let now = SystemClock.now();
+    use serde_json::json;
     let customers: Vec<String> = (0..10).map(|n| format!("23480700000{n:02}")).collect();
+    // Two came from an ad: Meta does not charge for their template.
+    sabi.fake.free_entry_point(&customers[8]);
+    sabi.fake.free_entry_point(&customers[9]);
     let (b, _) = sabi
         .store
         .create_broadcast(NewBroadcast {
@@ -991,7 +995,12 @@ async fn the_report_counts_replies_opt_outs_and_cost() {
         "{report}"
     );
     assert!(
-        (cost["actual"].as_f64().expect("actual") - 0.5).abs() < 1e-9,
+        (cost["actual"].as_f64().expect("actual") - 0.4).abs() < 1e-9,
+        "as Meta's pricing says: {report}"
+    );
+    assert_eq!(
+        (&cost["billed"], &cost["free"], &cost["awaiting_pricing"]),
+        (&json!(8), &json!(2), &json!(0)),
         "{report}"
     );
     assert_eq!(cost["unpriced"], 0, "{report}");

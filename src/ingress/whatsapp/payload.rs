@@ -231,6 +231,7 @@ fn status_item(scope: &Scope<'_>, s: Status) -> InboundItem {
         "biz_opaque_callback_data": s.biz_opaque_callback_data,
         "pricing_category": s.pricing.as_ref().and_then(|p| p.category.clone()),
         "pricing_type": s.pricing.as_ref().and_then(|p| p.kind.clone()),
+        "pricing_billable": s.pricing.as_ref().and_then(|p| p.billable.as_ref()?.as_bool()),
         "conversation_id": s.conversation.and_then(|c| c.id),
     });
     InboundItem {
@@ -717,6 +718,8 @@ struct Pricing {
     category: Option<String>,
     #[serde(rename = "type")]
     kind: Option<String>,
+    /// Deprecated by Meta and still sent; read only when it is a boolean.
+    billable: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]

@@ -9,7 +9,7 @@ use sqlx::{PgConnection, PgPool, Row};
 use super::unavailable;
 use crate::clock::At;
 use crate::domain::{ConversationKey, InboundItem};
-use crate::store::items::{broadcast_status, known};
+use crate::store::items::{RecipientStatus, broadcast_status, known};
 use crate::store::rules::broadcast::{
     self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, Recipient,
     RecipientState, SkipReason, Step, TemplateNews, WAITING_SQL,
@@ -188,7 +188,7 @@ pub(super) async fn recipients(
 ) -> Result<Vec<RecipientView>> {
     let rows = sqlx::query(
         "SELECT id, recipient, params, line, state, skipped, error, error_code, wamid, sent_at,
-                replied_at, tz
+                replied_at, tz, billed
          FROM broadcast_recipients
          WHERE broadcast_id = $1 AND ($2::TEXT IS NULL OR state = $2)
          ORDER BY id LIMIT $3",
@@ -220,6 +220,7 @@ pub(super) async fn recipients(
                 sent_at: r.get(9),
                 replied_at: r.get(10),
                 tz: r.get(11),
+                billed: r.get(12),
             })
         })
         .collect()
@@ -432,7 +433,12 @@ pub(super) async fn reconcile_status(
     item: &InboundItem,
     now: At,
 ) -> Result<()> {
-    let Some((status, named)) = broadcast_status(item) else {
+    let Some(RecipientStatus {
+        status,
+        named,
+        billed,
+    }) = broadcast_status(item)
+    else {
         return Ok(());
     };
     let wamid = status.wamid;
@@ -457,6 +463,15 @@ pub(super) async fn reconcile_status(
     let Some(id) = id else {
         return Ok(());
     };
+    // Kept whatever the status does to the recipient: a late status still tells the price.
+    if let Some(billed) = billed {
+        sqlx::query("UPDATE broadcast_recipients SET billed = $2 WHERE id = $1")
+            .bind(id)
+            .bind(billed)
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+    }
     match step(conn, id, &Event::Status(status), now, Limits::NONE).await {
         Ok(_) | Err(Error::LeaseLost) => Ok(()),
         Err(e) => Err(e),

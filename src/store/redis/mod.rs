@@ -34,11 +34,10 @@ use self::wire::{
     RawStats, Receipt,
 };
 use super::items::message_key;
-use super::items::{broadcast_status, known};
+use super::items::{RecipientStatus, broadcast_status, known};
 use super::rules::broadcast::{self, BroadcastState, Event, PausedBy, SkipReason, TemplateNews};
 use super::rules::consent::{self, Source};
 use super::rules::hours::{LocalHours, Turn};
-use super::rules::part::Status;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Choice, Control,
     ConversationView, Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest,
@@ -893,28 +892,37 @@ impl RedisStore {
     /// dropped. A crash between the two leaves the recipient as it was: the status stays in
     /// the inbox.
     async fn settle_broadcast_statuses(&self, delivery: &Ingest) -> Result<()> {
-        // Each status with the (recipient, attempt) its callback names, if any.
-        let statuses: Vec<(Status<'_>, Option<(i64, u32)>)> =
+        let statuses: Vec<RecipientStatus<'_>> =
             delivery.items.iter().filter_map(broadcast_status).collect();
         if statuses.is_empty() {
             return Ok(());
         }
         let asked: Vec<Value> = statuses
             .iter()
-            .map(|(status, named)| {
-                json!({"wamid": status.wamid, "id": named.map(|n| n.0), "attempt": named.map(|n| n.1)})
+            .map(|s| {
+                json!({"wamid": s.status.wamid, "id": s.named.map(|n| n.0), "attempt": s.named.map(|n| n.1)})
             })
             .collect();
         let found: List<RawRecipientRow> = self
             .call("recipients_for_statuses", json!({ "statuses": asked }))
             .await?;
-        let mut writes = Vec::new();
+        let (mut writes, mut bills) = (Vec::new(), Vec::new());
         for row in &found.0 {
-            let Some((status, _)) = row.index().and_then(|i| statuses.get(i)) else {
+            let Some(found) = row.index().and_then(|i| statuses.get(i)) else {
                 continue;
             };
-            let event = Event::Status(status.clone());
+            // Kept whatever the status does to the recipient: a late status still tells the
+            // price.
+            if let Some(billed) = found.billed {
+                bills.push(json!({"id": row.id, "billed": billed}));
+            }
+            let event = Event::Status(found.status.clone());
             writes.extend(row.step(&event, delivery.received_at, Limits::NONE)?);
+        }
+        if !bills.is_empty() {
+            let _: bool = self
+                .call("recipients_bill", json!({ "bills": bills }))
+                .await?;
         }
         self.save_recipients(writes, false, None).await.map(drop)
     }

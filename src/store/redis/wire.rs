@@ -599,6 +599,7 @@ pub(super) struct RawRecipient {
     sent: Option<At>,
     replied: Option<At>,
     tz: Option<String>,
+    billed: Option<bool>,
 }
 
 impl RawRecipient {
@@ -619,6 +620,7 @@ impl RawRecipient {
             sent_at: self.sent,
             replied_at: self.replied,
             tz: self.tz,
+            billed: self.billed,
         })
     }
 }
@@ -626,7 +628,7 @@ impl RawRecipient {
 /// A recipient as the scripts load it, with what its send needs when it is due.
 #[derive(Deserialize)]
 pub(super) struct RawRecipientRow {
-    id: i64,
+    pub(super) id: i64,
     pub(super) bc: i64,
     to: String,
     params: String,

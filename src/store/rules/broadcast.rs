@@ -303,6 +303,16 @@ pub fn template_news(item: &InboundItem) -> Option<TemplateNews> {
     })
 }
 
+/// Whether Meta charges for a message, by a status's `pricing`: its `type` (`regular` is
+/// charged; `free_customer_service` and `free_entry_point` are not), else the older `billable`.
+pub fn billed(pricing_type: Option<&str>, billable: Option<bool>) -> Option<bool> {
+    match pricing_type {
+        Some("regular") => Some(true),
+        Some(kind) if kind.starts_with("free") => Some(false),
+        _ => billable,
+    }
+}
+
 /// What a claim does with a due recipient: cancels it past its deadline on its own clock, lets
 /// it wait for its start or for its quiet hours to end, leaves it out, or takes it.
 pub fn on_claim(turn: Turn, opted_out: bool, in_cooldown: bool, lease: Duration) -> Event<'static> {
@@ -855,6 +865,20 @@ mod tests {
             };
             assert_eq!(step.opted_out, opted, "{r:?} {event:?}");
         });
+    }
+
+    #[test]
+    fn metas_pricing_says_whether_a_message_is_charged() {
+        assert_eq!(
+            billed(Some("regular"), Some(false)),
+            Some(true),
+            "type wins"
+        );
+        assert_eq!(billed(Some("free_entry_point"), Some(true)), Some(false));
+        assert_eq!(billed(Some("free_customer_service"), None), Some(false));
+        assert_eq!(billed(None, Some(true)), Some(true), "older statuses");
+        assert_eq!(billed(Some("something_new"), None), None);
+        assert_eq!(billed(None, None), None);
     }
 
     #[test]

@@ -8,16 +8,16 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{limit_param, unavailable};
 use crate::clock::At;
+use crate::store::items::RecipientStatus;
 use crate::store::rules::broadcast::{
     self, BroadcastState, Control, Event, LIVE_SQL, Limits, Outcome, PausedBy, Recipient,
     RecipientState, Step, TemplateNews, WAITING_SQL,
 };
 use crate::store::rules::consent::{self, Choice, Source};
 use crate::store::rules::hours::{LocalHours, Turn};
-use crate::store::rules::part::Status;
 use crate::store::{
     BroadcastView, Error, HistoryEntry, NewBroadcast, REPLY_SPAN, RecipientClaim, RecipientJob,
-    RecipientView, Result, Speaker, parse_broadcast_callback, recipient_counts,
+    RecipientView, Result, Speaker, recipient_counts,
 };
 
 pub(super) fn create(conn: &Connection, b: &NewBroadcast) -> Result<(BroadcastView, bool)> {
@@ -159,7 +159,7 @@ pub(super) fn recipients(
 ) -> Result<Vec<RecipientView>> {
     conn.prepare_cached(
         "SELECT id, recipient, params, line, state, skipped, error, error_code, wamid, sent_at,
-                replied_at, tz
+                replied_at, tz, billed
          FROM broadcast_recipients
          WHERE broadcast_id = ?1 AND (?2 IS NULL OR state = ?2)
          ORDER BY id LIMIT ?3",
@@ -184,6 +184,7 @@ pub(super) fn recipients(
                     sent_at: r.get(9)?,
                     replied_at: r.get(10)?,
                     tz: r.get(11)?,
+                    billed: r.get(12)?,
                 })
             },
         )?
@@ -372,17 +373,17 @@ pub(super) fn record(
 
 /// A status of a broadcast message moves its recipient by the rulebook, in the ingest's
 /// transaction; one that changes nothing (older, repeated, for another send) is dropped.
-pub(super) fn reconcile(
-    conn: &Connection,
-    status: Status<'_>,
-    callback: Option<&str>,
-    now: At,
-) -> Result<()> {
+pub(super) fn reconcile(conn: &Connection, found: RecipientStatus<'_>, now: At) -> Result<()> {
+    let RecipientStatus {
+        status,
+        named,
+        billed,
+    } = found;
     let by_wamid: Option<i64> = conn
         .prepare_cached("SELECT id FROM broadcast_recipients WHERE wamid = ?1")
         .and_then(|mut s| s.query_row(params![status.wamid], |r| r.get(0)).optional())
         .map_err(unavailable)?;
-    let id = match (by_wamid, callback.and_then(parse_broadcast_callback)) {
+    let id = match (by_wamid, named) {
         (Some(id), _) => id,
         (None, Some((id, attempt))) => {
             let named: Option<i64> = conn
@@ -398,6 +399,12 @@ pub(super) fn reconcile(
         }
         (None, None) => return Ok(()),
     };
+    // Kept whatever the status does to the recipient: a late status still tells the price.
+    if let Some(billed) = billed {
+        conn.prepare_cached("UPDATE broadcast_recipients SET billed = ?2 WHERE id = ?1")
+            .and_then(|mut s| s.execute(params![id, billed]))
+            .map_err(unavailable)?;
+    }
     match step(conn, id, &Event::Status(status), now, Limits::NONE) {
         Ok(_) | Err(Error::LeaseLost) => Ok(()),
         Err(e) => Err(e),

@@ -31,7 +31,7 @@ use super::rules::broadcast::{
 };
 use super::rules::consent::{self, Source};
 use super::rules::item::ItemState;
-use super::rules::part::{Delivery, PartKind, PartState, Status};
+use super::rules::part::{Delivery, PartKind, PartState};
 use super::rules::review::ReviewState;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Choice, Control,
@@ -691,15 +691,10 @@ fn reconcile_status(conn: &Connection, item: &InboundItem, now: At) -> Result<()
             .and_then(serde_json::Value::as_i64),
     };
     outbox::reconcile(conn, update, now)?;
-    let Some(delivery) = Delivery::parse(status) else {
-        return Ok(());
-    };
-    let status = Status {
-        wamid,
-        delivery,
-        code: update.error_code,
-    };
-    broadcasts::reconcile(conn, status, update.callback, now)
+    match super::items::broadcast_status(item) {
+        Some(found) => broadcasts::reconcile(conn, found, now),
+        None => Ok(()),
+    }
 }
 
 fn insert_item(

@@ -441,18 +441,19 @@ pub async fn statuses_move_broadcast_recipients_forward_only(store: Arc<dyn Stor
     assert_eq!(jobs.len(), 2);
     record(&store, &jobs[0], T0 + ms(100), accepted("wamid.s1")).await;
     for (delivery, at) in [("delivered", 1_000), ("read", 2_000), ("sent", 3_000)] {
-        deliver(
-            &store,
-            status("wamid.s1", delivery, T0 + ms(at)),
-            T0 + ms(at),
-        )
-        .await;
+        let mut item = status("wamid.s1", delivery, T0 + ms(at));
+        if delivery == "sent" {
+            // The price comes late, on a status that moves nothing: it is kept all the same.
+            item.facts["pricing_type"] = "regular".into();
+        }
+        deliver(&store, item, T0 + ms(at)).await;
     }
     // The second send's answer was lost: its status names it by the callback Sabi gave it.
-    let named = with_callback(
+    let mut named = with_callback(
         status("wamid.s2", "delivered", T0 + ms(4_000)),
         broadcast_callback(jobs[1].id, jobs[1].attempt),
     );
+    named.facts["pricing_type"] = "free_entry_point".into();
     deliver(&store, named, T0 + ms(4_000)).await;
     let stale = with_callback(
         status("wamid.other", "read", T0 + ms(5_000)),
@@ -476,6 +477,12 @@ pub async fn statuses_move_broadcast_recipients_forward_only(store: Arc<dyn Stor
         ],
         "a late sent does not undo read; a callback of another attempt names nothing"
     );
+    let billed: Vec<Option<bool>> = everyone
+        .iter()
+        .filter(|r| r.skipped.is_none())
+        .map(|r| r.billed)
+        .collect();
+    assert_eq!(billed, [Some(true), Some(false)], "as Meta priced them");
 }
 
 fn by_keyword(opted_out: bool, at: At) -> Choice {

@@ -79,8 +79,11 @@ local function broadcast_recipients(a)
   local out = {}
   for _, rid in ipairs(redis.call('ZRANGE', set, 0, a.limit - 1)) do
     local r = get(k('br', rid), 'to', 'params', 'line', 'state', 'skipped', 'error',
-      'error_code', 'wamid', 'sent', 'replied', 'tz')
+      'error_code', 'wamid', 'sent', 'replied', 'tz', 'billed')
     r.id, r.line, r.error_code = tonumber(rid), tonumber(r.line), tonumber(r.error_code)
+    if r.billed then
+      r.billed = r.billed == '1'
+    end
     r.sent, r.replied = tonumber(r.sent), tonumber(r.replied)
     out[#out + 1] = r
   end
@@ -212,6 +215,16 @@ local function recipients_save(a)
     end
   end
   return saved
+end
+
+-- Whether Meta charges for each recipient's message, as a status's pricing said.
+local function recipients_bill(a)
+  for _, b in ipairs(a.bills) do
+    if redis.call('EXISTS', k('br', b.id)) == 1 then
+      redis.call('HSET', k('br', b.id), 'billed', b.billed and 1 or 0)
+    end
+  end
+  return true
 end
 
 -- The recipients statuses name: by Meta's id, or by the (recipient, attempt) of a send whose

@@ -4,3 +4,6 @@
 ALTER TABLE broadcasts ADD COLUMN local_start TEXT;
 ALTER TABLE broadcasts ADD COLUMN local_until TEXT;
 ALTER TABLE broadcast_recipients ADD COLUMN tz TEXT;
+-- Whether Meta charges for the recipient's message, as its statuses' pricing says: a
+-- broadcast's actual cost.
+ALTER TABLE broadcast_recipients ADD COLUMN billed BOOLEAN;
