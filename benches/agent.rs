@@ -9,7 +9,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sabi::agent::llm::{ChatMessage, Llm, Provider, Providers, Retries, Sampling};
+use sabi::agent::budget::Limits;
+use sabi::agent::llm::{ChatMessage, Llm, LlmContext, Provider, Providers, Retries, Sampling};
 use sabi::agent::{Agent, AgentSettings};
 use sabi::clock::{At, Clock, SystemClock, UnixSeconds};
 use sabi::domain::{BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, ReplyPart};
@@ -58,14 +59,19 @@ fn llm(fake: &FakeLlm) -> Llm {
         attempts: 1,
         backoff: Duration::from_millis(10),
     };
-    Llm::new(
-        provider,
-        None,
-        Duration::from_secs(10),
+    let context = LlmContext {
+        timeout: Duration::from_secs(10),
         retries,
-        Sampling::default(),
-    )
-    .expect("client")
+        sampling: Sampling::default(),
+        clock: Arc::new(SystemClock),
+        metrics: sabi::metrics::Metrics::new(),
+    };
+    let limits = Limits {
+        concurrent: 64,
+        requests_per_minute: None,
+        tokens_per_minute: None,
+    };
+    Llm::new((provider, limits), None, context).expect("client")
 }
 
 /// The same model call made bare, with a prompt of the same shape.

@@ -10,15 +10,16 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::budget::Limits;
 use crate::agent::external::ExternalAgent;
-use crate::agent::llm::{Llm, Provider, Retries, Sampling};
+use crate::agent::llm::{Llm, LlmContext, Provider, Retries, Sampling};
 use crate::agent::voice::{Transcriber, VoiceNotes};
 use crate::agent::{Agent, AgentSettings};
 use crate::broadcast::Broadcaster;
 use crate::broadcast::consent::{self, Consent};
 use crate::broadcast::sender::Route;
 use crate::clock::{SharedClock, SystemClock};
-use crate::config::Config;
+use crate::config::{Config, LlmBudget};
 use crate::http::serve::{ConnectionLimits, serve};
 use crate::ingress::{self, Ingress, WorkerLinks};
 use crate::metrics::Metrics;
@@ -71,7 +72,14 @@ fn default_handler(
         &|var| std::env::var(var).ok(),
         config.tools_secret.clone(),
     )?);
-    let agent: Arc<dyn TurnHandler> = match agent(config, store, &tools, router.clone(), metrics)? {
+    let agent: Arc<dyn TurnHandler> = match agent(
+        config,
+        clock.clone(),
+        store,
+        &tools,
+        router.clone(),
+        metrics,
+    )? {
         Some(agent) => agent,
         None => Acknowledger::new(clock, config.engine.sandbox_reply_delay),
     };
@@ -123,8 +131,18 @@ fn trained_router(config: &Config) -> anyhow::Result<Option<Arc<Router>>> {
 }
 
 /// The agent: an external one, or the built-in LLM agent, when either is configured.
+/// A provider's budget as configured.
+fn limits(budget: LlmBudget) -> Limits {
+    Limits {
+        concurrent: budget.max_concurrent,
+        requests_per_minute: budget.requests_per_minute,
+        tokens_per_minute: budget.tokens_per_minute,
+    }
+}
+
 fn agent(
     config: &Config,
+    clock: SharedClock,
     store: &Arc<dyn Store>,
     tools: &Arc<Tools>,
     router: Option<Arc<Router>>,
@@ -169,7 +187,15 @@ fn agent(
             .and_then(|v| v.as_object().cloned())
             .unwrap_or_default(),
     };
-    let client = Llm::new(primary, fallback, llm.timeout, retries, sampling)
+    let context = LlmContext {
+        timeout: llm.timeout,
+        retries,
+        sampling,
+        clock,
+        metrics: metrics.clone(),
+    };
+    let fallback = fallback.zip(llm.fallback.as_ref().map(|f| limits(f.budget)));
+    let client = Llm::new((primary, limits(llm.budget)), fallback, context)
         .context("building the LLM client")?;
     let settings = AgentSettings {
         system_prompt: llm.system_prompt.clone(),

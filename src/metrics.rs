@@ -90,6 +90,20 @@ pub struct Metrics {
     pub broadcast_recipients: Family<BroadcastRecipients, Gauge>,
     /// Broadcasts paused, by a person or for their template: an alert.
     pub broadcasts_paused: Gauge,
+    /// Seconds a model call waited for its provider's budget (calls at once, per-minute
+    /// limits, a 429's pause).
+    pub llm_budget_wait_seconds: Histogram,
+    /// Model calls in flight, and whether the provider is paused by a 429 now.
+    pub llm_in_flight: Gauge,
+    pub llm_paused: Gauge,
+    /// 429 answers from model providers.
+    pub llm_throttled: Counter,
+    /// Seconds from a batch falling due to its turn starting: the queue wait.
+    pub queue_wait_seconds: Histogram,
+    /// How long a batch falling due now is expected to wait for its turn.
+    pub expected_wait_seconds: Gauge,
+    /// Holding messages sent ("we'll answer in about N minutes").
+    pub holding_messages: Counter,
 }
 
 impl Metrics {
@@ -233,8 +247,51 @@ impl Metrics {
             "sabi_broadcasts_paused",
             "Broadcasts paused by a person or for their template (alert when above 0)",
         );
+        // 10 ms to ~45 min.
+        let llm_budget_wait_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 18));
+        registry.register(
+            "sabi_llm_budget_wait_seconds",
+            "Seconds a model call waited for its provider's budget",
+            llm_budget_wait_seconds.clone(),
+        );
+        let llm_in_flight = gauge(&mut registry, "sabi_llm_in_flight", "Model calls in flight");
+        let llm_paused = gauge(
+            &mut registry,
+            "sabi_llm_paused",
+            "1 while the model provider is paused by a 429",
+        );
+        let llm_throttled = Counter::default();
+        registry.register(
+            "sabi_llm_throttled",
+            "429 answers from model providers",
+            llm_throttled.clone(),
+        );
+        let queue_wait_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 18));
+        registry.register(
+            "sabi_queue_wait_seconds",
+            "Seconds from a batch falling due to its turn starting",
+            queue_wait_seconds.clone(),
+        );
+        let expected_wait_seconds = gauge(
+            &mut registry,
+            "sabi_expected_wait_seconds",
+            "How long a batch falling due now is expected to wait for its turn (autoscale on it)",
+        );
+        let holding_messages = Counter::default();
+        registry.register(
+            "sabi_holding_messages",
+            "Holding messages sent to customers whose turn is far off",
+            holding_messages.clone(),
+        );
         Arc::new(Metrics {
             registry,
+            llm_budget_wait_seconds,
+            llm_in_flight,
+            llm_paused,
+            llm_throttled,
+            queue_wait_seconds,
+            expected_wait_seconds,
+            holding_messages,
             broadcast_sends,
             broadcast_recipients,
             broadcasts_paused,

@@ -5,11 +5,16 @@
 //! errors; when the primary provider is out of tries, the fallback provider (if configured)
 //! gets the same request. Only then does the call fail, and the turn with it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+use super::budget::{Budget, Limits};
+use crate::clock::SharedClock;
+use crate::metrics::Metrics;
 
 /// One provider: where, with which key, which model.
 #[derive(Debug, Clone)]
@@ -111,7 +116,12 @@ pub struct Completion {
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
     #[error("LLM HTTP {status}: {body}")]
-    Status { status: u16, body: String },
+    Status {
+        status: u16,
+        body: String,
+        /// The provider's `Retry-After`, on a 429.
+        retry_after: Option<Duration>,
+    },
     #[error("LLM unreachable or too slow: {0}")]
     Transport(String),
     #[error("LLM answer unreadable: {0}")]
@@ -187,30 +197,61 @@ pub struct Retries {
 
 pub struct Llm {
     http: reqwest::Client,
-    providers: Vec<Provider>,
+    /// Each provider with its budget.
+    providers: Vec<(Provider, Budget)>,
     retries: Retries,
     sampling: Sampling,
+    clock: SharedClock,
+    metrics: Arc<Metrics>,
+}
+
+/// What the client needs beside its providers.
+pub struct LlmContext {
+    pub timeout: Duration,
+    pub retries: Retries,
+    pub sampling: Sampling,
+    pub clock: SharedClock,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Llm {
-    /// A client for `primary`, then `fallback`, each call bounded by `timeout`.
+    /// A client for `primary`, then `fallback`, each within its budget, each call bounded by
+    /// the context's timeout.
     ///
     /// # Errors
     /// When the HTTP client cannot be built.
     pub fn new(
-        primary: Provider,
-        fallback: Option<Provider>,
-        timeout: Duration,
-        retries: Retries,
-        sampling: Sampling,
+        primary: (Provider, Limits),
+        fallback: Option<(Provider, Limits)>,
+        context: LlmContext,
     ) -> reqwest::Result<Llm> {
-        let http = reqwest::Client::builder().timeout(timeout).build()?;
+        let http = reqwest::Client::builder()
+            .timeout(context.timeout)
+            .build()?;
+        let clock = context.clock;
+        let providers = std::iter::once(primary)
+            .chain(fallback)
+            .map(|(provider, limits)| (provider, Budget::new(limits, clock.clone())))
+            .collect();
         Ok(Llm {
             http,
-            providers: std::iter::once(primary).chain(fallback).collect(),
-            retries,
-            sampling,
+            providers,
+            retries: context.retries,
+            sampling: context.sampling,
+            clock,
+            metrics: context.metrics,
         })
+    }
+
+    /// Calls in flight now, and whether the primary provider is paused by a 429, for the
+    /// metrics.
+    fn observe_budget(&self) {
+        let in_flight: usize = self.providers.iter().map(|(_, b)| b.in_flight()).sum();
+        let paused = self.providers.first().is_some_and(|(_, b)| b.paused());
+        self.metrics
+            .llm_in_flight
+            .set(i64::try_from(in_flight).unwrap_or(i64::MAX));
+        self.metrics.llm_paused.set(i64::from(paused));
     }
 
     /// Whether a fallback provider is configured.
@@ -230,21 +271,45 @@ impl Llm {
     ) -> Result<Completion, LlmError> {
         let skip = usize::from(which == Providers::Fallback);
         let mut last = LlmError::Transport("no provider configured".into());
-        for provider in self.providers.iter().skip(skip) {
+        let estimate = self.estimate(messages, tools);
+        for (provider, budget) in self.providers.iter().skip(skip) {
             for attempt in 0..self.retries.attempts.max(1) {
-                if attempt > 0 {
-                    tokio::time::sleep(
-                        self.retries
-                            .backoff
-                            .saturating_mul(1 << (attempt - 1).min(8)),
-                    )
-                    .await;
+                let backoff = self
+                    .retries
+                    .backoff
+                    .saturating_mul(1 << attempt.saturating_sub(1).min(8));
+                // A throttled provider is paused for every turn by its budget; other failures
+                // back off here.
+                if attempt > 0 && !matches!(last, LlmError::Status { status: 429, .. }) {
+                    self.clock.sleep_until(self.clock.now() + backoff).await;
                 }
-                match self.call(provider, messages, tools).await {
+                let ticket = budget.acquire(estimate).await;
+                self.metrics
+                    .llm_budget_wait_seconds
+                    .observe(ticket.waited.as_secs_f64());
+                self.observe_budget();
+                let answer = self.call(provider, messages, tools).await;
+                if let Ok(completion) = &answer {
+                    let used = completion.usage.prompt_tokens + completion.usage.completion_tokens;
+                    budget.settle(&ticket, u32::try_from(used).unwrap_or(u32::MAX));
+                }
+                drop(ticket);
+                self.observe_budget();
+                match answer {
                     Ok(completion) => return Ok(completion),
                     Err(e) => {
                         // Only the kind of failure: an error body may echo the prompt.
                         tracing::warn!(model = %provider.model, attempt = attempt + 1, error.kind = e.kind(), "LLM call failed");
+                        if let LlmError::Status {
+                            status: 429,
+                            retry_after,
+                            ..
+                        } = &e
+                        {
+                            self.metrics.llm_throttled.inc();
+                            budget.pause(retry_after.unwrap_or(backoff));
+                            self.observe_budget();
+                        }
                         let retry = e.retryable();
                         last = e;
                         if !retry {
@@ -255,6 +320,20 @@ impl Llm {
             }
         }
         Err(last)
+    }
+
+    /// The tokens a call may take, for its budget: about four characters a token of what is
+    /// sent, and the answer's limit (or a typical answer).
+    fn estimate(&self, messages: &[ChatMessage], tools: &[Value]) -> u32 {
+        const CHARS_PER_TOKEN: usize = 4;
+        const TYPICAL_ANSWER: u32 = 300;
+        let sent: usize = messages
+            .iter()
+            .map(|m| m.content.as_deref().map_or(0, str::len))
+            .sum::<usize>()
+            + tools.iter().map(|t| t.to_string().len()).sum::<usize>();
+        let prompt = u32::try_from(sent / CHARS_PER_TOKEN).unwrap_or(u32::MAX);
+        prompt.saturating_add(self.sampling.max_tokens.unwrap_or(TYPICAL_ANSWER))
     }
 
     async fn call(
@@ -293,6 +372,12 @@ impl Llm {
             .await
             .map_err(|e| LlmError::Transport(e.to_string()))?;
         let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
         if !status.is_success() {
             let body: String = response
                 .text()
@@ -304,6 +389,7 @@ impl Llm {
             return Err(LlmError::Status {
                 status: status.as_u16(),
                 body,
+                retry_after,
             });
         }
         let answer: Answer = response

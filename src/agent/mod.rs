@@ -9,6 +9,7 @@
 //! call written as text is run as one; an answer unfit to send is asked again once with a
 //! correction, then of the fallback provider, then the turn goes to a person unseen.
 
+pub mod budget;
 pub mod external;
 pub mod guard;
 pub mod llm;

@@ -195,6 +195,20 @@ const SETTINGS: &[Setting] = &[
         "The wait after a failed call, doubled after each further one.",
     ),
     set(
+        "llm.max_concurrent",
+        "Model calls in flight at once (per provider): the budget that bounds a surge, not engine.turns_per_node.",
+    ),
+    opt(
+        "llm.requests_per_minute",
+        "The provider's requests per minute (your tier's limit): calls are spaced within it.",
+        "500",
+    ),
+    opt(
+        "llm.tokens_per_minute",
+        "The provider's tokens per minute: each call's estimate holds the next back, corrected by what it used.",
+        "200000",
+    ),
+    set(
         "llm.max_tool_rounds",
         "Rounds of tool calls before the agent must answer.",
     ),

@@ -49,6 +49,9 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_LLM_BASE_URL", "llm.base_url"),
     ("SABI_LLM_API_KEY", "llm.api_key"),
     ("SABI_LLM_MODEL", "llm.model"),
+    ("SABI_LLM_MAX_CONCURRENT", "llm.max_concurrent"),
+    ("SABI_LLM_RPM", "llm.requests_per_minute"),
+    ("SABI_LLM_TPM", "llm.tokens_per_minute"),
     ("SABI_TRANSCRIBE_BASE_URL", "llm.transcribe_base_url"),
     ("SABI_LEASE", "engine.lease"),
     ("SABI_REVIEW_AFTER", "engine.review_after"),
@@ -499,6 +502,11 @@ pub struct LlmConfig {
     /// The wait after a failed call, doubled after each further one.
     #[serde(default = "defaults::llm_backoff", with = "duration")]
     pub backoff: Duration,
+    /// The provider's budget: calls in flight at once, and its requests and tokens per minute
+    /// (your tier's limits; unset: not paced). It, not `engine.turns_per_node`, bounds what a
+    /// surge sends to the model.
+    #[serde(flatten)]
+    pub budget: LlmBudget,
     /// Rounds of tool calls before the agent must answer.
     #[serde(default = "defaults::tool_rounds", deserialize_with = "number::u32")]
     pub max_tool_rounds: u32,
@@ -568,6 +576,7 @@ impl Default for LlmConfig {
             turn_timeout: defaults::turn_timeout(),
             attempts: defaults::llm_attempts(),
             backoff: defaults::llm_backoff(),
+            budget: LlmBudget::default(),
             max_tool_rounds: defaults::tool_rounds(),
             history_tokens: defaults::history_tokens(),
             redact: false,
@@ -608,6 +617,32 @@ pub struct FallbackLlm {
     #[serde(skip_serializing)]
     pub api_key: Option<SecretString>,
     pub model: String,
+    #[serde(flatten)]
+    pub budget: LlmBudget,
+}
+
+/// How much of a model provider Sabi may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub struct LlmBudget {
+    #[serde(
+        default = "defaults::llm_max_concurrent",
+        deserialize_with = "number::usize"
+    )]
+    pub max_concurrent: usize,
+    #[serde(default, deserialize_with = "number::option_u32")]
+    pub requests_per_minute: Option<u32>,
+    #[serde(default, deserialize_with = "number::option_u32")]
+    pub tokens_per_minute: Option<u32>,
+}
+
+impl Default for LlmBudget {
+    fn default() -> Self {
+        LlmBudget {
+            max_concurrent: defaults::llm_max_concurrent(),
+            requests_per_minute: None,
+            tokens_per_minute: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -1032,6 +1067,9 @@ mod defaults {
     pub(super) fn turn_timeout() -> Duration {
         Duration::from_secs(120)
     }
+    pub(super) fn llm_max_concurrent() -> usize {
+        16
+    }
     pub(super) fn llm_attempts() -> u32 {
         2
     }
@@ -1226,6 +1264,10 @@ mod number {
 
     pub(super) fn usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
         usize::try_from(parse(d)?).map_err(|_| de::Error::custom("number too large"))
+    }
+
+    pub(super) fn option_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        u32(d).map(Some)
     }
 }
 

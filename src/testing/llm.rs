@@ -27,6 +27,8 @@ pub enum Answer {
     ToolCalls(Vec<(String, Value)>),
     /// Fails with this HTTP status.
     Status(u16),
+    /// 429 with `Retry-After` of this many seconds.
+    Throttled(u64),
     /// Never answers (the client's timeout fires).
     Stall,
 }
@@ -108,6 +110,14 @@ async fn complete(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) ->
             return (
                 StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 Json(json!({"error": {"message": "injected failure"}})),
+            )
+                .into_response();
+        }
+        Some(Answer::Throttled(seconds)) => {
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(axum::http::header::RETRY_AFTER, seconds.to_string())],
+                Json(json!({"error": {"message": "rate limit reached for requests"}})),
             )
                 .into_response();
         }

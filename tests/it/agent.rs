@@ -41,9 +41,11 @@ pub(crate) async fn order_api() -> (String, Arc<Mutex<Vec<String>>>) {
 }
 
 /// `sabi.toml` with the prompt, fast retries, and the order tool.
+/// Model calls back off on the app's manual clock, which moves only when a test moves it: no
+/// backoff, so a retried call goes at once.
 pub(crate) fn write_config(dir: &tempfile::TempDir, api: &str, extra: &str) {
     let config = format!(
-        "[llm]\nsystem_prompt = {PROMPT:?}\nattempts = 2\nbackoff = \"10ms\"\ntimeout = \"500ms\"\n{extra}\n\
+        "[llm]\nsystem_prompt = {PROMPT:?}\nattempts = 2\nbackoff = \"0s\"\ntimeout = \"500ms\"\n{extra}\n\
          [[tools]]\nname = \"order_status\"\ndescription = \"Where an order is\"\n\
          parameters = {{ type = \"object\", properties = {{ order_id = {{ type = \"string\" }} }}, required = [\"order_id\"] }}\n\
          url = \"{api}/orders/{{order_id}}\"\ntimeout = \"2s\"\n"

@@ -449,3 +449,15 @@ impl Drop for StoreLock {
 pub fn ms(millis: u64) -> std::time::Duration {
     std::time::Duration::from_millis(millis)
 }
+
+/// Waits until `holds` is true, polling; gives up (fails the test) after half a minute.
+pub async fn eventually(holds: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !holds() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "gave up waiting"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

@@ -25,6 +25,7 @@ mod postgres;
 mod router;
 mod sender;
 mod services;
+mod surge;
 mod upgrades;
 mod walk;
 mod webchat;
