@@ -160,6 +160,7 @@ fn settings() -> EngineSettings {
             max_attempts: 4,
             retry_base: Duration::from_secs(5),
             review_after: Duration::from_secs(15 * 60),
+            queued_review_after: None,
         },
     }
 }

@@ -35,7 +35,8 @@
 //! - `runner`: the one loop the scheduler and the sender run in.
 //! - [`sender`]: the outbox's delivery: pacing, retries, the window.
 //! - [`tools`]: the business's HTTP endpoints, declared in configuration.
-//! - [`broadcast`]: template campaigns; so far their audience files.
+//! - [`broadcast`]: template campaigns: audiences, consent, the paced sender, reports.
+//! - [`plan`]: sizing for a broadcast's surge of replies (`sabi plan`).
 //! - [`worker`]: the scheduler: batches per conversation, one turn at a time, leases, retries.
 //! - [`router`]: Pidgin-aware intent routing: patterns, a classifier, fallback to the agent.
 //! - [`agent`]: the LLM agent with tools and stored history; voice notes to text.
@@ -55,6 +56,7 @@ pub mod domain;
 pub mod http;
 pub mod ingress;
 pub mod metrics;
+pub mod plan;
 pub mod router;
 mod runner;
 pub mod sender;

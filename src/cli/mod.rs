@@ -2,6 +2,7 @@
 //! `sabi inbox` inspects the store that `sabi serve` writes.
 
 mod broadcast;
+mod plan;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -122,6 +123,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// How many turns at once a broadcast's surge of replies needs, and what customers see with
+    /// fewer: waits, queue, holding messages, review, model calls against the budget.
+    Plan(Box<plan::PlanArgs>),
     /// Print the raw deliveries (or parts) that Sabi could not understand.
     Quarantine {
         #[arg(long)]
@@ -259,6 +263,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Command::Quarantine { json } => quarantine(&config, json).await,
             Command::Stats { since, json } => stats(&config, since, json).await,
+            Command::Plan(args) => plan::run(&config, *args).await,
             Command::Route {
                 text,
                 jsonl,

@@ -28,6 +28,8 @@ pub struct EnginePolicy {
     pub max_attempts: u32,
     /// The wait after the first failure; doubled after each further one.
     pub retry_base: Duration,
-    /// A batch whose first message is older than this goes to review.
+    /// A batch whose first message reached Sabi this late goes to review.
     pub review_after: Duration,
+    /// A batch that waited in Sabi's own queue this long goes to review (`None`: never).
+    pub queued_review_after: Option<Duration>,
 }

@@ -289,7 +289,20 @@ const SETTINGS: &[Setting] = &[
     ),
     set(
         "engine.review_after",
-        "A batch older than this goes to a person instead of an automatic reply.",
+        "A batch whose first message reached Sabi this late (an outage, Meta's retries) goes to a person instead of an automatic reply.",
+    ),
+    opt(
+        "engine.queued_review_after",
+        "A batch that waited in Sabi's own queue (a surge) longer than this goes to a person; unset, it is answered however long it waited, after a holding message.",
+        "\"30m\"",
+    ),
+    set(
+        "engine.hold_after",
+        "A customer whose turn is expected further off than this gets one holding message with the expected wait; 0: never.",
+    ),
+    set(
+        "engine.hold_message",
+        "The holding message; {wait} becomes the expected wait.",
     ),
     set(
         "engine.shutdown_grace",

@@ -55,6 +55,8 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_TRANSCRIBE_BASE_URL", "llm.transcribe_base_url"),
     ("SABI_LEASE", "engine.lease"),
     ("SABI_REVIEW_AFTER", "engine.review_after"),
+    ("SABI_QUEUED_REVIEW_AFTER", "engine.queued_review_after"),
+    ("SABI_HOLD_AFTER", "engine.hold_after"),
     ("SABI_ADMIN_TOKEN", "admin.token"),
     ("SABI_METRICS_TOKEN", "admin.metrics_token"),
     ("SABI_TOOLS_SECRET", "tools_secret"),
@@ -651,13 +653,30 @@ pub struct EngineConfig {
     /// How long a claimed batch is held; renewed every quarter of it.
     #[serde(default = "defaults::lease", with = "duration")]
     pub lease: Duration,
-    /// A batch older than this goes to review instead of an automatic reply.
+    /// A batch whose first message reached Sabi this much after the customer sent it (an
+    /// outage, Meta's retries) goes to review instead of an automatic reply.
     #[serde(default = "defaults::review_after", with = "duration")]
     pub review_after: Duration,
+    /// A batch that waited in Sabi's own queue longer than this (a surge) goes to review;
+    /// unset, it is answered however long it waited, after a holding message.
+    #[serde(
+        default,
+        with = "duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub queued_review_after: Option<Duration>,
+    /// A customer whose turn is expected further off than this gets one short holding message
+    /// with the expected wait, and the answer follows; 0: never.
+    #[serde(default = "defaults::hold_after", with = "duration")]
+    pub hold_after: Duration,
+    /// The holding message; `{wait}` becomes the expected wait, like "about 5 minutes".
+    #[serde(default = "defaults::hold_message")]
+    pub hold_message: String,
     /// How long running work may take to finish at shutdown.
     #[serde(default = "defaults::shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,
-    /// Turns at once on one node.
+    /// Turns at once on one node: they mostly wait on I/O, and the model budget bounds the
+    /// calls they make.
     #[serde(
         default = "defaults::turns_per_node",
         deserialize_with = "number::usize"
@@ -682,6 +701,9 @@ impl Default for EngineConfig {
         EngineConfig {
             lease: defaults::lease(),
             review_after: defaults::review_after(),
+            queued_review_after: None,
+            hold_after: defaults::hold_after(),
+            hold_message: defaults::hold_message(),
             shutdown_grace: defaults::shutdown_grace(),
             turns_per_node: defaults::turns_per_node(),
             max_attempts: defaults::max_attempts(),
@@ -990,6 +1012,7 @@ impl Config {
                 max_attempts: self.engine.max_attempts,
                 retry_base: self.engine.retry_base,
                 review_after: self.engine.review_after,
+                queued_review_after: self.engine.queued_review_after,
             },
         }
     }
@@ -1109,6 +1132,14 @@ mod defaults {
     pub(super) fn lease() -> Duration {
         Duration::from_secs(120)
     }
+    pub(super) fn hold_after() -> Duration {
+        Duration::from_secs(60)
+    }
+    pub(super) fn hold_message() -> String {
+        "Thanks for your message! Many people are writing to us right now: we will answer you in \
+         {wait}."
+            .into()
+    }
     pub(super) fn review_after() -> Duration {
         Duration::from_secs(15 * 60)
     }
@@ -1133,8 +1164,10 @@ mod defaults {
     pub(super) fn enabled() -> bool {
         true
     }
+    /// Turns mostly wait on the model or a tool: a node runs many, and the model budget
+    /// (`llm.max_concurrent` and the per-minute limits) bounds what reaches the provider.
     pub(super) fn turns_per_node() -> usize {
-        5
+        32
     }
     pub(super) fn max_attempts() -> u32 {
         4
@@ -1222,6 +1255,29 @@ pub(crate) mod duration {
 
     pub(crate) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    /// An optional duration: unset is `None`.
+    pub(crate) mod option {
+        use std::time::Duration;
+
+        use serde::Deserializer;
+
+        pub(crate) fn serialize<S: serde::Serializer>(
+            d: &Option<Duration>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            match d {
+                Some(d) => super::serialize(d, s),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<Duration>, D::Error> {
+            super::deserialize(d).map(Some)
+        }
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {

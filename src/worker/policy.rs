@@ -16,12 +16,22 @@ pub enum Decision {
 
 /// Decides before any work: a batch out of attempts (its workers kept dying) or too old for an
 /// automatic reply goes to a person, unless a person sent it back.
+///
+/// Too old means it reached Sabi late (an outage, Meta's retries): an answer would come out of
+/// context. A batch that aged in Sabi's own queue (a surge) is answered however long it waited,
+/// its customer told of the wait by a holding message, unless `queued_review_after` says
+/// otherwise: a surge must not empty itself into the review queue.
 pub fn decide(claim: &Claim, now: At, policy: &EnginePolicy) -> Decision {
     if claim.attempt > policy.max_attempts {
         return Decision::Review(ReviewReason::OutOfRetries);
     }
-    let age = now.since(claim.batch.first_sent_at());
-    if age > policy.review_after && !claim.requeued {
+    if claim.requeued {
+        return Decision::Run;
+    }
+    let batch = &claim.batch;
+    let late = batch.first_received_at().since(batch.first_sent_at());
+    let queued = now.since(batch.due_at);
+    if late > policy.review_after || policy.queued_review_after.is_some_and(|cap| queued > cap) {
         return Decision::Review(ReviewReason::TooOld);
     }
     Decision::Run
@@ -57,6 +67,7 @@ mod tests {
             max_attempts: 4,
             retry_base: Duration::from_secs(5),
             review_after: Duration::from_secs(15 * 60),
+            queued_review_after: None,
         }
     }
 
@@ -123,39 +134,44 @@ mod tests {
     }
 
     #[test]
-    fn too_old_batches_and_exhausted_ones_go_to_review() {
+    fn batches_that_reached_sabi_late_and_exhausted_ones_go_to_review() {
         let p = policy();
         let sent = 1_781_000_000;
+        let at = |seconds: i64| At::from_millis((sent + seconds) * 1000);
+        // claim(..) reached Sabi half a second after it was sent, and fell due then.
+        assert_eq!(decide(&claim(1, sent), at(60), &p), Decision::Run);
         assert_eq!(
-            decide(&claim(1, sent), At::from_millis(sent * 1000 + 60_000), &p),
-            Decision::Run
+            decide(&claim(1, sent), at(60 * 60), &p),
+            Decision::Run,
+            "an hour in Sabi's own queue: answered, late, after a holding message"
         );
+        let mut late = claim(1, sent - 15 * 60 - 1);
+        late.batch.messages[0].received_at = at(0);
+        late.batch.due_at = at(0);
         assert_eq!(
-            decide(
-                &claim(1, sent),
-                At::from_millis((sent + 15 * 60) * 1000),
-                &p
-            ),
-            Decision::Run
+            decide(&late, at(1), &p),
+            Decision::Review(ReviewReason::TooOld),
+            "reached Sabi more than 15 minutes after it was sent"
         );
+        let capped = EnginePolicy {
+            queued_review_after: Some(Duration::from_secs(30 * 60)),
+            ..policy()
+        };
+        assert_eq!(decide(&claim(1, sent), at(29 * 60), &capped), Decision::Run);
         assert_eq!(
-            decide(
-                &claim(1, sent),
-                At::from_millis((sent + 15 * 60) * 1000 + 1),
-                &p
-            ),
+            decide(&claim(1, sent), at(31 * 60), &capped),
             Decision::Review(ReviewReason::TooOld)
         );
         assert_eq!(
-            decide(&claim(5, sent), At::from_millis(sent * 1000), &p),
+            decide(&claim(5, sent), at(0), &p),
             Decision::Review(ReviewReason::OutOfRetries)
         );
         let sent_back = Claim {
             requeued: true,
-            ..claim(1, sent)
+            ..late
         };
         assert_eq!(
-            decide(&sent_back, At::from_millis((sent + 3600) * 1000), &p),
+            decide(&sent_back, at(3600), &capped),
             Decision::Run,
             "a person sent it back: answered however old"
         );

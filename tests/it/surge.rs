@@ -10,7 +10,9 @@ use sabi::clock::{At, ManualClock};
 use sabi::metrics::Metrics;
 use sabi::testing::llm::{Answer, FakeLlm};
 
-use crate::helpers::eventually;
+use sabi::store::ReviewQuery;
+
+use crate::helpers::{START_MS, TestApp, eventually, json_lines, sabi_command, text_webhook_at};
 
 fn client(fake: &FakeLlm, clock: Arc<ManualClock>, metrics: Arc<Metrics>) -> Arc<Llm> {
     let provider = Provider {
@@ -77,4 +79,102 @@ async fn a_429_pauses_every_turn_together_for_its_retry_after() {
     );
     let text = metrics.encode();
     assert!(text.contains("sabi_llm_throttled_total 1"), "{text}");
+}
+
+/// `sabi plan` for Diwali eve: a row per number of turns at once with what customers would see,
+/// and a recommendation that keeps the 95th percentile wait within the holding threshold.
+#[test]
+fn sabi_plan_sizes_the_surge_and_says_what_customers_see() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plan = json_lines(dir.path(), &["plan", "--audience", "18000", "--json"]);
+    let plan = &plan[0];
+    let rows = plan["rows"].as_array().expect("rows");
+    let recommended = &plan["recommended"];
+    let slots: Vec<u64> = rows.iter().filter_map(|r| r["slots"].as_u64()).collect();
+    let best = recommended["slots"].as_u64().expect("slots");
+    assert_eq!(
+        slots,
+        [5, best, best * 2],
+        "the seed's 5, the recommendation, twice it"
+    );
+    for field in [
+        "peak_arrivals_per_s",
+        "utilisation",
+        "p50_wait_s",
+        "p95_wait_s",
+        "max_wait_s",
+        "max_queue",
+        "holding_messages",
+        "review_spill",
+        "model_calls",
+        "peak_model_calls_per_min",
+        "peak_tokens_per_min",
+    ] {
+        assert!(rows[0][field].is_number(), "{field}: {}", rows[0]);
+    }
+    assert!(rows[0]["p95_wait_s"].as_f64() > rows[1]["p95_wait_s"].as_f64());
+    assert!(rows[1]["p95_wait_s"].as_f64().expect("p95") <= 60.0);
+    assert!(rows[0]["holding_messages"].as_u64() > Some(0));
+    assert_eq!(recommended["meets_target"], true);
+
+    // A measured curve: everyone who replies does so in the first minute.
+    let curve = dir.path().join("curve.json");
+    std::fs::write(&curve, "[100, 0, 0]").expect("written");
+    let fast = json_lines(
+        dir.path(),
+        &[
+            "plan",
+            "--audience",
+            "18000",
+            "--reply-curve",
+            curve.to_str().expect("utf-8"),
+            "--slots",
+            "5",
+            "--json",
+        ],
+    );
+    assert!(
+        fast[0]["rows"][0]["max_queue"].as_u64() > rows[0]["max_queue"].as_u64(),
+        "replies at once queue more"
+    );
+
+    let bad = sabi_command(dir.path())
+        .args(["plan", "--audience", "100", "--llm-latency", "5"])
+        .output()
+        .expect("sabi runs");
+    assert!(!bad.status.success());
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(said.contains("--llm-latency"), "{said}");
+}
+
+/// A batch that aged in Sabi's own queue (a surge) is answered, late; one that reached Sabi
+/// late goes to people; `engine.queued_review_after` caps the queue's wait when set.
+#[tokio::test]
+async fn a_batch_that_waited_in_the_queue_is_answered_not_sent_to_people() {
+    for (cap, answered) in [(None, true), (Some("30m"), false)] {
+        let extra: Vec<(&str, &str)> = cap
+            .map(|cap| ("SABI_QUEUED_REVIEW_AFTER", cap))
+            .into_iter()
+            .collect();
+        let app = TestApp::spawn_with(None, &extra).await;
+        let now_s = START_MS / 1000;
+        let body = text_webhook_at("wamid.surge", "2348031234567", "How far my order?", now_s);
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+        // Nobody was free for an hour.
+        app.clock.advance(Duration::from_secs(3_600));
+        assert_eq!(app.scheduler.drain().await.expect("drain"), 1);
+        let outbox = app.store.outbox(None).await.expect("outbox");
+        let review = app
+            .store
+            .review_queue(ReviewQuery::default())
+            .await
+            .expect("review");
+        assert_eq!(
+            (outbox.len(), review.len()),
+            (usize::from(answered), usize::from(!answered))
+        );
+        if !answered {
+            assert_eq!(review[0].reason.as_str(), "too_old");
+        }
+    }
 }

@@ -206,7 +206,7 @@ async fn bad_input_gets_clear_errors_and_stores_nothing() {
 
 #[tokio::test]
 async fn positions_count_down_and_questions_wait_for_a_worker() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_with(None, &[("SABI_TURNS", "5")]).await;
     let mut ids = Vec::new();
     for n in 0..10 {
         ids.push(job_id(ask(&app, &format!("s-{n}"), "Who go win the league?", None).await).await);

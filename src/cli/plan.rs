@@ -1,0 +1,274 @@
+//! `sabi plan`: how many turns at once a broadcast's surge of replies needs, and what customers
+//! see with fewer (see [`crate::plan`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::Value;
+
+use crate::broadcast::report::{self, Prices};
+use crate::clock::{At, Clock, SystemClock};
+use crate::config::Config;
+use crate::plan::{self, Curve, Plan, Scenario, Sizing, shown};
+use crate::store::{self, BroadcastState, Store};
+
+/// What `sabi plan` takes; every input left out is a documented prior.
+#[derive(Debug, Args)]
+pub(super) struct PlanArgs {
+    /// Customers the broadcast goes to.
+    #[arg(long)]
+    audience: usize,
+    /// Share of them who reply (0.15: 15 %).
+    #[arg(long)]
+    reply_rate: Option<f64>,
+    /// When replies come: a JSON array of first replies per minute after the send (a report's
+    /// reply_curve), a broadcast report (JSON), or `auto` for this store's latest finished
+    /// broadcast, whose reply rate it also reads.
+    #[arg(long, value_name = "FILE|auto")]
+    reply_curve: Option<String>,
+    /// Turns a replying customer takes, on average.
+    #[arg(long)]
+    turns_per_customer: Option<f64>,
+    /// Share of turns the router answers alone, or `auto`: this store's last week.
+    #[arg(long, value_name = "S|auto")]
+    local_share: Option<String>,
+    /// A model turn's time in seconds: median and 95th percentile, like 5,12.
+    #[arg(long, value_name = "P50,P95")]
+    llm_latency: Option<String>,
+    /// The provider's requests per minute (llm.requests_per_minute by default).
+    #[arg(long)]
+    llm_rpm: Option<u32>,
+    /// The provider's tokens per minute (llm.tokens_per_minute by default).
+    #[arg(long)]
+    llm_tpm: Option<u32>,
+    /// Broadcast messages per second (20, a broadcast's default rate)...
+    #[arg(long, conflicts_with = "send_over")]
+    send_rate: Option<f64>,
+    /// ...or the time the sends take, like 2h.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    send_over: Option<Duration>,
+    /// Turns at once to try, over every node, like 5,20,40 (5, the recommendation and twice it
+    /// by default).
+    #[arg(long, value_delimiter = ',')]
+    slots: Vec<usize>,
+    #[arg(long)]
+    json: bool,
+}
+
+/// A broadcast's default rate, messages per second.
+const DEFAULT_SEND_RATE: f64 = 20.0;
+
+pub(super) async fn run(config: &Config, args: PlanArgs) -> anyhow::Result<()> {
+    let mut scenario = Scenario::prior(args.audience);
+    let needs_store =
+        args.reply_curve.as_deref() == Some("auto") || args.local_share.as_deref() == Some("auto");
+    let store = match needs_store {
+        true => Some(store::open(&config.store).await?),
+        false => None,
+    };
+    if let Some(curve) = &args.reply_curve {
+        read_curve(&mut scenario, curve, store.as_deref()).await?;
+    }
+    if let Some(rate) = args.reply_rate {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&rate),
+            "--reply-rate: a share from 0 to 1"
+        );
+        scenario.reply_rate = rate;
+    }
+    if let Some(turns) = args.turns_per_customer {
+        anyhow::ensure!(turns >= 1.0, "--turns-per-customer: at least 1");
+        scenario.turns_per_customer = turns;
+    }
+    match (args.local_share.as_deref(), store.as_deref()) {
+        (Some("auto"), Some(store)) => scenario.local_share = measured_local_share(store).await?,
+        (Some(share), _) => {
+            let share: f64 = share.parse().context("--local-share: a share, or auto")?;
+            anyhow::ensure!((0.0..=1.0).contains(&share), "--local-share: from 0 to 1");
+            scenario.local_share = share;
+        }
+        (None, _) => {}
+    }
+    if let Some(latency) = &args.llm_latency {
+        (scenario.llm_p50, scenario.llm_p95) = latencies(latency)?;
+    }
+    scenario.llm_rpm = args.llm_rpm.or(config.llm.budget.requests_per_minute);
+    scenario.llm_tpm = args.llm_tpm.or(config.llm.budget.tokens_per_minute);
+    let send_over = match (args.send_over, args.send_rate) {
+        (Some(over), _) => over.as_secs_f64(),
+        (None, rate) => {
+            let rate = rate.unwrap_or(DEFAULT_SEND_RATE);
+            anyhow::ensure!(rate > 0.0, "--send-rate: more than 0");
+            args.audience as f64 / rate
+        }
+    };
+    let engine = &config.engine;
+    let sizing = Sizing {
+        slots: 0,
+        send_over,
+        batch_window: plan::seconds(config.whatsapp.batch_window),
+        hold_after: plan::seconds(engine.hold_after),
+        review_after: plan::seconds(engine.review_after),
+        queued_review_after: engine.queued_review_after.map(plan::seconds),
+    };
+    let made = plan::plan(scenario, sizing, &args.slots, engine.turns_per_node);
+    match args.json {
+        true => println!("{}", serde_json::to_string(&made)?),
+        false => print_table(&made),
+    }
+    Ok(())
+}
+
+/// The curve (and, from a store, the reply rate) of earlier replies.
+async fn read_curve(
+    scenario: &mut Scenario,
+    given: &str,
+    store: Option<&dyn Store>,
+) -> anyhow::Result<()> {
+    let report: Value = match (given, store) {
+        ("auto", Some(store)) => latest_report(store).await?,
+        (path, _) => {
+            let text = std::fs::read_to_string(PathBuf::from(path))
+                .with_context(|| format!("--reply-curve: reading {path}"))?;
+            serde_json::from_str(&text).with_context(|| format!("--reply-curve: {path}"))?
+        }
+    };
+    let (minutes, later) = match &report {
+        Value::Array(_) => (&report, 0.0),
+        _ => (
+            &report["reply_curve"],
+            report["replies_later"].as_f64().unwrap_or(0.0),
+        ),
+    };
+    let per_minute: Vec<f64> = minutes
+        .as_array()
+        .context("--reply-curve: a JSON array of replies per minute, or a broadcast report")?
+        .iter()
+        .map(|n| n.as_f64().context("--reply-curve: numbers only"))
+        .collect::<anyhow::Result<_>>()?;
+    scenario.curve =
+        Curve::from_minutes(&per_minute, later).context("--reply-curve: it counts no replies")?;
+    if given == "auto"
+        && let Some(rate) = report["rates"]["replied"].as_f64()
+    {
+        scenario.reply_rate = rate;
+    }
+    Ok(())
+}
+
+/// The report of the latest finished broadcast that someone replied to.
+async fn latest_report(store: &dyn Store) -> anyhow::Result<Value> {
+    let prices = Prices {
+        by_prefix: &Default::default(),
+        currency: "",
+    };
+    for b in store.broadcasts(50).await? {
+        if b.state != BroadcastState::Finished {
+            continue;
+        }
+        let Some(report) = report::report(store, b.id, &prices).await? else {
+            continue;
+        };
+        if report.rates.replied > 0.0 {
+            return Ok(serde_json::to_value(report)?);
+        }
+    }
+    anyhow::bail!("--reply-curve auto: no finished broadcast in this store has replies yet")
+}
+
+/// The share of the last week's turns the router answered without the model.
+async fn measured_local_share(store: &dyn Store) -> anyhow::Result<f64> {
+    let since = SystemClock.now() - Duration::from_secs(7 * 24 * 3_600);
+    let stats = store.turn_stats(At::max(since, At::default())).await?;
+    let answered = stats.local + stats.agent;
+    anyhow::ensure!(
+        answered > 0,
+        "--local-share auto: this store has no answered turns in the last week"
+    );
+    Ok(stats.local as f64 / answered as f64)
+}
+
+fn latencies(given: &str) -> anyhow::Result<(f64, f64)> {
+    let bad = || anyhow::anyhow!("--llm-latency: seconds as P50,P95, like 5,12");
+    let (p50, p95) = given.split_once(',').ok_or_else(bad)?;
+    let (p50, p95): (f64, f64) = (
+        p50.trim().parse().map_err(|_| bad())?,
+        p95.trim().parse().map_err(|_| bad())?,
+    );
+    anyhow::ensure!(p50 > 0.0 && p95 >= p50, "--llm-latency: 0 < P50 <= P95");
+    Ok((p50, p95))
+}
+
+fn print_table(made: &Plan) {
+    let (s, z) = (&made.scenario, &made.sizing);
+    println!(
+        "{} customers, {:.0} % reply, {:.1} turns each, {:.0} % answered without the model, \
+         model turns {} (p95 {}); sends over {}",
+        s.audience,
+        s.reply_rate * 100.0,
+        s.turns_per_customer,
+        s.local_share * 100.0,
+        shown(s.llm_p50),
+        shown(s.llm_p95),
+        shown(z.send_over),
+    );
+    println!(
+        "{:>6} {:>10} {:>5} {:>9} {:>9} {:>9} {:>12} {:>6} {:>8} {:>8} {:>9} {:>10} {:>11}",
+        "slots",
+        "arrivals/s",
+        "busy",
+        "wait p50",
+        "p95",
+        "max",
+        "1st reply95",
+        "queue",
+        "holding",
+        "late15m",
+        "to review",
+        "calls/min",
+        "tokens/min"
+    );
+    for r in &made.rows {
+        println!(
+            "{:>6} {:>10.2} {:>4.0}% {:>9} {:>9} {:>9} {:>12} {:>6} {:>8} {:>8} {:>9} {:>10} {:>11}",
+            r.slots,
+            r.peak_arrivals_per_s,
+            r.utilisation * 100.0,
+            shown(r.p50_wait_s),
+            shown(r.p95_wait_s),
+            shown(r.max_wait_s),
+            shown(r.p95_first_reply_s),
+            r.max_queue,
+            r.holding_messages,
+            r.over_review_age,
+            r.review_spill,
+            budgeted(r.peak_model_calls_per_min as u64, r.rpm_budget),
+            budgeted(r.peak_tokens_per_min, r.tpm_budget),
+        );
+    }
+    let rec = &made.recommended;
+    println!(
+        "recommended: {} turns at once ({} node{} of {}), sends over {}: p95 wait {}{}",
+        rec.slots,
+        rec.nodes,
+        if rec.nodes == 1 { "" } else { "s" },
+        rec.slots_per_node,
+        shown(rec.send_over_s),
+        shown(rec.p95_wait_s),
+        if rec.meets_target {
+            ""
+        } else {
+            " (the model's limits keep it above engine.hold_after even so)"
+        },
+    );
+}
+
+/// A peak a minute, with the budget it is held to.
+fn budgeted(peak: u64, budget: Option<u32>) -> String {
+    match budget {
+        Some(budget) => format!("{peak}/{budget}"),
+        None => peak.to_string(),
+    }
+}

@@ -1,0 +1,491 @@
+//! Sizing for a broadcast's surge of replies: "how many turns at once do we need on Diwali eve,
+//! and what happens if we get it wrong?" ([`plan`]).
+//!
+//! A scenario is the audience, how many reply and when (the reply curve), how many turns a
+//! replying customer takes, how many the router answers alone, and how long a model turn takes
+//! within the provider's limits. [`plan`] plays it out for each number of turns at once
+//! ([`queue`]) and reports what customers would see: waits, the longest queue, holding
+//! messages, batches that would pass the review age, and the model calls and tokens a minute
+//! against the budget; then the smallest number of turns at once that keeps the 95th
+//! percentile wait within the holding threshold, and how long to take over the sends when even
+//! that cannot (the model's limits bound it).
+//!
+//! Without measurements it uses documented priors ([`Scenario::prior`]): 15 % of customers
+//! reply, 43 % of replies in the first 15 minutes, 3 turns per replying customer, 5 s per model
+//! turn.
+
+mod queue;
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// When replies come after a send: shares of replies by span of time after it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Curve {
+    /// (from, to, share) in seconds after the send; shares add up to 1.
+    pub spans: Vec<(f64, f64, f64)>,
+}
+
+impl Curve {
+    /// 43 % in the first 15 minutes (mostly at once), 27 % in the rest of the first hour,
+    /// 20 % over the next five hours, 10 % over the rest of the day.
+    pub fn prior() -> Curve {
+        Curve {
+            spans: vec![
+                (0.0, 60.0, 0.12),
+                (60.0, 300.0, 0.16),
+                (300.0, 900.0, 0.15),
+                (900.0, 3_600.0, 0.27),
+                (3_600.0, 21_600.0, 0.20),
+                (21_600.0, 86_400.0, 0.10),
+            ],
+        }
+    }
+
+    /// From first replies counted per minute after the send (a broadcast report's
+    /// `reply_curve`), with those later spread over the next five hours.
+    pub fn from_minutes(per_minute: &[f64], later: f64) -> Option<Curve> {
+        let total: f64 = per_minute.iter().sum::<f64>() + later;
+        if total <= 0.0 {
+            return None;
+        }
+        let mut spans: Vec<(f64, f64, f64)> = per_minute
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0.0)
+            .map(|(m, n)| (m as f64 * 60.0, (m + 1) as f64 * 60.0, n / total))
+            .collect();
+        let end = per_minute.len() as f64 * 60.0;
+        if later > 0.0 {
+            spans.push((end, end + 5.0 * 3_600.0, later / total));
+        }
+        Some(Curve { spans })
+    }
+
+    /// The share of replies within `seconds` of the send.
+    pub fn within(&self, seconds: f64) -> f64 {
+        self.spans
+            .iter()
+            .map(|(from, to, share)| share * ((seconds - from) / (to - from)).clamp(0.0, 1.0))
+            .sum()
+    }
+
+    fn sample(&self, rng: &mut fastrand::Rng) -> f64 {
+        let mut pick = rng.f64() * self.spans.iter().map(|s| s.2).sum::<f64>();
+        for (from, to, share) in &self.spans {
+            if pick < *share {
+                return from + rng.f64() * (to - from);
+            }
+            pick -= share;
+        }
+        self.spans.last().map_or(0.0, |s| s.1)
+    }
+}
+
+/// What is expected of a broadcast's audience and of the model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Scenario {
+    pub audience: usize,
+    /// Share of recipients who reply.
+    pub reply_rate: f64,
+    #[serde(skip)]
+    pub curve: Curve,
+    /// Turns a replying customer takes, on average.
+    pub turns_per_customer: f64,
+    /// Share of turns the router answers without the model.
+    pub local_share: f64,
+    /// A model turn's time: median and 95th percentile, seconds.
+    pub llm_p50: f64,
+    pub llm_p95: f64,
+    pub llm_rpm: Option<u32>,
+    pub llm_tpm: Option<u32>,
+    pub calls_per_model_turn: u32,
+    pub tokens_per_model_turn: u32,
+    /// A local turn's time, seconds.
+    pub local_seconds: f64,
+    /// How long a customer takes to read an answer and write again, seconds (on average).
+    pub think_seconds: f64,
+    pub seed: u64,
+}
+
+impl Scenario {
+    /// The documented priors, for `audience` customers.
+    pub fn prior(audience: usize) -> Scenario {
+        Scenario {
+            audience,
+            reply_rate: 0.15,
+            curve: Curve::prior(),
+            turns_per_customer: 3.0,
+            local_share: 0.4,
+            llm_p50: 5.0,
+            llm_p95: 12.0,
+            llm_rpm: None,
+            llm_tpm: None,
+            calls_per_model_turn: 2,
+            tokens_per_model_turn: 3_000,
+            local_seconds: 0.02,
+            think_seconds: 40.0,
+            seed: 2026,
+        }
+    }
+}
+
+/// How Sabi would run it: turns at once (over every node), the send's span, and the engine's
+/// thresholds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sizing {
+    pub slots: usize,
+    /// Seconds the broadcast's sends take.
+    pub send_over: f64,
+    /// Seconds a customer's messages are collected before their turn falls due.
+    pub batch_window: f64,
+    /// A turn expected to wait longer gets a holding message (seconds).
+    pub hold_after: f64,
+    /// A batch that reached Sabi this late goes to review (seconds): shown, not applied to
+    /// queue waits.
+    pub review_after: f64,
+    /// A batch that waited longer in the queue goes to review (seconds), when set.
+    pub queued_review_after: Option<f64>,
+}
+
+/// What customers would see with one number of turns at once.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    pub slots: usize,
+    pub turns: usize,
+    /// The most turns falling due in one minute, per second.
+    pub peak_arrivals_per_s: f64,
+    /// Busy share of the slots in the busiest hour.
+    pub utilisation: f64,
+    pub p50_wait_s: f64,
+    pub p95_wait_s: f64,
+    pub max_wait_s: f64,
+    /// First reply, from the customer's first message: the window, the wait and the turn.
+    pub p95_first_reply_s: f64,
+    pub max_queue: usize,
+    /// Turns that wait longer than `hold_after`: each gets one holding message.
+    pub holding_messages: usize,
+    /// Turns that wait longer than `review_after`: they would go to people if the queue's wait
+    /// counted as lateness (it does not, unless `queued_review_after` is set)...
+    pub over_review_age: usize,
+    /// ...and those that do go to people, by `queued_review_after`.
+    pub review_spill: usize,
+    pub model_calls: usize,
+    pub peak_model_calls_per_min: usize,
+    pub peak_tokens_per_min: u64,
+    /// The provider's limits the scenario was given.
+    pub rpm_budget: Option<u32>,
+    pub tpm_budget: Option<u32>,
+}
+
+/// The smallest sizing that keeps customers' 95th percentile wait within the holding threshold.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recommended {
+    /// Turns at once, over every node.
+    pub slots: usize,
+    pub slots_per_node: usize,
+    pub nodes: usize,
+    /// Seconds to take over the sends: longer than asked when the model's limits, not the
+    /// slots, bound the waits.
+    pub send_over_s: f64,
+    pub p95_wait_s: f64,
+    /// Whether the target is met at all (within a day's send).
+    pub meets_target: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub scenario: Scenario,
+    pub sizing: Sizing,
+    pub rows: Vec<Row>,
+    pub recommended: Recommended,
+}
+
+/// The most turns at once tried when searching for the recommendation.
+const MOST_SLOTS: usize = 4_096;
+/// The longest send tried: a day.
+const LONGEST_SEND: f64 = 86_400.0;
+
+/// Plays the scenario out for each of `slots` (the seed's 5, the recommendation and twice it
+/// when empty), and recommends a sizing.
+pub fn plan(scenario: Scenario, sizing: Sizing, slots: &[usize], slots_per_node: usize) -> Plan {
+    let recommended = recommend(&scenario, &sizing, slots_per_node);
+    let counts: Vec<usize> = match slots {
+        [] => {
+            let mut counts = vec![5, recommended.slots, recommended.slots * 2];
+            counts.sort_unstable();
+            counts.dedup();
+            counts
+        }
+        given => given.to_vec(),
+    };
+    let rows = counts
+        .into_iter()
+        .map(|slots| {
+            row(
+                &scenario,
+                &Sizing {
+                    slots,
+                    ..sizing.clone()
+                },
+            )
+        })
+        .collect();
+    Plan {
+        scenario,
+        sizing,
+        rows,
+        recommended,
+    }
+}
+
+/// One row: the scenario played out with `sizing`.
+pub fn row(scenario: &Scenario, sizing: &Sizing) -> Row {
+    let turns = queue::play(scenario, sizing);
+    let mut waits: Vec<f64> = turns.iter().map(|t| t.start - t.due).collect();
+    waits.sort_by(f64::total_cmp);
+    let first_replies: Vec<f64> = {
+        let mut r: Vec<f64> = turns
+            .iter()
+            .map(|t| t.end - t.due + sizing.batch_window)
+            .collect();
+        r.sort_by(f64::total_cmp);
+        r
+    };
+    let over = |limit: f64| waits.iter().filter(|w| **w > limit).count();
+    let model: Vec<f64> = turns.iter().filter(|t| t.model).map(|t| t.start).collect();
+    let peak_calls = peak_per_minute(&model) * scenario.calls_per_model_turn as usize;
+    Row {
+        slots: sizing.slots,
+        turns: turns.len(),
+        peak_arrivals_per_s: peak_per_minute(&turns.iter().map(|t| t.due).collect::<Vec<_>>())
+            as f64
+            / 60.0,
+        utilisation: busiest_hour(&turns) / (3_600.0 * sizing.slots.max(1) as f64),
+        p50_wait_s: percentile(&waits, 0.5),
+        p95_wait_s: percentile(&waits, 0.95),
+        max_wait_s: waits.last().copied().unwrap_or(0.0),
+        p95_first_reply_s: percentile(&first_replies, 0.95),
+        max_queue: longest_queue(&turns),
+        holding_messages: over(sizing.hold_after),
+        over_review_age: over(sizing.review_after),
+        review_spill: sizing.queued_review_after.map_or(0, over),
+        model_calls: model.len() * scenario.calls_per_model_turn as usize,
+        peak_model_calls_per_min: peak_calls,
+        peak_tokens_per_min: (peak_per_minute(&model) as u64)
+            * u64::from(scenario.tokens_per_model_turn),
+        rpm_budget: scenario.llm_rpm,
+        tpm_budget: scenario.llm_tpm,
+    }
+}
+
+/// The fewest turns at once whose 95th percentile wait stays within `hold_after`; when no
+/// number does (the model's limits bound the waits), the shortest send, doubled from the one
+/// asked, that lets it.
+fn recommend(scenario: &Scenario, sizing: &Sizing, slots_per_node: usize) -> Recommended {
+    let target = sizing.hold_after;
+    let mut send_over = sizing.send_over;
+    loop {
+        let p95 = |slots: usize| {
+            row(
+                scenario,
+                &Sizing {
+                    slots,
+                    send_over,
+                    ..sizing.clone()
+                },
+            )
+            .p95_wait_s
+        };
+        let found = smallest(1, MOST_SLOTS, |slots| p95(slots) <= target);
+        if found.is_some() || send_over >= LONGEST_SEND {
+            let slots = found.unwrap_or(MOST_SLOTS);
+            let per_node = slots_per_node.max(1);
+            return Recommended {
+                slots,
+                slots_per_node: per_node.min(slots),
+                nodes: slots.div_ceil(per_node),
+                send_over_s: send_over,
+                p95_wait_s: p95(slots),
+                meets_target: found.is_some(),
+            };
+        }
+        send_over = (send_over.max(60.0) * 2.0).min(LONGEST_SEND);
+    }
+}
+
+/// The smallest `n` in `low..=high` for which `enough(n)`, when waits only shrink with more
+/// slots: doubling, then halving the gap.
+fn smallest(low: usize, high: usize, enough: impl Fn(usize) -> bool) -> Option<usize> {
+    let mut top = low;
+    while !enough(top) {
+        if top >= high {
+            return None;
+        }
+        top = (top * 2).min(high);
+    }
+    let mut bottom = top / 2;
+    while bottom + 1 < top {
+        let mid = (bottom + top) / 2;
+        match enough(mid) {
+            true => top = mid,
+            false => bottom = mid,
+        }
+    }
+    Some(top.max(low))
+}
+
+/// The most of `times` (seconds) in any one minute.
+fn peak_per_minute(times: &[f64]) -> usize {
+    let mut sorted = times.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mut peak = 0;
+    let mut first = 0;
+    for (i, t) in sorted.iter().enumerate() {
+        while sorted[first] <= t - 60.0 {
+            first += 1;
+        }
+        peak = peak.max(i + 1 - first);
+    }
+    peak
+}
+
+/// The most slot time turns starting within one hour take, seconds.
+fn busiest_hour(turns: &[queue::Turn]) -> f64 {
+    let mut started: Vec<(f64, f64)> = turns.iter().map(|t| (t.start, t.end - t.start)).collect();
+    started.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut first, mut busy, mut most) = (0, 0.0, 0.0_f64);
+    for &(start, service) in &started {
+        busy += service;
+        while started[first].0 <= start - 3_600.0 {
+            busy -= started[first].1;
+            first += 1;
+        }
+        most = most.max(busy);
+    }
+    most
+}
+
+/// The most turns due and not yet started at once.
+fn longest_queue(turns: &[queue::Turn]) -> usize {
+    // +1 when a turn falls due, -1 when it starts; a start at its due time never queues.
+    let mut events: Vec<(f64, i64)> = turns
+        .iter()
+        .filter(|t| t.start > t.due)
+        .flat_map(|t| [(t.due, 1), (t.start, -1)])
+        .collect();
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut now, mut most) = (0_i64, 0_i64);
+    for (_, step) in events {
+        now += step;
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Seconds as a person reads them: `45 s`, `12 min`, `3.5 h`.
+pub fn shown(seconds: f64) -> String {
+    match seconds {
+        s if s < 90.0 => format!("{s:.0} s"),
+        s if s < 5_400.0 => format!("{:.0} min", s / 60.0),
+        s => format!("{:.1} h", s / 3_600.0),
+    }
+}
+
+/// `d` in seconds.
+pub fn seconds(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizing(slots: usize) -> Sizing {
+        Sizing {
+            slots,
+            send_over: 18_000.0 / 80.0,
+            batch_window: 20.0,
+            hold_after: 60.0,
+            review_after: 900.0,
+            queued_review_after: None,
+        }
+    }
+
+    #[test]
+    fn the_prior_curve_has_43_percent_in_15_minutes_and_adds_up() {
+        let curve = Curve::prior();
+        assert!((curve.within(900.0) - 0.43).abs() < 1e-9);
+        assert!((curve.within(86_400.0) - 1.0).abs() < 1e-9);
+        let measured = Curve::from_minutes(&[6.0, 2.0, 0.0, 1.0], 1.0).expect("some");
+        assert!((measured.within(60.0) - 0.6).abs() < 1e-9);
+        assert!((measured.within(1e9) - 1.0).abs() < 1e-9);
+        assert_eq!(Curve::from_minutes(&[0.0], 0.0), None);
+    }
+
+    #[test]
+    fn more_slots_never_make_customers_wait_longer() {
+        let scenario = Scenario::prior(18_000);
+        let waits: Vec<f64> = [5, 20, 80]
+            .iter()
+            .map(|slots| row(&scenario, &sizing(*slots)).p95_wait_s)
+            .collect();
+        assert!(waits[0] > waits[1] && waits[1] >= waits[2], "{waits:?}");
+        // At 5 at once, 15 % of 18,000 replying build a queue of hundreds, and most turns
+        // wait long enough for a holding message.
+        let five = row(&scenario, &sizing(5));
+        assert!(five.max_queue > 300, "{five:?}");
+        assert!(five.holding_messages > five.turns / 2, "{five:?}");
+        assert_eq!(five.review_spill, 0, "the queue's wait is not lateness");
+        assert!(
+            five.turns > 2_700 * 2,
+            "about 3 turns per replying customer"
+        );
+    }
+
+    #[test]
+    fn the_recommendation_keeps_the_95th_percentile_within_the_holding_threshold() {
+        let scenario = Scenario::prior(18_000);
+        let plan = plan(scenario, sizing(5), &[], 32);
+        let r = &plan.recommended;
+        assert!(r.meets_target && r.p95_wait_s <= 60.0, "{r:?}");
+        assert_eq!(r.nodes, r.slots.div_ceil(32));
+        let slots: Vec<usize> = plan.rows.iter().map(|row| row.slots).collect();
+        assert_eq!(slots, [5, r.slots, r.slots * 2]);
+        let fewer = row(&plan.scenario, &sizing(r.slots - 1));
+        assert!(fewer.p95_wait_s > 60.0, "the fewest that do: {fewer:?}");
+    }
+
+    #[test]
+    fn a_model_limit_no_slot_count_beats_asks_for_a_longer_send() {
+        let scenario = Scenario {
+            local_share: 0.0,
+            llm_rpm: Some(60),
+            ..Scenario::prior(18_000)
+        };
+        let plan = plan(scenario, sizing(5), &[5], 32);
+        let r = &plan.recommended;
+        assert!(r.send_over_s > 18_000.0 / 80.0, "{r:?}");
+        assert!(
+            plan.rows[0].peak_model_calls_per_min <= 62,
+            "{:?}",
+            plan.rows[0]
+        );
+    }
+
+    #[test]
+    fn the_same_inputs_give_the_same_figures() {
+        let a = row(&Scenario::prior(2_000), &sizing(8));
+        let b = row(&Scenario::prior(2_000), &sizing(8));
+        assert_eq!(a, b);
+    }
+}
