@@ -180,6 +180,12 @@ impl Scheduler {
 
     async fn turn(&self, claim: Claim) {
         let started = self.clock.now();
+        if claim.attempt == 1 {
+            let waited = started.since(claim.batch.due_at);
+            self.metrics
+                .queue_wait_seconds
+                .observe(waited.as_secs_f64());
+        }
         let decision = policy::decide(&claim, started, &self.settings.policy);
         let Claim {
             batch,

@@ -51,6 +51,26 @@ pub fn after_failure(attempt: u32, now: At, policy: &EnginePolicy, error: String
     }
 }
 
+/// How long a batch falling due now is expected to wait for its turn: the batches due ahead of
+/// it at the rate turns ended over the last minute (on every node), and never less than the
+/// oldest due batch has waited already (which is all there is to go on when none ended).
+pub fn expected_wait(
+    due: u64,
+    ended_last_minute: u64,
+    oldest_due: Option<At>,
+    now: At,
+) -> Duration {
+    let waited = oldest_due.map_or(Duration::ZERO, |at| now.since(at));
+    if due == 0 {
+        return Duration::ZERO;
+    }
+    let ahead = match ended_last_minute {
+        0 => Duration::ZERO,
+        ended => Duration::from_secs_f64(60.0 * due as f64 / ended as f64),
+    };
+    ahead.max(waited)
+}
+
 /// The wait after failed attempt number `attempt` (1-based).
 pub fn backoff(attempt: u32, base: Duration) -> Duration {
     base.saturating_mul(1 << attempt.saturating_sub(1).min(16))
@@ -97,6 +117,25 @@ mod tests {
             attempt,
             requeued: false,
         }
+    }
+
+    #[test]
+    fn the_expected_wait_is_the_queue_at_the_rate_turns_end() {
+        let now = At::from_millis(1_000_000);
+        let minute = Duration::from_secs(60);
+        assert_eq!(expected_wait(0, 50, None, now), Duration::ZERO);
+        // 300 due, 60 ended in the last minute: five minutes.
+        assert_eq!(expected_wait(300, 60, Some(now), now), minute * 5);
+        // The oldest has waited ten already: at least that.
+        assert_eq!(
+            expected_wait(300, 60, Some(now - minute * 10), now),
+            minute * 10
+        );
+        assert_eq!(
+            expected_wait(3, 0, Some(now - minute), now),
+            minute,
+            "none ended"
+        );
     }
 
     #[test]

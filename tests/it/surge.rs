@@ -178,3 +178,52 @@ async fn a_batch_that_waited_in_the_queue_is_answered_not_sent_to_people() {
         }
     }
 }
+
+/// `/metrics` tells an autoscaler how long a batch falling due now would wait, and how long
+/// turns waited in the queue.
+#[tokio::test]
+async fn the_expected_wait_and_the_queue_wait_are_in_the_metrics() {
+    let app = TestApp::spawn().await;
+    let now_s = START_MS / 1000;
+    for n in 0..6 {
+        let body = text_webhook_at(
+            &format!("wamid.q{n}"),
+            &format!("23480312345{n:02}"),
+            "hello",
+            now_s,
+        );
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    }
+    // The batch window passes, then two minutes with no worker.
+    app.clock.advance(Duration::from_secs(20 + 120));
+    let scrape = || async {
+        app.client
+            .get(app.url("/metrics"))
+            .send()
+            .await
+            .expect("scraped")
+            .text()
+            .await
+            .expect("text")
+    };
+    let text = scrape().await;
+    let gauge = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+    };
+    assert_eq!(gauge(&text, "sabi_due"), 6.0);
+    assert!(
+        gauge(&text, "sabi_expected_wait_seconds") >= 120.0,
+        "{text}"
+    );
+    assert_eq!(app.scheduler.drain().await.expect("drain"), 6);
+    let text = scrape().await;
+    assert_eq!(gauge(&text, "sabi_queue_wait_seconds_count"), 6.0);
+    assert_eq!(
+        gauge(&text, "sabi_expected_wait_seconds"),
+        0.0,
+        "nobody waits now"
+    );
+}
