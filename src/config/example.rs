@@ -293,16 +293,12 @@ const SETTINGS: &[Setting] = &[
     ),
     opt(
         "engine.queued_review_after",
-        "A batch that waited in Sabi's own queue (a surge) longer than this goes to a person; unset, it is answered however long it waited, after a holding message.",
+        "A batch that waited in Sabi's own queue (a surge) longer than this goes to a person; unset, it is answered however long it waited.",
         "\"30m\"",
     ),
     set(
         "engine.hold_after",
-        "A customer whose turn is expected further off than this gets one holding message with the expected wait; 0: never.",
-    ),
-    set(
-        "engine.hold_message",
-        "The holding message; {wait} becomes the expected wait.",
+        "The wait a customer should not pass without an answer: sabi plan sizes for it.",
     ),
     set(
         "engine.shutdown_grace",

@@ -658,20 +658,17 @@ pub struct EngineConfig {
     #[serde(default = "defaults::review_after", with = "duration")]
     pub review_after: Duration,
     /// A batch that waited in Sabi's own queue longer than this (a surge) goes to review;
-    /// unset, it is answered however long it waited, after a holding message.
+    /// unset, it is answered however long it waited.
     #[serde(
         default,
         with = "duration::option",
         skip_serializing_if = "Option::is_none"
     )]
     pub queued_review_after: Option<Duration>,
-    /// A customer whose turn is expected further off than this gets one short holding message
-    /// with the expected wait, and the answer follows; 0: never.
+    /// The wait a customer should not pass without an answer: `sabi plan` sizes for it and
+    /// counts the turns that would pass it.
     #[serde(default = "defaults::hold_after", with = "duration")]
     pub hold_after: Duration,
-    /// The holding message; `{wait}` becomes the expected wait, like "about 5 minutes".
-    #[serde(default = "defaults::hold_message")]
-    pub hold_message: String,
     /// How long running work may take to finish at shutdown.
     #[serde(default = "defaults::shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,
@@ -703,7 +700,6 @@ impl Default for EngineConfig {
             review_after: defaults::review_after(),
             queued_review_after: None,
             hold_after: defaults::hold_after(),
-            hold_message: defaults::hold_message(),
             shutdown_grace: defaults::shutdown_grace(),
             turns_per_node: defaults::turns_per_node(),
             max_attempts: defaults::max_attempts(),
@@ -1134,11 +1130,6 @@ mod defaults {
     }
     pub(super) fn hold_after() -> Duration {
         Duration::from_secs(60)
-    }
-    pub(super) fn hold_message() -> String {
-        "Thanks for your message! Many people are writing to us right now: we will answer you in \
-         {wait}."
-            .into()
     }
     pub(super) fn review_after() -> Duration {
         Duration::from_secs(15 * 60)

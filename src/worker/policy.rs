@@ -19,8 +19,8 @@ pub enum Decision {
 ///
 /// Too old means it reached Sabi late (an outage, Meta's retries): an answer would come out of
 /// context. A batch that aged in Sabi's own queue (a surge) is answered however long it waited,
-/// its customer told of the wait by a holding message, unless `queued_review_after` says
-/// otherwise: a surge must not empty itself into the review queue.
+/// unless `queued_review_after` says otherwise: a surge must not empty itself into the review
+/// queue.
 pub fn decide(claim: &Claim, now: At, policy: &EnginePolicy) -> Decision {
     if claim.attempt > policy.max_attempts {
         return Decision::Review(ReviewReason::OutOfRetries);
@@ -182,7 +182,7 @@ mod tests {
         assert_eq!(
             decide(&claim(1, sent), at(60 * 60), &p),
             Decision::Run,
-            "an hour in Sabi's own queue: answered, late, after a holding message"
+            "an hour in Sabi's own queue: answered, late"
         );
         let mut late = claim(1, sent - 15 * 60 - 1);
         late.batch.messages[0].received_at = at(0);
