@@ -336,6 +336,16 @@ impl Turns for CountingStore {
         self.count();
         self.inner.finish(batch, token, now, ending).await
     }
+    async fn hold(
+        &self,
+        now: At,
+        limit: usize,
+        parts: Vec<ReplyPart>,
+        sandbox: bool,
+    ) -> store::Result<Vec<i64>> {
+        self.count();
+        self.inner.hold(now, limit, parts, sandbox).await
+    }
     async fn next_due(&self) -> store::Result<Option<At>> {
         self.count();
         self.inner.next_due().await

@@ -31,6 +31,7 @@ use crate::tools::Tools;
 use crate::turn::{Acknowledger, TurnHandler};
 use crate::whatsapp::graph::Graph;
 use crate::worker::Scheduler;
+use crate::worker::holder::Holder;
 
 /// What a node runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -51,6 +52,8 @@ pub struct App {
     /// Sends broadcasts through the Graph API, sharing the sender's pacing; in sandbox mode it
     /// records them instead.
     broadcaster: Arc<Broadcaster>,
+    /// Tells WhatsApp customers far back in a surge's queue to wait.
+    holder: Arc<Holder>,
     runs_scheduler: bool,
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
@@ -297,6 +300,12 @@ impl App {
             config.broadcast_settings(),
             metrics.clone(),
         );
+        let holder = Holder::new(
+            store.clone(),
+            clock.clone(),
+            config.hold_settings(),
+            metrics.clone(),
+        );
         // Written reply parts wake this node's sender (none in sandbox mode: nothing listens).
         let outbox = sender
             .as_ref()
@@ -361,6 +370,7 @@ impl App {
             scheduler,
             sender,
             broadcaster,
+            holder,
             runs_scheduler: role != Role::Api,
             store,
             shutdown: CancellationToken::new(),
@@ -381,6 +391,11 @@ impl App {
     /// The scheduler, for driving turns by hand (`tick`) when this node does not run it.
     pub fn scheduler(&self) -> Arc<Scheduler> {
         self.scheduler.clone()
+    }
+
+    /// The holder, for looking at the queue by hand when this node does not run it.
+    pub fn holder(&self) -> Arc<Holder> {
+        self.holder.clone()
     }
 
     /// The sender, for driving sends by hand when this node does not run it.
@@ -411,6 +426,9 @@ impl App {
         let broadcaster = self
             .runs_scheduler
             .then(|| tokio::spawn(self.broadcaster.clone().run(shutdown.clone())));
+        let holder = self
+            .runs_scheduler
+            .then(|| tokio::spawn(self.holder.clone().run(shutdown.clone())));
         match self.http {
             Some((listener, router, limits)) => {
                 let addr = listener.local_addr()?;
@@ -429,6 +447,9 @@ impl App {
         }
         if let Some(broadcaster) = broadcaster {
             broadcaster.await.context("the broadcast loop panicked")?;
+        }
+        if let Some(holder) = holder {
+            holder.await.context("the holding loop panicked")?;
         }
         tracing::info!("sabi stopped");
         Ok(())

@@ -33,3 +33,13 @@ pub struct EnginePolicy {
     /// A batch that waited in Sabi's own queue this long goes to review (`None`: never).
     pub queued_review_after: Option<Duration>,
 }
+
+/// When customers far back in the queue are told to wait, and what they are told.
+#[derive(Debug, Clone)]
+pub struct HoldSettings {
+    /// Customers expected to wait longer are told; zero: never.
+    pub after: Duration,
+    /// The message; `{wait}` becomes the expected wait.
+    pub message: String,
+    pub sandbox: bool,
+}

@@ -298,7 +298,11 @@ const SETTINGS: &[Setting] = &[
     ),
     set(
         "engine.hold_after",
-        "The wait a customer should not pass without an answer: sabi plan sizes for it.",
+        "A WhatsApp customer whose turn is expected further off than this gets one holding message with the expected wait, and the answer follows; 0: never.",
+    ),
+    set(
+        "engine.hold_message",
+        "The holding message; {wait} becomes the expected wait, like \"about 5 minutes\".",
     ),
     set(
         "engine.shutdown_grace",

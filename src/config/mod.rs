@@ -18,7 +18,7 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
-pub use self::engine::{EnginePolicy, EngineSettings};
+pub use self::engine::{EnginePolicy, EngineSettings, HoldSettings};
 pub use self::sender::{BroadcastSettings, MessagingLimit, SenderSettings, Template};
 pub use self::tools::ToolConfig;
 use crate::domain::BatchPolicy;
@@ -665,10 +665,14 @@ pub struct EngineConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub queued_review_after: Option<Duration>,
-    /// The wait a customer should not pass without an answer: `sabi plan` sizes for it and
-    /// counts the turns that would pass it.
+    /// A WhatsApp customer whose turn is expected further off than this gets one short holding
+    /// message with the expected wait, and the answer follows; 0: never. `sabi plan` sizes for
+    /// it.
     #[serde(default = "defaults::hold_after", with = "duration")]
     pub hold_after: Duration,
+    /// The holding message; `{wait}` becomes the expected wait, like "about 5 minutes".
+    #[serde(default = "defaults::hold_message")]
+    pub hold_message: String,
     /// How long running work may take to finish at shutdown.
     #[serde(default = "defaults::shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,
@@ -700,6 +704,7 @@ impl Default for EngineConfig {
             review_after: defaults::review_after(),
             queued_review_after: None,
             hold_after: defaults::hold_after(),
+            hold_message: defaults::hold_message(),
             shutdown_grace: defaults::shutdown_grace(),
             turns_per_node: defaults::turns_per_node(),
             max_attempts: defaults::max_attempts(),
@@ -995,6 +1000,15 @@ fn policy(window: Duration, cap: Duration) -> BatchPolicy {
 
 impl Config {
     /// The scheduler's settings.
+    /// When and how customers far back in the queue are told to wait.
+    pub fn hold_settings(&self) -> HoldSettings {
+        HoldSettings {
+            after: self.engine.hold_after,
+            message: self.engine.hold_message.clone(),
+            sandbox: self.whatsapp.sandbox(),
+        }
+    }
+
     pub fn engine_settings(&self) -> EngineSettings {
         EngineSettings {
             turns: self.engine.turns_per_node,
@@ -1130,6 +1144,11 @@ mod defaults {
     }
     pub(super) fn hold_after() -> Duration {
         Duration::from_secs(60)
+    }
+    pub(super) fn hold_message() -> String {
+        "Thanks for your message! Many people are writing to us right now: we will answer you \
+         in {wait}."
+            .into()
     }
     pub(super) fn review_after() -> Duration {
         Duration::from_secs(15 * 60)

@@ -1,15 +1,12 @@
 //! Liveness, readiness and metrics.
 
-use std::time::Duration;
-
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 
 use super::AppState;
 use crate::ingress::ApiError;
-use crate::store::{self, Gauges};
-use crate::worker::policy;
+use crate::worker::holder;
 
 /// The process is up and answering.
 pub(super) async fn healthz() -> &'static str {
@@ -31,7 +28,7 @@ const BROADCASTS_SHOWN: usize = 50;
 /// Prometheus text exposition (OpenMetrics) of this process's metrics, with the pipeline's
 /// counts read from the store (left as they were when it cannot be read).
 pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    match queue(&state).await {
+    match holder::queue(state.store.as_ref(), state.clock.now()).await {
         Ok((gauges, expected)) => {
             state.metrics.observe_store(&gauges);
             state
@@ -55,17 +52,3 @@ pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         state.metrics.encode(),
     )
 }
-
-/// The store's counts, and how long a batch falling due now is expected to wait: what an
-/// autoscaler reads.
-async fn queue(state: &AppState) -> store::Result<(Gauges, Duration)> {
-    let now = state.clock.now();
-    let gauges = state.store.gauges(now).await?;
-    let ended = state.store.turn_stats(now - MINUTE).await?;
-    let oldest = state.store.next_due().await?.filter(|at| *at <= now);
-    let ended = ended.local + ended.agent + ended.people;
-    let expected = policy::expected_wait(gauges.due, ended, oldest, now);
-    Ok((gauges, expected))
-}
-
-const MINUTE: Duration = Duration::from_secs(60);

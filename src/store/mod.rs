@@ -430,6 +430,9 @@ pub struct RecipientView {
     pub billed: Option<bool>,
 }
 
+/// A holding message's parts are numbered from here: after any reply's, so the two never meet.
+pub const HOLD_PART: u32 = 1_000;
+
 /// How long after a broadcast a customer's message counts as its reply.
 pub const REPLY_SPAN: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
@@ -700,6 +703,19 @@ pub trait Turns: Send + Sync + 'static {
     /// # Errors
     /// [`Error::LeaseLost`] when `token` is stale: nothing is written.
     async fn finish(&self, batch: i64, token: LeaseToken, now: At, ending: Ending) -> Result<()>;
+
+    /// Tells the customers of up to `limit` due WhatsApp conversations (the longest due first)
+    /// that their answer will take a while: each gets a batch of its pending messages, `parts`
+    /// go to its outbox ahead of the reply (numbered from [`HOLD_PART`]), and the batch waits
+    /// in the queue at its own due time, no attempt spent. Only conversations with no batch
+    /// open are held, so a batch is held at most once. The held batches' ids.
+    async fn hold(
+        &self,
+        now: At,
+        limit: usize,
+        parts: Vec<ReplyPart>,
+        sandbox: bool,
+    ) -> Result<Vec<i64>>;
 
     /// The earliest time at which something may become claimable, if anything is waiting.
     async fn next_due(&self) -> Result<Option<At>>;

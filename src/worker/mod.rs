@@ -11,6 +11,7 @@
 //! ([`Wakeup`]), when a turn ends, and when the earliest known due time comes; it polls the
 //! store for work from other nodes too.
 
+pub mod holder;
 mod lease;
 pub mod policy;
 mod signals;

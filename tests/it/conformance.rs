@@ -62,8 +62,9 @@ use self::statuses::{
     statuses_only_move_a_delivery_forward,
 };
 use self::turns::{
-    a_batch_puts_messages_of_unknown_time_first, a_running_turns_stage_shows_in_its_chat_job,
-    a_transcript_fills_in_only_a_message_without_text,
+    a_batch_puts_messages_of_unknown_time_first,
+    a_held_batch_keeps_its_place_and_its_holding_message_goes_first,
+    a_running_turns_stage_shows_in_its_chat_job, a_transcript_fills_in_only_a_message_without_text,
     history_holds_the_turns_before_the_batch_with_notes,
     next_due_is_the_earliest_window_lease_or_retry,
     turn_stats_tell_local_agent_and_people_turns_apart,
@@ -228,6 +229,7 @@ macro_rules! cases {
             a_lapsed_send_with_no_status_goes_to_a_person,
             // Turns
             next_due_is_the_earliest_window_lease_or_retry,
+            a_held_batch_keeps_its_place_and_its_holding_message_goes_first,
             turn_stats_tell_local_agent_and_people_turns_apart,
             a_running_turns_stage_shows_in_its_chat_job,
             a_transcript_fills_in_only_a_message_without_text,

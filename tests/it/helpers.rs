@@ -13,6 +13,7 @@ use sabi::store::{InboxQuery, Store, StoredItem};
 use sabi::turn::TurnHandler;
 use sabi::whatsapp::sign;
 use sabi::worker::Scheduler;
+use sabi::worker::holder::Holder;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
@@ -106,6 +107,7 @@ pub struct TestApp {
     pub store: Arc<dyn Store>,
     pub clock: Arc<ManualClock>,
     pub scheduler: Arc<Scheduler>,
+    pub holder: Arc<Holder>,
     pub dir: tempfile::TempDir,
     shutdown: CancellationToken,
 }
@@ -137,6 +139,7 @@ impl TestApp {
         let addr = app.addr().expect("bound");
         let store = app.store();
         let scheduler = app.scheduler();
+        let holder = app.holder();
         let shutdown = app.shutdown_token();
         tokio::spawn(app.run_until_stopped());
         TestApp {
@@ -145,6 +148,7 @@ impl TestApp {
             store,
             clock,
             scheduler,
+            holder,
             dir,
             shutdown,
         }

@@ -227,3 +227,58 @@ async fn the_expected_wait_and_the_queue_wait_are_in_the_metrics() {
         "nobody waits now"
     );
 }
+
+/// Customers far back in the queue are told how long their answer will take, once, and the
+/// answer follows; nobody is told while the queue is short.
+#[tokio::test]
+async fn customers_far_back_in_the_queue_get_one_holding_message_then_the_answer() {
+    let app = TestApp::spawn().await;
+    let now_s = START_MS / 1000;
+    let customers: Vec<String> = (0..5).map(|n| format!("23480312300{n:02}")).collect();
+    for (n, customer) in customers.iter().enumerate() {
+        let body = text_webhook_at(&format!("wamid.w{n}"), customer, "How far my order?", now_s);
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    }
+    // The batch window passes: they have waited no time yet.
+    app.clock.advance(Duration::from_secs(20));
+    assert_eq!(app.holder.look().await.expect("looked"), 0, "a short wait");
+    // Nobody free for a minute and a half: past engine.hold_after (60 s).
+    app.clock.advance(Duration::from_secs(90));
+    assert_eq!(app.holder.look().await.expect("looked"), 5);
+    assert_eq!(
+        app.holder.look().await.expect("looked"),
+        0,
+        "once per batch"
+    );
+    let held = app.store.outbox(None).await.expect("outbox");
+    assert_eq!(held.len(), 5);
+    assert!(
+        held.iter().all(|p| p.text.contains("in about 2 minutes")),
+        "{:?}",
+        held[0].text
+    );
+    assert_eq!(app.scheduler.drain().await.expect("drain"), 5);
+    let outbox = app.store.outbox(None).await.expect("outbox");
+    for customer in &customers {
+        let parts: Vec<&str> = outbox
+            .iter()
+            .filter(|p| &p.conversation.customer == customer)
+            .map(|p| p.text.as_str())
+            .collect();
+        assert_eq!(parts.len(), 2, "{parts:?}");
+        assert!(parts[0].contains("Many people are writing"), "{parts:?}");
+    }
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("scraped")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("sabi_holding_messages_total 5"),
+        "{metrics}"
+    );
+}

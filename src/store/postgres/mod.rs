@@ -35,7 +35,7 @@ use super::{
     StoredQuarantine, Submitted, TemplateNews, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
-use crate::domain::{Channel, Claim, ConversationKey, LeaseToken};
+use crate::domain::{Channel, Claim, ConversationKey, LeaseToken, ReplyPart};
 
 /// The schema's versions in order: the Nth takes a database at version N - 1 to N. A released
 /// migration never changes: databases it already ran on would not run it again.
@@ -271,6 +271,15 @@ impl Turns for PgStore {
     }
     async fn finish(&self, batch: i64, token: LeaseToken, now: At, ending: Ending) -> Result<()> {
         retrying(|| turns::finish(&self.pool, batch, token, now, &ending)).await
+    }
+    async fn hold(
+        &self,
+        now: At,
+        limit: usize,
+        parts: Vec<ReplyPart>,
+        sandbox: bool,
+    ) -> Result<Vec<i64>> {
+        retrying(|| turns::hold(&self.pool, now, limit, &parts, sandbox)).await
     }
     async fn next_due(&self) -> Result<Option<At>> {
         turns::next_due(&self.pool).await

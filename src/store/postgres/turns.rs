@@ -13,7 +13,8 @@ use crate::domain::{
 use crate::store::items::known;
 use crate::store::rules::batch::{BatchState, answered_by};
 use crate::store::{
-    Ending, Error, HistoryEntry, Result, RouteGuess, RoutedTurn, Speaker, TurnStats, TurnUsage,
+    Ending, Error, HOLD_PART, HistoryEntry, Result, RouteGuess, RoutedTurn, Speaker, TurnStats,
+    TurnUsage,
 };
 
 /// Claims due work, of one channel's conversations only when `channel` is given.
@@ -219,6 +220,43 @@ pub(super) async fn renew(
     tx.commit().await.map_err(unavailable)
 }
 
+/// See [`crate::store::Turns::hold`]: new batches, their holding parts, and back to the queue
+/// at their own due time with the attempt given back, in one transaction.
+pub(super) async fn hold(
+    pool: &PgPool,
+    now: At,
+    limit: usize,
+    parts: &[ReplyPart],
+    sandbox: bool,
+) -> Result<Vec<i64>> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let whatsapp = Some(Channel::Whatsapp.as_str());
+    let opened = open_batches(&mut tx, now, Duration::ZERO, limit, whatsapp).await?;
+    let mut held = Vec::with_capacity(opened.len());
+    for claim in opened {
+        let batch = claim.batch.id;
+        let conversation: i64 =
+            sqlx::query_scalar("SELECT conversation_id FROM batches WHERE id = $1")
+                .bind(batch)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(unavailable)?;
+        write_reply(&mut tx, batch, conversation, now, parts, sandbox, HOLD_PART).await?;
+        sqlx::query(
+            "UPDATE batches SET state = 'waiting', attempts = 0, lease_until = NULL,
+                    next_attempt_at = due_at
+             WHERE id = $1",
+        )
+        .bind(batch)
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+        held.push(batch);
+    }
+    tx.commit().await.map_err(unavailable)?;
+    Ok(held)
+}
+
 pub(super) async fn finish(
     pool: &PgPool,
     batch: i64,
@@ -230,7 +268,7 @@ pub(super) async fn finish(
     let conversation = check_token(&mut tx, batch, token).await?;
     match ending {
         Ending::Replied { parts, sandbox } => {
-            write_reply(&mut tx, batch, conversation, now, parts, *sandbox).await?;
+            write_reply(&mut tx, batch, conversation, now, parts, *sandbox, 0).await?;
             close(&mut tx, batch, conversation, now, "done", "answered").await?;
         }
         Ending::RetryAt { at, error } => {
@@ -253,7 +291,7 @@ pub(super) async fn finish(
             sandbox,
             note,
         } => {
-            write_reply(&mut tx, batch, conversation, now, parts, *sandbox).await?;
+            write_reply(&mut tx, batch, conversation, now, parts, *sandbox, 0).await?;
             let reason = ReviewReason::HandoffAsked;
             to_review(&mut tx, batch, conversation, now, reason, Some(note)).await?;
         }
@@ -261,6 +299,7 @@ pub(super) async fn finish(
     tx.commit().await.map_err(unavailable)
 }
 
+/// Writes `parts` to the outbox, numbered from `first`.
 async fn write_reply(
     conn: &mut PgConnection,
     batch: i64,
@@ -268,9 +307,10 @@ async fn write_reply(
     now: At,
     parts: &[ReplyPart],
     sandbox: bool,
+    first: u32,
 ) -> Result<()> {
     lock_conversation(conn, conversation).await?;
-    for (index, part) in parts.iter().enumerate() {
+    for (index, part) in (first..).zip(parts) {
         let options = (!part.options.is_empty())
             .then(|| serde_json::to_string(&part.options).unwrap_or_default());
         sqlx::query(

@@ -40,14 +40,14 @@ use super::rules::consent::{self, Source};
 use super::rules::hours::{LocalHours, Turn};
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Choice, Control,
-    ConversationView, Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest,
+    ConversationView, Ending, Error, Gauges, HOLD_PART, Health, HistoryEntry, InboxQuery, Ingest,
     IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim,
     RecipientJob, RecipientState, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery,
     Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, Speaker, StoredItem,
     StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, millis};
-use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken};
+use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken, ReplyPart};
 use crate::store::items::question_item;
 
 /// Every operation's script, the rulebook's names rendered in (`names.rs`).
@@ -375,6 +375,20 @@ impl Turns for RedisStore {
         });
         let _: bool = self.call("finish", args).await?;
         Ok(())
+    }
+    async fn hold(
+        &self,
+        now: At,
+        limit: usize,
+        parts: Vec<ReplyPart>,
+        sandbox: bool,
+    ) -> Result<Vec<i64>> {
+        let args = json!({
+            "now": now, "limit": count(limit), "ch": Channel::Whatsapp.as_str(),
+            "parts": wire::parts(&parts), "sandbox": sandbox, "first": HOLD_PART,
+        });
+        let held: List<i64> = self.call("hold", args).await?;
+        Ok(held.0)
     }
     async fn next_due(&self) -> Result<Option<At>> {
         self.call("next_due", json!({})).await

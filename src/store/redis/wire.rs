@@ -128,7 +128,7 @@ fn status(item: &InboundItem) -> Option<Value> {
     }))
 }
 
-fn parts(parts: &[ReplyPart]) -> Value {
+pub(super) fn parts(parts: &[ReplyPart]) -> Value {
     parts
         .iter()
         .map(|p| {

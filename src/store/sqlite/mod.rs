@@ -44,7 +44,7 @@ use super::{
 use crate::clock::{At, UnixSeconds, millis};
 use crate::domain::{
     BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken, Quarantined,
-    ReviewReason,
+    ReplyPart, ReviewReason,
 };
 
 /// Schema versions, applied in order; `PRAGMA user_version` records how many ran.
@@ -295,6 +295,17 @@ impl Turns for SqliteStore {
     async fn finish(&self, batch: i64, token: LeaseToken, now: At, ending: Ending) -> Result<()> {
         self.writer
             .write(move |conn| turns::finish(conn, batch, token, now, &ending))
+            .await
+    }
+    async fn hold(
+        &self,
+        now: At,
+        limit: usize,
+        parts: Vec<ReplyPart>,
+        sandbox: bool,
+    ) -> Result<Vec<i64>> {
+        self.writer
+            .write(move |conn| turns::hold(conn, now, limit, &parts, sandbox))
             .await
     }
     async fn next_due(&self) -> Result<Option<At>> {

@@ -13,7 +13,8 @@ use crate::domain::{
 };
 use crate::store::rules::batch::{BatchState, answered_by};
 use crate::store::{
-    Ending, Error, HistoryEntry, Result, RouteGuess, RoutedTurn, Speaker, TurnStats, TurnUsage,
+    Ending, Error, HOLD_PART, HistoryEntry, Result, RouteGuess, RoutedTurn, Speaker, TurnStats,
+    TurnUsage,
 };
 
 /// Claims due work, of one channel's conversations only when `channel` is given.
@@ -211,7 +212,7 @@ pub(super) fn finish(
     let conversation = check_token(conn, batch, token)?;
     match ending {
         Ending::Replied { parts, sandbox } => {
-            write_reply(conn, batch, conversation, now, parts, *sandbox)?;
+            write_reply(conn, batch, conversation, now, parts, *sandbox, 0)?;
             close(conn, batch, conversation, now, "done", "answered")
         }
         Ending::RetryAt { at, error } => execute(
@@ -222,7 +223,7 @@ pub(super) fn finish(
         ),
         Ending::Review { reason, error } => to_review(conn, batch, conversation, now, *reason, error.as_deref()),
         Ending::Handoff { parts, sandbox, note } => {
-            write_reply(conn, batch, conversation, now, parts, *sandbox)?;
+            write_reply(conn, batch, conversation, now, parts, *sandbox, 0)?;
             to_review(conn, batch, conversation, now, ReviewReason::HandoffAsked, Some(note))
         }
     }
@@ -266,6 +267,7 @@ fn check_token(conn: &Connection, batch: i64, token: LeaseToken) -> Result<i64> 
     }
 }
 
+/// Writes `parts` to the outbox, numbered from `first`.
 fn write_reply(
     conn: &Connection,
     batch: i64,
@@ -273,8 +275,9 @@ fn write_reply(
     now: At,
     parts: &[ReplyPart],
     sandbox: bool,
+    first: u32,
 ) -> Result<()> {
-    for (index, part) in parts.iter().enumerate() {
+    for (index, part) in (first..).zip(parts) {
         let options = (!part.options.is_empty())
             .then(|| serde_json::to_string(&part.options).unwrap_or_default());
         // (batch, part) is unique: a part is written at most once whatever happens. Web-chat
@@ -319,6 +322,37 @@ fn close(
         "UPDATE conversations SET open_batch_id = NULL WHERE id = ?1 AND open_batch_id = ?2",
         params![conversation, batch],
     )
+}
+
+/// See [`crate::store::Turns::hold`]: new batches, their holding parts, and back to the queue
+/// at their own due time with the attempt given back.
+pub(super) fn hold(
+    conn: &Connection,
+    now: At,
+    limit: usize,
+    parts: &[ReplyPart],
+    sandbox: bool,
+) -> Result<Vec<i64>> {
+    let whatsapp = Some(Channel::Whatsapp.as_str());
+    let opened = open_batches(conn, now, Duration::ZERO, limit, whatsapp)?;
+    let mut held = Vec::with_capacity(opened.len());
+    for claim in opened {
+        let batch = claim.batch.id;
+        let conversation: i64 = conn
+            .prepare_cached("SELECT conversation_id FROM batches WHERE id = ?1")
+            .and_then(|mut s| s.query_row(params![batch], |r| r.get(0)))
+            .map_err(unavailable)?;
+        write_reply(conn, batch, conversation, now, parts, sandbox, HOLD_PART)?;
+        execute(
+            conn,
+            "UPDATE batches SET state = 'waiting', attempts = 0, lease_until = NULL,
+                    next_attempt_at = due_at
+             WHERE id = ?1",
+            params![batch],
+        )?;
+        held.push(batch);
+    }
+    Ok(held)
 }
 
 pub(super) fn next_due(conn: &Connection) -> Result<Option<At>> {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use sabi::clock::At;
 use sabi::domain::{BatchMessage, Channel, InboundItem, ReplyPart, ReviewReason};
 use sabi::store::{
-    Ending, HistoryEntry, JobStatus, SendResult, Speaker, Store, TurnStats, TurnUsage,
+    Ending, HOLD_PART, HistoryEntry, JobStatus, SendClaim, SendResult, Speaker, Store, TurnStats,
+    TurnUsage,
 };
 
 use super::fixtures::{accept, claim_only, replied_to, turn, voice};
@@ -452,4 +453,66 @@ pub async fn a_batch_puts_messages_of_unknown_time_first(store: Arc<dyn Store>) 
         [&order[..], &["handed to a person (too_old)"]].concat(),
         "its history"
     );
+}
+
+/// A surge: customers far back in the queue are told so. A held conversation's batch keeps its
+/// messages and its place, is held once, loses no attempt, and its holding message leaves before
+/// its reply; web chat is never held.
+pub async fn a_held_batch_keeps_its_place_and_its_holding_message_goes_first(
+    store: Arc<dyn Store>,
+) {
+    for (n, customer) in ["h1", "h2", "h3"].iter().enumerate() {
+        let at = T0 + ms(n as u64 * 1_000);
+        let item = message(&format!("wamid.h{n}"), customer, "how far?", at);
+        ingest(&store, vec![item], at).await;
+    }
+    store
+        .submit_chat(question("sess-hold", "q1"))
+        .await
+        .expect("submitted");
+    let now = T0 + ms(60_000);
+    let hold = || vec![ReplyPart::text("We will answer you in about 5 minutes.")];
+    let held = store.hold(now, 2, hold(), false).await.expect("held");
+    assert_eq!(held.len(), 2, "the two longest due");
+    let again = store.hold(now, 10, hold(), false).await.expect("held");
+    assert_eq!(again.len(), 1, "a batch is held once; web chat never");
+    let outbox = store.outbox(None).await.expect("outbox");
+    assert_eq!(outbox.len(), 3);
+    assert!(outbox.iter().all(|p| p.part == HOLD_PART));
+    // The held batches are claimed in their order, their first attempt, messages intact.
+    let claims = store
+        .claim(now, ms(30_000), 10, Some(Channel::Whatsapp))
+        .await
+        .expect("claim");
+    let customers: Vec<&str> = claims
+        .iter()
+        .map(|c| c.batch.conversation.customer.as_str())
+        .collect();
+    assert_eq!(customers, ["h1", "h2", "h3"]);
+    assert!(
+        claims
+            .iter()
+            .all(|c| c.attempt == 1 && c.batch.messages.len() == 1)
+    );
+    let ids: Vec<i64> = claims.iter().map(|c| c.batch.id).collect();
+    assert_eq!(ids, [held.clone(), again].concat());
+    for c in &claims {
+        store
+            .finish(c.batch.id, c.token, now, reply("Your order left today."))
+            .await
+            .expect("finished");
+    }
+    // Per customer the holding message leaves first, then the reply.
+    let first = store
+        .claim_sends(SendClaim {
+            now,
+            lease: ms(10_000),
+            limit: 10,
+            halted: Vec::new(),
+            unknown_wait: ms(60_000),
+        })
+        .await
+        .expect("sends");
+    assert_eq!(first.len(), 3, "one head per customer");
+    assert!(first.iter().all(|job| job.part == HOLD_PART), "{first:?}");
 }

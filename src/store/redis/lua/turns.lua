@@ -210,6 +210,27 @@ local function finish(a)
   return true
 end
 
+-- Tells the customers of up to `limit` due conversations of `ch` that their answer will take a
+-- while: a batch of their pending messages, the holding parts numbered from `first`, and the
+-- batch waiting at its own due time with no attempt spent (store/mod.rs, Turns::hold).
+local function hold(a)
+  local held = {}
+  for _, conv in ipairs(due_members('due', a.now, a.limit, a.ch, tonumber)) do
+    local id = open_batch(tonumber(conv), a.now, 0).batch.id
+    for index, p in ipairs(a.parts) do
+      add_part(id, tonumber(conv), a.first + index - 1, p.text, p.options, p.quote, a.now,
+        a.sandbox)
+    end
+    local due = tonumber(redis.call('HGET', k('b', id), 'due'))
+    put(k('b', id), {state = BATCH.waiting, attempts = 0, next = due})
+    redis.call('HDEL', k('b', id), 'lease')
+    redis.call('ZREM', k('running'), int(id))
+    redis.call('ZADD', k('waiting'), int(due), int(id))
+    held[#held + 1] = id
+  end
+  return held
+end
+
 local function next_due()
   return earliest(first_score(k('due')), first_score(k('running')), first_score(k('waiting')))
 end
