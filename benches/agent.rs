@@ -85,7 +85,7 @@ async fn bare_calls(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
     for _ in 0..turns {
         let started = Instant::now();
         client
-            .complete(&messages, &[], Providers::All)
+            .complete(&messages, &[], Providers::All, &client.waits())
             .await
             .expect("answer");
         samples.push(started.elapsed());

@@ -339,12 +339,13 @@ impl Turns for CountingStore {
     async fn hold(
         &self,
         now: At,
+        skip: usize,
         limit: usize,
         parts: Vec<ReplyPart>,
         sandbox: bool,
     ) -> store::Result<Vec<i64>> {
         self.count();
-        self.inner.hold(now, limit, parts, sandbox).await
+        self.inner.hold(now, skip, limit, parts, sandbox).await
     }
     async fn next_due(&self) -> store::Result<Option<At>> {
         self.count();

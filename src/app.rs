@@ -133,7 +133,6 @@ fn trained_router(config: &Config) -> anyhow::Result<Option<Arc<Router>>> {
     Ok(Some(Arc::new(router)))
 }
 
-/// The agent: an external one, or the built-in LLM agent, when either is configured.
 /// A provider's budget as configured.
 fn limits(budget: LlmBudget) -> Limits {
     Limits {
@@ -143,6 +142,7 @@ fn limits(budget: LlmBudget) -> Limits {
     }
 }
 
+/// The agent: an external one, or the built-in LLM agent, when either is configured.
 fn agent(
     config: &Config,
     clock: SharedClock,

@@ -168,15 +168,6 @@ impl Batch {
         }
     }
 
-    /// When the batch's first message reached Sabi.
-    pub fn first_received_at(&self) -> At {
-        self.messages
-            .iter()
-            .map(|m| m.received_at)
-            .min()
-            .unwrap_or(self.due_at)
-    }
-
     /// When the customer sent the first message of the batch.
     pub fn first_sent_at(&self) -> At {
         self.messages

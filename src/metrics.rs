@@ -167,7 +167,11 @@ impl Metrics {
             "Conversations due and not yet claimed",
         );
         let running = gauge(&mut registry, "sabi_running", "Batches held by a worker");
-        let waiting = gauge(&mut registry, "sabi_waiting", "Batches waiting for a retry");
+        let waiting = gauge(
+            &mut registry,
+            "sabi_waiting",
+            "Batches waiting for a retry, or held after a holding message",
+        );
         let review_open = gauge(&mut registry, "sabi_review_open", "Open review items");
         let sends_queued = gauge(
             &mut registry,

@@ -8,6 +8,7 @@
 //! it really used). A 429 pauses the provider for every turn together, for its `Retry-After`,
 //! instead of each turn retrying alone and keeping the provider throttled.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,36 +75,38 @@ impl Budget {
             .acquire_owned()
             .await
             .unwrap_or_else(|_| unreachable!("the budget's semaphore is never closed"));
-        let slot = {
-            let mut ledger = self.ledger();
-            let slot = self
-                .clock
-                .now()
-                .max(ledger.next_request)
-                .max(ledger.next_tokens)
-                .max(ledger.paused_until);
-            if let Some(rpm) = self.limits.requests_per_minute {
-                ledger.next_request = slot + MINUTE / rpm.max(1);
-            }
-            if let Some(tpm) = self.limits.tokens_per_minute {
-                ledger.next_tokens = slot + tokens_span(estimate, tpm);
-            }
-            slot
-        };
-        self.clock.sleep_until(slot).await;
-        // A 429 may have come meanwhile: wait it out with everyone else.
+        // A 429 may come while a call waits for its time: it then takes a new one, spaced
+        // from the pause's end with everyone else's.
         loop {
-            let paused_until = self.ledger().paused_until;
-            if paused_until <= self.clock.now() {
+            let slot = self.reserve(estimate);
+            self.clock.sleep_until(slot).await;
+            if self.ledger().paused_until <= self.clock.now() {
                 break;
             }
-            self.clock.sleep_until(paused_until).await;
         }
         Ticket {
             _permit: permit,
             estimate,
             waited: self.clock.now().since(asked),
         }
+    }
+
+    /// The next time a call may leave, taken for one of `estimate` tokens.
+    fn reserve(&self, estimate: u32) -> At {
+        let mut ledger = self.ledger();
+        let slot = self
+            .clock
+            .now()
+            .max(ledger.next_request)
+            .max(ledger.next_tokens)
+            .max(ledger.paused_until);
+        if let Some(rpm) = self.limits.requests_per_minute {
+            ledger.next_request = slot + MINUTE / rpm.max(1);
+        }
+        if let Some(tpm) = self.limits.tokens_per_minute {
+            ledger.next_tokens = slot + tokens_span(estimate, tpm);
+        }
+        slot
     }
 
     /// The tokens a call really used: the next call's time moves by the difference.
@@ -124,6 +127,9 @@ impl Budget {
         let until = self.clock.now() + wait;
         let mut ledger = self.ledger();
         ledger.paused_until = ledger.paused_until.max(until);
+        // Calls after the pause are spaced from its end, not sent all at once.
+        ledger.next_request = ledger.next_request.max(until);
+        ledger.next_tokens = ledger.next_tokens.max(until);
     }
 
     /// Whether the provider is paused now.
@@ -138,9 +144,48 @@ impl Budget {
             .max(1)
             .saturating_sub(self.calls.available_permits())
     }
+}
 
-    pub fn limits(&self) -> Limits {
-        self.limits
+/// The time one turn spent waiting for model budgets, so far and now: queue time its turn
+/// timeout does not count.
+pub struct Waits {
+    clock: SharedClock,
+    done_ms: AtomicI64,
+    /// When the wait under way began (milliseconds); 0: none.
+    since_ms: AtomicI64,
+}
+
+impl Waits {
+    pub fn new(clock: SharedClock) -> Waits {
+        Waits {
+            clock,
+            done_ms: AtomicI64::new(0),
+            since_ms: AtomicI64::new(0),
+        }
+    }
+
+    pub(crate) fn begin(&self) {
+        self.since_ms
+            .store(self.clock.now().millis(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn end(&self) {
+        let since = self.since_ms.swap(0, Ordering::Relaxed);
+        if since > 0 {
+            let waited = self.clock.now().millis().saturating_sub(since);
+            self.done_ms.fetch_add(waited, Ordering::Relaxed);
+        }
+    }
+
+    /// Every wait so far, the one under way included.
+    pub fn total(&self) -> Duration {
+        let since = self.since_ms.load(Ordering::Relaxed);
+        let now = match since {
+            0 => 0,
+            since => self.clock.now().millis().saturating_sub(since),
+        };
+        let ms = self.done_ms.load(Ordering::Relaxed).saturating_add(now);
+        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
     }
 }
 
@@ -205,6 +250,34 @@ mod tests {
         clock.advance(Duration::from_secs(1));
         assert_eq!(next.await.expect("ran"), Duration::from_secs(4));
         assert_eq!(clock.now().since(start), Duration::from_secs(4));
+    }
+
+    #[tokio::test]
+    async fn calls_after_a_pause_leave_spaced_not_at_once() {
+        let (budget, clock) = budget(Limits {
+            concurrent: 4,
+            requests_per_minute: Some(60),
+            tokens_per_minute: None,
+        });
+        budget.pause(Duration::from_secs(5));
+        let start = clock.now();
+        let waiting: Vec<_> = (0..2)
+            .map(|_| {
+                let budget = budget.clone();
+                tokio::spawn(async move { budget.acquire(1).await.waited })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        clock.advance(Duration::from_secs(5));
+        tokio::task::yield_now().await;
+        clock.advance(Duration::from_secs(1));
+        let mut waits = Vec::new();
+        for w in waiting {
+            waits.push(w.await.expect("ran"));
+        }
+        waits.sort();
+        assert_eq!(waits, [Duration::from_secs(5), Duration::from_secs(6)]);
+        assert_eq!(clock.now().since(start), Duration::from_secs(6));
     }
 
     #[tokio::test]

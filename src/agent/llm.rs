@@ -12,7 +12,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::budget::{Budget, Limits};
+use super::budget::{Budget, Limits, Waits};
 use crate::clock::SharedClock;
 use crate::metrics::Metrics;
 
@@ -243,6 +243,11 @@ impl Llm {
         })
     }
 
+    /// A turn's record of its waits for these providers' budgets.
+    pub fn waits(&self) -> Waits {
+        Waits::new(self.clock.clone())
+    }
+
     /// Calls in flight now, and whether the primary provider is paused by a 429, for the
     /// metrics.
     fn observe_budget(&self) {
@@ -268,12 +273,19 @@ impl Llm {
         messages: &[ChatMessage],
         tools: &[Value],
         which: Providers,
+        waits: &Waits,
     ) -> Result<Completion, LlmError> {
         let skip = usize::from(which == Providers::Fallback);
         let mut last = LlmError::Transport("no provider configured".into());
         let estimate = self.estimate(messages, tools);
-        for (provider, budget) in self.providers.iter().skip(skip) {
+        let providers = &self.providers[skip.min(self.providers.len())..];
+        for (index, (provider, budget)) in providers.iter().enumerate() {
+            let fallback_left = index + 1 < providers.len();
             for attempt in 0..self.retries.attempts.max(1) {
+                // A provider paused by a 429 is passed over while another is left to ask.
+                if budget.paused() && fallback_left {
+                    break;
+                }
                 let backoff = self
                     .retries
                     .backoff
@@ -283,7 +295,9 @@ impl Llm {
                 if attempt > 0 && !matches!(last, LlmError::Status { status: 429, .. }) {
                     self.clock.sleep_until(self.clock.now() + backoff).await;
                 }
+                waits.begin();
                 let ticket = budget.acquire(estimate).await;
+                waits.end();
                 self.metrics
                     .llm_budget_wait_seconds
                     .observe(ticket.waited.as_secs_f64());
@@ -307,7 +321,7 @@ impl Llm {
                         } = &e
                         {
                             self.metrics.llm_throttled.inc();
-                            budget.pause(retry_after.unwrap_or(backoff));
+                            budget.pause(retry_after.unwrap_or_default().max(backoff));
                             self.observe_budget();
                         }
                         let retry = e.retryable();

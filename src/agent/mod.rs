@@ -22,6 +22,7 @@ use async_trait::async_trait;
 use futures_util::future::join_all;
 use serde_json::{Map, Value};
 
+use self::budget::Waits;
 use self::guard::{Flaw, Reading};
 use self::llm::{ChatMessage, Llm, Providers, ToolCall, Usage};
 use crate::domain::{Batch, Channel, Identity, ReplyPart, ReviewReason};
@@ -113,10 +114,22 @@ impl Agent {
         let mut messages = self.prompt(batch, &history);
         let tools = self.tools.definitions(&batch.identity());
         let mut usage = Usage::default();
-        let rounds = self.rounds(batch, &mut messages, &tools, &mut usage);
-        let outcome = tokio::time::timeout(self.settings.turn_timeout, rounds)
-            .await
-            .unwrap_or_else(|_| Err(TurnError("the agent ran out of time".into())));
+        let waits = self.llm.waits();
+        let outcome = {
+            let rounds = self.rounds(batch, &mut messages, &tools, &mut usage, &waits);
+            tokio::pin!(rounds);
+            // The turn's time does not count its waits for the model's budget: under a surge
+            // those are queue time, like the wait for a turn's slot.
+            let started = tokio::time::Instant::now();
+            loop {
+                let deadline = started + self.settings.turn_timeout + waits.total();
+                match tokio::time::timeout_at(deadline, &mut rounds).await {
+                    Ok(outcome) => break outcome,
+                    Err(_) if started + self.settings.turn_timeout + waits.total() > deadline => {}
+                    Err(_) => break Err(TurnError("the agent ran out of time".into())),
+                }
+            }
+        };
         // Also for a turn that failed: its rounds were paid for.
         self.record_usage(batch.id, usage).await;
         outcome
@@ -128,6 +141,7 @@ impl Agent {
         messages: &mut Vec<ChatMessage>,
         tools: &[Value],
         usage: &mut Usage,
+        waits: &Waits,
     ) -> Result<TurnOutcome, TurnError> {
         let mut doubts = Doubts::default();
         let mut round = 0;
@@ -141,7 +155,7 @@ impl Agent {
             };
             let completion = self
                 .llm
-                .complete(messages, offered, doubts.providers)
+                .complete(messages, offered, doubts.providers, waits)
                 .await
                 .map_err(|e| TurnError(e.to_string()))?;
             *usage += completion.usage;

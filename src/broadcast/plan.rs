@@ -39,41 +39,64 @@ pub struct Asked<'a> {
     pub tz: Option<&'a str>,
 }
 
+/// Why a broadcast's times cannot be used: the field asked wrongly, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {why}")]
+pub struct Unscheduled {
+    pub field: &'static str,
+    pub why: String,
+}
+
+fn unscheduled(field: &'static str) -> impl Fn(String) -> Unscheduled {
+    move |why| Unscheduled { field, why }
+}
+
 /// Sets `b`'s start, deadline and hours from what was asked. Wall-clock times become instants
 /// per recipient: the broadcast starts at the earliest and is cancelled after the latest, and
 /// each recipient waits for its own (see [`LocalHours::span`]).
 ///
 /// # Errors
-/// What is wrong with what was asked, in words.
-pub fn schedule(b: &mut NewBroadcast, asked: Asked<'_>) -> Result<(), String> {
+/// What is wrong with what was asked, naming the field.
+pub fn schedule(b: &mut NewBroadcast, asked: Asked<'_>) -> Result<(), Unscheduled> {
     let (at, until) = (asked.at, asked.until);
-    let quiet = asked.quiet_hours.map(QuietHours::parse).transpose()?;
+    let quiet = asked
+        .quiet_hours
+        .map(QuietHours::parse)
+        .transpose()
+        .map_err(unscheduled("quiet_hours"))?;
     let local = |when: Option<When>| match when {
         Some(When::Local(time)) => Some(time),
         _ => None,
     };
     let (start, end) = (local(at), local(until));
+    if let (Some(start), Some(end)) = (start, end)
+        && end <= start
+    {
+        return Err(unscheduled("until")(format!(
+            "the deadline {end} is not after the start {start}"
+        )));
+    }
+    let listed = || b.recipients.iter().filter(|r| r.skipped.is_none());
     let on_clocks = quiet.is_some() || start.is_some() || end.is_some();
-    b.hours = match (asked.tz, on_clocks) {
-        (Some(tz), _) => Some(LocalHours::new(tz, quiet, start, end)?),
+    // Recipients who all have a zone of their own need no broadcast zone.
+    let tz = asked
+        .tz
+        .or_else(|| listed().all(|r| r.tz.is_some()).then_some("UTC"));
+    b.hours = match (tz, on_clocks) {
+        (Some(tz), _) => Some(LocalHours::new(tz, quiet, start, end).map_err(unscheduled("tz"))?),
         (None, false) => None,
         (None, true) => {
-            return Err(
-                "quiet hours and times without an offset are read on each recipient's \
-                        clock: give tz, the zone of recipients without their own (like \
-                        Africa/Lagos)"
+            return Err(unscheduled("tz")(
+                "quiet hours and times without an offset are read on each recipient's clock: \
+                 give the zone of recipients without their own (like Africa/Lagos)"
                     .into(),
-            );
+            ));
         }
     };
-    let span = b.hours.as_ref().map_or_else(Span::default, |h| {
-        h.span(
-            b.recipients
-                .iter()
-                .filter(|r| r.skipped.is_none())
-                .map(|r| r.tz.as_deref()),
-        )
-    });
+    let span = b
+        .hours
+        .as_ref()
+        .map_or_else(Span::default, |h| h.span(listed().map(|r| r.tz.as_deref())));
     b.start_at = match at {
         Some(When::At(t)) => t,
         _ => span.start.unwrap_or(b.now),
@@ -82,8 +105,11 @@ pub fn schedule(b: &mut NewBroadcast, asked: Asked<'_>) -> Result<(), String> {
         Some(When::At(t)) => Some(t),
         _ => span.until,
     };
-    if b.until.is_some_and(|until| until <= b.start_at) {
-        return Err("its deadline is not after its start".into());
+    if let Some(deadline) = b.until.filter(|until| *until <= b.start_at) {
+        return Err(unscheduled("until")(format!(
+            "the deadline ({deadline} ms) is not after the start ({} ms)",
+            b.start_at
+        )));
     }
     Ok(())
 }

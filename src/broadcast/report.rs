@@ -108,6 +108,14 @@ pub async fn report(
     }))
 }
 
+/// Meta took it, and has not said it failed.
+fn sent(state: RecipientState) -> bool {
+    matches!(
+        state,
+        RecipientState::Accepted | RecipientState::Delivered | RecipientState::Read
+    )
+}
+
 fn delivered(state: RecipientState) -> bool {
     matches!(state, RecipientState::Delivered | RecipientState::Read)
 }
@@ -144,11 +152,11 @@ fn cost(recipients: &[RecipientView], prices: &Prices<'_>) -> Cost {
         .iter()
         .filter(|r| r.state != RecipientState::Skipped)
     {
-        match (r.billed, r.sent_at) {
-            (Some(true), _) => cost.billed += 1,
-            (Some(false), _) => cost.free += 1,
-            (None, Some(_)) => cost.awaiting_pricing += 1,
-            (None, None) => {}
+        match r.billed {
+            Some(true) => cost.billed += 1,
+            Some(false) => cost.free += 1,
+            None if sent(r.state) => cost.awaiting_pricing += 1,
+            None => {}
         }
         let Some(price) = prices.of(&r.to) else {
             cost.unpriced += 1;

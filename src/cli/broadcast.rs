@@ -161,7 +161,8 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
                 quiet_hours: quiet_hours.as_deref(),
                 tz: tz.as_deref(),
             };
-            plan::schedule(&mut broadcast, asked).map_err(anyhow::Error::msg)?;
+            plan::schedule(&mut broadcast, asked)
+                .map_err(|e| anyhow::anyhow!("--{}: {}", e.field.replace('_', "-"), e.why))?;
             match Preflight::from_config(config)? {
                 Some(preflight) => preflight
                     .check(&mut broadcast)

@@ -196,16 +196,16 @@ const SETTINGS: &[Setting] = &[
     ),
     set(
         "llm.max_concurrent",
-        "Model calls in flight at once (per provider): the budget that bounds a surge, not engine.turns_per_node.",
+        "Model calls in flight at once on this node (per provider): the budget that bounds a surge, not engine.turns_per_node.",
     ),
     opt(
         "llm.requests_per_minute",
-        "The provider's requests per minute (your tier's limit): calls are spaced within it.",
+        "This node's share of the provider's requests per minute (your tier's limit over the worker nodes): calls are spaced within it.",
         "500",
     ),
     opt(
         "llm.tokens_per_minute",
-        "The provider's tokens per minute: each call's estimate holds the next back, corrected by what it used.",
+        "This node's share of the provider's tokens per minute: each call's estimate holds the next back, corrected by what it used.",
         "200000",
     ),
     set(

@@ -504,9 +504,9 @@ pub struct LlmConfig {
     /// The wait after a failed call, doubled after each further one.
     #[serde(default = "defaults::llm_backoff", with = "duration")]
     pub backoff: Duration,
-    /// The provider's budget: calls in flight at once, and its requests and tokens per minute
-    /// (your tier's limits; unset: not paced). It, not `engine.turns_per_node`, bounds what a
-    /// surge sends to the model.
+    /// This node's budget of the provider: calls in flight at once, and requests and tokens per
+    /// minute (unset: not paced). Each node keeps its own: give each its share of your tier's
+    /// limits. It, not `engine.turns_per_node`, bounds what a surge sends to the model.
     #[serde(flatten)]
     pub budget: LlmBudget,
     /// Rounds of tool calls before the agent must answer.
@@ -895,6 +895,32 @@ impl Config {
                 "engine.lease (SABI_LEASE): must be at least 1s".into(),
             ));
         }
+        if self.engine.queued_review_after == Some(Duration::ZERO) {
+            return Err(Error(
+                "engine.queued_review_after (SABI_QUEUED_REVIEW_AFTER): 0 would send every batch \
+                 to people; leave it unset to answer however long a batch queued"
+                    .into(),
+            ));
+        }
+        let budgets = std::iter::once(("llm", &self.llm.budget)).chain(
+            self.llm
+                .fallback
+                .iter()
+                .map(|f| ("llm.fallback", &f.budget)),
+        );
+        for (name, budget) in budgets {
+            let zero = match budget {
+                b if b.max_concurrent == 0 => Some("max_concurrent (SABI_LLM_MAX_CONCURRENT)"),
+                b if b.requests_per_minute == Some(0) => Some("requests_per_minute (SABI_LLM_RPM)"),
+                b if b.tokens_per_minute == Some(0) => Some("tokens_per_minute (SABI_LLM_TPM)"),
+                _ => None,
+            };
+            if let Some(setting) = zero {
+                return Err(Error(format!(
+                    "{name}.{setting}: must be at least 1 (leave a per-minute limit unset for none)"
+                )));
+            }
+        }
         if self.engine.turns_per_node == 0 {
             return Err(Error(
                 "engine.turns_per_node (SABI_TURNS): must be at least 1".into(),
@@ -999,7 +1025,6 @@ fn policy(window: Duration, cap: Duration) -> BatchPolicy {
 }
 
 impl Config {
-    /// The scheduler's settings.
     /// When and how customers far back in the queue are told to wait.
     pub fn hold_settings(&self) -> HoldSettings {
         HoldSettings {
@@ -1009,6 +1034,7 @@ impl Config {
         }
     }
 
+    /// The scheduler's settings.
     pub fn engine_settings(&self) -> EngineSettings {
         EngineSettings {
             turns: self.engine.turns_per_node,

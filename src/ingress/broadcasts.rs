@@ -123,9 +123,9 @@ pub(super) async fn create(
         quiet_hours: c.quiet_hours.as_deref(),
         tz: c.tz.as_deref(),
     };
-    plan::schedule(&mut broadcast, asked).map_err(|why| ApiError::Invalid {
-        field: "schedule",
-        why,
+    plan::schedule(&mut broadcast, asked).map_err(|e| ApiError::Invalid {
+        field: e.field,
+        why: e.why,
     })?;
     if let Some(preflight) = &state.admin.preflight {
         preflight.check(&mut broadcast).await.map_err(|e| match e {

@@ -29,12 +29,12 @@ const BROADCASTS_SHOWN: usize = 50;
 /// counts read from the store (left as they were when it cannot be read).
 pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     match holder::queue(state.store.as_ref(), state.clock.now()).await {
-        Ok((gauges, expected)) => {
-            state.metrics.observe_store(&gauges);
+        Ok(queue) => {
+            state.metrics.observe_store(&queue.gauges);
             state
                 .metrics
                 .expected_wait_seconds
-                .set(i64::try_from(expected.as_secs()).unwrap_or(i64::MAX));
+                .set(i64::try_from(queue.expected.as_secs()).unwrap_or(i64::MAX));
         }
         Err(e) => {
             tracing::warn!(error.message = %e, "could not read the store's counts for /metrics")

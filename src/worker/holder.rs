@@ -22,6 +22,8 @@ use crate::store::{self, Gauges, Store};
 const EVERY: Duration = Duration::from_secs(5);
 /// Conversations held per look: the next look holds more.
 const PER_LOOK: usize = 200;
+/// Conversations told one wait, in queue order.
+const CHUNK: usize = 50;
 
 pub struct Holder {
     store: Arc<dyn Store>,
@@ -62,59 +64,84 @@ impl Holder {
         }
     }
 
-    /// Holds the longest due conversations when the expected wait is past `after`; how many.
+    /// Tells the customers expected to wait past `after` how long, by their place in the
+    /// queue: those the rate turns end at will reach within `after` are left alone. How many.
     ///
     /// # Errors
     /// When the store cannot be read or written.
     pub async fn look(&self) -> store::Result<usize> {
         let now = self.clock.now();
-        let expected = self.expected_wait().await?;
+        let queue = queue(self.store.as_ref(), now).await?;
         self.metrics
             .expected_wait_seconds
-            .set(i64::try_from(expected.as_secs()).unwrap_or(i64::MAX));
-        if self.settings.after.is_zero() || expected <= self.settings.after {
+            .set(i64::try_from(queue.expected.as_secs()).unwrap_or(i64::MAX));
+        let after = self.settings.after;
+        if after.is_zero() || queue.expected <= after {
             return Ok(0);
         }
-        let text = self.settings.message.replace("{wait}", &about(expected));
-        let held = self
-            .store
-            .hold(
-                now,
-                PER_LOOK,
-                vec![ReplyPart::text(text)],
-                self.settings.sandbox,
-            )
-            .await?;
-        self.metrics.holding_messages.inc_by(held.len() as u64);
-        if !held.is_empty() {
-            tracing::info!(
-                held = held.len(),
-                expected_wait_s = expected.as_secs(),
-                "customers told to wait"
-            );
+        // Turns ending per second over the last minute, on every node; none: the oldest's wait
+        // is all there is to go on, and everyone due is told it.
+        let per_second = queue.ended_last_minute as f64 / 60.0;
+        let soon = (per_second * after.as_secs_f64()) as u64;
+        let skip = soon.saturating_sub(queue.gauges.waiting);
+        let mut ahead = queue.gauges.waiting + skip;
+        let mut held = 0;
+        while held < PER_LOOK {
+            let wait = match per_second > 0.0 {
+                true => Duration::from_secs_f64((ahead + CHUNK as u64 / 2) as f64 / per_second),
+                false => queue.expected,
+            };
+            let text = self
+                .settings
+                .message
+                .replace("{wait}", &about(wait.max(after)));
+            let skip = usize::try_from(skip).unwrap_or(usize::MAX);
+            let parts = vec![ReplyPart::text(text)];
+            let chunk = self
+                .store
+                .hold(now, skip, CHUNK, parts, self.settings.sandbox)
+                .await?;
+            held += chunk.len();
+            ahead += chunk.len() as u64;
+            if chunk.len() < CHUNK {
+                break;
+            }
         }
-        Ok(held.len())
-    }
-
-    async fn expected_wait(&self) -> store::Result<Duration> {
-        Ok(queue(self.store.as_ref(), self.clock.now()).await?.1)
+        self.metrics.holding_messages.inc_by(held as u64);
+        if held > 0 {
+            let expected_wait_s = queue.expected.as_secs();
+            tracing::info!(held, expected_wait_s, "customers told to wait");
+        }
+        Ok(held)
     }
 }
 
-/// The store's counts, and how long a batch falling due at `now` is expected to wait (see
-/// [`policy::expected_wait`]; held batches wait in the queue too): what the holder and an
-/// autoscaler read.
+/// The queue as the store has it now.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pub gauges: Gauges,
+    /// Turns that ended in the last minute, on every node.
+    pub ended_last_minute: u64,
+    /// How long a batch falling due now is expected to wait (see [`policy::expected_wait`]).
+    pub expected: Duration,
+}
+
+/// The queue at `now`: held batches wait in it too. What the holder and an autoscaler read.
 ///
 /// # Errors
 /// When the store cannot be read.
-pub async fn queue(store: &dyn Store, now: At) -> store::Result<(Gauges, Duration)> {
+pub async fn queue(store: &dyn Store, now: At) -> store::Result<Queue> {
     let gauges = store.gauges(now).await?;
     let ended = store.turn_stats(now - Duration::from_secs(60)).await?;
     let oldest = store.next_due().await?.filter(|at| *at <= now);
-    let ended = ended.local + ended.agent + ended.people;
+    let ended_last_minute = ended.local + ended.agent + ended.people;
     let queued = gauges.due + gauges.waiting;
-    let expected = policy::expected_wait(queued, ended, oldest, now);
-    Ok((gauges, expected))
+    let expected = policy::expected_wait(queued, ended_last_minute, oldest, now);
+    Ok(Queue {
+        gauges,
+        ended_last_minute,
+        expected,
+    })
 }
 
 /// A wait as a customer reads it: "about 3 minutes", "about an hour".

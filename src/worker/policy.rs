@@ -29,7 +29,12 @@ pub fn decide(claim: &Claim, now: At, policy: &EnginePolicy) -> Decision {
         return Decision::Run;
     }
     let batch = &claim.batch;
-    let late = batch.first_received_at().since(batch.first_sent_at());
+    let late = batch
+        .messages
+        .iter()
+        .map(|m| m.received_at.since(m.sent_at()))
+        .max()
+        .unwrap_or_default();
     let queued = now.since(batch.due_at);
     if late > policy.review_after || policy.queued_review_after.is_some_and(|cap| queued > cap) {
         return Decision::Review(ReviewReason::TooOld);

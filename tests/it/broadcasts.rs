@@ -225,18 +225,21 @@ fn the_broadcast_commands_create_once_per_key_and_control_broadcasts() {
     );
 
     // Nine in the morning on each recipient's clock: these are in Nigeria (their country has
-    // one zone), so it starts at 08:00Z; a wall-clock time needs a zone for those without one.
+    // one zone), so it starts at 08:00Z; a wall-clock time needs a zone for those without one
+    // (the United States has several).
     let local = ["--at", "2030-01-01T09:00", "--until", "2030-01-01 18:00"];
+    let american = dir.path().join("american.csv");
+    std::fs::write(&american, "phone\n+15551234567\n").expect("written");
     let no_zone = sabi_command(dir.path())
         .args(["broadcast", "create", "--name", "x", "--template", "t"])
         .args(["--language", "en", "--from", "1"])
-        .args(["--audience", csv.to_str().expect("utf-8")])
+        .args(["--audience", american.to_str().expect("utf-8")])
         .args(local)
         .output()
         .expect("sabi runs");
     assert!(!no_zone.status.success());
     let said = String::from_utf8_lossy(&no_zone.stderr);
-    assert!(said.contains("give tz"), "{said}");
+    assert!(said.contains("--tz"), "{said}");
     let morning = create(&[&local[..], &["--tz", "Europe/London", "--dry-run"]].concat());
     assert_eq!(morning[0]["to_send"], 2, "{morning:?}");
     let morning = create(&[&local[..], &["--tz", "Europe/London"]].concat());

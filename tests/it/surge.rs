@@ -49,7 +49,8 @@ async fn a_429_pauses_every_turn_together_for_its_retry_after() {
     let ask = |llm: Arc<Llm>, text: &'static str| {
         tokio::spawn(async move {
             let messages = [ChatMessage::new("user", text)];
-            llm.complete(&messages, &[], Providers::All).await
+            llm.complete(&messages, &[], Providers::All, &llm.waits())
+                .await
         })
     };
     let first = ask(llm.clone(), "first");
@@ -281,4 +282,56 @@ async fn customers_far_back_in_the_queue_get_one_holding_message_then_the_answer
         metrics.contains("sabi_holding_messages_total 5"),
         "{metrics}"
     );
+}
+
+/// While the primary provider is paused by a 429, turns go to the fallback.
+#[tokio::test]
+async fn a_paused_provider_is_passed_over_for_the_fallback() {
+    let primary = FakeLlm::start().await;
+    let fallback = FakeLlm::start().await;
+    primary.script([Answer::Throttled(600)]);
+    let clock = ManualClock::new(At::from_millis(1_781_000_000_000));
+    let provider = |fake: &FakeLlm, model: &str| {
+        let provider = Provider {
+            base_url: fake.base_url(),
+            api_key: None,
+            model: model.into(),
+        };
+        let limits = Limits {
+            concurrent: 4,
+            requests_per_minute: None,
+            tokens_per_minute: None,
+        };
+        (provider, limits)
+    };
+    let context = LlmContext {
+        timeout: Duration::from_secs(10),
+        retries: Retries {
+            attempts: 2,
+            backoff: Duration::ZERO,
+        },
+        sampling: Sampling::default(),
+        clock,
+        metrics: Metrics::new(),
+    };
+    let llm = Llm::new(
+        provider(&primary, "primary"),
+        Some(provider(&fallback, "backup")),
+        context,
+    )
+    .expect("client");
+    let messages = [ChatMessage::new("user", "hello")];
+    for _ in 0..2 {
+        let answer = llm
+            .complete(&messages, &[], Providers::All, &llm.waits())
+            .await
+            .expect("answered");
+        assert_eq!(answer.model, "backup");
+    }
+    assert_eq!(
+        primary.completions().len(),
+        1,
+        "asked once, then passed over"
+    );
+    assert_eq!(fallback.completions().len(), 2);
 }

@@ -326,8 +326,43 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
         step(&mut tx, id, &Event::LeaseLapsed, c.now, Limits::NONE).await?;
     }
     let limit = c.limit.min(headroom(&mut tx, c).await?);
-    type Due = (i64, i64, Option<String>, bool, bool);
-    let due: Vec<Due> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let mut jobs = Vec::with_capacity(limit);
+    for _ in 0..broadcast::CLAIM_PASSES {
+        let due = due(&mut tx, c, limit - jobs.len()).await?;
+        if due.is_empty() {
+            break;
+        }
+        for (id, broadcast_id, tz, opted_out, in_cooldown) in due {
+            let turn = hours
+                .get(&broadcast_id)
+                .and_then(Option::as_ref)
+                .map_or(Turn::Go, |h| h.turn(tz.as_deref(), c.now));
+            let event = broadcast::on_claim(turn, opted_out, in_cooldown, c.lease);
+            let stepped = step(&mut tx, id, &event, c.now, Limits::NONE).await?;
+            if let Event::Claim { .. } = event {
+                jobs.push(job(&mut tx, id, stepped.recipient.attempts).await?);
+            }
+        }
+        if jobs.len() >= limit {
+            break;
+        }
+    }
+    finish(&mut tx).await?;
+    tx.commit().await.map_err(unavailable)?;
+    Ok(jobs)
+}
+
+/// A due recipient: its id, broadcast and zone, and whether its customer opted out or is
+/// inside the cooldown.
+type Due = (i64, i64, Option<String>, bool, bool);
+
+/// Up to `limit` recipients that may go at `now`, of running broadcasts not sent from a halted
+/// number, in order; rows another claimer holds are skipped.
+async fn due(conn: &mut PgConnection, c: &RecipientClaim, limit: usize) -> Result<Vec<Due>> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT r.id, r.broadcast_id, r.tz,
                 EXISTS (SELECT 1 FROM consents c WHERE c.customer = r.recipient AND c.opted_out),
                 EXISTS (SELECT 1 FROM broadcast_recipients o
@@ -343,24 +378,9 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
     .bind(&c.halted)
     .bind(super::limit(Some(limit)))
     .bind(c.now - c.cooldown)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await
-    .map_err(unavailable)?;
-    let mut jobs = Vec::with_capacity(due.len());
-    for (id, broadcast_id, tz, opted_out, in_cooldown) in due {
-        let turn = hours
-            .get(&broadcast_id)
-            .and_then(Option::as_ref)
-            .map_or(Turn::Go, |h| h.turn(tz.as_deref(), c.now));
-        let event = broadcast::on_claim(turn, opted_out, in_cooldown, c.lease);
-        let stepped = step(&mut tx, id, &event, c.now, Limits::NONE).await?;
-        if let Event::Claim { .. } = event {
-            jobs.push(job(&mut tx, id, stepped.recipient.attempts).await?);
-        }
-    }
-    finish(&mut tx).await?;
-    tx.commit().await.map_err(unavailable)?;
-    Ok(jobs)
+    .map_err(unavailable)
 }
 
 /// How many more customers may be sent to now under the messaging limit.

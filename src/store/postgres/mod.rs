@@ -275,11 +275,12 @@ impl Turns for PgStore {
     async fn hold(
         &self,
         now: At,
+        skip: usize,
         limit: usize,
         parts: Vec<ReplyPart>,
         sandbox: bool,
     ) -> Result<Vec<i64>> {
-        retrying(|| turns::hold(&self.pool, now, limit, &parts, sandbox)).await
+        retrying(|| turns::hold(&self.pool, now, (skip, limit), &parts, sandbox)).await
     }
     async fn next_due(&self) -> Result<Option<At>> {
         turns::next_due(&self.pool).await

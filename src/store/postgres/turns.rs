@@ -29,7 +29,7 @@ pub(super) async fn claim(
     let mut tx = pool.begin().await.map_err(unavailable)?;
     let mut claims = reclaim(&mut tx, now, lease, count, channel).await?;
     if claims.len() < count {
-        let fresh = open_batches(&mut tx, now, lease, count - claims.len(), channel).await?;
+        let fresh = open_batches(&mut tx, now, lease, (0, count - claims.len()), channel).await?;
         claims.extend(fresh);
     }
     tx.commit().await.map_err(unavailable)?;
@@ -66,6 +66,9 @@ async fn reclaim(
     let mut claims = Vec::with_capacity(rows.len());
     for row in rows {
         let attempts: i32 = row.get(2);
+        if attempts == 1 {
+            take_pending(conn, row.get(0)).await?;
+        }
         claims.push(Claim {
             batch: load_batch(conn, row.get(0)).await?,
             token: LeaseToken(row.get(1)),
@@ -76,23 +79,41 @@ async fn reclaim(
     Ok(claims)
 }
 
+/// A held batch's first run (see [`hold`]): what the customer wrote while it was held joins it.
+async fn take_pending(conn: &mut PgConnection, batch: i64) -> Result<()> {
+    sqlx::query(
+        "WITH batch AS (SELECT conversation_id AS conversation FROM batches WHERE id = $1),
+              messages AS (
+                  UPDATE inbox SET state = 'batched', batch_id = $1
+                  WHERE state = 'pending' AND conversation_id = (SELECT conversation FROM batch))
+         UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL
+         WHERE id = (SELECT conversation FROM batch)",
+    )
+    .bind(batch)
+    .execute(&mut *conn)
+    .await
+    .map(drop)
+    .map_err(unavailable)
+}
+
 /// New batches: every pending message of each due conversation that has no batch open; a
 /// batch never starts before the conversation's previous one finished (clocks may disagree).
 async fn open_batches(
     conn: &mut PgConnection,
     now: At,
     lease: Duration,
-    count: usize,
+    (skip, count): (usize, usize),
     channel: Option<&str>,
 ) -> Result<Vec<Claim>> {
     let due = sqlx::query(
         "SELECT id, due_at, requeued FROM conversations
          WHERE due_at <= $1 AND open_batch_id IS NULL AND ($3::text IS NULL OR channel = $3)
-         ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+         ORDER BY due_at LIMIT $2 OFFSET $4 FOR UPDATE SKIP LOCKED",
     )
     .bind(now)
     .bind(limit(Some(count)))
     .bind(channel)
+    .bind(limit(Some(skip)))
     .fetch_all(&mut *conn)
     .await
     .map_err(unavailable)?;
@@ -225,13 +246,13 @@ pub(super) async fn renew(
 pub(super) async fn hold(
     pool: &PgPool,
     now: At,
-    limit: usize,
+    (skip, limit): (usize, usize),
     parts: &[ReplyPart],
     sandbox: bool,
 ) -> Result<Vec<i64>> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
     let whatsapp = Some(Channel::Whatsapp.as_str());
-    let opened = open_batches(&mut tx, now, Duration::ZERO, limit, whatsapp).await?;
+    let opened = open_batches(&mut tx, now, Duration::ZERO, (skip, limit), whatsapp).await?;
     let mut held = Vec::with_capacity(opened.len());
     for claim in opened {
         let batch = claim.batch.id;
@@ -453,7 +474,7 @@ pub(super) async fn conversation_history(
          SELECT received_at, 0, COALESCE(text, '[' || COALESCE(item_type, 'message') || ']'),
                 batch_id, COALESCE(provider_ts, 0), seq
              FROM inbox WHERE batch_id IN (SELECT id FROM recent)
-         UNION ALL SELECT created_at, 1, body, batch_id, part, 0 FROM outbox
+         UNION ALL SELECT created_at, 1, body, batch_id, id, 0 FROM outbox
              WHERE batch_id IN (SELECT id FROM recent) AND state NOT IN ('failed', 'review', 'window_closed')
          UNION ALL SELECT created_at, 2, 'handed to a person (' || reason || ')' || COALESCE(': ' || error, ''),
                 batch_id, id, 0

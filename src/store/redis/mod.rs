@@ -379,12 +379,13 @@ impl Turns for RedisStore {
     async fn hold(
         &self,
         now: At,
+        skip: usize,
         limit: usize,
         parts: Vec<ReplyPart>,
         sandbox: bool,
     ) -> Result<Vec<i64>> {
         let args = json!({
-            "now": now, "limit": count(limit), "ch": Channel::Whatsapp.as_str(),
+            "now": now, "skip": count(skip), "limit": count(limit), "ch": Channel::Whatsapp.as_str(),
             "parts": wire::parts(&parts), "sandbox": sandbox, "first": HOLD_PART,
         });
         let held: List<i64> = self.call("hold", args).await?;
@@ -722,46 +723,16 @@ impl Broadcasts for RedisStore {
             writes.extend(row.step(&Event::LeaseLapsed, claim.now, Limits::NONE)?);
         }
         self.save_recipients(writes, false, None).await?;
-        // The messaging limit's count as read: the claim lands only if it is unchanged.
-        let reach = match claim.daily_limit {
-            None => None,
-            Some(_) => {
-                let since = claim.now - broadcast::LIMIT_SPAN;
-                Some((since, self.reached(since).await?))
-            }
-        };
-        let limit = match (claim.daily_limit, reach) {
-            (Some(daily), Some((_, reached))) => {
-                claim.limit.min(broadcast::headroom(Some(daily), reached))
-            }
-            _ => claim.limit,
-        };
-        let args = json!({
-            "now": claim.now, "limit": count(limit), "halted": claim.halted,
-            "running": BroadcastState::Running.as_str(), "cooled": claim.now - claim.cooldown,
-        });
-        let due: List<RawRecipientRow> = if limit == 0 {
-            List(Vec::new())
-        } else {
-            self.call("recipients_due", args).await?
-        };
-        let (mut writes, mut jobs) = (Vec::new(), Vec::new());
-        for row in due.0 {
-            let turn = hours
-                .get(&row.bc)
-                .and_then(Option::as_ref)
-                .map_or(Turn::Go, |h| h.turn(row.tz.as_deref(), claim.now));
-            let event = row.on_claim(turn, claim.lease);
-            if let Event::Claim { .. } = event {
-                if let Some((write, attempt)) = row.claimed(&event, claim.now)? {
-                    writes.push(write);
-                    jobs.push(row.into_job(attempt));
-                }
-            } else {
-                writes.extend(row.step(&event, claim.now, Limits::NONE)?);
+        let mut jobs = Vec::new();
+        for _ in 0..broadcast::CLAIM_PASSES {
+            let Some(taken) = self.claim_pass(&claim, &hours, jobs.len()).await? else {
+                break;
+            };
+            jobs.extend(taken);
+            if jobs.len() >= claim.limit {
+                break;
             }
         }
-        let saved = self.save_recipients(writes, false, reach).await?;
         let args = json!({
             "running": BroadcastState::Running.as_str(),
             "finished": BroadcastState::Finished.as_str(),
@@ -769,7 +740,7 @@ impl Broadcasts for RedisStore {
             "waiting": waiting_states(),
         });
         let _: bool = self.call("broadcasts_finish", args).await?;
-        Ok(jobs.into_iter().filter(|j| saved.contains(&j.id)).collect())
+        Ok(jobs)
     }
     async fn record_recipient(
         &self,
@@ -899,6 +870,63 @@ impl RedisStore {
             }
         }
         Ok(hours)
+    }
+
+    /// One pass of a claim over the due recipients, `taken` already taken: those that wait, are
+    /// left out or are cancelled are saved as such, and the rest claimed; the claim lands only
+    /// if the messaging limit's count is still what the pass read (when another node claimed
+    /// meanwhile, the next pass reads it again). `None` when no recipient is due.
+    async fn claim_pass(
+        &self,
+        claim: &RecipientClaim,
+        hours: &HashMap<i64, Option<LocalHours>>,
+        taken: usize,
+    ) -> Result<Option<Vec<RecipientJob>>> {
+        let reach = match claim.daily_limit {
+            None => None,
+            Some(_) => {
+                let since = claim.now - broadcast::LIMIT_SPAN;
+                Some((since, self.reached(since).await?))
+            }
+        };
+        let limit = match (claim.daily_limit, reach) {
+            (Some(daily), Some((_, reached))) => {
+                claim.limit.min(broadcast::headroom(Some(daily), reached))
+            }
+            _ => claim.limit,
+        }
+        .saturating_sub(taken);
+        if limit == 0 {
+            return Ok(None);
+        }
+        let args = json!({
+            "now": claim.now, "limit": count(limit), "halted": claim.halted,
+            "running": BroadcastState::Running.as_str(), "cooled": claim.now - claim.cooldown,
+        });
+        let due: List<RawRecipientRow> = self.call("recipients_due", args).await?;
+        if due.0.is_empty() {
+            return Ok(None);
+        }
+        let (mut moves, mut takes, mut jobs) = (Vec::new(), Vec::new(), Vec::new());
+        for row in due.0 {
+            let turn = hours
+                .get(&row.bc)
+                .and_then(Option::as_ref)
+                .map_or(Turn::Go, |h| h.turn(row.tz.as_deref(), claim.now));
+            let event = row.on_claim(turn, claim.lease);
+            if let Event::Claim { .. } = event {
+                if let Some((write, attempt)) = row.claimed(&event, claim.now)? {
+                    takes.push(write);
+                    jobs.push(row.into_job(attempt));
+                }
+            } else {
+                moves.extend(row.step(&event, claim.now, Limits::NONE)?);
+            }
+        }
+        self.save_recipients(moves, false, None).await?;
+        let saved = self.save_recipients(takes, false, reach).await?;
+        jobs.retain(|j| saved.contains(&j.id));
+        Ok(Some(jobs))
     }
 
     /// Statuses of broadcast messages move their recipients by the rulebook, right after the

@@ -664,7 +664,6 @@ impl RawRecipientRow {
         self.i?.checked_sub(1)
     }
 
-    /// Why it is left out when its turn came, if it is.
     /// What a claim does with it (see [`broadcast::on_claim`]).
     pub(super) fn on_claim(&self, turn: Turn, lease: Duration) -> RecipientEvent<'static> {
         let (opted_out, in_cooldown) =

@@ -179,9 +179,10 @@ impl LocalHours {
         {
             return Turn::Wait(start);
         }
+        // An end that has come (a clock change can make one) is no reason to wait.
         match self.quiet.and_then(|q| q.ends(zone, now)) {
-            Some(end) => Turn::Wait(end),
-            None => Turn::Go,
+            Some(end) if end > now => Turn::Wait(end),
+            _ => Turn::Go,
         }
     }
 
@@ -230,8 +231,8 @@ pub fn unknown_zone(tz: &str) -> String {
 /// A wall-clock time on `zone`'s clock (the later reading when a clock change repeats it, the
 /// time after the gap when it skips it).
 fn instant(time: DateTime, zone: &TimeZone) -> Option<At> {
-    let zoned = time.to_zoned(zone.clone()).ok()?;
-    Some(At::from_millis(zoned.timestamp().as_millisecond()))
+    let instant = zone.to_ambiguous_timestamp(time).later().ok()?;
+    Some(At::from_millis(instant.as_millisecond()))
 }
 
 #[cfg(test)]
@@ -309,6 +310,31 @@ mod tests {
             LocalHours::stored(Some("21:00-08:00"), Some("Africa/Lagos"), None, None),
             Some(hours)
         );
+    }
+
+    #[test]
+    fn a_clock_change_never_makes_a_recipient_wait_for_a_time_that_came() {
+        // London's clocks go back at 02:00 BST on 2026-10-25 (01:00-02:00 comes twice): quiet
+        // hours ending at 01:30 end at the later one.
+        let quiet = QuietHours::parse("23:00-01:30").ok();
+        let hours = LocalHours::new("Europe/London", quiet, None, None).expect("valid");
+        let first_0115 = "2026-10-25T00:15:00Z"
+            .parse::<jiff::Timestamp>()
+            .expect("valid");
+        let now = At::from_millis(first_0115.as_millisecond());
+        let later_0130 = "2026-10-25T01:30:00Z"
+            .parse::<jiff::Timestamp>()
+            .expect("valid");
+        assert_eq!(
+            hours.turn(None, now),
+            Turn::Wait(At::from_millis(later_0130.as_millisecond()))
+        );
+        for minutes in 0..24 * 60 {
+            let at = now + Duration::from_secs(minutes * 60);
+            if let Turn::Wait(until) = hours.turn(None, at) {
+                assert!(until > at, "a wait for a time that came: {until} at {at}");
+            }
+        }
     }
 
     #[test]

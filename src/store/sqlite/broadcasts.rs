@@ -277,50 +277,68 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
     for id in lapsed {
         step(conn, id, &Event::LeaseLapsed, c.now, Limits::NONE)?;
     }
-    let halted = serde_json::to_string(&c.halted).unwrap_or_else(|_| "[]".into());
     let limit = c.limit.min(headroom(conn, c)?);
-    type Due = (i64, i64, Option<String>, bool, bool);
-    let due: Vec<Due> = conn
-        .prepare_cached(&format!(
-            "SELECT r.id, r.broadcast_id, r.tz,
-                    EXISTS (SELECT 1 FROM consents c WHERE c.customer = r.recipient AND c.opted_out),
-                    EXISTS (SELECT 1 FROM broadcast_recipients o
-                            WHERE o.recipient = r.recipient AND o.sent_at > ?5 AND o.id <> r.id)
-             FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
-             WHERE b.state = ?1 AND r.state IN {waiting} AND coalesce(r.next_attempt_at, 0) <= ?2
-               AND b.business NOT IN (SELECT value FROM json_each(?3))
-             ORDER BY r.broadcast_id, r.id LIMIT ?4",
-            waiting = *WAITING_SQL,
-        ))
-        .and_then(|mut s| {
-            let cooled = c.now - c.cooldown;
-            let args = params![
-                BroadcastState::Running,
-                c.now,
-                halted,
-                limit_param(limit),
-                cooled,
-            ];
-            s.query_map(args, |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })?
-            .collect()
-        })
-        .map_err(unavailable)?;
-    let mut jobs = Vec::with_capacity(due.len());
-    for (id, broadcast_id, tz, opted_out, in_cooldown) in due {
-        let turn = hours
-            .get(&broadcast_id)
-            .and_then(Option::as_ref)
-            .map_or(Turn::Go, |h| h.turn(tz.as_deref(), c.now));
-        let event = broadcast::on_claim(turn, opted_out, in_cooldown, c.lease);
-        let stepped = step(conn, id, &event, c.now, Limits::NONE)?;
-        if let Event::Claim { .. } = event {
-            jobs.push(job(conn, id, stepped.recipient.attempts)?);
+    let mut jobs = Vec::with_capacity(limit);
+    for _ in 0..broadcast::CLAIM_PASSES {
+        let due = due(conn, c, limit - jobs.len())?;
+        if due.is_empty() {
+            break;
+        }
+        for (id, broadcast_id, tz, opted_out, in_cooldown) in due {
+            let turn = hours
+                .get(&broadcast_id)
+                .and_then(Option::as_ref)
+                .map_or(Turn::Go, |h| h.turn(tz.as_deref(), c.now));
+            let event = broadcast::on_claim(turn, opted_out, in_cooldown, c.lease);
+            let stepped = step(conn, id, &event, c.now, Limits::NONE)?;
+            if let Event::Claim { .. } = event {
+                jobs.push(job(conn, id, stepped.recipient.attempts)?);
+            }
+        }
+        if jobs.len() >= limit {
+            break;
         }
     }
     finish(conn)?;
     Ok(jobs)
+}
+
+/// A due recipient: its id, broadcast and zone, and whether its customer opted out or is
+/// inside the cooldown.
+type Due = (i64, i64, Option<String>, bool, bool);
+
+/// Up to `limit` recipients that may go at `now`, of running broadcasts not sent from a halted
+/// number, in order.
+fn due(conn: &Connection, c: &RecipientClaim, limit: usize) -> Result<Vec<Due>> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let halted = serde_json::to_string(&c.halted).unwrap_or_else(|_| "[]".into());
+    conn.prepare_cached(&format!(
+        "SELECT r.id, r.broadcast_id, r.tz,
+                EXISTS (SELECT 1 FROM consents c WHERE c.customer = r.recipient AND c.opted_out),
+                EXISTS (SELECT 1 FROM broadcast_recipients o
+                        WHERE o.recipient = r.recipient AND o.sent_at > ?5 AND o.id <> r.id)
+         FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
+         WHERE b.state = ?1 AND r.state IN {waiting} AND coalesce(r.next_attempt_at, 0) <= ?2
+           AND b.business NOT IN (SELECT value FROM json_each(?3))
+         ORDER BY r.broadcast_id, r.id LIMIT ?4",
+        waiting = *WAITING_SQL,
+    ))
+    .and_then(|mut s| {
+        let args = params![
+            BroadcastState::Running,
+            c.now,
+            halted,
+            limit_param(limit),
+            c.now - c.cooldown,
+        ];
+        s.query_map(args, |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
+        .collect()
+    })
+    .map_err(unavailable)
 }
 
 /// How many more customers may be sent to now under the messaging limit.

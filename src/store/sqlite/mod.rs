@@ -300,12 +300,13 @@ impl Turns for SqliteStore {
     async fn hold(
         &self,
         now: At,
+        skip: usize,
         limit: usize,
         parts: Vec<ReplyPart>,
         sandbox: bool,
     ) -> Result<Vec<i64>> {
         self.writer
-            .write(move |conn| turns::hold(conn, now, limit, &parts, sandbox))
+            .write(move |conn| turns::hold(conn, now, (skip, limit), &parts, sandbox))
             .await
     }
     async fn next_due(&self) -> Result<Option<At>> {

@@ -28,7 +28,7 @@ pub(super) fn claim(
     let channel = channel.map(Channel::as_str);
     let mut claims = reclaim(conn, now, lease, limit, channel)?;
     if claims.len() < limit {
-        let fresh = open_batches(conn, now, lease, limit - claims.len(), channel)?;
+        let fresh = open_batches(conn, now, lease, (0, limit - claims.len()), channel)?;
         claims.extend(fresh);
     }
     Ok(claims)
@@ -69,6 +69,9 @@ fn reclaim(
                 })
             })
             .map_err(unavailable)?;
+        if attempts == 1 {
+            take_pending(conn, id)?;
+        }
         claims.push(Claim {
             batch: load_batch(conn, id)?,
             token: LeaseToken(token),
@@ -79,6 +82,23 @@ fn reclaim(
     Ok(claims)
 }
 
+/// A held batch's first run (see [`hold`]): what the customer wrote while it was held joins it.
+fn take_pending(conn: &Connection, batch: i64) -> Result<()> {
+    execute(
+        conn,
+        "UPDATE inbox SET state = 'batched', batch_id = ?1
+         WHERE state = 'pending'
+           AND conversation_id = (SELECT conversation_id FROM batches WHERE id = ?1)",
+        params![batch],
+    )?;
+    execute(
+        conn,
+        "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL
+         WHERE id = (SELECT conversation_id FROM batches WHERE id = ?1)",
+        params![batch],
+    )
+}
+
 /// New batches: every pending message of each due conversation that has no batch open. A
 /// batch never starts before the conversation's previous one finished, even when the caller's
 /// `now` was read before it waited for the write lock (or on a node whose clock is behind).
@@ -86,17 +106,18 @@ fn open_batches(
     conn: &Connection,
     now: At,
     lease: Duration,
-    limit: usize,
+    (skip, limit): (usize, usize),
     channel: Option<&str>,
 ) -> Result<Vec<Claim>> {
     let conversations: Vec<(i64, i64, bool)> = conn
         .prepare_cached(
             "SELECT id, due_at, requeued FROM conversations
              WHERE due_at <= ?1 AND open_batch_id IS NULL AND (?3 IS NULL OR channel = ?3)
-             ORDER BY due_at LIMIT ?2",
+             ORDER BY due_at LIMIT ?2 OFFSET ?4",
         )
         .and_then(|mut s| {
-            s.query_map(params![now, limit_param(limit), channel], |r| {
+            let skip = limit_param(skip).max(0);
+            s.query_map(params![now, limit_param(limit), channel, skip], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })?
             .collect()
@@ -329,12 +350,12 @@ fn close(
 pub(super) fn hold(
     conn: &Connection,
     now: At,
-    limit: usize,
+    (skip, limit): (usize, usize),
     parts: &[ReplyPart],
     sandbox: bool,
 ) -> Result<Vec<i64>> {
     let whatsapp = Some(Channel::Whatsapp.as_str());
-    let opened = open_batches(conn, now, Duration::ZERO, limit, whatsapp)?;
+    let opened = open_batches(conn, now, Duration::ZERO, (skip, limit), whatsapp)?;
     let mut held = Vec::with_capacity(opened.len());
     for claim in opened {
         let batch = claim.batch.id;
@@ -400,7 +421,7 @@ pub(super) fn conversation_history(
          SELECT received_at, 0, coalesce(text, '[' || coalesce(item_type, 'message') || ']'),
                 batch_id, coalesce(provider_ts, 0), seq
              FROM inbox WHERE batch_id IN (SELECT id FROM recent)
-         UNION ALL SELECT created_at, 1, body, batch_id, part, 0 FROM outbox
+         UNION ALL SELECT created_at, 1, body, batch_id, id, 0 FROM outbox
              WHERE batch_id IN (SELECT id FROM recent) AND state NOT IN ('failed', 'review', 'window_closed')
          UNION ALL SELECT created_at, 2, 'handed to a person (' || reason || ')' || coalesce(': ' || error, ''),
                 batch_id, id, 0

@@ -831,6 +831,28 @@ pub async fn quiet_hours_and_wall_clock_times_hold_each_recipient_on_its_own_clo
         "Kolkata goes once its quiet hours end"
     );
 
+    // Those who wait never hold back one who may go: one claim passes over eight asleep.
+    let mut crowd = diwali(None, T0);
+    crowd.until = None;
+    crowd.hours = Some(hours.clone());
+    crowd.recipients = (0..9)
+        .map(|n| NewRecipient {
+            to: format!("23480400000{n:02}"),
+            params: vec!["Ada".into(), "Lagos".into()],
+            line: None,
+            skipped: None,
+            tz: (n < 8).then(|| "Asia/Kolkata".to_owned()),
+        })
+        .collect();
+    store.create_broadcast(crowd).await.expect("kept");
+    let next_evening = evening + ms(86_400_000);
+    let one = store
+        .claim_recipients(sends(next_evening, 1))
+        .await
+        .expect("claimed");
+    let to: Vec<&str> = one.iter().map(|j| j.to.as_str()).collect();
+    assert_eq!(to, ["2348040000008"]);
+
     // Nine to ten in the morning, on each recipient's clock: Accra goes an hour after Lagos,
     // and Kolkata's hour has passed by then.
     let nine = "2026-06-10T09:00".parse().expect("valid");

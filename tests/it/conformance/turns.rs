@@ -472,30 +472,37 @@ pub async fn a_held_batch_keeps_its_place_and_its_holding_message_goes_first(
         .expect("submitted");
     let now = T0 + ms(60_000);
     let hold = || vec![ReplyPart::text("We will answer you in about 5 minutes.")];
-    let held = store.hold(now, 2, hold(), false).await.expect("held");
-    assert_eq!(held.len(), 2, "the two longest due");
-    let again = store.hold(now, 10, hold(), false).await.expect("held");
-    assert_eq!(again.len(), 1, "a batch is held once; web chat never");
+    // The longest due will be answered soon: the next one is held first.
+    let second = store.hold(now, 1, 1, hold(), false).await.expect("held");
+    assert_eq!(second.len(), 1);
+    let rest = store.hold(now, 0, 10, hold(), false).await.expect("held");
+    assert_eq!(rest.len(), 2, "a batch is held once; web chat never");
     let outbox = store.outbox(None).await.expect("outbox");
     assert_eq!(outbox.len(), 3);
     assert!(outbox.iter().all(|p| p.part == HOLD_PART));
-    // The held batches are claimed in their order, their first attempt, messages intact.
-    let claims = store
-        .claim(now, ms(30_000), 10, Some(Channel::Whatsapp))
-        .await
-        .expect("claim");
+    // What h1 writes while held joins its batch when it runs: answered together, not held again.
+    let more = message("wamid.h9", "h1", "the blue one", now);
+    ingest(&store, vec![more], now).await;
+    let none = store.hold(now + ms(60_000), 0, 10, hold(), false).await;
+    assert_eq!(none.expect("held"), Vec::<i64>::new());
+    // The held batches are claimed in their order, their first attempt, messages kept.
+    let mut claims = Vec::new();
+    for _ in 0..3 {
+        let one = store
+            .claim(now, ms(30_000), 1, Some(Channel::Whatsapp))
+            .await;
+        claims.extend(one.expect("claim"));
+    }
     let customers: Vec<&str> = claims
         .iter()
         .map(|c| c.batch.conversation.customer.as_str())
         .collect();
     assert_eq!(customers, ["h1", "h2", "h3"]);
-    assert!(
-        claims
-            .iter()
-            .all(|c| c.attempt == 1 && c.batch.messages.len() == 1)
-    );
+    assert!(claims.iter().all(|c| c.attempt == 1));
+    let messages: Vec<usize> = claims.iter().map(|c| c.batch.messages.len()).collect();
+    assert_eq!(messages, [2, 1, 1]);
     let ids: Vec<i64> = claims.iter().map(|c| c.batch.id).collect();
-    assert_eq!(ids, [held.clone(), again].concat());
+    assert_eq!(ids, [rest[0], second[0], rest[1]]);
     for c in &claims {
         store
             .finish(c.batch.id, c.token, now, reply("Your order left today."))

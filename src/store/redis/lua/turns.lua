@@ -32,18 +32,24 @@ end
 -- is capped (max_queue), so a WhatsApp conversation is never further in than this.
 local SCAN_FOR_CHANNEL = 5000
 
--- The ids of a set's members scored up to `now`, of `ch`'s conversations, at most `limit`.
-local function due_members(set, now, limit, ch, conv_of)
+-- The ids of a set's members scored up to `now`, of `ch`'s conversations, at most `limit`
+-- after the first `skip` (none when nil).
+local function due_members(set, now, limit, ch, conv_of, skip)
+  skip = skip or 0
   if not ch then
-    return redis.call('ZRANGEBYSCORE', k(set), '-inf', int(now), 'LIMIT', 0, limit)
+    return redis.call('ZRANGEBYSCORE', k(set), '-inf', int(now), 'LIMIT', skip, limit)
   end
-  local found = {}
+  local found, passed = {}, 0
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', k(set), '-inf', int(now), 'LIMIT', 0,
       SCAN_FOR_CHANNEL)) do
     if of_channel(conv_of(id), ch) then
-      found[#found + 1] = id
-      if #found == limit then
-        break
+      if passed < skip then
+        passed = passed + 1
+      else
+        found[#found + 1] = id
+        if #found == limit then
+          break
+        end
       end
     end
   end
@@ -52,6 +58,20 @@ end
 
 local function batch_conv(id)
   return redis.call('HGET', k('b', id), 'conv')
+end
+
+-- Every pending message of conversation `conv` joins batch `id`; the conversation is due no
+-- more.
+local function take_pending(conv, id)
+  local pending = k('c', conv, 'pend')
+  for _, seq in ipairs(redis.call('ZRANGE', pending, 0, -1)) do
+    put(k('in', seq), {state = ITEM.batched, batch = id})
+    redis.call('ZADD', k('b', id, 'msgs'), seq, seq)
+    redis.call('ZREM', k('wc'), seq)
+  end
+  redis.call('DEL', pending)
+  redis.call('HDEL', k('c', conv), 'first', 'due', 'requeued')
+  redis.call('ZREM', k('due'), pad(conv))
 end
 
 -- Batches whose lease lapsed or whose retry time came, the longest due first.
@@ -71,8 +91,12 @@ local function reclaim(now, lease, limit, ch)
   local claims = {}
   for i = 1, math.min(#lapsed, limit) do
     local id = lapsed[i].id
-    local b = get(k('b', id), 'token', 'attempts', 'requeued')
+    local b = get(k('b', id), 'token', 'attempts', 'requeued', 'conv')
     local token, attempt = tonumber(b.token) + 1, tonumber(b.attempts) + 1
+    if attempt == 1 then
+      -- A held batch's first run: what the customer wrote while held joins it.
+      take_pending(b.conv, id)
+    end
     put(k('b', id), {
       state = BATCH.running, token = token, attempts = attempt, lease = now + lease, started = now,
     })
@@ -99,16 +123,8 @@ local function open_batch(conv, now, lease)
   })
   redis.call('ZADD', k('running'), int(now + lease), int(id))
   redis.call('ZADD', k('c', conv, 'batches'), int(id), int(id))
-  local pending = k('c', conv, 'pend')
-  for _, seq in ipairs(redis.call('ZRANGE', pending, 0, -1)) do
-    put(k('in', seq), {state = ITEM.batched, batch = id})
-    redis.call('ZADD', k('b', id, 'msgs'), seq, seq)
-    redis.call('ZREM', k('wc'), seq)
-  end
-  redis.call('DEL', pending)
-  redis.call('HDEL', k('c', conv), 'first', 'due', 'requeued')
+  take_pending(conv, id)
   put(k('c', conv), {open = id})
-  redis.call('ZREM', k('due'), pad(conv))
   return {batch = load_batch(id), token = 1, attempt = 1, requeued = requeued}
 end
 
@@ -215,7 +231,7 @@ end
 -- batch waiting at its own due time with no attempt spent (store/mod.rs, Turns::hold).
 local function hold(a)
   local held = {}
-  for _, conv in ipairs(due_members('due', a.now, a.limit, a.ch, tonumber)) do
+  for _, conv in ipairs(due_members('due', a.now, a.limit, a.ch, tonumber, a.skip)) do
     local id = open_batch(tonumber(conv), a.now, 0).batch.id
     for index, p in ipairs(a.parts) do
       add_part(id, tonumber(conv), a.first + index - 1, p.text, p.options, p.quote, a.now,
@@ -261,7 +277,10 @@ local function conversation_history(conv, before, turns)
     for _, m in ipairs(said) do
       out[#out + 1] = {at = m.at, speaker = 'customer', text = m.text}
     end
-    for _, id in ipairs(redis.call('ZRANGE', k('b', batch, 'parts'), 0, -1)) do
+    -- In the order written: a holding message before the answer it announced.
+    local parts = redis.call('ZRANGE', k('b', batch, 'parts'), 0, -1)
+    table.sort(parts, function(x, y) return tonumber(x) < tonumber(y) end)
+    for _, id in ipairs(parts) do
       local o = get(k('o', id), 'created', 'body', 'state')
       if o.state ~= PART.failed and o.state ~= PART.review and o.state ~= PART.window_closed then
         out[#out + 1] = {at = tonumber(o.created), speaker = 'business', text = o.body}
