@@ -96,6 +96,7 @@ pub(super) async fn run(config: &Config, args: PlanArgs) -> anyhow::Result<()> {
     }
     scenario.llm_rpm = args.llm_rpm.or(config.llm.budget.requests_per_minute);
     scenario.llm_tpm = args.llm_tpm.or(config.llm.budget.tokens_per_minute);
+    scenario.llm_concurrent = Some(config.llm.budget.max_concurrent);
     let send_over = match (args.send_over, args.send_rate) {
         (Some(over), _) => over.as_secs_f64(),
         (None, rate) => {
@@ -107,13 +108,14 @@ pub(super) async fn run(config: &Config, args: PlanArgs) -> anyhow::Result<()> {
     let engine = &config.engine;
     let sizing = Sizing {
         slots: 0,
+        slots_per_node: engine.turns_per_node,
         send_over,
         batch_window: plan::seconds(config.whatsapp.batch_window),
         hold_after: plan::seconds(engine.hold_after),
         review_after: plan::seconds(engine.review_after),
         queued_review_after: engine.queued_review_after.map(plan::seconds),
     };
-    let made = plan::plan(scenario, sizing, &args.slots, engine.turns_per_node);
+    let made = plan::plan(scenario, sizing, &args.slots);
     match args.json {
         true => println!("{}", serde_json::to_string(&made)?),
         false => print_table(&made),

@@ -100,6 +100,8 @@ pub struct Scenario {
     pub llm_p95: f64,
     pub llm_rpm: Option<u32>,
     pub llm_tpm: Option<u32>,
+    /// Model calls in flight at once per node (`llm.max_concurrent`); `None`: no bound.
+    pub llm_concurrent: Option<usize>,
     pub calls_per_model_turn: u32,
     pub tokens_per_model_turn: u32,
     /// A local turn's time, seconds.
@@ -122,6 +124,7 @@ impl Scenario {
             llm_p95: 12.0,
             llm_rpm: None,
             llm_tpm: None,
+            llm_concurrent: None,
             calls_per_model_turn: 2,
             tokens_per_model_turn: 3_000,
             local_seconds: 0.02,
@@ -135,7 +138,11 @@ impl Scenario {
 /// thresholds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sizing {
+    /// Turns at once over every node...
     pub slots: usize,
+    /// ...and on one node (`engine.turns_per_node`): the slots take this many nodes, each
+    /// with its model budget.
+    pub slots_per_node: usize,
     /// Seconds the broadcast's sends take.
     pub send_over: f64,
     /// Seconds a customer's messages are collected before their turn falls due.
@@ -209,8 +216,8 @@ const LONGEST_SEND: f64 = 86_400.0;
 
 /// Plays the scenario out for each of `slots` (the seed's 5, the recommendation and twice it
 /// when empty), and recommends a sizing.
-pub fn plan(scenario: Scenario, sizing: Sizing, slots: &[usize], slots_per_node: usize) -> Plan {
-    let recommended = recommend(&scenario, &sizing, slots_per_node);
+pub fn plan(scenario: Scenario, sizing: Sizing, slots: &[usize]) -> Plan {
+    let recommended = recommend(&scenario, &sizing);
     let counts: Vec<usize> = match slots {
         [] => {
             let mut counts = vec![5, recommended.slots, recommended.slots * 2];
@@ -283,7 +290,7 @@ pub fn row(scenario: &Scenario, sizing: &Sizing) -> Row {
 /// The fewest turns at once whose 95th percentile wait stays within `hold_after`; when no
 /// number does (the model's limits bound the waits), the shortest send, doubled from the one
 /// asked, that lets it.
-fn recommend(scenario: &Scenario, sizing: &Sizing, slots_per_node: usize) -> Recommended {
+fn recommend(scenario: &Scenario, sizing: &Sizing) -> Recommended {
     // Holding messages off, customers should still hear within a minute.
     let target = if sizing.hold_after > 0.0 {
         sizing.hold_after
@@ -306,7 +313,7 @@ fn recommend(scenario: &Scenario, sizing: &Sizing, slots_per_node: usize) -> Rec
         let found = smallest(1, MOST_SLOTS, |slots| p95(slots) <= target);
         if found.is_some() || send_over >= LONGEST_SEND {
             let slots = found.unwrap_or(MOST_SLOTS);
-            let per_node = slots_per_node.max(1);
+            let per_node = sizing.slots_per_node.max(1);
             return Recommended {
                 slots,
                 slots_per_node: per_node.min(slots),
@@ -418,6 +425,7 @@ mod tests {
     fn sizing(slots: usize) -> Sizing {
         Sizing {
             slots,
+            slots_per_node: 32,
             send_over: 18_000.0 / 80.0,
             batch_window: 20.0,
             hold_after: 60.0,
@@ -460,7 +468,7 @@ mod tests {
     #[test]
     fn the_recommendation_keeps_the_95th_percentile_within_the_holding_threshold() {
         let scenario = Scenario::prior(18_000);
-        let plan = plan(scenario, sizing(5), &[], 32);
+        let plan = plan(scenario, sizing(5), &[]);
         let r = &plan.recommended;
         assert!(r.meets_target && r.p95_wait_s <= 60.0, "{r:?}");
         assert_eq!(r.nodes, r.slots.div_ceil(32));
@@ -477,7 +485,7 @@ mod tests {
             llm_rpm: Some(60),
             ..Scenario::prior(18_000)
         };
-        let plan = plan(scenario, sizing(5), &[5], 32);
+        let plan = plan(scenario, sizing(5), &[5]);
         let r = &plan.recommended;
         assert!(r.send_over_s > 18_000.0 / 80.0, "{r:?}");
         assert!(
@@ -485,6 +493,30 @@ mod tests {
             "{:?}",
             plan.rows[0]
         );
+    }
+
+    #[test]
+    fn a_nodes_model_budget_bounds_its_model_turns() {
+        let unbounded = Scenario {
+            local_share: 0.0,
+            ..Scenario::prior(18_000)
+        };
+        let bounded = Scenario {
+            llm_concurrent: Some(4),
+            ..unbounded.clone()
+        };
+        let free = row(&unbounded, &sizing(16));
+        let budgeted = row(&bounded, &sizing(16));
+        assert!(
+            budgeted.p95_wait_s > free.p95_wait_s,
+            "{budgeted:?} {free:?}"
+        );
+        // Two nodes of 8 have twice the budget of one node of 16.
+        let two_nodes = Sizing {
+            slots_per_node: 8,
+            ..sizing(16)
+        };
+        assert!(row(&bounded, &two_nodes).p95_wait_s < budgeted.p95_wait_s);
     }
 
     #[test]

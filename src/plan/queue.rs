@@ -54,6 +54,13 @@ pub(super) fn play(scenario: &Scenario, sizing: &Sizing) -> Vec<Turn> {
     let mut free: BinaryHeap<Reverse<Seconds>> = (0..sizing.slots.max(1))
         .map(|_| Reverse(Seconds(0.0)))
         .collect();
+    // Each node's model budget: calls in flight at once, over the nodes these slots take.
+    let permits = scenario.llm_concurrent.map_or(usize::MAX, |per_node| {
+        per_node.max(1) * sizing.slots.div_ceil(sizing.slots_per_node.max(1))
+    });
+    let mut model_free: BinaryHeap<Reverse<Seconds>> = (0..permits.min(sizing.slots.max(1)))
+        .map(|_| Reverse(Seconds(0.0)))
+        .collect();
     let mut next_model_call = 0.0_f64;
     let call_spacing = scenario
         .llm_rpm
@@ -71,11 +78,17 @@ pub(super) fn play(scenario: &Scenario, sizing: &Sizing) -> Vec<Turn> {
         let service = if model {
             // The turn's calls leave within the provider's limits: its first waits for the
             // next free call time, and holds the next turn's back by its share.
-            start = start.max(next_model_call);
+            // It also waits for a free call of its node's budget, holding its slot meanwhile.
+            let Some(Reverse(Seconds(permit_free))) = model_free.pop() else {
+                break;
+            };
+            start = start.max(next_model_call).max(permit_free);
             let calls = f64::from(scenario.calls_per_model_turn);
             let tokens = f64::from(scenario.tokens_per_model_turn);
             next_model_call = start + (calls * call_spacing).max(tokens * token_spacing);
-            lognormal(&mut rng, scenario.llm_p50, scenario.llm_p95)
+            let service = lognormal(&mut rng, scenario.llm_p50, scenario.llm_p95);
+            model_free.push(Reverse(Seconds(start + service)));
+            service
         } else {
             scenario.local_seconds
         };
