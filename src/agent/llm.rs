@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::budget::{Budget, Limits, Waits};
-use crate::clock::SharedClock;
+use crate::clock::{At, SharedClock};
 use crate::metrics::Metrics;
 
 /// One provider: where, with which key, which model.
@@ -390,8 +390,7 @@ impl Llm {
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+            .and_then(|v| retry_after(v, self.clock.now()));
         if !status.is_success() {
             let body: String = response
                 .text()
@@ -424,9 +423,30 @@ impl Llm {
     }
 }
 
+/// A `Retry-After` value: seconds, or an HTTP date.
+fn retry_after(value: &str, now: At) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let when = jiff::fmt::rfc2822::parse(value).ok()?.timestamp();
+    Some(At::from_millis(when.as_millisecond()).since(now))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_is_seconds_or_an_http_date() {
+        let now = At::from_millis(1_445_412_480_000); // 2015-10-21T07:28:00Z
+        assert_eq!(retry_after(" 30 ", now), Some(Duration::from_secs(30)));
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:29:00 GMT", now),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(retry_after("soon", now), None);
+    }
 
     #[test]
     fn null_tool_calls_and_usage_read_as_none() {

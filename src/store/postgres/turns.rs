@@ -29,8 +29,15 @@ pub(super) async fn claim(
     let mut tx = pool.begin().await.map_err(unavailable)?;
     let mut claims = reclaim(&mut tx, now, lease, count, channel).await?;
     if claims.len() < count {
-        let fresh = open_batches(&mut tx, now, lease, (0, count - claims.len()), channel).await?;
-        claims.extend(fresh);
+        let opened = open_batches(&mut tx, now, lease, (0, count - claims.len()), channel).await?;
+        for o in opened {
+            claims.push(Claim {
+                batch: load_batch(&mut tx, o.batch).await?,
+                token: LeaseToken(1),
+                attempt: 1,
+                requeued: o.requeued,
+            });
+        }
     }
     tx.commit().await.map_err(unavailable)?;
     Ok(claims)
@@ -104,7 +111,7 @@ async fn open_batches(
     lease: Duration,
     (skip, count): (usize, usize),
     channel: Option<&str>,
-) -> Result<Vec<Claim>> {
+) -> Result<Vec<Opened>> {
     let due = sqlx::query(
         "SELECT id, due_at, requeued FROM conversations
          WHERE due_at <= $1 AND open_batch_id IS NULL AND ($3::text IS NULL OR channel = $3)
@@ -117,7 +124,7 @@ async fn open_batches(
     .fetch_all(&mut *conn)
     .await
     .map_err(unavailable)?;
-    let mut claims = Vec::with_capacity(due.len());
+    let mut opened = Vec::with_capacity(due.len());
     for row in due {
         let (conversation, due_at, requeued): (i64, i64, bool) =
             (row.get(0), row.get(1), row.get(2));
@@ -148,14 +155,20 @@ async fn open_batches(
         .fetch_one(&mut *conn)
         .await
         .map_err(unavailable)?;
-        claims.push(Claim {
-            batch: load_batch(conn, batch).await?,
-            token: LeaseToken(1),
-            attempt: 1,
+        opened.push(Opened {
+            batch,
+            conversation,
             requeued,
         });
     }
-    Ok(claims)
+    Ok(opened)
+}
+
+/// A batch just opened, under its first token.
+struct Opened {
+    batch: i64,
+    conversation: i64,
+    requeued: bool,
 }
 
 pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch> {
@@ -254,14 +267,12 @@ pub(super) async fn hold(
     let whatsapp = Some(Channel::Whatsapp.as_str());
     let opened = open_batches(&mut tx, now, Duration::ZERO, (skip, limit), whatsapp).await?;
     let mut held = Vec::with_capacity(opened.len());
-    for claim in opened {
-        let batch = claim.batch.id;
-        let conversation: i64 =
-            sqlx::query_scalar("SELECT conversation_id FROM batches WHERE id = $1")
-                .bind(batch)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(unavailable)?;
+    for Opened {
+        batch,
+        conversation,
+        ..
+    } in opened
+    {
         write_reply(&mut tx, batch, conversation, now, parts, sandbox, HOLD_PART).await?;
         sqlx::query(
             "UPDATE batches SET state = 'waiting', attempts = 0, lease_until = NULL,

@@ -28,8 +28,15 @@ pub(super) fn claim(
     let channel = channel.map(Channel::as_str);
     let mut claims = reclaim(conn, now, lease, limit, channel)?;
     if claims.len() < limit {
-        let fresh = open_batches(conn, now, lease, (0, limit - claims.len()), channel)?;
-        claims.extend(fresh);
+        let opened = open_batches(conn, now, lease, (0, limit - claims.len()), channel)?;
+        for o in opened {
+            claims.push(Claim {
+                batch: load_batch(conn, o.batch)?,
+                token: LeaseToken(1),
+                attempt: 1,
+                requeued: o.requeued,
+            });
+        }
     }
     Ok(claims)
 }
@@ -108,7 +115,7 @@ fn open_batches(
     lease: Duration,
     (skip, limit): (usize, usize),
     channel: Option<&str>,
-) -> Result<Vec<Claim>> {
+) -> Result<Vec<Opened>> {
     let conversations: Vec<(i64, i64, bool)> = conn
         .prepare_cached(
             "SELECT id, due_at, requeued FROM conversations
@@ -123,7 +130,7 @@ fn open_batches(
             .collect()
         })
         .map_err(unavailable)?;
-    let mut claims = Vec::with_capacity(conversations.len());
+    let mut opened = Vec::with_capacity(conversations.len());
     for (conversation, due_at, requeued) in conversations {
         let batch: i64 = conn
             .prepare_cached(
@@ -146,14 +153,20 @@ fn open_batches(
              WHERE id = ?2",
             params![batch, conversation],
         )?;
-        claims.push(Claim {
-            batch: load_batch(conn, batch)?,
-            token: LeaseToken(1),
-            attempt: 1,
+        opened.push(Opened {
+            batch,
+            conversation,
             requeued,
         });
     }
-    Ok(claims)
+    Ok(opened)
+}
+
+/// A batch just opened, under its first token.
+struct Opened {
+    batch: i64,
+    conversation: i64,
+    requeued: bool,
 }
 
 pub(super) fn load_batch(conn: &Connection, id: i64) -> Result<Batch> {
@@ -357,12 +370,12 @@ pub(super) fn hold(
     let whatsapp = Some(Channel::Whatsapp.as_str());
     let opened = open_batches(conn, now, Duration::ZERO, (skip, limit), whatsapp)?;
     let mut held = Vec::with_capacity(opened.len());
-    for claim in opened {
-        let batch = claim.batch.id;
-        let conversation: i64 = conn
-            .prepare_cached("SELECT conversation_id FROM batches WHERE id = ?1")
-            .and_then(|mut s| s.query_row(params![batch], |r| r.get(0)))
-            .map_err(unavailable)?;
+    for Opened {
+        batch,
+        conversation,
+        ..
+    } in opened
+    {
         write_reply(conn, batch, conversation, now, parts, sandbox, HOLD_PART)?;
         execute(
             conn,
