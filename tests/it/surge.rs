@@ -12,7 +12,10 @@ use sabi::testing::llm::{Answer, FakeLlm};
 
 use sabi::store::ReviewQuery;
 
-use crate::helpers::{START_MS, TestApp, eventually, json_lines, sabi_command, text_webhook_at};
+use crate::helpers::{
+    START_MS, SabiProcess, TestApp, eventually, json_lines, sabi_command, signature,
+    text_webhook_at,
+};
 
 fn client(fake: &FakeLlm, clock: Arc<ManualClock>, metrics: Arc<Metrics>) -> Arc<Llm> {
     let provider = Provider {
@@ -334,4 +337,61 @@ async fn a_paused_provider_is_passed_over_for_the_fallback() {
         "asked once, then passed over"
     );
     assert_eq!(fallback.completions().len(), 2);
+}
+
+/// `sabi plan --local-share auto` reads the router's share of this store's last week, and
+/// `--reply-curve auto` this store's latest finished broadcast; each says so when there is
+/// nothing to read.
+#[tokio::test]
+async fn sabi_plan_reads_what_this_store_measured() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plan = |extra: &[&str]| {
+        sabi_command(dir.path())
+            .args(["plan", "--audience", "100", "--slots", "5", "--json"])
+            .args(extra)
+            .output()
+            .expect("sabi runs")
+    };
+    let none = plan(&["--local-share", "auto"]);
+    assert!(!none.status.success());
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert!(said.contains("no answered turns"), "{said}");
+    let none = plan(&["--reply-curve", "auto"]);
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert!(said.contains("no finished broadcast"), "{said}");
+
+    // Two turns now, answered without the model (the sandbox's acknowledgement).
+    let sabi = SabiProcess::start_with(dir.path(), &[("SABI_BATCH_WINDOW", "0")]);
+    let client = reqwest::Client::new();
+    let now_s = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs(),
+    )
+    .expect("fits");
+    for n in 0..2 {
+        let body = text_webhook_at(
+            &format!("wamid.m{n}"),
+            &format!("2348031111{n:03}"),
+            "hi",
+            now_s,
+        );
+        let response = client
+            .post(sabi.url("/webhook/whatsapp"))
+            .header("content-type", "application/json")
+            .header("x-hub-signature-256", signature(&body))
+            .body(body)
+            .send()
+            .await
+            .expect("posted");
+        assert_eq!(response.status(), 200);
+    }
+    eventually(|| {
+        let measured = plan(&["--local-share", "auto"]);
+        measured.status.success()
+            && serde_json::from_slice::<serde_json::Value>(&measured.stdout)
+                .is_ok_and(|json| json["scenario"]["local_share"] == 1.0)
+    })
+    .await;
 }
