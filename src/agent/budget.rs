@@ -204,6 +204,16 @@ mod tests {
         (Arc::new(Budget::new(limits, clock.clone())), clock)
     }
 
+    /// `n` calls asking for the budget at once: each tells how long it waited.
+    fn acquiring(budget: &Arc<Budget>, n: usize) -> Vec<tokio::task::JoinHandle<Duration>> {
+        (0..n)
+            .map(|_| {
+                let budget = budget.clone();
+                tokio::spawn(async move { budget.acquire(1).await.waited })
+            })
+            .collect()
+    }
+
     const OPEN: Limits = Limits {
         concurrent: 2,
         requests_per_minute: None,
@@ -261,12 +271,7 @@ mod tests {
         });
         budget.pause(Duration::from_secs(5));
         let start = clock.now();
-        let waiting: Vec<_> = (0..2)
-            .map(|_| {
-                let budget = budget.clone();
-                tokio::spawn(async move { budget.acquire(1).await.waited })
-            })
-            .collect();
+        let waiting = acquiring(&budget, 2);
         tokio::task::yield_now().await;
         clock.advance(Duration::from_secs(5));
         tokio::task::yield_now().await;
@@ -285,12 +290,7 @@ mod tests {
         let (budget, clock) = budget(OPEN);
         budget.pause(Duration::from_secs(5));
         assert!(budget.paused());
-        let waiting: Vec<_> = (0..2)
-            .map(|_| {
-                let budget = budget.clone();
-                tokio::spawn(async move { budget.acquire(1).await.waited })
-            })
-            .collect();
+        let waiting = acquiring(&budget, 2);
         tokio::task::yield_now().await;
         clock.advance(Duration::from_secs(4));
         tokio::task::yield_now().await;

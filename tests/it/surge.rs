@@ -17,28 +17,38 @@ use crate::helpers::{
     text_webhook_at,
 };
 
-fn client(fake: &FakeLlm, clock: Arc<ManualClock>, metrics: Arc<Metrics>) -> Arc<Llm> {
+/// A provider served by `fake`, with room for four calls at once.
+fn provider(fake: &FakeLlm, model: &str) -> (Provider, Limits) {
     let provider = Provider {
         base_url: fake.base_url(),
         api_key: None,
-        model: "fake-model".into(),
+        model: model.into(),
     };
     let limits = Limits {
         concurrent: 4,
         requests_per_minute: None,
         tokens_per_minute: None,
     };
-    let context = LlmContext {
+    (provider, limits)
+}
+
+fn context(clock: Arc<ManualClock>, metrics: Arc<Metrics>, retries: Retries) -> LlmContext {
+    LlmContext {
         timeout: Duration::from_secs(10),
-        retries: Retries {
-            attempts: 3,
-            backoff: Duration::from_secs(1),
-        },
+        retries,
         sampling: Sampling::default(),
         clock,
         metrics,
+    }
+}
+
+fn client(fake: &FakeLlm, clock: Arc<ManualClock>, metrics: Arc<Metrics>) -> Arc<Llm> {
+    let retries = Retries {
+        attempts: 3,
+        backoff: Duration::from_secs(1),
     };
-    Arc::new(Llm::new((provider, limits), None, context).expect("client"))
+    let context = context(clock, metrics, retries);
+    Arc::new(Llm::new(provider(fake, "fake-model"), None, context).expect("client"))
 }
 
 /// One turn's 429 holds every turn's call for its Retry-After; then they all go.
@@ -294,29 +304,11 @@ async fn a_paused_provider_is_passed_over_for_the_fallback() {
     let fallback = FakeLlm::start().await;
     primary.script([Answer::Throttled(600)]);
     let clock = ManualClock::new(At::from_millis(1_781_000_000_000));
-    let provider = |fake: &FakeLlm, model: &str| {
-        let provider = Provider {
-            base_url: fake.base_url(),
-            api_key: None,
-            model: model.into(),
-        };
-        let limits = Limits {
-            concurrent: 4,
-            requests_per_minute: None,
-            tokens_per_minute: None,
-        };
-        (provider, limits)
+    let retries = Retries {
+        attempts: 2,
+        backoff: Duration::ZERO,
     };
-    let context = LlmContext {
-        timeout: Duration::from_secs(10),
-        retries: Retries {
-            attempts: 2,
-            backoff: Duration::ZERO,
-        },
-        sampling: Sampling::default(),
-        clock,
-        metrics: Metrics::new(),
-    };
+    let context = context(clock, Metrics::new(), retries);
     let llm = Llm::new(
         provider(&primary, "primary"),
         Some(provider(&fallback, "backup")),
