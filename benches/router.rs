@@ -2,7 +2,8 @@
 //!
 //! `cargo bench --bench router` routes every message of the intents corpus
 //! (`tests/data/intents/dev.jsonl`, or `ROUTER_BENCH_FILE`) many times on one thread and
-//! prints messages per second and the p50/p99/p99.9 time per message. Under `cargo test` it runs
+//! prints messages per second and the p50/p99/p99.9 time per message. `ROUTER_BENCH_INTENTS`
+//! names an intents file to measure instead of the built-in one. Under `cargo test` it runs
 //! briefly, as a smoke check.
 
 use std::time::{Duration, Instant};
@@ -16,7 +17,7 @@ fn main() {
     let mut startups: Vec<Duration> = (0..if full { 9 } else { 1 })
         .map(|_| {
             let started = Instant::now();
-            Router::builtin().expect("built-in intents");
+            router();
             started.elapsed()
         })
         .collect();
@@ -26,7 +27,7 @@ fn main() {
         startups[startups.len() / 2]
     );
 
-    let router = Router::builtin().expect("built-in intents");
+    let router = router();
     let messages = messages();
     let mut times = Vec::with_capacity(messages.len() * rounds);
     let started = Instant::now();
@@ -48,6 +49,16 @@ fn main() {
         pct(0.99),
         pct(0.999),
     );
+}
+
+fn router() -> Router {
+    match std::env::var("ROUTER_BENCH_INTENTS") {
+        Ok(path) => {
+            let source = std::fs::read_to_string(&path).expect("ROUTER_BENCH_INTENTS is readable");
+            Router::trained(&source).expect("the intents file builds")
+        }
+        Err(_) => Router::builtin().expect("built-in intents"),
+    }
 }
 
 fn messages() -> Vec<String> {

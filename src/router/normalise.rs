@@ -7,18 +7,23 @@
 //! spelling variants (`wetin`/`wetyn`, `acct`/`acc`, `pls`/`abeg`/`biko`, ...).
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 
 use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::is_combining_mark;
 
 use super::entities::{Entities, Span};
+use super::vocabulary::Fnv;
+
+type ByWord<V> = HashMap<String, V, BuildHasherDefault<Fnv>>;
 
 /// Maps spelling variants (and multi-word phrases) to canonical words.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Lexicon {
-    words: HashMap<String, String>,
-    /// Multi-word variants, longest first: replaced before tokens are mapped.
-    phrases: Vec<(Vec<String>, String)>,
+    words: ByWord<String>,
+    /// Multi-word variants by their first word, longest first: replaced before tokens are
+    /// mapped. Keyed by first word so that a large lexicon costs one lookup per token.
+    phrases: ByWord<Vec<(Vec<String>, String)>>,
 }
 
 impl Lexicon {
@@ -35,11 +40,13 @@ impl Lexicon {
                 1 => {
                     self.words.insert(tokens[0].clone(), canonical.clone());
                 }
-                _ => self.phrases.push((tokens, canonical.clone())),
+                _ => {
+                    let starting = self.phrases.entry(tokens[0].clone()).or_default();
+                    starting.push((tokens, canonical.clone()));
+                    starting.sort_by_key(|(tokens, _)| std::cmp::Reverse(tokens.len()));
+                }
             }
         }
-        self.phrases
-            .sort_by_key(|(tokens, _)| std::cmp::Reverse(tokens.len()));
     }
 
     fn map<'a>(&'a self, token: &'a str) -> &'a str {
@@ -135,7 +142,7 @@ fn map_tokens<'a>(tokens: &[&'a str], lexicon: &'a Lexicon) -> Vec<&'a str> {
     let mut out = Vec::with_capacity(tokens.len());
     let mut i = 0;
     'tokens: while i < tokens.len() {
-        for (phrase, canonical) in &lexicon.phrases {
+        for (phrase, canonical) in lexicon.phrases.get(tokens[i]).into_iter().flatten() {
             let end = i + phrase.len();
             if end <= tokens.len() && tokens[i..end].iter().zip(phrase).all(|(t, p)| *t == p) {
                 out.push(canonical.as_str());

@@ -250,7 +250,8 @@ fn is_content(word: &str) -> bool {
     word.len() >= 3 && word.chars().all(char::is_alphabetic)
 }
 
-struct Fnv(u64);
+/// FNV-1a: fast on the short keys (words) the router looks up for every token.
+pub(super) struct Fnv(u64);
 
 impl Default for Fnv {
     fn default() -> Self {

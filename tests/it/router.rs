@@ -61,9 +61,7 @@ fn meets_targets(file: &str, report: &Report, min_local: f64) {
 fn cross_validated_targets_on_dev_and_on_the_messages_aimed_at_the_routers_mistakes() {
     let reports = cross_validated();
     meets_targets(reports[0].0, &reports[0].1, 0.55);
-    // The issue asks 55 % here; the calibrated router answers about 42 % of these locally
-    // (see BENCHMARKS.md): the floor holds what is reached.
-    meets_targets(reports[1].0, &reports[1].1, 0.38);
+    meets_targets(reports[1].0, &reports[1].1, 0.55);
 }
 
 #[test]
@@ -127,6 +125,15 @@ fn each_kind_of_mistake_is_handled_as_a_rule() {
         "my transfer failed and I want to talk to a human now",
         "agent_escalation",
     );
+    local(
+        "una app don fail me twice, make somebody call me abeg",
+        "agent_escalation",
+    );
+    local(
+        "I need a refund for the blender and I want your supervisor on it",
+        "agent_escalation",
+    );
+    local("put me through to the branch manager", "agent_escalation");
     // Negation with a wider scope.
     never("na my statement I want, no be balance", "check_balance");
     never(
@@ -148,6 +155,44 @@ fn each_kind_of_mistake_is_handled_as_a_rule() {
     never(
         "paid the rider with transfer, debited 15k but he left with the parcel",
         "order_status",
+    );
+    // Money asked back after an order went wrong: a refund, not an order question.
+    never(
+        "the parcel never arrive after two weeks, just return my 8k",
+        "order_status",
+    );
+    // Something seen or done already, with thanks: thanks, not the thing seen.
+    never(
+        "I can see the refund in my account now, thank you",
+        "refund_request",
+    );
+}
+
+/// Everyday words of Yoruba, Igbo and Hausa mixed into a request are read as the English words
+/// they stand for (the lexicon), so such requests are answered like their English twins.
+#[test]
+fn yoruba_igbo_and_hausa_words_are_read_as_their_english_twins() {
+    let router = Router::builtin().expect("router");
+    for (text, intent) in [
+        ("Ina son bude asusu na ajiya", "account_opening"),
+        ("Barka da safe", "greeting"),
+        ("Mo fe ya owo fun business mi", "loan_inquiry"),
+        ("Biko nyere m aka, achọrọ m mbinye ego", "loan_inquiry"),
+        ("Ẹ kú ìrọ̀lẹ́", "greeting"),
+        ("Sai gobe, na gode", "thanks_goodbye"),
+    ] {
+        let routing = router.route(text);
+        assert_eq!(
+            (routing.intent.as_str(), routing.local),
+            (intent, true),
+            "{text}: {routing:?}"
+        );
+    }
+    // "credit" is airtime in Nigerian English.
+    let routing = router.route("abeg credit me 1k Glo");
+    assert_eq!(
+        (routing.intent.as_str(), routing.local),
+        ("airtime_data", true)
     );
 }
 
