@@ -193,6 +193,20 @@ mod tests {
     }
 
     #[test]
+    fn phrases_sharing_a_first_word_take_the_longest_then_the_word() {
+        let mut l = lexicon();
+        l.add("where", &["ina".into()]);
+        l.add("want", &["ina son".into()]);
+        l.add("good evening", &["barka da yamma".into()]);
+        l.add("hello", &["barka".into(), "ina kwana".into()]);
+        assert_eq!(normalise("Ina son data", &l).text, "want data");
+        assert_eq!(normalise("ina kwana", &l).text, "hello");
+        assert_eq!(normalise("Ina kayana?", &l).text, "where kayana");
+        assert_eq!(normalise("Barka da yamma", &l).text, "good evening");
+        assert_eq!(normalise("barka", &l).text, "hello");
+    }
+
+    #[test]
     fn masks_numbers_so_digits_do_not_decide() {
         let n = normalise(
             "send 1k credit to 08031234567 from acct 0123456789",
