@@ -242,6 +242,20 @@ impl App {
         let store = store::open(&config.store)
             .await
             .context("opening the store")?;
+        App::build_on(config, role, clock, store, handler).await
+    }
+
+    /// [`App::build_with`] on a store already open (the configured one is not opened).
+    ///
+    /// # Errors
+    /// As [`App::build`].
+    pub async fn build_on(
+        config: &Config,
+        role: Role,
+        clock: SharedClock,
+        store: Arc<dyn Store>,
+        handler: Option<Arc<dyn TurnHandler>>,
+    ) -> anyhow::Result<App> {
         let metrics = Metrics::new();
         let graph = match &config.whatsapp.access_token {
             None => None,

@@ -122,6 +122,35 @@ impl Clock for SystemClock {
     }
 }
 
+/// Tokio's clock, counted from a given instant: with the runtime's time paused it is virtual
+/// time, which jumps to the next timer whenever every task waits (`sabi simulate`).
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: At,
+    started: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// Reads `origin` now. Call it inside the runtime whose time it keeps.
+    pub fn starting_at(origin: At) -> TokioClock {
+        TokioClock {
+            origin,
+            started: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> At {
+        self.origin + self.started.elapsed()
+    }
+
+    fn sleep_until(&self, deadline: At) -> Sleep {
+        let at = self.started + deadline.since(self.origin);
+        Box::pin(tokio::time::sleep_until(at))
+    }
+}
+
 /// A clock that moves only when told to.
 #[cfg(any(test, feature = "testing"))]
 #[derive(Debug)]

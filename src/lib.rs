@@ -60,6 +60,7 @@ pub mod plan;
 pub mod router;
 mod runner;
 pub mod sender;
+pub mod simulate;
 pub mod store;
 pub mod telemetry;
 #[cfg(feature = "testing")]

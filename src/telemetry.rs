@@ -16,8 +16,9 @@ use tracing_subscriber::EnvFilter;
 use crate::config::LogFormat;
 use crate::domain::ConversationKey;
 
-pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("SABI_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+/// Logs at `SABI_LOG`'s levels, or at `level` and above when it is unset.
+pub fn init(format: LogFormat, level: &str) {
+    let filter = EnvFilter::try_from_env("SABI_LOG").unwrap_or_else(|_| EnvFilter::new(level));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     // A second init (tests in one process) keeps the first subscriber. JSON escapes what it
     // writes; text lines go through `Escaped`, and so have no colours of their own.

@@ -3,6 +3,7 @@
 
 mod broadcast;
 mod plan;
+mod simulate;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -126,6 +127,10 @@ enum Command {
     /// How many turns at once a broadcast's surge of replies needs, and what customers see with
     /// fewer: waits, queue, holding messages, review, model calls against the budget.
     Plan(Box<plan::PlanArgs>),
+    /// Plays a broadcast's surge of replies against the real engine on virtual time (a
+    /// temporary store, fakes of the Graph API and the model): the table of `sabi plan`,
+    /// measured.
+    Simulate(Box<simulate::SimulateArgs>),
     /// Print the raw deliveries (or parts) that Sabi could not understand.
     Quarantine {
         #[arg(long)]
@@ -223,7 +228,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         return Ok(());
     }
     let config = Config::load(cli.config.as_deref(), std::env::vars())?;
-    crate::telemetry::init(config.logging.format);
+    // A simulation's node would log every simulated turn.
+    let level = match cli.command {
+        Command::Simulate(_) => "warn",
+        _ => "info",
+    };
+    crate::telemetry::init(config.logging.format, level);
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         match cli.command {
@@ -264,6 +274,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Quarantine { json } => quarantine(&config, json).await,
             Command::Stats { since, json } => stats(&config, since, json).await,
             Command::Plan(args) => plan::run(&config, *args).await,
+            Command::Simulate(args) => simulate::run(&config, *args).await,
             Command::Route {
                 text,
                 jsonl,

@@ -11,12 +11,22 @@ use serde_json::Value;
 use crate::broadcast::report::{self, Prices};
 use crate::clock::{At, Clock, SystemClock};
 use crate::config::Config;
-use crate::plan::{self, Curve, Plan, Scenario, Sizing, shown};
+use crate::plan::{self, Curve, Plan, Recommended, Row, Scenario, Sizing, shown};
 use crate::store::{self, BroadcastState, Store};
 
-/// What `sabi plan` takes; every input left out is a documented prior.
+/// What `sabi plan` takes.
 #[derive(Debug, Args)]
 pub(super) struct PlanArgs {
+    #[command(flatten)]
+    scenario: ScenarioArgs,
+    #[arg(long)]
+    json: bool,
+}
+
+/// A broadcast's surge, as `sabi plan` and `sabi simulate` take it; every input left out is
+/// a documented prior.
+#[derive(Debug, Args)]
+pub(super) struct ScenarioArgs {
     /// Customers the broadcast goes to.
     #[arg(long)]
     audience: usize,
@@ -52,15 +62,27 @@ pub(super) struct PlanArgs {
     /// Turns at once to try, over every node, like 5,20,40 (5, the recommendation and twice it
     /// by default).
     #[arg(long, value_delimiter = ',')]
-    slots: Vec<usize>,
-    #[arg(long)]
-    json: bool,
+    pub(super) slots: Vec<usize>,
 }
 
 /// A broadcast's default rate, messages per second.
 const DEFAULT_SEND_RATE: f64 = 20.0;
 
 pub(super) async fn run(config: &Config, args: PlanArgs) -> anyhow::Result<()> {
+    let (scenario, sizing) = inputs(config, &args.scenario).await?;
+    let made = plan::plan(scenario, sizing, &args.scenario.slots);
+    match args.json {
+        true => println!("{}", serde_json::to_string(&made)?),
+        false => print_table(&made),
+    }
+    Ok(())
+}
+
+/// The scenario and sizing the arguments, the configuration and the priors give.
+pub(super) async fn inputs(
+    config: &Config,
+    args: &ScenarioArgs,
+) -> anyhow::Result<(Scenario, Sizing)> {
     let mut scenario = Scenario::prior(args.audience);
     let needs_store =
         args.reply_curve.as_deref() == Some("auto") || args.local_share.as_deref() == Some("auto");
@@ -115,12 +137,7 @@ pub(super) async fn run(config: &Config, args: PlanArgs) -> anyhow::Result<()> {
         review_after: plan::seconds(engine.review_after),
         queued_review_after: engine.queued_review_after.map(plan::seconds),
     };
-    let made = plan::plan(scenario, sizing, &args.slots);
-    match args.json {
-        true => println!("{}", serde_json::to_string(&made)?),
-        false => print_table(&made),
-    }
-    Ok(())
+    Ok((scenario, sizing))
 }
 
 /// The curve (and, from a store, the reply rate) of earlier replies.
@@ -204,7 +221,12 @@ fn latencies(given: &str) -> anyhow::Result<(f64, f64)> {
 }
 
 fn print_table(made: &Plan) {
-    let (s, z) = (&made.scenario, &made.sizing);
+    print_scenario(&made.scenario, &made.sizing);
+    print_rows(&made.rows);
+    print_recommended(&made.recommended);
+}
+
+pub(super) fn print_scenario(s: &Scenario, z: &Sizing) {
     println!(
         "{} customers, {:.0} % reply, {:.1} turns each, {:.0} % answered without the model, \
          model turns {} (p95 {}); sends over {}",
@@ -216,6 +238,9 @@ fn print_table(made: &Plan) {
         shown(s.llm_p95),
         shown(z.send_over),
     );
+}
+
+pub(super) fn print_rows(rows: &[Row]) {
     println!(
         "{:>6} {:>10} {:>5} {:>9} {:>9} {:>9} {:>12} {:>6} {:>8} {:>8} {:>9} {:>10} {:>11}",
         "slots",
@@ -232,7 +257,7 @@ fn print_table(made: &Plan) {
         "calls/min",
         "tokens/min"
     );
-    for r in &made.rows {
+    for r in rows {
         println!(
             "{:>6} {:>10.2} {:>4.0}% {:>9} {:>9} {:>9} {:>12} {:>6} {:>8} {:>8} {:>9} {:>10} {:>11}",
             r.slots,
@@ -250,7 +275,9 @@ fn print_table(made: &Plan) {
             budgeted(r.peak_tokens_per_min, r.tpm_budget),
         );
     }
-    let rec = &made.recommended;
+}
+
+pub(super) fn print_recommended(rec: &Recommended) {
     println!(
         "recommended: {} turns at once ({} node{} of {}), sends over {}: p95 wait {}{}",
         rec.slots,

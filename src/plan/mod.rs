@@ -14,7 +14,7 @@
 //! reply, 43 % of replies in the first 15 minutes, 3 turns per replying customer, 5 s per model
 //! turn.
 
-mod queue;
+pub(crate) mod queue;
 
 use std::time::Duration;
 
@@ -156,6 +156,16 @@ pub struct Sizing {
     pub queued_review_after: Option<f64>,
 }
 
+/// One turn as it went, in seconds from the first send: when it fell due, started and ended,
+/// and whether it used the model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Turn {
+    pub due: f64,
+    pub start: f64,
+    pub end: f64,
+    pub model: bool,
+}
+
 /// What customers would see with one number of turns at once.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row {
@@ -249,7 +259,11 @@ pub fn plan(scenario: Scenario, sizing: Sizing, slots: &[usize]) -> Plan {
 
 /// One row: the scenario played out with `sizing`.
 pub fn row(scenario: &Scenario, sizing: &Sizing) -> Row {
-    let turns = queue::play(scenario, sizing);
+    measure(&queue::play(scenario, sizing), scenario, sizing)
+}
+
+/// What customers saw in `turns`, played out or measured (`sabi simulate`).
+pub fn measure(turns: &[Turn], scenario: &Scenario, sizing: &Sizing) -> Row {
     let mut waits: Vec<f64> = turns.iter().map(|t| t.start - t.due).collect();
     waits.sort_by(f64::total_cmp);
     let replies: Vec<f64> = {
@@ -269,12 +283,12 @@ pub fn row(scenario: &Scenario, sizing: &Sizing) -> Row {
         peak_arrivals_per_s: peak_per_minute(&turns.iter().map(|t| t.due).collect::<Vec<_>>())
             as f64
             / 60.0,
-        utilisation: busiest_hour(&turns) / (3_600.0 * sizing.slots.max(1) as f64),
+        utilisation: busiest_hour(turns) / (3_600.0 * sizing.slots.max(1) as f64),
         p50_wait_s: percentile(&waits, 0.5),
         p95_wait_s: percentile(&waits, 0.95),
         max_wait_s: waits.last().copied().unwrap_or(0.0),
         p95_reply_s: percentile(&replies, 0.95),
-        max_queue: longest_queue(&turns),
+        max_queue: longest_queue(turns),
         holding_messages: over(sizing.hold_after),
         over_review_age: over(sizing.review_after),
         review_spill: sizing.queued_review_after.map_or(0, over),
@@ -364,7 +378,7 @@ fn peak_per_minute(times: &[f64]) -> usize {
 }
 
 /// The most slot time turns starting within one hour take, seconds.
-fn busiest_hour(turns: &[queue::Turn]) -> f64 {
+fn busiest_hour(turns: &[Turn]) -> f64 {
     let mut started: Vec<(f64, f64)> = turns.iter().map(|t| (t.start, t.end - t.start)).collect();
     started.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (mut first, mut busy, mut most) = (0, 0.0, 0.0_f64);
@@ -380,7 +394,7 @@ fn busiest_hour(turns: &[queue::Turn]) -> f64 {
 }
 
 /// The most turns due and not yet started at once.
-fn longest_queue(turns: &[queue::Turn]) -> usize {
+fn longest_queue(turns: &[Turn]) -> usize {
     // +1 when a turn falls due, -1 when it starts; a start at its due time never queues.
     let mut events: Vec<(f64, i64)> = turns
         .iter()
@@ -396,7 +410,7 @@ fn longest_queue(turns: &[queue::Turn]) -> usize {
     usize::try_from(most).unwrap_or(0)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

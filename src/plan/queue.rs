@@ -8,16 +8,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::{Scenario, Sizing};
-
-/// One turn as it went: when it fell due, started and ended, and whether it used the model.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Turn {
-    pub due: f64,
-    pub start: f64,
-    pub end: f64,
-    pub model: bool,
-}
+use super::{Scenario, Sizing, Turn};
 
 /// A turn due at a time (seconds from the first send), for one customer.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -112,24 +103,47 @@ pub(super) fn play(scenario: &Scenario, sizing: &Sizing) -> Vec<Turn> {
     turns
 }
 
-/// When each replying customer's first turn falls due: their send, their reply delay along the
-/// curve, and the batch window.
+/// When each replying customer's first turn falls due: their first message, and the batch
+/// window.
 fn first_turns(scenario: &Scenario, sizing: &Sizing, rng: &mut fastrand::Rng) -> Vec<Due> {
+    repliers(scenario, sizing, rng)
+        .into_iter()
+        .map(|r| Due {
+            at: r.first + sizing.batch_window,
+            customer: r.customer,
+            left: r.turns - 1,
+        })
+        .collect()
+}
+
+/// A customer who replies to the broadcast.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Replier {
+    pub customer: usize,
+    /// Their first message, seconds from the first send: their send, and their reply delay
+    /// along the curve.
+    pub first: f64,
+    /// Turns they take, at least one.
+    pub turns: u32,
+}
+
+/// Every customer who replies, in the order of the sends.
+pub(crate) fn repliers(scenario: &Scenario, sizing: &Sizing, rng: &mut fastrand::Rng) -> Vec<Replier> {
     let send_spacing = sizing.send_over / (scenario.audience.max(1) as f64);
-    let mut dues = Vec::new();
+    let mut repliers = Vec::new();
     for customer in 0..scenario.audience {
         if rng.f64() >= scenario.reply_rate {
             continue;
         }
         let sent = customer as f64 * send_spacing;
         let delay = scenario.curve.sample(rng);
-        dues.push(Due {
-            at: sent + delay + sizing.batch_window,
+        repliers.push(Replier {
             customer,
-            left: turns_of(scenario.turns_per_customer, rng) - 1,
+            first: sent + delay,
+            turns: turns_of(scenario.turns_per_customer, rng),
         });
     }
-    dues
+    repliers
 }
 
 /// Turns one replying customer takes: at least one, `mean` on average (geometric).
@@ -143,7 +157,7 @@ fn turns_of(mean: f64, rng: &mut fastrand::Rng) -> u32 {
 }
 
 /// A model turn's time: log-normal with this median and 95th percentile.
-fn lognormal(rng: &mut fastrand::Rng, p50: f64, p95: f64) -> f64 {
+pub(crate) fn lognormal(rng: &mut fastrand::Rng, p50: f64, p95: f64) -> f64 {
     let mu = p50.max(1e-3).ln();
     let sigma = (p95.max(p50) / p50.max(1e-3)).ln() / 1.645;
     // Box-Muller.

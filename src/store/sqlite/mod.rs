@@ -23,7 +23,7 @@ use rusqlite::ToSql;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use self::writer::Writer;
+use self::writer::{Waits, Writer};
 use super::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at};
 use super::rules::batch::BatchState;
 use super::rules::broadcast::{
@@ -83,13 +83,27 @@ impl SqliteStore {
     /// # Errors
     /// When the file cannot be created or opened, or its schema is newer than this build.
     pub async fn open(path: &Path) -> Result<SqliteStore> {
+        SqliteStore::open_waiting(path, Waits::Async).await
+    }
+
+    /// [`SqliteStore::open`] for a runtime whose time is paused: callers wait for their
+    /// commits on blocking threads, which keeps tokio from jumping virtual time while a write
+    /// is on disk (`sabi simulate`).
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    pub async fn open_on_paused_time(path: &Path) -> Result<SqliteStore> {
+        SqliteStore::open_waiting(path, Waits::Blocking).await
+    }
+
+    async fn open_waiting(path: &Path, waits: Waits) -> Result<SqliteStore> {
         let path = path.to_owned();
         tokio::task::spawn_blocking(move || {
             keep_private(&path)?;
             let conn = connect(&path)?;
             migrate(&conn)?;
             keep_private(&path)?;
-            let writer = Writer::spawn(conn)
+            let writer = Writer::spawn(conn, waits)
                 .map_err(|e| Error::Unavailable(format!("cannot start the writer: {e}")))?;
             Ok(SqliteStore {
                 path,

@@ -59,15 +59,26 @@ where
 /// The handle callers write through; the thread stops when the last handle is dropped.
 pub(super) struct Writer {
     jobs: mpsc::Sender<Box<dyn Job>>,
+    waits: Waits,
+}
+
+/// How callers wait for their commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waits {
+    /// On the async task: the usual way.
+    Async,
+    /// On a blocking thread, so that a runtime whose time is paused sees work under way and
+    /// does not jump its clock while the commit is on disk (`sabi simulate`).
+    Blocking,
 }
 
 impl Writer {
-    pub(super) fn spawn(conn: Connection) -> std::io::Result<Writer> {
+    pub(super) fn spawn(conn: Connection, waits: Waits) -> std::io::Result<Writer> {
         let (jobs, queue) = mpsc::channel(QUEUE);
         thread::Builder::new()
             .name("sabi-sqlite-writer".into())
             .spawn(move || run(conn, queue))?;
-        Ok(Writer { jobs })
+        Ok(Writer { jobs, waits })
     }
 
     /// False once the writer thread has stopped: every write would fail.
@@ -91,9 +102,13 @@ impl Writer {
             .send(job)
             .await
             .map_err(|_| Error::Unavailable("the SQLite writer has stopped".into()))?;
-        answer
-            .await
-            .map_err(|_| Error::Unavailable("the SQLite writer dropped a job".into()))?
+        let answer = match self.waits {
+            Waits::Async => answer.await,
+            Waits::Blocking => tokio::task::spawn_blocking(move || answer.blocking_recv())
+                .await
+                .map_err(|e| Error::Unavailable(e.to_string()))?,
+        };
+        answer.map_err(|_| Error::Unavailable("the SQLite writer dropped a job".into()))?
     }
 }
 

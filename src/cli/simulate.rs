@@ -1,0 +1,122 @@
+//! `sabi simulate`: the surge `sabi plan` sizes, played against the real engine on virtual
+//! time (see [`crate::simulate`]), or in real time against running nodes (`--webhook`).
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::json;
+
+use super::plan::{ScenarioArgs, inputs, print_recommended, print_rows, print_scenario};
+use crate::config::Config;
+use crate::plan::{self, Sizing, shown};
+use crate::simulate::{self, Customers, Remote};
+
+#[derive(Debug, Args)]
+pub(super) struct SimulateArgs {
+    #[command(flatten)]
+    scenario: ScenarioArgs,
+    #[arg(long)]
+    json: bool,
+    /// Play the crowd in real time against nodes already running, posting to this WhatsApp
+    /// webhook URL (signed with the configured app secret); the nodes must send through
+    /// --graph-listen and ask the model at --model-listen.
+    #[arg(long, requires_all = ["graph_listen", "model_listen"])]
+    webhook: Option<String>,
+    /// With --webhook: where the fake Graph API listens.
+    #[arg(long, requires = "webhook")]
+    graph_listen: Option<SocketAddr>,
+    /// With --webhook: where the fake model listens.
+    #[arg(long, requires = "webhook")]
+    model_listen: Option<SocketAddr>,
+}
+
+pub(super) async fn run(config: &Config, args: SimulateArgs) -> anyhow::Result<()> {
+    let (scenario, sizing) = inputs(config, &args.scenario).await?;
+    if let Some(webhook) = args.webhook {
+        let remote = Remote {
+            webhook,
+            app_secret: config
+                .whatsapp
+                .app_secrets()
+                .into_iter()
+                .next()
+                .context("no app secret")?,
+            graph: args.graph_listen.context("--graph-listen")?,
+            model: args.model_listen.context("--model-listen")?,
+        };
+        let seen = simulate::against(config, &scenario, &sizing, remote).await?;
+        return match args.json {
+            true => Ok(println!("{}", serde_json::to_string(&seen)?)),
+            false => Ok(print_customers(&[(0, &seen)])),
+        };
+    }
+    let planned = plan::plan(scenario.clone(), sizing.clone(), &args.scenario.slots);
+    let mut rows = Vec::new();
+    for row in &planned.rows {
+        let sized = Sizing {
+            slots: row.slots,
+            ..sizing.clone()
+        };
+        let config = config.clone();
+        let scenario = scenario.clone();
+        // Each run has a runtime of its own on its own thread.
+        rows.push(tokio::task::spawn_blocking(move || {
+            simulate::simulate(&config, &scenario, &sized)
+        }));
+    }
+    let mut measured = Vec::new();
+    for row in rows {
+        measured.push(row.await.context("a simulation stopped")??);
+    }
+    if args.json {
+        let out = json!({
+            "scenario": planned.scenario,
+            "sizing": planned.sizing,
+            "rows": measured,
+            "planned": planned.rows,
+            "recommended": planned.recommended,
+        });
+        println!("{out}");
+        return Ok(());
+    }
+    print_scenario(&planned.scenario, &planned.sizing);
+    println!("measured:");
+    print_rows(&measured.iter().map(|m| m.row.clone()).collect::<Vec<_>>());
+    let seen: Vec<(usize, &Customers)> = measured
+        .iter()
+        .map(|m| (m.row.slots, &m.customers))
+        .collect();
+    print_customers(&seen);
+    println!("planned:");
+    print_rows(&planned.rows);
+    print_recommended(&planned.recommended);
+    for m in &measured {
+        println!(
+            "({} slots simulated in {:.0} s)",
+            m.row.slots, m.real_seconds
+        );
+    }
+    Ok(())
+}
+
+fn print_customers(rows: &[(usize, &Customers)]) {
+    println!(
+        "{:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10}",
+        "slots", "messages", "answered", "reply p50", "p95", "max", "holding", "calls", "throttled"
+    );
+    for (slots, c) in rows {
+        println!(
+            "{:>6} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10}",
+            slots,
+            c.messages,
+            c.answered,
+            shown(c.p50_reply_s),
+            shown(c.p95_reply_s),
+            shown(c.max_reply_s),
+            c.holding_messages,
+            c.model_calls,
+            c.throttled_calls,
+        );
+    }
+}

@@ -1,0 +1,224 @@
+//! The services a simulated surge talks to, as real HTTP servers: a Graph API that tells the
+//! crowd what each customer received, and a model with a latency distribution and the
+//! provider's per-minute limits. Both keep time on the clock they are given (virtual time in
+//! `sabi simulate`, real time in `bench/surge.sh`).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::clock::{At, SharedClock};
+use crate::plan::queue::lognormal;
+
+/// A message a customer received.
+#[derive(Debug, Clone)]
+pub(crate) struct Delivered {
+    pub customer: String,
+    pub at: At,
+    /// A holding message ("we will answer you in about 5 minutes"), not the answer.
+    pub holding: bool,
+}
+
+struct GraphState {
+    clock: SharedClock,
+    delivered: mpsc::UnboundedSender<Delivered>,
+    /// The holding message's text before its `{wait}`: how a holding message is told apart.
+    holding_prefix: String,
+}
+
+/// Serves the Graph API's send endpoint on `listener`; every text sent is told on `delivered`.
+pub(crate) fn serve_graph(
+    listener: TcpListener,
+    clock: SharedClock,
+    hold_message: &str,
+    delivered: mpsc::UnboundedSender<Delivered>,
+) {
+    let holding_prefix = hold_message
+        .split("{wait}")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let state = Arc::new(GraphState {
+        clock,
+        delivered,
+        holding_prefix,
+    });
+    let app = axum::Router::new()
+        .route("/{version}/{number}/messages", post(send))
+        .with_state(state);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+}
+
+async fn send(State(state): State<Arc<GraphState>>, Json(body): Json<Value>) -> Json<Value> {
+    // Read receipts and typing indicators.
+    if body.get("status").is_some() {
+        return Json(json!({"success": true}));
+    }
+    let customer = body["to"].as_str().unwrap_or_default().to_owned();
+    let text = body["text"]["body"].as_str().unwrap_or_default();
+    let holding = !state.holding_prefix.is_empty() && text.starts_with(&state.holding_prefix);
+    let _ = state.delivered.send(Delivered {
+        customer: customer.clone(),
+        at: state.clock.now(),
+        holding,
+    });
+    let wamid = format!("wamid.SIM{:016x}", fastrand::u64(..));
+    Json(json!({
+        "messaging_product": "whatsapp",
+        "contacts": [{"input": customer, "wa_id": customer}],
+        "messages": [{"id": wamid}],
+    }))
+}
+
+/// How the simulated model answers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ModelShape {
+    /// A call's time: median and 95th percentile, seconds.
+    pub p50: f64,
+    pub p95: f64,
+    pub requests_per_minute: Option<u32>,
+    pub tokens_per_minute: Option<u32>,
+    pub seed: u64,
+}
+
+/// What the model was asked, for the figures.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call {
+    pub at: At,
+    pub tokens: u64,
+    /// Refused with 429: over the provider's limits.
+    pub throttled: bool,
+}
+
+struct ModelState {
+    clock: SharedClock,
+    shape: ModelShape,
+    rng: Mutex<fastrand::Rng>,
+    /// The last minute's accepted calls, for the limits.
+    window: Mutex<VecDeque<(At, u64)>>,
+    calls: Mutex<Vec<Call>>,
+}
+
+/// The model's calls, read when the run is over.
+#[derive(Clone)]
+pub(crate) struct ModelLog(Arc<ModelState>);
+
+impl ModelLog {
+    pub(crate) fn calls(&self) -> Vec<Call> {
+        lock(&self.0.calls).clone()
+    }
+}
+
+/// Serves an OpenAI-compatible chat completion endpoint on `listener`.
+pub(crate) fn serve_model(listener: TcpListener, clock: SharedClock, shape: ModelShape) -> ModelLog {
+    let state = Arc::new(ModelState {
+        clock,
+        rng: Mutex::new(fastrand::Rng::with_seed(shape.seed)),
+        shape,
+        window: Mutex::new(VecDeque::new()),
+        calls: Mutex::new(Vec::new()),
+    });
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", post(complete))
+        .with_state(state.clone());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    ModelLog(state)
+}
+
+/// A word is about four bytes of text, as providers count tokens.
+const BYTES_PER_TOKEN: u64 = 4;
+const ANSWER_TOKENS: u64 = 40;
+
+async fn complete(State(state): State<Arc<ModelState>>, Json(body): Json<Value>) -> Response {
+    let now = state.clock.now();
+    let prompt = body.to_string().len() as u64 / BYTES_PER_TOKEN;
+    let tokens = prompt + ANSWER_TOKENS;
+    if let Some(retry) = over_limits(&state, now, tokens) {
+        lock(&state.calls).push(Call {
+            at: now,
+            tokens,
+            throttled: true,
+        });
+        let seconds = retry.as_secs().max(1);
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, seconds.to_string())],
+            Json(json!({"error": {"message": "rate limit reached"}})),
+        )
+            .into_response();
+    }
+    lock(&state.calls).push(Call {
+        at: now,
+        tokens,
+        throttled: false,
+    });
+    let took = {
+        let mut rng = lock(&state.rng);
+        lognormal(&mut rng, state.shape.p50, state.shape.p95)
+    };
+    state
+        .clock
+        .sleep_until(now + Duration::from_secs_f64(took))
+        .await;
+    Json(json!({
+        "id": "chatcmpl-simulated",
+        "object": "chat.completion",
+        "model": body["model"],
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant",
+            "content": "Thank you for writing. Here is what you asked about: we have checked it for you.",
+        }}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": ANSWER_TOKENS,
+                  "total_tokens": tokens},
+    }))
+    .into_response()
+}
+
+/// When the call would pass the provider's requests or tokens in the last minute: how long
+/// until it would not. Otherwise it is counted against them.
+fn over_limits(state: &ModelState, now: At, tokens: u64) -> Option<Duration> {
+    const MINUTE: Duration = Duration::from_secs(60);
+    let mut window = lock(&state.window);
+    while window.front().is_some_and(|(at, _)| now.since(*at) >= MINUTE) {
+        window.pop_front();
+    }
+    let requests = window.len() as u64;
+    let used: u64 = window.iter().map(|(_, t)| t).sum();
+    let over = state
+        .shape
+        .requests_per_minute
+        .is_some_and(|rpm| requests >= u64::from(rpm))
+        || state
+            .shape
+            .tokens_per_minute
+            .is_some_and(|tpm| used + tokens > u64::from(tpm));
+    if over {
+        let oldest = window.front().map_or(now, |(at, _)| *at);
+        return Some((oldest + MINUTE).since(now));
+    }
+    window.push_back((now, tokens));
+    None
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A listener on a free local port, or on `addr`.
+pub(crate) async fn listen(addr: Option<SocketAddr>) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))).await
+}
