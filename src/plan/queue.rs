@@ -128,7 +128,11 @@ pub(crate) struct Replier {
 }
 
 /// Every customer who replies, in the order of the sends.
-pub(crate) fn repliers(scenario: &Scenario, sizing: &Sizing, rng: &mut fastrand::Rng) -> Vec<Replier> {
+pub(crate) fn repliers(
+    scenario: &Scenario,
+    sizing: &Sizing,
+    rng: &mut fastrand::Rng,
+) -> Vec<Replier> {
     let send_spacing = sizing.send_over / (scenario.audience.max(1) as f64);
     let mut repliers = Vec::new();
     for customer in 0..scenario.audience {

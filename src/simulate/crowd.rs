@@ -93,7 +93,8 @@ struct Customer {
 
 impl Crowd {
     /// Plays every replier out; ends when nobody has anything left to write and every message
-    /// is answered, or when the last answer is `patience` overdue.
+    /// is answered, or when the last answer is `patience` overdue (counted from the last message
+    /// written or received).
     pub(crate) async fn run(
         self,
         origin: At,
@@ -160,6 +161,7 @@ impl Crowd {
                     customer.left -= 1;
                     customer.sent += 1;
                     let now = self.clock.now();
+                    last_news = now;
                     customer.open = Some(seen.exchanges.len());
                     seen.exchanges.push(Exchange { sent: now, answered: None, held: false });
                     waiting += 1;
@@ -197,7 +199,13 @@ impl Crowd {
 }
 
 /// Posts one webhook, retrying a refusal the way Meta does (a few times, a second apart).
-async fn post(http: reqwest::Client, url: String, signature: String, body: String, clock: SharedClock) {
+async fn post(
+    http: reqwest::Client,
+    url: String,
+    signature: String,
+    body: String,
+    clock: SharedClock,
+) {
     for _ in 0..5 {
         let sent = http
             .post(&url)
@@ -211,6 +219,8 @@ async fn post(http: reqwest::Client, url: String, signature: String, body: Strin
             Ok(response) => tracing::warn!(status = %response.status(), "webhook refused"),
             Err(e) => tracing::warn!(error.message = %e, "webhook not delivered"),
         }
-        clock.sleep_until(clock.now() + Duration::from_secs(1)).await;
+        clock
+            .sleep_until(clock.now() + Duration::from_secs(1))
+            .await;
     }
 }

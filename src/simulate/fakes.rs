@@ -122,7 +122,11 @@ impl ModelLog {
 }
 
 /// Serves an OpenAI-compatible chat completion endpoint on `listener`.
-pub(crate) fn serve_model(listener: TcpListener, clock: SharedClock, shape: ModelShape) -> ModelLog {
+pub(crate) fn serve_model(
+    listener: TcpListener,
+    clock: SharedClock,
+    shape: ModelShape,
+) -> ModelLog {
     let state = Arc::new(ModelState {
         clock,
         rng: Mutex::new(fastrand::Rng::with_seed(shape.seed)),
@@ -193,7 +197,10 @@ async fn complete(State(state): State<Arc<ModelState>>, Json(body): Json<Value>)
 fn over_limits(state: &ModelState, now: At, tokens: u64) -> Option<Duration> {
     const MINUTE: Duration = Duration::from_secs(60);
     let mut window = lock(&state.window);
-    while window.front().is_some_and(|(at, _)| now.since(*at) >= MINUTE) {
+    while window
+        .front()
+        .is_some_and(|(at, _)| now.since(*at) >= MINUTE)
+    {
         window.pop_front();
     }
     let requests = window.len() as u64;

@@ -77,7 +77,11 @@ const PATIENCE: Duration = Duration::from_secs(3_600);
 ///
 /// # Errors
 /// When the node cannot start (its configuration, the temporary store).
-pub fn simulate(config: &Config, scenario: &Scenario, sizing: &Sizing) -> anyhow::Result<Simulated> {
+pub fn simulate(
+    config: &Config,
+    scenario: &Scenario,
+    sizing: &Sizing,
+) -> anyhow::Result<Simulated> {
     let (config, scenario, sizing) = (config.clone(), scenario.clone(), sizing.clone());
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -115,9 +119,15 @@ pub async fn against(
 ) -> anyhow::Result<Customers> {
     let clock: SharedClock = Arc::new(SystemClock);
     let started = clock.now();
-    let (log, delivered) = start_fakes(config, scenario, &clock, Some(remote.graph), Some(remote.model))
-        .await?
-        .into_parts();
+    let (log, delivered) = start_fakes(
+        config,
+        scenario,
+        &clock,
+        Some(remote.graph),
+        Some(remote.model),
+    )
+    .await?
+    .into_parts();
     let seen = crowd(config, scenario, clock, remote.webhook, remote.app_secret)?
         .run(started, &repliers(scenario, sizing), delivered)
         .await;
@@ -191,7 +201,12 @@ async fn start_fakes(
     let model_listener = fakes::listen(model).await.context("the fake model")?;
     let (graph, model) = (graph_listener.local_addr()?, model_listener.local_addr()?);
     let (tell, delivered) = mpsc::unbounded_channel();
-    fakes::serve_graph(graph_listener, clock.clone(), &config.engine.hold_message, tell);
+    fakes::serve_graph(
+        graph_listener,
+        clock.clone(),
+        &config.engine.hold_message,
+        tell,
+    );
     let shape = ModelShape {
         p50: scenario.llm_p50,
         p95: scenario.llm_p95,
