@@ -124,6 +124,7 @@ async fn agent_turns(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
     for n in 0..turns {
         let now = SystemClock.now();
         let delivery = Ingest {
+            routine: Default::default(),
             items: vec![message(n, now)],
             quarantined: Vec::new(),
             received_at: now,

@@ -180,6 +180,7 @@ async fn ingest_all(
             deliveries.spawn(async move {
                 let now = SystemClock.now();
                 let delivery = Ingest {
+                    routine: Default::default(),
                     items: vec![message(n, m, now)],
                     quarantined: Vec::new(),
                     received_at: now,
@@ -315,6 +316,15 @@ impl Turns for CountingStore {
     ) -> store::Result<Vec<Claim>> {
         self.count();
         self.inner.claim(now, lease, limit, channel).await
+    }
+    async fn claim_routine(
+        &self,
+        now: At,
+        lease: Duration,
+        limit: usize,
+    ) -> store::Result<Vec<Claim>> {
+        self.count();
+        self.inner.claim_routine(now, lease, limit).await
     }
     async fn renew(
         &self,

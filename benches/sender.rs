@@ -153,6 +153,7 @@ async fn fill_outbox(store: &Arc<dyn Store>, parts: usize) {
     for chunk in (0..parts).collect::<Vec<_>>().chunks(500) {
         let items = chunk.iter().map(|&n| message(n, now)).collect();
         let delivery = Ingest {
+            routine: Default::default(),
             items,
             quarantined: Vec::new(),
             received_at: now,

@@ -46,10 +46,11 @@ pub(super) async fn run(config: &Config, args: SimulateArgs) -> anyhow::Result<(
             model: args.model_listen.context("--model-listen")?,
         };
         let seen = simulate::against(config, &scenario, &sizing, remote).await?;
-        return match args.json {
-            true => Ok(println!("{}", serde_json::to_string(&seen)?)),
-            false => Ok(print_customers(&[(0, &seen)])),
-        };
+        match args.json {
+            true => println!("{}", serde_json::to_string(&seen)?),
+            false => print_customers(&[(args.scenario.slots.first().copied().unwrap_or(0), &seen)]),
+        }
+        return Ok(());
     }
     let planned = plan::plan(scenario.clone(), sizing.clone(), &args.scenario.slots);
     let mut rows = Vec::new();

@@ -90,7 +90,7 @@ impl Ingress {
         Arc::new(Ingress {
             store,
             clock,
-            whatsapp: whatsapp::Settings::from_config(config),
+            whatsapp: whatsapp::Settings::from_config(config, intents.clone()),
             webchat: WebchatSettings::from_config(config, links.chat, intents.clone()),
             wakeup: links.wakeup,
             outbox: links.outbox,

@@ -131,6 +131,10 @@ pub struct Ingest {
     pub received_at: At,
     /// When the conversations this delivery touches become due.
     pub policy: BatchPolicy,
+    /// The messages (by dedupe key) the router answers alone. Any other message puts its
+    /// conversation in the model's lane until a batch takes it; the others' turns are claimed
+    /// first ([`Turns::claim_routine`]).
+    pub routine: HashSet<String>,
 }
 
 /// What an ingest did.
@@ -146,6 +150,16 @@ pub struct IngestReceipt {
     pub quarantined: usize,
     /// The earliest due time among the conversations this delivery scheduled.
     pub earliest_due: Option<At>,
+}
+
+/// Which due conversations a claim or a hold looks at (see [`Ingest::routine`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    Any,
+    /// Those whose pending messages the router answers alone.
+    Routine,
+    /// Those with a pending message for the model.
+    Model,
 }
 
 /// Which stored items to list.
@@ -691,6 +705,12 @@ pub trait Turns: Send + Sync + 'static {
         limit: usize,
         channel: Option<Channel>,
     ) -> Result<Vec<Claim>>;
+
+    /// Up to `limit` new batches of due WhatsApp conversations whose pending messages the
+    /// router answers alone ([`Ingest::routine`]), the longest due first, under a lease like
+    /// [`Turns::claim`]'s. The scheduler takes these before any other turn, so that a turn
+    /// without the model never waits behind model turns.
+    async fn claim_routine(&self, now: At, lease: Duration, limit: usize) -> Result<Vec<Claim>>;
 
     /// Extends a lease.
     ///

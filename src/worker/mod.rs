@@ -53,14 +53,24 @@ pub struct Scheduler {
     outbox: Arc<Notify>,
     metrics: Arc<Metrics>,
     chat: Arc<ChatSignals>,
+    /// The running loop's turns outside the routine lane: at most [`queue_slots`] at once.
+    queue_slots: Arc<Semaphore>,
     /// The running loop's web-chat turns: at most [`web_chat_slots`] at once.
     web_slots: Arc<Semaphore>,
 }
 
-/// A claimed batch, with the web-chat slot it holds while its turn runs.
+/// A claimed batch, with the slots it holds while its turn runs.
 pub(crate) struct Turn {
     claim: Claim,
+    /// None for a routine turn: those have every slot.
+    queue_slot: Option<OwnedSemaphorePermit>,
     web_slot: Option<OwnedSemaphorePermit>,
+}
+
+/// What one claim took: routine turns (the router answers them alone), and the others.
+struct Claimed {
+    routine: Vec<Claim>,
+    queued: Vec<Claim>,
 }
 
 impl Scheduler {
@@ -76,6 +86,7 @@ impl Scheduler {
             store,
             clock,
             handler,
+            queue_slots: Arc::new(Semaphore::new(queue_slots(settings.turns))),
             web_slots: Arc::new(Semaphore::new(web_chat_slots(settings.turns))),
             settings,
             wakeup: Arc::new(Wakeup::default()),
@@ -101,9 +112,11 @@ impl Scheduler {
     /// # Errors
     /// When the store cannot claim.
     pub async fn tick(self: &Arc<Self>) -> Result<TickOutcome, store::Error> {
-        let claims = self
-            .claim_due(self.settings.turns, web_chat_slots(self.settings.turns))
+        let turns = self.settings.turns;
+        let Claimed { routine, queued } = self
+            .claim_due(turns, queue_slots(turns), web_chat_slots(turns))
             .await?;
+        let claims: Vec<Claim> = routine.into_iter().chain(queued).collect();
         if claims.is_empty() {
             return Ok(TickOutcome::Idle);
         }
@@ -143,27 +156,43 @@ impl Scheduler {
         runner.run(self, shutdown).await;
     }
 
-    /// Up to `free` batches: WhatsApp's first, then web chat's, at most `web_free` of them, so
-    /// a flood of web-chat questions can never take every slot from WhatsApp customers.
-    async fn claim_due(&self, free: usize, web_free: usize) -> Result<Vec<Claim>, store::Error> {
+    /// Up to `free` batches. Routine ones first: the router answers them in microseconds, so a
+    /// surge of model turns never keeps them waiting. Then, within `queue_free`, WhatsApp's,
+    /// then web chat's, at most `web_free` of them, so a flood of web-chat questions can never
+    /// take every slot from WhatsApp customers.
+    async fn claim_due(
+        &self,
+        free: usize,
+        queue_free: usize,
+        web_free: usize,
+    ) -> Result<Claimed, store::Error> {
+        let mut claimed = Claimed {
+            routine: Vec::new(),
+            queued: Vec::new(),
+        };
         if free == 0 {
-            return Ok(Vec::new());
+            return Ok(claimed);
         }
         let lease = self.settings.lease;
         let now = self.clock.now();
-        let mut claims = self
+        claimed.routine = self.store.claim_routine(now, lease, free).await?;
+        let queue_free = queue_free.min(free - claimed.routine.len());
+        if queue_free == 0 {
+            return Ok(claimed);
+        }
+        claimed.queued = self
             .store
-            .claim(now, lease, free, Some(Channel::Whatsapp))
+            .claim(now, lease, queue_free, Some(Channel::Whatsapp))
             .await?;
-        let web = web_free.min(free - claims.len());
+        let web = web_free.min(queue_free - claimed.queued.len());
         if web > 0 {
             let web_claims = self
                 .store
                 .claim(now, lease, web, Some(Channel::Webchat))
                 .await?;
-            claims.extend(web_claims);
+            claimed.queued.extend(web_claims);
         }
-        Ok(claims)
+        Ok(claimed)
     }
 
     /// One turn: decide, run the handler under a renewed lease, and record how it ended.
@@ -277,26 +306,39 @@ impl Work for Scheduler {
     type Job = Turn;
     const JOBS: &'static str = "turns";
 
-    /// WhatsApp's batches first; web chat's only into its own free slots.
+    /// Routine batches into any free slot; the others into their own slots, web chat's into
+    /// its own of those.
     async fn claim(&self, free: usize) -> store::Result<Vec<Turn>> {
+        let queue_free = self.queue_slots.available_permits().min(free);
         let web_free = self.web_slots.available_permits().min(free);
-        let claims = self.claim_due(free, web_free).await?;
-        Ok(claims
-            .into_iter()
-            .map(|claim| {
-                let web_slot = match claim.batch.conversation.channel {
-                    Channel::Webchat => self.web_slots.clone().try_acquire_owned().ok(),
-                    Channel::Whatsapp => None,
-                };
-                Turn { claim, web_slot }
-            })
-            .collect())
+        let Claimed { routine, queued } = self.claim_due(free, queue_free, web_free).await?;
+        let routine = routine.into_iter().map(|claim| Turn {
+            claim,
+            queue_slot: None,
+            web_slot: None,
+        });
+        let queued = queued.into_iter().map(|claim| {
+            let web_slot = match claim.batch.conversation.channel {
+                Channel::Webchat => self.web_slots.clone().try_acquire_owned().ok(),
+                Channel::Whatsapp => None,
+            };
+            Turn {
+                claim,
+                queue_slot: self.queue_slots.clone().try_acquire_owned().ok(),
+                web_slot,
+            }
+        });
+        Ok(routine.chain(queued).collect())
     }
 
     async fn perform(self: Arc<Self>, turn: Turn) {
-        let Turn { claim, web_slot } = turn;
+        let Turn {
+            claim,
+            queue_slot,
+            web_slot,
+        } = turn;
         self.run_turn(claim).await;
-        drop(web_slot);
+        drop((queue_slot, web_slot));
     }
 
     /// The earliest due time the store knows of, but no later than the next poll; published
@@ -377,13 +419,24 @@ fn ending_name(ending: &Ending) -> &'static str {
     }
 }
 
-/// The turn slots web chat may hold at once: all but a fifth (at least one) of a node's slots
-/// stay for WhatsApp, whose customers are answered in normal time however full the web-chat
-/// queue is. A node with one slot shares it.
+/// The turn slots the turns outside the routine lane may hold at once: all but a fifth (at
+/// least one), which stay for turns the router answers alone, however deep the queue of model
+/// turns. A node with one slot shares it.
+fn queue_slots(turns: usize) -> usize {
+    all_but_a_fifth(turns)
+}
+
+/// The turn slots web chat may hold at once: all but a fifth of the queue's slots stay for
+/// WhatsApp, whose customers are answered in normal time however full the web-chat queue is.
 fn web_chat_slots(turns: usize) -> usize {
-    if turns < 2 {
-        turns
+    all_but_a_fifth(queue_slots(turns))
+}
+
+/// All but a fifth (at least one) of `slots`; one slot is shared.
+fn all_but_a_fifth(slots: usize) -> usize {
+    if slots < 2 {
+        slots
     } else {
-        turns - (turns / 5).max(1)
+        slots - (slots / 5).max(1)
     }
 }

@@ -66,7 +66,7 @@ use self::turns::{
     a_held_batch_keeps_its_place_and_its_holding_message_goes_first,
     a_running_turns_stage_shows_in_its_chat_job, a_transcript_fills_in_only_a_message_without_text,
     history_holds_the_turns_before_the_batch_with_notes,
-    next_due_is_the_earliest_window_lease_or_retry,
+    next_due_is_the_earliest_window_lease_or_retry, routine_turns_are_claimed_first_and_never_held,
     turn_stats_tell_local_agent_and_people_turns_apart,
 };
 use self::webchat::{
@@ -230,6 +230,7 @@ macro_rules! cases {
             // Turns
             next_due_is_the_earliest_window_lease_or_retry,
             a_held_batch_keeps_its_place_and_its_holding_message_goes_first,
+            routine_turns_are_claimed_first_and_never_held,
             turn_stats_tell_local_agent_and_people_turns_apart,
             a_running_turns_stage_shows_in_its_chat_job,
             a_transcript_fills_in_only_a_message_without_text,
@@ -437,6 +438,7 @@ pub fn message(id: &str, customer: &str, text: &str, sent: At) -> InboundItem {
 
 async fn ingest(store: &Arc<dyn Store>, items: Vec<InboundItem>, at: At) -> store::IngestReceipt {
     let delivery = Ingest {
+        routine: Default::default(),
         items,
         quarantined: Vec::new(),
         received_at: at,
@@ -1082,6 +1084,7 @@ async fn crossing_deliveries_all_land(store: Arc<dyn Store>) {
                 message(&format!("wamid.x{n}b"), b, "two", T0),
             ];
             let delivery = Ingest {
+                routine: Default::default(),
                 items,
                 quarantined: Vec::new(),
                 received_at: T0,

@@ -791,6 +791,7 @@ impl LoneSender {
                 .expect("store"),
         );
         let delivery = Ingest {
+            routine: Default::default(),
             items: vec![message("wamid.g1", &customer(1), "hello", now)],
             quarantined: Vec::new(),
             received_at: now,

@@ -253,6 +253,7 @@ async fn what_the_previous_build_stored_is_intact(store: &dyn Store) {
         .expect("an upgraded turn takes a label");
 
     let again = Ingest {
+        routine: Default::default(),
         items: vec![message(
             "wamid.A1",
             "2348011111111",

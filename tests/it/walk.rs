@@ -264,6 +264,7 @@ impl Walk {
 
     async fn ingest(&self, item: InboundItem) {
         let delivery = Ingest {
+            routine: Default::default(),
             items: vec![item],
             quarantined: Vec::new(),
             received_at: self.now,

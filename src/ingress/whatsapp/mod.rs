@@ -7,7 +7,8 @@
 
 mod payload;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -19,9 +20,10 @@ use subtle::ConstantTimeEq;
 pub use self::payload::{NotJson, Parsed, parse};
 use super::AppState;
 use crate::config::Config;
-use crate::domain::BatchPolicy;
+use crate::domain::{BatchPolicy, InboundItem};
 use crate::ingress::ApiError;
 use crate::metrics::Metrics;
+use crate::router::Router;
 use crate::store::Ingest;
 use crate::whatsapp::verify as verify_signature;
 
@@ -33,16 +35,33 @@ pub struct Settings {
     verify_token: Option<SecretString>,
     policy: BatchPolicy,
     max_body_bytes: usize,
+    /// Tells which messages it answers alone, so their turns go first; `None` when it is off.
+    router: Option<Arc<Router>>,
 }
 
 impl Settings {
-    pub fn from_config(config: &Config) -> Settings {
+    pub fn from_config(config: &Config, router: Option<Arc<Router>>) -> Settings {
         Settings {
             secrets: config.whatsapp.app_secrets(),
             verify_token: config.whatsapp.verify_token.clone(),
             policy: config.whatsapp.batch_policy(),
             max_body_bytes: config.ingress.max_body_bytes,
+            router,
         }
+    }
+
+    /// The messages the router answers alone (it takes microseconds; see [`Ingest::routine`]).
+    /// Those without text (a voice note, a picture) go to the model's lane.
+    fn routine(&self, items: &[InboundItem]) -> HashSet<String> {
+        let Some(router) = &self.router else {
+            return HashSet::new();
+        };
+        items
+            .iter()
+            .filter(|item| item.turn.is_some())
+            .filter(|item| item.text.as_deref().is_some_and(|t| router.route(t).local))
+            .map(|item| item.dedupe_key.clone())
+            .collect()
     }
 }
 
@@ -113,6 +132,7 @@ async fn store_delivery(
     let receipt = state
         .store
         .ingest(Ingest {
+            routine: state.whatsapp.routine(&items),
             items,
             quarantined,
             received_at: state.clock.now(),

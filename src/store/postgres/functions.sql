@@ -5,17 +5,19 @@
 -- the message's unique key first, then the conversation's row (the order every ingest takes its
 -- locks in), so a racing copy waits on the key and schedules nothing. Due one window after the
 -- latest message, never later than the cap after the first; a WhatsApp message is noted as the
--- reply to the customer's latest broadcast. Returns the message's seq and the
+-- reply to the customer's latest broadcast; a message for the model (`p_model`) puts the
+-- conversation in the model's lane until a batch takes it. Returns the message's seq and the
 -- conversation's due time, or no row when the message was already stored. Every PostgreSQL
 -- ingest of such a message calls it, alone or inside a delivery's transaction. `p_seq`, when
 -- given, is the message's place in arrival order, taken ahead for a delivery whose items are
 -- stored in another order than they came (see `lock_order`). The sequence is named, not looked
 -- up by `pg_get_serial_sequence`, which would cost a catalog read on every message.
-CREATE OR REPLACE FUNCTION sabi_ingest_message_v3(
+CREATE OR REPLACE FUNCTION sabi_ingest_message_v4(
     p_channel TEXT, p_key TEXT, p_business TEXT, p_customer TEXT, p_type TEXT, p_text TEXT,
     p_media TEXT, p_provider_ts BIGINT, p_received BIGINT, p_hash BYTEA, p_facts TEXT,
     p_conv_channel TEXT, p_conv_business TEXT, p_conv_customer TEXT,
-    p_window BIGINT, p_cap BIGINT, p_sent_at BIGINT, p_seq BIGINT, p_reply_since BIGINT)
+    p_window BIGINT, p_cap BIGINT, p_sent_at BIGINT, p_seq BIGINT, p_reply_since BIGINT,
+    p_model BOOLEAN)
 RETURNS TABLE (seq BIGINT, due_at BIGINT) LANGUAGE plpgsql AS $$
 DECLARE
     stored BIGINT;
@@ -33,15 +35,16 @@ BEGIN
         RETURN;
     END IF;
     INSERT INTO conversations AS c (channel, business, customer, first_pending_at,
-                                    last_pending_at, due_at, last_inbound_at)
+                                    last_pending_at, due_at, last_inbound_at, model_pending)
     VALUES (p_conv_channel, p_conv_business, p_conv_customer, p_received, p_received,
-            p_received + LEAST(p_window, p_cap), p_sent_at)
+            p_received + LEAST(p_window, p_cap), p_sent_at, p_model)
     ON CONFLICT (channel, business, customer) DO UPDATE SET
         first_pending_at = COALESCE(c.first_pending_at, EXCLUDED.first_pending_at),
         last_pending_at = EXCLUDED.last_pending_at,
         due_at = LEAST(EXCLUDED.last_pending_at + p_window,
                        COALESCE(c.first_pending_at, EXCLUDED.first_pending_at) + p_cap),
-        last_inbound_at = GREATEST(COALESCE(c.last_inbound_at, 0), EXCLUDED.last_inbound_at)
+        last_inbound_at = GREATEST(COALESCE(c.last_inbound_at, 0), EXCLUDED.last_inbound_at),
+        model_pending = c.model_pending OR EXCLUDED.model_pending
     RETURNING c.id, c.due_at INTO conversation, due;
     UPDATE inbox SET conversation_id = conversation WHERE inbox.seq = stored;
     -- On WhatsApp, the reply to the broadcast the customer was last sent, if that came after

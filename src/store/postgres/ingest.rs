@@ -65,7 +65,7 @@ async fn ingest_message(
 
 /// Stores a customer message that wakes its conversation and schedules the conversation (due
 /// one window after the latest message, never later than the cap after the first), through
-/// `sabi_ingest_message_v3` (functions.sql): the message's unique key first, then the
+/// `sabi_ingest_message_v4` (functions.sql): the message's unique key first, then the
 /// conversation's row, so a racing copy waits on the key and schedules nothing. The
 /// conversation's due time when the message is new; `None` when it was already stored.
 async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
@@ -77,9 +77,9 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     seq: Option<i64>,
 ) -> Result<Option<At>> {
     let stored: Option<(i64, At)> = sqlx::query_as(
-        "SELECT seq, due_at FROM sabi_ingest_message_v3(
+        "SELECT seq, due_at FROM sabi_ingest_message_v4(
              $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-             $19)",
+             $19, $20)",
     )
     .bind(item.channel.as_str())
     .bind(&item.dedupe_key)
@@ -100,6 +100,7 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     .bind(sent_at(item, delivery.received_at))
     .bind(seq)
     .bind(delivery.received_at - REPLY_SPAN)
+    .bind(!delivery.routine.contains(&item.dedupe_key))
     .fetch_optional(executor)
     .await
     .map_err(unavailable)?;
@@ -255,7 +256,8 @@ async fn amend(conn: &mut PgConnection, channel: Channel, change: &Amendment<'_>
     .map_err(unavailable)?;
     if let Some(Some(conversation)) = conversation {
         sqlx::query(
-            "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL
+            "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL,
+                    model_pending = false
              WHERE id = $1
                AND NOT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = $1 AND state = 'pending')",
         )
@@ -416,6 +418,8 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Sub
         quarantined: Vec::new(),
         received_at: s.now,
         policy: s.policy,
+        // Web chat has slots of its own, not the routine lane.
+        routine: Default::default(),
     };
     let receipt = ingest_in(&mut tx, &delivery, std::slice::from_ref(&encoded)).await?;
     let made: Option<String> = sqlx::query_scalar(

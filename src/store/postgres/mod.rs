@@ -47,6 +47,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_consents.sql"),
     include_str!("migrations/0006_broadcast_pause_and_body.sql"),
     include_str!("migrations/0007_local_hours.sql"),
+    include_str!("migrations/0008_lanes.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -265,6 +266,9 @@ impl Turns for PgStore {
         channel: Option<Channel>,
     ) -> Result<Vec<Claim>> {
         retrying(|| turns::claim(&self.pool, now, lease, limit, channel)).await
+    }
+    async fn claim_routine(&self, now: At, lease: Duration, limit: usize) -> Result<Vec<Claim>> {
+        retrying(|| turns::claim_routine(&self.pool, now, lease, limit)).await
     }
     async fn renew(&self, batch: i64, token: LeaseToken, now: At, lease: Duration) -> Result<()> {
         turns::renew(&self.pool, batch, token, now, lease).await

@@ -13,8 +13,8 @@ use crate::domain::{
 use crate::store::items::known;
 use crate::store::rules::batch::{BatchState, answered_by};
 use crate::store::{
-    Ending, Error, HOLD_PART, HistoryEntry, Result, RouteGuess, RoutedTurn, Speaker, TurnStats,
-    TurnUsage,
+    Ending, Error, HOLD_PART, HistoryEntry, Lane, Result, RouteGuess, RoutedTurn, Speaker,
+    TurnStats, TurnUsage,
 };
 
 /// Claims due work, of one channel's conversations only when `channel` is given.
@@ -29,17 +29,46 @@ pub(super) async fn claim(
     let mut tx = pool.begin().await.map_err(unavailable)?;
     let mut claims = reclaim(&mut tx, now, lease, count, channel).await?;
     if claims.len() < count {
-        let opened = open_batches(&mut tx, now, lease, (0, count - claims.len()), channel).await?;
-        for o in opened {
-            claims.push(Claim {
-                batch: load_batch(&mut tx, o.batch).await?,
-                token: LeaseToken(1),
-                attempt: 1,
-                requeued: o.requeued,
-            });
-        }
+        let room = (0, count - claims.len());
+        claims.extend(claim_opened(&mut tx, now, lease, room, channel, Lane::Any).await?);
     }
     tx.commit().await.map_err(unavailable)?;
+    Ok(claims)
+}
+
+/// See [`crate::store::Turns::claim_routine`].
+pub(super) async fn claim_routine(
+    pool: &PgPool,
+    now: At,
+    lease: Duration,
+    count: usize,
+) -> Result<Vec<Claim>> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let whatsapp = Some(Channel::Whatsapp.as_str());
+    let claims = claim_opened(&mut tx, now, lease, (0, count), whatsapp, Lane::Routine).await?;
+    tx.commit().await.map_err(unavailable)?;
+    Ok(claims)
+}
+
+/// New batches of due conversations, as claims under their first token.
+async fn claim_opened(
+    conn: &mut PgConnection,
+    now: At,
+    lease: Duration,
+    room: (usize, usize),
+    channel: Option<&str>,
+    lane: Lane,
+) -> Result<Vec<Claim>> {
+    let opened = open_batches(conn, now, lease, room, channel, lane).await?;
+    let mut claims = Vec::with_capacity(opened.len());
+    for o in opened {
+        claims.push(Claim {
+            batch: load_batch(conn, o.batch).await?,
+            token: LeaseToken(1),
+            attempt: 1,
+            requeued: o.requeued,
+        });
+    }
     Ok(claims)
 }
 
@@ -93,7 +122,8 @@ async fn take_pending(conn: &mut PgConnection, batch: i64) -> Result<()> {
               messages AS (
                   UPDATE inbox SET state = 'batched', batch_id = $1
                   WHERE state = 'pending' AND conversation_id = (SELECT conversation FROM batch))
-         UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL
+         UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL,
+                model_pending = false
          WHERE id = (SELECT conversation FROM batch)",
     )
     .bind(batch)
@@ -111,19 +141,36 @@ async fn open_batches(
     lease: Duration,
     (skip, count): (usize, usize),
     channel: Option<&str>,
+    lane: Lane,
 ) -> Result<Vec<Opened>> {
-    let due = sqlx::query(
-        "SELECT id, due_at, requeued FROM conversations
-         WHERE due_at <= $1 AND open_batch_id IS NULL AND ($3::text IS NULL OR channel = $3)
-         ORDER BY due_at LIMIT $2 OFFSET $4 FOR UPDATE SKIP LOCKED",
-    )
-    .bind(now)
-    .bind(limit(Some(count)))
-    .bind(channel)
-    .bind(limit(Some(skip)))
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    // Written out, so that each lane's query may use its own index.
+    let query = match lane {
+        Lane::Any => {
+            "SELECT id, due_at, requeued FROM conversations
+             WHERE due_at <= $1 AND open_batch_id IS NULL AND ($3::text IS NULL OR channel = $3)
+             ORDER BY due_at LIMIT $2 OFFSET $4 FOR UPDATE SKIP LOCKED"
+        }
+        Lane::Routine => {
+            "SELECT id, due_at, requeued FROM conversations
+             WHERE due_at <= $1 AND open_batch_id IS NULL AND ($3::text IS NULL OR channel = $3)
+               AND NOT model_pending
+             ORDER BY due_at LIMIT $2 OFFSET $4 FOR UPDATE SKIP LOCKED"
+        }
+        Lane::Model => {
+            "SELECT id, due_at, requeued FROM conversations
+             WHERE due_at <= $1 AND open_batch_id IS NULL AND ($3::text IS NULL OR channel = $3)
+               AND model_pending
+             ORDER BY due_at LIMIT $2 OFFSET $4 FOR UPDATE SKIP LOCKED"
+        }
+    };
+    let due = sqlx::query(query)
+        .bind(now)
+        .bind(limit(Some(count)))
+        .bind(channel)
+        .bind(limit(Some(skip)))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(unavailable)?;
     let mut opened = Vec::with_capacity(due.len());
     for row in due {
         let (conversation, due_at, requeued): (i64, i64, bool) =
@@ -143,7 +190,7 @@ async fn open_batches(
              opened AS (
                  UPDATE conversations SET open_batch_id = (SELECT id FROM batch),
                         first_pending_at = NULL, last_pending_at = NULL, due_at = NULL,
-                        requeued = false
+                        requeued = false, model_pending = false
                  WHERE id = $1)
              SELECT id FROM batch",
         )
@@ -265,7 +312,16 @@ pub(super) async fn hold(
 ) -> Result<Vec<i64>> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
     let whatsapp = Some(Channel::Whatsapp.as_str());
-    let opened = open_batches(&mut tx, now, Duration::ZERO, (skip, limit), whatsapp).await?;
+    // Routine turns are claimed first: only the model's lane queues.
+    let opened = open_batches(
+        &mut tx,
+        now,
+        Duration::ZERO,
+        (skip, limit),
+        whatsapp,
+        Lane::Model,
+    )
+    .await?;
     let mut held = Vec::with_capacity(opened.len());
     for Opened {
         batch,

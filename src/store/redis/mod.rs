@@ -364,6 +364,11 @@ impl Turns for RedisStore {
             .await?;
         raw.0.into_iter().map(RawClaim::into_claim).collect()
     }
+    async fn claim_routine(&self, now: At, lease: Duration, limit: usize) -> Result<Vec<Claim>> {
+        let args = json!({"now": now, "lease": millis(lease), "limit": count(limit)});
+        let raw: List<RawClaim> = self.call("claim_routine", args).await?;
+        raw.0.into_iter().map(RawClaim::into_claim).collect()
+    }
     async fn renew(&self, batch: i64, token: LeaseToken, now: At, lease: Duration) -> Result<()> {
         let args = json!({"batch": batch, "token": token.0, "now": now, "lease": millis(lease)});
         let _: bool = self.call("renew", args).await?;
@@ -515,7 +520,7 @@ impl Reviews for RedisStore {
 impl WebChat for RedisStore {
     async fn submit_chat(&self, s: ChatSubmission) -> Result<Submitted> {
         let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
-        let item = wire::item(&question_item(&s, key.clone()), s.now);
+        let item = wire::item(&question_item(&s, key.clone()), s.now, true);
         let args = json!({
             "key": key, "session": s.session_id, "job": s.job_id, "now": s.now,
             "expires": exact(s.now + s.keep), "per_minute": s.per_minute,

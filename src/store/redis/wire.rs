@@ -70,7 +70,9 @@ pub(super) fn delivery(d: &Ingest) -> Value {
         "reply_since": d.received_at - REPLY_SPAN,
         "window": millis(d.policy.window),
         "cap": millis(d.policy.cap),
-        "items": d.items.iter().map(|i| item(i, d.received_at)).collect::<Vec<_>>(),
+        "items": d.items.iter()
+            .map(|i| item(i, d.received_at, !d.routine.contains(&i.dedupe_key)))
+            .collect::<Vec<_>>(),
         "quarantined": d.quarantined.iter().map(|q| json!({
             "ch": q.channel.as_str(),
             "reason": q.reason,
@@ -81,8 +83,8 @@ pub(super) fn delivery(d: &Ingest) -> Value {
 }
 
 /// One item as the script keeps it; `sent` is when its customer sent it, which starts the
-/// 24-hour window.
-pub(super) fn item(item: &InboundItem, received_at: At) -> Value {
+/// 24-hour window; `model`, that it puts its conversation in the model's lane.
+pub(super) fn item(item: &InboundItem, received_at: At, model: bool) -> Value {
     let Encoded { facts, hash } = Encoded::of(item);
     json!({
         "ch": item.channel.as_str(),
@@ -98,7 +100,7 @@ pub(super) fn item(item: &InboundItem, received_at: At) -> Value {
         "hash": hex::encode(hash),
         "facts": facts,
         "turn": item.turn.as_ref().map(|t| json!({
-            "ch": t.channel.as_str(), "biz": t.business, "cust": t.customer,
+            "ch": t.channel.as_str(), "biz": t.business, "cust": t.customer, "model": model,
         })),
         "status": status(item),
         "amends": amendment(item).map(|change| json!({

@@ -40,6 +40,8 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
         quarantined: Vec::new(),
         received_at: s.now,
         policy: s.policy,
+        // Web chat has slots of its own, not the routine lane.
+        routine: Default::default(),
     };
     let receipt = ingest(conn, &delivery, std::slice::from_ref(&encoded))?;
     let seq: i64 = conn

@@ -61,6 +61,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0010_consents.sql"),
     include_str!("migrations/0011_broadcast_pause_and_body.sql"),
     include_str!("migrations/0012_local_hours.sql"),
+    include_str!("migrations/0013_lanes.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -299,6 +300,11 @@ impl Turns for SqliteStore {
     ) -> Result<Vec<Claim>> {
         self.writer
             .write(move |conn| turns::claim(conn, now, lease, limit, channel))
+            .await
+    }
+    async fn claim_routine(&self, now: At, lease: Duration, limit: usize) -> Result<Vec<Claim>> {
+        self.writer
+            .write(move |conn| turns::claim_routine(conn, now, lease, limit))
             .await
     }
     async fn renew(&self, batch: i64, token: LeaseToken, now: At, lease: Duration) -> Result<()> {
@@ -584,8 +590,9 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
                 let conversation = match &item.turn {
                     Some(key) => {
                         let sent_at = sent_at(item, delivery.received_at);
-                        let (id, due) =
-                            schedule(conn, key, delivery.received_at, sent_at, delivery.policy)?;
+                        let model = !delivery.routine.contains(&item.dedupe_key);
+                        let times = (delivery.received_at, sent_at);
+                        let (id, due) = schedule(conn, key, times, delivery.policy, model)?;
                         receipt.earliest_due =
                             Some(receipt.earliest_due.map_or(due, |d| d.min(due)));
                         Some(id)
@@ -641,28 +648,31 @@ fn existing_hash(conn: &Connection, item: &InboundItem) -> Result<Option<Vec<u8>
 
 /// Adds a pending message to its conversation: due one window after the latest message, but
 /// never later than the cap after the first pending one. The customer's latest message time
-/// (`sent_at`) opens the 24-hour customer service window.
+/// (`sent_at`) opens the 24-hour customer service window. A message for the `model` puts the
+/// conversation in the model's lane until a batch takes it.
 fn schedule(
     conn: &Connection,
     key: &ConversationKey,
-    now: At,
-    sent_at: At,
+    (now, sent_at): (At, At),
     policy: BatchPolicy,
+    model: bool,
 ) -> Result<(i64, At)> {
     conn.prepare_cached(
-        "INSERT INTO conversations (channel, business, customer, first_pending_at, last_pending_at, due_at, last_inbound_at)
-         VALUES (?1, ?2, ?3, ?4, ?4, ?4 + min(?5, ?6), ?7)
+        "INSERT INTO conversations (channel, business, customer, first_pending_at, last_pending_at, due_at, last_inbound_at,
+                                    model_pending)
+         VALUES (?1, ?2, ?3, ?4, ?4, ?4 + min(?5, ?6), ?7, ?8)
          ON CONFLICT (channel, business, customer) DO UPDATE SET
              first_pending_at = coalesce(first_pending_at, excluded.first_pending_at),
              last_pending_at = excluded.last_pending_at,
              due_at = min(excluded.last_pending_at + ?5,
                           coalesce(first_pending_at, excluded.first_pending_at) + ?6),
-             last_inbound_at = max(coalesce(last_inbound_at, 0), excluded.last_inbound_at)
+             last_inbound_at = max(coalesce(last_inbound_at, 0), excluded.last_inbound_at),
+             model_pending = max(model_pending, excluded.model_pending)
          RETURNING id, due_at",
     )
     .and_then(|mut s| {
         s.query_row(
-            params![key.channel.as_str(), key.business, key.customer, now, millis(policy.window), millis(policy.cap), sent_at],
+            params![key.channel.as_str(), key.business, key.customer, now, millis(policy.window), millis(policy.cap), sent_at, model],
             |row| Ok((row.get(0)?, row.get(1)?)),
         )
     })
@@ -693,7 +703,8 @@ fn amend(conn: &Connection, channel: Channel, change: &Amendment<'_>) -> Result<
     match conversation {
         Some(conversation) => turns::execute(
             conn,
-            "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL
+            "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL,
+                    model_pending = 0
              WHERE id = ?1
                AND NOT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = ?1 AND state = 'pending')",
             params![conversation],

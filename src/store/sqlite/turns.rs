@@ -13,8 +13,8 @@ use crate::domain::{
 };
 use crate::store::rules::batch::{BatchState, answered_by};
 use crate::store::{
-    Ending, Error, HOLD_PART, HistoryEntry, Result, RouteGuess, RoutedTurn, Speaker, TurnStats,
-    TurnUsage,
+    Ending, Error, HOLD_PART, HistoryEntry, Lane, Result, RouteGuess, RoutedTurn, Speaker,
+    TurnStats, TurnUsage,
 };
 
 /// Claims due work, of one channel's conversations only when `channel` is given.
@@ -28,17 +28,43 @@ pub(super) fn claim(
     let channel = channel.map(Channel::as_str);
     let mut claims = reclaim(conn, now, lease, limit, channel)?;
     if claims.len() < limit {
-        let opened = open_batches(conn, now, lease, (0, limit - claims.len()), channel)?;
-        for o in opened {
-            claims.push(Claim {
+        let room = (0, limit - claims.len());
+        claims.extend(claim_opened(conn, now, lease, room, channel, Lane::Any)?);
+    }
+    Ok(claims)
+}
+
+/// See [`crate::store::Turns::claim_routine`].
+pub(super) fn claim_routine(
+    conn: &Connection,
+    now: At,
+    lease: Duration,
+    limit: usize,
+) -> Result<Vec<Claim>> {
+    let whatsapp = Some(Channel::Whatsapp.as_str());
+    claim_opened(conn, now, lease, (0, limit), whatsapp, Lane::Routine)
+}
+
+/// New batches of due conversations, as claims under their first token.
+fn claim_opened(
+    conn: &Connection,
+    now: At,
+    lease: Duration,
+    room: (usize, usize),
+    channel: Option<&str>,
+    lane: Lane,
+) -> Result<Vec<Claim>> {
+    open_batches(conn, now, lease, room, channel, lane)?
+        .into_iter()
+        .map(|o| {
+            Ok(Claim {
                 batch: load_batch(conn, o.batch)?,
                 token: LeaseToken(1),
                 attempt: 1,
                 requeued: o.requeued,
-            });
-        }
-    }
-    Ok(claims)
+            })
+        })
+        .collect()
 }
 
 /// Batches whose lease lapsed (their worker died or stalled) or whose retry time has come.
@@ -100,7 +126,8 @@ fn take_pending(conn: &Connection, batch: i64) -> Result<()> {
     )?;
     execute(
         conn,
-        "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL
+        "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL,
+                model_pending = 0
          WHERE id = (SELECT conversation_id FROM batches WHERE id = ?1)",
         params![batch],
     )
@@ -115,13 +142,30 @@ fn open_batches(
     lease: Duration,
     (skip, limit): (usize, usize),
     channel: Option<&str>,
+    lane: Lane,
 ) -> Result<Vec<Opened>> {
-    let conversations: Vec<(i64, i64, bool)> = conn
-        .prepare_cached(
+    // Written out, so that each lane's query may use its own index.
+    let query = match lane {
+        Lane::Any => {
             "SELECT id, due_at, requeued FROM conversations
              WHERE due_at <= ?1 AND open_batch_id IS NULL AND (?3 IS NULL OR channel = ?3)
-             ORDER BY due_at LIMIT ?2 OFFSET ?4",
-        )
+             ORDER BY due_at LIMIT ?2 OFFSET ?4"
+        }
+        Lane::Routine => {
+            "SELECT id, due_at, requeued FROM conversations
+             WHERE due_at <= ?1 AND open_batch_id IS NULL AND (?3 IS NULL OR channel = ?3)
+               AND model_pending = 0
+             ORDER BY due_at LIMIT ?2 OFFSET ?4"
+        }
+        Lane::Model => {
+            "SELECT id, due_at, requeued FROM conversations
+             WHERE due_at <= ?1 AND open_batch_id IS NULL AND (?3 IS NULL OR channel = ?3)
+               AND model_pending = 1
+             ORDER BY due_at LIMIT ?2 OFFSET ?4"
+        }
+    };
+    let conversations: Vec<(i64, i64, bool)> = conn
+        .prepare_cached(query)
         .and_then(|mut s| {
             let skip = limit_param(skip).max(0);
             s.query_map(params![now, limit_param(limit), channel, skip], |r| {
@@ -149,7 +193,7 @@ fn open_batches(
         execute(
             conn,
             "UPDATE conversations SET open_batch_id = ?1, first_pending_at = NULL, last_pending_at = NULL, due_at = NULL,
-                    requeued = 0
+                    requeued = 0, model_pending = 0
              WHERE id = ?2",
             params![batch, conversation],
         )?;
@@ -368,7 +412,15 @@ pub(super) fn hold(
     sandbox: bool,
 ) -> Result<Vec<i64>> {
     let whatsapp = Some(Channel::Whatsapp.as_str());
-    let opened = open_batches(conn, now, Duration::ZERO, (skip, limit), whatsapp)?;
+    // Routine turns are claimed first: only the model's lane queues.
+    let opened = open_batches(
+        conn,
+        now,
+        Duration::ZERO,
+        (skip, limit),
+        whatsapp,
+        Lane::Model,
+    )?;
     let mut held = Vec::with_capacity(opened.len());
     for Opened {
         batch,

@@ -349,6 +349,7 @@ fn raw(channel: Channel, raw: &str, reason: &str) -> Quarantined {
 
 async fn keep(store: &Arc<dyn Store>, quarantined: Vec<Quarantined>, at: At) -> usize {
     let delivery = Ingest {
+        routine: Default::default(),
         items: Vec::new(),
         quarantined,
         received_at: at,

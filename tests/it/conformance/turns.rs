@@ -523,3 +523,100 @@ pub async fn a_held_batch_keeps_its_place_and_its_holding_message_goes_first(
     assert_eq!(first.len(), 3, "one head per customer");
     assert!(first.iter().all(|job| job.part == HOLD_PART), "{first:?}");
 }
+
+/// The routine lane: a conversation whose pending messages the router answers alone is claimed
+/// by `claim_routine` ahead of model conversations due before it, and never held; one message
+/// for the model puts its conversation in the model's lane until a batch takes it.
+pub async fn routine_turns_are_claimed_first_and_never_held(store: Arc<dyn Store>) {
+    let routine = |keys: &[&str]| keys.iter().map(|k| (*k).to_owned()).collect();
+    let at = |s: u64| T0 + ms(s * 1_000);
+    // Due first: a model conversation; then one of routine and model messages; then routine.
+    ingest_lanes(
+        &store,
+        vec![message("wamid.l1", "m1", "my loan?", at(0))],
+        at(0),
+        routine(&[]),
+    )
+    .await;
+    let mixed = vec![
+        message("wamid.l2", "x1", "hello", at(1)),
+        message("wamid.l3", "x1", "and my loan?", at(1)),
+    ];
+    ingest_lanes(&store, mixed, at(1), routine(&["wamid.l2"])).await;
+    let quick = message("wamid.l4", "r1", "thanks", at(2));
+    ingest_lanes(&store, vec![quick], at(2), routine(&["wamid.l4"])).await;
+    let quick = message("wamid.l5", "r2", "hi", at(3));
+    ingest_lanes(&store, vec![quick], at(3), routine(&["wamid.l5"])).await;
+    let now = at(60);
+    let hold = vec![ReplyPart::text("We will answer you in about 5 minutes.")];
+    let held = store.hold(now, 0, 10, hold, false).await.expect("held");
+    assert_eq!(
+        held.len(),
+        2,
+        "the model's lane is held, the routine one is not"
+    );
+    let first = store
+        .claim_routine(now, ms(30_000), 1)
+        .await
+        .expect("claim");
+    let second = store
+        .claim_routine(now, ms(30_000), 10)
+        .await
+        .expect("claim");
+    let customers: Vec<&str> = first
+        .iter()
+        .chain(&second)
+        .map(|c| c.batch.conversation.customer.as_str())
+        .collect();
+    assert_eq!(
+        customers,
+        ["r1", "r2"],
+        "routine ones, the longest due first"
+    );
+    for c in first.iter().chain(&second) {
+        store
+            .finish(c.batch.id, c.token, now, reply("You're welcome!"))
+            .await
+            .expect("finished");
+    }
+    // r1 writes for the model now: its next turn waits in the model's lane.
+    let later = at(70);
+    ingest_lanes(
+        &store,
+        vec![message("wamid.l6", "r1", "my loan?", later)],
+        later,
+        routine(&[]),
+    )
+    .await;
+    let after = at(120);
+    let none = store
+        .claim_routine(after, ms(30_000), 10)
+        .await
+        .expect("claim");
+    assert!(none.is_empty(), "{none:?}");
+    let rest = store
+        .claim(after, ms(30_000), 10, Some(Channel::Whatsapp))
+        .await
+        .expect("claim");
+    let customers: Vec<&str> = rest
+        .iter()
+        .map(|c| c.batch.conversation.customer.as_str())
+        .collect();
+    assert_eq!(customers, ["m1", "x1", "r1"]);
+}
+
+async fn ingest_lanes(
+    store: &Arc<dyn Store>,
+    items: Vec<InboundItem>,
+    at: At,
+    routine: std::collections::HashSet<String>,
+) {
+    let delivery = sabi::store::Ingest {
+        routine,
+        items,
+        quarantined: Vec::new(),
+        received_at: at,
+        policy: POLICY,
+    };
+    store.ingest(delivery).await.expect("ingest");
+}

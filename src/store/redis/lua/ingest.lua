@@ -14,7 +14,8 @@ local function conversation_of(turn)
 end
 
 -- Due one window after the latest message, never later than the cap after the first; the
--- message joins its conversation's pending ones.
+-- message joins its conversation's pending ones. A message for the model puts the
+-- conversation in the model's lane until a batch takes it.
 local function schedule(turn, d, sent_at, seq)
   local conv = conversation_of(turn)
   local c = get(k('c', conv), 'first', 'last_in', 'open')
@@ -23,6 +24,9 @@ local function schedule(turn, d, sent_at, seq)
   put(k('c', conv), {
     first = first, due = due, last_in = math.max(tonumber(c.last_in) or 0, sent_at),
   })
+  if turn.model then
+    redis.call('HSET', k('c', conv), 'model', 1)
+  end
   put(k('in', seq), {conv = conv})
   redis.call('ZADD', k('c', conv, 'pend'), int(seq), int(seq))
   if not c.open then
@@ -51,7 +55,7 @@ local function amend(ch, change)
   local pending = k('c', i.conv, 'pend')
   redis.call('ZREM', pending, seq)
   if redis.call('ZCARD', pending) == 0 then
-    redis.call('HDEL', k('c', i.conv), 'first', 'due')
+    redis.call('HDEL', k('c', i.conv), 'first', 'due', 'model')
     redis.call('ZREM', k('due'), pad(i.conv))
   end
 end

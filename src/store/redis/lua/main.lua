@@ -17,8 +17,8 @@ end
 
 local OPS = {
   ingest = ingest, set_transcript = set_transcript, inbox = inbox, quarantine = quarantine,
-  claim = claim, renew = renew, finish = finish, hold = hold, next_due = next_due,
-  history = history,
+  claim = claim, claim_routine = claim_routine, renew = renew, finish = finish, hold = hold,
+  next_due = next_due, history = history,
   set_stage = set_stage, add_usage = add_usage, turn_stats = turn_stats,
   outbox = outbox, claim_sends = claim_sends, record_send = record_send,
   next_send_due = next_send_due, review_queue = review_queue, review_item = review_item,

@@ -32,17 +32,23 @@ end
 -- is capped (max_queue), so a WhatsApp conversation is never further in than this.
 local SCAN_FOR_CHANNEL = 5000
 
--- The ids of a set's members scored up to `now`, of `ch`'s conversations, at most `limit`
--- after the first `skip` (none when nil).
-local function due_members(set, now, limit, ch, conv_of, skip)
+-- Whether a conversation is in `lane` ('routine', 'model'; any when nil): see `schedule`.
+local function of_lane(conv, lane)
+  return not lane or (redis.call('HGET', k('c', conv), 'model') == '1') == (lane == 'model')
+end
+
+-- The ids of a set's members scored up to `now`, of `ch`'s conversations in `lane`, at most
+-- `limit` after the first `skip` (none when nil).
+local function due_members(set, now, limit, ch, conv_of, skip, lane)
   skip = skip or 0
-  if not ch then
+  if not ch and not lane then
     return redis.call('ZRANGEBYSCORE', k(set), '-inf', int(now), 'LIMIT', skip, limit)
   end
   local found, passed = {}, 0
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', k(set), '-inf', int(now), 'LIMIT', 0,
       SCAN_FOR_CHANNEL)) do
-    if of_channel(conv_of(id), ch) then
+    local conv = conv_of(id)
+    if of_channel(conv, ch) and of_lane(conv, lane) then
       if passed < skip then
         passed = passed + 1
       else
@@ -70,7 +76,7 @@ local function take_pending(conv, id)
     redis.call('ZREM', k('wc'), seq)
   end
   redis.call('DEL', pending)
-  redis.call('HDEL', k('c', conv), 'first', 'due', 'requeued')
+  redis.call('HDEL', k('c', conv), 'first', 'due', 'requeued', 'model')
   redis.call('ZREM', k('due'), pad(conv))
 end
 
@@ -135,6 +141,15 @@ local function claim(a)
     for _, conv in ipairs(due) do
       claims[#claims + 1] = open_batch(tonumber(conv), a.now, a.lease)
     end
+  end
+  return claims
+end
+
+-- New batches of due WhatsApp conversations whose pending messages the router answers alone.
+local function claim_routine(a)
+  local claims = {}
+  for _, conv in ipairs(due_members('due', a.now, a.limit, 'whatsapp', tonumber, 0, 'routine')) do
+    claims[#claims + 1] = open_batch(tonumber(conv), a.now, a.lease)
   end
   return claims
 end
@@ -231,7 +246,8 @@ end
 -- batch waiting at its own due time with no attempt spent (store/mod.rs, Turns::hold).
 local function hold(a)
   local held = {}
-  for _, conv in ipairs(due_members('due', a.now, a.limit, a.ch, tonumber, a.skip)) do
+  -- Routine turns are claimed first: only the model's lane queues.
+  for _, conv in ipairs(due_members('due', a.now, a.limit, a.ch, tonumber, a.skip, 'model')) do
     local id = open_batch(tonumber(conv), a.now, 0).batch.id
     for index, p in ipairs(a.parts) do
       add_part(id, tonumber(conv), a.first + index - 1, p.text, p.options, p.quote, a.now,

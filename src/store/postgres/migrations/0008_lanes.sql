@@ -1,0 +1,6 @@
+-- The model's lane: set while a conversation has a pending message the router would not answer
+-- alone (ingest knows), cleared when its batch takes them. Due conversations without it are
+-- claimed first (`claim_routine`), so a turn that needs no model never waits behind model turns.
+ALTER TABLE conversations ADD COLUMN model_pending BOOLEAN NOT NULL DEFAULT FALSE;
+CREATE INDEX conversations_routine ON conversations (due_at)
+    WHERE due_at IS NOT NULL AND open_batch_id IS NULL AND NOT model_pending;
