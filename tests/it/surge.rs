@@ -438,3 +438,83 @@ fn sabi_simulate_measures_the_surge_on_the_real_engine() {
     assert_eq!(eight["holding_messages"], 0, "{eight}");
     assert_eq!(one["review_spill"], 0, "the queue's wait is not lateness");
 }
+
+/// Answers at once what the router answers alone ("thank you"); holds every other turn until
+/// the gate opens, as a slow model would.
+struct Gated(Arc<tokio::sync::Semaphore>);
+
+#[async_trait::async_trait]
+impl sabi::turn::TurnHandler for Gated {
+    async fn handle(
+        &self,
+        batch: &sabi::domain::Batch,
+    ) -> Result<sabi::turn::TurnOutcome, sabi::turn::TurnError> {
+        if batch
+            .messages
+            .iter()
+            .any(|m| m.text.as_deref() != Some("thank you"))
+        {
+            self.0.acquire().await.expect("open").forget();
+        }
+        let answer = sabi::domain::ReplyPart::text("answered");
+        Ok(sabi::turn::TurnOutcome::Reply(vec![answer]))
+    }
+}
+
+/// The customers answered so far, from the outbox.
+async fn answered(app: &TestApp) -> Vec<String> {
+    let outbox = app.store.outbox(None).await.expect("outbox");
+    outbox
+        .into_iter()
+        .map(|p| p.conversation.customer)
+        .collect()
+}
+
+/// Turns the router answers alone never wait behind model turns: every slot the queue may hold
+/// is taken by a model turn and more wait, yet a customer's "thank you" is answered at once,
+/// in the slot model turns never take.
+#[tokio::test]
+async fn a_routine_turn_never_waits_behind_model_turns() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let handler = Arc::new(Gated(gate.clone()));
+    let app = TestApp::spawn_with(Some(handler), &[("SABI_TURNS", "2")]).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(app.scheduler.clone().run(stop.clone()));
+    let now_s = START_MS / 1000;
+    for n in 0..3 {
+        let customer = format!("23480312301{n:02}");
+        let body = text_webhook_at(
+            &format!("wamid.q{n}"),
+            &customer,
+            "Who will win the league?",
+            now_s,
+        );
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    }
+    app.clock.advance(Duration::from_secs(20));
+    let body = text_webhook_at("wamid.q9", "2348031230199", "thank you", now_s + 20);
+    assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    app.clock.advance(Duration::from_secs(20));
+    let started = std::time::Instant::now();
+    while answered(&app).await.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        answered(&app).await,
+        ["2348031230199"],
+        "the model turns still wait"
+    );
+    gate.add_permits(3);
+    while answered(&app).await.len() < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the model turns never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.cancel();
+}
