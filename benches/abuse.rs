@@ -84,7 +84,7 @@ fn webhook(id: &str) -> (Vec<u8>, String) {
 }
 
 fn webhook_from(id: &str, from: &str) -> (Vec<u8>, String) {
-    let value = sabi::cli::text_webhook(
+    let value = sabi::whatsapp::wire::text_webhook(
         "100000000000001",
         from,
         "Bench",

@@ -185,7 +185,7 @@ async fn reply_latency(writers: usize, audience_size: usize) -> (u128, u128) {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let customer = format!("2347{n:09}");
         let now = SystemClock.now().unix_seconds().unsigned_abs();
-        let body = sabi::cli::text_webhook(
+        let body = sabi::whatsapp::wire::text_webhook(
             BUSINESS,
             &customer,
             "Bench",

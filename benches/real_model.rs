@@ -456,7 +456,7 @@ fn now_s() -> u64 {
 }
 
 fn text_webhook(customer: &str, n: usize, text: &str) -> Value {
-    sabi::cli::text_webhook(
+    sabi::whatsapp::wire::text_webhook(
         "100000000000001",
         customer,
         "Bench",

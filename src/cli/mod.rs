@@ -847,7 +847,7 @@ async fn send(config: &Config, args: SendArgs) -> anyhow::Result<()> {
     let id = args
         .id
         .unwrap_or_else(|| format!("wamid.SABI{:x}{:x}", now.as_nanos(), std::process::id()));
-    let body = wire::encode(&text_webhook(
+    let body = wire::encode(&wire::text_webhook(
         &args.business,
         &args.from,
         &args.name,
@@ -881,38 +881,6 @@ async fn send(config: &Config, args: SendArgs) -> anyhow::Result<()> {
     println!("{} {id} {text}", status.as_u16());
     anyhow::ensure!(status.is_success(), "{url} answered {status}");
     Ok(())
-}
-
-/// A realistic Cloud API webhook for one inbound text message.
-pub fn text_webhook(
-    business: &str,
-    from: &str,
-    name: &str,
-    id: &str,
-    timestamp: u64,
-    text: &str,
-) -> Value {
-    json!({
-        "object": "whatsapp_business_account",
-        "entry": [{
-            "id": "100000000000000",
-            "changes": [{
-                "value": {
-                    "messaging_product": "whatsapp",
-                    "metadata": {"display_phone_number": "15550000000", "phone_number_id": business},
-                    "contacts": [{"profile": {"name": name}, "wa_id": from}],
-                    "messages": [{
-                        "from": from,
-                        "id": id,
-                        "timestamp": timestamp.to_string(),
-                        "type": "text",
-                        "text": {"body": text}
-                    }]
-                },
-                "field": "messages"
-            }]
-        }]
-    })
 }
 
 #[cfg(test)]

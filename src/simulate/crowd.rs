@@ -167,7 +167,7 @@ impl Crowd {
                     waiting += 1;
                     let text = self.pick(&mut rng);
                     let id = format!("wamid.SIMIN{i}.{}", customer.sent);
-                    let body = wire::encode(&crate::cli::text_webhook(
+                    let body = wire::encode(&wire::text_webhook(
                         &self.business,
                         &customer.phone,
                         "Simulated Customer",

@@ -8,6 +8,38 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
+/// A realistic Cloud API webhook for one inbound text message.
+pub fn text_webhook(
+    business: &str,
+    from: &str,
+    name: &str,
+    id: &str,
+    timestamp: u64,
+    text: &str,
+) -> Value {
+    serde_json::json!({
+        "object": "whatsapp_business_account",
+        "entry": [{
+            "id": "100000000000000",
+            "changes": [{
+                "value": {
+                    "messaging_product": "whatsapp",
+                    "metadata": {"display_phone_number": "15550000000", "phone_number_id": business},
+                    "contacts": [{"profile": {"name": name}, "wa_id": from}],
+                    "messages": [{
+                        "from": from,
+                        "id": id,
+                        "timestamp": timestamp.to_string(),
+                        "type": "text",
+                        "text": {"body": text}
+                    }]
+                },
+                "field": "messages"
+            }]
+        }]
+    })
+}
+
 pub fn encode(value: &Value) -> String {
     let compact = value.to_string();
     let mut wire = String::with_capacity(compact.len() + compact.len() / 8);

@@ -207,8 +207,14 @@ pub fn text_webhook(id: &str, from: &str, text: &str) -> Vec<u8> {
 /// [`text_webhook`] with the provider timestamp (Unix seconds) the customer sent it at.
 pub fn text_webhook_at(id: &str, from: &str, text: &str, sent_at_s: i64) -> Vec<u8> {
     let sent_at = u64::try_from(sent_at_s).expect("positive timestamp");
-    let value =
-        sabi::cli::text_webhook("100000000000001", from, "Test Customer", id, sent_at, text);
+    let value = sabi::whatsapp::wire::text_webhook(
+        "100000000000001",
+        from,
+        "Test Customer",
+        id,
+        sent_at,
+        text,
+    );
     sabi::whatsapp::wire::encode(&value).into_bytes()
 }
 

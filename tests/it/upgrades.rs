@@ -44,7 +44,7 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     };
     let said = store::probe(&config).await.expect("probe");
     assert!(
-        said.ends_with("schema version 1, this build upgrades it to 7 at start"),
+        said.ends_with("schema version 1, this build upgrades it to 8 at start"),
         "{said}"
     );
     let mut conn = PgConnection::connect(&db.url).await.expect("connect");
@@ -55,7 +55,7 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     let (one, other) = tokio::join!(PgStore::open(&db.url), PgStore::open(&db.url));
     let (store, _other) = (one.expect("upgraded"), other.expect("opened"));
     let after: Vec<i32> = versions().fetch_all(&mut conn).await.expect("versions");
-    assert_eq!(after, [1, 2, 3, 4, 5, 6, 7], "each migration ran once");
+    assert_eq!(after, [1, 2, 3, 4, 5, 6, 7, 8], "each migration ran once");
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT indexname::text FROM pg_indexes
          WHERE indexname IN ('conversations_claimable', 'conversations_due')",
