@@ -66,6 +66,7 @@ use self::turns::{
     a_held_batch_keeps_its_place_and_its_holding_message_goes_first,
     a_running_turns_stage_shows_in_its_chat_job, a_transcript_fills_in_only_a_message_without_text,
     history_holds_the_turns_before_the_batch_with_notes,
+    holders_and_claimers_at_once_take_each_customer_once,
     next_due_is_the_earliest_window_lease_or_retry, routine_turns_are_claimed_first_and_never_held,
     turn_stats_tell_local_agent_and_people_turns_apart,
 };
@@ -231,6 +232,7 @@ macro_rules! cases {
             next_due_is_the_earliest_window_lease_or_retry,
             a_held_batch_keeps_its_place_and_its_holding_message_goes_first,
             routine_turns_are_claimed_first_and_never_held,
+            holders_and_claimers_at_once_take_each_customer_once,
             turn_stats_tell_local_agent_and_people_turns_apart,
             a_running_turns_stage_shows_in_its_chat_job,
             a_transcript_fills_in_only_a_message_without_text,

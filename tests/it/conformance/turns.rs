@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use futures_util::future::join_all;
+
 use sabi::clock::At;
 use sabi::domain::{BatchMessage, Channel, InboundItem, ReplyPart, ReviewReason};
 use sabi::store::{
@@ -619,4 +621,59 @@ async fn ingest_lanes(
         policy: POLICY,
     };
     store.ingest(delivery).await.expect("ingest");
+}
+
+/// Claimers, routine claimers and holders at once (several nodes in a surge) never open two
+/// batches for one customer, never claim a batch twice, and hold a batch once; every customer's
+/// turn is claimed in the end.
+pub async fn holders_and_claimers_at_once_take_each_customer_once(store: Arc<dyn Store>) {
+    let customers: Vec<String> = (0..40).map(|n| format!("23480310000{n:02}")).collect();
+    for (n, customer) in customers.iter().enumerate() {
+        let item = message(&format!("wamid.race{n}"), customer, "my loan?", T0);
+        // A quarter of them the router answers alone.
+        let routine = match n % 4 {
+            0 => [format!("wamid.race{n}")].into_iter().collect(),
+            _ => Default::default(),
+        };
+        ingest_lanes(&store, vec![item], T0, routine).await;
+    }
+    let now = T0 + ms(60_000);
+    let lease = ms(30_000);
+    let hold = || vec![ReplyPart::text("We will answer you in about 5 minutes.")];
+    let (mut claimed, mut held) = (Vec::new(), Vec::new());
+    for _ in 0..40 {
+        if claimed.len() == customers.len() {
+            break;
+        }
+        let claims = join_all((0..3).map(|_| store.claim(now, lease, 3, Some(Channel::Whatsapp))));
+        let routine = join_all((0..2).map(|_| store.claim_routine(now, lease, 2)));
+        let holds = join_all((0..2).map(|_| store.hold(now, 1, 4, hold(), false)));
+        let (claims, routine, holds) = tokio::join!(claims, routine, holds);
+        for c in claims.into_iter().chain(routine) {
+            claimed.extend(c.expect("claimed"));
+        }
+        for h in holds {
+            held.extend(h.expect("held"));
+        }
+    }
+    let mut batches: Vec<i64> = claimed.iter().map(|c| c.batch.id).collect();
+    batches.sort_unstable();
+    batches.dedup();
+    assert_eq!(batches.len(), claimed.len(), "no batch claimed twice");
+    let mut who: Vec<&str> = claimed
+        .iter()
+        .map(|c| c.batch.conversation.customer.as_str())
+        .collect();
+    who.sort_unstable();
+    who.dedup();
+    assert_eq!(
+        who.len(),
+        customers.len(),
+        "each customer once, and all of them"
+    );
+    assert!(claimed.iter().all(|c| c.batch.messages.len() == 1));
+    let mut distinct = held.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), held.len(), "a batch is held once");
 }
