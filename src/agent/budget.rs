@@ -8,7 +8,7 @@
 //! it really used). A 429 pauses the provider for every turn together, for its `Retry-After`,
 //! instead of each turn retrying alone and keeping the provider throttled.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +31,9 @@ pub struct Budget {
     clock: SharedClock,
     limits: Limits,
     calls: Arc<Semaphore>,
+    /// Calls sent and not yet answered: those holding a slot but still waiting for their time
+    /// are not counted.
+    sent: Arc<AtomicUsize>,
     ledger: Mutex<Ledger>,
 }
 
@@ -45,10 +48,17 @@ struct Ledger {
 /// A call's place in the budget: held while it is in flight.
 pub struct Ticket {
     _permit: OwnedSemaphorePermit,
+    sent: Arc<AtomicUsize>,
     /// The tokens it reserved.
     pub estimate: u32,
     /// How long it waited for the budget.
     pub waited: Duration,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.sent.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Budget {
@@ -56,6 +66,7 @@ impl Budget {
         Budget {
             clock,
             calls: Arc::new(Semaphore::new(limits.concurrent.max(1))),
+            sent: Arc::default(),
             limits,
             ledger: Mutex::new(Ledger::default()),
         }
@@ -84,8 +95,10 @@ impl Budget {
                 break;
             }
         }
+        self.sent.fetch_add(1, Ordering::Relaxed);
         Ticket {
             _permit: permit,
+            sent: self.sent.clone(),
             estimate,
             waited: self.clock.now().since(asked),
         }
@@ -137,12 +150,9 @@ impl Budget {
         self.ledger().paused_until > self.clock.now()
     }
 
-    /// Calls in flight now.
+    /// Calls in flight now: sent, not yet answered.
     pub fn in_flight(&self) -> usize {
-        self.limits
-            .concurrent
-            .max(1)
-            .saturating_sub(self.calls.available_permits())
+        self.sent.load(Ordering::Relaxed)
     }
 }
 
@@ -234,6 +244,26 @@ mod tests {
         assert!(!third.is_finished(), "waits for a free call");
         drop(first);
         assert_eq!(third.await.expect("ran"), 10);
+    }
+
+    #[tokio::test]
+    async fn a_call_waiting_for_its_time_is_not_in_flight() {
+        let (budget, clock) = budget(Limits {
+            concurrent: 4,
+            requests_per_minute: Some(60),
+            tokens_per_minute: None,
+        });
+        let first = budget.acquire(10).await;
+        let second = tokio::spawn({
+            let budget = budget.clone();
+            async move { budget.acquire(10).await.estimate }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(budget.in_flight(), 1, "the second waits a second for its time");
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(second.await.expect("ran"), 10);
+        drop(first);
+        assert_eq!(budget.in_flight(), 0, "answered calls are not in flight");
     }
 
     #[tokio::test]
