@@ -21,6 +21,29 @@ pub struct EngineSettings {
     pub policy: EnginePolicy,
 }
 
+/// Of a node's `turns` slots, those the turns outside the routine lane may hold at once: all
+/// but a fifth (at least one), which stay for turns the router answers alone, however deep the
+/// queue of model turns. A node with one slot shares it. (`sabi plan` sizes with it too.)
+pub fn queue_slots(turns: usize) -> usize {
+    all_but_a_fifth(turns)
+}
+
+/// Of a node's `turns` slots, those web chat may hold at once: all but a fifth of the queue's
+/// slots stay for WhatsApp, whose customers are answered in normal time however full the
+/// web-chat queue is.
+pub fn web_chat_slots(turns: usize) -> usize {
+    all_but_a_fifth(queue_slots(turns))
+}
+
+/// All but a fifth (at least one) of `slots`; one slot is shared.
+fn all_but_a_fifth(slots: usize) -> usize {
+    if slots < 2 {
+        slots
+    } else {
+        slots - (slots / 5).max(1)
+    }
+}
+
 /// The engine's rules, typed once from configuration.
 #[derive(Debug, Clone)]
 pub struct EnginePolicy {

@@ -18,7 +18,7 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
-pub use self::engine::{EnginePolicy, EngineSettings, HoldSettings};
+pub use self::engine::{EnginePolicy, EngineSettings, HoldSettings, queue_slots, web_chat_slots};
 pub use self::sender::{BroadcastSettings, MessagingLimit, SenderSettings, Template};
 pub use self::tools::ToolConfig;
 use crate::domain::BatchPolicy;

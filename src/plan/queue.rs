@@ -1,5 +1,6 @@
 //! The queue a broadcast's replies make, played out in one pass: every turn in the order it
-//! falls due, on `slots` turns at once, first in first out, model calls spaced within the
+//! falls due; turns the router answers alone at once (their lane never waits), model turns on
+//! the slots outside that lane, first in first out, model calls spaced within the
 //! provider's per-minute limits. A customer's next turn falls due after their answer, the time
 //! they take to read and write, and the batch window.
 //!
@@ -9,6 +10,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::{Scenario, Sizing, Turn};
+use crate::config::queue_slots;
 
 /// A turn due at a time (seconds from the first send), for one customer.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -42,7 +44,8 @@ pub(super) fn play(scenario: &Scenario, sizing: &Sizing) -> Vec<Turn> {
         .into_iter()
         .map(Reverse)
         .collect();
-    let mut free: BinaryHeap<Reverse<Seconds>> = (0..sizing.slots.max(1))
+    // Model turns hold the slots outside the routine lane; routine turns start when due.
+    let mut free: BinaryHeap<Reverse<Seconds>> = (0..model_slots(sizing).max(1))
         .map(|_| Reverse(Seconds(0.0)))
         .collect();
     // Each node's model budget: calls in flight at once, over the nodes these slots take.
@@ -61,10 +64,14 @@ pub(super) fn play(scenario: &Scenario, sizing: &Sizing) -> Vec<Turn> {
         .map_or(0.0, |tpm| 60.0 / f64::from(tpm.max(1)));
     let mut turns = Vec::new();
     while let Some(Reverse(due)) = dues.pop() {
-        let Some(Reverse(Seconds(slot_free))) = free.pop() else {
-            break;
-        };
         let model = rng.f64() >= scenario.local_share;
+        let slot_free = match model {
+            true => match free.pop() {
+                Some(Reverse(Seconds(at))) => at,
+                None => break,
+            },
+            false => due.at,
+        };
         let mut start = due.at.max(slot_free);
         let service = if model {
             // The turn's calls leave within the provider's limits: its first waits for the
@@ -84,7 +91,9 @@ pub(super) fn play(scenario: &Scenario, sizing: &Sizing) -> Vec<Turn> {
             scenario.local_seconds
         };
         let end = start + service;
-        free.push(Reverse(Seconds(end)));
+        if model {
+            free.push(Reverse(Seconds(end)));
+        }
         turns.push(Turn {
             due: due.at,
             start,
@@ -101,6 +110,13 @@ pub(super) fn play(scenario: &Scenario, sizing: &Sizing) -> Vec<Turn> {
         }
     }
     turns
+}
+
+/// The slots model turns may hold over every node: each node's outside the routine lane.
+fn model_slots(sizing: &Sizing) -> usize {
+    let per_node = sizing.slots_per_node.max(1);
+    let (full, rest) = (sizing.slots / per_node, sizing.slots % per_node);
+    full * queue_slots(per_node) + queue_slots(rest)
 }
 
 /// When each replying customer's first turn falls due: their first message, and the batch

@@ -28,7 +28,7 @@ use self::policy::Decision;
 pub use self::signals::{ChatSignals, Subscription};
 pub use self::wakeup::Wakeup;
 use crate::clock::{self, At, SharedClock};
-use crate::config::EngineSettings;
+use crate::config::{EngineSettings, queue_slots, web_chat_slots};
 use crate::domain::{Batch, Channel, Claim, LeaseToken, ReplyPart};
 use crate::metrics::Metrics;
 use crate::runner::{self, Runner, Work};
@@ -416,27 +416,5 @@ fn ending_name(ending: &Ending) -> &'static str {
         Ending::Handoff { .. } => "handoff",
         Ending::RetryAt { .. } => "retry",
         Ending::Review { reason, .. } => reason.as_str(),
-    }
-}
-
-/// The turn slots the turns outside the routine lane may hold at once: all but a fifth (at
-/// least one), which stay for turns the router answers alone, however deep the queue of model
-/// turns. A node with one slot shares it.
-fn queue_slots(turns: usize) -> usize {
-    all_but_a_fifth(turns)
-}
-
-/// The turn slots web chat may hold at once: all but a fifth of the queue's slots stay for
-/// WhatsApp, whose customers are answered in normal time however full the web-chat queue is.
-fn web_chat_slots(turns: usize) -> usize {
-    all_but_a_fifth(queue_slots(turns))
-}
-
-/// All but a fifth (at least one) of `slots`; one slot is shared.
-fn all_but_a_fifth(slots: usize) -> usize {
-    if slots < 2 {
-        slots
-    } else {
-        slots - (slots / 5).max(1)
     }
 }
