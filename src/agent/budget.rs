@@ -259,7 +259,11 @@ mod tests {
             async move { budget.acquire(10).await.estimate }
         });
         tokio::task::yield_now().await;
-        assert_eq!(budget.in_flight(), 1, "the second waits a second for its time");
+        assert_eq!(
+            budget.in_flight(),
+            1,
+            "the second waits a second for its time"
+        );
         clock.advance(Duration::from_secs(1));
         assert_eq!(second.await.expect("ran"), 10);
         drop(first);

@@ -1,7 +1,8 @@
 //! `sabi simulate`: a broadcast's surge of replies played against the real engine.
 //!
-//! One node runs as `sabi serve` would (ingress, scheduler, holder, sender, the router with the
-//! configured intents, the agent) on a temporary SQLite store. Its Graph API and model are
+//! The nodes `sabi plan` sizes (`engine.turns_per_node` turns each) run as `sabi serve` would
+//! (ingress, scheduler, holder, sender, the router with the configured intents, the agent) on
+//! one temporary SQLite store. Their Graph API and model are
 //! local fakes ([`fakes`]): the model answers after a log-normal time with the scenario's
 //! median and 95th percentile and refuses calls over the provider's per-minute limits.
 //! Simulated customers ([`crowd`]) write through the signed webhook along the reply curve and
@@ -25,9 +26,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use futures_util::FutureExt;
 use secrecy::SecretString;
 use serde::Serialize;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use self::crowd::{Crowd, Messages, Seen};
 use self::fakes::{Call, ModelLog, ModelShape};
@@ -36,7 +39,7 @@ use crate::clock::{At, Clock, SharedClock, SystemClock, TokioClock};
 use crate::config::Config;
 use crate::plan::{self, Row, Scenario, Sizing, Turn, percentile};
 use crate::router::Router;
-use crate::store::SqliteStore;
+use crate::store::{SqliteStore, Store};
 
 /// What customers saw, measured at the fakes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -144,22 +147,45 @@ async fn run_virtual(
     let clock: SharedClock = Arc::new(TokioClock::starting_at(origin));
     let fakes = start_fakes(config, scenario, &clock, None, None).await?;
     let secret = SecretString::from(format!("simulated-{:x}", fastrand::u64(..)));
-    let node = node_config(config, scenario, sizing, &fakes, &secret);
     let dir = TempDir::new()?;
-    let store = SqliteStore::open_on_paused_time(&dir.0.join("sabi.db"))
-        .await
-        .context("opening the simulation's store")?;
-    let app = App::build_on(&node, Role::All, clock.clone(), Arc::new(store), None).await?;
-    let addr = app.addr().context("the node has no address")?;
-    let shutdown = app.shutdown_token();
-    let running = tokio::spawn(app.run_until_stopped());
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open_on_paused_time(&dir.0.join("sabi.db"))
+            .await
+            .context("opening the simulation's store")?,
+    );
+    // The slots take as many nodes as `sabi plan` says, sharing the store: the first serves
+    // the webhook too.
+    let per_node = sizing.slots_per_node.max(1);
+    let nodes = sizing.slots.div_ceil(per_node).max(1);
+    let (mut left, mut addr, mut running) = (sizing.slots.max(1), None, Vec::new());
+    let shutdown = CancellationToken::new();
+    for n in 0..nodes {
+        let turns = left.min(per_node);
+        left -= turns;
+        let node = node_config(config, scenario, (nodes, turns), &fakes, &secret);
+        let role = if n == 0 { Role::All } else { Role::Worker };
+        let app = App::build_on(&node, role, clock.clone(), store.clone(), None).await?;
+        addr = addr.or(app.addr());
+        let stop = app.shutdown_token();
+        tokio::spawn(
+            shutdown
+                .clone()
+                .cancelled_owned()
+                .map(move |()| stop.cancel()),
+        );
+        running.push(tokio::spawn(app.run_until_stopped()));
+    }
+    let addr = addr.context("the node has no address")?;
     let (log, delivered) = fakes.into_parts();
     let webhook = format!("http://{addr}/webhook/whatsapp");
     let seen = crowd(config, scenario, clock, webhook, secret)?
         .run(origin, &repliers(scenario, sizing), delivered)
         .await;
     shutdown.cancel();
-    running.await.context("the node panicked")??;
+    for node in running {
+        node.await.context("a node panicked")??;
+    }
+    drop(store);
     let turns = timings(&dir.0.join("sabi.db"), origin)?;
     let customers = customers(&seen, &log.calls());
     let mut row = plan::measure(&turns, scenario, sizing);
@@ -223,11 +249,12 @@ async fn start_fakes(
     })
 }
 
-/// The node as `sabi serve` would run it with `sizing.slots` turns, sending through the fakes.
+/// One of `nodes` nodes as `sabi serve` would run it with `turns` turns, sending through the
+/// fakes.
 fn node_config(
     config: &Config,
     scenario: &Scenario,
-    sizing: &Sizing,
+    (nodes, turns): (usize, usize),
     fakes: &Fakes,
     secret: &SecretString,
 ) -> Config {
@@ -242,16 +269,16 @@ fn node_config(
     node.llm.model = Some("simulated".into());
     node.llm.api_key = None;
     node.llm.fallback = None;
-    // The plan's slots take this many nodes, each with its own model budget; here one node
-    // runs them all, with their budgets together.
-    let nodes = sizing.slots.div_ceil(sizing.slots_per_node.max(1)).max(1);
-    node.llm.budget.max_concurrent = config.llm.budget.max_concurrent * nodes;
-    node.llm.budget.requests_per_minute = scenario.llm_rpm;
-    node.llm.budget.tokens_per_minute = scenario.llm_tpm;
-    node.engine.turns_per_node = sizing.slots.max(1);
+    // Each node has its share of the provider's limits, as the README says to give them.
+    let share = |limit: u32| (limit / u32::try_from(nodes).unwrap_or(u32::MAX)).max(1);
+    node.llm.budget.requests_per_minute = scenario.llm_rpm.map(share);
+    node.llm.budget.tokens_per_minute = scenario.llm_tpm.map(share);
+    node.engine.turns_per_node = turns;
     // A lone node wakes its own loops whenever it stores work; polls look for other nodes'
     // work, and over a virtual day each would cost a store read a second.
-    node.engine.poll_interval = NODE_POLL;
+    if nodes == 1 {
+        node.engine.poll_interval = NODE_POLL;
+    }
     node
 }
 
