@@ -8,7 +8,7 @@
 #   AUDIENCE=2000 TURNS_PER_NODE=3 LLM_LATENCY=5,12 bench/surge.sh
 #
 # The reply curve is the prior's first quarter hour pressed into five minutes (curve.json
-# below), so that a run takes about ten minutes. Needs PostgreSQL (PG_URL, a database is
+# below), so that a run takes about 25 minutes. Needs PostgreSQL (PG_URL, a database is
 # created and dropped) and psql. Results go under $BENCH_WORK/surge-<stamp>.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -299,6 +299,17 @@ impl Router {
         }
     }
 
+    /// Whether the router settles this message without the model: a local decision for an
+    /// intent that replies from its template or hands the customer to a person.
+    pub fn answers_alone(&self, message: &str) -> bool {
+        let routing = self.route(message);
+        routing.local
+            && matches!(
+                self.action(&routing.intent),
+                Some((ActionKind::Reply | ActionKind::Handoff, _, _))
+            )
+    }
+
     /// Whether the router would hand this message to a person.
     pub fn hands_off(&self, message: &str) -> bool {
         let routing = self.route(message);
@@ -538,6 +549,23 @@ mod tests {
 
     fn router() -> Router {
         Router::builtin().expect("default intents")
+    }
+
+    #[test]
+    fn only_replies_and_handoffs_are_answered_alone() {
+        let r = router();
+        assert!(r.answers_alone("thank you"));
+        assert!(r.answers_alone("I wan talk to human"));
+        assert!(!r.answers_alone("who will win the league?"));
+        // An intent the router recognises, whose answer still needs the model.
+        let agent = crate::config::DEFAULT_INTENTS.replace(
+            "action = \"reply\"\nreply = \"You're welcome!",
+            "action = \"agent\"\nreply = \"You're welcome!",
+        );
+        assert_ne!(agent, crate::config::DEFAULT_INTENTS);
+        let r = Router::trained(&agent).expect("intents");
+        assert!(r.route("thank you").local);
+        assert!(!r.answers_alone("thank you"));
     }
 
     #[test]

@@ -22,7 +22,6 @@ use crate::whatsapp::{sign, wire};
 pub(crate) struct Exchange {
     pub sent: At,
     pub answered: Option<At>,
-    pub held: bool,
 }
 
 /// What customers wrote and when they were answered.
@@ -55,10 +54,10 @@ impl Messages {
             };
             let routing = router.route(example);
             match (routing.local, router.action(&routing.intent)) {
-                (false, _) => messages.model.push(example.clone()),
                 (true, Some((ActionKind::Reply, _, _))) => messages.local.push(example.clone()),
                 // Handed to a person: the bot stays quiet after it, which no surge figure wants.
-                (true, _) => {}
+                (true, Some((ActionKind::Handoff, _, _))) => {}
+                _ => messages.model.push(example.clone()),
             }
         }
         Ok(messages)
@@ -140,7 +139,6 @@ impl Crowd {
                     let customer = &mut customers[i];
                     let Some(open) = customer.open else { continue };
                     if news.holding {
-                        seen.exchanges[open].held = true;
                         seen.holding_messages += 1;
                         continue;
                     }
@@ -163,7 +161,7 @@ impl Crowd {
                     let now = self.clock.now();
                     last_news = now;
                     customer.open = Some(seen.exchanges.len());
-                    seen.exchanges.push(Exchange { sent: now, answered: None, held: false });
+                    seen.exchanges.push(Exchange { sent: now, answered: None });
                     waiting += 1;
                     let text = self.pick(&mut rng);
                     let id = format!("wamid.SIMIN{i}.{}", customer.sent);

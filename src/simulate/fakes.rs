@@ -32,8 +32,9 @@ pub(crate) struct Delivered {
 struct GraphState {
     clock: SharedClock,
     delivered: mpsc::UnboundedSender<Delivered>,
-    /// The holding message's text before its `{wait}`: how a holding message is told apart.
-    holding_prefix: String,
+    /// The holding message's text before and after its `{wait}`: how a holding message is
+    /// told apart from an answer.
+    holding: (String, String),
 }
 
 /// Serves the Graph API's send endpoint on `listener`; every text sent is told on `delivered`.
@@ -43,15 +44,13 @@ pub(crate) fn serve_graph(
     hold_message: &str,
     delivered: mpsc::UnboundedSender<Delivered>,
 ) {
-    let holding_prefix = hold_message
-        .split("{wait}")
-        .next()
-        .unwrap_or_default()
-        .to_owned();
+    let (before, after) = hold_message
+        .split_once("{wait}")
+        .unwrap_or((hold_message, ""));
     let state = Arc::new(GraphState {
         clock,
         delivered,
-        holding_prefix,
+        holding: (before.to_owned(), after.to_owned()),
     });
     let app = axum::Router::new()
         .route("/{version}/{number}/messages", post(send))
@@ -68,7 +67,11 @@ async fn send(State(state): State<Arc<GraphState>>, Json(body): Json<Value>) -> 
     }
     let customer = body["to"].as_str().unwrap_or_default().to_owned();
     let text = body["text"]["body"].as_str().unwrap_or_default();
-    let holding = !state.holding_prefix.is_empty() && text.starts_with(&state.holding_prefix);
+    let (before, after) = &state.holding;
+    let holding = !(before.is_empty() && after.is_empty())
+        && text.len() >= before.len() + after.len()
+        && text.starts_with(before.as_str())
+        && text.ends_with(after.as_str());
     let _ = state.delivered.send(Delivered {
         customer: customer.clone(),
         at: state.clock.now(),

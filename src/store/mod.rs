@@ -724,8 +724,9 @@ pub trait Turns: Send + Sync + 'static {
     /// [`Error::LeaseLost`] when `token` is stale: nothing is written.
     async fn finish(&self, batch: i64, token: LeaseToken, now: At, ending: Ending) -> Result<()>;
 
-    /// Tells the customers of up to `limit` due WhatsApp conversations, after the `skip`
-    /// longest due (they will be answered soon), that their answer will take a while: each gets
+    /// Tells the customers of up to `limit` due WhatsApp conversations of the model's lane
+    /// (the router's are claimed first and never wait), after the `skip` longest due (they will
+    /// be answered soon), that their answer will take a while: each gets
     /// a batch of its pending messages, `parts` go to its outbox ahead of the reply (numbered
     /// from [`HOLD_PART`]), and the batch waits in the queue at its own due time, no attempt
     /// spent; what the customer writes meanwhile joins it when it runs. Only conversations with

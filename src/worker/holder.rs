@@ -79,8 +79,8 @@ impl Holder {
         if after.is_zero() || queue.expected <= after {
             return Ok(0);
         }
-        // Turns ending per second over the last minute, on every node; none: the oldest's wait
-        // is all there is to go on, and everyone due is told it.
+        // Model turns ending per second over the last minute, on every node; none: the oldest's
+        // wait is all there is to go on, and everyone due is told it.
         let per_second = queue.ended_last_minute as f64 / 60.0;
         let soon = (per_second * after.as_secs_f64()) as u64;
         let skip = soon.saturating_sub(queue.gauges.waiting);
@@ -120,7 +120,9 @@ impl Holder {
 #[derive(Debug, Clone)]
 pub struct Queue {
     pub gauges: Gauges,
-    /// Turns that ended in the last minute, on every node.
+    /// Turns of the model's lane (answered by the agent or handed to people) that ended in the
+    /// last minute, on every node: the router's turns never queue behind them, so their pace
+    /// says nothing about the queue's.
     pub ended_last_minute: u64,
     /// How long a batch falling due now is expected to wait (see [`policy::expected_wait`]).
     pub expected: Duration,
@@ -134,7 +136,7 @@ pub async fn queue(store: &dyn Store, now: At) -> store::Result<Queue> {
     let gauges = store.gauges(now).await?;
     let ended = store.turn_stats(now - Duration::from_secs(60)).await?;
     let oldest = store.next_due().await?.filter(|at| *at <= now);
-    let ended_last_minute = ended.local + ended.agent + ended.people;
+    let ended_last_minute = ended.agent + ended.people;
     let queued = gauges.due + gauges.waiting;
     let expected = policy::expected_wait(queued, ended_last_minute, oldest, now);
     Ok(Queue {

@@ -294,9 +294,10 @@ impl Replicated {
         format!("postgres://sabi@127.0.0.1:{}/sabi", self.cable.port)
     }
 
-    /// The old primary stays up and turns read-only; a moment later the standby is promoted
-    /// and the name moves to it. Connections already open stay with the old primary.
-    async fn fail_over(&self) {
+    /// The old primary stays up and turns read-only; once `met` says a writer was refused
+    /// there (or after ten seconds), the standby is promoted and the name moves to it.
+    /// Connections already open stay with the old primary.
+    async fn fail_over(&self, met: impl Fn() -> bool) {
         let mut old = PgConnection::connect(&self.primary.socket_url("postgres"))
             .await
             .expect("old primary");
@@ -306,7 +307,10 @@ impl Replicated {
         )
         .await;
         execute(&mut old, "SELECT pg_reload_conf()").await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        let read_only = Instant::now();
+        while !met() && read_only.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let mut new = PgConnection::connect(&self.standby.socket_url("postgres"))
             .await
             .expect("standby");
@@ -365,7 +369,7 @@ async fn a_failover_loses_nothing_sends_nothing_twice_and_reviews_nothing() {
         });
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    db.fail_over().await;
+    db.fail_over(|| refused.load(Ordering::Relaxed) > 0).await;
     let failed_over = Instant::now();
     let before = acknowledged.load(Ordering::Relaxed);
     while acknowledged.load(Ordering::Relaxed) < before + 20 {

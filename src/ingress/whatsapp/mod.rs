@@ -59,7 +59,11 @@ impl Settings {
         items
             .iter()
             .filter(|item| item.turn.is_some())
-            .filter(|item| item.text.as_deref().is_some_and(|t| router.route(t).local))
+            .filter(|item| {
+                item.text
+                    .as_deref()
+                    .is_some_and(|t| router.answers_alone(t))
+            })
             .map(|item| item.dedupe_key.clone())
             .collect()
     }

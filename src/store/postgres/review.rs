@@ -171,7 +171,7 @@ async fn requeue_batch(conn: &mut PgConnection, batch: i64, now: At) -> Result<(
     .map_err(unavailable)?;
     sqlx::query(
         "UPDATE conversations SET first_pending_at = COALESCE(first_pending_at, $2),
-                last_pending_at = $2, due_at = $2, requeued = true
+                last_pending_at = $2, due_at = $2, requeued = true, model_pending = true
          WHERE id = (SELECT conversation_id FROM batches WHERE id = $1)",
     )
     .bind(batch)

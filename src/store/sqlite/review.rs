@@ -144,7 +144,8 @@ fn person_reply(conn: &Connection, batch: i64, now: At, text: &str, sandbox: boo
     )
 }
 
-/// The batch's messages wait for a new turn, due now; the old batch stays as it ended.
+/// The batch's messages wait for a new turn, due now and in the model's lane (the turn
+/// the person retries is one the router did not settle); the old batch stays as it ended.
 fn requeue_batch(conn: &Connection, batch: i64, now: At) -> Result<()> {
     execute(
         conn,
@@ -154,7 +155,7 @@ fn requeue_batch(conn: &Connection, batch: i64, now: At) -> Result<()> {
     execute(
         conn,
         "UPDATE conversations SET first_pending_at = coalesce(first_pending_at, ?2),
-                last_pending_at = ?2, due_at = ?2, requeued = 1
+                last_pending_at = ?2, due_at = ?2, requeued = 1, model_pending = 1
          WHERE id = (SELECT conversation_id FROM batches WHERE id = ?1)",
         params![batch, now],
     )

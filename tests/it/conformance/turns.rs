@@ -8,11 +8,11 @@ use futures_util::future::join_all;
 use sabi::clock::At;
 use sabi::domain::{BatchMessage, Channel, InboundItem, ReplyPart, ReviewReason};
 use sabi::store::{
-    Ending, HOLD_PART, HistoryEntry, JobStatus, SendClaim, SendResult, Speaker, Store, TurnStats,
-    TurnUsage,
+    Ending, HOLD_PART, HistoryEntry, JobStatus, Resolution, SendClaim, SendResult, Speaker, Store,
+    TurnStats, TurnUsage,
 };
 
-use super::fixtures::{accept, claim_only, replied_to, turn, voice};
+use super::fixtures::{accept, claim_only, open_reviews, replied_to, turn, voice};
 use super::{POLICY, T0, ingest, message, question, reply};
 
 use crate::helpers::ms;
@@ -575,12 +575,20 @@ pub async fn routine_turns_are_claimed_first_and_never_held(store: Arc<dyn Store
         ["r1", "r2"],
         "routine ones, the longest due first"
     );
-    for c in first.iter().chain(&second) {
-        store
-            .finish(c.batch.id, c.token, now, reply("You're welcome!"))
-            .await
-            .expect("finished");
-    }
+    // r1 is answered; r2's turn goes to a person, who sends it back for another turn.
+    let (r1, r2) = (&first[0], &second[0]);
+    store
+        .finish(r1.batch.id, r1.token, now, reply("You're welcome!"))
+        .await
+        .expect("finished");
+    let review = Ending::Review {
+        reason: ReviewReason::OutOfRetries,
+        error: None,
+    };
+    store
+        .finish(r2.batch.id, r2.token, now, review)
+        .await
+        .expect("finished");
     // r1 writes for the model now: its next turn waits in the model's lane.
     let later = at(70);
     ingest_lanes(
@@ -591,11 +599,17 @@ pub async fn routine_turns_are_claimed_first_and_never_held(store: Arc<dyn Store
     )
     .await;
     let after = at(120);
+    let requeued = open_reviews(&store).await;
+    assert_eq!(requeued.len(), 1, "{requeued:?}");
+    store
+        .resolve_review(requeued[0].id, after, Resolution::Requeue)
+        .await
+        .expect("requeued");
     let none = store
         .claim_routine(after, ms(30_000), 10)
         .await
         .expect("claim");
-    assert!(none.is_empty(), "{none:?}");
+    assert!(none.is_empty(), "a turn sent back is the model's: {none:?}");
     let rest = store
         .claim(after, ms(30_000), 10, Some(Channel::Whatsapp))
         .await
@@ -604,7 +618,7 @@ pub async fn routine_turns_are_claimed_first_and_never_held(store: Arc<dyn Store
         .iter()
         .map(|c| c.batch.conversation.customer.as_str())
         .collect();
-    assert_eq!(customers, ["m1", "x1", "r1"]);
+    assert_eq!(customers, ["m1", "x1", "r1", "r2"]);
 }
 
 async fn ingest_lanes(

@@ -4,3 +4,6 @@
 ALTER TABLE conversations ADD COLUMN model_pending BOOLEAN NOT NULL DEFAULT FALSE;
 CREATE INDEX conversations_routine ON conversations (due_at)
     WHERE due_at IS NOT NULL AND open_batch_id IS NULL AND NOT model_pending;
+-- What was already waiting before the upgrade is the model's: nothing says the router would
+-- answer it alone.
+UPDATE conversations SET model_pending = TRUE WHERE due_at IS NOT NULL;

@@ -30,7 +30,7 @@ local function schedule(turn, d, sent_at, seq)
   put(k('in', seq), {conv = conv})
   redis.call('ZADD', k('c', conv, 'pend'), int(seq), int(seq))
   if not c.open then
-    redis.call('ZADD', k('due'), int(due), pad(conv))
+    mark_due(conv, due)
   end
   return due
 end
@@ -56,7 +56,7 @@ local function amend(ch, change)
   redis.call('ZREM', pending, seq)
   if redis.call('ZCARD', pending) == 0 then
     redis.call('HDEL', k('c', i.conv), 'first', 'due', 'model')
-    redis.call('ZREM', k('due'), pad(i.conv))
+    unmark_due(i.conv)
   end
 end
 

@@ -15,7 +15,8 @@
 --                                 -> id; P:c:<id>:pend zset of its pending seqs; :batches zset;
 --                                 :unsettled zset of its reply parts that hold its queue;
 --                                 P:cust:<customer> zset of conversation ids;
---                                 P:due zset conversation -> due time (only with no batch open)
+--                                 P:due zset conversation -> due time (only with no batch open);
+--                                 P:routine the same for those out of the model's lane
 --   P:b:<id>               hash   a batch; :msgs zset of its seqs; :parts zset outbox id by part;
 --                                 P:running zset -> lease end; P:waiting zset -> retry time;
 --                                 P:finished zset -> end time
@@ -188,4 +189,22 @@ end
 -- before any write.
 local function fail(code, why)
   return {__error = code .. ' ' .. why}
+end
+
+-- Conversation `conv` is due at `due` with no batch open: in P:due, and in P:routine too while
+-- no pending message needs the model, so the routine lane is read without passing over the
+-- model's queue (however long a surge makes it).
+local function mark_due(conv, due)
+  redis.call('ZADD', k('due'), int(due), pad(conv))
+  if redis.call('HGET', k('c', conv), 'model') == '1' then
+    redis.call('ZREM', k('routine'), pad(conv))
+  else
+    redis.call('ZADD', k('routine'), int(due), pad(conv))
+  end
+end
+
+-- Conversation `conv` is no longer due: a batch took its messages, or none are left.
+local function unmark_due(conv)
+  redis.call('ZREM', k('due'), pad(conv))
+  redis.call('ZREM', k('routine'), pad(conv))
 end

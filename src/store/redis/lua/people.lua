@@ -65,9 +65,9 @@ local function requeue_batch(batch, now)
   end
   redis.call('DEL', k('b', batch, 'msgs'))
   local c = get(k('c', conv), 'first', 'open')
-  put(k('c', conv), {first = tonumber(c.first) or now, due = now, requeued = true})
+  put(k('c', conv), {first = tonumber(c.first) or now, due = now, requeued = true, model = 1})
   if not c.open then
-    redis.call('ZADD', k('due'), int(now), pad(conv))
+    mark_due(conv, now)
   end
 end
 

@@ -77,7 +77,7 @@ local function take_pending(conv, id)
   end
   redis.call('DEL', pending)
   redis.call('HDEL', k('c', conv), 'first', 'due', 'requeued', 'model')
-  redis.call('ZREM', k('due'), pad(conv))
+  unmark_due(conv)
 end
 
 -- Batches whose lease lapsed or whose retry time came, the longest due first.
@@ -148,7 +148,7 @@ end
 -- New batches of due WhatsApp conversations whose pending messages the router answers alone.
 local function claim_routine(a)
   local claims = {}
-  for _, conv in ipairs(due_members('due', a.now, a.limit, 'whatsapp', tonumber, 0, 'routine')) do
+  for _, conv in ipairs(due_members('routine', a.now, a.limit, 'whatsapp', tonumber)) do
     claims[#claims + 1] = open_batch(tonumber(conv), a.now, a.lease)
   end
   return claims
@@ -198,7 +198,7 @@ local function close(batch, conv, now, state, messages)
   if tonumber(c.open) == tonumber(batch) then
     redis.call('HDEL', k('c', conv), 'open')
     if c.due then
-      redis.call('ZADD', k('due'), c.due, pad(conv))
+      mark_due(conv, tonumber(c.due))
     end
   end
 end
