@@ -57,7 +57,7 @@ pub fn after_failure(attempt: u32, now: At, policy: &EnginePolicy, error: String
 }
 
 /// How long a batch falling due now is expected to wait for its turn: the batches due ahead of
-/// it at the rate turns ended over the last minute (on every node), and never less than the
+/// it at the rate model turns ended over the last minute (on every node), and never less than the
 /// oldest due batch has waited already (which is all there is to go on when none ended).
 pub fn expected_wait(
     due: u64,
