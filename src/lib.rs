@@ -31,6 +31,7 @@
 //! - [`store`]: the only place state lives (SQLite embedded by default, PostgreSQL or Redis for
 //!   several nodes); [`store::rules`] is its rulebook, every lifecycle written once.
 //! - [`whatsapp`]: Meta's API as Sabi speaks it: the Graph client, signatures, the wire format.
+//! - [`export`]: what Sabi shows of what it holds: items, replies, a customer's whole record.
 //! - [`turn`]: the turn-handler contract the router, the agent and the worker share.
 //! - `runner`: the one loop the scheduler and the sender run in.
 //! - [`sender`]: the outbox's delivery: pacing, retries, the window.
@@ -53,6 +54,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod domain;
+pub mod export;
 pub mod http;
 pub mod ingress;
 pub mod metrics;

@@ -18,8 +18,9 @@ use crate::app::{App, Role};
 use crate::clock::{At, Clock, SystemClock};
 use crate::config::Config;
 use crate::domain::{Channel, ItemKind, ReviewReason};
+use crate::export::{self, shown};
 use crate::router::{self, Router};
-use crate::store::{self, Delivery, InboxQuery, Resolution, ReviewEntry, ReviewQuery, StoredItem};
+use crate::store::{self, Delivery, InboxQuery, Resolution, ReviewEntry, ReviewQuery};
 use crate::whatsapp::{sign, wire};
 
 #[derive(Debug, Parser)]
@@ -131,6 +132,32 @@ enum Command {
     /// temporary store, fakes of the Graph API and the model): the table of `sabi plan`,
     /// measured.
     Simulate(Box<simulate::SimulateArgs>),
+    /// Everything Sabi holds about one customer (their right of access): what they sent and
+    /// when, the replies to them and how they went, hand-offs to people, broadcasts, their
+    /// broadcast choice. Readable text, or one JSON document with --json.
+    Export {
+        /// A WhatsApp number with its country code (2348031234567), or a web-chat session id.
+        customer: String,
+        /// The channel the customer is on: whatsapp or webchat.
+        #[arg(long, value_parser = parse_channel, default_value = "whatsapp")]
+        channel: Channel,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Erases one customer (their right to erasure): every message, reply, hand-off, web-chat
+    /// job, broadcast send and quarantined part that names them. Keeps only hashes: of their
+    /// messages' ids (so Meta's retries are not taken in again) and, on WhatsApp, a
+    /// do-not-contact marker (so no broadcast reaches them). Prints what it removed; running
+    /// it again removes nothing more.
+    Forget {
+        /// A WhatsApp number with its country code (2348031234567), or a web-chat session id.
+        customer: String,
+        /// The channel the customer is on: whatsapp or webchat.
+        #[arg(long, value_parser = parse_channel, default_value = "whatsapp")]
+        channel: Channel,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the raw deliveries (or parts) that Sabi could not understand.
     Quarantine {
         #[arg(long)]
@@ -272,6 +299,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .await
             }
             Command::Quarantine { json } => quarantine(&config, json).await,
+            Command::Export {
+                customer,
+                channel,
+                json,
+            } => export_customer(&config, channel, &customer, json).await,
+            Command::Forget {
+                customer,
+                channel,
+                json,
+            } => forget(&config, channel, &customer, json).await,
             Command::Stats { since, json } => stats(&config, since, json).await,
             Command::Plan(args) => plan::run(&config, *args).await,
             Command::Simulate(args) => simulate::run(&config, *args).await,
@@ -368,7 +405,7 @@ async fn inbox(config: &Config, as_json: bool, query: InboxQuery) -> anyhow::Res
     let mut out = std::io::stdout().lock();
     for item in &items {
         if as_json {
-            writeln!(out, "{}", inbox_json(item))?;
+            writeln!(out, "{}", export::item_json(item))?;
         } else {
             let i = &item.item;
             writeln!(
@@ -387,67 +424,13 @@ async fn inbox(config: &Config, as_json: bool, query: InboxQuery) -> anyhow::Res
     Ok(())
 }
 
-/// The normalised facts of an item, with the store's own columns beside them.
-fn inbox_json(stored: &StoredItem) -> Value {
-    let item = &stored.item;
-    let mut object = match &item.facts {
-        Value::Object(map) => map.clone(),
-        _ => serde_json::Map::new(),
-    };
-    let columns = [
-        ("seq", json!(stored.seq)),
-        ("kind", json!(item.kind.as_str())),
-        ("channel", json!(item.channel.as_str())),
-        ("business_number", json!(item.business)),
-        ("customer", json!(item.customer)),
-        ("external_id", json!(item.dedupe_key)),
-        ("type", json!(item.item_type)),
-        ("text", json!(item.text)),
-        ("media_id", json!(item.media_id)),
-        ("provider_timestamp", json!(item.provider_ts)),
-        ("received_at_ms", json!(stored.received_at)),
-        ("received_at", json!(rfc3339(stored.received_at))),
-        ("state", json!(stored.state)),
-        ("batch", json!(stored.batch)),
-    ];
-    for (key, value) in columns {
-        // The facts keep their own meaning of a key (a status's `id`, a message's `type`).
-        object.entry(key).or_insert(value);
-    }
-    Value::Object(object)
-}
-
-fn rfc3339(at: At) -> String {
-    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(at.millis()).unwrap_or_default());
-    humantime::format_rfc3339_millis(at).to_string()
-}
-
 async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
     let store = store::open(&config.store).await?;
     let mut out = std::io::stdout().lock();
     for entry in store.outbox(None).await? {
         let c = &entry.conversation;
         if as_json {
-            let line = json!({
-                "id": entry.id,
-                "channel": c.channel.as_str(),
-                "business_number": c.business,
-                "customer": c.customer,
-                "batch": entry.batch_id,
-                "part": entry.part,
-                "text": entry.text,
-                "state": entry.state,
-                "kind": entry.kind,
-                "attempts": entry.attempts,
-                "wamid": entry.wamid,
-                "delivery": entry.delivery,
-                "error_code": entry.error_code,
-                "error": entry.error,
-                "created_at": rfc3339(entry.created_at),
-                "sent_at": entry.sent_at.map(rfc3339),
-                "turn_started_at_ms": entry.turn_started_at,
-                "turn_finished_at_ms": entry.turn_finished_at,
-            });
+            let line = export::reply_json(&entry);
             writeln!(out, "{line}")?;
         } else {
             writeln!(
@@ -467,19 +450,70 @@ async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Text from outside (customers, Meta, models) as a terminal may show it: control characters
-/// (escape sequences, bells, line breaks that would forge a line) are written as escapes.
-fn shown(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return text.into();
+async fn export_customer(
+    config: &Config,
+    channel: Channel,
+    customer: &str,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let who = store::Subject::parse(channel, customer).map_err(anyhow::Error::msg)?;
+    let store = store::open(&config.store).await?;
+    let record = store.export_customer(&who).await?;
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&export::record_json(&who, &record))?
+        );
+    } else {
+        print!("{}", shown_lines(&export::record_text(&who, &record)));
     }
-    text.chars()
-        .map(|c| match c {
-            c if c.is_control() => c.escape_default().to_string(),
-            c => c.to_string(),
-        })
-        .collect::<String>()
-        .into()
+    Ok(())
+}
+
+/// Each line of `text` as a terminal may show it.
+fn shown_lines(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("{}\n", shown(line)))
+        .collect()
+}
+
+/// How long `sabi forget` waits for a turn or a send under way for the customer to end.
+const FORGET_PATIENCE: Duration = Duration::from_secs(60);
+
+async fn forget(
+    config: &Config,
+    channel: Channel,
+    customer: &str,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let who = store::Subject::parse(channel, customer).map_err(anyhow::Error::msg)?;
+    let store = store::open(&config.store).await?;
+    let started = Instant::now();
+    let erased = loop {
+        match store.forget_customer(&who, SystemClock.now()).await {
+            Err(store::Error::Busy(why)) if started.elapsed() < FORGET_PATIENCE => {
+                eprintln!("waiting: {why}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            outcome => break outcome?,
+        }
+    };
+    if as_json {
+        println!("{}", json!({"customer": who.customer, "erased": erased}));
+    } else if erased.total() == 0 {
+        println!("Sabi held nothing about {}.", who.customer);
+    } else {
+        let counts = serde_json::to_value(erased)?;
+        let removed: Vec<String> = counts
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, n)| n.as_u64() != Some(0))
+            .map(|(kind, n)| format!("{n} {}", kind.replace('_', " ")))
+            .collect();
+        println!("Forgot {}: {}.", who.customer, removed.join(", "));
+    }
+    Ok(())
 }
 
 async fn check(config: &Config) -> anyhow::Result<()> {
@@ -639,7 +673,7 @@ async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {
             let line = json!({
                 "id": q.id,
                 "channel": q.quarantined.channel.as_str(),
-                "received_at": rfc3339(q.received_at),
+                "received_at": export::rfc3339(q.received_at),
                 "reason": q.quarantined.reason,
                 "raw": q.quarantined.raw,
             });
@@ -649,7 +683,7 @@ async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {
                 out,
                 "{:>6}  {}  {}",
                 q.id,
-                rfc3339(q.received_at),
+                export::rfc3339(q.received_at),
                 shown(&q.quarantined.reason)
             )?;
         }
@@ -881,15 +915,4 @@ async fn send(config: &Config, args: SendArgs) -> anyhow::Result<()> {
     println!("{} {id} {text}", status.as_u16());
     anyhow::ensure!(status.is_success(), "{url} answered {status}");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shown;
-
-    #[test]
-    fn control_characters_from_outside_are_shown_as_escapes() {
-        assert_eq!(shown("plain text, ẹ jọ̀ọ́"), "plain text, ẹ jọ̀ọ́");
-        assert_eq!(shown("a\u{1b}[2Jb\u{7}\nc"), "a\\u{1b}[2Jb\\u{7}\\nc");
-    }
 }

@@ -14,7 +14,10 @@
 //! - `POST /admin/review/{id}/label` `{"intent": "..."}`: what the item's messages asked, for
 //!   the router to learn from (`sabi route --export-unsure`);
 //! - `GET /admin/conversations?customer=`: a customer's conversations and history;
-//! - `GET /admin/stats?since=`: who answered, tokens and cost.
+//! - `GET /admin/stats?since=`: who answered, tokens and cost;
+//! - `GET /admin/customers/{channel}/{id}`: everything held about a customer (`sabi export`);
+//! - `DELETE /admin/customers/{channel}/{id}`: forget them (`sabi forget`); 409 with
+//!   Retry-After while a turn or a send for them is under way.
 
 use std::collections::HashMap;
 
@@ -31,9 +34,11 @@ use subtle::ConstantTimeEq;
 
 use super::AppState;
 use crate::clock::At;
+use crate::domain::Channel;
 use crate::domain::ReviewReason;
+use crate::export;
 use crate::ingress::ApiError;
-use crate::store::{ConversationView, Resolution, ReviewEntry, ReviewQuery, ReviewState};
+use crate::store::{ConversationView, Resolution, ReviewEntry, ReviewQuery, ReviewState, Subject};
 
 /// History turns shown with a review item or a conversation.
 const TURNS_SHOWN: usize = 50;
@@ -281,6 +286,41 @@ pub(super) async fn conversations(
     Ok(Json(json!({
         "conversations": found.iter().map(conversation_json).collect::<Vec<_>>()
     })))
+}
+
+/// The customer a path names: `/admin/customers/{channel}/{id}`.
+fn subject(channel: &str, id: &str) -> Result<Subject, ApiError> {
+    let channel = Channel::parse(channel).ok_or_else(|| ApiError::Invalid {
+        field: "channel",
+        why: "must be whatsapp or webchat".into(),
+    })?;
+    Subject::parse(channel, id).map_err(|why| ApiError::Invalid {
+        field: "customer",
+        why,
+    })
+}
+
+pub(super) async fn export_customer(
+    State(state): State<AppState>,
+    Path((channel, id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let who = subject(&channel, &id)?;
+    let record = state.store.export_customer(&who).await?;
+    Ok(Json(export::record_json(&who, &record)))
+}
+
+pub(super) async fn forget_customer(
+    State(state): State<AppState>,
+    Path((channel, id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let who = subject(&channel, &id)?;
+    let erased = state.store.forget_customer(&who, state.clock.now()).await?;
+    tracing::info!(
+        channel = who.channel.as_str(),
+        removed = erased.total(),
+        "a customer was forgotten"
+    );
+    Ok(Json(json!({"customer": who.customer, "erased": erased})))
 }
 
 #[derive(Debug, Deserialize)]

@@ -99,6 +99,9 @@ impl ApiError {
             ApiError::Store(store::Error::NotFound) | ApiError::NotFound => {
                 (StatusCode::NOT_FOUND, "not_found", "No such item.".into())
             }
+            ApiError::Store(busy @ store::Error::Busy(_)) => {
+                (StatusCode::CONFLICT, "busy", busy.to_string())
+            }
             ApiError::Unauthorized => (
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
@@ -159,7 +162,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code, message) = self.parts();
         // Refusals under load are the node working as meant: only failures are errors.
-        if matches!(self, ApiError::Internal(_) | ApiError::Store(_)) {
+        if matches!(self, ApiError::Internal(_))
+            || matches!(&self, ApiError::Store(e) if !matches!(e, store::Error::Busy(_)))
+        {
             tracing::error!(error.message = %self, error.cause_chain = ?self, code, "request failed");
         } else {
             tracing::debug!(error.message = %self, code, "request refused");
@@ -171,7 +176,8 @@ impl IntoResponse for ApiError {
                 retry_after_secs, ..
             } => Some(HeaderValue::from((*retry_after_secs).max(1))),
             _ if status == StatusCode::SERVICE_UNAVAILABLE
-                || status == StatusCode::TOO_MANY_REQUESTS =>
+                || status == StatusCode::TOO_MANY_REQUESTS
+                || status == StatusCode::CONFLICT =>
             {
                 Some(HeaderValue::from_static(RETRY_AFTER_SECS))
             }

@@ -232,6 +232,10 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
             .route("/admin/review/{id}/label", post(admin::label))
             .route("/admin/conversations", get(admin::conversations))
             .route("/admin/stats", get(admin::stats))
+            .route(
+                "/admin/customers/{channel}/{id}",
+                get(admin::export_customer).delete(admin::forget_customer),
+            )
             .route("/admin/broadcasts/{id}", get(broadcasts::show))
             .route(
                 "/admin/broadcasts/{id}/recipients",

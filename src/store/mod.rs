@@ -27,6 +27,7 @@ pub use self::rules::broadcast::{
     BroadcastState, Control, Limits, Outcome, PausedBy, RecipientState, SkipReason, TemplateNews,
 };
 pub use self::rules::consent::Choice;
+pub use self::rules::erasure::{Erased, Subject};
 pub use self::rules::hours::{LocalHours, QuietHours, When};
 pub use self::rules::item::ItemState;
 pub use self::rules::part::{Delivery, PartKind, PartState, WINDOW_CLOSED};
@@ -55,6 +56,10 @@ pub enum Error {
     /// No such item (or it is no longer open).
     #[error("not found")]
     NotFound,
+    /// Work under way stops the change for now (see [`rules::erasure::busy`]): try again in
+    /// a moment.
+    #[error("{0}; try again in a moment")]
+    Busy(&'static str),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -948,6 +953,59 @@ pub trait Broadcasts: Send + Sync + 'static {
     async fn reached(&self, since: At) -> Result<u64>;
 }
 
+/// Everything Sabi holds about one customer: what their right of access gives them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CustomerRecord {
+    /// What came from them or about them (messages, statuses), in arrival order.
+    pub items: Vec<StoredItem>,
+    /// Replies to them, Sabi's and people's, with how their sending went, oldest first.
+    pub replies: Vec<OutboxEntry>,
+    /// Their turns that went to a person, and how each was settled, oldest first.
+    pub reviews: Vec<ReviewRecord>,
+    /// Broadcasts addressed to them, oldest first.
+    pub broadcasts: Vec<BroadcastSend>,
+    /// Their latest choice about broadcasts.
+    pub consent: Option<Choice>,
+}
+
+/// A hand-off to a person and how it was settled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReviewRecord {
+    pub id: i64,
+    pub batch_id: i64,
+    pub reason: ReviewReason,
+    pub state: ReviewState,
+    pub error: Option<String>,
+    pub created_at: At,
+    pub resolved_at: Option<At>,
+    /// The person's reply, when they wrote one.
+    pub note: Option<String>,
+}
+
+/// A broadcast addressed to a customer, and what became of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BroadcastSend {
+    pub broadcast_id: i64,
+    pub name: String,
+    pub template: String,
+    pub recipient: RecipientView,
+}
+
+/// A customer's data as a whole: everything about them, and forgetting it
+/// ([`rules::erasure`] has the rules).
+#[async_trait]
+pub trait Customers: Send + Sync + 'static {
+    /// Everything held about the customer; empty for one Sabi does not know.
+    async fn export_customer(&self, subject: &Subject) -> Result<CustomerRecord>;
+
+    /// Erases the customer, in one transaction on every backend, and says what it removed.
+    /// Running it again removes nothing more.
+    ///
+    /// # Errors
+    /// [`Error::Busy`] while a turn or a send for them is under way.
+    async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased>;
+}
+
 /// Whether the store can serve.
 #[async_trait]
 pub trait Health: Send + Sync + 'static {
@@ -959,12 +1017,12 @@ pub trait Health: Send + Sync + 'static {
 /// only the role it uses ([`Turns`] for the scheduler and turn handlers, [`Sending`] for the
 /// sender, ...), so a test fake implements one role.
 pub trait Store:
-    Intake + Turns + Sending + Reviews + WebChat + Inspection + Broadcasts + Health
+    Intake + Turns + Sending + Reviews + WebChat + Inspection + Broadcasts + Customers + Health
 {
 }
 
-impl<T: Intake + Turns + Sending + Reviews + WebChat + Inspection + Broadcasts + Health> Store
-    for T
+impl<T: Intake + Turns + Sending + Reviews + WebChat + Inspection + Broadcasts + Customers + Health>
+    Store for T
 {
 }
 

@@ -26,6 +26,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/admin/broadcasts/1/cancel"),
     ("GET", "/admin/conversations?customer=2348031234567"),
     ("GET", "/admin/stats"),
+    ("GET", "/admin/customers/whatsapp/2348031234567"),
+    ("DELETE", "/admin/customers/whatsapp/2348031234567"),
 ];
 
 async fn call(
@@ -37,6 +39,7 @@ async fn call(
 ) -> (u16, String) {
     let mut request = match method {
         "POST" => client.post(url),
+        "DELETE" => client.delete(url),
         _ => client.get(url),
     };
     if let Some(auth) = auth {

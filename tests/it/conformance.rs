@@ -10,6 +10,7 @@
 //! of every role is held to one behaviour on every backend.
 
 mod broadcasts;
+mod customers;
 mod fixtures;
 mod inspection;
 mod learning;
@@ -45,6 +46,12 @@ use self::broadcasts::{
     statuses_move_broadcast_recipients_forward_only,
     the_cooldown_skips_and_the_messaging_limit_holds_back,
     time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait,
+};
+use self::customers::{
+    a_forgotten_chat_session_leaves_no_history, a_forgotten_customer_is_sent_no_broadcast,
+    export_holds_everything_and_forget_leaves_only_hashes,
+    forget_racing_ingest_and_claims_takes_only_its_customer,
+    forget_waits_for_work_under_way_for_the_customer,
 };
 use self::inspection::{
     a_fresh_store_is_ready_and_holds_nothing, gauges_count_the_pipeline_as_it_moves,
@@ -265,6 +272,12 @@ macro_rules! cases {
             the_cooldown_skips_and_the_messaging_limit_holds_back,
             quiet_hours_and_wall_clock_times_hold_each_recipient_on_its_own_clock,
             claimers_at_once_never_pass_the_messaging_limit,
+            // Customers
+            export_holds_everything_and_forget_leaves_only_hashes,
+            forget_waits_for_work_under_way_for_the_customer,
+            a_forgotten_customer_is_sent_no_broadcast,
+            a_forgotten_chat_session_leaves_no_history,
+            forget_racing_ingest_and_claims_takes_only_its_customer,
         );
     };
 }

@@ -291,6 +291,27 @@ impl SabiProcess {
         format!("http://{}{path}", self.addr)
     }
 
+    /// SIGTERM, and the wait for its clean exit.
+    pub fn terminate(mut self) {
+        let killed = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(killed.success());
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break status;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(15),
+                "sabi serve did not stop on SIGTERM"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        assert!(status.success(), "exit status {status}");
+    }
+
     /// SIGKILL: no shutdown code runs.
     pub fn kill9(mut self) {
         self.child.kill().expect("kill -9");

@@ -12,6 +12,7 @@ mod cli;
 mod conformance;
 mod corpus;
 mod crash;
+mod customers;
 mod engine;
 mod fuzz;
 mod guard;

@@ -404,7 +404,14 @@ async fn a_failover_loses_nothing_sends_nothing_twice_and_reviews_nothing() {
     };
     assert_eq!(inbox.len(), total, "every acknowledged message, once");
     let unanswered: Vec<&Value> = inbox.iter().filter(|i| i["state"] != "answered").collect();
-    assert!(unanswered.is_empty(), "unanswered: {unanswered:?}");
+    let logs = sabi.logs();
+    assert!(
+        unanswered.is_empty(),
+        "{} unanswered, the first {:?}; the last logs:\n{}",
+        unanswered.len(),
+        unanswered.first(),
+        logs[logs.len().saturating_sub(60)..].join("\n")
+    );
     let outbox = json_lines(dir.path(), &url, &["outbox", "--json"]);
     let mut per_batch: HashMap<i64, usize> = HashMap::new();
     for reply in &outbox {

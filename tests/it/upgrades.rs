@@ -7,9 +7,10 @@
 //! (see the README there).
 
 use sabi::config::StoreConfig;
+use sabi::domain::Channel;
 use sabi::store::{
     self, Error, Health, InboxQuery, Ingest, JobStatus, PgStore, RedisStore, ReviewQuery,
-    SendClaim, Store,
+    SendClaim, Store, Subject,
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
@@ -44,7 +45,7 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     };
     let said = store::probe(&config).await.expect("probe");
     assert!(
-        said.ends_with("schema version 1, this build upgrades it to 8 at start"),
+        said.ends_with("schema version 1, this build upgrades it to 9 at start"),
         "{said}"
     );
     let mut conn = PgConnection::connect(&db.url).await.expect("connect");
@@ -55,7 +56,11 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     let (one, other) = tokio::join!(PgStore::open(&db.url), PgStore::open(&db.url));
     let (store, _other) = (one.expect("upgraded"), other.expect("opened"));
     let after: Vec<i32> = versions().fetch_all(&mut conn).await.expect("versions");
-    assert_eq!(after, [1, 2, 3, 4, 5, 6, 7, 8], "each migration ran once");
+    assert_eq!(
+        after,
+        [1, 2, 3, 4, 5, 6, 7, 8, 9],
+        "each migration ran once"
+    );
     let indexes: Vec<String> = sqlx::query_scalar(
         "SELECT indexname::text FROM pg_indexes
          WHERE indexname IN ('conversations_claimable', 'conversations_due')",
@@ -147,14 +152,14 @@ async fn a_redis_store_of_the_previous_build_is_upgraded_in_place() {
     };
     let said = store::probe(&config).await.expect("probe");
     assert!(
-        said.contains("key layout 1, this build upgrades it to 2 at start"),
+        said.contains("key layout 1, this build upgrades it to 3 at start"),
         "{said}"
     );
 
     let (one, other) = tokio::join!(RedisStore::open(&prefix.url), RedisStore::open(&prefix.url));
     let (store, other) = (one.expect("upgraded"), other.expect("opened"));
     let layout: String = get("schema").query_async(&mut conn).await.expect("layout");
-    assert_eq!(layout, "2");
+    assert_eq!(layout, "3");
     let kept: String = get("epoch").query_async(&mut conn).await.expect("epoch");
     assert_eq!(kept, epoch, "the store is the same store");
     // Layout 2 keeps a session's questions of the last minute only: this one is months old.
@@ -268,6 +273,12 @@ async fn what_the_previous_build_stored_is_intact(store: &dyn Store) {
         },
     };
     assert_eq!(store.ingest(again).await.expect("ingest").stored, 0);
+
+    // What the previous build stored is a customer's to export: indexed by the upgrade.
+    let ada = Subject::parse(Channel::Whatsapp, "2348011111111").expect("a number");
+    let record = store.export_customer(&ada).await.expect("export");
+    let seqs: Vec<i64> = record.items.iter().map(|i| i.seq).collect();
+    assert_eq!(seqs, [1, 2, 4]);
 
     let mut claims = store
         .claim(T0 + ms(100_000), ms(120_000), 10, None)

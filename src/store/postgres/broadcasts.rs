@@ -186,44 +186,47 @@ pub(super) async fn recipients(
     state: Option<RecipientState>,
     limit: usize,
 ) -> Result<Vec<RecipientView>> {
-    let rows = sqlx::query(
-        "SELECT id, recipient, params, line, state, skipped, error, error_code, wamid, sent_at,
-                replied_at, tz, billed
-         FROM broadcast_recipients
-         WHERE broadcast_id = $1 AND ($2::TEXT IS NULL OR state = $2)
-         ORDER BY id LIMIT $3",
-    )
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {RECIPIENT_COLUMNS} FROM broadcast_recipients r
+         WHERE r.broadcast_id = $1 AND ($2::TEXT IS NULL OR r.state = $2)
+         ORDER BY r.id LIMIT $3"
+    )))
     .bind(id)
     .bind(state.map(RecipientState::as_str))
     .bind(super::limit(Some(limit)))
     .fetch_all(pool)
     .await
     .map_err(unavailable)?;
-    rows.iter()
-        .map(|r| {
-            let params: String = r.get(2);
-            Ok(RecipientView {
-                id: r.get(0),
-                to: r.get(1),
-                params: serde_json::from_str(&params).unwrap_or_default(),
-                line: r
-                    .get::<Option<i64>, _>(3)
-                    .and_then(|l| u64::try_from(l).ok()),
-                state: known(RecipientState::parse, r.get(4))?,
-                skipped: r
-                    .get::<Option<&str>, _>(5)
-                    .map(|s| known(SkipReason::parse, s))
-                    .transpose()?,
-                error: r.get(6),
-                error_code: r.get(7),
-                wamid: r.get(8),
-                sent_at: r.get(9),
-                replied_at: r.get(10),
-                tz: r.get(11),
-                billed: r.get(12),
-            })
-        })
-        .collect()
+    rows.iter().map(recipient_view).collect()
+}
+
+/// What [`recipient_view`] reads of a recipient row, `r`, first in the row.
+pub(super) const RECIPIENT_COLUMNS: &str = "r.id, r.recipient, r.params, r.line, r.state,
+    r.skipped, r.error, r.error_code, r.wamid, r.sent_at, r.replied_at, r.tz, r.billed";
+
+/// A recipient read from [`RECIPIENT_COLUMNS`].
+pub(super) fn recipient_view(r: &sqlx::postgres::PgRow) -> Result<RecipientView> {
+    let params: String = r.get(2);
+    Ok(RecipientView {
+        id: r.get(0),
+        to: r.get(1),
+        params: serde_json::from_str(&params).unwrap_or_default(),
+        line: r
+            .get::<Option<i64>, _>(3)
+            .and_then(|l| u64::try_from(l).ok()),
+        state: known(RecipientState::parse, r.get(4))?,
+        skipped: r
+            .get::<Option<&str>, _>(5)
+            .map(|s| known(SkipReason::parse, s))
+            .transpose()?,
+        error: r.get(6),
+        error_code: r.get(7),
+        wamid: r.get(8),
+        sent_at: r.get(9),
+        replied_at: r.get(10),
+        tz: r.get(11),
+        billed: r.get(12),
+    })
 }
 
 pub(super) async fn control(

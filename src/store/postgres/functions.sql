@@ -7,23 +7,27 @@
 -- latest message, never later than the cap after the first; a WhatsApp message is noted as the
 -- reply to the customer's latest broadcast; a message for the model (`p_model`) puts the
 -- conversation in the model's lane until a batch takes it. Returns the message's seq and the
--- conversation's due time, or no row when the message was already stored. Every PostgreSQL
+-- conversation's due time, or no row when the message was already stored or was erased since
+-- (its key's hash, `p_key_hash`, is in erased_keys: store/rules/erasure.rs). Every PostgreSQL
 -- ingest of such a message calls it, alone or inside a delivery's transaction. `p_seq`, when
 -- given, is the message's place in arrival order, taken ahead for a delivery whose items are
 -- stored in another order than they came (see `lock_order`). The sequence is named, not looked
 -- up by `pg_get_serial_sequence`, which would cost a catalog read on every message.
-CREATE OR REPLACE FUNCTION sabi_ingest_message_v4(
+CREATE OR REPLACE FUNCTION sabi_ingest_message_v5(
     p_channel TEXT, p_key TEXT, p_business TEXT, p_customer TEXT, p_type TEXT, p_text TEXT,
     p_media TEXT, p_provider_ts BIGINT, p_received BIGINT, p_hash BYTEA, p_facts TEXT,
     p_conv_channel TEXT, p_conv_business TEXT, p_conv_customer TEXT,
     p_window BIGINT, p_cap BIGINT, p_sent_at BIGINT, p_seq BIGINT, p_reply_since BIGINT,
-    p_model BOOLEAN)
+    p_model BOOLEAN, p_key_hash TEXT)
 RETURNS TABLE (seq BIGINT, due_at BIGINT) LANGUAGE plpgsql AS $$
 DECLARE
     stored BIGINT;
     conversation BIGINT;
     due BIGINT;
 BEGIN
+    IF EXISTS (SELECT 1 FROM erased_keys WHERE key_hash = p_key_hash) THEN
+        RETURN;
+    END IF;
     INSERT INTO inbox (seq, channel, dedupe_key, kind, business, customer, item_type, text,
                        media_id, provider_ts, received_at, state, content_hash, facts)
     VALUES (COALESCE(p_seq, nextval('inbox_seq_seq'::regclass)), p_channel, p_key,

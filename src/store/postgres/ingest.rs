@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::clock::{At, millis};
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
 use super::{broadcasts, channel, limit, outbox, unavailable};
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
@@ -17,7 +17,7 @@ use crate::store::items::{
     sent_at, status_of,
 };
 use crate::store::rules::item::ItemState;
-use crate::store::rules::{broadcast, consent};
+use crate::store::rules::{broadcast, consent, erasure};
 use crate::store::{
     ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest, IngestReceipt,
     JobStatus, REPLY_SPAN, Result, StoredItem, StoredQuarantine, Submitted,
@@ -65,7 +65,7 @@ async fn ingest_message(
 
 /// Stores a customer message that wakes its conversation and schedules the conversation (due
 /// one window after the latest message, never later than the cap after the first), through
-/// `sabi_ingest_message_v4` (functions.sql): the message's unique key first, then the
+/// `sabi_ingest_message_v5` (functions.sql): the message's unique key first, then the
 /// conversation's row, so a racing copy waits on the key and schedules nothing. The
 /// conversation's due time when the message is new; `None` when it was already stored.
 async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
@@ -77,9 +77,9 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     seq: Option<i64>,
 ) -> Result<Option<At>> {
     let stored: Option<(i64, At)> = sqlx::query_as(
-        "SELECT seq, due_at FROM sabi_ingest_message_v4(
+        "SELECT seq, due_at FROM sabi_ingest_message_v5(
              $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-             $19, $20)",
+             $19, $20, $21)",
     )
     .bind(item.channel.as_str())
     .bind(&item.dedupe_key)
@@ -101,6 +101,7 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     .bind(seq)
     .bind(delivery.received_at - REPLY_SPAN)
     .bind(!delivery.routine.contains(&item.dedupe_key))
+    .bind(erasure::key_hash(item.channel, &item.dedupe_key))
     .fetch_optional(executor)
     .await
     .map_err(unavailable)?;
@@ -137,8 +138,9 @@ async fn ingest_in(
             "INSERT INTO inbox (seq, channel, dedupe_key, kind, business, customer, item_type,
                                 text, media_id, provider_ts, received_at, state, content_hash,
                                 facts)
-             VALUES (COALESCE($14, nextval('inbox_seq_seq'::regclass)),
-                     $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             SELECT COALESCE($14, nextval('inbox_seq_seq'::regclass)),
+                    $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
+             WHERE NOT EXISTS (SELECT 1 FROM erased_keys WHERE key_hash = $15)
              ON CONFLICT (channel, dedupe_key) DO NOTHING RETURNING seq",
         )
         .bind(item.channel.as_str())
@@ -155,6 +157,7 @@ async fn ingest_in(
         .bind(hash)
         .bind(facts)
         .bind(seq)
+        .bind(erasure::key_hash(item.channel, &item.dedupe_key))
         .fetch_optional(&mut *conn)
         .await
         .map_err(unavailable)?;
@@ -275,13 +278,18 @@ async fn count_redelivery(
     hash: &[u8],
     receipt: &mut IngestReceipt,
 ) -> Result<()> {
-    let stored: Vec<u8> =
+    let stored: Option<Vec<u8>> =
         sqlx::query_scalar("SELECT content_hash FROM inbox WHERE channel = $1 AND dedupe_key = $2")
             .bind(item.channel.as_str())
             .bind(&item.dedupe_key)
-            .fetch_one(&mut *conn)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(unavailable)?;
+    // Not stored and not taken: a retry of an item erased since, known by its key's hash.
+    let Some(stored) = stored else {
+        receipt.duplicates += 1;
+        return Ok(());
+    };
     if stored == hash {
         receipt.duplicates += 1;
     } else {
@@ -312,13 +320,11 @@ async fn keep_quarantined(conn: &mut PgConnection, q: &Quarantined, at: At) -> R
 }
 
 pub(super) async fn inbox(pool: &PgPool, query: &InboxQuery) -> Result<Vec<StoredItem>> {
-    let rows = sqlx::query(
-        "SELECT seq, channel, dedupe_key, kind, business, customer, item_type, text, media_id,
-                provider_ts, received_at, state, batch_id, facts
-         FROM inbox
+    let rows = sqlx::query(AssertSqlSafe(format!(
+        "SELECT {ITEM_COLUMNS} FROM inbox
          WHERE seq > $1 AND ($2::text IS NULL OR kind = $2) AND ($3::text IS NULL OR channel = $3)
-         ORDER BY seq LIMIT $4",
-    )
+         ORDER BY seq LIMIT $4"
+    )))
     .bind(query.after.unwrap_or(0))
     .bind(query.kind.map(ItemKind::as_str))
     .bind(query.channel.map(Channel::as_str))
@@ -326,33 +332,38 @@ pub(super) async fn inbox(pool: &PgPool, query: &InboxQuery) -> Result<Vec<Store
     .fetch_all(pool)
     .await
     .map_err(unavailable)?;
-    rows.iter()
-        .map(|r| {
-            let kind: String = r.get(3);
-            let facts: String = r.get(13);
-            Ok(StoredItem {
-                seq: r.get(0),
-                item: InboundItem {
-                    kind: ItemKind::parse(&kind)
-                        .ok_or_else(|| Error::Schema(format!("unknown kind {kind:?}")))?,
-                    channel: channel(r.get(1))?,
-                    dedupe_key: r.get(2),
-                    business: r.get(4),
-                    customer: r.get(5),
-                    item_type: r.get(6),
-                    text: r.get(7),
-                    media_id: r.get(8),
-                    provider_ts: r.get(9),
-                    turn: None,
-                    facts: serde_json::from_str(&facts)
-                        .map_err(|e| Error::Schema(format!("undecodable facts: {e}")))?,
-                },
-                received_at: r.get(10),
-                state: known(ItemState::parse, r.get(11))?,
-                batch: r.get(12),
-            })
-        })
-        .collect()
+    rows.iter().map(stored_item).collect()
+}
+
+/// What [`stored_item`] reads of an inbox row.
+pub(super) const ITEM_COLUMNS: &str = "seq, channel, dedupe_key, kind, business, customer,
+    item_type, text, media_id, provider_ts, received_at, state, batch_id, facts";
+
+/// An inbox row read from [`ITEM_COLUMNS`].
+pub(super) fn stored_item(r: &sqlx::postgres::PgRow) -> Result<StoredItem> {
+    let kind: String = r.get(3);
+    let facts: String = r.get(13);
+    Ok(StoredItem {
+        seq: r.get(0),
+        item: InboundItem {
+            kind: ItemKind::parse(&kind)
+                .ok_or_else(|| Error::Schema(format!("unknown kind {kind:?}")))?,
+            channel: channel(r.get(1))?,
+            dedupe_key: r.get(2),
+            business: r.get(4),
+            customer: r.get(5),
+            item_type: r.get(6),
+            text: r.get(7),
+            media_id: r.get(8),
+            provider_ts: r.get(9),
+            turn: None,
+            facts: serde_json::from_str(&facts)
+                .map_err(|e| Error::Schema(format!("undecodable facts: {e}")))?,
+        },
+        received_at: r.get(10),
+        state: known(ItemState::parse, r.get(11))?,
+        batch: r.get(12),
+    })
 }
 
 pub(super) async fn quarantine(

@@ -15,6 +15,7 @@
 
 mod broadcasts;
 mod connect;
+mod customers;
 mod ingest;
 mod outbox;
 mod review;
@@ -26,13 +27,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};
 
+use super::rules::erasure::OptOuts;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Choice, Control,
-    ConversationView, Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest,
-    IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim,
-    RecipientJob, RecipientState, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery,
-    Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem,
-    StoredQuarantine, Submitted, TemplateNews, TurnStats, TurnUsage, Turns, WebChat,
+    ConversationView, CustomerRecord, Customers, Ending, Erased, Error, Gauges, Health,
+    HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits, NewBroadcast,
+    OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState, RecipientView, Resolution,
+    Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob,
+    SendResult, Sending, StoredItem, StoredQuarantine, Subject, Submitted, TemplateNews, TurnStats,
+    TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
 use crate::domain::{Channel, Claim, ConversationKey, LeaseToken, ReplyPart};
@@ -48,6 +51,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_broadcast_pause_and_body.sql"),
     include_str!("migrations/0007_local_hours.sql"),
     include_str!("migrations/0008_lanes.sql"),
+    include_str!("migrations/0009_customers.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -225,8 +229,15 @@ pub(super) fn unavailable(e: sqlx::Error) -> Error {
 /// same transaction may simply run again.
 const CONFLICT: &str = "transaction conflict, retried: ";
 
+/// How long one operation may take before the store counts as away. The server's statement
+/// timeout bounds each statement, but not a commit waiting for a synchronous standby that is
+/// gone (the old primary in a failover waits for it forever): without this, such a commit
+/// would hold a scheduler's claim, and with it every turn of the node, for good.
+const OPERATION_DEADLINE: Duration = Duration::from_secs(20);
+
 /// Runs a transaction again when PostgreSQL aborted it for a deadlock (transactions of several
-/// nodes may lock the same rows in other orders), up to a few times.
+/// nodes may lock the same rows in other orders), up to a few times; gives up on a try that
+/// outlasts [`OPERATION_DEADLINE`] (its connection is dropped with it).
 async fn retrying<T, F, Fut>(mut op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -234,7 +245,13 @@ where
 {
     let mut tries = 0;
     loop {
-        match op().await {
+        let Ok(outcome) = tokio::time::timeout(OPERATION_DEADLINE, op()).await else {
+            return Err(Error::Unavailable(format!(
+                "the store did not answer within {}s",
+                OPERATION_DEADLINE.as_secs()
+            )));
+        };
+        match outcome {
             Err(Error::Unavailable(why)) if why.starts_with(CONFLICT) && tries < 3 => {
                 tries += 1;
                 tracing::debug!(tries, "store transaction conflict; running it again");
@@ -271,7 +288,7 @@ impl Turns for PgStore {
         retrying(|| turns::claim_routine(&self.pool, now, lease, limit)).await
     }
     async fn renew(&self, batch: i64, token: LeaseToken, now: At, lease: Duration) -> Result<()> {
-        turns::renew(&self.pool, batch, token, now, lease).await
+        retrying(|| turns::renew(&self.pool, batch, token, now, lease)).await
     }
     async fn finish(&self, batch: i64, token: LeaseToken, now: At, ending: Ending) -> Result<()> {
         retrying(|| turns::finish(&self.pool, batch, token, now, &ending)).await
@@ -460,7 +477,9 @@ impl Broadcasts for PgStore {
         .await
     }
     async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>> {
-        broadcasts::opted_out(&self.pool, customers).await
+        let asked = OptOuts::ask(customers);
+        let found = broadcasts::opted_out(&self.pool, asked.names()).await?;
+        Ok(asked.of(found))
     }
     async fn sent_since(&self, customers: &[String], since: At) -> Result<HashSet<String>> {
         broadcasts::sent_since(&self.pool, customers, since).await
@@ -468,6 +487,16 @@ impl Broadcasts for PgStore {
     async fn reached(&self, since: At) -> Result<u64> {
         let mut conn = self.pool.acquire().await.map_err(unavailable)?;
         broadcasts::reached(&mut conn, since).await
+    }
+}
+
+#[async_trait]
+impl Customers for PgStore {
+    async fn export_customer(&self, subject: &Subject) -> Result<CustomerRecord> {
+        customers::export(&self.pool, subject).await
+    }
+    async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased> {
+        retrying(|| customers::forget(&self.pool, subject, now)).await
     }
 }
 

@@ -328,44 +328,49 @@ pub(super) async fn next_send_due(pool: &PgPool, skip: &[String]) -> Result<Opti
 }
 
 pub(super) async fn outbox(pool: &PgPool, count: Option<usize>) -> Result<Vec<OutboxEntry>> {
-    let rows = sqlx::query(
-        "SELECT o.id, o.batch_id, o.part, o.channel, o.business, o.customer, o.body, o.state,
-                o.created_at, b.started_at, COALESCE(b.finished_at, o.created_at), o.kind,
-                o.attempts, o.wamid, o.delivery, o.error_code, o.error, o.sent_at
-         FROM outbox o JOIN batches b ON b.id = o.batch_id ORDER BY o.id LIMIT $1",
-    )
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "{ENTRY_SELECT} ORDER BY o.id LIMIT $1"
+    )))
     .bind(limit(count))
     .fetch_all(pool)
     .await
     .map_err(unavailable)?;
-    rows.iter()
-        .map(|r| {
-            let count = |i: usize| u32::try_from(r.get::<i32, _>(i)).unwrap_or(0);
-            Ok(OutboxEntry {
-                id: r.get(0),
-                batch_id: r.get(1),
-                part: count(2),
-                conversation: ConversationKey {
-                    channel: channel(r.get(3))?,
-                    business: r.get(4),
-                    customer: r.get(5),
-                },
-                text: r.get(6),
-                state: known(PartState::parse, r.get(7))?,
-                created_at: r.get(8),
-                turn_started_at: r.get(9),
-                turn_finished_at: r.get(10),
-                kind: known(PartKind::parse, r.get(11))?,
-                attempts: count(12),
-                wamid: r.get(13),
-                delivery: r
-                    .get::<Option<&str>, _>(14)
-                    .map(|d| known(Delivery::parse, d))
-                    .transpose()?,
-                error_code: r.get(15),
-                error: r.get(16),
-                sent_at: r.get(17),
-            })
-        })
-        .collect()
+    rows.iter().map(entry).collect()
+}
+
+/// Reply parts (`o`) with their turn's times (`b`, the batch): a WHERE and ORDER BY follow.
+pub(super) const ENTRY_SELECT: &str =
+    "SELECT o.id, o.batch_id, o.part, o.channel, o.business, o.customer, o.body, o.state,
+            o.created_at, b.started_at, COALESCE(b.finished_at, o.created_at), o.kind,
+            o.attempts, o.wamid, o.delivery, o.error_code, o.error, o.sent_at
+     FROM outbox o JOIN batches b ON b.id = o.batch_id";
+
+/// A row of [`ENTRY_SELECT`].
+pub(super) fn entry(r: &sqlx::postgres::PgRow) -> Result<OutboxEntry> {
+    let count = |i: usize| u32::try_from(r.get::<i32, _>(i)).unwrap_or(0);
+    Ok(OutboxEntry {
+        id: r.get(0),
+        batch_id: r.get(1),
+        part: count(2),
+        conversation: ConversationKey {
+            channel: channel(r.get(3))?,
+            business: r.get(4),
+            customer: r.get(5),
+        },
+        text: r.get(6),
+        state: known(PartState::parse, r.get(7))?,
+        created_at: r.get(8),
+        turn_started_at: r.get(9),
+        turn_finished_at: r.get(10),
+        kind: known(PartKind::parse, r.get(11))?,
+        attempts: count(12),
+        wamid: r.get(13),
+        delivery: r
+            .get::<Option<&str>, _>(14)
+            .map(|d| known(Delivery::parse, d))
+            .transpose()?,
+        error_code: r.get(15),
+        error: r.get(16),
+        sent_at: r.get(17),
+    })
 }

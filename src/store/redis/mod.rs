@@ -29,22 +29,24 @@ use serde_json::{Value, json};
 use self::connection::{Connection, Target};
 use self::wire::{
     List, Page, RawBroadcast, RawChoice, RawClaim, RawConsent, RawConversation, RawCreated,
-    RawExchange, RawGauges, RawItem, RawJob, RawLastBroadcast, RawLine, RawLive, RawPart,
-    RawQuarantined, RawReceipt, RawRecipient, RawRecipientRow, RawReview, RawRouted, RawSendJob,
-    RawStats, Receipt,
+    RawExchange, RawExport, RawForget, RawGauges, RawItem, RawJob, RawLastBroadcast, RawLine,
+    RawLive, RawPart, RawQuarantined, RawReceipt, RawRecipient, RawRecipientRow, RawReview,
+    RawRouted, RawSendJob, RawStats, Receipt,
 };
 use super::items::message_key;
 use super::items::{RecipientStatus, broadcast_status, known};
 use super::rules::broadcast::{self, BroadcastState, Event, PausedBy, SkipReason, TemplateNews};
 use super::rules::consent::{self, Source};
+use super::rules::erasure::{self, Erased, OptOuts, Subject};
 use super::rules::hours::{LocalHours, Turn};
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Choice, Control,
-    ConversationView, Ending, Error, Gauges, HOLD_PART, Health, HistoryEntry, InboxQuery, Ingest,
-    IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim,
-    RecipientJob, RecipientState, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery,
-    Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending, Speaker, StoredItem,
-    StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
+    ConversationView, CustomerRecord, Customers, Ending, Error, Gauges, HOLD_PART, Health,
+    HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits, NewBroadcast,
+    OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState, RecipientView, Resolution,
+    Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob,
+    SendResult, Sending, Speaker, StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage,
+    Turns, WebChat,
 };
 use crate::clock::{At, millis};
 use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken, ReplyPart};
@@ -61,12 +63,13 @@ const SCRIPT_BODY: &str = concat!(
     include_str!("lua/people.lua"),
     include_str!("lua/chat.lua"),
     include_str!("lua/broadcasts.lua"),
+    include_str!("lua/customers.lua"),
     include_str!("lua/main.lua"),
 );
 
 /// The key layout this build writes and expects (`<tag>:schema`); `lua/layout.lua` holds the
 /// steps that upgrade older layouts to it.
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 /// Writes the layout version and the epoch when the prefix is new, upgrades an older layout, and
 /// reads the epoch back.
@@ -827,13 +830,69 @@ impl Broadcasts for RedisStore {
             .await
     }
     async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>> {
-        Ok(self
-            .consents(customers)
+        let asked = OptOuts::ask(customers);
+        let found = self
+            .consents(asked.names())
             .await?
             .into_iter()
             .filter(|(_, (choice, _))| choice.opted_out)
             .map(|(customer, _)| customer)
-            .collect())
+            .collect();
+        Ok(asked.of(found))
+    }
+}
+
+/// How often erasure reads the customer's keys again when messages from them keep coming
+/// between the read and the erasure.
+const FORGET_TRIES: usize = 5;
+
+#[async_trait]
+impl Customers for RedisStore {
+    async fn export_customer(&self, subject: &Subject) -> Result<CustomerRecord> {
+        let args = json!({"ch": subject.channel.as_str(), "cust": subject.customer});
+        let raw: RawExport = self.call("customer_export", args).await?;
+        raw.into_record()
+    }
+
+    async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased> {
+        let (ch, cust) = (subject.channel.as_str(), &subject.customer);
+        let choice = RawChoice::of(&Choice {
+            opted_out: true,
+            source: Source::Erased,
+            at: now,
+        });
+        let unsent = [RecipientState::Queued, RecipientState::Held].map(RecipientState::as_str);
+        for _ in 0..FORGET_TRIES {
+            // The script cannot hash: the keys first, then the erasure, which refuses when an
+            // item came in between.
+            let keys: List<String> = self
+                .call("customer_keys", json!({"ch": ch, "cust": cust}))
+                .await?;
+            let hashes: HashMap<String, String> = keys
+                .0
+                .into_iter()
+                .map(|key| {
+                    let hash = erasure::key_hash(subject.channel, &key);
+                    (key, hash)
+                })
+                .collect();
+            let args = json!({
+                "ch": ch, "cust": cust, "now": now, "hashes": hashes,
+                "marker": subject.marker(),
+                "choice": serde_json::to_string(&choice).unwrap_or_default(),
+                "unsent": unsent, "skipped": RecipientState::Skipped.as_str(),
+                "opted_out": SkipReason::OptedOut.as_str(),
+                "recipient_sending": RecipientState::Sending.as_str(),
+            });
+            let outcome: RawForget = self.call("forget", args).await?;
+            if let Some(why) = erasure::busy(outcome.running, outcome.sending) {
+                return Err(Error::Busy(why));
+            }
+            if let Some(erased) = outcome.erased {
+                return Ok(erased);
+            }
+        }
+        Err(Error::Busy("messages from this customer keep arriving"))
     }
 }
 

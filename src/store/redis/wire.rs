@@ -19,15 +19,17 @@ use crate::store::rules::broadcast::{
     SkipReason,
 };
 use crate::store::rules::consent::{Choice, Source};
+use crate::store::rules::erasure;
+use crate::store::rules::erasure::Erased;
 use crate::store::rules::hours::{LocalHours, Turn};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::{Delivery, PartKind, PartState};
 use crate::store::rules::review::ReviewState;
 use crate::store::{
-    BroadcastView, ChatExchange, ChatJob, ConversationView, Ending, Error, Gauges, HistoryEntry,
-    Ingest, OutboxEntry, REPLY_SPAN, RecipientJob, RecipientView, Resolution, Result, ReviewEntry,
-    RouteGuess, RoutedTurn, SendJob, SendResult, Speaker, StoredItem, StoredQuarantine, TurnStats,
-    parse_send_callback, recipient_counts,
+    BroadcastSend, BroadcastView, ChatExchange, ChatJob, ConversationView, CustomerRecord, Ending,
+    Error, Gauges, HistoryEntry, Ingest, OutboxEntry, REPLY_SPAN, RecipientJob, RecipientView,
+    Resolution, Result, ReviewEntry, ReviewRecord, RouteGuess, RoutedTurn, SendJob, SendResult,
+    Speaker, StoredItem, StoredQuarantine, TurnStats, parse_send_callback, recipient_counts,
 };
 
 /// A list in a reply. Lua's JSON encoder cannot tell an empty list from an empty object and
@@ -98,6 +100,8 @@ pub(super) fn item(item: &InboundItem, received_at: At, model: bool) -> Value {
         "pts": item.provider_ts,
         "sent": sent_at(item, received_at),
         "hash": hex::encode(hash),
+        // What stays of the key once erased: a retry finds it (store/rules/erasure.rs).
+        "kh": erasure::key_hash(item.channel, &item.dedupe_key),
         "facts": facts,
         "turn": item.turn.as_ref().map(|t| json!({
             "ch": t.channel.as_str(), "biz": t.business, "cust": t.customer, "model": model,
@@ -969,4 +973,95 @@ pub(super) struct RawLastBroadcast {
     pub(super) template: String,
     pub(super) body: Option<String>,
     pub(super) business: String,
+}
+
+/// Everything about a customer, as `customer_export` returns it.
+#[derive(Deserialize)]
+pub(super) struct RawExport {
+    items: List<RawItem>,
+    parts: List<RawPart>,
+    reviews: List<RawReviewRecord>,
+    sends: List<RawSend>,
+    consent: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawReviewRecord {
+    id: i64,
+    batch: i64,
+    reason: String,
+    state: String,
+    error: Option<String>,
+    created: At,
+    resolved: Option<At>,
+    note: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawSend {
+    recipient: RawRecipient,
+    bc: i64,
+    name: String,
+    template: String,
+}
+
+impl RawExport {
+    pub(super) fn into_record(self) -> Result<CustomerRecord> {
+        let reviews = self.reviews.0.into_iter().map(|r| {
+            Ok(ReviewRecord {
+                id: r.id,
+                batch_id: r.batch,
+                reason: known(ReviewReason::parse, &r.reason)?,
+                state: known(ReviewState::parse, &r.state)?,
+                error: r.error,
+                created_at: r.created,
+                resolved_at: r.resolved,
+                note: r.note,
+            })
+        });
+        let broadcasts = self.sends.0.into_iter().map(|s| {
+            Ok(BroadcastSend {
+                broadcast_id: s.bc,
+                name: s.name,
+                template: s.template,
+                recipient: s.recipient.into_view()?,
+            })
+        });
+        let consent = self
+            .consent
+            .map(|json| {
+                serde_json::from_str::<RawChoice>(&json)
+                    .map_err(|e| Error::Schema(format!("undecodable choice {json:?}: {e}")))?
+                    .choice()
+            })
+            .transpose()?;
+        Ok(CustomerRecord {
+            items: self
+                .items
+                .0
+                .into_iter()
+                .map(RawItem::into_item)
+                .collect::<Result<_>>()?,
+            replies: self
+                .parts
+                .0
+                .into_iter()
+                .map(RawPart::into_entry)
+                .collect::<Result<_>>()?,
+            reviews: reviews.collect::<Result<_>>()?,
+            broadcasts: broadcasts.collect::<Result<_>>()?,
+            consent,
+        })
+    }
+}
+
+/// What `forget` did: nothing while work for the customer is under way (`running`,
+/// `sending`) or an item came since its keys were read (`stale`); else what it erased.
+#[derive(Deserialize)]
+pub(super) struct RawForget {
+    #[serde(default)]
+    pub(super) running: bool,
+    #[serde(default)]
+    pub(super) sending: bool,
+    pub(super) erased: Option<Erased>,
 }

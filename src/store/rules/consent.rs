@@ -21,12 +21,16 @@ pub enum Source {
     UserPreferences,
     /// Meta refused a broadcast with 131050: the customer stopped marketing messages.
     Refused,
+    /// The customer asked Sabi to forget them: what stays is a marker no broadcast passes
+    /// (see [`super::erasure`]).
+    Erased,
 }
 
 named!(Source {
     Keyword => "keyword",
     UserPreferences => "user_preferences",
     Refused => "meta_131050",
+    Erased => "erased",
 });
 
 /// A customer's choice about broadcasts.

@@ -10,6 +10,7 @@
 pub mod batch;
 pub mod broadcast;
 pub mod consent;
+pub mod erasure;
 pub mod hours;
 pub mod item;
 pub mod part;

@@ -157,40 +157,45 @@ pub(super) fn recipients(
     state: Option<RecipientState>,
     limit: usize,
 ) -> Result<Vec<RecipientView>> {
-    conn.prepare_cached(
-        "SELECT id, recipient, params, line, state, skipped, error, error_code, wamid, sent_at,
-                replied_at, tz, billed
-         FROM broadcast_recipients
-         WHERE broadcast_id = ?1 AND (?2 IS NULL OR state = ?2)
-         ORDER BY id LIMIT ?3",
-    )
+    conn.prepare_cached(&format!(
+        "SELECT {RECIPIENT_COLUMNS} FROM broadcast_recipients r
+         WHERE r.broadcast_id = ?1 AND (?2 IS NULL OR r.state = ?2)
+         ORDER BY r.id LIMIT ?3"
+    ))
     .and_then(|mut s| {
         s.query_map(
             params![id, state.map(RecipientState::as_str), limit_param(limit)],
-            |r| {
-                let params: String = r.get(2)?;
-                Ok(RecipientView {
-                    id: r.get(0)?,
-                    to: r.get(1)?,
-                    params: serde_json::from_str(&params).unwrap_or_default(),
-                    line: r
-                        .get::<_, Option<i64>>(3)?
-                        .and_then(|l| u64::try_from(l).ok()),
-                    state: r.get(4)?,
-                    skipped: r.get(5)?,
-                    error: r.get(6)?,
-                    error_code: r.get(7)?,
-                    wamid: r.get(8)?,
-                    sent_at: r.get(9)?,
-                    replied_at: r.get(10)?,
-                    tz: r.get(11)?,
-                    billed: r.get(12)?,
-                })
-            },
+            recipient_view,
         )?
         .collect()
     })
     .map_err(unavailable)
+}
+
+/// What [`recipient_view`] reads of a recipient row, `r`.
+pub(super) const RECIPIENT_COLUMNS: &str = "r.id, r.recipient, r.params, r.line, r.state,
+    r.skipped, r.error, r.error_code, r.wamid, r.sent_at, r.replied_at, r.tz, r.billed";
+
+/// A recipient row read from [`RECIPIENT_COLUMNS`], first in the row.
+pub(super) fn recipient_view(r: &rusqlite::Row<'_>) -> rusqlite::Result<RecipientView> {
+    let params: String = r.get(2)?;
+    Ok(RecipientView {
+        id: r.get(0)?,
+        to: r.get(1)?,
+        params: serde_json::from_str(&params).unwrap_or_default(),
+        line: r
+            .get::<_, Option<i64>>(3)?
+            .and_then(|l| u64::try_from(l).ok()),
+        state: r.get(4)?,
+        skipped: r.get(5)?,
+        error: r.get(6)?,
+        error_code: r.get(7)?,
+        wamid: r.get(8)?,
+        sent_at: r.get(9)?,
+        replied_at: r.get(10)?,
+        tz: r.get(11)?,
+        billed: r.get(12)?,
+    })
 }
 
 pub(super) fn control(

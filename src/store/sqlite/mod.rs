@@ -8,6 +8,7 @@
 
 mod broadcasts;
 mod chat;
+mod customers;
 mod outbox;
 mod review;
 mod turns;
@@ -30,16 +31,17 @@ use super::rules::broadcast::{
     self, BroadcastState, PausedBy, RecipientState, SkipReason, TemplateNews,
 };
 use super::rules::consent::{self, Source};
+use super::rules::erasure::{self, Erased, OptOuts, Subject};
 use super::rules::item::ItemState;
 use super::rules::part::{Delivery, PartKind, PartState};
 use super::rules::review::ReviewState;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Choice, Control,
-    ConversationView, Ending, Error, Gauges, Health, HistoryEntry, InboxQuery, Ingest,
-    IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim,
-    RecipientJob, RecipientView, Resolution, Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
-    RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem, StoredQuarantine, Submitted,
-    TurnStats, TurnUsage, Turns, WebChat,
+    ConversationView, CustomerRecord, Customers, Ending, Error, Gauges, Health, HistoryEntry,
+    InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry,
+    Outcome, RecipientClaim, RecipientJob, RecipientView, Resolution, Result, ReviewEntry,
+    ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending,
+    StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds, millis};
 use crate::domain::{
@@ -62,6 +64,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0011_broadcast_pause_and_body.sql"),
     include_str!("migrations/0012_local_hours.sql"),
     include_str!("migrations/0013_lanes.sql"),
+    include_str!("migrations/0014_customers.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -193,11 +196,13 @@ fn connect(path: &Path) -> Result<Connection> {
     // FULL: in WAL mode NORMAL would skip the fsync at commit and lose acknowledged messages
     // on power loss. Memory-mapped reads spare a read syscall and a copy per page. Foreign
     // keys stay declared in the schema but are not enforced (SQLite's default): every write
-    // path keeps them itself, and checking them cost ~4 % of ingest throughput.
+    // path keeps them itself, and checking them cost ~4 % of ingest throughput. Secure delete:
+    // what a delete frees is zeroed, so an erased customer's words do not stay in free pages.
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
-         PRAGMA mmap_size = 268435456;",
+         PRAGMA mmap_size = 268435456;
+         PRAGMA secure_delete = ON;",
     )
     .map_err(unavailable)?;
     Ok(conn)
@@ -535,9 +540,12 @@ impl Broadcasts for SqliteStore {
             .await
     }
     async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>> {
-        let customers = customers.to_vec();
-        self.read(move |conn| broadcasts::opted_out(conn, &customers))
-            .await
+        let asked = OptOuts::ask(customers);
+        let names = asked.names().to_vec();
+        let found = self
+            .read(move |conn| broadcasts::opted_out(conn, &names))
+            .await?;
+        Ok(asked.of(found))
     }
     async fn sent_since(&self, customers: &[String], since: At) -> Result<HashSet<String>> {
         let customers = customers.to_vec();
@@ -547,6 +555,23 @@ impl Broadcasts for SqliteStore {
     async fn reached(&self, since: At) -> Result<u64> {
         self.read(move |conn| broadcasts::reached(conn, since))
             .await
+    }
+}
+
+#[async_trait]
+impl Customers for SqliteStore {
+    async fn export_customer(&self, subject: &Subject) -> Result<CustomerRecord> {
+        let who = subject.clone();
+        self.read(move |conn| customers::export(conn, &who)).await
+    }
+    async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased> {
+        let who = subject.clone();
+        let erased = self
+            .writer
+            .write(move |conn| customers::forget(conn, &who, now))
+            .await?;
+        self.read(customers::fold_wal).await?;
+        Ok(erased)
     }
 }
 
@@ -586,6 +611,8 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
                     "anomaly: a redelivered id carries other content; the first copy is kept"
                 );
             }
+            // A retry of an item erased since: known, and nothing to keep.
+            None if was_erased(conn, item)? => receipt.duplicates += 1,
             None => {
                 let conversation = match &item.turn {
                     Some(key) => {
@@ -642,6 +669,17 @@ fn existing_hash(conn: &Connection, item: &InboundItem) -> Result<Option<Vec<u8>
                 row.get(0)
             })
             .optional()
+        })
+        .map_err(unavailable)
+}
+
+fn was_erased(conn: &Connection, item: &InboundItem) -> Result<bool> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM erased_keys WHERE key_hash = ?1)")
+        .and_then(|mut s| {
+            s.query_row(
+                params![erasure::key_hash(item.channel, &item.dedupe_key)],
+                |row| row.get(0),
+            )
         })
         .map_err(unavailable)
 }
@@ -776,21 +814,31 @@ fn insert_item(
 
 fn inbox(conn: &Connection, query: &InboxQuery) -> Result<Vec<StoredItem>> {
     let limit = limit_param(query.limit.unwrap_or(usize::MAX));
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT seq, channel, dedupe_key, kind, business, customer, item_type, text, media_id,
-                    provider_ts, received_at, state, batch_id, facts
-             FROM inbox
-             WHERE seq > ?1 AND (?2 IS NULL OR kind = ?2) AND (?3 IS NULL OR channel = ?3)
-             ORDER BY seq LIMIT ?4",
-        )
-        .map_err(unavailable)?;
+    let sql = format!(
+        "SELECT {ITEM_COLUMNS} FROM inbox
+         WHERE seq > ?1 AND (?2 IS NULL OR kind = ?2) AND (?3 IS NULL OR channel = ?3)
+         ORDER BY seq LIMIT ?4"
+    );
     let params = params![
         query.after.unwrap_or(0),
         query.kind.map(ItemKind::as_str),
         query.channel.map(Channel::as_str),
         limit
     ];
+    stored_items(conn, &sql, params)
+}
+
+/// What [`stored_items`] reads of each inbox row.
+const ITEM_COLUMNS: &str = "seq, channel, dedupe_key, kind, business, customer, item_type, text,
+    media_id, provider_ts, received_at, state, batch_id, facts";
+
+/// The inbox rows `sql` selects ([`ITEM_COLUMNS`]), as stored.
+fn stored_items(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<StoredItem>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(unavailable)?;
     let rows = stmt
         .query_map(params, |row| {
             let item = StoredItem {

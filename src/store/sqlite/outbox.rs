@@ -312,14 +312,28 @@ pub(super) fn next_send_due(conn: &Connection, skip: &[String]) -> Result<Option
 }
 
 pub(super) fn outbox(conn: &Connection, limit: Option<usize>) -> Result<Vec<OutboxEntry>> {
-    conn.prepare_cached(
+    entries(
+        conn,
+        "ORDER BY o.id LIMIT ?1",
+        params![limit_param(limit.unwrap_or(usize::MAX))],
+    )
+}
+
+/// The reply parts `filter` (a WHERE and ORDER BY on `o`, the outbox, and `b`, its batch)
+/// selects, with their turn's times.
+pub(super) fn entries(
+    conn: &Connection,
+    filter: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<OutboxEntry>> {
+    conn.prepare_cached(&format!(
         "SELECT o.id, o.batch_id, o.part, o.channel, o.business, o.customer, o.body, o.state, o.created_at,
                 b.started_at, coalesce(b.finished_at, o.created_at), o.kind, o.attempts, o.wamid,
                 o.delivery, o.error_code, o.error, o.sent_at
-         FROM outbox o JOIN batches b ON b.id = o.batch_id ORDER BY o.id LIMIT ?1",
-    )
+         FROM outbox o JOIN batches b ON b.id = o.batch_id {filter}"
+    ))
     .and_then(|mut s| {
-        s.query_map(params![limit_param(limit.unwrap_or(usize::MAX))], |r| {
+        s.query_map(params, |r| {
             Ok(OutboxEntry {
                 id: r.get(0)?,
                 batch_id: r.get(1)?,

@@ -56,10 +56,13 @@ where
     }
 }
 
-/// The handle callers write through; the thread stops when the last handle is dropped.
+/// The handle callers write through. Dropping it stops the thread and waits for it, so its
+/// connection is closed when the store is: the last connection's close folds the WAL into
+/// the database and removes it, leaving nothing of a deleted row behind.
 pub(super) struct Writer {
     jobs: mpsc::Sender<Box<dyn Job>>,
     waits: Waits,
+    thread: Option<thread::JoinHandle<()>>,
 }
 
 /// How callers wait for their commit.
@@ -75,10 +78,14 @@ pub(super) enum Waits {
 impl Writer {
     pub(super) fn spawn(conn: Connection, waits: Waits) -> std::io::Result<Writer> {
         let (jobs, queue) = mpsc::channel(QUEUE);
-        thread::Builder::new()
+        let thread = thread::Builder::new()
             .name("sabi-sqlite-writer".into())
             .spawn(move || run(conn, queue))?;
-        Ok(Writer { jobs, waits })
+        Ok(Writer {
+            jobs,
+            waits,
+            thread: Some(thread),
+        })
     }
 
     /// False once the writer thread has stopped: every write would fail.
@@ -109,6 +116,17 @@ impl Writer {
                 .map_err(|e| Error::Unavailable(e.to_string()))?,
         };
         answer.map_err(|_| Error::Unavailable("the SQLite writer dropped a job".into()))?
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // The queue closes with its last sender: the thread commits what it holds and ends.
+        let (closed, _) = mpsc::channel(1);
+        drop(std::mem::replace(&mut self.jobs, closed));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 

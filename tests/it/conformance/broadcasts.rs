@@ -44,7 +44,7 @@ fn audience() -> Vec<NewRecipient> {
     ]
 }
 
-fn diwali(key: Option<&str>, start_at: At) -> NewBroadcast {
+pub(super) fn diwali(key: Option<&str>, start_at: At) -> NewBroadcast {
     NewBroadcast {
         key: key.map(str::to_owned),
         name: "Diwali eve".into(),
@@ -203,7 +203,7 @@ pub async fn broadcasts_pause_resume_and_cancel_as_the_rulebook_allows(store: Ar
     ));
 }
 
-fn sends(now: At, limit: usize) -> RecipientClaim {
+pub(super) fn sends(now: At, limit: usize) -> RecipientClaim {
     RecipientClaim {
         now,
         lease: ms(10_000),

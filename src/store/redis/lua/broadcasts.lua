@@ -4,7 +4,8 @@
 -- P:bc:<id>:due zset of its waiting recipients (padded) -> when they may go; P:bcsending zset
 -- of recipients being sent (padded) -> when their lease lapses; P:br:<id> hash a recipient;
 -- P:brwamid hash Meta's id -> recipient; P:brsent zset customer -> when they were last sent a
--- broadcast, P:brlast hash customer -> that recipient (whose `replied` the ingest sets).
+-- broadcast, P:brlast hash customer -> that recipient (whose `replied` the ingest sets);
+-- P:brto:<customer> zset every recipient naming them.
 --
 -- The rules are the rulebook's (store/rules/broadcast.rs): state names and allowed moves come
 -- in the arguments, and a recipient is moved by the caller, which loads it, asks the rulebook,
@@ -54,6 +55,7 @@ local function create_broadcast(a)
       skipped = r.skipped, error = r.error, tz = r.tz,
     })
     redis.call('ZADD', k('bc', id, 'r'), rid, int(rid))
+    redis.call('ZADD', k('brto', r.to), rid, int(rid))
     redis.call('ZADD', k('bc', id, 'st', r.state), rid, int(rid))
     if r.waiting then
       redis.call('ZADD', k('bc', id, 'due'), 0, pad(rid))
@@ -74,18 +76,23 @@ local function broadcast(a)
   return broadcast_view(a.id, a.states)
 end
 
+-- A recipient as a listing shows it.
+local function recipient_view(rid)
+  local r = get(k('br', rid), 'to', 'params', 'line', 'state', 'skipped', 'error',
+    'error_code', 'wamid', 'sent', 'replied', 'tz', 'billed')
+  r.id, r.line, r.error_code = tonumber(rid), tonumber(r.line), tonumber(r.error_code)
+  if r.billed then
+    r.billed = r.billed == '1'
+  end
+  r.sent, r.replied = tonumber(r.sent), tonumber(r.replied)
+  return r
+end
+
 local function broadcast_recipients(a)
   local set = a.state and k('bc', a.id, 'st', a.state) or k('bc', a.id, 'r')
   local out = {}
   for _, rid in ipairs(redis.call('ZRANGE', set, 0, a.limit - 1)) do
-    local r = get(k('br', rid), 'to', 'params', 'line', 'state', 'skipped', 'error',
-      'error_code', 'wamid', 'sent', 'replied', 'tz', 'billed')
-    r.id, r.line, r.error_code = tonumber(rid), tonumber(r.line), tonumber(r.error_code)
-    if r.billed then
-      r.billed = r.billed == '1'
-    end
-    r.sent, r.replied = tonumber(r.sent), tonumber(r.replied)
-    out[#out + 1] = r
+    out[#out + 1] = recipient_view(rid)
   end
   return out
 end

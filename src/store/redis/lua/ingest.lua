@@ -87,6 +87,7 @@ local function keep_item(it, d, receipt)
   })
   redis.call('HSET', k('dedupe'), it.ch .. '\n' .. it.key, int(seq))
   redis.call('ZADD', k('inbox'), int(seq), int(seq))
+  index_item(seq, it.ch, it.cust)
   receipt.stored = receipt.stored + 1
   if it.kind == 'field_event' then
     receipt.events[#receipt.events + 1] = it.key
@@ -127,7 +128,10 @@ local function ingest(d)
   local receipt = {stored = 0, duplicates = 0, anomalies = {}, events = {}, quarantined = 0}
   for _, it in ipairs(d.items) do
     local seen = redis.call('HGET', k('dedupe'), it.ch .. '\n' .. it.key)
-    if not seen then
+    if not seen and redis.call('HEXISTS', k('erased'), it.kh) == 1 then
+      -- A retry of an item erased since: known, and nothing to keep.
+      receipt.duplicates = receipt.duplicates + 1
+    elseif not seen then
       keep_item(it, d, receipt)
     elseif redis.call('HGET', k('in', seen), 'hash') == it.hash then
       receipt.duplicates = receipt.duplicates + 1
@@ -153,19 +157,25 @@ end
 -- store never holds Redis for long; the caller goes on from `last`.
 local SCAN = 500
 
+-- An inbox item as a listing shows it.
+local function item_view(seq)
+  local i = get(k('in', seq), 'ch', 'key', 'kind', 'biz', 'cust', 'type', 'text', 'media',
+    'pts', 'recv', 'state', 'batch', 'facts')
+  return {
+    seq = tonumber(seq), ch = i.ch, key = i.key, kind = i.kind, biz = i.biz, cust = i.cust,
+    type = i.type, text = i.text, media = i.media, pts = tonumber(i.pts),
+    recv = tonumber(i.recv), state = i.state, batch = tonumber(i.batch), facts = i.facts,
+  }
+end
+
 local function inbox(a)
   local page = redis.call('ZRANGEBYSCORE', k('inbox'), '(' .. int(a.after), '+inf', 'LIMIT', 0,
     SCAN)
   local items = {}
   for _, seq in ipairs(page) do
-    local i = get(k('in', seq), 'ch', 'key', 'kind', 'biz', 'cust', 'type', 'text', 'media',
-      'pts', 'recv', 'state', 'batch', 'facts')
+    local i = item_view(seq)
     if (not a.kind or i.kind == a.kind) and (not a.ch or i.ch == a.ch) and #items < a.limit then
-      items[#items + 1] = {
-        seq = tonumber(seq), ch = i.ch, key = i.key, kind = i.kind, biz = i.biz, cust = i.cust,
-        type = i.type, text = i.text, media = i.media, pts = tonumber(i.pts),
-        recv = tonumber(i.recv), state = i.state, batch = tonumber(i.batch), facts = i.facts,
-      }
+      items[#items + 1] = i
     end
   end
   return {items = items, last = tonumber(page[#page]), more = #page == SCAN}

@@ -34,6 +34,10 @@
 --   P:job:<id>             hash   a web-chat job; P:jobkey hash message key -> job;
 --                                 P:sj:<session> zset job by seq; P:sr:<session> zset job by
 --                                 time, the last minute's only
+--   P:ci:<channel>:<cust>  zset   a customer's inbox items by seq; P:acct zset the items that
+--                                 name no customer (field events, errors); P:brto:<customer>
+--                                 zset their broadcast recipients; P:erased hash erased key's
+--                                 hash -> when (customers.lua)
 
 local P = KEYS[1]
 
@@ -189,6 +193,16 @@ end
 -- before any write.
 local function fail(code, why)
   return {__error = code .. ' ' .. why}
+end
+
+-- Indexes inbox item `seq` by its customer, or as the account's when it names none: what a
+-- customer's export and erasure read instead of the whole inbox.
+local function index_item(seq, ch, cust)
+  if cust then
+    redis.call('ZADD', k('ci', ch, cust), int(seq), int(seq))
+  else
+    redis.call('ZADD', k('acct'), int(seq), int(seq))
+  end
 end
 
 -- Conversation `conv` is due at `due` with no batch open: in P:due, and in P:routine too while

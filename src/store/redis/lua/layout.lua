@@ -29,9 +29,29 @@ local function keep_the_last_minute_of_questions()
   until cursor == '0'
 end
 
+-- Layout 3: a customer's items (P:ci:...), the account's (P:acct) and a customer's broadcast
+-- recipients (P:brto:...) are indexed, so export and erasure never read the whole store. Built
+-- here in one pass over the inbox and the broadcasts: about a second per million items, once,
+-- at the first start of this build.
+local function index_customers()
+  for _, seq in ipairs(redis.call('ZRANGE', k('inbox'), 0, -1)) do
+    local i = get(k('in', seq), 'ch', 'cust')
+    index_item(seq, i.ch, i.cust)
+  end
+  for _, id in ipairs(redis.call('ZRANGE', k('bcs'), 0, -1)) do
+    for _, rid in ipairs(redis.call('ZRANGE', k('bc', id, 'r'), 0, -1)) do
+      local to = redis.call('HGET', k('br', rid), 'to')
+      if to then
+        redis.call('ZADD', k('brto', to), rid, rid)
+      end
+    end
+  end
+end
+
 -- UPGRADES[n] takes keys of layout n - 1 to layout n.
 local UPGRADES = {
   [2] = keep_the_last_minute_of_questions,
+  [3] = index_customers,
 }
 
 local current = tonumber(ARGV[1])

@@ -34,6 +34,7 @@ local OPS = {
   broadcasts_finish = broadcasts_finish, recipients_for_statuses = recipients_for_statuses,
   consents = consents, consent_save = consent_save, broadcast_reach = broadcast_reach,
   sent_since = sent_since, last_broadcast = last_broadcast,
+  customer_export = customer_export, customer_keys = customer_keys, forget = forget,
 }
 
 -- Keys lost (a restart without persistence, a flush) and made again start every counter anew:

@@ -1,0 +1,405 @@
+//! A customer's data on PostgreSQL: everything about them read in one snapshot, and erasure
+//! in one transaction that first locks their conversations, so no claim opens a turn on them
+//! while it runs (claims skip locked rows).
+
+use sqlx::postgres::PgRow;
+use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
+
+use super::broadcasts::{RECIPIENT_COLUMNS, recipient_view};
+use super::ingest::{ITEM_COLUMNS, stored_item};
+use super::outbox::{ENTRY_SELECT, entry};
+use super::unavailable;
+use crate::clock::At;
+use crate::domain::{Channel, ItemKind, ReviewReason};
+use crate::store::items::known;
+use crate::store::rules::batch::BatchState;
+use crate::store::rules::broadcast::{RecipientState, SkipReason};
+use crate::store::rules::consent::{Choice, Source};
+use crate::store::rules::erasure::{self, Erased, Subject};
+use crate::store::rules::part::PartState;
+use crate::store::rules::review::ReviewState;
+use crate::store::rules::sql_list;
+use crate::store::{BroadcastSend, CustomerRecord, Error, Result, ReviewRecord};
+
+/// The turns of the subject's conversations, joined as `b` (with `c`, the conversation).
+const THEIR_BATCHES: &str = "conversations c JOIN batches b ON b.conversation_id = c.id
+    WHERE c.channel = $1 AND c.customer = $2";
+
+pub(super) async fn export(pool: &PgPool, who: &Subject) -> Result<CustomerRecord> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    // One snapshot: the parts agree with each other.
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+    let record = read_record(&mut tx, who).await?;
+    tx.commit().await.map_err(unavailable)?;
+    Ok(record)
+}
+
+async fn read_record(conn: &mut PgConnection, who: &Subject) -> Result<CustomerRecord> {
+    let items = their_rows(
+        conn,
+        who,
+        format!(
+            "SELECT {ITEM_COLUMNS} FROM inbox WHERE channel = $1 AND customer = $2 ORDER BY seq"
+        ),
+    )
+    .await?
+    .iter()
+    .map(stored_item)
+    .collect::<Result<_>>()?;
+    let replies = their_rows(
+        conn,
+        who,
+        format!(
+            "{ENTRY_SELECT} JOIN conversations c ON c.id = b.conversation_id
+             WHERE c.channel = $1 AND c.customer = $2 ORDER BY o.id"
+        ),
+    )
+    .await?
+    .iter()
+    .map(entry)
+    .collect::<Result<_>>()?;
+    let reviews = their_rows(
+        conn,
+        who,
+        "SELECT r.id, r.batch_id, r.reason, r.state, r.error, r.created_at, r.resolved_at,
+                r.resolution_note
+         FROM review r JOIN batches b ON b.id = r.batch_id
+              JOIN conversations c ON c.id = b.conversation_id
+         WHERE c.channel = $1 AND c.customer = $2 ORDER BY r.id"
+            .to_owned(),
+    )
+    .await?
+    .iter()
+    .map(review_record)
+    .collect::<Result<_>>()?;
+    let (broadcasts, consent) = match who.channel {
+        Channel::Whatsapp => (
+            broadcasts(conn, &who.customer).await?,
+            consent(conn, &who.customer).await?,
+        ),
+        Channel::Webchat => (Vec::new(), None),
+    };
+    Ok(CustomerRecord {
+        items,
+        replies,
+        reviews,
+        broadcasts,
+        consent,
+    })
+}
+
+/// The rows `sql` selects for the subject ($1 their channel, $2 their id).
+async fn their_rows(conn: &mut PgConnection, who: &Subject, sql: String) -> Result<Vec<PgRow>> {
+    sqlx::query(AssertSqlSafe(sql))
+        .bind(who.channel.as_str())
+        .bind(&who.customer)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(unavailable)
+}
+
+fn review_record(r: &PgRow) -> Result<ReviewRecord> {
+    Ok(ReviewRecord {
+        id: r.get(0),
+        batch_id: r.get(1),
+        reason: known(ReviewReason::parse, r.get(2))?,
+        state: known(ReviewState::parse, r.get(3))?,
+        error: r.get(4),
+        created_at: r.get(5),
+        resolved_at: r.get(6),
+        note: r.get(7),
+    })
+}
+
+async fn broadcasts(conn: &mut PgConnection, customer: &str) -> Result<Vec<BroadcastSend>> {
+    let rows = sqlx::query(AssertSqlSafe(format!(
+        "SELECT {RECIPIENT_COLUMNS}, b.id, b.name, b.template
+         FROM broadcast_recipients r JOIN broadcasts b ON b.id = r.broadcast_id
+         WHERE r.recipient = $1 ORDER BY r.id"
+    )))
+    .bind(customer)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    rows.iter()
+        .map(|r| {
+            Ok(BroadcastSend {
+                recipient: recipient_view(r)?,
+                broadcast_id: r.get(13),
+                name: r.get(14),
+                template: r.get(15),
+            })
+        })
+        .collect()
+}
+
+async fn consent(conn: &mut PgConnection, customer: &str) -> Result<Option<Choice>> {
+    let row = sqlx::query("SELECT opted_out, source, at FROM consents WHERE customer = $1")
+        .bind(customer)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    row.map(|r| {
+        Ok(Choice {
+            opted_out: r.get(0),
+            source: known(Source::parse, r.get(1))?,
+            at: r.get(2),
+        })
+    })
+    .transpose()
+}
+
+/// Erases the subject (see [`erasure`]) in one transaction.
+pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At) -> Result<Erased> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    // Their conversations first, as every claim and turn write takes them: a claim skips them
+    // until this commits, and a turn under way is seen below.
+    sqlx::query(
+        "SELECT id FROM conversations WHERE channel = $1 AND customer = $2 ORDER BY id FOR UPDATE",
+    )
+    .bind(who.channel.as_str())
+    .bind(&who.customer)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(unavailable)?;
+    if let Some(why) = erasure::busy(
+        turn_running(&mut tx, who).await?,
+        send_under_way(&mut tx, who).await?,
+    ) {
+        return Err(Error::Busy(why));
+    }
+    let mut erased = Erased::default();
+    forget_items(&mut tx, who, now, &mut erased).await?;
+    forget_turns(&mut tx, who, now, &mut erased).await?;
+    if who.channel == Channel::Webchat {
+        erased.chat_jobs = count(
+            &mut tx,
+            "DELETE FROM chat_jobs WHERE session_id = $1",
+            &[&who.customer],
+        )
+        .await?;
+    }
+    // Kept, emptied: the same raw part arriving again is still known.
+    erased.quarantined = count(
+        &mut tx,
+        "UPDATE quarantine SET raw = '' WHERE channel = $1 AND strpos(raw, $2) > 0",
+        &their(who),
+    )
+    .await?;
+    if who.channel == Channel::Whatsapp {
+        forget_broadcasts(&mut tx, who, now, &mut erased).await?;
+    }
+    tx.commit().await.map_err(unavailable)?;
+    Ok(erased)
+}
+
+async fn turn_running(conn: &mut PgConnection, who: &Subject) -> Result<bool> {
+    exists(
+        conn,
+        who,
+        format!(
+            "SELECT EXISTS (SELECT 1 FROM {THEIR_BATCHES} AND b.state = '{}')",
+            BatchState::Running.as_str()
+        ),
+    )
+    .await
+}
+
+async fn send_under_way(conn: &mut PgConnection, who: &Subject) -> Result<bool> {
+    let reply = exists(
+        conn,
+        who,
+        format!(
+            "SELECT EXISTS (SELECT 1 FROM {THEIR_BATCHES}
+                            AND EXISTS (SELECT 1 FROM outbox o
+                                        WHERE o.batch_id = b.id AND o.state = '{}'))",
+            PartState::Sending.as_str()
+        ),
+    )
+    .await?;
+    let broadcast = who.channel == Channel::Whatsapp
+        && exists(
+            conn,
+            who,
+            format!(
+                "SELECT EXISTS (SELECT 1 FROM broadcast_recipients
+                                WHERE recipient = $2 AND state = '{}' AND $1 = '{}')",
+                RecipientState::Sending.as_str(),
+                Channel::Whatsapp.as_str()
+            ),
+        )
+        .await?;
+    Ok(reply || broadcast)
+}
+
+/// The items naming the subject (theirs, and the account's events that mention them) go;
+/// their keys stay as hashes.
+async fn forget_items(
+    conn: &mut PgConnection,
+    who: &Subject,
+    now: At,
+    erased: &mut Erased,
+) -> Result<()> {
+    let found: Vec<(String, String)> = sqlx::query_as(
+        "DELETE FROM inbox
+         WHERE seq IN (SELECT seq FROM inbox WHERE channel = $1 AND customer = $2
+                       UNION ALL
+                       SELECT seq FROM inbox
+                       WHERE customer IS NULL AND channel = $1 AND strpos(facts, $2) > 0)
+         RETURNING dedupe_key, kind",
+    )
+    .bind(who.channel.as_str())
+    .bind(&who.customer)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let hashes: Vec<String> = found
+        .iter()
+        .map(|(key, _)| erasure::key_hash(who.channel, key))
+        .collect();
+    sqlx::query(
+        "INSERT INTO erased_keys (key_hash, erased_at) SELECT unnest($1::TEXT[]), $2
+         ON CONFLICT (key_hash) DO NOTHING",
+    )
+    .bind(&hashes)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    for (_, kind) in &found {
+        match ItemKind::parse(kind) {
+            Some(ItemKind::Message) => erased.messages += 1,
+            _ => erased.statuses += 1,
+        }
+    }
+    Ok(())
+}
+
+/// Their conversations keep their turns' counts under a name that is no one's; what the turns
+/// said goes, and a turn waiting for a retry ends: its messages are gone. A turn in review
+/// stays one (it counts as handed to people), without its review item.
+async fn forget_turns(
+    conn: &mut PgConnection,
+    who: &Subject,
+    now: At,
+    erased: &mut Erased,
+) -> Result<()> {
+    erased.reviews = count(
+        conn,
+        &format!("DELETE FROM review WHERE batch_id IN (SELECT b.id FROM {THEIR_BATCHES})"),
+        &their(who),
+    )
+    .await?;
+    erased.replies = count(
+        conn,
+        &format!("DELETE FROM outbox WHERE batch_id IN (SELECT b.id FROM {THEIR_BATCHES})"),
+        &their(who),
+    )
+    .await?;
+    let (done, waiting) = (BatchState::Done.as_str(), BatchState::Waiting.as_str());
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE batches SET state = CASE WHEN state = '{waiting}' THEN '{done}' ELSE state END,
+                            finished_at = COALESCE(finished_at, $3),
+                            last_error = NULL, stage = NULL, next_attempt_at = NULL
+         WHERE id IN (SELECT b.id FROM {THEIR_BATCHES})"
+    )))
+    .bind(who.channel.as_str())
+    .bind(&who.customer)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    erased.conversations = count(
+        conn,
+        "UPDATE conversations
+         SET customer = 'erased:' || id, first_pending_at = NULL, last_pending_at = NULL,
+             due_at = NULL, open_batch_id = NULL, last_inbound_at = NULL, model_pending = false
+         WHERE channel = $1 AND customer = $2",
+        &their(who),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Sends not yet made are skipped as an opt-out; every send keeps its counts under the
+/// marker; the customer's choice gives way to the marker's standing opt-out.
+async fn forget_broadcasts(
+    conn: &mut PgConnection,
+    who: &Subject,
+    now: At,
+    erased: &mut Erased,
+) -> Result<()> {
+    let unsent = sql_list(RecipientState::ALL, RecipientState::as_str, |s| {
+        matches!(s, RecipientState::Queued | RecipientState::Held)
+    });
+    count(
+        conn,
+        &format!(
+            "UPDATE broadcast_recipients SET state = '{}', skipped = '{}'
+             WHERE recipient = $1 AND state IN {unsent}",
+            RecipientState::Skipped.as_str(),
+            SkipReason::OptedOut.as_str()
+        ),
+        &[&who.customer],
+    )
+    .await?;
+    let marker = who.marker();
+    erased.broadcast_sends = sqlx::query(
+        "UPDATE broadcast_recipients
+         SET recipient = $2, params = '[]', tz = NULL, wamid = NULL, error = NULL
+         WHERE recipient = $1",
+    )
+    .bind(&who.customer)
+    .bind(&marker)
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?
+    .rows_affected();
+    erased.consents = count(
+        conn,
+        "DELETE FROM consents WHERE customer = $1",
+        &[&who.customer],
+    )
+    .await?;
+    sqlx::query(
+        "INSERT INTO consents (customer, opted_out, source, at) VALUES ($1, true, $2, $3)
+         ON CONFLICT (customer) DO UPDATE SET opted_out = true, source = $2, at = $3",
+    )
+    .bind(&marker)
+    .bind(Source::Erased.as_str())
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
+async fn exists(conn: &mut PgConnection, who: &Subject, sql: String) -> Result<bool> {
+    sqlx::query_scalar(AssertSqlSafe(sql))
+        .bind(who.channel.as_str())
+        .bind(&who.customer)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(unavailable)
+}
+
+/// The subject as most statements here bind it: $1 their channel, $2 their id.
+fn their(who: &Subject) -> [&str; 2] {
+    [who.channel.as_str(), &who.customer]
+}
+
+/// Rows `sql`, with `binds` as $1, $2, ..., changed.
+async fn count(conn: &mut PgConnection, sql: &str, binds: &[&str]) -> Result<u64> {
+    let mut query = sqlx::query(AssertSqlSafe(sql.to_owned()));
+    for bind in binds {
+        query = query.bind(*bind);
+    }
+    query
+        .execute(&mut *conn)
+        .await
+        .map(|done| done.rows_affected())
+        .map_err(unavailable)
+}

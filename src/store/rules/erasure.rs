@@ -1,0 +1,269 @@
+//! Erasure: a customer's right to have Sabi forget them, the same on every backend.
+//!
+//! Erasure removes every trace of what a customer wrote or was sent: their messages (text,
+//! media ids, facts, profile name) and the statuses that name them, the replies to them, review
+//! items about their turns, web-chat jobs, quarantined raw bodies that mention them, and what
+//! broadcasts held for them. Turns stay as bare counts (tokens, cost, the router's guess) under
+//! a conversation that no longer names them.
+//!
+//! Two things stay, both as hashes that cannot be read back: each erased message's
+//! deduplication key ([`key_hash`]), so Meta's late retry of it is never taken in or answered
+//! again; and on WhatsApp a do-not-contact marker ([`marker`]), an opt-out that no broadcast
+//! passes. A customer who writes again is a new customer.
+//!
+//! Erasure waits for a turn or a send under way for the customer ([`busy`]): it never pulls
+//! a conversation out from under a worker.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::domain::Channel;
+
+/// The longest wa_id (E.164: 15 digits) and web-chat session id Sabi takes.
+const MAX_NUMBER_DIGITS: usize = 15;
+const MIN_NUMBER_DIGITS: usize = 7;
+const MAX_SESSION_CHARS: usize = 128;
+
+/// Who a request for erasure or export names: a customer on one channel, by the id that
+/// channel knows them by (a WhatsApp number, a web-chat session).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    pub channel: Channel,
+    pub customer: String,
+}
+
+impl Subject {
+    /// The customer `id` names on `channel`: a WhatsApp number as digits (`+234 803 123 4567`
+    /// is `2348031234567`), a web-chat session id as given.
+    ///
+    /// # Errors
+    /// A clear sentence when `id` cannot name a customer of that channel.
+    pub fn parse(channel: Channel, id: &str) -> Result<Subject, String> {
+        let id = id.trim();
+        let customer = match channel {
+            Channel::Whatsapp => {
+                let digits: String = id
+                    .strip_prefix('+')
+                    .unwrap_or(id)
+                    .chars()
+                    .filter(|c| !matches!(c, ' ' | '-'))
+                    .collect();
+                let count = digits.chars().count();
+                if !digits.chars().all(|c| c.is_ascii_digit())
+                    || !(MIN_NUMBER_DIGITS..=MAX_NUMBER_DIGITS).contains(&count)
+                {
+                    return Err(format!(
+                        "{id:?} is not a WhatsApp number: {MIN_NUMBER_DIGITS} to \
+                         {MAX_NUMBER_DIGITS} digits with the country code, like 2348031234567"
+                    ));
+                }
+                digits
+            }
+            Channel::Webchat => {
+                let allowed =
+                    |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
+                if id.is_empty() || id.len() > MAX_SESSION_CHARS || !id.chars().all(allowed) {
+                    return Err(format!(
+                        "{id:?} is not a web-chat session id: 1 to {MAX_SESSION_CHARS} letters, \
+                         digits, '-', '_', '.' or ':'"
+                    ));
+                }
+                id.to_owned()
+            }
+        };
+        Ok(Subject { channel, customer })
+    }
+
+    /// The do-not-contact marker this customer leaves behind.
+    pub fn marker(&self) -> String {
+        marker(self.channel, &self.customer)
+    }
+}
+
+/// What stays of an erased message's deduplication key: a hash that a retry of the same key
+/// finds, and that names no one.
+pub fn key_hash(channel: Channel, key: &str) -> String {
+    digest(&["key", channel.as_str(), key])
+}
+
+/// What stays of an erased customer: a hash that takes their place wherever a customer is
+/// named (an opt-out, a conversation's turns, a broadcast's counts), the same for every
+/// erasure of them, that no number or session id can be mistaken for.
+pub fn marker(channel: Channel, customer: &str) -> String {
+    format!(
+        "erased:{}",
+        digest(&["customer", channel.as_str(), customer])
+    )
+}
+
+/// Asks whether WhatsApp customers opted out, the erased among them included: a backend
+/// looks up [`OptOuts::names`] (each customer and the marker they would have left) and
+/// [`OptOuts::of`] reads the answer back as customers.
+pub struct OptOuts {
+    names: Vec<String>,
+    customer_of: HashMap<String, String>,
+}
+
+impl OptOuts {
+    pub fn ask(customers: &[String]) -> OptOuts {
+        let customer_of: HashMap<String, String> = customers
+            .iter()
+            .map(|c| (marker(Channel::Whatsapp, c), c.clone()))
+            .collect();
+        let names = customers
+            .iter()
+            .cloned()
+            .chain(customer_of.keys().cloned())
+            .collect();
+        OptOuts { names, customer_of }
+    }
+
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The customers among those asked whom `found` (the names opted out) keeps out.
+    pub fn of(&self, found: HashSet<String>) -> HashSet<String> {
+        found
+            .into_iter()
+            .map(|name| self.customer_of.get(&name).cloned().unwrap_or(name))
+            .collect()
+    }
+}
+
+fn digest(parts: &[&str]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part.as_bytes());
+        hasher.update(b"\n");
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// Why erasure waits: a turn for the customer holds its lease, or a reply to them is on its
+/// way to Meta. Both end within seconds; erasing under them would let the worker write the
+/// reply back, or lose track of a message that did go.
+pub fn busy(turn_running: bool, send_under_way: bool) -> Option<&'static str> {
+    if turn_running {
+        Some("a turn for this customer is under way")
+    } else if send_under_way {
+        Some("a reply to this customer is being sent")
+    } else {
+        None
+    }
+}
+
+/// What an erasure removed, by kind. All zero: Sabi held nothing about the customer (or had
+/// already forgotten them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Erased {
+    /// Customer messages: text, media ids, facts and profile name.
+    pub messages: u64,
+    /// Other items naming them: delivery statuses, errors.
+    pub statuses: u64,
+    /// Reply parts to them, Sabi's and people's.
+    pub replies: u64,
+    /// Review items about their turns.
+    pub reviews: u64,
+    /// Web-chat jobs.
+    pub chat_jobs: u64,
+    /// Quarantined raw bodies that mention them.
+    pub quarantined: u64,
+    /// Broadcast sends to them (the broadcasts' counts stay, under the marker).
+    pub broadcast_sends: u64,
+    /// Conversations, kept as bare turn counts under the marker.
+    pub conversations: u64,
+    /// Their opt-out choice, replaced by the marker.
+    pub consents: u64,
+}
+
+impl Erased {
+    pub fn total(&self) -> u64 {
+        let Erased {
+            messages,
+            statuses,
+            replies,
+            reviews,
+            chat_jobs,
+            quarantined,
+            broadcast_sends,
+            conversations,
+            consents,
+        } = *self;
+        messages
+            + statuses
+            + replies
+            + reviews
+            + chat_jobs
+            + quarantined
+            + broadcast_sends
+            + conversations
+            + consents
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_number_is_its_digits_and_anything_else_is_refused() {
+        for given in ["2348031234567", "+234 803 123 4567", "+234-803-123-4567"] {
+            let subject = Subject::parse(Channel::Whatsapp, given).expect(given);
+            assert_eq!(subject.customer, "2348031234567");
+        }
+        for bad in [
+            "",
+            "12345",
+            "2348031234567890",
+            "234803abc4567",
+            "0803;DROP",
+        ] {
+            let refused = Subject::parse(Channel::Whatsapp, bad).expect_err(bad);
+            assert!(refused.contains("not a WhatsApp number"), "{refused}");
+        }
+        assert!(Subject::parse(Channel::Webchat, "s-1.a:b_c").is_ok());
+        assert!(Subject::parse(Channel::Webchat, "a b").is_err());
+        assert!(Subject::parse(Channel::Webchat, &"x".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn hashes_are_stable_apart_by_channel_and_name_no_one() {
+        let number = "2348031234567";
+        assert_eq!(
+            marker(Channel::Whatsapp, number),
+            marker(Channel::Whatsapp, number)
+        );
+        assert_ne!(
+            marker(Channel::Whatsapp, number),
+            marker(Channel::Webchat, number)
+        );
+        assert_ne!(
+            key_hash(Channel::Whatsapp, "wamid.1"),
+            key_hash(Channel::Webchat, "wamid.1")
+        );
+        assert!(!marker(Channel::Whatsapp, number).contains(number));
+        assert!(Subject::parse(Channel::Whatsapp, "erased:00").is_err());
+    }
+
+    #[test]
+    fn an_erased_customer_stays_opted_out_by_their_marker() {
+        let asked = vec!["2348031234567".to_owned(), "2348030000000".to_owned()];
+        let opt_outs = OptOuts::ask(&asked);
+        assert_eq!(opt_outs.names().len(), 4);
+        let found = HashSet::from([marker(Channel::Whatsapp, "2348031234567")]);
+        assert_eq!(
+            opt_outs.of(found),
+            HashSet::from(["2348031234567".to_owned()])
+        );
+    }
+
+    #[test]
+    fn erasure_waits_only_for_work_under_way() {
+        assert!(busy(false, false).is_none());
+        assert!(busy(true, false).is_some());
+        assert!(busy(false, true).is_some());
+    }
+}

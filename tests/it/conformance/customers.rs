@@ -1,0 +1,321 @@
+//! A customer's data: export holds everything about them, and forget leaves only hashes that
+//! keep Sabi from taking a retry in or messaging them again (store/rules/erasure.rs).
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use sabi::clock::At;
+use sabi::domain::{Channel, Quarantined};
+use sabi::store::rules::consent::Source;
+use sabi::store::{
+    Choice, CustomerRecord, Erased, Error, Ingest, RecipientState, SendResult, SkipReason, Store,
+    Subject, Submitted,
+};
+
+use super::broadcasts::{diwali, sends};
+use super::fixtures::{claim_only, replied_to, status};
+use super::{POLICY, T0, ingest, message, question, reply};
+use crate::helpers::ms;
+
+const ADA: &str = "2348031234567";
+const BO: &str = "2348030000002";
+const SECRET: &str = "my BVN is 22233344455 and my PIN is 4321";
+
+fn whatsapp(customer: &str) -> Subject {
+    Subject::parse(Channel::Whatsapp, customer).expect("a number")
+}
+
+async fn export(store: &Arc<dyn Store>, who: &Subject) -> CustomerRecord {
+    store.export_customer(who).await.expect("export")
+}
+
+async fn forget(store: &Arc<dyn Store>, who: &Subject, at: At) -> Erased {
+    store.forget_customer(who, at).await.expect("forget")
+}
+
+/// Ada wrote a secret, was answered and her reply delivered, opted out, and a raw part that
+/// names her was quarantined; Bo wrote too.
+async fn ada_and_bo(store: &Arc<dyn Store>) {
+    let secret = message("wamid.ada-1", ADA, SECRET, T0);
+    let parts = replied_to(
+        store,
+        secret,
+        &["Never share your PIN, Ada."],
+        T0 + ms(20_000),
+    )
+    .await;
+    let job = claim_only(store, parts[0], T0 + ms(21_000)).await;
+    let accepted = SendResult::Accepted {
+        wamid: "wamid.to-ada".into(),
+        template: false,
+        next_send_at: T0 + ms(21_000),
+    };
+    store
+        .record_send(job.id, job.attempt, T0 + ms(21_000), accepted)
+        .await
+        .expect("sent");
+    let mut delivered = status("wamid.to-ada", "delivered", T0 + ms(22_000));
+    delivered.customer = Some(ADA.into());
+    let quarantined = Quarantined {
+        channel: Channel::Whatsapp,
+        reason: "unknown field".into(),
+        raw: format!(r#"{{"from":"{ADA}","oddity":true}}"#),
+    };
+    store
+        .ingest(Ingest {
+            items: vec![
+                delivered,
+                message("wamid.bo-1", BO, "hello", T0 + ms(22_000)),
+            ],
+            quarantined: vec![quarantined],
+            received_at: T0 + ms(22_000),
+            policy: POLICY,
+            routine: Default::default(),
+        })
+        .await
+        .expect("kept");
+    let stop = Choice {
+        opted_out: true,
+        source: Source::Keyword,
+        at: T0 + ms(23_000),
+    };
+    assert!(store.choose(ADA, stop).await.expect("kept"));
+}
+
+pub async fn export_holds_everything_and_forget_leaves_only_hashes(store: Arc<dyn Store>) {
+    ada_and_bo(&store).await;
+    let stats_before = store.turn_stats(At::from_millis(0)).await.expect("stats");
+    let ada = whatsapp(ADA);
+
+    let record = export(&store, &ada).await;
+    let texts: Vec<Option<&str>> = record
+        .items
+        .iter()
+        .map(|i| i.item.text.as_deref())
+        .collect();
+    assert_eq!(
+        texts,
+        [Some(SECRET), None],
+        "her message and her reply's status"
+    );
+    assert_eq!(record.replies.len(), 1);
+    assert_eq!(record.replies[0].text, "Never share your PIN, Ada.");
+    assert_eq!(record.consent.map(|c| c.opted_out), Some(true));
+
+    let erased = forget(&store, &ada, T0 + ms(30_000)).await;
+    assert_eq!(
+        erased,
+        Erased {
+            messages: 1,
+            statuses: 1,
+            replies: 1,
+            quarantined: 1,
+            conversations: 1,
+            consents: 1,
+            ..Erased::default()
+        }
+    );
+    assert_eq!(export(&store, &ada).await, CustomerRecord::default());
+    assert_eq!(
+        forget(&store, &ada, T0 + ms(31_000)).await,
+        Erased::default(),
+        "a second forget finds nothing"
+    );
+
+    // Nothing anywhere still says what she wrote or was told, or who she is.
+    let inbox = format!(
+        "{:?}",
+        store.inbox(Default::default()).await.expect("inbox")
+    );
+    let outbox = format!("{:?}", store.outbox(None).await.expect("outbox"));
+    let quarantine = format!("{:?}", store.quarantine(None).await.expect("quarantine"));
+    for (what, held) in [
+        ("inbox", &inbox),
+        ("outbox", &outbox),
+        ("quarantine", &quarantine),
+    ] {
+        for word in ["22233344455", "Never share", ADA] {
+            assert!(
+                !held.contains(word),
+                "{word} is still in the {what}: {held}"
+            );
+        }
+    }
+    assert!(inbox.contains("hello"), "Bo's message stays");
+    assert_eq!(export(&store, &whatsapp(BO)).await.items.len(), 1);
+    assert!(
+        store
+            .conversations(ADA, 10)
+            .await
+            .expect("conversations")
+            .is_empty()
+    );
+    assert_eq!(
+        store.turn_stats(At::from_millis(0)).await.expect("stats"),
+        stats_before,
+        "the turns still count"
+    );
+
+    // Meta's late retry of her message is known: nothing is kept, no turn is due.
+    let retry = ingest(
+        &store,
+        vec![message("wamid.ada-1", ADA, SECRET, T0)],
+        T0 + ms(40_000),
+    )
+    .await;
+    assert_eq!((retry.stored, retry.duplicates), (0, 1));
+    assert!(export(&store, &ada).await.items.is_empty());
+    let due = store
+        .claim(T0 + ms(100_000), ms(60_000), 10, None)
+        .await
+        .expect("claim");
+    let customers: Vec<&str> = due
+        .iter()
+        .map(|c| c.batch.conversation.customer.as_str())
+        .collect();
+    assert_eq!(customers, [BO], "only Bo's message waits for a turn");
+
+    // And she stays out of broadcasts, though her own opt-out row is gone.
+    let out = store
+        .opted_out(&[ADA.to_owned(), BO.to_owned()])
+        .await
+        .expect("read");
+    assert_eq!(out.into_iter().collect::<Vec<_>>(), [ADA]);
+
+    // A new message is a new customer's: Sabi answers whoever writes.
+    let again = ingest(
+        &store,
+        vec![message("wamid.ada-2", ADA, "hi again", T0 + ms(200_000))],
+        T0 + ms(200_000),
+    )
+    .await;
+    assert_eq!(again.stored, 1);
+    assert_eq!(export(&store, &ada).await.items.len(), 1);
+}
+
+pub async fn forget_waits_for_work_under_way_for_the_customer(store: Arc<dyn Store>) {
+    let ada = whatsapp(ADA);
+    ingest(&store, vec![message("wamid.ada-1", ADA, SECRET, T0)], T0).await;
+    let at = T0 + POLICY.cap;
+    let claims = store.claim(at, ms(60_000), 10, None).await.expect("claim");
+    assert!(matches!(
+        store.forget_customer(&ada, at).await,
+        Err(Error::Busy(_))
+    ));
+    store
+        .finish(claims[0].batch.id, claims[0].token, at, reply("Noted."))
+        .await
+        .expect("finish");
+    let part = store.outbox(None).await.expect("outbox")[0].id;
+    let job = claim_only(&store, part, at).await;
+    assert!(
+        matches!(store.forget_customer(&ada, at).await, Err(Error::Busy(_))),
+        "a send on its way"
+    );
+    let lost = SendResult::Retry {
+        at: at + ms(60_000),
+        failure: true,
+        code: None,
+        error: "timed out".into(),
+        recipient_after: None,
+    };
+    store
+        .record_send(job.id, job.attempt, at, lost)
+        .await
+        .expect("recorded");
+    let erased = forget(&store, &ada, at + ms(1_000)).await;
+    assert_eq!((erased.messages, erased.replies), (1, 1));
+    assert!(
+        store
+            .claim_sends(super::fixtures::sends(at + ms(120_000)))
+            .await
+            .expect("claim")
+            .is_empty(),
+        "the queued reply is gone with her"
+    );
+}
+
+pub async fn a_forgotten_customer_is_sent_no_broadcast(store: Arc<dyn Store>) {
+    let (b, _) = store
+        .create_broadcast(diwali(None, T0))
+        .await
+        .expect("kept");
+    let erased = forget(&store, &whatsapp(ADA), T0 + ms(1)).await;
+    assert!(erased.broadcast_sends >= 1);
+    let jobs = store
+        .claim_recipients(sends(T0 + ms(2), 10))
+        .await
+        .expect("claimed");
+    let to: Vec<&str> = jobs.iter().map(|j| j.to.as_str()).collect();
+    assert_eq!(to, ["2348039999999"]);
+    let skipped = store
+        .broadcast_recipients(b.id, Some(RecipientState::Skipped), 10)
+        .await
+        .expect("recipients");
+    assert!(skipped.iter().all(|r| r.to != ADA), "her number is gone");
+    let hers = skipped
+        .iter()
+        .find(|r| r.to == whatsapp(ADA).marker())
+        .expect("her send, under the marker");
+    assert_eq!(hers.skipped, Some(SkipReason::OptedOut));
+    assert!(hers.params.is_empty(), "her name is gone");
+}
+
+pub async fn a_forgotten_chat_session_leaves_no_history(store: Arc<dyn Store>) {
+    let Submitted::Job(receipt) = store
+        .submit_chat(question("s-ada", "job-1"))
+        .await
+        .expect("kept")
+    else {
+        panic!("a job");
+    };
+    let session = Subject::parse(Channel::Webchat, "s-ada").expect("a session");
+    assert_eq!(export(&store, &session).await.items.len(), 1);
+    let erased = forget(&store, &session, T0 + ms(1)).await;
+    assert_eq!((erased.messages, erased.chat_jobs), (1, 1));
+    assert!(
+        store
+            .chat_history("s-ada", 10)
+            .await
+            .expect("history")
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .chat_job(&receipt.job_id, T0 + ms(2))
+            .await
+            .expect("job"),
+        None
+    );
+    assert_eq!(store.chat_queue_depth().await.expect("depth"), 0);
+}
+
+/// Forgetting one customer while others' messages arrive and turns are claimed takes
+/// nothing of theirs: every other message is kept once and claimed once.
+pub async fn forget_racing_ingest_and_claims_takes_only_its_customer(store: Arc<dyn Store>) {
+    let ada = whatsapp(ADA);
+    ingest(&store, vec![message("wamid.ada-1", ADA, SECRET, T0)], T0).await;
+    let others: Vec<String> = (0..20).map(|n| format!("23480300001{n:02}")).collect();
+    let deliveries = others.iter().enumerate().map(|(n, customer)| {
+        let item = message(&format!("wamid.o-{n}"), customer, "price?", T0);
+        ingest(&store, vec![item], T0)
+    });
+    let forgets = (0..3).map(|n| store.forget_customer(&ada, T0 + ms(n)));
+    let (_, forgotten) = tokio::join!(join_all(deliveries), join_all(forgets));
+    assert!(
+        forgotten.iter().all(Result::is_ok),
+        "no turn or send was under way: {forgotten:?}"
+    );
+    let claims = store
+        .claim(T0 + POLICY.cap, ms(60_000), 100, None)
+        .await
+        .expect("claim");
+    let mut claimed: Vec<&str> = claims
+        .iter()
+        .map(|c| c.batch.conversation.customer.as_str())
+        .collect();
+    claimed.sort_unstable();
+    assert_eq!(claimed, others, "each other customer once, Ada not at all");
+    assert!(claims.iter().all(|c| c.batch.messages.len() == 1));
+    assert!(export(&store, &ada).await.items.is_empty());
+}

@@ -1,0 +1,199 @@
+//! A customer's data from the outside: export and forget through the admin API and the CLI,
+//! their refusals of what cannot name a customer, and on SQLite, the erased words gone from
+//! the store's files after a clean stop.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::helpers::{SabiProcess, TestApp, eventually, sabi_command, text_webhook_at};
+
+const TOKEN: &str = "admin-secret-token";
+const ADA: &str = "2348031234567";
+const BO: &str = "2348030000002";
+const SECRET: &str = "my BVN is 22233344455 and my PIN is 4321";
+
+async fn call(app: &TestApp, method: reqwest::Method, path: &str) -> (u16, Value) {
+    let response = app
+        .client
+        .request(method, app.url(path))
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .send()
+        .await
+        .expect("sent");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON body"))
+}
+
+#[tokio::test]
+async fn the_admin_api_exports_and_forgets_a_customer_once() {
+    let app = TestApp::spawn_with(None, &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    for (id, from, text) in [("wamid.a1", ADA, SECRET), ("wamid.b1", BO, "hello")] {
+        let body = text_webhook_at(id, from, text, 0);
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    }
+    app.clock.advance(Duration::from_secs(20));
+    app.scheduler.drain().await.expect("turns");
+
+    let path = format!("/admin/customers/whatsapp/{ADA}");
+    let (status, record) = call(&app, reqwest::Method::GET, &path).await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["customer"], ADA);
+    assert_eq!(record["items"][0]["text"], SECRET);
+    // Sent long ago: too old for an automatic answer, so handed to a person.
+    assert_eq!(record["hand_offs"][0]["reason"], "too_old");
+
+    let (status, forgotten) = call(&app, reqwest::Method::DELETE, &path).await;
+    assert_eq!(status, 200, "{forgotten}");
+    assert_eq!(forgotten["erased"]["messages"], 1);
+    assert_eq!(forgotten["erased"]["reviews"], 1);
+    let (_, queue) = call(&app, reqwest::Method::GET, "/admin/review").await;
+    assert!(!queue.to_string().contains("22233344455"), "{queue}");
+    let (_, again) = call(&app, reqwest::Method::DELETE, &path).await;
+    assert!(
+        again["erased"]
+            .as_object()
+            .expect("counts")
+            .values()
+            .all(|n| n == 0),
+        "nothing more to forget: {again}"
+    );
+    let (_, record) = call(&app, reqwest::Method::GET, &path).await;
+    for kind in ["items", "replies", "hand_offs", "broadcasts"] {
+        assert_eq!(record[kind], Value::Array(Vec::new()), "{kind}: {record}");
+    }
+    let inbox = format!("{:?}", app.inbox().await);
+    assert!(!inbox.contains("22233344455") && inbox.contains("hello"));
+
+    // Meta retries the erased message: acknowledged, not taken in again.
+    let retry = text_webhook_at("wamid.a1", ADA, SECRET, 0);
+    assert_eq!(app.post_whatsapp_webhook(retry).await.status(), 200);
+    assert!(!format!("{:?}", app.inbox().await).contains("22233344455"));
+
+    for (bad, field) in [
+        ("/admin/customers/whatsapp/0803-CALL-ME", "customer"),
+        ("/admin/customers/fax/2348031234567", "channel"),
+        ("/admin/customers/webchat/a%20b", "customer"),
+    ] {
+        for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+            let (status, body) = call(&app, method.clone(), bad).await;
+            assert_eq!(status, 422, "{method} {bad}: {body}");
+            assert!(
+                body["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with(field)),
+                "{body}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_cli_refuses_what_is_not_a_customer_and_says_when_it_held_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let refused = sabi_command(dir.path())
+        .args(["forget", "0803-CALL-ME"])
+        .output()
+        .expect("sabi runs");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("not a WhatsApp number"), "{stderr}");
+
+    let unknown = sabi_command(dir.path())
+        .args(["forget", "+234 803 000 9999"])
+        .output()
+        .expect("sabi runs");
+    assert!(unknown.status.success());
+    let said = String::from_utf8_lossy(&unknown.stdout);
+    assert!(said.contains("held nothing about 2348030009999"), "{said}");
+
+    let export = sabi_command(dir.path())
+        .args(["export", "s-1", "--channel", "webchat", "--json"])
+        .output()
+        .expect("sabi runs");
+    assert!(export.status.success());
+    let record: Value = serde_json::from_slice(&export.stdout).expect("one JSON document");
+    assert_eq!(record["channel"], "webchat");
+    assert_eq!(record["items"], Value::Array(Vec::new()));
+}
+
+/// Every byte of every file in `dir`.
+fn files_of(dir: &Path) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("dir") {
+        let path = entry.expect("entry").path();
+        if path.is_file() {
+            bytes.extend(std::fs::read(&path).expect("readable"));
+        }
+    }
+    bytes
+}
+
+fn holds(bytes: &[u8], word: &str) -> bool {
+    bytes.windows(word.len()).any(|w| w == word.as_bytes())
+}
+
+#[tokio::test]
+async fn after_forget_and_a_clean_stop_the_erased_words_are_in_no_sqlite_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("sqlite://{}", dir.path().join("sabi.db").display());
+    let env = [
+        ("SABI_STORE", store.as_str()),
+        ("SABI_BATCH_WINDOW", "100ms"),
+    ];
+    let sabi = SabiProcess::start_with(dir.path(), &env);
+    let client = reqwest::Client::new();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    for (id, from, text) in [("wamid.s1", ADA, SECRET), ("wamid.s2", BO, "hello Sabi")] {
+        let body = text_webhook_at(id, from, text, i64::try_from(now).expect("time"));
+        let answer = client
+            .post(sabi.url("/webhook/whatsapp"))
+            .header("x-hub-signature-256", crate::helpers::signature(&body))
+            .body(body)
+            .send()
+            .await
+            .expect("posted");
+        assert_eq!(answer.status(), 200);
+    }
+    let answered = || {
+        let inbox = sabi_command(dir.path())
+            .env("SABI_STORE", &store)
+            .args(["inbox", "--json"])
+            .output()
+            .expect("sabi runs");
+        let lines = String::from_utf8_lossy(&inbox.stdout).into_owned();
+        lines.lines().count() == 2 && lines.lines().all(|l| l.contains(r#""state":"answered""#))
+    };
+    eventually(answered).await;
+    assert!(
+        holds(&files_of(dir.path()), "22233344455"),
+        "the words are on disk before"
+    );
+
+    let forgot = sabi_command(dir.path())
+        .env("SABI_STORE", &store)
+        .args(["forget", ADA])
+        .output()
+        .expect("sabi runs");
+    assert!(
+        forgot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forgot.stderr)
+    );
+    let said = String::from_utf8_lossy(&forgot.stdout);
+    assert!(said.contains("1 messages"), "{said}");
+
+    sabi.terminate();
+    let bytes = files_of(dir.path());
+    for word in ["22233344455", "my PIN is", ADA] {
+        assert!(
+            !holds(&bytes, word),
+            "{word:?} survived in the store's files"
+        );
+    }
+    assert!(holds(&bytes, "hello Sabi"), "the others' words are kept");
+}
