@@ -498,19 +498,7 @@ fn finish(conn: &Connection) -> Result<()> {
 
 /// Keeps a customer's choice by the rulebook; `true` when it changed their standing.
 pub(super) fn choose(conn: &Connection, customer: &str, choice: &Choice) -> Result<bool> {
-    let kept: Option<Choice> = conn
-        .prepare_cached("SELECT opted_out, source, at FROM consents WHERE customer = ?1")
-        .and_then(|mut s| {
-            s.query_row(params![customer], |r| {
-                Ok(Choice {
-                    opted_out: r.get(0)?,
-                    source: r.get(1)?,
-                    at: r.get(2)?,
-                })
-            })
-            .optional()
-        })
-        .map_err(unavailable)?;
+    let kept = choice_of(conn, customer)?;
     let Some(new) = consent::apply(kept.as_ref(), choice) else {
         return Ok(false);
     };
@@ -522,6 +510,22 @@ pub(super) fn choose(conn: &Connection, customer: &str, choice: &Choice) -> Resu
     .and_then(|mut s| s.execute(params![customer, new.opted_out, new.source, new.at]))
     .map_err(unavailable)?;
     Ok(true)
+}
+
+/// The customer's latest choice about broadcasts, if they made one.
+pub(super) fn choice_of(conn: &Connection, customer: &str) -> Result<Option<Choice>> {
+    conn.prepare_cached("SELECT opted_out, source, at FROM consents WHERE customer = ?1")
+        .and_then(|mut s| {
+            s.query_row(params![customer], |r| {
+                Ok(Choice {
+                    opted_out: r.get(0)?,
+                    source: r.get(1)?,
+                    at: r.get(2)?,
+                })
+            })
+            .optional()
+        })
+        .map_err(unavailable)
 }
 
 pub(super) fn opted_out(conn: &Connection, customers: &[String]) -> Result<HashSet<String>> {

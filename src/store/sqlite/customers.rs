@@ -3,9 +3,9 @@
 //! what a delete frees, and [`fold_wal`] then empties the WAL, so no erased word stays in
 //! either file.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
-use super::broadcasts::{RECIPIENT_COLUMNS, recipient_view};
+use super::broadcasts::{RECIPIENT_COLUMNS, choice_of, recipient_view};
 use super::outbox::entries;
 use super::turns::execute;
 use super::{ITEM_COLUMNS, stored_items, unavailable};
@@ -13,7 +13,7 @@ use crate::clock::At;
 use crate::domain::{Channel, ItemKind};
 use crate::store::rules::batch::BatchState;
 use crate::store::rules::broadcast::{RecipientState, SkipReason};
-use crate::store::rules::consent::{Choice, Source};
+use crate::store::rules::consent::Source;
 use crate::store::rules::erasure::{self, Erased, Subject};
 use crate::store::rules::part::PartState;
 use crate::store::{BroadcastSend, CustomerRecord, Error, Result, ReviewRecord};
@@ -43,7 +43,7 @@ pub(super) fn export(conn: &Connection, who: &Subject) -> Result<CustomerRecord>
     let (broadcasts, consent) = match who.channel {
         Channel::Whatsapp => (
             broadcasts(&snapshot, customer)?,
-            consent(&snapshot, customer)?,
+            choice_of(&snapshot, customer)?,
         ),
         Channel::Webchat => (Vec::new(), None),
     };
@@ -100,21 +100,6 @@ fn broadcasts(conn: &Connection, customer: &str) -> Result<Vec<BroadcastSend>> {
         .collect()
     })
     .map_err(unavailable)
-}
-
-fn consent(conn: &Connection, customer: &str) -> Result<Option<Choice>> {
-    conn.prepare_cached("SELECT opted_out, source, at FROM consents WHERE customer = ?1")
-        .and_then(|mut s| {
-            s.query_row(params![customer], |r| {
-                Ok(Choice {
-                    opted_out: r.get(0)?,
-                    source: r.get(1)?,
-                    at: r.get(2)?,
-                })
-            })
-            .optional()
-        })
-        .map_err(unavailable)
 }
 
 /// Erases the subject (see [`erasure`]): runs inside the writer's transaction, so all of it
