@@ -606,21 +606,16 @@ pub(super) async fn choose(
     customer: &str,
     choice: &Choice,
 ) -> Result<bool> {
-    let kept =
-        sqlx::query("SELECT opted_out, source, at FROM consents WHERE customer = $1 FOR UPDATE")
-            .bind(customer)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-    let kept = kept
-        .map(|r| {
-            Ok::<_, Error>(Choice {
-                opted_out: r.get(0),
-                source: known(Source::parse, r.get(1))?,
-                at: r.get(2),
-            })
-        })
-        .transpose()?;
+    let kept = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {CHOICE_COLUMNS} FROM consents WHERE customer = $1 FOR UPDATE"
+    )))
+    .bind(customer)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(unavailable)?
+    .as_ref()
+    .map(stored_choice)
+    .transpose()?;
     let Some(new) = consent::apply(kept.as_ref(), choice) else {
         return Ok(false);
     };
@@ -640,6 +635,18 @@ pub(super) async fn choose(
     .await
     .map_err(unavailable)?;
     Ok(written.rows_affected() > 0)
+}
+
+/// What [`stored_choice`] reads of a consents row.
+pub(super) const CHOICE_COLUMNS: &str = "opted_out, source, at";
+
+/// A customer's choice about broadcasts read from [`CHOICE_COLUMNS`].
+pub(super) fn stored_choice(r: &sqlx::postgres::PgRow) -> Result<Choice> {
+    Ok(Choice {
+        opted_out: r.get(0),
+        source: known(Source::parse, r.get(1))?,
+        at: r.get(2),
+    })
 }
 
 pub(super) async fn opted_out(pool: &PgPool, customers: &[String]) -> Result<HashSet<String>> {

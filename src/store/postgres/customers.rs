@@ -5,7 +5,7 @@
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
-use super::broadcasts::{RECIPIENT_COLUMNS, recipient_view};
+use super::broadcasts::{CHOICE_COLUMNS, RECIPIENT_COLUMNS, recipient_view, stored_choice};
 use super::ingest::{ITEM_COLUMNS, stored_item};
 use super::outbox::{ENTRY_SELECT, entry};
 use super::unavailable;
@@ -137,18 +137,15 @@ async fn broadcasts(conn: &mut PgConnection, customer: &str) -> Result<Vec<Broad
 }
 
 async fn consent(conn: &mut PgConnection, customer: &str) -> Result<Option<Choice>> {
-    let row = sqlx::query("SELECT opted_out, source, at FROM consents WHERE customer = $1")
-        .bind(customer)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-    row.map(|r| {
-        Ok(Choice {
-            opted_out: r.get(0),
-            source: known(Source::parse, r.get(1))?,
-            at: r.get(2),
-        })
-    })
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT {CHOICE_COLUMNS} FROM consents WHERE customer = $1"
+    )))
+    .bind(customer)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(unavailable)?
+    .as_ref()
+    .map(stored_choice)
     .transpose()
 }
 
@@ -199,11 +196,11 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At) -> Result<Eras
 async fn turn_running(conn: &mut PgConnection, who: &Subject) -> Result<bool> {
     exists(
         conn,
-        who,
-        format!(
+        &format!(
             "SELECT EXISTS (SELECT 1 FROM {THEIR_BATCHES} AND b.state = '{}')",
             BatchState::Running.as_str()
         ),
+        &their(who),
     )
     .await
 }
@@ -211,25 +208,24 @@ async fn turn_running(conn: &mut PgConnection, who: &Subject) -> Result<bool> {
 async fn send_under_way(conn: &mut PgConnection, who: &Subject) -> Result<bool> {
     let reply = exists(
         conn,
-        who,
-        format!(
+        &format!(
             "SELECT EXISTS (SELECT 1 FROM {THEIR_BATCHES}
                             AND EXISTS (SELECT 1 FROM outbox o
                                         WHERE o.batch_id = b.id AND o.state = '{}'))",
             PartState::Sending.as_str()
         ),
+        &their(who),
     )
     .await?;
     let broadcast = who.channel == Channel::Whatsapp
         && exists(
             conn,
-            who,
-            format!(
+            &format!(
                 "SELECT EXISTS (SELECT 1 FROM broadcast_recipients
-                                WHERE recipient = $2 AND state = '{}' AND $1 = '{}')",
-                RecipientState::Sending.as_str(),
-                Channel::Whatsapp.as_str()
+                                WHERE recipient = $1 AND state = '{}')",
+                RecipientState::Sending.as_str()
             ),
+            &[&who.customer],
         )
         .await?;
     Ok(reply || broadcast)
@@ -270,8 +266,8 @@ async fn forget_items(
     .await
     .map_err(unavailable)?;
     for (_, kind) in &found {
-        match ItemKind::parse(kind) {
-            Some(ItemKind::Message) => erased.messages += 1,
+        match known(ItemKind::parse, kind)? {
+            ItemKind::Message => erased.messages += 1,
             _ => erased.statuses += 1,
         }
     }
@@ -347,17 +343,14 @@ async fn forget_broadcasts(
     )
     .await?;
     let marker = who.marker();
-    erased.broadcast_sends = sqlx::query(
+    erased.broadcast_sends = count(
+        conn,
         "UPDATE broadcast_recipients
          SET recipient = $2, params = '[]', tz = NULL, wamid = NULL, error = NULL
          WHERE recipient = $1",
+        &[&who.customer, &marker],
     )
-    .bind(&who.customer)
-    .bind(&marker)
-    .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?
-    .rows_affected();
+    .await?;
     erased.consents = count(
         conn,
         "DELETE FROM consents WHERE customer = $1",
@@ -377,13 +370,13 @@ async fn forget_broadcasts(
     Ok(())
 }
 
-async fn exists(conn: &mut PgConnection, who: &Subject, sql: String) -> Result<bool> {
-    sqlx::query_scalar(AssertSqlSafe(sql))
-        .bind(who.channel.as_str())
-        .bind(&who.customer)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(unavailable)
+/// Whether `sql`, a `SELECT EXISTS`, with `binds` as $1, $2, ..., finds a row.
+async fn exists(conn: &mut PgConnection, sql: &str, binds: &[&str]) -> Result<bool> {
+    let mut query = sqlx::query_scalar(AssertSqlSafe(sql.to_owned()));
+    for bind in binds {
+        query = query.bind(*bind);
+    }
+    query.fetch_one(&mut *conn).await.map_err(unavailable)
 }
 
 /// The subject as most statements here bind it: $1 their channel, $2 their id.

@@ -1,6 +1,47 @@
 -- Sabi's server-side code on PostgreSQL, (re)made at every start under the migration lock.
 -- Code, not data: a new build replaces it; its name carries its signature's version.
 
+-- Whether the item just stored as `p_seq` was erased since (its key's hash, `p_key_hash`, is in
+-- erased_keys: store/rules/erasure.rs); if so it is taken out again. Asked after the insert,
+-- not before: an erasure that deleted the same key while the insert waited on its row has
+-- committed by then, and this query, with a snapshot of its own, sees its hash, where a check
+-- before the insert would not.
+CREATE OR REPLACE FUNCTION sabi_drop_if_erased_v1(p_seq BIGINT, p_key_hash TEXT)
+RETURNS BOOLEAN LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM erased_keys WHERE key_hash = p_key_hash) THEN
+        RETURN false;
+    END IF;
+    DELETE FROM inbox WHERE inbox.seq = p_seq;
+    RETURN true;
+END;
+$$;
+
+-- Any other item (a status, an error, a message that wakes no turn), stored in one round trip:
+-- its seq, or NULL when it was already stored or was erased since (`sabi_drop_if_erased_v1`).
+-- `p_seq` as in `sabi_ingest_message_v5`.
+CREATE OR REPLACE FUNCTION sabi_ingest_item_v1(
+    p_channel TEXT, p_key TEXT, p_kind TEXT, p_business TEXT, p_customer TEXT, p_type TEXT,
+    p_text TEXT, p_media TEXT, p_provider_ts BIGINT, p_received BIGINT, p_state TEXT,
+    p_hash BYTEA, p_facts TEXT, p_seq BIGINT, p_key_hash TEXT)
+RETURNS BIGINT LANGUAGE plpgsql AS $$
+DECLARE
+    stored BIGINT;
+BEGIN
+    INSERT INTO inbox (seq, channel, dedupe_key, kind, business, customer, item_type, text,
+                       media_id, provider_ts, received_at, state, content_hash, facts)
+    VALUES (COALESCE(p_seq, nextval('inbox_seq_seq'::regclass)), p_channel, p_key, p_kind,
+            p_business, p_customer, p_type, p_text, p_media, p_provider_ts, p_received, p_state,
+            p_hash, p_facts)
+    ON CONFLICT (channel, dedupe_key) DO NOTHING
+    RETURNING inbox.seq INTO stored;
+    IF stored IS NULL OR sabi_drop_if_erased_v1(stored, p_key_hash) THEN
+        RETURN NULL;
+    END IF;
+    RETURN stored;
+END;
+$$;
+
 -- One customer message that wakes its conversation, stored and scheduled in one round trip:
 -- the message's unique key first, then the conversation's row (the order every ingest takes its
 -- locks in), so a racing copy waits on the key and schedules nothing. Due one window after the
@@ -8,11 +49,11 @@
 -- reply to the customer's latest broadcast; a message for the model (`p_model`) puts the
 -- conversation in the model's lane until a batch takes it. Returns the message's seq and the
 -- conversation's due time, or no row when the message was already stored or was erased since
--- (its key's hash, `p_key_hash`, is in erased_keys: store/rules/erasure.rs). Every PostgreSQL
--- ingest of such a message calls it, alone or inside a delivery's transaction. `p_seq`, when
--- given, is the message's place in arrival order, taken ahead for a delivery whose items are
--- stored in another order than they came (see `lock_order`). The sequence is named, not looked
--- up by `pg_get_serial_sequence`, which would cost a catalog read on every message.
+-- (`sabi_drop_if_erased_v1`). Every PostgreSQL ingest of such a message calls it, alone or
+-- inside a delivery's transaction. `p_seq`, when given, is the message's place in arrival
+-- order, taken ahead for a delivery whose items are stored in another order than they came
+-- (see `lock_order`). The sequence is named, not looked up by `pg_get_serial_sequence`, which
+-- would cost a catalog read on every message.
 CREATE OR REPLACE FUNCTION sabi_ingest_message_v5(
     p_channel TEXT, p_key TEXT, p_business TEXT, p_customer TEXT, p_type TEXT, p_text TEXT,
     p_media TEXT, p_provider_ts BIGINT, p_received BIGINT, p_hash BYTEA, p_facts TEXT,
@@ -25,9 +66,6 @@ DECLARE
     conversation BIGINT;
     due BIGINT;
 BEGIN
-    IF EXISTS (SELECT 1 FROM erased_keys WHERE key_hash = p_key_hash) THEN
-        RETURN;
-    END IF;
     INSERT INTO inbox (seq, channel, dedupe_key, kind, business, customer, item_type, text,
                        media_id, provider_ts, received_at, state, content_hash, facts)
     VALUES (COALESCE(p_seq, nextval('inbox_seq_seq'::regclass)), p_channel, p_key,
@@ -35,7 +73,7 @@ BEGIN
             p_received, 'pending', p_hash, p_facts)
     ON CONFLICT (channel, dedupe_key) DO NOTHING
     RETURNING inbox.seq INTO stored;
-    IF stored IS NULL THEN
+    IF stored IS NULL OR sabi_drop_if_erased_v1(stored, p_key_hash) THEN
         RETURN;
     END IF;
     INSERT INTO conversations AS c (channel, business, customer, first_pending_at,

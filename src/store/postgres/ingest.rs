@@ -2,7 +2,8 @@
 //!
 //! An item is inserted first (`ON CONFLICT DO NOTHING`): a concurrent copy of the same item
 //! waits on the unique index and then finds it there, so only the first copy schedules its
-//! conversation.
+//! conversation. An item erased since is known by its key's hash, looked for after the insert
+//! (functions.sql), so an erasure committing meanwhile is seen too.
 
 use std::time::Duration;
 
@@ -67,7 +68,8 @@ async fn ingest_message(
 /// one window after the latest message, never later than the cap after the first), through
 /// `sabi_ingest_message_v5` (functions.sql): the message's unique key first, then the
 /// conversation's row, so a racing copy waits on the key and schedules nothing. The
-/// conversation's due time when the message is new; `None` when it was already stored.
+/// conversation's due time when the message is new; `None` when it was already stored or was
+/// erased since.
 async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     executor: E,
     delivery: &Ingest,
@@ -134,14 +136,10 @@ async fn ingest_in(
         } else {
             "recorded"
         };
+        // functions.sql: stored once, and not at all when erased since.
         let seq: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO inbox (seq, channel, dedupe_key, kind, business, customer, item_type,
-                                text, media_id, provider_ts, received_at, state, content_hash,
-                                facts)
-             SELECT COALESCE($14, nextval('inbox_seq_seq'::regclass)),
-                    $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
-             WHERE NOT EXISTS (SELECT 1 FROM erased_keys WHERE key_hash = $15)
-             ON CONFLICT (channel, dedupe_key) DO NOTHING RETURNING seq",
+            "SELECT sabi_ingest_item_v1(
+                 $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
         )
         .bind(item.channel.as_str())
         .bind(&item.dedupe_key)
@@ -158,7 +156,7 @@ async fn ingest_in(
         .bind(facts)
         .bind(seq)
         .bind(erasure::key_hash(item.channel, &item.dedupe_key))
-        .fetch_optional(&mut *conn)
+        .fetch_one(&mut *conn)
         .await
         .map_err(unavailable)?;
         if seq.is_none() {
