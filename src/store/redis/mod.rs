@@ -177,29 +177,35 @@ impl RedisStore {
     }
 
     /// Brings the layout to this build's version (see `lua/layout.lua`) and returns the epoch,
-    /// written fresh when the prefix has none. One script: nodes starting together upgrade
-    /// once and agree on one epoch.
+    /// written fresh when the prefix has none. One script, called again while an upgrade step
+    /// goes a slice at a time: nodes starting together upgrade once and agree on one epoch.
     async fn claim_layout(&self) -> Result<String> {
         let mut id = [0u8; 8];
         getrandom::fill(&mut id).map_err(|e| Error::Unavailable(e.to_string()))?;
-        let (found, epoch): (u32, String) = Script::new(&LAYOUT)
-            .key(&self.tag)
-            .arg(VERSION)
-            .arg(hex::encode(id))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| match e.code() {
-                Some("SABI_NEWER_LAYOUT") => Error::Schema(format!(
-                    "the keys under {}: {}",
-                    self.tag,
-                    too_new(e.detail().unwrap_or("?"))
-                )),
-                _ => unavailable(e),
-            })?;
-        if (1..VERSION).contains(&found) {
-            tracing::info!(prefix = %self.tag, from = found, to = VERSION, "Redis key layout upgraded");
+        let script = Script::new(&LAYOUT);
+        loop {
+            let (found, epoch, partway): (u32, String, bool) = script
+                .key(&self.tag)
+                .arg(VERSION)
+                .arg(hex::encode(id))
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(|e| match e.code() {
+                    Some("SABI_NEWER_LAYOUT") => Error::Schema(format!(
+                        "the keys under {}: {}",
+                        self.tag,
+                        too_new(e.detail().unwrap_or("?"))
+                    )),
+                    _ => unavailable(e),
+                })?;
+            if partway {
+                continue;
+            }
+            if (1..VERSION).contains(&found) {
+                tracing::info!(prefix = %self.tag, from = found, to = VERSION, "Redis key layout upgraded");
+            }
+            return Ok(epoch);
         }
-        Ok(epoch)
     }
 
     fn key(&self, name: &str) -> String {
@@ -531,6 +537,7 @@ impl WebChat for RedisStore {
             "item": item,
             "window": millis(s.policy.window), "cap": millis(s.policy.cap),
         });
+        // A question erased since is refused (`Error::NotFound`), as on PostgreSQL.
         let raw: RawReceipt = self.call("submit_chat", args).await?;
         if raw.limited {
             return Ok(Submitted::TooFast);

@@ -16,6 +16,10 @@ local function submit_chat(a)
   if redis.call('ZCARD', k('wc')) >= a.max_queue then
     return {full = true}
   end
+  -- A question erased since (its session was forgotten) is never kept again, nor given a job.
+  if redis.call('HEXISTS', k('erased'), a.item.kh) == 1 then
+    return fail('SABI_NOT_FOUND', 'this question was erased')
+  end
   local receipt = ingest({items = {a.item}, quarantined = {}, recv = a.now, window = a.window,
     cap = a.cap})
   local seq = redis.call('HGET', k('dedupe'), 'webchat\n' .. a.key)

@@ -7,7 +7,8 @@
 --
 -- Layout (P = the tag):
 --   P:ids                  hash   counters: inbox, conversation, batch, outbox, review, quarantine
---   P:schema               string layout version
+--   P:schema               string layout version; P:upgrade hash where an upgrade step that
+--                                 goes a slice per call stopped (layout.lua)
 --   P:epoch                string random, written with the layout: every call carries it
 --   P:in:<seq>             hash   an inbox item;  P:inbox zset of every seq;  P:dedupe hash
 --                                 "<channel>\n<key>" -> seq;  P:wc zset of pending web-chat seqs
