@@ -136,7 +136,11 @@ pub fn shown(text: &str) -> std::borrow::Cow<'_, str> {
 /// Everything held about a customer, for a person to read: one line per thing, oldest first
 /// within each kind.
 pub fn record_text(who: &Subject, record: &CustomerRecord) -> String {
-    let mut out = format!("{} customer {}\n", who.channel.as_str(), who.customer);
+    let mut out = format!(
+        "{} customer {}\n",
+        who.channel.as_str(),
+        shown(&who.customer)
+    );
     if *record == CustomerRecord::default() {
         out.push_str("Sabi holds nothing about this customer.\n");
         return out;
@@ -149,8 +153,8 @@ pub fn record_text(who: &Subject, record: &CustomerRecord) -> String {
             "  {}  {} {}  {}",
             rfc3339(stored.received_at),
             i.kind.as_str(),
-            i.item_type.as_deref().unwrap_or("-"),
-            i.text.as_deref().unwrap_or("")
+            shown(i.item_type.as_deref().unwrap_or("-")),
+            shown(i.text.as_deref().unwrap_or(""))
         );
     }
     let _ = writeln!(out, "\nreplies ({}):", record.replies.len());
@@ -161,7 +165,7 @@ pub fn record_text(who: &Subject, record: &CustomerRecord) -> String {
             rfc3339(reply.created_at),
             reply.state,
             reply.delivery.map_or("-", Delivery::as_str),
-            reply.text
+            shown(&reply.text)
         );
     }
     let _ = writeln!(out, "\nhand-offs to people ({}):", record.reviews.len());
@@ -175,7 +179,7 @@ pub fn record_text(who: &Subject, record: &CustomerRecord) -> String {
             review
                 .note
                 .as_deref()
-                .map(|n| format!(": {n}"))
+                .map(|n| format!(": {}", shown(n)))
                 .unwrap_or_default()
         );
     }
@@ -184,7 +188,9 @@ pub fn record_text(who: &Subject, record: &CustomerRecord) -> String {
         let _ = writeln!(
             out,
             "  {} ({})  {}",
-            send.name, send.template, send.recipient.state
+            shown(&send.name),
+            shown(&send.template),
+            send.recipient.state
         );
     }
     if let Some(choice) = record.consent {
@@ -205,11 +211,41 @@ pub fn record_text(who: &Subject, record: &CustomerRecord) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::shown;
+    use super::{record_text, shown};
+    use crate::clock::At;
+    use crate::domain::{Channel, ReviewReason};
+    use crate::store::{CustomerRecord, ReviewRecord, ReviewState, Subject};
 
     #[test]
     fn control_characters_from_outside_are_shown_as_escapes() {
         assert_eq!(shown("plain text, ẹ jọ̀ọ́"), "plain text, ẹ jọ̀ọ́");
         assert_eq!(shown("a\u{1b}[2Jb\u{7}\nc"), "a\\u{1b}[2Jb\\u{7}\\nc");
+    }
+
+    #[test]
+    fn a_line_break_in_what_a_person_wrote_cannot_forge_a_line_of_the_report() {
+        let record = CustomerRecord {
+            reviews: vec![ReviewRecord {
+                id: 1,
+                batch_id: 1,
+                reason: ReviewReason::HandoffAsked,
+                state: ReviewState::Replied,
+                error: None,
+                created_at: At::from_millis(0),
+                resolved_at: None,
+                note: Some("sorted\nbroadcasts: opted in".into()),
+            }],
+            ..CustomerRecord::default()
+        };
+        let who = Subject {
+            channel: Channel::Whatsapp,
+            customer: "2348031234567".into(),
+        };
+        let text = record_text(&who, &record);
+        assert!(
+            !text.lines().any(|l| l.starts_with("broadcasts: ")),
+            "{text}"
+        );
+        assert!(text.contains("sorted\\nbroadcasts"), "{text}");
     }
 }

@@ -465,16 +465,9 @@ async fn export_customer(
             serde_json::to_string_pretty(&export::record_json(&who, &record))?
         );
     } else {
-        print!("{}", shown_lines(&export::record_text(&who, &record)));
+        print!("{}", export::record_text(&who, &record));
     }
     Ok(())
-}
-
-/// Each line of `text` as a terminal may show it.
-fn shown_lines(text: &str) -> String {
-    text.lines()
-        .map(|line| format!("{}\n", shown(line)))
-        .collect()
 }
 
 /// How long `sabi forget` waits for a turn or a send under way for the customer to end.

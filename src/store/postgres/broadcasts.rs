@@ -606,16 +606,7 @@ pub(super) async fn choose(
     customer: &str,
     choice: &Choice,
 ) -> Result<bool> {
-    let kept = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {CHOICE_COLUMNS} FROM consents WHERE customer = $1 FOR UPDATE"
-    )))
-    .bind(customer)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?
-    .as_ref()
-    .map(stored_choice)
-    .transpose()?;
+    let kept = choice_of(conn, customer, true).await?;
     let Some(new) = consent::apply(kept.as_ref(), choice) else {
         return Ok(false);
     };
@@ -637,16 +628,29 @@ pub(super) async fn choose(
     Ok(written.rows_affected() > 0)
 }
 
-/// What [`stored_choice`] reads of a consents row.
-pub(super) const CHOICE_COLUMNS: &str = "opted_out, source, at";
-
-/// A customer's choice about broadcasts read from [`CHOICE_COLUMNS`].
-pub(super) fn stored_choice(r: &sqlx::postgres::PgRow) -> Result<Choice> {
-    Ok(Choice {
-        opted_out: r.get(0),
-        source: known(Source::parse, r.get(1))?,
-        at: r.get(2),
+/// A customer's latest choice about broadcasts, if they made one; `for_update` takes their row
+/// lock until the transaction ends.
+pub(super) async fn choice_of(
+    conn: &mut PgConnection,
+    customer: &str,
+    for_update: bool,
+) -> Result<Option<Choice>> {
+    let lock = if for_update { " FOR UPDATE" } else { "" };
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT opted_out, source, at FROM consents WHERE customer = $1{lock}"
+    )))
+    .bind(customer)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(unavailable)?
+    .map(|r| {
+        Ok(Choice {
+            opted_out: r.get(0),
+            source: known(Source::parse, r.get(1))?,
+            at: r.get(2),
+        })
     })
+    .transpose()
 }
 
 pub(super) async fn opted_out(pool: &PgPool, customers: &[String]) -> Result<HashSet<String>> {

@@ -5,7 +5,7 @@
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
-use super::broadcasts::{CHOICE_COLUMNS, RECIPIENT_COLUMNS, recipient_view, stored_choice};
+use super::broadcasts::{RECIPIENT_COLUMNS, choice_of, recipient_view};
 use super::ingest::{ITEM_COLUMNS, stored_item};
 use super::outbox::{ENTRY_SELECT, entry};
 use super::unavailable;
@@ -14,7 +14,7 @@ use crate::domain::{Channel, ItemKind, ReviewReason};
 use crate::store::items::known;
 use crate::store::rules::batch::BatchState;
 use crate::store::rules::broadcast::{RecipientState, SkipReason};
-use crate::store::rules::consent::{Choice, Source};
+use crate::store::rules::consent::Source;
 use crate::store::rules::erasure::{self, Erased, Subject};
 use crate::store::rules::part::PartState;
 use crate::store::rules::review::ReviewState;
@@ -78,7 +78,7 @@ async fn read_record(conn: &mut PgConnection, who: &Subject) -> Result<CustomerR
     let (broadcasts, consent) = match who.channel {
         Channel::Whatsapp => (
             broadcasts(conn, &who.customer).await?,
-            consent(conn, &who.customer).await?,
+            choice_of(conn, &who.customer, false).await?,
         ),
         Channel::Webchat => (Vec::new(), None),
     };
@@ -134,19 +134,6 @@ async fn broadcasts(conn: &mut PgConnection, customer: &str) -> Result<Vec<Broad
             })
         })
         .collect()
-}
-
-async fn consent(conn: &mut PgConnection, customer: &str) -> Result<Option<Choice>> {
-    sqlx::query(AssertSqlSafe(format!(
-        "SELECT {CHOICE_COLUMNS} FROM consents WHERE customer = $1"
-    )))
-    .bind(customer)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?
-    .as_ref()
-    .map(stored_choice)
-    .transpose()
 }
 
 /// Erases the subject (see [`erasure`]) in one transaction.

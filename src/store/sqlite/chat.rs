@@ -12,7 +12,7 @@ use super::{ingest, limit_param, unavailable};
 use crate::store::items::{Encoded, POSITION_CAP, message_key, question_item, status_of};
 
 use crate::store::{
-    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Ingest, JobStatus, Result, Submitted,
+    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Error, Ingest, JobStatus, Result, Submitted,
 };
 
 pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted> {
@@ -44,10 +44,12 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
         routine: Default::default(),
     };
     let receipt = ingest(conn, &delivery, std::slice::from_ref(&encoded))?;
+    // Not stored only when the question was erased since: refused, as on the other stores.
     let seq: i64 = conn
         .prepare_cached("SELECT seq FROM inbox WHERE channel = 'webchat' AND dedupe_key = ?1")
-        .and_then(|mut st| st.query_row(params![key], |r| r.get(0)))
-        .map_err(unavailable)?;
+        .and_then(|mut st| st.query_row(params![key], |r| r.get(0)).optional())
+        .map_err(unavailable)?
+        .ok_or(Error::NotFound)?;
     conn.prepare_cached(
         "INSERT INTO chat_jobs (job_id, session_id, message_key, inbox_seq, created_at, expires_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

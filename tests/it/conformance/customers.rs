@@ -288,6 +288,11 @@ pub async fn a_forgotten_chat_session_leaves_no_history(store: Arc<dyn Store>) {
         None
     );
     assert_eq!(store.chat_queue_depth().await.expect("depth"), 0);
+    let again = store.submit_chat(question("s-ada", "job-1")).await;
+    assert!(
+        matches!(again, Err(Error::NotFound)),
+        "the browser sending the erased question again is refused: {again:?}"
+    );
 }
 
 /// Forgetting one customer while others' messages arrive and turns are claimed takes
