@@ -27,6 +27,7 @@ use crate::router::{Router, RouterHandler};
 use crate::sender::pacer::Pacer;
 use crate::sender::{Sender, Typing};
 use crate::store::{self, Store};
+use crate::sweeper::Sweeper;
 use crate::tools::Tools;
 use crate::turn::{Acknowledger, TurnHandler};
 use crate::whatsapp::graph::Graph;
@@ -54,6 +55,7 @@ pub struct App {
     broadcaster: Arc<Broadcaster>,
     /// Tells WhatsApp customers far back in a surge's queue to wait.
     holder: Arc<Holder>,
+    sweeper: Arc<Sweeper>,
     runs_scheduler: bool,
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
@@ -314,6 +316,13 @@ impl App {
             config.broadcast_settings(),
             metrics.clone(),
         );
+        let sweeper = Sweeper::new(
+            store.clone(),
+            clock.clone(),
+            config.horizons(),
+            config.retention.sweep_every,
+            metrics.clone(),
+        );
         let holder = Holder::new(
             store.clone(),
             clock.clone(),
@@ -385,6 +394,7 @@ impl App {
             sender,
             broadcaster,
             holder,
+            sweeper,
             runs_scheduler: role != Role::Api,
             store,
             shutdown: CancellationToken::new(),
@@ -405,6 +415,11 @@ impl App {
     /// The scheduler, for driving turns by hand (`tick`) when this node does not run it.
     pub fn scheduler(&self) -> Arc<Scheduler> {
         self.scheduler.clone()
+    }
+
+    /// The sweeper, for sweeping by hand.
+    pub fn sweeper(&self) -> Arc<Sweeper> {
+        self.sweeper.clone()
     }
 
     /// The holder, for looking at the queue by hand when this node does not run it.
@@ -443,6 +458,9 @@ impl App {
         let holder = self
             .runs_scheduler
             .then(|| tokio::spawn(self.holder.clone().run(shutdown.clone())));
+        let sweeper = self
+            .runs_scheduler
+            .then(|| tokio::spawn(self.sweeper.clone().run(shutdown.clone())));
         match self.http {
             Some((listener, router, limits)) => {
                 let addr = listener.local_addr()?;
@@ -464,6 +482,9 @@ impl App {
         }
         if let Some(holder) = holder {
             holder.await.context("the holding loop panicked")?;
+        }
+        if let Some(sweeper) = sweeper {
+            sweeper.await.context("the sweeper panicked")?;
         }
         tracing::info!("sabi stopped");
         Ok(())

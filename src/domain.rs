@@ -113,6 +113,58 @@ pub struct BatchPolicy {
     pub cap: Duration,
 }
 
+/// How long Meta retries a webhook it could not deliver.
+pub const META_RETRIES: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// How long each kind of data is kept (`[retention]`; the store's rulebook says what each
+/// covers and how it goes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Horizons {
+    /// Messages, reply bodies, settled review items, web-chat history and jobs, turns.
+    pub messages: Duration,
+    /// Statuses and the other recorded items.
+    pub statuses: Duration,
+    /// Quarantined raw bodies.
+    pub quarantine: Duration,
+    /// How long a message's key outlives its content.
+    pub dedupe: Duration,
+}
+
+impl Default for Horizons {
+    fn default() -> Self {
+        const DAY: u64 = 24 * 60 * 60;
+        Horizons {
+            messages: Duration::from_secs(90 * DAY),
+            statuses: Duration::from_secs(30 * DAY),
+            quarantine: Duration::from_secs(30 * DAY),
+            dedupe: Duration::from_secs(8 * DAY),
+        }
+    }
+}
+
+impl Horizons {
+    /// Whether a message's key lives long enough for Meta's retries: it lasts `messages` with
+    /// its content and `dedupe` after. Shorter than [`META_RETRIES`], a retry could come after
+    /// it went and be answered again: refused when replies go to WhatsApp, allowed in sandbox
+    /// mode (nothing reaches a customer), where short trials see retention work.
+    ///
+    /// # Errors
+    /// A sentence naming `retention.dedupe` when the key would go too soon.
+    pub fn check(&self, replies_reach_whatsapp: bool) -> Result<(), String> {
+        if replies_reach_whatsapp && self.messages + self.dedupe < META_RETRIES {
+            return Err(format!(
+                "retention.dedupe: a message's key must outlive Meta's {} days of webhook \
+                 retries, or a late retry is answered again; retention.messages ({}) and \
+                 retention.dedupe ({}) together keep it only that long (the default dedupe is 8d)",
+                META_RETRIES.as_secs() / 86_400,
+                humantime::format_duration(self.messages),
+                humantime::format_duration(self.dedupe),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// One of the customer's messages inside a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BatchMessage {
@@ -309,5 +361,32 @@ impl std::fmt::Display for ReviewReason {
 impl Serialize for ReviewReason {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    #[test]
+    fn a_key_must_outlive_metas_retries_when_replies_reach_whatsapp() {
+        let defaults = Horizons::default();
+        assert!(defaults.check(true).is_ok());
+        let short = Horizons {
+            messages: DAY,
+            dedupe: DAY,
+            ..defaults
+        };
+        let refused = short.check(true).expect_err("a key kept two days");
+        assert!(refused.starts_with("retention.dedupe"), "{refused}");
+        assert!(short.check(false).is_ok(), "sandbox mode allows it");
+        let long_content = Horizons {
+            messages: 7 * DAY,
+            dedupe: Duration::from_secs(60),
+            ..defaults
+        };
+        assert!(long_content.check(true).is_ok(), "content keeps the key");
     }
 }

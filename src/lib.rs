@@ -64,6 +64,7 @@ mod runner;
 pub mod sender;
 pub mod simulate;
 pub mod store;
+pub mod sweeper;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;

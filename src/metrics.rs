@@ -18,6 +18,12 @@ pub struct Outcome {
     pub outcome: String,
 }
 
+/// What kind of data a sweep removed (`turns`, `messages`, `statuses`, ...).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Swept {
+    pub kind: String,
+}
+
 /// How the router decided: its tier, and who answers (`local`, `agent`, `handoff`).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Routed {
@@ -104,6 +110,8 @@ pub struct Metrics {
     pub expected_wait_seconds: Gauge,
     /// Holding messages sent ("we'll answer in about N minutes").
     pub holding_messages: Counter,
+    /// Rows past their retention horizon that the sweeper removed, by kind.
+    pub swept: Family<Swept, Counter>,
 }
 
 impl Metrics {
@@ -287,8 +295,15 @@ impl Metrics {
             "Holding messages sent to customers whose turn is far off",
             holding_messages.clone(),
         );
+        let swept = Family::<Swept, Counter>::default();
+        registry.register(
+            "sabi_swept",
+            "Rows past their retention horizon the sweeper removed, by kind",
+            swept.clone(),
+        );
         Arc::new(Metrics {
             registry,
+            swept,
             llm_budget_wait_seconds,
             llm_in_flight,
             llm_paused,

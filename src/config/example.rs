@@ -398,6 +398,26 @@ const SETTINGS: &[Setting] = &[
         "broadcast.start_reply",
         "Told once to a customer who writes START and gets broadcasts again.",
     ),
+    set(
+        "retention.messages",
+        "Customer messages, Sabi's and people's replies, settled review items, web-chat history and jobs, and the turns they were in: deleted this long after the turn ended (a message still waiting for its turn is kept).",
+    ),
+    set(
+        "retention.statuses",
+        "Delivery and read statuses, and the other recorded items (errors, account events).",
+    ),
+    set(
+        "retention.quarantine",
+        "Quarantined raw bodies Sabi could not read.",
+    ),
+    set(
+        "retention.dedupe",
+        "How long a message's deduplication key (a hash) outlives its content, so Meta's late retry is never answered again; with retention.messages it must cover Meta's 7 days of retries once replies go to WhatsApp.",
+    ),
+    set(
+        "retention.sweep_every",
+        "How often the sweeper (one node at a time) deletes what is past its horizon.",
+    ),
     set("logging.format", "text, or json (one object per line)."),
     set(
         "logging.customer_data",

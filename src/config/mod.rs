@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use self::engine::{EnginePolicy, EngineSettings, HoldSettings, queue_slots, web_chat_slots};
 pub use self::sender::{BroadcastSettings, MessagingLimit, SenderSettings, Template};
 pub use self::tools::ToolConfig;
-use crate::domain::BatchPolicy;
+use crate::domain::{BatchPolicy, Horizons};
 
 /// The router's built-in intents file: what Sabi answers with no `router.intents_file`.
 pub const DEFAULT_INTENTS: &str = include_str!("default_intents.toml");
@@ -73,6 +73,11 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_TURNS", "engine.turns_per_node"),
     ("SABI_SANDBOX_REPLY_DELAY", "engine.sandbox_reply_delay"),
     ("SABI_INTENTS_FILE", "router.intents_file"),
+    ("SABI_RETENTION_MESSAGES", "retention.messages"),
+    ("SABI_RETENTION_STATUSES", "retention.statuses"),
+    ("SABI_RETENTION_QUARANTINE", "retention.quarantine"),
+    ("SABI_RETENTION_DEDUPE", "retention.dedupe"),
+    ("SABI_SWEEP_EVERY", "retention.sweep_every"),
     ("SABI_LOG_FORMAT", "logging.format"),
 ];
 
@@ -110,6 +115,8 @@ pub struct Config {
     pub router: RouterConfig,
     #[serde(default)]
     pub broadcast: BroadcastConfig,
+    #[serde(default)]
+    pub retention: RetentionConfig,
     #[serde(default)]
     pub logging: LoggingConfig,
     /// The business's HTTP tools, for reply templates and the agent (`[[tools]]`).
@@ -812,6 +819,39 @@ impl Default for BroadcastConfig {
     }
 }
 
+/// How long Sabi keeps what it holds (`store::rules::retention` has the rules).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Customer messages, reply bodies, settled review items, web-chat history and jobs.
+    #[serde(default = "defaults::keep_messages", with = "duration")]
+    pub messages: Duration,
+    /// Delivery and read statuses, and the other recorded items.
+    #[serde(default = "defaults::keep_statuses", with = "duration")]
+    pub statuses: Duration,
+    /// Quarantined raw bodies.
+    #[serde(default = "defaults::keep_quarantine", with = "duration")]
+    pub quarantine: Duration,
+    /// How long a message's deduplication key (a hash) outlives its content.
+    #[serde(default = "defaults::keep_keys", with = "duration")]
+    pub dedupe: Duration,
+    /// How often the sweeper looks for what is past its horizon.
+    #[serde(default = "defaults::sweep_every", with = "duration")]
+    pub sweep_every: Duration,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            messages: defaults::keep_messages(),
+            statuses: defaults::keep_statuses(),
+            quarantine: defaults::keep_quarantine(),
+            dedupe: defaults::keep_keys(),
+            sweep_every: defaults::sweep_every(),
+        }
+    }
+}
+
 /// A configuration that cannot be used, naming the setting.
 #[derive(Debug, thiserror::Error)]
 #[error("configuration: {0}")]
@@ -978,6 +1018,14 @@ impl Config {
                 "whatsapp.app_secret (SABI_WHATSAPP_APP_SECRET): required once an access token is set".into(),
             ));
         }
+        self.horizons()
+            .check(!self.whatsapp.sandbox())
+            .map_err(|why| Error(format!("{why} (SABI_RETENTION_DEDUPE)")))?;
+        if self.retention.sweep_every < Duration::from_secs(1) {
+            return Err(Error(
+                "retention.sweep_every (SABI_SWEEP_EVERY): must be at least 1s".into(),
+            ));
+        }
         if self.ingress.max_body_bytes < 3 * 1024 * 1024 {
             return Err(Error(
                 "ingress.max_body_bytes: must allow Meta's 3 MB webhooks".into(),
@@ -1031,6 +1079,17 @@ impl Config {
             after: self.engine.hold_after,
             message: self.engine.hold_message.clone(),
             sandbox: self.whatsapp.sandbox(),
+        }
+    }
+
+    /// How long each kind of data is kept.
+    pub fn horizons(&self) -> Horizons {
+        let r = &self.retention;
+        Horizons {
+            messages: r.messages,
+            statuses: r.statuses,
+            quarantine: r.quarantine,
+            dedupe: r.dedupe,
         }
     }
 
@@ -1094,6 +1153,8 @@ impl WebchatConfig {
 mod defaults {
     use std::net::SocketAddr;
     use std::time::Duration;
+
+    use crate::domain::Horizons;
 
     use super::MessagingLimit;
 
@@ -1213,6 +1274,21 @@ mod defaults {
     }
     pub(super) fn messaging_limit() -> MessagingLimit {
         MessagingLimit(Some(250))
+    }
+    pub(super) fn keep_messages() -> Duration {
+        Horizons::default().messages
+    }
+    pub(super) fn keep_statuses() -> Duration {
+        Horizons::default().statuses
+    }
+    pub(super) fn keep_quarantine() -> Duration {
+        Horizons::default().quarantine
+    }
+    pub(super) fn keep_keys() -> Duration {
+        Horizons::default().dedupe
+    }
+    pub(super) fn sweep_every() -> Duration {
+        Duration::from_secs(60)
     }
     pub(super) fn cooldown() -> Duration {
         Duration::from_secs(24 * 60 * 60)
@@ -1450,6 +1526,20 @@ mod tests {
                 vec![("SABI_WHATSAPP_ACCESS_TOKEN", "t")],
                 "SABI_WHATSAPP_APP_SECRET",
             ),
+            (
+                vec![("SABI_RETENTION_MESSAGES", "forever")],
+                "retention.messages (from SABI_RETENTION_MESSAGES)",
+            ),
+            (vec![("SABI_SWEEP_EVERY", "0s")], "retention.sweep_every"),
+            (
+                vec![
+                    ("SABI_WHATSAPP_ACCESS_TOKEN", "t"),
+                    ("SABI_WHATSAPP_APP_SECRET", "s"),
+                    ("SABI_RETENTION_MESSAGES", "1d"),
+                    ("SABI_RETENTION_DEDUPE", "1d"),
+                ],
+                "retention.dedupe",
+            ),
         ];
         for (vars, want) in cases {
             let err = Config::load(no_file(), env(&vars))
@@ -1457,6 +1547,26 @@ mod tests {
                 .to_string();
             assert!(err.contains(want), "{vars:?}: {err}");
         }
+    }
+
+    #[test]
+    fn short_horizons_are_for_sandbox_mode_or_long_enough_content() {
+        let short = [
+            ("SABI_RETENTION_MESSAGES", "30s"),
+            ("SABI_RETENTION_DEDUPE", "1m"),
+            ("SABI_SWEEP_EVERY", "1s"),
+        ];
+        let c = Config::load(no_file(), env(&short)).expect("sandbox mode takes any horizon");
+        assert_eq!(c.horizons().messages, Duration::from_secs(30));
+        let sending = [
+            ("SABI_WHATSAPP_ACCESS_TOKEN", "t"),
+            ("SABI_WHATSAPP_APP_SECRET", "s"),
+            ("SABI_RETENTION_MESSAGES", "7d"),
+            ("SABI_RETENTION_DEDUPE", "1h"),
+        ];
+        Config::load(no_file(), env(&sending)).expect("the content keeps the key long enough");
+        let c = Config::load(no_file(), env(&[])).expect("defaults");
+        assert_eq!(c.horizons(), Horizons::default());
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub use self::rules::erasure::{Erased, Subject};
 pub use self::rules::hours::{LocalHours, QuietHours, When};
 pub use self::rules::item::ItemState;
 pub use self::rules::part::{Delivery, PartKind, PartState, WINDOW_CLOSED};
+pub use self::rules::retention::{Horizons, Swept};
 pub use self::rules::review::ReviewState;
 pub use self::sqlite::SqliteStore;
 use crate::clock::{At, SharedClock};
@@ -1006,6 +1007,18 @@ pub trait Customers: Send + Sync + 'static {
     async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased>;
 }
 
+/// Keeping data only as long as it is needed ([`rules::retention`] has the rules).
+#[async_trait]
+pub trait Retention: Send + Sync + 'static {
+    /// Takes `lease` for `holder` until `now + ttl`, or renews it; `false` while another
+    /// holder's time is not up.
+    async fn hold_lease(&self, lease: &str, holder: &str, now: At, ttl: Duration) -> Result<bool>;
+
+    /// Removes at most `batch` of each kind past its horizon at `now`, and says what went.
+    /// Empty: nothing more is past its horizon.
+    async fn sweep(&self, horizons: &Horizons, now: At, batch: usize) -> Result<Swept>;
+}
+
 /// Whether the store can serve.
 #[async_trait]
 pub trait Health: Send + Sync + 'static {
@@ -1017,12 +1030,30 @@ pub trait Health: Send + Sync + 'static {
 /// only the role it uses ([`Turns`] for the scheduler and turn handlers, [`Sending`] for the
 /// sender, ...), so a test fake implements one role.
 pub trait Store:
-    Intake + Turns + Sending + Reviews + WebChat + Inspection + Broadcasts + Customers + Health
+    Intake
+    + Turns
+    + Sending
+    + Reviews
+    + WebChat
+    + Inspection
+    + Broadcasts
+    + Customers
+    + Retention
+    + Health
 {
 }
 
-impl<T: Intake + Turns + Sending + Reviews + WebChat + Inspection + Broadcasts + Customers + Health>
-    Store for T
+impl<T> Store for T where
+    T: Intake
+        + Turns
+        + Sending
+        + Reviews
+        + WebChat
+        + Inspection
+        + Broadcasts
+        + Customers
+        + Retention
+        + Health
 {
 }
 

@@ -15,6 +15,7 @@ mod fixtures;
 mod inspection;
 mod learning;
 mod people;
+mod retention;
 mod sending;
 mod statuses;
 mod turns;
@@ -61,6 +62,12 @@ use self::inspection::{
 use self::learning::routed_turns_keep_the_guess_who_answered_and_a_label;
 use self::people::{
     conversations_list_every_thread_of_a_customer, review_items_read_alike_open_or_settled,
+};
+use self::retention::{
+    a_sweep_racing_ingest_and_a_turn_loses_and_doubles_nothing,
+    a_turn_not_yet_settled_keeps_everything, an_expired_chat_question_goes_with_its_job,
+    one_node_holds_the_sweepers_lease_at_a_time,
+    what_is_past_its_horizon_goes_and_its_retry_stays_a_duplicate,
 };
 use self::sending::next_send_due_is_the_earliest_head_hold_retry_or_wait;
 use self::statuses::{
@@ -278,6 +285,12 @@ macro_rules! cases {
             a_forgotten_customer_is_sent_no_broadcast,
             a_forgotten_chat_session_leaves_no_history,
             forget_racing_ingest_and_claims_takes_only_its_customer,
+            // Retention
+            what_is_past_its_horizon_goes_and_its_retry_stays_a_duplicate,
+            a_turn_not_yet_settled_keeps_everything,
+            a_sweep_racing_ingest_and_a_turn_loses_and_doubles_nothing,
+            an_expired_chat_question_goes_with_its_job,
+            one_node_holds_the_sweepers_lease_at_a_time,
         );
     };
 }

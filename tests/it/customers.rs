@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::{SabiProcess, TestApp, eventually, sabi_command, text_webhook_at};
+use crate::helpers::{
+    SabiProcess, TestApp, eventually, inbox_json, json_lines, sabi_command, text_webhook_at,
+};
 
 const TOKEN: &str = "admin-secret-token";
 const ADA: &str = "2348031234567";
@@ -196,4 +198,59 @@ async fn after_forget_and_a_clean_stop_the_erased_words_are_in_no_sqlite_file() 
         );
     }
     assert!(holds(&bytes, "hello Sabi"), "the others' words are kept");
+}
+
+#[tokio::test]
+async fn a_node_with_short_horizons_forgets_on_its_own_and_takes_no_retry_in() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = [
+        ("SABI_BATCH_WINDOW", "100ms"),
+        ("SABI_RETENTION_MESSAGES", "2s"),
+        ("SABI_RETENTION_DEDUPE", "1h"),
+        ("SABI_SWEEP_EVERY", "1s"),
+    ];
+    let sabi = SabiProcess::start_with(dir.path(), &env);
+    let client = reqwest::Client::new();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let body = text_webhook_at("wamid.r1", ADA, SECRET, i64::try_from(now).expect("time"));
+    let deliver = || {
+        client
+            .post(sabi.url("/webhook/whatsapp"))
+            .header("x-hub-signature-256", crate::helpers::signature(&body))
+            .body(body.clone())
+            .send()
+    };
+    assert_eq!(deliver().await.expect("posted").status(), 200);
+    let answered = || {
+        let inbox = inbox_json(dir.path());
+        inbox.len() == 1 && inbox[0]["state"] == "answered"
+    };
+    eventually(answered).await;
+    assert_eq!(
+        json_lines(dir.path(), &["outbox", "--json"]).len(),
+        1,
+        "the sandbox reply"
+    );
+
+    // Past the horizon the sweeper takes the message, its turn and its reply.
+    eventually(|| {
+        inbox_json(dir.path()).is_empty()
+            && json_lines(dir.path(), &["outbox", "--json"]).is_empty()
+    })
+    .await;
+    // Meta's retry is acknowledged and known: nothing is stored, nothing answered.
+    assert_eq!(deliver().await.expect("posted").status(), 200);
+    assert!(
+        inbox_json(dir.path()).is_empty(),
+        "the retry was not taken in"
+    );
+    assert!(
+        sabi.logs()
+            .iter()
+            .any(|l| l.contains("deleted what was past its retention")),
+        "the sweep says what it did"
+    );
 }

@@ -7,10 +7,10 @@
 //! (see the README there).
 
 use sabi::config::StoreConfig;
-use sabi::domain::Channel;
+use sabi::domain::{Channel, Horizons};
 use sabi::store::{
     self, Error, Health, InboxQuery, Ingest, JobStatus, PgStore, RedisStore, ReviewQuery,
-    SendClaim, Store, Subject,
+    SendClaim, Store, Subject, Swept,
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
@@ -45,7 +45,7 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     };
     let said = store::probe(&config).await.expect("probe");
     assert!(
-        said.ends_with("schema version 1, this build upgrades it to 9 at start"),
+        said.ends_with("schema version 1, this build upgrades it to 10 at start"),
         "{said}"
     );
     let mut conn = PgConnection::connect(&db.url).await.expect("connect");
@@ -58,7 +58,7 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     let after: Vec<i32> = versions().fetch_all(&mut conn).await.expect("versions");
     assert_eq!(
         after,
-        [1, 2, 3, 4, 5, 6, 7, 8, 9],
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
         "each migration ran once"
     );
     let indexes: Vec<String> = sqlx::query_scalar(
@@ -152,14 +152,14 @@ async fn a_redis_store_of_the_previous_build_is_upgraded_in_place() {
     };
     let said = store::probe(&config).await.expect("probe");
     assert!(
-        said.contains("key layout 1, this build upgrades it to 3 at start"),
+        said.contains("key layout 1, this build upgrades it to 4 at start"),
         "{said}"
     );
 
     let (one, other) = tokio::join!(RedisStore::open(&prefix.url), RedisStore::open(&prefix.url));
     let (store, other) = (one.expect("upgraded"), other.expect("opened"));
     let layout: String = get("schema").query_async(&mut conn).await.expect("layout");
-    assert_eq!(layout, "3");
+    assert_eq!(layout, "4");
     let kept: String = get("epoch").query_async(&mut conn).await.expect("epoch");
     assert_eq!(kept, epoch, "the store is the same store");
     // Layout 2 keeps a session's questions of the last minute only: this one is months old.
@@ -312,4 +312,20 @@ async fn what_the_previous_build_stored_is_intact(store: &dyn Store) {
         .expect("claim sends");
     let texts: Vec<_> = sends.iter().map(|s| s.text.as_str()).collect();
     assert_eq!(texts, ["Your balance is NGN 5,000."], "one part at a time");
+
+    // Retention reaches what the previous build stored: its quarantined part, long past.
+    let mut swept = Swept::default();
+    let a_year_on = T0 + ms(365 * 86_400_000);
+    loop {
+        let batch = store
+            .sweep(&Horizons::default(), a_year_on, 100)
+            .await
+            .expect("sweep");
+        if batch.is_empty() {
+            break;
+        }
+        swept.add(&batch);
+    }
+    assert_eq!(swept.quarantined, 1, "{swept:?}");
+    assert!(store.quarantine(None).await.expect("quarantine").is_empty());
 }

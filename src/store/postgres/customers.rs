@@ -243,15 +243,7 @@ async fn forget_items(
         .iter()
         .map(|(key, _)| erasure::key_hash(who.channel, key))
         .collect();
-    sqlx::query(
-        "INSERT INTO erased_keys (key_hash, erased_at) SELECT unnest($1::TEXT[]), $2
-         ON CONFLICT (key_hash) DO NOTHING",
-    )
-    .bind(&hashes)
-    .bind(now)
-    .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    keep_key_hashes(conn, &hashes, now).await?;
     for (_, kind) in &found {
         match known(ItemKind::parse, kind)? {
             ItemKind::Message => erased.messages += 1,
@@ -259,6 +251,25 @@ async fn forget_items(
         }
     }
     Ok(())
+}
+
+/// What stays of deleted items (erasure and retention both): their keys' hashes, from `now`,
+/// so a retry of one is a duplicate until the `dedupe` horizon sweeps the hash.
+pub(super) async fn keep_key_hashes(
+    conn: &mut PgConnection,
+    hashes: &[String],
+    now: At,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO erased_keys (key_hash, erased_at) SELECT unnest($1::TEXT[]), $2
+         ON CONFLICT (key_hash) DO NOTHING",
+    )
+    .bind(hashes)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map(drop)
+    .map_err(unavailable)
 }
 
 /// Their conversations keep their turns' counts under a name that is no one's; what the turns

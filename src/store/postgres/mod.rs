@@ -18,6 +18,7 @@ mod connect;
 mod customers;
 mod ingest;
 mod outbox;
+mod retention;
 mod review;
 mod turns;
 
@@ -31,11 +32,11 @@ use super::rules::erasure::OptOuts;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Choice, Control,
     ConversationView, CustomerRecord, Customers, Ending, Erased, Error, Gauges, Health,
-    HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits, NewBroadcast,
-    OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState, RecipientView, Resolution,
-    Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob,
-    SendResult, Sending, StoredItem, StoredQuarantine, Subject, Submitted, TemplateNews, TurnStats,
-    TurnUsage, Turns, WebChat,
+    HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
+    NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState,
+    RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
+    RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem, StoredQuarantine, Subject,
+    Submitted, Swept, TemplateNews, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
 use crate::domain::{Channel, Claim, ConversationKey, LeaseToken, ReplyPart};
@@ -52,6 +53,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_local_hours.sql"),
     include_str!("migrations/0008_lanes.sql"),
     include_str!("migrations/0009_customers.sql"),
+    include_str!("migrations/0010_retention.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -497,6 +499,17 @@ impl Customers for PgStore {
     }
     async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased> {
         retrying(|| customers::forget(&self.pool, subject, now)).await
+    }
+}
+
+#[async_trait]
+impl Retention for PgStore {
+    async fn hold_lease(&self, lease: &str, holder: &str, now: At, ttl: Duration) -> Result<bool> {
+        retrying(|| retention::hold_lease(&self.pool, lease, holder, now, ttl)).await
+    }
+
+    async fn sweep(&self, horizons: &Horizons, now: At, batch: usize) -> Result<Swept> {
+        retrying(|| retention::sweep(&self.pool, horizons, now, batch)).await
     }
 }
 

@@ -29,9 +29,9 @@ use serde_json::{Value, json};
 use self::connection::{Connection, Target};
 use self::wire::{
     List, Page, RawBroadcast, RawChoice, RawClaim, RawConsent, RawConversation, RawCreated,
-    RawExchange, RawExport, RawForget, RawGauges, RawItem, RawJob, RawLastBroadcast, RawLine,
-    RawLive, RawPart, RawQuarantined, RawReceipt, RawRecipient, RawRecipientRow, RawReview,
-    RawRouted, RawSendJob, RawStats, Receipt,
+    RawExchange, RawExport, RawForget, RawGauges, RawItem, RawJob, RawKey, RawLastBroadcast,
+    RawLine, RawLive, RawPart, RawQuarantined, RawReceipt, RawRecipient, RawRecipientRow,
+    RawReview, RawRouted, RawSendJob, RawStats, Receipt,
 };
 use super::items::message_key;
 use super::items::{RecipientStatus, broadcast_status, known};
@@ -42,11 +42,11 @@ use super::rules::hours::{LocalHours, Turn};
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Choice, Control,
     ConversationView, CustomerRecord, Customers, Ending, Error, Gauges, HOLD_PART, Health,
-    HistoryEntry, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits, NewBroadcast,
-    OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState, RecipientView, Resolution,
-    Result, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob,
-    SendResult, Sending, Speaker, StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage,
-    Turns, WebChat,
+    HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
+    NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState,
+    RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
+    RoutedTurn, SendClaim, SendJob, SendResult, Sending, Speaker, StoredItem, StoredQuarantine,
+    Submitted, Swept, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, millis};
 use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken, ReplyPart};
@@ -64,12 +64,13 @@ const SCRIPT_BODY: &str = concat!(
     include_str!("lua/chat.lua"),
     include_str!("lua/broadcasts.lua"),
     include_str!("lua/customers.lua"),
+    include_str!("lua/retention.lua"),
     include_str!("lua/main.lua"),
 );
 
 /// The key layout this build writes and expects (`<tag>:schema`); `lua/layout.lua` holds the
 /// steps that upgrade older layouts to it.
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 
 /// Writes the layout version and the epoch when the prefix is new, upgrades an older layout, and
 /// reads the epoch back.
@@ -880,7 +881,7 @@ impl Customers for RedisStore {
                 .into_iter()
                 .map(|key| {
                     let hash = erasure::key_hash(subject.channel, &key);
-                    (key, hash)
+                    (format!("{ch}\n{key}"), hash)
                 })
                 .collect();
             let args = json!({
@@ -900,6 +901,32 @@ impl Customers for RedisStore {
             }
         }
         Err(Error::Busy("messages from this customer keep arriving"))
+    }
+}
+
+#[async_trait]
+impl Retention for RedisStore {
+    async fn hold_lease(&self, lease: &str, holder: &str, now: At, ttl: Duration) -> Result<bool> {
+        let args = json!({"name": lease, "holder": holder, "now": now, "till": now + ttl});
+        self.call("hold_lease", args).await
+    }
+
+    async fn sweep(&self, horizons: &Horizons, now: At, batch: usize) -> Result<Swept> {
+        let cut = horizons.cutoffs(now);
+        let mut args = json!({
+            "now": now, "messages": cut.messages, "statuses": cut.statuses,
+            "quarantine": cut.quarantine, "keys": cut.keys, "limit": batch.max(1),
+        });
+        // The script cannot hash: the keys of the messages about to go first. One that comes
+        // into the sweep without its hash stays for the next.
+        let keys: List<RawKey> = self.call("sweep_keys", args.clone()).await?;
+        let hashes = keys
+            .0
+            .iter()
+            .map(RawKey::hashed)
+            .collect::<Result<HashMap<_, _>>>()?;
+        args["hashes"] = json!(hashes);
+        self.call("sweep", args).await
     }
 }
 

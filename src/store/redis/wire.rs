@@ -1055,6 +1055,21 @@ impl RawExport {
     }
 }
 
+/// A message `sweep_keys` found about to go, for its key to be hashed.
+#[derive(Deserialize)]
+pub(super) struct RawKey {
+    pub(super) ch: String,
+    pub(super) key: String,
+}
+
+impl RawKey {
+    /// The key's hash under the name the scripts look it up by: "<channel>\n<key>".
+    pub(super) fn hashed(&self) -> Result<(String, String)> {
+        let hash = erasure::key_hash(channel(&self.ch)?, &self.key);
+        Ok((format!("{}\n{}", self.ch, self.key), hash))
+    }
+}
+
 /// What `forget` did: nothing while work for the customer is under way (`running`,
 /// `sending`) or an item came since its keys were read (`stale`); else what it erased.
 #[derive(Deserialize)]

@@ -14,6 +14,7 @@ pub mod erasure;
 pub mod hours;
 pub mod item;
 pub mod part;
+pub mod retention;
 pub mod review;
 
 /// Names an enum's variants: `ALL`, `as_str`, `parse`, `Display`, serialising as the name, and

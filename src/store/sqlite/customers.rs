@@ -186,18 +186,30 @@ fn forget_items(conn: &Connection, who: &Subject, now: At, erased: &mut Erased) 
         })
         .map_err(unavailable)?;
     for (seq, key, kind) in found {
-        execute(
-            conn,
-            "INSERT OR IGNORE INTO erased_keys (key_hash, erased_at) VALUES (?1, ?2)",
-            params![erasure::key_hash(who.channel, &key), now],
-        )?;
-        execute(conn, "DELETE FROM inbox WHERE seq = ?1", params![seq])?;
+        drop_item(conn, seq, who.channel, &key, now)?;
         match kind {
             ItemKind::Message => erased.messages += 1,
             _ => erased.statuses += 1,
         }
     }
     Ok(())
+}
+
+/// Deletes an item and keeps its key as a hash from `now` (erasure and retention both): a
+/// retry of it is a duplicate until the `dedupe` horizon sweeps the hash.
+pub(super) fn drop_item(
+    conn: &Connection,
+    seq: i64,
+    channel: Channel,
+    key: &str,
+    now: At,
+) -> Result<()> {
+    execute(
+        conn,
+        "INSERT OR IGNORE INTO erased_keys (key_hash, erased_at) VALUES (?1, ?2)",
+        params![erasure::key_hash(channel, key), now],
+    )?;
+    execute(conn, "DELETE FROM inbox WHERE seq = ?1", params![seq])
 }
 
 /// Their conversations keep their turns' counts under a name that is no one's; what the turns
@@ -297,7 +309,7 @@ fn exists(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result
         .map_err(unavailable)
 }
 
-fn count(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<u64> {
+pub(super) fn count(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<u64> {
     conn.prepare_cached(sql)
         .and_then(|mut s| s.execute(params))
         .map(|n| n as u64)

@@ -10,6 +10,7 @@ mod broadcasts;
 mod chat;
 mod customers;
 mod outbox;
+mod retention;
 mod review;
 mod turns;
 mod writer;
@@ -38,10 +39,11 @@ use super::rules::review::ReviewState;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Choice, Control,
     ConversationView, CustomerRecord, Customers, Ending, Error, Gauges, Health, HistoryEntry,
-    InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry,
-    Outcome, RecipientClaim, RecipientJob, RecipientView, Resolution, Result, ReviewEntry,
-    ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob, SendResult, Sending,
-    StoredItem, StoredQuarantine, Submitted, TurnStats, TurnUsage, Turns, WebChat,
+    Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits, NewBroadcast,
+    OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientView, Resolution, Result,
+    Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob,
+    SendResult, Sending, StoredItem, StoredQuarantine, Submitted, Swept, TurnStats, TurnUsage,
+    Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds, millis};
 use crate::domain::{
@@ -65,6 +67,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0012_local_hours.sql"),
     include_str!("migrations/0013_lanes.sql"),
     include_str!("migrations/0014_customers.sql"),
+    include_str!("migrations/0015_retention.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -105,6 +108,7 @@ impl SqliteStore {
         tokio::task::spawn_blocking(move || {
             keep_private(&path)?;
             let conn = connect(&path)?;
+            retention::enable_auto_vacuum(&conn)?;
             migrate(&conn)?;
             keep_private(&path)?;
             let writer = Writer::spawn(conn, waits)
@@ -576,6 +580,26 @@ impl Customers for SqliteStore {
 }
 
 #[async_trait]
+impl Retention for SqliteStore {
+    async fn hold_lease(&self, lease: &str, holder: &str, now: At, ttl: Duration) -> Result<bool> {
+        let (lease, holder) = (lease.to_owned(), holder.to_owned());
+        self.writer
+            .write(move |conn| retention::hold_lease(conn, &lease, &holder, now, ttl))
+            .await
+    }
+
+    async fn sweep(&self, horizons: &Horizons, now: At, batch: usize) -> Result<Swept> {
+        let horizons = *horizons;
+        let swept = self
+            .writer
+            .write(move |conn| retention::sweep(conn, &horizons, now, batch))
+            .await?;
+        while self.writer.write(retention::release_space).await? {}
+        Ok(swept)
+    }
+}
+
+#[async_trait]
 impl Health for SqliteStore {
     async fn ready(&self) -> Result<()> {
         if !self.writer.is_alive() {
@@ -1001,6 +1025,59 @@ mod tests {
         conn.pragma_update(None, "user_version", version)
             .expect("version");
         (dir, conn)
+    }
+
+    fn pragma(conn: &Connection, name: &str) -> i64 {
+        conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+            .expect("pragma")
+    }
+
+    #[tokio::test]
+    async fn a_store_made_before_retention_is_rewritten_once_and_then_gives_space_back() {
+        let (dir, conn) = store_at(14);
+        assert_eq!(
+            pragma(&conn, "auto_vacuum"),
+            0,
+            "as earlier builds made stores"
+        );
+        // Two thousand quarantined bodies of 4 KB, all long past their horizon.
+        conn.execute_batch(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+             INSERT INTO quarantine (channel, received_at, reason, raw, hash)
+             SELECT 'whatsapp', 0, 'odd', hex(randomblob(2000)), randomblob(16) FROM n;",
+        )
+        .expect("rows");
+        drop(conn);
+        let path = dir.path().join("s.db");
+        let full = std::fs::metadata(&path).expect("file").len();
+
+        let store = SqliteStore::open(&path).await.expect("opened");
+        let now = At::from_millis(100 * 86_400_000);
+        let mut gone = 0;
+        loop {
+            let swept = store
+                .sweep(&Horizons::default(), now, 500)
+                .await
+                .expect("swept");
+            if swept.is_empty() {
+                break;
+            }
+            gone += swept.quarantined;
+        }
+        assert_eq!(gone, 2000);
+        drop(store);
+
+        let conn = connect(&path).expect("open");
+        assert_eq!(pragma(&conn, "auto_vacuum"), 2, "incremental");
+        let body: String = conn
+            .query_row("SELECT body FROM outbox", [], |r| r.get(0))
+            .expect("the earlier rows are intact");
+        assert_eq!(body, "old reply");
+        let now_size = std::fs::metadata(&path).expect("file").len();
+        assert!(
+            now_size < full / 4,
+            "{full} bytes before, {now_size} after: the freed pages went back"
+        );
     }
 
     #[test]

@@ -106,18 +106,30 @@ local function under_way(a, batches)
   return running, sending
 end
 
--- An inbox item goes, with every index that names it; its key stays as a hash.
-local function erase_item(seq, a, erased)
-  local i = get(k('in', seq), 'ch', 'key', 'kind', 'conv')
-  redis.call('HSET', k('erased'), a.hashes[i.key], int(a.now))
+-- An inbox item goes, with every index that names it.
+local function drop_item(seq, i)
   redis.call('HDEL', k('dedupe'), i.ch .. '\n' .. i.key)
-  redis.call('ZREM', k('inbox'), seq)
-  redis.call('ZREM', k('wc'), seq)
-  redis.call('ZREM', k('acct'), seq)
+  for _, set in ipairs({'inbox', 'wc', 'acct', 'aged:msg', 'aged:rec'}) do
+    redis.call('ZREM', k(set), seq)
+  end
+  if i.cust then
+    redis.call('ZREM', k('ci', i.ch, i.cust), seq)
+  end
   if i.conv then
     redis.call('ZREM', k('c', i.conv, 'pend'), seq)
   end
   redis.call('DEL', k('in', seq))
+end
+
+-- An inbox item goes (erasure and retention both) and its key stays as a hash, given by the
+-- caller in `a.hashes` under "<channel>\n<key>" (Lua has no SHA-256), from `a.now` until the
+-- `dedupe` horizon sweeps it. Counted in `erased` by kind.
+local function erase_item(seq, a, erased)
+  local i = get(k('in', seq), 'ch', 'key', 'kind', 'cust', 'conv')
+  local hash = a.hashes[i.ch .. '\n' .. i.key]
+  redis.call('HSET', k('erased'), hash, int(a.now))
+  redis.call('ZADD', k('erasedt'), int(a.now), hash)
+  drop_item(seq, i)
   if i.kind == 'message' then
     erased.messages = erased.messages + 1
   else
@@ -251,7 +263,7 @@ local function forget(a)
   end
   local seqs = items_naming(a.ch, a.cust)
   for _, seq in ipairs(seqs) do
-    if not a.hashes[redis.call('HGET', k('in', seq), 'key')] then
+    if not a.hashes[a.ch .. '\n' .. redis.call('HGET', k('in', seq), 'key')] then
       return {stale = true}
     end
   end

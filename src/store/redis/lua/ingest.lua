@@ -52,6 +52,7 @@ local function amend(ch, change)
     return
   end
   put(k('in', seq), {state = ITEM.withdrawn})
+  redis.call('ZADD', k('aged', 'msg'), redis.call('HGET', k('in', seq), 'recv'), seq)
   local pending = k('c', i.conv, 'pend')
   redis.call('ZREM', pending, seq)
   if redis.call('ZCARD', pending) == 0 then
@@ -88,6 +89,7 @@ local function keep_item(it, d, receipt)
   redis.call('HSET', k('dedupe'), it.ch .. '\n' .. it.key, int(seq))
   redis.call('ZADD', k('inbox'), int(seq), int(seq))
   index_item(seq, it.ch, it.cust)
+  index_aged(seq, state, d.recv)
   receipt.stored = receipt.stored + 1
   if it.kind == 'field_event' then
     receipt.events[#receipt.events + 1] = it.key
@@ -115,7 +117,7 @@ local function keep_quarantined(q, d, receipt)
     return
   end
   local id = redis.call('HINCRBY', k('ids'), 'quarantine', 1)
-  put(k('q', id), {ch = q.ch, recv = d.recv, reason = q.reason, raw = q.raw})
+  put(k('q', id), {ch = q.ch, recv = d.recv, reason = q.reason, raw = q.raw, hash = q.hash})
   redis.call('HSET', k('qhash'), name, int(id))
   redis.call('ZADD', k('quarantine'), int(id), int(id))
   receipt.quarantined = receipt.quarantined + 1

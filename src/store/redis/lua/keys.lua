@@ -29,7 +29,8 @@
 --   P:stats                hash   turns ended and what they used, since the start
 --   P:r:<id>               hash   a review item; P:review zset of open ones; P:rbatch hash
 --                                 batch -> item; P:rout hash part -> item
---   P:q:<id>               hash   a quarantined part; P:quarantine zset; P:qhash hash
+--   P:q:<id>               hash   a quarantined part (with its hash); P:quarantine zset;
+--                                 P:qhash hash "<channel>\n<hash>" -> id
 --   P:bc:<id>              hash   a broadcast; P:bckey, P:bcs, :r and :st:<state> zsets, P:br:<id>
 --                                 a recipient (broadcasts.lua)
 --   P:job:<id>             hash   a web-chat job; P:jobkey hash message key -> job;
@@ -38,7 +39,10 @@
 --   P:ci:<channel>:<cust>  zset   a customer's inbox items by seq; P:acct zset the items that
 --                                 name no customer (field events, errors); P:brto:<customer>
 --                                 zset their broadcast recipients; P:erased hash erased key's
---                                 hash -> when (customers.lua)
+--                                 hash -> when, P:erasedt zset the same by time (customers.lua)
+--   P:aged:msg, P:aged:rec zset   inbox items that expire by their own age, by arrival time:
+--                                 messages without a turn, recorded items (retention.lua)
+--   P:lease:<name>         hash   who does a one-node-at-a-time job, and until when
 
 local P = KEYS[1]
 
@@ -203,6 +207,17 @@ local function index_item(seq, ch, cust)
     redis.call('ZADD', k('ci', ch, cust), int(seq), int(seq))
   else
     redis.call('ZADD', k('acct'), int(seq), int(seq))
+  end
+end
+
+-- Lists inbox item `seq` by the time it came, when it expires by its own age (retention.lua):
+-- a message that will have no turn (P:aged:msg), a status or other recorded item
+-- (P:aged:rec). Messages with a turn expire with it.
+local function index_aged(seq, state, recv)
+  if state == ITEM.skipped or state == ITEM.withdrawn then
+    redis.call('ZADD', k('aged', 'msg'), int(recv), int(seq))
+  elseif state == ITEM.recorded then
+    redis.call('ZADD', k('aged', 'rec'), int(recv), int(seq))
   end
 end
 

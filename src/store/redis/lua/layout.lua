@@ -74,10 +74,57 @@ local function index_customers()
   return true
 end
 
+-- Layout 4: retention (retention.lua) finds what expires by its own age in P:aged:msg and
+-- P:aged:rec, erased keys by time in P:erasedt, and a quarantined part's P:qhash entry through
+-- the hash kept on the part. Built a slice per call as layout 3 is: the inbox by id, then the
+-- erased keys and the quarantine's hashes by HSCAN, P:upgrade keeping the place.
+local function aged_seq(seq)
+  local i = redis.call('HMGET', k('in', seq), 'state', 'recv')
+  if i[1] then
+    index_aged(seq, i[1], tonumber(i[2]))
+  end
+end
+
+-- Runs `each(field, value)` on a slice of hash P:<name>; true once every field was passed.
+local function scan(name, each)
+  local cursor = redis.call('HGET', k('upgrade'), 'scan:' .. name) or '0'
+  if cursor == 'done' then
+    return true
+  end
+  local page = redis.call('HSCAN', k(name), cursor, 'COUNT', SLICE)
+  for i = 1, #page[2], 2 do
+    each(page[2][i], page[2][i + 1])
+  end
+  local next = page[1] == '0' and 'done' or page[1]
+  redis.call('HSET', k('upgrade'), 'scan:' .. name, next)
+  return next == 'done'
+end
+
+local function erased_by_time(hash, at)
+  redis.call('ZADD', k('erasedt'), at, hash)
+end
+
+local function hash_on_part(name, id)
+  local hash = string.match(name, '\n(.*)$')
+  if hash and redis.call('EXISTS', k('q', id)) == 1 then
+    redis.call('HSET', k('q', id), 'hash', hash)
+  end
+end
+
+local function index_for_retention()
+  if pass('inbox', aged_seq, SLICE) == 0 or not scan('erased', erased_by_time)
+    or not scan('qhash', hash_on_part) then
+    return false
+  end
+  redis.call('DEL', k('upgrade'))
+  return true
+end
+
 -- UPGRADES[n] takes keys of layout n - 1 to layout n.
 local UPGRADES = {
   [2] = keep_the_last_minute_of_questions,
   [3] = index_customers,
+  [4] = index_for_retention,
 }
 
 local current = tonumber(ARGV[1])

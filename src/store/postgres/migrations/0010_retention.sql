@@ -1,0 +1,12 @@
+-- Retention (store/rules/retention.rs): the sweeper finds what is past its horizon by age
+-- (ended turns by batches_finished), and a turn's review items by the turn.
+CREATE INDEX inbox_received ON inbox (received_at);
+CREATE INDEX review_of_batch ON review (batch_id);
+CREATE INDEX quarantine_received ON quarantine (received_at);
+CREATE INDEX erased_keys_at ON erased_keys (erased_at);
+-- Which node does a job that one node at a time does (the sweeper), and until when.
+CREATE TABLE leases (
+    name   TEXT   PRIMARY KEY,
+    holder TEXT   NOT NULL,
+    until  BIGINT NOT NULL
+);
