@@ -1,11 +1,12 @@
 //! The sweeper: every `retention.sweep_every` it deletes what is past its retention horizon
-//! (the rules are in [`crate::store::rules::retention`]), a small batch of each kind per store
-//! call with a pause between, so ingest and turns never wait long behind it. One node sweeps at
-//! a time, under a lease it renews after each batch; another node takes over when a sweeping
-//! node stops.
+//! (the rules are in [`crate::store::rules::retention`]), a batch of each kind per store call,
+//! then gives the freed space back. Ingest and turns never wait long behind it: each batch is
+//! sized to take about [`TARGET`] of the store's time, and the sweeper waits twice as long as
+//! a call took before the next, so it has a third of the store's time at most. One node sweeps
+//! at a time, under a lease it renews before each batch; another takes over when it stops.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
@@ -14,9 +15,12 @@ use crate::metrics::{self, Metrics};
 use crate::store::rules::retention::LEASE;
 use crate::store::{self, Horizons, Store, Swept};
 
-/// Rows of each kind per store call: a few milliseconds of the store's time.
-const BATCH: usize = 500;
-/// Between two batches, so that what waits for the store goes first.
+/// How long one store call should take: what ingest may wait behind it.
+const TARGET: Duration = Duration::from_millis(20);
+/// Rows of each kind in the first call of a pass, and the bounds as batches are sized.
+const FIRST_BATCH: usize = 50;
+const BATCHES: std::ops::RangeInclusive<usize> = 10..=2_000;
+/// The shortest wait between two calls.
 const PAUSE: Duration = Duration::from_millis(10);
 
 pub struct Sweeper {
@@ -48,7 +52,8 @@ impl Sweeper {
         })
     }
 
-    /// Sweeps every `sweep_every` until `shutdown`.
+    /// Sweeps every `sweep_every` until `shutdown`, then lets the lease go, so that another
+    /// node sweeps next without waiting for it to lapse.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         loop {
             if let Err(e) = self.sweep(&shutdown).await {
@@ -56,9 +61,18 @@ impl Sweeper {
             }
             let next = self.clock.now() + self.every;
             tokio::select! {
-                () = shutdown.cancelled() => return,
+                () = shutdown.cancelled() => break,
                 () = self.clock.sleep_until(next) => {}
             }
+        }
+        // Held until now: lapsed for every other node (and taken by none if another holds it).
+        let now = self.clock.now();
+        if let Err(e) = self
+            .store
+            .hold_lease(LEASE, &self.holder, now, Duration::ZERO)
+            .await
+        {
+            tracing::debug!(error.message = %e, "could not let the sweeper's lease go; it lapses");
         }
     }
 
@@ -72,6 +86,7 @@ impl Sweeper {
         // takes over from one that stopped.
         let lease = self.every * 2;
         let mut total = Swept::default();
+        let mut batch = FIRST_BATCH;
         loop {
             let now = self.clock.now();
             if !self
@@ -81,7 +96,9 @@ impl Sweeper {
             {
                 return Ok(None);
             }
-            let swept = self.store.sweep(&self.horizons, now, BATCH).await?;
+            let started = Instant::now();
+            let swept = self.store.sweep(&self.horizons, now, batch).await?;
+            let took = started.elapsed();
             if swept.is_empty() {
                 break;
             }
@@ -90,7 +107,15 @@ impl Sweeper {
             if stop.is_cancelled() {
                 break;
             }
-            tokio::time::sleep(PAUSE).await;
+            batch = next_batch(batch, took);
+            tokio::time::sleep(PAUSE.max(took * 2)).await;
+        }
+        while !stop.is_cancelled() {
+            let started = Instant::now();
+            if !self.store.reclaim_space().await? {
+                break;
+            }
+            tokio::time::sleep(PAUSE.max(started.elapsed() * 2)).await;
         }
         if !total.is_empty() {
             let Swept {
@@ -130,5 +155,33 @@ impl Sweeper {
                     .inc_by(n);
             }
         }
+    }
+}
+
+/// The next batch size after one of `batch` rows took `took`: twice as many when it took less
+/// than half the target, half as many when it took more than twice.
+fn next_batch(batch: usize, took: Duration) -> usize {
+    let next = if took < TARGET / 2 {
+        batch * 2
+    } else if took > TARGET * 2 {
+        batch / 2
+    } else {
+        batch
+    };
+    next.clamp(*BATCHES.start(), *BATCHES.end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_grow_while_quick_and_shrink_while_slow_within_bounds() {
+        let ms = Duration::from_millis;
+        assert_eq!(next_batch(50, ms(2)), 100);
+        assert_eq!(next_batch(50, ms(20)), 50);
+        assert_eq!(next_batch(50, ms(200)), 25);
+        assert_eq!(next_batch(2_000, ms(1)), 2_000);
+        assert_eq!(next_batch(10, ms(900)), 10);
     }
 }

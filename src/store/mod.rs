@@ -1017,6 +1017,12 @@ pub trait Retention: Send + Sync + 'static {
     /// Removes at most `batch` of each kind past its horizon at `now`, and says what went.
     /// Empty: nothing more is past its horizon.
     async fn sweep(&self, horizons: &Horizons, now: At, batch: usize) -> Result<Swept>;
+
+    /// Gives a slice of the space sweeps freed back to the file system, where the backend does
+    /// not do so itself (SQLite); `true` while more could go.
+    async fn reclaim_space(&self) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// Whether the store can serve.

@@ -202,8 +202,11 @@ fn connect(path: &Path) -> Result<Connection> {
     // keys stay declared in the schema but are not enforced (SQLite's default): every write
     // path keeps them itself, and checking them cost ~4 % of ingest throughput. Secure delete:
     // what a delete frees is zeroed, so an erased customer's words do not stay in free pages.
+    // Incremental auto-vacuum takes effect only on a new file, before its first page is
+    // written (an older store is rewritten once, see `retention::enable_auto_vacuum`).
     conn.execute_batch(
-        "PRAGMA journal_mode = WAL;
+        "PRAGMA auto_vacuum = INCREMENTAL;
+         PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
          PRAGMA mmap_size = 268435456;
          PRAGMA secure_delete = ON;",
@@ -590,12 +593,13 @@ impl Retention for SqliteStore {
 
     async fn sweep(&self, horizons: &Horizons, now: At, batch: usize) -> Result<Swept> {
         let horizons = *horizons;
-        let swept = self
-            .writer
+        self.writer
             .write(move |conn| retention::sweep(conn, &horizons, now, batch))
-            .await?;
-        while self.writer.write(retention::release_space).await? {}
-        Ok(swept)
+            .await
+    }
+
+    async fn reclaim_space(&self) -> Result<bool> {
+        self.writer.write(retention::release_space).await
     }
 }
 
@@ -1007,10 +1011,13 @@ fn quarantine(conn: &Connection, limit: Option<usize>) -> Result<Vec<StoredQuara
 mod tests {
     use super::*;
 
-    /// A store at `version` with one WhatsApp reply queued, as builds before the sender left it.
+    /// A store at `version` with one WhatsApp reply queued, as builds before the sender left it
+    /// (and before retention: without auto-vacuum).
     fn store_at(version: usize) -> (tempfile::TempDir, Connection) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let conn = connect(&dir.path().join("s.db")).expect("open");
+        let conn = Connection::open(dir.path().join("s.db")).expect("open");
+        conn.execute_batch("PRAGMA journal_mode = WAL")
+            .expect("wal");
         for sql in &MIGRATIONS[..version] {
             conn.execute_batch(sql).expect("old migration");
         }
@@ -1065,6 +1072,7 @@ mod tests {
             gone += swept.quarantined;
         }
         assert_eq!(gone, 2000);
+        while store.reclaim_space().await.expect("reclaimed") {}
         drop(store);
 
         let conn = connect(&path).expect("open");

@@ -1,7 +1,8 @@
 //! Retention on SQLite (the rules are in [`retention`]): each sweep is one job of the single
 //! writer, so it commits whole and nothing else writes in between; ingest and turns queue
-//! behind it for the few milliseconds a batch takes. Space comes back to the file system by
-//! incremental auto-vacuum ([`release_space`]); `secure_delete` zeroes what goes.
+//! behind it for the few milliseconds a batch takes (the sweeper sizes batches to keep it so).
+//! Space comes back to the file system by incremental auto-vacuum ([`release_space`]), a slice
+//! at a time; `secure_delete` zeroes what goes.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -22,8 +23,8 @@ use crate::store::rules::review::ReviewState;
 use crate::store::rules::sql_list;
 
 /// Free pages kept for reuse: a tenth of the file. Beyond that they go back to the file
-/// system, this many at a time (8 MB of 4 KB pages), so no one release holds the writer long.
-const RELEASE_PAGES: i64 = 2_000;
+/// system, this many at a time (1 MB of 4 KB pages), so no one release holds the writer long.
+const RELEASE_PAGES: i64 = 256;
 
 pub(super) fn hold_lease(
     conn: &Connection,
@@ -218,9 +219,8 @@ pub(super) fn release_space(conn: &Connection) -> Result<bool> {
     Ok(excess > slice)
 }
 
-/// Turns incremental auto-vacuum on, once: a store made before retention had none, and SQLite
-/// takes the change only with a full `VACUUM`, outside any transaction. A new store gets it
-/// before its first table, at no cost.
+/// Turns incremental auto-vacuum on for a store made before retention, once: SQLite takes the
+/// change (asked for at every connection) only with a full `VACUUM`, outside any transaction.
 pub(super) fn enable_auto_vacuum(conn: &Connection) -> Result<()> {
     const INCREMENTAL: i64 = 2;
     let mode: i64 = conn
@@ -229,17 +229,10 @@ pub(super) fn enable_auto_vacuum(conn: &Connection) -> Result<()> {
     if mode == INCREMENTAL {
         return Ok(());
     }
-    let tables: i64 = conn
-        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-        .map_err(unavailable)?;
-    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")
-        .map_err(unavailable)?;
-    if tables > 0 {
-        let started = std::time::Instant::now();
-        tracing::info!("rewriting the store once so freed space can go back to the file system");
-        conn.execute_batch("VACUUM").map_err(unavailable)?;
-        let seconds = started.elapsed().as_secs_f64();
-        tracing::info!(seconds, "store rewritten with incremental auto-vacuum");
-    }
+    let started = std::time::Instant::now();
+    tracing::info!("rewriting the store once so freed space can go back to the file system");
+    conn.execute_batch("VACUUM").map_err(unavailable)?;
+    let seconds = started.elapsed().as_secs_f64();
+    tracing::info!(seconds, "store rewritten with incremental auto-vacuum");
     Ok(())
 }

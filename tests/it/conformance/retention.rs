@@ -348,4 +348,11 @@ pub async fn one_node_holds_the_sweepers_lease_at_a_time(store: Arc<dyn Store>) 
     assert!(!hold("b", T0 + ms(14_000)).await, "the renewal counts");
     assert!(hold("b", T0 + ms(15_000)).await, "taken over once lapsed");
     assert!(!hold("a", T0 + ms(16_000)).await);
+    // A node that stops lets it go: held until now.
+    let let_go = store
+        .hold_lease("sweeper", "b", T0 + ms(17_000), Duration::ZERO)
+        .await
+        .expect("lease");
+    assert!(let_go);
+    assert!(hold("a", T0 + ms(17_000)).await, "free at once");
 }

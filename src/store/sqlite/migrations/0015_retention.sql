@@ -1,6 +1,8 @@
 -- Retention (store/rules/retention.rs): the sweeper finds what is past its horizon by age,
--- and a turn's review items by the turn.
-CREATE INDEX inbox_received ON inbox (received_at);
+-- and a turn's review items by the turn. Items that expire by their own age are indexed apart
+-- (an item never leaves these states), so finding them never walks the messages in turns.
+CREATE INDEX inbox_turnless ON inbox (received_at) WHERE state IN ('skipped', 'withdrawn');
+CREATE INDEX inbox_recorded ON inbox (received_at) WHERE state = 'recorded';
 CREATE INDEX batches_ended ON batches (finished_at) WHERE state IN ('done', 'review');
 CREATE INDEX review_of_batch ON review (batch_id);
 CREATE INDEX quarantine_received ON quarantine (received_at);
