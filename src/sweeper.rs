@@ -107,6 +107,8 @@ impl Sweeper {
             if stop.is_cancelled() {
                 break;
             }
+            let took_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+            tracing::debug!(batch, took_ms, "swept a batch");
             batch = next_batch(batch, took);
             tokio::time::sleep(PAUSE.max(took * 2)).await;
         }
@@ -118,26 +120,7 @@ impl Sweeper {
             tokio::time::sleep(PAUSE.max(started.elapsed() * 2)).await;
         }
         if !total.is_empty() {
-            let Swept {
-                turns,
-                messages,
-                replies,
-                statuses,
-                quarantined,
-                conversations,
-                keys,
-                ..
-            } = total;
-            tracing::info!(
-                turns,
-                messages,
-                replies,
-                statuses,
-                quarantined,
-                conversations,
-                keys,
-                "deleted what was past its retention"
-            );
+            tracing::info!(swept = ?total, "deleted what was past its retention");
         }
         Ok(Some(total))
     }

@@ -120,6 +120,28 @@ fn the_cli_refuses_what_is_not_a_customer_and_says_when_it_held_nothing() {
     assert_eq!(record["items"], Value::Array(Vec::new()));
 }
 
+/// A text message from `from`, sent now, as Meta delivers it.
+fn text_sent_now(id: &str, from: &str, text: &str) -> Vec<u8> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    text_webhook_at(id, from, text, i64::try_from(now).expect("time"))
+}
+
+/// Posts a signed webhook to the node; the status it answered.
+async fn post_webhook(client: &reqwest::Client, sabi: &SabiProcess, body: &[u8]) -> u16 {
+    client
+        .post(sabi.url("/webhook/whatsapp"))
+        .header("x-hub-signature-256", crate::helpers::signature(body))
+        .body(body.to_vec())
+        .send()
+        .await
+        .expect("posted")
+        .status()
+        .as_u16()
+}
+
 /// Every byte of every file in `dir`.
 fn files_of(dir: &Path) -> Vec<u8> {
     let mut bytes = Vec::new();
@@ -146,20 +168,9 @@ async fn after_forget_and_a_clean_stop_the_erased_words_are_in_no_sqlite_file() 
     ];
     let sabi = SabiProcess::start_with(dir.path(), &env);
     let client = reqwest::Client::new();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs();
     for (id, from, text) in [("wamid.s1", ADA, SECRET), ("wamid.s2", BO, "hello Sabi")] {
-        let body = text_webhook_at(id, from, text, i64::try_from(now).expect("time"));
-        let answer = client
-            .post(sabi.url("/webhook/whatsapp"))
-            .header("x-hub-signature-256", crate::helpers::signature(&body))
-            .body(body)
-            .send()
-            .await
-            .expect("posted");
-        assert_eq!(answer.status(), 200);
+        let body = text_sent_now(id, from, text);
+        assert_eq!(post_webhook(&client, &sabi, &body).await, 200);
     }
     let answered = || {
         let inbox = sabi_command(dir.path())
@@ -211,19 +222,8 @@ async fn a_node_with_short_horizons_forgets_on_its_own_and_takes_no_retry_in() {
     ];
     let sabi = SabiProcess::start_with(dir.path(), &env);
     let client = reqwest::Client::new();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs();
-    let body = text_webhook_at("wamid.r1", ADA, SECRET, i64::try_from(now).expect("time"));
-    let deliver = || {
-        client
-            .post(sabi.url("/webhook/whatsapp"))
-            .header("x-hub-signature-256", crate::helpers::signature(&body))
-            .body(body.clone())
-            .send()
-    };
-    assert_eq!(deliver().await.expect("posted").status(), 200);
+    let body = text_sent_now("wamid.r1", ADA, SECRET);
+    assert_eq!(post_webhook(&client, &sabi, &body).await, 200);
     let answered = || {
         let inbox = inbox_json(dir.path());
         inbox.len() == 1 && inbox[0]["state"] == "answered"
@@ -242,7 +242,7 @@ async fn a_node_with_short_horizons_forgets_on_its_own_and_takes_no_retry_in() {
     })
     .await;
     // Meta's retry is acknowledged and known: nothing is stored, nothing answered.
-    assert_eq!(deliver().await.expect("posted").status(), 200);
+    assert_eq!(post_webhook(&client, &sabi, &body).await, 200);
     assert!(
         inbox_json(dir.path()).is_empty(),
         "the retry was not taken in"

@@ -271,6 +271,15 @@ pub async fn a_sweep_racing_ingest_and_a_turn_loses_and_doubles_nothing(store: A
         .map(|m| m.external_id.as_str())
         .collect();
     assert_eq!(ids, ["wamid.ada-3"]);
+    // The agent's history goes on, with less: the turn before, not the swept one.
+    let history: Vec<String> = store
+        .history(next[0].batch.id, 10)
+        .await
+        .expect("history")
+        .into_iter()
+        .map(|h| h.text)
+        .collect();
+    assert_eq!(history, ["price?", "5,000 naira"]);
 }
 
 /// A web-chat question and its answer go with their turn; the browser sending it again is

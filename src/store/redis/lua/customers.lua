@@ -161,18 +161,25 @@ local function erase_review(id)
   redis.call('DEL', k('r', id))
 end
 
--- A batch keeps its counts; what it said goes, and one waiting for a retry ends (its messages
--- are gone). One in review stays one: it counts as handed to people.
-local function erase_batch(batch, conv, a, erased)
+-- What a batch said goes (erasure and retention both): its review items and reply parts,
+-- counted in `counts`.
+local function erase_said(batch, counts)
   for _, id in ipairs(reviews_of(batch)) do
     erase_review(id)
-    erased.reviews = erased.reviews + 1
+    counts.reviews = counts.reviews + 1
   end
   for _, part in ipairs(redis.call('ZRANGE', k('b', batch, 'parts'), 0, -1)) do
     erase_part(part)
-    erased.replies = erased.replies + 1
+    counts.replies = counts.replies + 1
   end
-  redis.call('DEL', k('b', batch, 'parts'), k('b', batch, 'msgs'))
+  redis.call('DEL', k('b', batch, 'parts'))
+end
+
+-- A batch keeps its counts; what it said goes, and one waiting for a retry ends (its messages
+-- are gone). One in review stays one: it counts as handed to people.
+local function erase_batch(batch, conv, a, erased)
+  erase_said(batch, erased)
+  redis.call('DEL', k('b', batch, 'msgs'))
   if redis.call('HGET', k('b', batch), 'state') == BATCH.waiting then
     put(k('b', batch), {state = BATCH.done, finished = a.now})
     count_turn(get(k('b', batch), 'state', 'prompt_tokens', 'completion_tokens', 'cost'))

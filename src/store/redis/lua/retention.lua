@@ -98,20 +98,13 @@ local function sweep_turn(batch, a, swept)
     swept.chat_jobs = swept.chat_jobs + drop_job(seq)
     erase_item(seq, a, swept)
   end
-  for _, id in ipairs(reviews_of(batch)) do
-    erase_review(id)
-    swept.reviews = swept.reviews + 1
-  end
-  for _, part in ipairs(redis.call('ZRANGE', k('b', batch, 'parts'), 0, -1)) do
-    erase_part(part)
-    swept.replies = swept.replies + 1
-  end
+  erase_said(batch, swept)
   local conv = redis.call('HGET', k('b', batch), 'conv')
   redis.call('ZREM', k('c', conv, 'batches'), batch)
   for _, set in ipairs({'finished', 'running', 'waiting'}) do
     redis.call('ZREM', k(set), batch)
   end
-  redis.call('DEL', k('b', batch), k('b', batch, 'msgs'), k('b', batch, 'parts'))
+  redis.call('DEL', k('b', batch), k('b', batch, 'msgs'))
   swept.turns = swept.turns + 1
   return true
 end
