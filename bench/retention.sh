@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Retention on the embedded store (SQLite, sandbox mode), two measurements in one run:
+# Retention on the embedded store (SQLite, sandbox mode), two measurements in one run (the
+# first also on PostgreSQL):
 #
 #  1. Flat size: a steady load of signed webhooks (RATE a second for STEADY seconds) against a
 #     node whose horizons are a minute; the store's files are weighed every 15 s. Past the
@@ -13,6 +14,8 @@
 #
 #   bench/retention.sh
 #   RATE=100 STEADY=360 TURNS=170000 LOAD=90 REPEATS=2 bench/retention.sh
+#   PG_URL=postgres://root@127.0.0.1:5432 bench/retention.sh   # part 1 on PostgreSQL (a
+#                                     # database made and dropped; its size by pg_database_size)
 #
 # Uses ../shared/bench (setup.sh builds the load generator; gen_requests.py signs the requests).
 # Results go under $BENCH_WORK/retention-<stamp>.
@@ -33,18 +36,33 @@ mkdir -p "$out"
 pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null || true' EXIT
 
-# start DIR VAR=VALUE...: `sabi serve` on DIR/sabi.db with the given settings, until it answers.
+db=""
+if [ -n "${PG_URL:-}" ]; then
+  db="sabi_retention_$$"
+  psql "$PG_URL/postgres" -qc "CREATE DATABASE $db"
+  trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)"' EXIT
+fi
+
+# start DIR VAR=VALUE...: `sabi serve` on DIR/sabi.db (or the PostgreSQL database) with the
+# given settings, until it answers.
 start() {
-  local dir="$1"; shift
+  local dir="$1" store="sqlite://$1/sabi.db"; shift
+  [ -n "$db" ] && store="$PG_URL/$db"
   mkdir -p "$dir"
   env "$@" SABI_CONFIG=/dev/null SABI_LOG=info SABI_LISTEN="127.0.0.1:$PORT" \
-    SABI_WHATSAPP_APP_SECRET="$SECRET" SABI_STORE="sqlite://$dir/sabi.db" \
+    SABI_WHATSAPP_APP_SECRET="$SECRET" SABI_STORE="$store" \
     SABI_BATCH_WINDOW=1s "$SABI_BIN" serve 2>>"$dir/sabi.log" &
   pid=$!
   until curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null; do sleep 0.1; done
 }
 stop() { kill -TERM "$pid"; wait "$pid" || true; pid=""; }
-bytes() { du -cb "$1"/sabi.db* | tail -1 | cut -f1; }
+bytes() {
+  if [ -n "$db" ]; then
+    psql "$PG_URL/$db" -Atc "SELECT pg_database_size(current_database())"
+  else
+    du -cb "$1"/sabi.db* | tail -1 | cut -f1
+  fi
+}
 requests() {
   python3 "$shared/gen_requests.py" --mode webhook --secret "$SECRET" --count "$1" --out "$2" \
     2>/dev/null
@@ -69,6 +87,11 @@ done
 wait "$load_pid"
 stop
 awk -F'\t' 'NR > 1 && $1 % 60 == 0 { printf "  %4d s  %7.1f MB\n", $1, $2 / 1e6 }' "$out/steady.tsv"
+
+if [ -n "$db" ]; then
+  echo "results: $out"
+  exit 0
+fi
 
 echo "== 2. ingest at $RATE/s for ${LOAD}s while sweeping $((6 * TURNS)) expired rows"
 seed="$out/seed"

@@ -112,7 +112,7 @@ impl Sweeper {
             batch = next_batch(batch, took);
             tokio::time::sleep(PAUSE.max(took * 2)).await;
         }
-        while !stop.is_cancelled() {
+        while !total.is_empty() && !stop.is_cancelled() {
             let started = Instant::now();
             if !self.store.reclaim_space().await? {
                 break;

@@ -1018,8 +1018,9 @@ pub trait Retention: Send + Sync + 'static {
     /// Empty: nothing more is past its horizon.
     async fn sweep(&self, horizons: &Horizons, now: At, batch: usize) -> Result<Swept>;
 
-    /// Gives a slice of the space sweeps freed back to the file system, where the backend does
-    /// not do so itself (SQLite); `true` while more could go.
+    /// After a pass that deleted something: gives a slice of the space it freed back to the
+    /// file system (SQLite), or makes it free for new rows at once (PostgreSQL's vacuum);
+    /// `true` while more could go.
     async fn reclaim_space(&self) -> Result<bool> {
         Ok(false)
     }

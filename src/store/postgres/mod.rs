@@ -511,6 +511,10 @@ impl Retention for PgStore {
     async fn sweep(&self, horizons: &Horizons, now: At, batch: usize) -> Result<Swept> {
         retrying(|| retention::sweep(&self.pool, horizons, now, batch)).await
     }
+
+    async fn reclaim_space(&self) -> Result<bool> {
+        retention::vacuum(&self.pool).await.map(|()| false)
+    }
 }
 
 #[async_trait]

@@ -2,8 +2,9 @@
 //! deleting a batch of each kind. Rows another transaction holds are skipped (`SKIP LOCKED`)
 //! and taken by a later sweep, so a sweep never waits on a turn or a send. A retry racing the
 //! sweep of its message meets the key's hash after its own insert and is dropped, as after an
-//! erasure (`sabi_drop_if_erased_v1`). Space: batched deletes leave dead rows that autovacuum
-//! makes free for new ones; the tables stop growing once the horizon is reached.
+//! erasure (`sabi_drop_if_erased_v1`). Space: batched deletes leave dead rows, which [`vacuum`]
+//! makes free for new ones after each pass (autovacuum would too, later, where it is on); the
+//! tables stop growing once the horizon is reached.
 
 use std::time::Duration;
 
@@ -225,6 +226,20 @@ async fn sweep_conversations(conn: &mut PgConnection, touched: &[i64], before: A
     .execute(&mut *conn)
     .await
     .map(|done| done.rows_affected())
+    .map_err(unavailable)
+}
+
+/// Makes the space of the rows a pass deleted free for new rows now, rather than at
+/// autovacuum's next look (a server may have it off): the tables sweeps delete from, skipping
+/// one another vacuum holds.
+pub(super) async fn vacuum(pool: &PgPool) -> Result<()> {
+    sqlx::raw_sql(
+        "VACUUM (SKIP_LOCKED) inbox, outbox, batches, review, chat_jobs, conversations, \
+         quarantine, erased_keys",
+    )
+    .execute(pool)
+    .await
+    .map(drop)
     .map_err(unavailable)
 }
 
