@@ -53,6 +53,7 @@ use self::customers::{
     export_holds_everything_and_forget_leaves_only_hashes,
     forget_racing_ingest_and_claims_takes_only_its_customer,
     forget_waits_for_work_under_way_for_the_customer,
+    ids_are_never_given_twice_after_the_newest_customer_is_forgotten,
 };
 use self::inspection::{
     a_fresh_store_is_ready_and_holds_nothing, gauges_count_the_pipeline_as_it_moves,
@@ -282,6 +283,7 @@ macro_rules! cases {
             // Customers
             export_holds_everything_and_forget_leaves_only_hashes,
             forget_waits_for_work_under_way_for_the_customer,
+            ids_are_never_given_twice_after_the_newest_customer_is_forgotten,
             a_forgotten_customer_is_sent_no_broadcast,
             a_forgotten_chat_session_leaves_no_history,
             forget_racing_ingest_and_claims_takes_only_its_customer,

@@ -5,15 +5,15 @@ use std::sync::Arc;
 
 use futures_util::future::join_all;
 use sabi::clock::At;
-use sabi::domain::{Channel, Quarantined};
+use sabi::domain::{Channel, Quarantined, ReplyPart};
 use sabi::store::rules::consent::Source;
 use sabi::store::{
-    Choice, CustomerRecord, Erased, Error, Ingest, RecipientState, SendResult, SkipReason, Store,
-    Subject, Submitted,
+    Choice, CustomerRecord, Ending, Erased, Error, Ingest, RecipientState, SendResult, SkipReason,
+    Store, Subject, Submitted,
 };
 
 use super::broadcasts::{diwali, sends};
-use super::fixtures::{claim_only, replied_to, status};
+use super::fixtures::{claim_only, open_reviews, replied, replied_to, status, turn};
 use super::{POLICY, T0, ingest, message, question, reply};
 use crate::helpers::ms;
 
@@ -323,4 +323,68 @@ pub async fn forget_racing_ingest_and_claims_takes_only_its_customer(store: Arc<
     assert_eq!(claimed, others, "each other customer once, Ada not at all");
     assert!(claims.iter().all(|c| c.batch.messages.len() == 1));
     assert!(export(&store, &ada).await.items.is_empty());
+}
+
+/// Ids that left the store (a desk link, a reply part's callback data) name one thing for good:
+/// forgetting the newest customer frees the highest ids, and the next customer's turn, reply
+/// part and review item still get new ones.
+pub async fn ids_are_never_given_twice_after_the_newest_customer_is_forgotten(
+    store: Arc<dyn Store>,
+) {
+    replied(&store, BO, &["Hello Bo"], T0).await;
+    let ada_parts = replied(&store, ADA, &["Hello Ada"], T0 + ms(60_000)).await;
+    let handoff = |text: &str| Ending::Handoff {
+        parts: vec![ReplyPart::text(text)],
+        sandbox: false,
+        note: "asked for a person".into(),
+    };
+    let hers = message("wamid.ada-2", ADA, "a person please", T0 + ms(120_000));
+    let ada_batch = turn(
+        &store,
+        hers,
+        T0 + ms(180_000),
+        handoff("A person will reply"),
+    )
+    .await;
+    let ada_review = open_reviews(&store).await[0].id;
+    let ada_outbox: Vec<i64> = store
+        .outbox(None)
+        .await
+        .expect("outbox")
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    let highest_part = *ada_outbox.iter().max().expect("parts");
+    assert!(ada_parts.iter().all(|p| *p <= highest_part));
+
+    forget(&store, &whatsapp(ADA), T0 + ms(240_000)).await;
+    assert_eq!(store.review_item(ada_review).await.expect("read"), None);
+
+    let chi = "2348039999999";
+    let theirs = message("wamid.chi-1", chi, "a person please", T0 + ms(300_000));
+    let chi_batch = turn(
+        &store,
+        theirs,
+        T0 + ms(360_000),
+        handoff("A person will reply"),
+    )
+    .await;
+    let chi_review = open_reviews(&store).await[0].id;
+    let chi_parts: Vec<i64> = store
+        .outbox(None)
+        .await
+        .expect("outbox")
+        .iter()
+        .filter(|e| e.batch_id == chi_batch)
+        .map(|e| e.id)
+        .collect();
+    assert!(chi_batch > ada_batch, "batch {chi_batch} after {ada_batch}");
+    assert!(
+        chi_review > ada_review,
+        "review item {chi_review} after {ada_review}"
+    );
+    assert!(
+        chi_parts.iter().all(|p| *p > highest_part),
+        "parts {chi_parts:?} after {highest_part}"
+    );
 }
