@@ -104,6 +104,7 @@ async fn through_outbox(parts: usize) -> Duration {
         rate: 1_000_000,
         pair_spacing: Duration::ZERO,
         lease: Duration::from_secs(60),
+        send_lease: Duration::from_secs(60),
         unknown_wait: Duration::from_secs(600),
         max_failures: 6,
         retry_base: Duration::from_secs(2),

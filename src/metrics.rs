@@ -68,6 +68,12 @@ pub struct Metrics {
     pub send_errors: Family<Outcome, Counter>,
     /// Sends that waited for their number's rate.
     pub rate_limit_waits: Counter,
+    /// Sends whose lease lapsed with no outcome (their sender died or hung mid-request).
+    pub sends_lapsed: Counter,
+    /// Read receipts by result (sent, coalesced, failed).
+    pub receipts: Family<Outcome, Counter>,
+    /// Conversations whose latest answered message waits to be marked read.
+    pub receipts_waiting: Gauge,
     /// Business numbers halted because their token was refused (190): an alert.
     pub halted_numbers: Gauge,
     /// Messages per batch.
@@ -129,6 +135,9 @@ impl Metrics {
         let sends = Family::<Outcome, Counter>::default();
         let send_errors = Family::<Outcome, Counter>::default();
         let rate_limit_waits = Counter::default();
+        let sends_lapsed = Counter::default();
+        let receipts = Family::<Outcome, Counter>::default();
+        let receipts_waiting = Gauge::default();
         let halted_numbers = Gauge::default();
         registry.register("sabi_sends", "Sends by result", sends.clone());
         let batch_messages = Histogram::new([1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0]);
@@ -200,6 +209,21 @@ impl Metrics {
             "sabi_rate_limit_waits",
             "Sends that waited for their number's rate",
             rate_limit_waits.clone(),
+        );
+        registry.register(
+            "sabi_sends_lapsed",
+            "Sends whose lease lapsed with no outcome (their sender died or hung): each waits as unknown for a status webhook",
+            sends_lapsed.clone(),
+        );
+        registry.register(
+            "sabi_read_receipts",
+            "Read receipts by result (sent, coalesced into a later one, failed)",
+            receipts.clone(),
+        );
+        registry.register(
+            "sabi_read_receipts_waiting",
+            "Conversations whose latest answered message waits to be marked read",
+            receipts_waiting.clone(),
         );
         registry.register(
             "sabi_halted_numbers",
@@ -325,6 +349,9 @@ impl Metrics {
             sends,
             send_errors,
             rate_limit_waits,
+            sends_lapsed,
+            receipts,
+            receipts_waiting,
             halted_numbers,
             batch_messages,
             turn_seconds,

@@ -1129,9 +1129,15 @@ impl Config {
         SenderSettings {
             rate: w.outbound_rate,
             pair_spacing: w.pair_spacing,
-            // A claimed send is held for its pacing wait (a throttled number is not claimed
-            // from, and its holds are capped at 75 s) and the call itself.
-            lease: w.send_timeout.saturating_mul(2) + Duration::from_secs(120),
+            // A claimed part waits for its pacing slot behind at most every other send in
+            // flight on its number (a throttled number is not claimed from); twice that and 5 s
+            // more. A claim that lapses costs nothing: the part was never sent.
+            lease: Duration::from_secs(5)
+                + Duration::from_secs_f64(
+                    2.0 * w.sends_in_flight as f64 / f64::from(w.outbound_rate.max(1)),
+                ),
+            // A departed send ends within send_timeout; twice that leaves time to record it.
+            send_lease: w.send_timeout.saturating_mul(2),
             unknown_wait: w.unknown_outcome_wait,
             max_failures: w.send_max_failures,
             retry_base: w.send_retry_base,
@@ -1215,7 +1221,7 @@ mod defaults {
         Duration::from_secs(15)
     }
     pub(super) fn unknown_outcome_wait() -> Duration {
-        Duration::from_secs(10 * 60)
+        Duration::from_secs(2 * 60)
     }
     pub(super) fn send_max_failures() -> u32 {
         6

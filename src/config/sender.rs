@@ -11,8 +11,12 @@ pub struct SenderSettings {
     pub rate: u32,
     /// The least time between two messages to one customer.
     pub pair_spacing: Duration,
-    /// How long a claimed part is held; a sender that dies mid-send leaves it unknown after.
+    /// How long a claimed part is held while it waits for its pacing slot; unsent then (its
+    /// sender died, or the wait ran long), it goes back to the queue for any sender.
     pub lease: Duration,
+    /// How long a departed send is held: past it, a sender that died mid-request leaves the
+    /// part unknown. Longer than a request may take (`send_timeout`).
+    pub send_lease: Duration,
     /// How long an unknown outcome waits for its status webhook before review.
     pub unknown_wait: Duration,
     /// Failed tries before a part goes to review (throttling answers do not count).

@@ -1,9 +1,12 @@
 //! Sender: takes reply parts from the outbox and delivers them through the Graph API.
 //!
 //! Invariants (the store enforces the first two; this loop relies on them):
-//! - a part is sent at most once: it is claimed with a fresh attempt number before the
-//!   request leaves, and a send whose answer was lost is never repeated; it waits for the
-//!   status webhook that names it (`biz_opaque_callback_data`), or goes to review;
+//! - a part is sent at most once: it is claimed with a fresh attempt number, and departs
+//!   (counts as possibly sent) only once its pacing slot is taken, right before its request
+//!   leaves; a send whose answer was lost is never repeated: it waits for the status webhook
+//!   that names it (`biz_opaque_callback_data`), or goes to review. A sender that dies leaves
+//!   unknown only its requests on the wire; what it had claimed goes to another sender when
+//!   the claim lapses;
 //! - per recipient, parts leave in order, one at a time, at least `pair_spacing` apart;
 //! - per business number, requests leave at most `rate` a second ([`pacer`]); throttling
 //!   answers hold the number back, honouring Retry-After;
@@ -116,23 +119,21 @@ impl Sender {
         numbers
     }
 
-    /// One part (claimed at `claimed_at`): paced, checked against the window, sent once, and its
+    /// One claimed part: paced, departed, checked against the window, sent once, and its
     /// outcome recorded.
-    async fn deliver(&self, job: SendJob, claimed_at: At) {
+    async fn deliver(&self, job: SendJob) {
         let number = job.conversation.business.clone();
         let waited = self.pacer.acquire(&number).await;
         if !waited.is_zero() {
             self.metrics.rate_limit_waits.inc();
         }
-        let result = if self
-            .halted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&number)
-        {
+        let departed_at = self.clock.now();
+        let result = if self.halts(&number) {
             SendResult::Untried
-        } else {
+        } else if self.depart(&job, departed_at).await {
             self.attempt(&job).await
+        } else {
+            return;
         };
         Metrics::count(&self.metrics.sends, result_name(&result));
         if let SendResult::Retry {
@@ -145,8 +146,8 @@ impl Sender {
             Metrics::count(&self.metrics.send_errors, &code.to_string());
         }
         // Stop trying before the lease lapses: past it the part counts as unknown anyway.
-        let lease = self.settings.lease;
-        let deadline = claimed_at + (lease - lease / 8);
+        let lease = self.settings.send_lease;
+        let deadline = departed_at + (lease - lease / 8);
         match self.record(&job, &result, deadline).await {
             Ok(()) => tracing::debug!(
                 outbox = job.id,
@@ -162,6 +163,30 @@ impl Sender {
                 error.message = %e,
                 "could not record a send; its lease will lapse and it will wait as unknown"
             ),
+        }
+    }
+
+    /// Marks the part as leaving, now that its slot is taken; whether it may be sent. A claim
+    /// that lapsed while it waited belongs to another sender now; a store that cannot say
+    /// means no send (the claim lapses and the part goes again).
+    async fn depart(&self, job: &SendJob, now: At) -> bool {
+        match self
+            .store
+            .depart(job.id, job.attempt, now, self.settings.send_lease)
+            .await
+        {
+            Ok(()) => true,
+            Err(store::Error::LeaseLost) => {
+                tracing::info!(
+                    outbox = job.id,
+                    "the claim lapsed while the part waited for its slot; another claim sends it"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::warn!(outbox = job.id, error.message = %e, "could not mark a send as leaving; it goes again once its claim lapses");
+                false
+            }
         }
     }
 
@@ -316,40 +341,37 @@ impl Sender {
     }
 }
 
-/// A claimed part, and when it was claimed (its lease runs from then).
-pub(crate) struct Claimed {
-    job: SendJob,
-    claimed_at: At,
-}
-
 #[async_trait::async_trait]
 impl Work for Sender {
-    type Job = Claimed;
+    type Job = SendJob;
     const JOBS: &'static str = "sends";
 
-    async fn claim(&self, free: usize) -> store::Result<Vec<Claimed>> {
+    async fn claim(&self, free: usize) -> store::Result<Vec<SendJob>> {
         if free == 0 {
             return Ok(Vec::new());
         }
-        let claimed_at = self.clock.now();
-        let jobs = self
+        let claims = self
             .store
             .claim_sends(SendClaim {
-                now: claimed_at,
+                now: self.clock.now(),
                 lease: self.settings.lease,
                 unknown_wait: self.settings.unknown_wait,
                 limit: free,
                 halted: self.skipped_numbers(),
             })
             .await?;
-        Ok(jobs
-            .into_iter()
-            .map(|job| Claimed { job, claimed_at })
-            .collect())
+        for id in &claims.unknown {
+            self.metrics.sends_lapsed.inc();
+            tracing::warn!(
+                outbox = id,
+                "a send's lease lapsed with no outcome (its sender stopped mid-request): it may have reached Meta, and waits as unknown for a status webhook"
+            );
+        }
+        Ok(claims.jobs)
     }
 
-    async fn perform(self: Arc<Self>, claimed: Claimed) {
-        self.deliver(claimed.job, claimed.claimed_at).await;
+    async fn perform(self: Arc<Self>, job: SendJob) {
+        self.deliver(job).await;
     }
 
     async fn next_wake(&self) -> At {

@@ -249,6 +249,15 @@ pub struct OutboxEntry {
     pub turn_finished_at: At,
 }
 
+/// What a claim for sends took, and what it settled on the way.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SendClaims {
+    pub jobs: Vec<SendJob>,
+    /// Parts whose send lease lapsed with no outcome (their sender died or hung mid-request):
+    /// they may have reached Meta, and wait for a status webhook as unknown.
+    pub unknown: Vec<i64>,
+}
+
 /// A reply part handed to a sender under a send lease.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SendJob {
@@ -273,7 +282,8 @@ pub struct SendJob {
 #[derive(Debug, Clone)]
 pub struct SendClaim {
     pub now: At,
-    /// How long a claimed part is held before its outcome counts as unknown.
+    /// How long a claimed part is held for its sender while it waits for its pacing slot;
+    /// unsent then, it goes back to the queue.
     pub lease: Duration,
     /// How long an unknown outcome waits for a status webhook before it goes to review.
     pub unknown_wait: Duration,
@@ -781,10 +791,20 @@ pub trait Turns: Send + Sync + 'static {
 /// What the sender does with reply parts: claim under a send lease and record how each send ended.
 #[async_trait]
 pub trait Sending: Send + Sync + 'static {
-    /// Claims reply parts due for sending, each under a send lease: per recipient only the
-    /// oldest part not yet settled, once the recipient's pacing allows. Sends whose lease
-    /// lapsed become unknown, and unknown ones past their wait go to review, in the same step.
-    async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>>;
+    /// Claims reply parts due for sending, each held for its sender until it departs: per
+    /// recipient only the oldest part not yet settled (an unknown one holds back only the
+    /// rest of its own reply), once the recipient's pacing allows. In the same step, lapsed
+    /// claims go back to the queue, sends whose lease lapsed become unknown, and unknown ones
+    /// past their wait go to review.
+    async fn claim_sends(&self, claim: SendClaim) -> Result<SendClaims>;
+
+    /// The claimed part `id` departs: its request may reach Meta from `now` on, and it is held
+    /// under a send lease until `now + lease`.
+    ///
+    /// # Errors
+    /// [`Error::LeaseLost`] when `attempt` is not the part's latest or its claim lapsed: the
+    /// part must not be sent.
+    async fn depart(&self, id: i64, attempt: u32, now: At, lease: Duration) -> Result<()>;
 
     /// Records how a send ended.
     ///

@@ -70,7 +70,10 @@ use self::retention::{
     one_node_holds_the_sweepers_lease_at_a_time,
     what_is_past_its_horizon_goes_and_its_retry_stays_a_duplicate,
 };
-use self::sending::next_send_due_is_the_earliest_head_hold_retry_or_wait;
+use self::sending::{
+    a_lapsed_claim_goes_again_and_an_unknown_part_holds_only_its_own_reply,
+    next_send_due_is_the_earliest_head_hold_retry_or_wait,
+};
 use self::statuses::{
     a_closed_window_sends_the_template_once, a_failure_after_sent_goes_to_a_person_once,
     a_lapsed_send_with_no_status_goes_to_a_person, a_status_naming_an_unknown_send_settles_it,
@@ -255,6 +258,7 @@ macro_rules! cases {
             a_batch_puts_messages_of_unknown_time_first,
             // Sending
             next_send_due_is_the_earliest_head_hold_retry_or_wait,
+            a_lapsed_claim_goes_again_and_an_unknown_part_holds_only_its_own_reply,
             // Reviews
             review_items_read_alike_open_or_settled,
             conversations_list_every_thread_of_a_customer,
@@ -784,7 +788,7 @@ async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
     let claimed: Vec<_> = join_all((0..8).map(|_| store.claim_sends(claim(at))))
         .await
         .into_iter()
-        .flat_map(|jobs| jobs.expect("claim sends"))
+        .flat_map(|jobs| jobs.expect("claim sends").jobs)
         .collect();
     assert_eq!(claimed.len(), 3, "one head part per customer, once");
     assert!(claimed.iter().all(|j| j.part == 0));
@@ -795,13 +799,23 @@ async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
             next_send_at: at,
         };
         store
+            .depart(job.id, job.attempt, at, ms(10_000))
+            .await
+            .expect("departed");
+        let again = store.depart(job.id, job.attempt, at, ms(10_000)).await;
+        assert!(matches!(again, Err(store::Error::LeaseLost)), "once");
+        store
             .record_send(job.id, job.attempt, at, accepted.clone())
             .await
             .expect("recorded");
         let twice = store.record_send(job.id, job.attempt, at, accepted).await;
         assert!(matches!(twice, Err(store::Error::LeaseLost)));
     }
-    let next = store.claim_sends(claim(at)).await.expect("claim sends");
+    let next = store
+        .claim_sends(claim(at))
+        .await
+        .expect("claim sends")
+        .jobs;
     assert_eq!(next.len(), 3);
     assert!(next.iter().all(|j| j.part == 1), "in order per customer");
 }
@@ -1075,7 +1089,12 @@ async fn a_requeued_send_that_fails_again_is_back_in_review(store: Arc<dyn Store
             .claim_sends(sends.clone())
             .await
             .expect("claim")
+            .jobs
             .remove(0);
+        store
+            .depart(job.id, job.attempt, at, ms(10_000))
+            .await
+            .expect("departed");
         store
             .record_send(job.id, job.attempt, at, refused(131_026))
             .await

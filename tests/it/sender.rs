@@ -594,10 +594,14 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
     let now = app.clock.now();
 
     // Only the head of the customer's queue is claimable.
-    let jobs = app.store.claim_sends(claim(now)).await.expect("claim");
+    let jobs = app.store.claim_sends(claim(now)).await.expect("claim").jobs;
     assert_eq!(jobs.len(), 1);
     let head = &jobs[0];
     assert_eq!(head.part, 0);
+    app.store
+        .depart(head.id, head.attempt, now, ms(1_000))
+        .await
+        .expect("departed");
     let stale = app
         .store
         .record_send(head.id, head.attempt + 1, now, SendResult::Untried)
@@ -612,6 +616,7 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
             .claim_sends(claim(later))
             .await
             .expect("claim")
+            .jobs
             .is_empty()
     );
     assert_eq!(
@@ -631,9 +636,18 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
     assert_eq!(outbox[0].delivery.map(|d| d.as_str()), Some("read"));
 
     // Now the next part goes; Meta fails it later for good: a person is told.
-    let jobs = app.store.claim_sends(claim(later)).await.expect("claim");
+    let jobs = app
+        .store
+        .claim_sends(claim(later))
+        .await
+        .expect("claim")
+        .jobs;
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].part, 1);
+    app.store
+        .depart(jobs[0].id, jobs[0].attempt, later, ms(10_000))
+        .await
+        .expect("departed");
     let accepted = SendResult::Accepted {
         wamid: "wamid.OUT2".into(),
         template: false,
@@ -820,7 +834,8 @@ impl LoneSender {
         let settings = SenderSettings {
             rate: 80,
             pair_spacing: Duration::ZERO,
-            lease: Duration::from_secs(180),
+            lease: Duration::from_secs(10),
+            send_lease: Duration::from_secs(180),
             unknown_wait: Duration::from_secs(600),
             max_failures: 6,
             retry_base: Duration::from_secs(2),

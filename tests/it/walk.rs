@@ -32,6 +32,8 @@ enum Op {
     Claim,
     /// `claim_sends` this much later: lapsed leases and waits settle first.
     Later(Duration),
+    /// `depart` with the part's latest attempt (or one before it: stale).
+    Depart { stale: bool },
     /// `record_send` with the part's latest attempt (or one before it: stale).
     Outcome { result: SendResult, stale: bool },
     /// A status webhook naming the part, by its wamid when it has one, else by the callback
@@ -80,7 +82,13 @@ fn outcomes() -> Vec<SendResult> {
 
 /// Every event the walk tries on a part.
 fn events() -> Vec<Op> {
-    let mut ops = vec![Op::Claim, Op::Later(LEASE + ms(1)), Op::Later(WAIT + ms(1))];
+    let mut ops = vec![
+        Op::Claim,
+        Op::Later(LEASE + ms(1)),
+        Op::Later(WAIT + ms(1)),
+        Op::Depart { stale: false },
+        Op::Depart { stale: true },
+    ];
     for result in outcomes() {
         ops.push(Op::Outcome {
             result,
@@ -110,36 +118,47 @@ fn paths() -> Vec<(&'static str, bool, Vec<Op>)> {
         result: outcomes()[i].clone(),
         stale: false,
     };
+    let sent = |then: Vec<Op>| {
+        let mut ops = vec![Op::Claim, Op::Depart { stale: false }];
+        ops.extend(then);
+        ops
+    };
     vec![
         ("sandbox", true, vec![]),
         ("queued", false, vec![]),
-        ("sending", false, vec![Op::Claim]),
+        ("claimed", false, vec![Op::Claim]),
         (
-            "sending, named by a status",
-            false,
-            vec![Op::Claim, Op::Status(Delivery::Sent, None)],
-        ),
-        ("accepted", false, vec![Op::Claim, outcome(0)]),
-        ("retrying", false, vec![Op::Claim, outcome(1)]),
-        ("window_closed", false, vec![Op::Claim, outcome(3)]),
-        (
-            "window_closed, claimed",
-            false,
-            vec![Op::Claim, outcome(3), Op::Claim],
-        ),
-        ("unknown", false, vec![Op::Claim, outcome(4)]),
-        (
-            "unknown after a lapse",
+            "queued again after a lapsed claim",
             false,
             vec![Op::Claim, Op::Later(LEASE + ms(1))],
         ),
-        ("failed", false, vec![Op::Claim, outcome(5)]),
-        ("review", false, vec![Op::Claim, outcome(6)]),
-        ("requeued", false, vec![Op::Claim, outcome(5), Op::Requeue]),
+        ("sending", false, sent(vec![])),
+        (
+            "sending, named by a status",
+            false,
+            sent(vec![Op::Status(Delivery::Sent, None)]),
+        ),
+        ("accepted", false, sent(vec![outcome(0)])),
+        ("retrying", false, sent(vec![outcome(1)])),
+        ("window_closed", false, sent(vec![outcome(3)])),
+        (
+            "window_closed, claimed",
+            false,
+            sent(vec![outcome(3), Op::Claim]),
+        ),
+        ("unknown", false, sent(vec![outcome(4)])),
+        (
+            "unknown after a lapse",
+            false,
+            sent(vec![Op::Later(LEASE + ms(1))]),
+        ),
+        ("failed", false, sent(vec![outcome(5)])),
+        ("review", false, sent(vec![outcome(6)])),
+        ("requeued", false, sent(vec![outcome(5), Op::Requeue])),
         (
             "delivered",
             false,
-            vec![Op::Claim, outcome(0), Op::Status(Delivery::Delivered, None)],
+            sent(vec![outcome(0), Op::Status(Delivery::Delivered, None)]),
         ),
     ]
 }
@@ -176,7 +195,10 @@ impl Model {
         let ids: Vec<i64> = self.parts.keys().copied().collect();
         let lapse = Event::LeaseLapsed { unknown_wait: WAIT };
         for id in &ids {
-            if self.parts[id].state == PartState::Sending {
+            if matches!(
+                self.parts[id].state,
+                PartState::Claimed | PartState::Sending
+            ) {
                 self.apply(*id, &lapse, now);
             }
         }
@@ -284,6 +306,7 @@ impl Walk {
                 self.now = self.now + *later;
                 self.claim().await;
             }
+            Op::Depart { stale } => self.depart(id, *stale).await,
             Op::Outcome { result, stale } => self.outcome(id, result, *stale).await,
             Op::Status(delivery, code) => self.status(id, *delivery, *code).await,
             Op::Requeue => self.requeue(id).await,
@@ -298,9 +321,33 @@ impl Walk {
             limit: 1_000,
             halted: Vec::new(),
         };
-        let jobs = self.store.claim_sends(claim).await.expect("claim sends");
+        let jobs = self
+            .store
+            .claim_sends(claim)
+            .await
+            .expect("claim sends")
+            .jobs;
         let got: BTreeSet<i64> = jobs.iter().map(|j| j.id).collect();
         assert_eq!(got, self.model.claim(self.now), "claimed");
+    }
+
+    async fn depart(&mut self, id: i64, stale: bool) {
+        let attempt = self.model.parts[&id]
+            .attempts
+            .wrapping_sub(u32::from(stale));
+        let departed = self.store.depart(id, attempt, self.now, LEASE).await;
+        let event = Event::Depart {
+            attempt,
+            lease: LEASE,
+        };
+        let allowed = self.model.apply(id, &event, self.now);
+        match departed {
+            Ok(()) => assert!(allowed, "the store departed what the rulebook refuses"),
+            Err(Error::LeaseLost) => {
+                assert!(!allowed, "the store refused what the rulebook allows")
+            }
+            Err(e) => panic!("depart: {e}"),
+        }
     }
 
     async fn outcome(&mut self, id: i64, result: &SendResult, stale: bool) {

@@ -35,7 +35,7 @@ use super::{
     HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
     NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState,
     RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
-    RoutedTurn, SendClaim, SendJob, SendResult, Sending, StoredItem, StoredQuarantine, Subject,
+    RoutedTurn, SendClaim, SendClaims, SendResult, Sending, StoredItem, StoredQuarantine, Subject,
     Submitted, Swept, TemplateNews, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
@@ -54,6 +54,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_lanes.sql"),
     include_str!("migrations/0009_customers.sql"),
     include_str!("migrations/0010_retention.sql"),
+    include_str!("migrations/0011_claimed_parts.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -344,8 +345,11 @@ impl Turns for PgStore {
 
 #[async_trait]
 impl Sending for PgStore {
-    async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
+    async fn claim_sends(&self, claim: SendClaim) -> Result<SendClaims> {
         retrying(|| outbox::claim_sends(&self.pool, &claim)).await
+    }
+    async fn depart(&self, id: i64, attempt: u32, now: At, lease: Duration) -> Result<()> {
+        retrying(|| outbox::depart(&self.pool, id, attempt, now, lease)).await
     }
     async fn record_send(&self, id: i64, attempt: u32, now: At, result: SendResult) -> Result<()> {
         retrying(|| outbox::record_send(&self.pool, id, attempt, now, &result)).await

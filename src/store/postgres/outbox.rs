@@ -10,34 +10,33 @@ use crate::clock::At;
 use crate::domain::{ConversationKey, InboundItem, ReviewReason};
 use crate::store::items::known;
 use crate::store::rules::part::{
-    self, CLAIMABLE_SQL, Delivery, Event, Part, PartKind, PartState, Status, UNSETTLED_SQL,
+    self, CLAIMABLE_SQL, Delivery, Event, HELD_BACK_SQL, Part, PartKind, PartState, Status,
 };
 use crate::store::rules::review::ReviewState;
 use crate::store::{
-    Error, OutboxEntry, Result, SendClaim, SendJob, SendResult, parse_send_callback,
+    Error, OutboxEntry, Result, SendClaim, SendClaims, SendJob, SendResult, parse_send_callback,
 };
 
-pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Vec<SendJob>> {
+pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<SendClaims> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
-    settle_lapsed(&mut tx, claim).await?;
+    let unknown = settle_lapsed(&mut tx, claim).await?;
     let rows = sqlx::query(AssertSqlSafe(format!(
         "WITH heads AS (
              SELECT o.id FROM outbox o JOIN conversations c ON c.id = o.conversation_id
              WHERE o.state IN {claimable}
                AND COALESCE(o.next_attempt_at, 0) <= $1 AND COALESCE(c.send_after, 0) <= $1
                AND NOT (o.business = ANY($2))
-               AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.conversation_id = o.conversation_id
-                               AND p.id < o.id AND p.state IN {unsettled})
+               AND NOT {held_back}
              ORDER BY o.id LIMIT $3 FOR UPDATE OF o SKIP LOCKED)
-         UPDATE outbox o SET state = '{sending}', attempts = attempts + 1, send_until = $4,
+         UPDATE outbox o SET state = '{claimed}', attempts = attempts + 1, send_until = $4,
                 window_closed = (o.state = '{closed}')
          FROM heads WHERE o.id = heads.id
          RETURNING o.id, o.batch_id, o.part, o.channel, o.business, o.customer, o.body, o.options,
                    o.reply_to, o.attempts, o.failures, o.window_closed,
                    (SELECT last_inbound_at FROM conversations c WHERE c.id = o.conversation_id)",
         claimable = *CLAIMABLE_SQL,
-        unsettled = *UNSETTLED_SQL,
-        sending = PartState::Sending,
+        held_back = *HELD_BACK_SQL,
+        claimed = PartState::Claimed,
         closed = PartState::WindowClosed,
     )))
     .bind(claim.now)
@@ -75,17 +74,20 @@ pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Vec<
         })
         .collect::<Result<Vec<_>>>()?;
     jobs.sort_by_key(|j| j.id);
-    Ok(jobs)
+    Ok(SendClaims { jobs, unknown })
 }
 
-/// Sends whose lease lapsed may have reached Meta: unknown (or accepted, when a status webhook
-/// named them meanwhile). Unknown ones past their wait go to review. Each part moves under its
-/// row lock, so a status webhook naming it waits and then finds it moved.
-async fn settle_lapsed(conn: &mut PgConnection, claim: &SendClaim) -> Result<()> {
+/// Claims that lapsed before their part departed go back to the queue. Sends whose lease
+/// lapsed may have reached Meta: unknown (or accepted, when a status webhook named them
+/// meanwhile); their ids are returned. Unknown ones past their wait go to review. Each part
+/// moves under its row lock, so a status webhook naming it waits and then finds it moved.
+async fn settle_lapsed(conn: &mut PgConnection, claim: &SendClaim) -> Result<Vec<i64>> {
     let lapsed = Event::LeaseLapsed {
         unknown_wait: claim.unknown_wait,
     };
+    let mut unknown = Vec::new();
     for (state, event) in [
+        (PartState::Claimed, lapsed.clone()),
         (PartState::Sending, lapsed),
         (PartState::Unknown, Event::WaitOver),
     ] {
@@ -97,10 +99,13 @@ async fn settle_lapsed(conn: &mut PgConnection, claim: &SendClaim) -> Result<()>
                 .await
                 .map_err(unavailable)?;
         for id in due {
-            step(conn, id, &event, claim.now).await?;
+            let moved = step(conn, id, &event, claim.now).await?;
+            if state == PartState::Sending && moved == Some(PartState::Unknown) {
+                unknown.push(id);
+            }
         }
     }
-    Ok(())
+    Ok(unknown)
 }
 
 pub(super) async fn record_send(
@@ -118,15 +123,30 @@ pub(super) async fn record_send(
     tx.commit().await.map_err(unavailable)
 }
 
+pub(super) async fn depart(
+    pool: &PgPool,
+    id: i64,
+    attempt: u32,
+    now: At,
+    lease: std::time::Duration,
+) -> Result<()> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let event = Event::Depart { attempt, lease };
+    if step(&mut tx, id, &event, now).await?.is_none() {
+        return Err(Error::LeaseLost);
+    }
+    tx.commit().await.map_err(unavailable)
+}
+
 /// Moves part `id` by the rulebook, under its row lock: loads it, asks [`part::next`], writes
-/// what it says. `None` when there is no such part or the rulebook refused the event: nothing
-/// is written.
+/// what it says; the state it moved to. `None` when there is no such part or the rulebook
+/// refused the event: nothing is written.
 pub(super) async fn step(
     conn: &mut PgConnection,
     id: i64,
     event: &Event<'_>,
     now: At,
-) -> Result<Option<()>> {
+) -> Result<Option<PartState>> {
     let Some(held) = load(conn, id).await? else {
         return Ok(None);
     };
@@ -148,7 +168,7 @@ pub(super) async fn step(
     if let Some((reason, error)) = &step.effects.review {
         review(conn, held.batch, id, *reason, Some(error), now).await?;
     }
-    Ok(Some(()))
+    Ok(Some(step.part.state))
 }
 
 /// A part as the rulebook reads it, with the batch and conversation it belongs to.
@@ -312,12 +332,13 @@ pub(super) async fn next_send_due(pool: &PgPool, skip: &[String]) -> Result<Opti
              (SELECT min(GREATEST(COALESCE(o.next_attempt_at, 0), COALESCE(c.send_after, 0)))
               FROM outbox o JOIN conversations c ON c.id = o.conversation_id
               WHERE o.state IN {claimable} AND NOT (o.business = ANY($1))
-                AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.conversation_id = o.conversation_id
-                                AND p.id < o.id AND p.state IN {unsettled})),
+                AND NOT {held_back}),
+             (SELECT min(send_until) FROM outbox WHERE state = '{claimed}'),
              (SELECT min(send_until) FROM outbox WHERE state = '{sending}'),
              (SELECT min(send_until) FROM outbox WHERE state = '{unknown}'))",
         claimable = *CLAIMABLE_SQL,
-        unsettled = *UNSETTLED_SQL,
+        held_back = *HELD_BACK_SQL,
+        claimed = PartState::Claimed,
         sending = PartState::Sending,
         unknown = PartState::Unknown,
     )))

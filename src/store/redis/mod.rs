@@ -31,7 +31,7 @@ use self::wire::{
     List, Page, RawBroadcast, RawChoice, RawClaim, RawConsent, RawConversation, RawCreated,
     RawExchange, RawExport, RawForget, RawGauges, RawItem, RawJob, RawKey, RawLastBroadcast,
     RawLine, RawLive, RawPart, RawQuarantined, RawReceipt, RawRecipient, RawRecipientRow,
-    RawReview, RawRouted, RawSendJob, RawStats, Receipt,
+    RawReview, RawRouted, RawSendClaims, RawSendJob, RawStats, Receipt,
 };
 use super::items::message_key;
 use super::items::{RecipientStatus, broadcast_status, known};
@@ -45,7 +45,7 @@ use super::{
     HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
     NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState,
     RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
-    RoutedTurn, SendClaim, SendJob, SendResult, Sending, Speaker, StoredItem, StoredQuarantine,
+    RoutedTurn, SendClaim, SendClaims, SendResult, Sending, Speaker, StoredItem, StoredQuarantine,
     Submitted, Swept, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, millis};
@@ -471,13 +471,26 @@ impl Turns for RedisStore {
 
 #[async_trait]
 impl Sending for RedisStore {
-    async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
+    async fn claim_sends(&self, claim: SendClaim) -> Result<SendClaims> {
         let args = json!({
             "now": claim.now, "lease": millis(claim.lease), "unknown_wait": millis(claim.unknown_wait),
             "limit": count(claim.limit), "halted": claim.halted,
         });
-        let raw: List<RawSendJob> = self.call("claim_sends", args).await?;
-        raw.0.into_iter().map(RawSendJob::into_job).collect()
+        let raw: RawSendClaims = self.call("claim_sends", args).await?;
+        Ok(SendClaims {
+            jobs: raw
+                .jobs
+                .0
+                .into_iter()
+                .map(RawSendJob::into_job)
+                .collect::<Result<_>>()?,
+            unknown: raw.unknown.0,
+        })
+    }
+    async fn depart(&self, id: i64, attempt: u32, now: At, lease: Duration) -> Result<()> {
+        let args = json!({"id": id, "attempt": attempt, "now": now, "lease": millis(lease)});
+        let _: bool = self.call("depart", args).await?;
+        Ok(())
     }
     async fn record_send(&self, id: i64, attempt: u32, now: At, result: SendResult) -> Result<()> {
         let args = json!({

@@ -416,6 +416,13 @@ impl RawPart {
     }
 }
 
+/// What `claim_sends` took, and the sends it found lapsed.
+#[derive(Deserialize)]
+pub(super) struct RawSendClaims {
+    pub(super) jobs: List<RawSendJob>,
+    pub(super) unknown: List<i64>,
+}
+
 #[derive(Deserialize)]
 pub(super) struct RawSendJob {
     id: i64,

@@ -1,8 +1,14 @@
 //! A reply part's lifecycle, from the turn that writes it to Meta's last word on it.
 //!
 //! A part is claimed only when it is the oldest unsettled part of its recipient (the backends
-//! select that), with a fresh attempt number its outcome must carry. A send that may have left
-//! is never claimed again: it waits for a status webhook, and goes to a person when none comes.
+//! select that), with a fresh attempt number its outcome must carry. A claimed part has not
+//! left: only once its pacing slot is taken does it depart, and only from then may its request
+//! reach Meta. A part that departed is never claimed again: it waits for a status webhook, and
+//! goes to a person when none comes. So a sender that dies leaves unknown only the requests it
+//! had on the wire; what it had claimed goes back to the queue when the claim lapses.
+//!
+//! An unknown part holds back the rest of its own reply (its parts go in order) but never a
+//! later reply to the same customer.
 //! [`next`] is every rule of that in one place; a backend loads a [`Part`], asks `next`, and
 //! writes the part it returns with its [`Effects`].
 
@@ -27,7 +33,9 @@ pub enum PartState {
     Served,
     /// Waiting for a sender.
     Queued,
-    /// A sender holds it under a send lease.
+    /// A sender holds it while it waits for its pacing slot: nothing has left.
+    Claimed,
+    /// Its request may be on the wire, under a send lease.
     Sending,
     /// The request may have left; waiting for a status webhook to say.
     Unknown,
@@ -46,6 +54,7 @@ named!(PartState {
     Sandbox => "sandbox",
     Served => "served",
     Queued => "queued",
+    Claimed => "claimed",
     Sending => "sending",
     Unknown => "unknown",
     WindowClosed => "window_closed",
@@ -64,7 +73,26 @@ impl PartState {
     pub fn unsettled(self) -> bool {
         matches!(
             self,
-            PartState::Queued | PartState::Sending | PartState::Unknown | PartState::WindowClosed
+            PartState::Queued
+                | PartState::Claimed
+                | PartState::Sending
+                | PartState::Unknown
+                | PartState::WindowClosed
+        )
+    }
+
+    /// It holds back every later part to its recipient, of any reply. An unknown part holds
+    /// back only the rest of its own reply: a customer's next answer does not wait for Meta's
+    /// word on an earlier one.
+    pub fn holds_later_replies(self) -> bool {
+        self.unsettled() && self != PartState::Unknown
+    }
+
+    /// A lease or wait runs out in this state (`until`).
+    pub fn times_out(self) -> bool {
+        matches!(
+            self,
+            PartState::Claimed | PartState::Sending | PartState::Unknown
         )
     }
 
@@ -129,9 +157,36 @@ named!(PartKind {
 pub static CLAIMABLE_SQL: LazyLock<String> =
     LazyLock::new(|| sql_list(PartState::ALL, PartState::as_str, PartState::claimable));
 
-/// The unsettled states as an SQL list: a part in one holds its recipient's queue.
+/// The unsettled states as an SQL list: a part in one holds the rest of its reply.
 pub static UNSETTLED_SQL: LazyLock<String> =
     LazyLock::new(|| sql_list(PartState::ALL, PartState::as_str, PartState::unsettled));
+
+/// The states that hold back later replies to the recipient, as an SQL list.
+pub static HOLDING_SQL: LazyLock<String> = LazyLock::new(|| {
+    sql_list(
+        PartState::ALL,
+        PartState::as_str,
+        PartState::holds_later_replies,
+    )
+});
+
+/// An SQL condition, true when the part `o` of the outbox is held back: by an unsettled earlier
+/// part `p` of its own reply, or by one of an earlier reply that holds every later reply and
+/// is not itself waiting behind an unknown part `u` of its reply (that reply is out of the
+/// recipient's queue until Meta or a person settles it).
+pub static HELD_BACK_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "EXISTS (SELECT 1 FROM outbox p WHERE p.conversation_id = o.conversation_id
+                 AND p.id < o.id AND p.state IN {unsettled}
+                 AND (p.batch_id = o.batch_id
+                      OR p.state IN {holding}
+                         AND NOT EXISTS (SELECT 1 FROM outbox u WHERE u.batch_id = p.batch_id
+                                         AND u.id < p.id AND u.state = '{unknown}')))",
+        unsettled = *UNSETTLED_SQL,
+        holding = *HOLDING_SQL,
+        unknown = PartState::Unknown,
+    )
+});
 
 /// A reply part's fields that its lifecycle reads and writes, as a backend keeps them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,7 +206,8 @@ pub struct Part {
     pub error: Option<String>,
     /// Not to be claimed before this.
     pub next_attempt_at: Option<At>,
-    /// While sending: when the send lease lapses; while unknown: when the wait for a status ends.
+    /// While claimed or sending: when the lease lapses; while unknown: when the wait for a
+    /// status ends.
     pub until: Option<At>,
     /// When Meta took it.
     pub sent_at: Option<At>,
@@ -189,14 +245,18 @@ pub struct Status<'a> {
 /// What can happen to a part.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event<'a> {
-    /// A sender claims it, holding it until `now + lease`.
+    /// A sender claims it, holding it until `now + lease` while it waits for its pacing slot.
     Claim { lease: Duration },
+    /// The sender of `attempt` took the pacing slot: its request may leave from now on, under a
+    /// send lease until `now + lease`.
+    Depart { attempt: u32, lease: Duration },
     /// The sender of `attempt` says how the send ended.
     Outcome {
         attempt: u32,
         result: &'a SendResult,
     },
-    /// The send lease lapsed with no outcome (the sender died or hung): it may have left.
+    /// The lease lapsed with no outcome (the sender died or hung): a claimed part goes back to
+    /// the queue; a departed one may have left.
     LeaseLapsed { unknown_wait: Duration },
     /// The wait for a status webhook ended with none.
     WaitOver,
@@ -242,6 +302,7 @@ pub enum Refused {
 pub fn next(part: &Part, event: &Event<'_>, now: At) -> Result<Step, Refused> {
     match event {
         Event::Claim { lease } => claim(part, now, *lease),
+        Event::Depart { attempt, lease } => depart(part, *attempt, now, *lease),
         Event::Outcome { attempt, result } => outcome(part, *attempt, result, now),
         Event::LeaseLapsed { unknown_wait } => lapse(part, now, *unknown_wait),
         Event::WaitOver => wait_over(part, now),
@@ -265,9 +326,23 @@ fn claim(part: &Part, now: At, lease: Duration) -> Result<Step, Refused> {
         return Err(Refused::NotYet);
     }
     moved(Part {
-        state: PartState::Sending,
+        state: PartState::Claimed,
         attempts: part.attempts + 1,
         window_closed: part.state == PartState::WindowClosed,
+        until: Some(now + lease),
+        ..part.clone()
+    })
+}
+
+fn depart(part: &Part, attempt: u32, now: At, lease: Duration) -> Result<Step, Refused> {
+    if part.state != PartState::Claimed {
+        return Err(Refused::State);
+    }
+    if part.attempts != attempt {
+        return Err(Refused::Attempt);
+    }
+    moved(Part {
+        state: PartState::Sending,
         until: Some(now + lease),
         ..part.clone()
     })
@@ -283,7 +358,13 @@ fn back(part: &Part) -> PartState {
 }
 
 fn outcome(part: &Part, attempt: u32, result: &SendResult, now: At) -> Result<Step, Refused> {
-    if part.state != PartState::Sending {
+    // A claimed part never left: only "not tried" may end it (its number was halted).
+    let applies = match part.state {
+        PartState::Sending => true,
+        PartState::Claimed => matches!(result, SendResult::Untried),
+        _ => false,
+    };
+    if !applies {
         return Err(Refused::State);
     }
     if part.attempts != attempt {
@@ -400,11 +481,19 @@ fn closed_window(part: &Part, code: Option<i64>, error: String) -> Part {
 }
 
 fn lapse(part: &Part, now: At, unknown_wait: Duration) -> Result<Step, Refused> {
-    if part.state != PartState::Sending {
+    if !matches!(part.state, PartState::Claimed | PartState::Sending) {
         return Err(Refused::State);
     }
     if part.until.is_some_and(|until| until > now) {
         return Err(Refused::NotYet);
+    }
+    // Nothing left: it goes again, to whichever sender claims it next.
+    if part.state == PartState::Claimed && part.wamid.is_none() {
+        return moved(Part {
+            state: back(part),
+            until: None,
+            ..part.clone()
+        });
     }
     // A status webhook named it meanwhile: it left after all.
     let part = if part.wamid.is_some() {
@@ -463,8 +552,10 @@ fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused>
     let mut part = part.clone();
     let mut changed = false;
     match part.state {
-        // The sender still holds it: note Meta's id; the sender records the outcome (and the
-        // recipient's spacing), and whatever it saw, the part counts as accepted.
+        // The sender is still in its request: note Meta's id; the sender records the outcome
+        // and the recipient's spacing (a status often races the answer), and whatever it saw,
+        // the part counts as accepted. A sender that died leaves it accepted when the send
+        // lease lapses (seconds: twice `send_timeout`).
         PartState::Sending if part.wamid.is_none() => {
             part.wamid = Some(status.wamid.to_owned());
             changed = true;
@@ -613,6 +704,14 @@ mod tests {
         for part in parts() {
             let mut events = vec![
                 Event::Claim { lease: ms(50) },
+                Event::Depart {
+                    attempt: 2,
+                    lease: ms(40),
+                },
+                Event::Depart {
+                    attempt: 1,
+                    lease: ms(40),
+                },
                 Event::LeaseLapsed {
                     unknown_wait: ms(60),
                 },
@@ -644,8 +743,15 @@ mod tests {
     #[test]
     fn only_the_latest_attempt_of_a_send_under_way_records_an_outcome() {
         walk(|part, event, step| {
-            if let Event::Outcome { attempt, .. } = event {
-                let holds = part.state == PartState::Sending && part.attempts == *attempt;
+            if let Event::Outcome { attempt, result } = event {
+                let claimed_untried =
+                    part.state == PartState::Claimed && matches!(result, SendResult::Untried);
+                let holds = (part.state == PartState::Sending || claimed_untried)
+                    && part.attempts == *attempt;
+                assert_eq!(step.is_ok(), holds, "{part:?} {event:?}");
+            }
+            if let Event::Depart { attempt, .. } = event {
+                let holds = part.state == PartState::Claimed && part.attempts == *attempt;
                 assert_eq!(step.is_ok(), holds, "{part:?} {event:?}");
             }
         });
@@ -660,6 +766,8 @@ mod tests {
                 // said the window had closed (a new message, not the same one again).
                 let allowed = match event {
                     Event::Requeue => true,
+                    // A claimed part never left.
+                    Event::LeaseLapsed { .. } => part.state == PartState::Claimed,
                     Event::Outcome { result, .. } => matches!(
                         result,
                         SendResult::Retry { .. }
@@ -766,6 +874,11 @@ mod tests {
         let step = next(&part, &Event::Status(failed.clone()), NOW).expect("moved");
         assert_eq!(step.part.state, PartState::WindowClosed);
         let claimed = next(&step.part, &Event::Claim { lease: ms(10) }, NOW).expect("claimed");
+        let departed = Event::Depart {
+            attempt: 2,
+            lease: ms(10),
+        };
+        let claimed = next(&claimed.part, &departed, NOW).expect("departed");
         let sent = SendResult::Accepted {
             wamid: "wamid.u".into(),
             template: false,
@@ -790,6 +903,9 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Happening {
         Claim,
+        Depart {
+            stale: bool,
+        },
         Lapse,
         WaitOver,
         Requeue,
@@ -807,6 +923,7 @@ mod tests {
     fn happening() -> impl Strategy<Value = Happening> {
         prop_oneof![
             3 => Just(Happening::Claim),
+            3 => any::<bool>().prop_map(|stale| Happening::Depart { stale }),
             1 => Just(Happening::Lapse),
             1 => Just(Happening::WaitOver),
             1 => Just(Happening::Requeue),
@@ -839,6 +956,10 @@ mod tests {
                 let status;
                 let event = match happening {
                     Happening::Claim => Event::Claim { lease: ms(50) },
+                    Happening::Depart { stale } => Event::Depart {
+                        attempt: part.attempts - u32::from(stale && part.attempts > 0),
+                        lease: ms(40),
+                    },
                     Happening::Lapse => Event::LeaseLapsed { unknown_wait: ms(60) },
                     Happening::WaitOver => Event::WaitOver,
                     Happening::Requeue => Event::Requeue,

@@ -41,7 +41,7 @@ use super::{
     ConversationView, CustomerRecord, Customers, Ending, Error, Gauges, Health, HistoryEntry,
     Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits, NewBroadcast,
     OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientView, Resolution, Result,
-    Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendJob,
+    Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendClaims,
     SendResult, Sending, StoredItem, StoredQuarantine, Submitted, Swept, TurnStats, TurnUsage,
     Turns, WebChat,
 };
@@ -69,6 +69,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0014_customers.sql"),
     include_str!("migrations/0015_retention.sql"),
     include_str!("migrations/0016_lasting_ids.sql"),
+    include_str!("migrations/0017_claimed_parts.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -394,9 +395,14 @@ impl Turns for SqliteStore {
 
 #[async_trait]
 impl Sending for SqliteStore {
-    async fn claim_sends(&self, claim: SendClaim) -> Result<Vec<SendJob>> {
+    async fn claim_sends(&self, claim: SendClaim) -> Result<SendClaims> {
         self.writer
             .write(move |conn| outbox::claim_sends(conn, &claim))
+            .await
+    }
+    async fn depart(&self, id: i64, attempt: u32, now: At, lease: Duration) -> Result<()> {
+        self.writer
+            .write(move |conn| outbox::depart(conn, id, attempt, now, lease))
             .await
     }
     async fn record_send(&self, id: i64, attempt: u32, now: At, result: SendResult) -> Result<()> {

@@ -13,15 +13,15 @@ use super::{limit_param, unavailable};
 use crate::clock::At;
 use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::rules::part::{
-    self, CLAIMABLE_SQL, Delivery, Event, Part, PartKind, PartState, Status, UNSETTLED_SQL,
+    self, CLAIMABLE_SQL, Delivery, Event, HELD_BACK_SQL, Part, PartKind, PartState, Status,
 };
 use crate::store::rules::review::ReviewState;
 use crate::store::{
-    Error, OutboxEntry, Result, SendClaim, SendJob, SendResult, parse_send_callback,
+    Error, OutboxEntry, Result, SendClaim, SendClaims, SendJob, SendResult, parse_send_callback,
 };
 
-pub(super) fn claim_sends(conn: &Connection, claim: &SendClaim) -> Result<Vec<SendJob>> {
-    settle_lapsed(conn, claim)?;
+pub(super) fn claim_sends(conn: &Connection, claim: &SendClaim) -> Result<SendClaims> {
+    let unknown = settle_lapsed(conn, claim)?;
     let halted = serde_json::to_string(&claim.halted).unwrap_or_else(|_| "[]".into());
     let ids: Vec<i64> = conn
         .prepare_cached(&format!(
@@ -29,11 +29,10 @@ pub(super) fn claim_sends(conn: &Connection, claim: &SendClaim) -> Result<Vec<Se
              WHERE o.state IN {claimable}
                AND coalesce(o.next_attempt_at, 0) <= ?1 AND coalesce(c.send_after, 0) <= ?1
                AND o.business NOT IN (SELECT value FROM json_each(?2))
-               AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.conversation_id = o.conversation_id
-                               AND p.id < o.id AND p.state IN {unsettled})
+               AND NOT {held_back}
              ORDER BY o.id LIMIT ?3",
             claimable = *CLAIMABLE_SQL,
-            unsettled = *UNSETTLED_SQL,
+            held_back = *HELD_BACK_SQL,
         ))
         .and_then(|mut s| {
             s.query_map(params![claim.now, halted, limit_param(claim.limit)], |r| {
@@ -42,15 +41,18 @@ pub(super) fn claim_sends(conn: &Connection, claim: &SendClaim) -> Result<Vec<Se
             .collect()
         })
         .map_err(unavailable)?;
-    ids.into_iter()
+    let jobs = ids
+        .into_iter()
         .map(|id| take(conn, id, claim.now + claim.lease))
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok(SendClaims { jobs, unknown })
 }
 
-/// Sends whose lease lapsed (their sender died or hung mid-request) may have reached Meta:
-/// they become unknown (or accepted, when a status named them meanwhile). Unknown ones that no
-/// status webhook settled in time go to review.
-fn settle_lapsed(conn: &Connection, claim: &SendClaim) -> Result<()> {
+/// Claims that lapsed before their part departed go back to the queue. Sends whose lease
+/// lapsed (their sender died or hung mid-request) may have reached Meta: they become unknown
+/// (or accepted, when a status named them meanwhile); their ids are returned. Unknown ones
+/// that no status webhook settled in time go to review.
+fn settle_lapsed(conn: &Connection, claim: &SendClaim) -> Result<Vec<i64>> {
     let due = |state: PartState| -> Result<Vec<i64>> {
         conn.prepare_cached("SELECT id FROM outbox WHERE state = ?1 AND send_until <= ?2")
             .and_then(|mut s| {
@@ -62,13 +64,19 @@ fn settle_lapsed(conn: &Connection, claim: &SendClaim) -> Result<()> {
     let lapsed = Event::LeaseLapsed {
         unknown_wait: claim.unknown_wait,
     };
-    for id in due(PartState::Sending)? {
+    for id in due(PartState::Claimed)? {
         step(conn, id, &lapsed, claim.now)?;
+    }
+    let mut unknown = Vec::new();
+    for id in due(PartState::Sending)? {
+        if step(conn, id, &lapsed, claim.now)? == Some(PartState::Unknown) {
+            unknown.push(id);
+        }
     }
     for id in due(PartState::Unknown)? {
         step(conn, id, &Event::WaitOver, claim.now)?;
     }
-    Ok(())
+    Ok(unknown)
 }
 
 fn take(conn: &Connection, id: i64, until: At) -> Result<SendJob> {
@@ -81,7 +89,7 @@ fn take(conn: &Connection, id: i64, until: At) -> Result<SendJob> {
                    (SELECT last_inbound_at FROM conversations WHERE id = conversation_id)",
     )
     .and_then(|mut s| {
-        let (sending, closed) = (PartState::Sending, PartState::WindowClosed);
+        let (sending, closed) = (PartState::Claimed, PartState::WindowClosed);
         s.query_row(params![id, until, sending.as_str(), closed.as_str()], |r| {
             let options: Option<String> = r.get(7)?;
             Ok(SendJob {
@@ -117,14 +125,33 @@ pub(super) fn record_send(
 ) -> Result<()> {
     let event = Event::Outcome { attempt, result };
     match step(conn, id, &event, now)? {
-        Some(()) => Ok(()),
+        Some(_) => Ok(()),
         None => Err(Error::LeaseLost),
     }
 }
 
-/// Moves part `id` by the rulebook: loads it, asks [`part::next`], writes what it says.
-/// `None` when there is no such part or the rulebook refused the event: nothing is written.
-pub(super) fn step(conn: &Connection, id: i64, event: &Event<'_>, now: At) -> Result<Option<()>> {
+pub(super) fn depart(
+    conn: &Connection,
+    id: i64,
+    attempt: u32,
+    now: At,
+    lease: std::time::Duration,
+) -> Result<()> {
+    match step(conn, id, &Event::Depart { attempt, lease }, now)? {
+        Some(_) => Ok(()),
+        None => Err(Error::LeaseLost),
+    }
+}
+
+/// Moves part `id` by the rulebook: loads it, asks [`part::next`], writes what it says; the
+/// state it moved to. `None` when there is no such part or the rulebook refused the event:
+/// nothing is written.
+pub(super) fn step(
+    conn: &Connection,
+    id: i64,
+    event: &Event<'_>,
+    now: At,
+) -> Result<Option<PartState>> {
     let Some(held) = load(conn, id)? else {
         return Ok(None);
     };
@@ -142,7 +169,7 @@ pub(super) fn step(conn: &Connection, id: i64, event: &Event<'_>, now: At) -> Re
     if let Some((reason, error)) = &step.effects.review {
         review(conn, held.batch, id, *reason, Some(error), now)?;
     }
-    Ok(Some(()))
+    Ok(Some(step.part.state))
 }
 
 /// A part as the rulebook reads it, with the batch and conversation it belongs to.
@@ -290,6 +317,18 @@ fn find_sent(conn: &Connection, update: StatusUpdate<'_>) -> Result<Option<i64>>
         .map_err(unavailable)
 }
 
+/// The earliest lease or wait end of each state that has one, each read from its own partial
+/// index.
+fn timed_sql() -> String {
+    PartState::ALL
+        .iter()
+        .filter(|state| state.times_out())
+        .map(|state| {
+            format!(" UNION ALL SELECT min(send_until) FROM outbox WHERE state = '{state}'")
+        })
+        .collect()
+}
+
 pub(super) fn next_send_due(conn: &Connection, skip: &[String]) -> Result<Option<At>> {
     let skip = serde_json::to_string(skip).unwrap_or_else(|_| "[]".into());
     conn.prepare_cached(&format!(
@@ -298,14 +337,11 @@ pub(super) fn next_send_due(conn: &Connection, skip: &[String]) -> Result<Option
              FROM outbox o JOIN conversations c ON c.id = o.conversation_id
              WHERE o.state IN {claimable}
                AND o.business NOT IN (SELECT value FROM json_each(?1))
-               AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.conversation_id = o.conversation_id
-                               AND p.id < o.id AND p.state IN {unsettled})
-             UNION ALL SELECT min(send_until) FROM outbox WHERE state = '{sending}'
-             UNION ALL SELECT min(send_until) FROM outbox WHERE state = '{unknown}')",
+               AND NOT {held_back}
+             {timed})",
         claimable = *CLAIMABLE_SQL,
-        unsettled = *UNSETTLED_SQL,
-        sending = PartState::Sending,
-        unknown = PartState::Unknown,
+        held_back = *HELD_BACK_SQL,
+        timed = timed_sql(),
     ))
     .and_then(|mut s| s.query_row(params![skip], |r| r.get(0)))
     .map_err(unavailable)

@@ -230,6 +230,7 @@ pub async fn forget_waits_for_work_under_way_for_the_customer(store: Arc<dyn Sto
             .claim_sends(super::fixtures::sends(at + ms(120_000)))
             .await
             .expect("claim")
+            .jobs
             .is_empty(),
         "the queued reply is gone with her"
     );

@@ -97,11 +97,26 @@ pub fn sends(now: At) -> SendClaim {
     }
 }
 
-/// What a sender claims at `now`, by part id.
+/// What a sender claims at `now` and sends at once (each part departs), by part id.
 pub async fn claim_sends(store: &Arc<dyn Store>, now: At) -> Vec<SendJob> {
-    let mut jobs = store.claim_sends(sends(now)).await.expect("claim sends");
+    let mut jobs = store
+        .claim_sends(sends(now))
+        .await
+        .expect("claim sends")
+        .jobs;
     jobs.sort_by_key(|j| j.id);
+    for job in &jobs {
+        depart(store, job, now).await;
+    }
     jobs
+}
+
+/// The claimed `job` took its pacing slot: its request leaves at `now`.
+pub async fn depart(store: &Arc<dyn Store>, job: &SendJob, now: At) {
+    store
+        .depart(job.id, job.attempt, now, LEASE)
+        .await
+        .expect("departed");
 }
 
 /// Claims at `now` and expects exactly part `id`.

@@ -521,7 +521,8 @@ pub async fn a_held_batch_keeps_its_place_and_its_holding_message_goes_first(
             unknown_wait: ms(60_000),
         })
         .await
-        .expect("sends");
+        .expect("sends")
+        .jobs;
     assert_eq!(first.len(), 3, "one head per customer");
     assert!(first.iter().all(|job| job.part == HOLD_PART), "{first:?}");
 }

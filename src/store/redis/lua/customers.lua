@@ -140,7 +140,7 @@ end
 -- A reply part goes, with every index that names it.
 local function erase_part(part)
   local o = get(k('o', part), 'conv', 'wamid')
-  for _, set in ipairs({'outbox', 'ready', 'sending', 'unknown'}) do
+  for _, set in ipairs({'outbox', 'ready', 'claimed', 'sending', 'unknown'}) do
     redis.call('ZREM', k(set), part)
   end
   if o.wamid then

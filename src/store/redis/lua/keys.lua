@@ -107,14 +107,34 @@ local function earliest(...)
   return best
 end
 
--- Reply parts that still hold their recipient's queue, and those a sender may claim.
-local UNSETTLED = {queued = true, sending = true, unknown = true, window_closed = true}
-local READY = {queued = true, window_closed = true}
+-- Reply parts that still hold their recipient's queue, those a sender may claim, and those
+-- whose lease or wait runs out (each in a set of its own, by when).
+local UNSETTLED = {
+  [PART.queued] = true, [PART.claimed] = true, [PART.sending] = true, [PART.unknown] = true,
+  [PART.window_closed] = true,
+}
+local READY = {[PART.queued] = true, [PART.window_closed] = true}
+local TIMED = {PART.claimed, PART.sending, PART.unknown}
 
--- Keeps a conversation's place in the sender's work list: listed, at the time its oldest
--- unsettled part may go, only while that part waits to be sent.
+-- The part a conversation's queue waits on: its oldest unsettled part, passing over unknown
+-- ones, which hold back only the rest of their own reply (the rulebook's holds_later_replies).
+local function head_of(conv)
+  local blocked = {}
+  for _, id in ipairs(redis.call('ZRANGE', k('c', conv, 'unsettled'), 0, -1)) do
+    local o = get(k('o', id), 'state', 'batch')
+    if not blocked[o.batch] then
+      if o.state ~= PART.unknown then
+        return id
+      end
+      blocked[o.batch] = true
+    end
+  end
+end
+
+-- Keeps a conversation's place in the sender's work list: listed, at the time its head part
+-- may go, only while that part waits to be sent.
 local function refresh_head(conv)
-  local head = redis.call('ZRANGE', k('c', conv, 'unsettled'), 0, 0)[1]
+  local head = head_of(conv)
   if head then
     local o = get(k('o', head), 'state', 'next')
     if READY[o.state] then
@@ -127,7 +147,7 @@ local function refresh_head(conv)
 end
 
 -- Moves a reply part to `state` with `fields`, keeping every index of parts by state in step.
--- `till` is when a sending or unknown part's wait ends.
+-- `till` is when a claimed, sending or unknown part's lease or wait ends.
 local function move_part(id, state, fields)
   fields = fields or {}
   fields.state = state
@@ -144,9 +164,12 @@ local function move_part(id, state, fields)
   else
     redis.call('ZREM', k('ready'), m)
   end
-  redis.call('ZREM', k('sending'), m)
-  redis.call('ZREM', k('unknown'), m)
-  if state == PART.sending or state == PART.unknown then
+  local timed = false
+  for _, each in ipairs(TIMED) do
+    redis.call('ZREM', k(each), m)
+    timed = timed or each == state
+  end
+  if timed then
     redis.call('ZADD', k(state), int(fields.till), m)
   else
     redis.call('HDEL', k('o', id), 'till')

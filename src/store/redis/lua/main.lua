@@ -20,7 +20,7 @@ local OPS = {
   claim = claim, claim_routine = claim_routine, renew = renew, finish = finish, hold = hold,
   next_due = next_due, history = history,
   set_stage = set_stage, add_usage = add_usage, turn_stats = turn_stats,
-  outbox = outbox, claim_sends = claim_sends, record_send = record_send,
+  outbox = outbox, claim_sends = claim_sends, depart = depart, record_send = record_send,
   next_send_due = next_send_due, review_queue = review_queue, review_item = review_item,
   resolve_review = resolve_review, conversations = conversations, gauges = gauges,
   submit_chat = submit_chat, job_for_message = job_for_message, chat_job = chat_job,

@@ -41,9 +41,16 @@ end
 -- At most this many lapsed sends settle per claim: the rest wait for the next one.
 local SETTLE = 256
 
--- Sends whose lease lapsed may have reached Meta: unknown, or accepted when a status webhook
--- named them meanwhile. Unknown ones past their wait go to review.
+-- Claims that lapsed before their part departed go back to the queue. Sends whose lease
+-- lapsed may have reached Meta: unknown (returned), or accepted when a status webhook named
+-- them meanwhile. Unknown ones past their wait go to review.
 local function settle_lapsed(now, wait)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('claimed'), '-inf', int(now), 'LIMIT', 0,
+      SETTLE)) do
+    local closed = redis.call('HGET', k('o', id), 'window_closed') == '1'
+    move_part(id, closed and PART.window_closed or PART.queued)
+  end
+  local unknown = {}
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('sending'), '-inf', int(now), 'LIMIT', 0,
       SETTLE)) do
     local o = get(k('o', id), 'wamid', 'sent', 'err')
@@ -53,6 +60,7 @@ local function settle_lapsed(now, wait)
       move_part(id, PART.unknown, {
         till = now + wait, err = o.err or 'the sender stopped while sending', updated = now,
       })
+      unknown[#unknown + 1] = tonumber(id)
     end
   end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('unknown'), '-inf', int(now), 'LIMIT', 0,
@@ -61,6 +69,7 @@ local function settle_lapsed(now, wait)
     open_review(redis.call('HGET', k('o', id), 'batch'), tonumber(id), REASON.unknown_outcome,
       'no status webhook named this send in time; it may or may not have been delivered', now)
   end
+  return unknown
 end
 
 local function set_of(list)
@@ -71,13 +80,13 @@ local function set_of(list)
   return set
 end
 
--- Hands the head part of a conversation to a sender under a send lease.
+-- Hands the head part of a conversation to a sender, held until it departs or `lease` lapses.
 local function claim_head(conv, now, lease)
-  local id = redis.call('ZRANGE', k('c', conv, 'unsettled'), 0, 0)[1]
+  local id = head_of(conv)
   local o = get(k('o', id), 'state', 'attempts')
   local attempt = tonumber(o.attempts) + 1
   local closed = o.state == PART.window_closed
-  move_part(id, PART.sending, {attempts = attempt, till = now + lease, window_closed = closed})
+  move_part(id, PART.claimed, {attempts = attempt, till = now + lease, window_closed = closed})
   local p = get(k('o', id), 'batch', 'part', 'ch', 'biz', 'cust', 'body', 'options',
     'reply_to', 'failures')
   return {
@@ -91,7 +100,7 @@ end
 -- Per recipient only the oldest part not yet settled, once its pacing allows, and not from a
 -- halted number; the work list is read a page at a time.
 local function claim_sends(a)
-  settle_lapsed(a.now, a.unknown_wait)
+  local unknown = settle_lapsed(a.now, a.unknown_wait)
   local halted = set_of(a.halted)
   local jobs, skipped = {}, 0
   while #jobs < a.limit do
@@ -112,7 +121,17 @@ local function claim_sends(a)
       end
     end
   end
-  return jobs
+  return {jobs = jobs, unknown = unknown}
+end
+
+-- A claimed part took its pacing slot: its request may leave from now on.
+local function depart(a)
+  local o = get(k('o', a.id), 'state', 'attempts')
+  if o.state ~= PART.claimed or tonumber(o.attempts) ~= a.attempt then
+    return fail('SABI_LEASE_LOST', 'the claim is no longer held')
+  end
+  move_part(a.id, PART.sending, {till = a.now + a.lease, updated = a.now})
+  return true
 end
 
 local function next_send_due(a)
@@ -130,13 +149,16 @@ local function next_send_due(a)
     end
     from = from + 64
   end
-  return earliest(best, first_score(k('sending')), first_score(k('unknown')))
+  return earliest(best, first_score(k('claimed')), first_score(k('sending')),
+    first_score(k('unknown')))
 end
 
 local function record_send(a)
   local id, now, r = a.id, a.now, a.result
   local o = get(k('o', id), 'state', 'attempts', 'batch', 'conv', 'wamid', 'window_closed')
-  if o.state ~= PART.sending or tonumber(o.attempts) ~= a.attempt then
+  -- A claimed part never left: only "not tried" may end it.
+  local held = o.state == PART.sending or (o.state == PART.claimed and r.kind == 'untried')
+  if not held or tonumber(o.attempts) ~= a.attempt then
     return fail('SABI_LEASE_LOST', 'the lease is no longer held')
   end
   -- A status webhook already named this send: Meta has it, whatever the sender saw.
