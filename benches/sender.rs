@@ -5,9 +5,22 @@
 //! (claim under a lease, the at-most-once bookkeeping, the commit of each outcome). The fake
 //! runs in the same process. `SENDER_BENCH_PARTS` changes the count (default 5,000; 200 under
 //! `cargo test`, as a smoke check).
+//!
+//! Then read receipts on a saturated number: a real `sabi serve` (`SABI_BIN` runs another
+//! build, for a before-and-after in one run) answers 300 customers who wrote at once, on a
+//! number paced at 20 a second; it prints the replies' rate and how many of the customers'
+//! messages were marked read within 30 s of the last reply. `SENDER_BENCH_CUSTOMERS` changes the
+//! count (30 under `cargo test`).
 
+#[path = "support/node.rs"]
+#[allow(dead_code, reason = "each bench uses part of the shared node")]
+mod support;
+
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use secrecy::SecretString;
 
 use sabi::clock::{At, Clock, SystemClock, UnixSeconds};
 use sabi::config::SenderSettings;
@@ -41,7 +54,84 @@ fn main() {
             direct.as_secs_f64() / outbox.as_secs_f64(),
             per_send(outbox) - per_send(direct),
         );
+        let customers: usize = std::env::var("SENDER_BENCH_CUSTOMERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if full { 300 } else { 30 });
+        receipts(customers).await;
     });
+}
+
+const SECRET: &str = "bench-app-secret";
+const RATE: u32 = 20;
+
+/// Customers who all wrote at once to a number paced at [`RATE`]: the replies' rate, and the
+/// share of their messages marked read within 30 s of the last reply.
+async fn receipts(customers: usize) {
+    let fake = FakeGraph::start(TOKEN).await;
+    let base = fake.base_url();
+    let rate = RATE.to_string();
+    let node = support::Node::start(
+        "all",
+        "",
+        SECRET,
+        &[
+            ("SABI_WHATSAPP_ACCESS_TOKEN", TOKEN),
+            ("SABI_WHATSAPP_API_BASE", &base),
+            ("SABI_OUTBOUND_RATE", &rate),
+            ("SABI_TURNS", "32"),
+        ],
+        |_| false,
+    );
+    let client = reqwest::Client::new();
+    let now = SystemClock.now().unix_seconds();
+    for n in 0..customers {
+        let value = sabi::whatsapp::wire::text_webhook(
+            BUSINESS,
+            &customer(n),
+            "Bench",
+            &format!("wamid.receipt{n}"),
+            u64::try_from(now).unwrap_or(0),
+            "hello",
+        );
+        let body = sabi::whatsapp::wire::encode(&value).into_bytes();
+        let signature = sabi::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
+        let response = client
+            .post(node.url("/webhook/whatsapp"))
+            .header("x-hub-signature-256", signature)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("webhook");
+        assert!(response.status().is_success(), "webhook refused");
+    }
+    // Every customer answered, then 30 s more for the receipts.
+    let started = Instant::now();
+    while fake.accepted().len() < customers && started.elapsed() < Duration::from_secs(600) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let replies = fake.accepted();
+    let last_reply = replies.iter().map(|r| r.at).max().expect("replies");
+    let first_reply = replies.iter().map(|r| r.at).min().expect("replies");
+    tokio::time::sleep_until(last_reply + Duration::from_secs(30)).await;
+    let mut read_at: HashMap<String, tokio::time::Instant> = HashMap::new();
+    for r in fake.received().iter().filter(|r| !r.is_message()) {
+        if let Some(id) = r.body["message_id"].as_str() {
+            read_at.entry(id.to_owned()).or_insert(r.at);
+        }
+    }
+    let in_time = read_at
+        .values()
+        .filter(|at| **at <= last_reply + Duration::from_secs(30))
+        .count();
+    let span = last_reply.duration_since(first_reply).as_secs_f64();
+    println!(
+        "read receipts, {customers} customers on a {RATE}/s number: replies {:.1}/s from first to last ({} of {customers} in {span:.1} s); marked read within 30 s of the last reply: {in_time} of {customers} ({:.0} %)",
+        (replies.len().saturating_sub(1)) as f64 / span.max(f64::EPSILON),
+        replies.len(),
+        in_time as f64 * 100.0 / customers as f64,
+    );
 }
 
 fn graph(fake: &FakeGraph) -> Graph {

@@ -1,5 +1,6 @@
 //! A release `sabi serve` of a bench's own: on a free port, its SQLite store in a temporary
 //! folder, killed when dropped. Shared by the benches that drive the binary as users run it.
+//! `SABI_BIN` runs another build instead (a previous one, for a before-and-after in one run).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -25,7 +26,7 @@ impl Node {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("sabi.toml");
         std::fs::write(&file, config).expect("sabi.toml");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sabi"))
+        let mut child = Command::new(binary())
             .args(["serve", "--role", role])
             .current_dir(dir.path())
             .env("SABI_CONFIG", &file)
@@ -79,6 +80,11 @@ impl Node {
     pub(crate) fn store_url(&self) -> String {
         format!("sqlite://{}", self.dir.path().join("sabi.db").display())
     }
+}
+
+/// The `sabi` to run: `SABI_BIN` (a previous build, to compare in one run) or this build's.
+pub(crate) fn binary() -> String {
+    std::env::var("SABI_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sabi").to_owned())
 }
 
 impl Drop for Node {

@@ -21,6 +21,7 @@
 
 pub(crate) mod pacer;
 pub mod policy;
+mod receipts;
 pub mod split;
 mod typing;
 
@@ -33,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::pacer::Pacer;
 use self::policy::Class;
+use self::receipts::Receipts;
 pub use self::typing::Typing;
 use crate::clock::{At, SharedClock};
 use crate::config::SenderSettings;
@@ -48,6 +50,7 @@ pub struct Sender {
     graph: Graph,
     settings: SenderSettings,
     pacer: Pacer,
+    receipts: Receipts,
     halted: Mutex<HashSet<String>>,
     wakeup: Arc<Notify>,
     metrics: Arc<Metrics>,
@@ -64,6 +67,7 @@ impl Sender {
         Arc::new(Sender {
             store,
             pacer: Pacer::new(settings.rate, clock.clone()),
+            receipts: Receipts::default(),
             clock,
             graph,
             settings,
@@ -93,7 +97,13 @@ impl Sender {
         &self.pacer
     }
 
-    /// Sends until `shutdown`, then gives sends in flight the grace period to end.
+    /// Read receipts owed while the number had no slot to spare.
+    pub(crate) fn receipts(&self) -> &Receipts {
+        &self.receipts
+    }
+
+    /// Sends until `shutdown`, then gives sends in flight the grace period to end; read
+    /// receipts go meanwhile, as the number has room.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         tracing::info!(rate = self.settings.rate, "sender started");
         let runner = Runner {
@@ -102,7 +112,8 @@ impl Sender {
             poll_interval: self.settings.poll_interval,
             shutdown_grace: self.settings.shutdown_grace,
         };
-        runner.run(self, shutdown).await;
+        let receipts = self.receipts.run(self.clone(), shutdown.clone());
+        tokio::join!(runner.run(self.clone(), shutdown), receipts);
     }
 
     /// Numbers not to claim for now: halted ones, and those a throttling answer holds back

@@ -36,6 +36,11 @@ impl Pacer {
         }
     }
 
+    /// The time between two of a number's slots.
+    pub(crate) fn interval(&self) -> Duration {
+        Duration::from_micros(u64::try_from(self.interval_us).unwrap_or(0))
+    }
+
     fn now_us(&self) -> i64 {
         self.clock.now().millis().saturating_mul(1000)
     }

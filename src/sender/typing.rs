@@ -2,10 +2,11 @@
 //!
 //! A turn only reaches its handler once the engine decided it will be answered (not too old,
 //! not out of tries), so the indicator never shows for a batch that goes to review. Meta hides
-//! it after 25 s, so it is sent again every 20 s while the turn runs. It is best effort: a
-//! failure is logged and the turn goes on, and when the number has no budget to spare this
-//! instant it is skipped, so a turn never holds its slot waiting for Meta's rate and replies
-//! keep the number's budget.
+//! it after 25 s, so it is sent again every 20 s while the turn runs. The indicator is best
+//! effort: when the number has no budget to spare this instant it is skipped, so a turn never
+//! holds its slot waiting for Meta's rate and replies keep the number's budget. The read receipt
+//! it carries is not: a first indicator that did not go leaves the message owed to the sender's
+//! receipts, which mark it read as soon as the number has room.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -32,18 +33,34 @@ impl Typing {
         Arc::new(Typing { inner, sender })
     }
 
-    async fn show(&self, business: &str, message_id: &str) {
+    /// Shows the indicator, marking `message_id` read; whether it went.
+    async fn show(&self, business: &str, message_id: &str) -> bool {
         if !self.sender.pacer().try_acquire(business) {
             tracing::debug!("the number's rate is spent: no typing indicator this time");
-            return;
+            return false;
         }
-        if let Err(e) = self
+        match self
             .sender
             .graph()
             .mark_read(business, message_id, true)
             .await
         {
-            tracing::warn!(error.message = %e, "could not show the typing indicator");
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error.message = %e, "could not show the typing indicator");
+                false
+            }
+        }
+    }
+
+    /// The first indicator, which also marks the batch's latest message read, or leaves it
+    /// owed.
+    async fn show_first(&self, business: &str, customer: &str, message_id: &str) {
+        let receipts = self.sender.receipts();
+        if self.show(business, message_id).await {
+            receipts.paid(&self.sender, business, customer);
+        } else {
+            receipts.owe(&self.sender, business, customer, message_id);
         }
     }
 
@@ -69,11 +86,12 @@ impl TurnHandler for Typing {
             return self.inner.handle(batch).await;
         };
         let business = batch.conversation.business.as_str();
+        let customer = batch.conversation.customer.as_str();
         // The turn ends only once the first indicator went out (or gave up), so it comes
         // before the reply; a slow Graph API holds the turn back by no more than FIRST_WAIT.
         let first = async {
             tokio::select! {
-                () = self.show(business, message_id) => {}
+                () = self.show_first(business, customer, message_id) => {}
                 () = self.after(FIRST_WAIT) => {}
             }
         };

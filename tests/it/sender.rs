@@ -546,6 +546,57 @@ async fn the_typing_indicator_shows_for_answered_batches_only() {
     );
 }
 
+/// Read receipts are never dropped: 300 customers on a 20-a-second number saturate it with
+/// replies, and every one of their messages is still marked read; while replies wait, receipts
+/// take no more than about a tenth of the number's calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answered_message_is_marked_read_while_replies_keep_the_number() {
+    let customers = 300;
+    let sabi = Sending::start(
+        Arc::new(Says("hi".into())),
+        &[("SABI_OUTBOUND_RATE", "20"), ("SABI_TURNS", "32")],
+    )
+    .await;
+    for i in 0..customers {
+        sabi.customer_writes(&format!("wamid.in{i}"), &customer(i), "hello", 0)
+            .await;
+    }
+    sabi.wait_for(Duration::from_secs(120), all_accepted(customers))
+        .await;
+    let read = |received: &[Received]| -> HashSet<String> {
+        received
+            .iter()
+            .filter(|r| !r.is_message() && r.body["status"] == "read")
+            .filter_map(|r| r.body["message_id"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while read(&sabi.fake.received()).len() < customers {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {customers} messages marked read",
+            read(&sabi.fake.received()).len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // While replies still waited (from the first reply to the last), receipts kept to their
+    // share of the number's calls.
+    let received = sabi.fake.received();
+    let replies = sabi.fake.accepted();
+    let first = replies.iter().map(|r| r.at).min().expect("replies");
+    let last = replies.iter().map(|r| r.at).max().expect("replies");
+    let during: Vec<&Received> = received
+        .iter()
+        .filter(|r| r.at >= first && r.at <= last)
+        .collect();
+    let receipts = during.iter().filter(|r| !r.is_message()).count();
+    assert!(
+        receipts * 100 <= during.len() * 15,
+        "{receipts} of {} calls were receipts while replies waited",
+        during.len()
+    );
+}
+
 /// A status webhook for a message Sabi sent, as Meta writes it.
 fn status_webhook(
     wamid: &str,
