@@ -11,6 +11,7 @@
 
 pub mod budget;
 pub mod external;
+pub mod grounding;
 pub mod guard;
 pub mod llm;
 pub mod voice;
