@@ -386,6 +386,22 @@ mod tests {
     }
 
     #[test]
+    fn an_ungrounded_answer_is_told_which_figures_and_what_to_do() {
+        let said = Flaw::Ungrounded.correction(&["$0".into(), "12 March".into()]);
+        assert!(said.contains("($0, 12 March)"), "{said}");
+        assert!(
+            said.contains("call the tool") && said.contains("never guess a figure"),
+            "{said}"
+        );
+        assert_eq!(Flaw::Ungrounded.as_str(), "ungrounded");
+        assert_eq!(
+            Flaw::Empty.correction(&[]),
+            "Your last answer was empty.",
+            "other checks name no figures"
+        );
+    }
+
+    #[test]
     fn a_reasoning_block_is_not_for_the_customer() {
         assert_eq!(
             read(
