@@ -6,8 +6,12 @@
 //! a fake Graph API, and its tools call a business API of the bench's own that records who asked
 //! what. For each scenario the bench posts a signed webhook (a text, or a voice note made with
 //! espeak-ng) and waits for the reply or the review item. It prints each conversation, then:
-//! right tool decisions, what the guard stopped and why, turn latency p50/p95, and model tokens
-//! per turn.
+//! right tool decisions, what the guard stopped and why, turn latency p50/p95, model tokens
+//! per turn, and the two counts of grounding (Sabi's [`sabi::agent::grounding`] rules, held to
+//! what the bench knows was said: the customer's words, the business API's answers to that
+//! customer, the system prompt and the tools' descriptions): made-up figures that reached a
+//! customer, and answers the guard refused as `ungrounded` whose figures were all in fact given
+//! (both targets 0).
 //!
 //! Environment: `REAL_MODEL_URL` (the OpenAI-compatible base, `/v1`), `REAL_MODEL_NAME`,
 //! `REAL_MODEL_TEMPLATE` (a label for the report), `REAL_MODEL_VOICES` (a folder holding
@@ -22,6 +26,7 @@ use axum::http::{HeaderMap, StatusCode};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 
+use sabi::agent::grounding::Ground;
 use sabi::testing::graph::FakeGraph;
 
 #[path = "support/node.rs"]
@@ -45,8 +50,16 @@ struct Scenario {
 
 enum Says {
     Text(&'static str),
-    /// A voice note: the file in `REAL_MODEL_VOICES`.
-    Voice(&'static str),
+    /// A voice note: the file in `REAL_MODEL_VOICES`, and what it says.
+    Voice(&'static str, &'static str),
+}
+
+impl Says {
+    fn words(&self) -> &'static str {
+        match self {
+            Says::Text(words) | Says::Voice(_, words) => words,
+        }
+    }
 }
 
 const fn text(kind: &'static str, says: &'static str, tool: Option<&'static str>) -> Scenario {
@@ -110,6 +123,31 @@ const SCENARIOS: &[Scenario] = &[
         BALANCE,
     ),
     text("tool failure", "Balance of 0000000000 please", BALANCE),
+    text(
+        "no balance given",
+        "What is the balance on account 1111111111?",
+        BALANCE,
+    ),
+    text(
+        "no balance given",
+        "Abeg how much remain for account 1111111111?",
+        BALANCE,
+    ),
+    text(
+        "quotes an amount",
+        "I sent 15,000 naira to my brother yesterday and he never received it",
+        None,
+    ),
+    text(
+        "quotes an amount",
+        "Una debit me N2,500 two times for one airtime, abeg reverse am",
+        None,
+    ),
+    text(
+        "quotes an amount",
+        "My transfer of 45k on 3 March failed but the money left my account",
+        None,
+    ),
     text("order", "Where is my card order 48213?", ORDER),
     text("order", "Has my cheque book order 77120 shipped?", ORDER),
     text("order", "Abeg wetin happen to my order 55102?", ORDER),
@@ -140,12 +178,12 @@ const SCENARIOS: &[Scenario] = &[
     text("greeting", "How far, how you dey?", None),
     Scenario {
         kind: "voice: balance",
-        says: Says::Voice("balance.wav"),
+        says: Says::Voice("balance.wav", "What is the balance on account 0123456789?"),
         tool: BALANCE,
     },
     Scenario {
         kind: "voice: order",
-        says: Says::Voice("order.wav"),
+        says: Says::Voice("order.wav", "Where is my card order 48213?"),
         tool: ORDER,
     },
 ];
@@ -171,8 +209,23 @@ fn main() {
     runtime.block_on(run(url, model, template, voices));
 }
 
-/// Who asked the business API for what: (customer header, path).
-type Calls = Arc<Mutex<Vec<(String, String)>>>;
+/// Who asked the business API for what, and what it answered: (customer header, path, answer;
+/// empty when it failed).
+type Calls = Arc<Mutex<Vec<(String, String, String)>>>;
+
+/// One conversation's result.
+struct Outcome {
+    right: bool,
+    took: Duration,
+    ending: Ending,
+    /// The reply's figures that nothing said gave.
+    made_up: Vec<String>,
+    /// Answers refused as ungrounded whose figures had all been given.
+    refused_grounded: usize,
+}
+
+/// The message of the guard's log line, and the field naming the figures it refused.
+const STOPPED: &str = "the guard stopped a model answer";
 
 async fn run(url: String, model: String, template: String, voices: Option<String>) {
     let graph = FakeGraph::start(GRAPH_TOKEN).await;
@@ -195,7 +248,7 @@ async fn run(url: String, model: String, template: String, voices: Option<String
         let customer = format!("2348{:09}", 100_000_000 + n);
         let body = match &scenario.says {
             Says::Text(text) => text_webhook(&customer, n, text),
-            Says::Voice(file) => {
+            Says::Voice(file, _) => {
                 let Some(bytes) = voices
                     .as_ref()
                     .and_then(|d| std::fs::read(std::path::Path::new(d).join(file)).ok())
@@ -208,15 +261,41 @@ async fn run(url: String, model: String, template: String, voices: Option<String
                 voice_webhook(&customer, n, &media)
             }
         };
+        let logged = node.shown().len();
         let started = Instant::now();
         post(&client, &node, body).await;
         let ending = wait_for(&client, &node, &graph, &customer).await;
         let took = started.elapsed();
-        let asked: Vec<String> = lock(&calls)
+        let answered: Vec<(String, String)> = lock(&calls)
             .iter()
-            .filter(|(who, _)| *who == format!("whatsapp:{customer}"))
-            .map(|(_, path)| path.clone())
+            .filter(|(who, _, _)| *who == format!("whatsapp:{customer}"))
+            .map(|(_, path, answer)| (path.clone(), answer.clone()))
             .collect();
+        let asked: Vec<String> = answered.iter().map(|(path, _)| path.clone()).collect();
+        // What was in fact said to the model: the truth its figures are held to.
+        let mut said = Ground::default();
+        for text in [
+            SYSTEM_PROMPT,
+            BALANCE_TOOL,
+            ORDER_TOOL,
+            scenario.says.words(),
+        ] {
+            said.add(text);
+        }
+        for (_, answer) in &answered {
+            said.add(answer);
+        }
+        let made_up = match &ending {
+            Ending::Replied(text) => said.ungrounded(text),
+            _ => Vec::new(),
+        };
+        // The guard's line is written before the reply goes; give its reader a moment.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let refused_grounded = node.shown()[logged..]
+            .iter()
+            .filter(|line| line.contains(STOPPED) && line.contains("ungrounded"))
+            .filter(|line| said.ungrounded(&refused_figures(line).join(" ")).is_empty())
+            .count();
         let tools: Vec<&str> = asked
             .iter()
             .map(|p| {
@@ -231,15 +310,26 @@ async fn run(url: String, model: String, template: String, voices: Option<String
             Some(tool) => tools.contains(&tool),
             None => tools.is_empty(),
         };
+        let figures = match (made_up.is_empty(), refused_grounded) {
+            (true, 0) => String::new(),
+            (true, n) => format!(" [{n} grounded answer(s) REFUSED]"),
+            (false, _) => format!(" [MADE UP: {}]", made_up.join(", ")),
+        };
         println!(
-            "  {:<22} {:>6.1} s  {:<5} tools {:<28} {}",
+            "  {:<22} {:>6.1} s  {:<5} tools {:<28} {}{figures}",
             scenario.kind,
             took.as_secs_f64(),
             if right { "right" } else { "WRONG" },
             format!("{asked:?}"),
             ending.shown()
         );
-        results.push((right, took, ending));
+        results.push(Outcome {
+            right,
+            took,
+            ending,
+            made_up,
+            refused_grounded,
+        });
     }
     report(&client, &node, &template, &results).await;
 }
@@ -268,12 +358,7 @@ impl Ending {
     }
 }
 
-async fn report(
-    client: &reqwest::Client,
-    node: &Node,
-    template: &str,
-    results: &[(bool, Duration, Ending)],
-) {
+async fn report(client: &reqwest::Client, node: &Node, template: &str, results: &[Outcome]) {
     let metrics = client
         .get(node.url("/metrics"))
         .send()
@@ -295,28 +380,34 @@ async fn report(
     };
     let guard = counted("sabi_llm_guard_total{");
     let tokens = counted("sabi_llm_tokens_total{");
-    let mut latencies: Vec<Duration> = results.iter().map(|(_, took, _)| *took).collect();
+    let mut latencies: Vec<Duration> = results.iter().map(|o| o.took).collect();
     latencies.sort();
     let at = |q: f64| {
         latencies
             .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
             .map_or(f64::NAN, Duration::as_secs_f64)
     };
-    let right = results.iter().filter(|(r, _, _)| *r).count();
+    let right = results.iter().filter(|o| o.right).count();
     let replied = results
         .iter()
-        .filter(|(_, _, e)| matches!(e, Ending::Replied(_)))
+        .filter(|o| matches!(o.ending, Ending::Replied(_)))
         .count();
     let reviewed = results
         .iter()
-        .filter(|(_, _, e)| matches!(e, Ending::Review(_)))
+        .filter(|o| matches!(o.ending, Ending::Review(_)))
         .count();
+    let made_up: Vec<&str> = results
+        .iter()
+        .flat_map(|o| o.made_up.iter().map(String::as_str))
+        .collect();
+    let refused_grounded: usize = results.iter().map(|o| o.refused_grounded).sum();
     let turns = results.len().max(1) as f64;
     println!(
-        "{template}: {right}/{} right tool decisions; {replied} replied, {reviewed} to a person, {} unanswered; guard stopped {:?}; turn p50 {:.1} s, p95 {:.1} s; tokens per turn: {:.0} prompt, {:.0} completion",
+        "{template}: {right}/{} right tool decisions; {replied} replied, {reviewed} to a person, {} unanswered; guard stopped {:?}; made-up figures sent to customers {} {made_up:?} (target 0); grounded answers refused {refused_grounded} (target 0); turn p50 {:.1} s, p95 {:.1} s; tokens per turn: {:.0} prompt, {:.0} completion",
         results.len(),
         results.len() - replied - reviewed,
         guard,
+        made_up.len(),
         at(0.5),
         at(0.95),
         tokens.get("prompt").copied().unwrap_or(0.0) / turns,
@@ -363,6 +454,24 @@ async fn wait_for(
     Ending::Nothing
 }
 
+/// The tools' descriptions, as the model reads them in their definitions.
+const BALANCE_TOOL: &str =
+    "The available balance of one of the customer's accounts. The 10-digit account number";
+const ORDER_TOOL: &str = "Where a card or cheque-book order is. The order number";
+
+/// The figures a guard log line names (`figures=["$0", "12 March"]`).
+fn refused_figures(line: &str) -> Vec<String> {
+    line.split_once("figures=[")
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .map(|(list, _)| {
+            list.split("\", \"")
+                .map(|figure| figure.trim_matches('"').to_owned())
+                .filter(|figure| !figure.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn config(api: &str, url: &str, model: &str) -> String {
     format!(
         r#"[llm]
@@ -400,7 +509,8 @@ timeout = "5s"
     )
 }
 
-/// The business's API: balances (account 0000000000 is down) and orders.
+/// The business's API: balances (account 0000000000 is down; 1111111111 answers without one)
+/// and orders.
 async fn business_api() -> (String, Calls) {
     let calls: Calls = Arc::default();
     let (balance_calls, order_calls) = (calls.clone(), calls.clone());
@@ -416,13 +526,21 @@ async fn business_api() -> (String, Calls) {
             "/balance/{account}",
             axum::routing::get(
                 move |Path(account): Path<String>, headers: HeaderMap| async move {
-                    lock(&balance_calls).push((who(&headers), format!("/balance/{account}")));
-                    if account == "0000000000" {
-                        return Err(StatusCode::SERVICE_UNAVAILABLE);
-                    }
-                    Ok(axum::Json(json!({
-                        "account": account, "available_balance": "52,340.10", "currency": "NGN"
-                    })))
+                    let path = format!("/balance/{account}");
+                    let answer = match account.as_str() {
+                        "0000000000" => {
+                            lock(&balance_calls).push((who(&headers), path, String::new()));
+                            return Err(StatusCode::SERVICE_UNAVAILABLE);
+                        }
+                        "1111111111" => json!({
+                            "account": account, "status": "balance temporarily unavailable"
+                        }),
+                        _ => json!({
+                            "account": account, "available_balance": "52,340.10", "currency": "NGN"
+                        }),
+                    };
+                    lock(&balance_calls).push((who(&headers), path, answer.to_string()));
+                    Ok(axum::Json(answer))
                 },
             ),
         )
@@ -430,8 +548,13 @@ async fn business_api() -> (String, Calls) {
             "/orders/{id}",
             axum::routing::get(
                 move |Path(id): Path<String>, headers: HeaderMap| async move {
-                    lock(&order_calls).push((who(&headers), format!("/orders/{id}")));
-                    axum::Json(json!({"order": id, "status": "shipped", "arrives": "in 2 days"}))
+                    let answer = json!({"order": id, "status": "shipped", "arrives": "in 2 days"});
+                    lock(&order_calls).push((
+                        who(&headers),
+                        format!("/orders/{id}"),
+                        answer.to_string(),
+                    ));
+                    axum::Json(answer)
                 },
             ),
         );

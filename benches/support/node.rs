@@ -5,17 +5,20 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 pub(crate) struct Node {
     child: Child,
     addr: SocketAddr,
     dir: tempfile::TempDir,
+    shown: Arc<Mutex<Vec<String>>>,
 }
 
 impl Node {
     /// Starts `sabi serve --role <role>` with `config` as its `sabi.toml`, `secret` as the app
     /// secret, no batch window, and `env` on top; its log lines for which `shown` holds are
-    /// echoed to stderr, the rest are read and dropped (a full pipe would stall it).
+    /// echoed to stderr and kept ([`Node::shown`]), the rest are read and dropped (a full pipe
+    /// would stall it).
     pub(crate) fn start(
         role: &str,
         config: &str,
@@ -53,14 +56,27 @@ impl Node {
                 break addr.parse().expect("address");
             }
         };
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        let keep = kept.clone();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {
                 if shown(&line) {
                     eprintln!("    sabi: {line}");
+                    keep.lock().unwrap_or_else(|p| p.into_inner()).push(line);
                 }
             }
         });
-        Node { child, addr, dir }
+        Node {
+            child,
+            addr,
+            dir,
+            shown: kept,
+        }
+    }
+
+    /// The log lines shown so far, in order.
+    pub(crate) fn shown(&self) -> Vec<String> {
+        self.shown.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub(crate) fn addr(&self) -> SocketAddr {

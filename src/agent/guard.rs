@@ -7,7 +7,9 @@
 //! it names a tool offered this round. Anything else that is not plain prose for a person
 //! (empty, template markup, a JSON object, an answer the token limit cut off, text longer than a
 //! message can be) is refused with the check that failed; the agent then asks again, then asks
-//! the fallback provider, then hands the turn to a person.
+//! the fallback provider, then hands the turn to a person. A message fit to send is then held
+//! to its facts: each figure in it must come from the turn's sources ([`super::grounding`]),
+//! or it is refused as [`Flaw::Ungrounded`] and escalates the same way.
 
 use serde_json::Value;
 
@@ -56,6 +58,9 @@ pub enum Flaw {
     /// Prose that names a tool (`get_balance`) instead of calling it: internals, and an answer
     /// that answers nothing.
     ToolName,
+    /// A figure (an amount, a date, a reference) that no tool result, customer message, earlier
+    /// reply or configured text of the turn gave ([`super::grounding`]).
+    Ungrounded,
 }
 
 impl Flaw {
@@ -68,12 +73,13 @@ impl Flaw {
             Flaw::CutOff => "cut_off",
             Flaw::TooLong => "too_long",
             Flaw::ToolName => "tool_name",
+            Flaw::Ungrounded => "ungrounded",
         }
     }
 
-    /// What the model is told when it is asked again.
-    pub fn correction(self) -> &'static str {
-        match self {
+    /// What the model is told when it is asked again; `figures`: the ungrounded ones, named.
+    pub fn correction(self, figures: &[String]) -> String {
+        let said = match self {
             Flaw::Empty => "Your last answer was empty.",
             Flaw::Markup => "Your last answer contained template or tool markup.",
             Flaw::Json => "Your last answer was JSON, not a message.",
@@ -82,7 +88,14 @@ impl Flaw {
             Flaw::ToolName => {
                 "Your last answer named a tool instead of calling it: never name tools to the customer."
             }
-        }
+            Flaw::Ungrounded => {
+                return format!(
+                    "Your last answer gave figures that nothing in this conversation gave ({}): call the tool that gives them, or tell the customer you will check; never guess a figure.",
+                    figures.join(", ")
+                );
+            }
+        };
+        said.to_owned()
     }
 }
 
@@ -369,6 +382,22 @@ mod tests {
         assert_eq!(
             read(&long, false, TOOLS, TOOLS),
             Reading::Refused(Flaw::TooLong)
+        );
+    }
+
+    #[test]
+    fn an_ungrounded_answer_is_told_which_figures_and_what_to_do() {
+        let said = Flaw::Ungrounded.correction(&["$0".into(), "12 March".into()]);
+        assert!(said.contains("($0, 12 March)"), "{said}");
+        assert!(
+            said.contains("call the tool") && said.contains("never guess a figure"),
+            "{said}"
+        );
+        assert_eq!(Flaw::Ungrounded.as_str(), "ungrounded");
+        assert_eq!(
+            Flaw::Empty.correction(&[]),
+            "Your last answer was empty.",
+            "other checks name no figures"
         );
     }
 

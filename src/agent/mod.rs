@@ -7,10 +7,14 @@
 //! after a configured number of rounds. A failed model call fails the turn: the engine retries
 //! it, then hands it to a person. Every text answer passes the guard ([`guard`]) first: a tool
 //! call written as text is run as one; an answer unfit to send is asked again once with a
-//! correction, then of the fallback provider, then the turn goes to a person unseen.
+//! correction, then of the fallback provider, then the turn goes to a person unseen. So does an
+//! answer with a figure (an amount, a date, a reference) that the turn's sources did not give
+//! ([`grounding`]): the prompt as sent, the tools' definitions, the router's configured replies
+//! and the answers of the tools that answered.
 
 pub mod budget;
 pub mod external;
+pub mod grounding;
 pub mod guard;
 pub mod llm;
 pub mod voice;
@@ -23,6 +27,7 @@ use futures_util::future::join_all;
 use serde_json::{Map, Value};
 
 use self::budget::Waits;
+use self::grounding::Ground;
 use self::guard::{Flaw, Reading};
 use self::llm::{ChatMessage, Llm, Providers, ToolCall, Usage};
 use crate::domain::{Batch, Channel, Identity, ReplyPart, ReviewReason};
@@ -113,10 +118,18 @@ impl Agent {
             .map_err(|e| TurnError(format!("reading the history: {e}")))?;
         let mut messages = self.prompt(batch, &history);
         let tools = self.tools.definitions(&batch.identity());
+        let mut ground = self.ground(&messages, &tools);
         let mut usage = Usage::default();
         let waits = self.llm.waits();
         let outcome = {
-            let rounds = self.rounds(batch, &mut messages, &tools, &mut usage, &waits);
+            let rounds = self.rounds(
+                batch,
+                &mut messages,
+                &tools,
+                &mut ground,
+                &mut usage,
+                &waits,
+            );
             tokio::pin!(rounds);
             // The turn's time does not count its waits for the model's budget: under a surge
             // those are queue time, like the wait for a turn's slot.
@@ -140,6 +153,7 @@ impl Agent {
         batch: &Batch,
         messages: &mut Vec<ChatMessage>,
         tools: &[Value],
+        ground: &mut Ground,
         usage: &mut Usage,
         waits: &Waits,
     ) -> Result<TurnOutcome, TurnError> {
@@ -168,40 +182,47 @@ impl Agent {
                     &tool_names(offered),
                     &tool_names(tools),
                 );
-                match read {
+                let refused = match read {
                     Reading::Reply(text) => {
-                        tracing::info!(
-                            batch = batch.id,
-                            model = %completion.model,
-                            rounds = round + 1,
-                            prompt_tokens = usage.prompt_tokens,
-                            completion_tokens = usage.completion_tokens,
-                            "agent answered"
-                        );
-                        return Ok(TurnOutcome::Reply(vec![ReplyPart::text(text)]));
+                        let figures = ground.ungrounded(&text);
+                        if figures.is_empty() {
+                            tracing::info!(
+                                batch = batch.id,
+                                model = %completion.model,
+                                rounds = round + 1,
+                                prompt_tokens = usage.prompt_tokens,
+                                completion_tokens = usage.completion_tokens,
+                                "agent answered"
+                            );
+                            return Ok(TurnOutcome::Reply(vec![ReplyPart::text(text)]));
+                        }
+                        Some((Flaw::Ungrounded, figures))
                     }
                     Reading::Calls(written) => {
                         Metrics::count(&self.metrics.llm_guard, "tool_call_in_text");
                         // As if the server had parsed them: the text was only their wrapping.
                         message.tool_calls = written;
                         message.content = None;
+                        None
                     }
-                    Reading::Refused(flaw) => {
-                        Metrics::count(&self.metrics.llm_guard, flaw.as_str());
-                        tracing::warn!(batch = batch.id, model = %completion.model, check = flaw.as_str(), "the guard stopped a model answer");
-                        match doubts.next(flaw, self.llm.has_fallback()) {
-                            Some(Next::Correct) => correct(messages, content, flaw),
-                            Some(Next::Fallback) => {}
-                            None => {
-                                return Ok(TurnOutcome::Review {
-                                    reason: ReviewReason::ModelOutput,
-                                    note: doubts.note(),
-                                });
-                            }
+                    Reading::Refused(flaw) => Some((flaw, Vec::new())),
+                };
+                if let Some((flaw, figures)) = refused {
+                    Metrics::count(&self.metrics.llm_guard, flaw.as_str());
+                    // The figures, not the answer: they are what was wrong with it.
+                    tracing::warn!(batch = batch.id, model = %completion.model, check = flaw.as_str(), ?figures, "the guard stopped a model answer");
+                    match doubts.next(flaw, self.llm.has_fallback()) {
+                        Some(Next::Correct) => correct(messages, content, flaw, &figures),
+                        Some(Next::Fallback) => {}
+                        None => {
+                            return Ok(TurnOutcome::Review {
+                                reason: ReviewReason::ModelOutput,
+                                note: doubts.note(),
+                            });
                         }
-                        // The same round again: a refusal uses no tool round.
-                        continue;
                     }
+                    // The same round again: a refusal uses no tool round.
+                    continue;
                 }
             }
             round += 1;
@@ -211,7 +232,17 @@ impl Agent {
             let identity = batch.identity();
             let results = join_all(calls.iter().map(|call| self.run_tool(call, &identity))).await;
             for (call, result) in calls.iter().zip(results) {
-                messages.push(ChatMessage::tool_result(&call.id, self.clean(&result)));
+                let (answer, answered) = match result {
+                    Ok(answer) => (self.clean(&answer), true),
+                    Err(error) => (self.clean(&error), false),
+                };
+                // A tool that answered vouches for its answer, and for what it was asked about
+                // (the order it looked up); a failure gives no figure.
+                if answered {
+                    ground.add(&answer);
+                    ground.add(&call.function.arguments);
+                }
+                messages.push(ChatMessage::tool_result(&call.id, answer));
             }
         }
         Err(TurnError("the agent ran out of tool rounds".into()))
@@ -323,13 +354,38 @@ impl Agent {
         }
     }
 
-    /// A tool's answer as the model reads it; a failure is an answer too, never a crash.
-    async fn run_tool(&self, call: &ToolCall, identity: &Identity) -> String {
+    /// What an answer's figures may come from, before any tool runs: the prompt's messages as
+    /// sent (the business's system prompt without the router's context line, the history, the
+    /// batch), the tools' definitions and the router's configured replies.
+    fn ground(&self, messages: &[ChatMessage], tools: &[Value]) -> Ground {
+        let mut ground = Ground::default();
+        ground.add(&self.settings.system_prompt);
+        for message in messages.iter().skip(1) {
+            ground.add(message.content.as_deref().unwrap_or_default());
+        }
+        for tool in tools {
+            let mut words = String::new();
+            definition_words(tool, &mut words);
+            ground.add(&words);
+        }
+        if let Some(router) = &self.router {
+            for reply in router.replies() {
+                ground.add(reply);
+            }
+        }
+        ground
+    }
+
+    /// A tool's answer as the model reads it, or its failure as the model reads it (an answer
+    /// too, never a crash).
+    async fn run_tool(&self, call: &ToolCall, identity: &Identity) -> Result<String, String> {
         let arguments: Map<String, Value> = match serde_json::from_str(&call.function.arguments) {
             Ok(Value::Object(map)) => map,
             Ok(_) | Err(_) if call.function.arguments.trim().is_empty() => Map::new(),
             _ => {
-                return serde_json::json!({"error": "arguments are not a JSON object"}).to_string();
+                return Err(
+                    serde_json::json!({"error": "arguments are not a JSON object"}).to_string(),
+                );
             }
         };
         match self
@@ -337,12 +393,33 @@ impl Agent {
             .call(&call.function.name, &arguments, identity)
             .await
         {
-            Ok(answer) => answer.to_string(),
+            Ok(answer) => Ok(answer.to_string()),
             Err(e) => {
                 tracing::warn!(tool = ?call.function.name, error.message = ?e.to_string(), "tool call failed");
-                serde_json::json!({"error": e.to_string()}).to_string()
+                Err(serde_json::json!({"error": e.to_string()}).to_string())
             }
         }
+    }
+}
+
+/// The words and numbers of a tool's definition, without its patterns: `^[0-9]{10}$` says how
+/// an account number looks, not a figure.
+fn definition_words(value: &Value, words: &mut String) {
+    match value {
+        Value::Object(fields) => fields
+            .iter()
+            .filter(|(name, _)| name.as_str() != "pattern")
+            .for_each(|(_, value)| definition_words(value, words)),
+        Value::Array(items) => items.iter().for_each(|item| definition_words(item, words)),
+        Value::String(text) => {
+            words.push_str(text);
+            words.push('\n');
+        }
+        Value::Number(number) => {
+            words.push_str(&number.to_string());
+            words.push('\n');
+        }
+        Value::Bool(_) | Value::Null => {}
     }
 }
 
@@ -357,9 +434,11 @@ fn tool_names(offered: &[Value]) -> Vec<&str> {
 /// The refused answer, and what the model is asked instead. The answer goes back (shortened)
 /// as the assistant's turn, so the roles still alternate as strict chat templates want; markup
 /// and JSON do not, since a server may read template tokens in it as real turn boundaries.
-fn correct(messages: &mut Vec<ChatMessage>, refused: &str, flaw: Flaw) {
+///
+/// An answer with made-up figures does not go back either: the model would read them as said.
+fn correct(messages: &mut Vec<ChatMessage>, refused: &str, flaw: Flaw, figures: &[String]) {
     let refused: String = match flaw {
-        Flaw::Markup | Flaw::Json => "[an answer that could not be sent]".into(),
+        Flaw::Markup | Flaw::Json | Flaw::Ungrounded => "[an answer that could not be sent]".into(),
         _ => refused.chars().take(500).collect(),
     };
     messages.push(ChatMessage::new("assistant", refused));
@@ -367,7 +446,7 @@ fn correct(messages: &mut Vec<ChatMessage>, refused: &str, flaw: Flaw) {
         "user",
         format!(
             "[Sabi] {} The customer did not see it. Write your reply to the customer again as plain text, short enough for a chat message; to use a tool, call it through the tool interface, not in your text.",
-            flaw.correction()
+            flaw.correction(figures)
         ),
     ));
 }

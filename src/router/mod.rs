@@ -343,6 +343,12 @@ impl Router {
             .map(|i| i.threshold)
     }
 
+    /// Every intent's configured reply (templates and hand-off words): the business's own words,
+    /// whose figures an agent's answer may repeat.
+    pub fn replies(&self) -> impl Iterator<Item = &str> {
+        self.intents.iter().filter_map(|i| i.reply.as_deref())
+    }
+
     /// The action, reply template and quick replies of an intent.
     pub fn action(&self, intent: &str) -> Option<(ActionKind, Option<&str>, &[String])> {
         self.intents

@@ -1,16 +1,20 @@
 //! The guard between the model and the customer, against a fake model server that answers in
 //! each of the shapes real models write: nothing unfit is sent, a tool call written as text is
 //! run once, and unfit answers go to a corrective retry, the fallback provider and a person, in
-//! that order.
+//! that order. A message whose figures no source of the turn gave (a balance the model made up)
+//! escalates the same way.
 
 use sabi::testing::graph::FakeGraph;
 use sabi::testing::llm::{Answer, FakeLlm};
 use serde_json::{Value, json};
 
+use std::sync::{Arc, Mutex};
+
 use crate::agent::{
-    OUT_OF_SCOPE, order_api, outbox, review, start, turn, voice_webhook, with_fallback,
+    OUT_OF_SCOPE, PROMPT, order_api, outbox, review, start, turn, voice_webhook, with_fallback,
     write_config,
 };
+use crate::helpers::TestApp;
 
 /// The messages of a completion request, as (role, content).
 fn said(request: &Value) -> Vec<(String, String)> {
@@ -245,4 +249,227 @@ async fn sampling_settings_and_transcription_options_reach_the_requests() {
     assert_eq!(request["seed"], json!(7));
     assert_eq!(request["repeat_penalty"], json!(1.1));
     assert_eq!(request["cache_prompt"], json!(true));
+}
+
+/// A bank's balance endpoint: `answer` for every account, or 503 when there is none. Returns
+/// its base URL and the paths it was asked for.
+async fn balance_api(answer: Option<Value>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let app = axum::Router::new().route(
+        "/balance/{account}",
+        axum::routing::get(move |uri: axum::http::Uri| {
+            let (record, answer) = (record.clone(), answer.clone());
+            async move {
+                record.lock().expect("lock").push(uri.to_string());
+                answer
+                    .map(axum::Json)
+                    .ok_or(axum::http::StatusCode::SERVICE_UNAVAILABLE)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), seen)
+}
+
+/// Sabi with the router off (every message reaches the model) and a `get_balance` tool on
+/// `balance`'s answer (`None`: the tool fails).
+async fn bank(llm: &FakeLlm, balance: Option<Value>) -> (TestApp, Arc<Mutex<Vec<String>>>) {
+    let (api, calls) = balance_api(balance).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = format!(
+        "[llm]\nsystem_prompt = {PROMPT:?}\nattempts = 2\nbackoff = \"0s\"\ntimeout = \"500ms\"\n\
+         [router]\nenabled = false\n\
+         [[tools]]\nname = \"get_balance\"\ndescription = \"The balance of the customer's account\"\n\
+         parameters = {{ type = \"object\", properties = {{ account = {{ type = \"string\", pattern = \"^[0-9]{{10}}$\" }} }}, required = [\"account\"] }}\n\
+         url = \"{api}/balance/{{account}}\"\ntimeout = \"2s\"\n"
+    );
+    std::fs::write(dir.path().join("sabi.toml"), config).expect("write sabi.toml");
+    (start(dir, llm, &[]).await, calls)
+}
+
+fn balance_call() -> Answer {
+    Answer::ToolCall("get_balance".into(), json!({"account": "0123456789"}))
+}
+
+/// How often the guard stopped an answer as `check`, from `/metrics`.
+async fn stopped(app: &TestApp, check: &str) -> u64 {
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let line = format!("sabi_llm_guard_total{{outcome=\"{check}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .map_or(0, |n| n.trim().parse().expect("a count"))
+}
+
+#[tokio::test]
+async fn a_made_up_balance_is_corrected_and_the_tools_figure_goes_out() {
+    let llm = FakeLlm::start().await;
+    let (app, calls) = bank(&llm, Some(json!({"balance": 45000, "currency": "NGN"}))).await;
+    llm.script([
+        Answer::Text("Your account balance is $0.".into()),
+        balance_call(),
+        Answer::Text("Your account balance is ₦45,000.".into()),
+    ]);
+    turn(
+        &app,
+        "wamid.1",
+        "What is my balance? My account is 0123456789",
+    )
+    .await;
+
+    let replies = outbox(&app).await;
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].text, "Your account balance is ₦45,000.");
+    let requests = llm.completions();
+    assert_eq!(
+        requests.len(),
+        3,
+        "the made-up answer, the call, the answer"
+    );
+    let again = said(&requests[1]);
+    let correction = &again.last().expect("messages").1;
+    assert!(
+        correction.starts_with("[Sabi]") && correction.contains("($0)"),
+        "the figure is named: {correction}"
+    );
+    assert!(correction.contains("never guess a figure"), "{correction}");
+    assert!(
+        !again.iter().any(|(_, text)| text.contains("$0.")),
+        "the made-up answer does not go back to the model: {again:?}"
+    );
+    assert_eq!(*calls.lock().expect("lock"), vec!["/balance/0123456789"]);
+    assert_eq!(stopped(&app, "ungrounded").await, 1);
+}
+
+#[tokio::test]
+async fn a_model_that_keeps_inventing_goes_to_a_person() {
+    let (app, primary, fallback) = with_fallback("").await;
+    primary.script([
+        Answer::Text("Your balance is ₦12,500.".into()),
+        Answer::Text("Sorry: your balance is ₦12,600.".into()),
+    ]);
+    fallback.script([Answer::Text(
+        "Your order ORD-77120 ships on 12 March.".into(),
+    )]);
+    turn(&app, "wamid.1", OUT_OF_SCOPE).await;
+
+    assert!(outbox(&app).await.is_empty(), "nothing made up was sent");
+    let review = review(&app).await;
+    assert_eq!(review.len(), 1);
+    assert_eq!(review[0].reason.as_str(), "model_output");
+    let note = review[0].error.as_deref().unwrap_or_default();
+    assert!(
+        note.contains("ungrounded, ungrounded, ungrounded"),
+        "{note}"
+    );
+    assert_eq!(primary.completions().len(), 2);
+    assert_eq!(fallback.completions().len(), 1);
+    assert_eq!(stopped(&app, "ungrounded").await, 3);
+}
+
+#[tokio::test]
+async fn an_answer_quoting_the_customers_own_amount_passes() {
+    let llm = FakeLlm::start().await;
+    let (app, _) = bank(&llm, None).await;
+    let answer =
+        "Sorry your ₦15,000 transfer of 3 March has not arrived; a colleague will trace it.";
+    llm.script([Answer::Text(answer.into())]);
+    turn(
+        &app,
+        "wamid.1",
+        "I sent 15k to my brother on March 3rd and it has not arrived",
+    )
+    .await;
+    // A later turn: the amount is in the history now, the customer's and Sabi's own.
+    let later = "Your 15,000 naira transfer is still being traced.";
+    llm.script([Answer::Text(later.into())]);
+    turn(&app, "wamid.2", "Any news?").await;
+
+    let replies = outbox(&app).await;
+    let texts: Vec<&str> = replies.iter().map(|r| r.text.as_str()).collect();
+    assert_eq!(texts, vec![answer, later]);
+    assert_eq!(llm.completions().len(), 2, "neither was asked again");
+    assert_eq!(stopped(&app, "ungrounded").await, 0);
+}
+
+#[tokio::test]
+async fn the_tools_figure_in_another_format_passes() {
+    let llm = FakeLlm::start().await;
+    let (app, _) = bank(&llm, Some(json!({"available_balance": "45000.00"}))).await;
+    llm.script([
+        balance_call(),
+        Answer::Text("You have 45k (NGN 45,000) in account ending 6789.".into()),
+    ]);
+    turn(&app, "wamid.1", "How much dey my account 0123456789?").await;
+
+    assert_eq!(
+        outbox(&app).await[0].text,
+        "You have 45k (NGN 45,000) in account ending 6789."
+    );
+    assert_eq!(llm.completions().len(), 2);
+    assert_eq!(stopped(&app, "ungrounded").await, 0);
+}
+
+#[tokio::test]
+async fn a_balance_the_tool_failed_to_give_is_never_made_up_for_the_customer() {
+    let llm = FakeLlm::start().await;
+    let (app, calls) = bank(&llm, None).await;
+    llm.script([
+        balance_call(),
+        Answer::Text("Your balance is ₦45,000.".into()),
+        Answer::Text("Your balance is ₦45,000 as of 2026-12-04.".into()),
+    ]);
+    turn(
+        &app,
+        "wamid.1",
+        "What is the balance on account 0123456789?",
+    )
+    .await;
+
+    assert_eq!(calls.lock().expect("lock").len(), 1, "the tool was asked");
+    assert!(outbox(&app).await.is_empty(), "nothing made up was sent");
+    let review = review(&app).await;
+    assert_eq!(review.len(), 1);
+    assert_eq!(review[0].reason.as_str(), "model_output");
+    assert!(
+        review[0]
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("ungrounded"),
+        "{:?}",
+        review[0].error
+    );
+
+    // Told so, a model that says it will check is sent.
+    let honest = "I cannot see your balance right now; a colleague will check and reply here.";
+    llm.script([
+        balance_call(),
+        Answer::Text("Your balance is N45,000.".into()),
+        Answer::Text(honest.into()),
+    ]);
+    turn(
+        &app,
+        "wamid.2",
+        "What is the balance on account 0123456789?",
+    )
+    .await;
+    let replies = outbox(&app).await;
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].text, honest);
 }
