@@ -297,11 +297,13 @@ impl App {
             started: config.broadcast.start_reply.clone(),
         };
         let handler = Consent::new(handler, store.clone(), replies);
+        // Every answered message is marked read, with the typing indicator or without.
         let handler = match &sender {
-            Some(sender) if config.whatsapp.typing_indicator => {
-                Typing::new(handler, sender.clone()) as Arc<dyn TurnHandler>
+            Some(sender) => {
+                let typing = config.whatsapp.typing_indicator;
+                Typing::new(handler, sender.clone(), typing) as Arc<dyn TurnHandler>
             }
-            _ => handler,
+            None => handler,
         };
         // Broadcasts run in sandbox mode too, recorded instead of sent.
         let route = match &sender {

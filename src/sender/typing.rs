@@ -26,11 +26,17 @@ const FIRST_WAIT: Duration = Duration::from_secs(2);
 pub struct Typing {
     inner: Arc<dyn TurnHandler>,
     sender: Arc<Sender>,
+    /// Whether the indicator shows; without it the message is only marked read.
+    indicator: bool,
 }
 
 impl Typing {
-    pub fn new(inner: Arc<dyn TurnHandler>, sender: Arc<Sender>) -> Arc<Typing> {
-        Arc::new(Typing { inner, sender })
+    pub fn new(inner: Arc<dyn TurnHandler>, sender: Arc<Sender>, indicator: bool) -> Arc<Typing> {
+        Arc::new(Typing {
+            inner,
+            sender,
+            indicator,
+        })
     }
 
     /// Shows the indicator, marking `message_id` read; whether it went.
@@ -87,6 +93,11 @@ impl TurnHandler for Typing {
         };
         let business = batch.conversation.business.as_str();
         let customer = batch.conversation.customer.as_str();
+        if !self.indicator {
+            let receipts = self.sender.receipts();
+            receipts.owe(&self.sender, business, customer, message_id);
+            return self.inner.handle(batch).await;
+        }
         // The turn ends only once the first indicator went out (or gave up), so it comes
         // before the reply; a slow Graph API holds the turn back by no more than FIRST_WAIT.
         let first = async {

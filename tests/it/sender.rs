@@ -546,6 +546,35 @@ async fn the_typing_indicator_shows_for_answered_batches_only() {
     );
 }
 
+/// With the typing indicator turned off, an answered message is still marked read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_typing_indicator_messages_are_still_marked_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("sabi.toml"),
+        "[whatsapp]\ntyping_indicator = false\n",
+    )
+    .expect("write sabi.toml");
+    let sabi = Sending::launch(dir, Some(Arc::new(Says("hi".into()))), &[], true).await;
+    sabi.customer_writes("wamid.quiet", &customer(1), "hello", 0)
+        .await;
+    sabi.wait_for(Duration::from_secs(30), all_accepted(1))
+        .await;
+    let marked = |r: &Received| !r.is_message() && r.body["message_id"] == "wamid.quiet";
+    crate::helpers::eventually(|| sabi.fake.received().iter().any(marked)).await;
+    let receipt = sabi
+        .fake
+        .received()
+        .into_iter()
+        .find(marked)
+        .expect("receipt");
+    assert_eq!(receipt.body["status"], "read");
+    assert!(
+        receipt.body.get("typing_indicator").is_none(),
+        "no indicator"
+    );
+}
+
 /// Read receipts are never dropped: 300 customers on a 20-a-second number saturate it with
 /// replies, and every one of their messages is still marked read; while replies wait, receipts
 /// take no more than about a tenth of the number's calls.
