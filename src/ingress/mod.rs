@@ -205,6 +205,8 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
         .route("/", get(webchat::page))
         .route("/chat", post(webchat::submit))
         .route("/chat/history", get(webchat::history))
+        .route("/chat/session", get(webchat::feed))
+        .route("/chat/session/events", get(webchat::session_events))
         .route("/chat/{job_id}", get(webchat::status))
         .route("/chat/{job_id}/events", get(webchat::events))
         .route("/openapi.json", get(webchat::openapi))
