@@ -247,7 +247,9 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
             .route("/admin/broadcasts/{id}/pause", post(broadcasts::pause))
             .route("/admin/broadcasts/{id}/resume", post(broadcasts::resume))
             .route("/admin/broadcasts/{id}/cancel", post(broadcasts::cancel))
-            .layer(middleware::from_fn_with_state(
+            // Only on the admin routes: a layer would also guard the fallback, and every
+            // unknown path (a browser's /favicon.ico) would answer 401 instead of 404.
+            .route_layer(middleware::from_fn_with_state(
                 state.clone(),
                 admin::require_token,
             ))
@@ -259,7 +261,9 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
                 "/admin/broadcasts",
                 get(broadcasts::list).post(broadcasts::create),
             )
-            .layer(middleware::from_fn_with_state(
+            // Only on the admin routes: a layer would also guard the fallback, and every
+            // unknown path (a browser's /favicon.ico) would answer 401 instead of 404.
+            .route_layer(middleware::from_fn_with_state(
                 state.clone(),
                 admin::require_token,
             ))

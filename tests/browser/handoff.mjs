@@ -20,7 +20,7 @@ const admin = async (method, path, body) => {
 try {
   const page = await browser.newPage({ viewport: { width: 390, height: 760 } });
   const errors = [];
-  page.on("console", (m) => { if (m.type() === "error" || m.type() === "warning") errors.push(m.text()); });
+  page.on("console", (m) => { if (m.type() === "error" || m.type() === "warning") errors.push(`${m.text()} ${m.location().url || ""}`.trim()); });
   page.on("pageerror", (e) => errors.push(String(e)));
   page.on("response", (r) => { if (r.status() >= 400) errors.push(`${r.status()} ${r.url()}`); });
   await page.goto(base + "/");
