@@ -65,10 +65,11 @@ pub(super) struct Question {
     #[schema(min_length = 1, max_length = 4000, pattern = r"\S")]
     question: String,
     /// The browser's session: 1 to 128 letters, digits, `-`, `_`, `.` or `:`. The
-    /// `X-Sabi-Session` header may carry it instead.
+    /// `X-Sabi-Session` header may carry it instead (then it may be left out here).
     #[serde(default)]
     #[schema(
-        nullable,
+        required = true,
+        nullable = false,
         min_length = 1,
         max_length = 128,
         pattern = "^[A-Za-z0-9_.:-]+$"
@@ -458,14 +459,10 @@ fn new_job_id() -> Result<String, ApiError> {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(super) struct Session {
-    /// The session that asked; the `X-Sabi-Session` header may carry it instead (it stays out
-    /// of proxies' access logs).
-    #[param(
-        required = false,
-        min_length = 1,
-        max_length = 128,
-        pattern = "^[A-Za-z0-9_.:-]+$"
-    )]
+    /// The session that asked. The `X-Sabi-Session` header may carry it instead (it stays out
+    /// of proxies' access logs); the document names the query only, as OpenAPI cannot say
+    /// "one of the two".
+    #[param(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.:-]+$")]
     session_id: String,
 }
 
@@ -503,7 +500,6 @@ fn session(
     params(
         ("job_id" = String, Path, description = "The job's id"),
         Session,
-        ("X-Sabi-Session" = Option<String>, Header, description = "The session, instead of `session_id`"),
     ),
     responses(
         (status = 200, description = "The job", body = JobView),
@@ -626,7 +622,6 @@ fn rank(status: JobStatus) -> u64 {
     params(
         ("job_id" = String, Path, description = "The job's id"),
         Session,
-        ("X-Sabi-Session" = Option<String>, Header, description = "The session, instead of `session_id`"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id"),
     ),
     responses(
@@ -892,8 +887,14 @@ pub(super) struct Feed {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(super) struct FeedQuery {
-    /// At least 22 characters; the `X-Sabi-Session` header may carry it instead.
-    #[param(min_length = 22, max_length = 128, pattern = "^[A-Za-z0-9_.:-]+$")]
+    /// At least 22 characters. The `X-Sabi-Session` header may carry it instead (the page
+    /// sends it so).
+    #[param(
+        required = true,
+        min_length = 22,
+        max_length = 128,
+        pattern = "^[A-Za-z0-9_.:-]+$"
+    )]
     session_id: Option<String>,
     /// Only replies after this id (`last_id` of the last answer, or an event's id).
     after: Option<i64>,
@@ -907,7 +908,6 @@ pub(super) struct FeedQuery {
     tag = "web chat",
     params(
         FeedQuery,
-        ("X-Sabi-Session" = Option<String>, Header, description = "The session, instead of `session_id`"),
     ),
     responses(
         (status = 200, description = "People's replies and whether a person holds the chat", body = Feed),
@@ -949,13 +949,15 @@ pub(super) struct SessionEvent {
     /// The latest person's reply id so far: send it back as Last-Event-ID.
     id: String,
     /// `person` (a person's reply: data `{id, text, at_ms}`) or `state` (data `{held}`: whether
-    /// a person holds the chat; sent first, then whenever it changes).
+    /// a person holds the chat; sent first, then whenever it changes). The stream ends after a
+    /// `state` that says nobody holds the chat.
     event: String,
     data: String,
 }
 
 /// `GET /chat/session/events`: people's replies to the session as server-sent events, live,
-/// from the store; bounded and resumable like a job's stream.
+/// from the store, while a person holds the chat (it ends once nobody does); bounded and
+/// resumable like a job's stream.
 ///
 /// The session comes in `X-Sabi-Session`, like every other call of the page. A browser's
 /// `EventSource` cannot send headers, so the page reads this stream with `fetch` (a readable
@@ -968,7 +970,6 @@ pub(super) struct SessionEvent {
     tag = "web chat",
     params(
         FeedQuery,
-        ("X-Sabi-Session" = Option<String>, Header, description = "The session, instead of `session_id`"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this reply id"),
     ),
     responses(
@@ -1048,7 +1049,8 @@ async fn next_feed_event(mut s: FeedState) -> Option<(Result<Event, Infallible>,
             return Some((Ok(event), s));
         }
         let now = tokio::time::Instant::now();
-        if now >= s.deadline {
+        // Nobody holds the chat (any more): nothing will come that a reconnect would not get.
+        if now >= s.deadline || s.held == Some(false) {
             return None;
         }
         if !s.first {

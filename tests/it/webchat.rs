@@ -684,6 +684,24 @@ async fn the_visitors_next_message_goes_to_the_person_holding_the_chat() {
         .await
         .expect("closed");
     assert_eq!(closed.status(), 200);
+    let after_close = app
+        .client
+        .get(app.url("/chat/session/events"))
+        .header("x-sabi-session", LONG_SESSION)
+        .send()
+        .await
+        .expect("stream");
+    let events = read_events(after_close, 5).await;
+    let seen: Vec<_> = events
+        .iter()
+        .map(|(_, e, d)| (e.as_str(), d.clone()))
+        .collect();
+    assert_eq!(
+        seen.last(),
+        Some(&("state", json!({"held": false}))),
+        "the replies so far, nobody holds the chat, and the stream ends: {events:?}"
+    );
+    assert_eq!(events.len(), 2);
     job_id(ask_with_header(&app, "One more thing").await).await;
     app.scheduler.tick().await.expect("tick");
     assert_eq!(handler.0.load(Ordering::SeqCst), 2, "the assistant again");
