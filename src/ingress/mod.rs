@@ -205,6 +205,8 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
         .route("/", get(webchat::page))
         .route("/chat", post(webchat::submit))
         .route("/chat/history", get(webchat::history))
+        .route("/chat/session", get(webchat::feed))
+        .route("/chat/session/events", get(webchat::session_events))
         .route("/chat/{job_id}", get(webchat::status))
         .route("/chat/{job_id}/events", get(webchat::events))
         .route("/openapi.json", get(webchat::openapi))
@@ -245,7 +247,9 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
             .route("/admin/broadcasts/{id}/pause", post(broadcasts::pause))
             .route("/admin/broadcasts/{id}/resume", post(broadcasts::resume))
             .route("/admin/broadcasts/{id}/cancel", post(broadcasts::cancel))
-            .layer(middleware::from_fn_with_state(
+            // Only on the admin routes: a layer would also guard the fallback, and every
+            // unknown path (a browser's /favicon.ico) would answer 401 instead of 404.
+            .route_layer(middleware::from_fn_with_state(
                 state.clone(),
                 admin::require_token,
             ))
@@ -257,7 +261,9 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
                 "/admin/broadcasts",
                 get(broadcasts::list).post(broadcasts::create),
             )
-            .layer(middleware::from_fn_with_state(
+            // Only on the admin routes: a layer would also guard the fallback, and every
+            // unknown path (a browser's /favicon.ico) would answer 401 instead of 404.
+            .route_layer(middleware::from_fn_with_state(
                 state.clone(),
                 admin::require_token,
             ))

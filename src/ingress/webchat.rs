@@ -28,7 +28,7 @@ use super::AppState;
 use crate::clock::At;
 use crate::ingress::{AddressRule, ApiError};
 use crate::metrics::Metrics;
-use crate::store::{ChatExchange, ChatJob, ChatSubmission, JobStatus, Submitted};
+use crate::store::{ChatExchange, ChatJob, ChatSubmission, JobStatus, PersonLine, Submitted};
 use crate::worker::Subscription;
 
 const MAX_QUESTION_CHARS: usize = 4000;
@@ -42,6 +42,12 @@ const STREAMS_PER_SESSION: usize = 3;
 const STREAMS_PER_ADDRESS: usize = 12;
 /// An event stream ends after this long, answered or not; the page reconnects.
 const EVENTS_LIFETIME: Duration = Duration::from_secs(300);
+/// How often a session's stream asks the store for people's replies. A reply may be written on
+/// any node (the desk, the admin API, `sabi review`), so the store is asked, not this process:
+/// one indexed read a second per open stream, and only pages after a hand-off open one.
+const FEED_POLL: Duration = Duration::from_secs(1);
+/// People's replies one read returns at most; the rest come at the next.
+const FEED_LIMIT: usize = 50;
 /// How many questions of a session the history returns.
 const HISTORY_LIMIT: usize = 100;
 
@@ -58,9 +64,17 @@ pub(super) struct Question {
     #[serde(alias = "text")]
     #[schema(min_length = 1, max_length = 4000, pattern = r"\S")]
     question: String,
-    /// The browser's session: 1 to 128 letters, digits, `-`, `_`, `.` or `:`.
-    #[schema(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.:-]+$")]
-    session_id: String,
+    /// The browser's session: 1 to 128 letters, digits, `-`, `_`, `.` or `:`. The
+    /// `X-Sabi-Session` header may carry it instead (then it may be left out here).
+    #[serde(default)]
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[A-Za-z0-9_.:-]+$"
+    )]
+    session_id: Option<String>,
     /// The browser's id for this message (same rules): a resend with the same id is the same
     /// question and the same job.
     #[serde(default)]
@@ -124,7 +138,7 @@ pub(super) async fn submit(
     let outcome =
         match AddressLimit::check(&state.webchat.per_address, client, AddressRule::Questions) {
             Err(limited) => Err(limited),
-            Ok(()) => accept(&state, client, body).await,
+            Ok(()) => accept(&state, client, &headers, body).await,
         };
     let label = match &outcome {
         Ok((_, true)) => "accepted",
@@ -192,6 +206,7 @@ impl AddressLimit {
 async fn accept(
     state: &AppState,
     client: IpAddr,
+    headers: &HeaderMap,
     body: Result<Json<Question>, JsonRejection>,
 ) -> Result<(Response, bool), ApiError> {
     let Json(q) = body.map_err(|e| match e.status() {
@@ -201,8 +216,9 @@ async fn accept(
         },
         _ => ApiError::BadRequest(e.body_text()),
     })?;
+    let session_id = body_session(headers, q.session_id)?;
     let question = q.question.trim();
-    validate(question, &q.session_id, q.message_id.as_deref())?;
+    validate(question, &session_id, q.message_id.as_deref())?;
     let settings = &state.webchat;
     let user_id = vouched_user(settings, q.user_id.as_deref(), q.user_hash.as_deref())?;
     let now = state.clock.now();
@@ -210,7 +226,7 @@ async fn accept(
     if let Some(message_id) = q.message_id.as_deref()
         && let Some(job_id) = state
             .store
-            .chat_job_for_message(&q.session_id, message_id)
+            .chat_job_for_message(&session_id, message_id)
             .await?
     {
         let status = state
@@ -224,12 +240,12 @@ async fn accept(
         return Err(ApiError::Busy);
     }
     if user_id.is_none() {
-        anonymous_limits(state, client, &q.session_id, question).await?;
+        anonymous_limits(state, client, &session_id, question).await?;
     }
     let receipt = state
         .store
         .submit_chat(ChatSubmission {
-            session_id: q.session_id.clone(),
+            session_id: session_id.clone(),
             message_id: q.message_id.clone(),
             question: question.to_owned(),
             address: user_id.is_none().then(|| client.to_string()),
@@ -276,6 +292,22 @@ fn network(client: IpAddr) -> IpAddr {
 
 /// The per-address limits an anonymous visitor meets beyond the questions': new sessions, and
 /// requests for a person (each one a desk item someone must read).
+/// The question's session: its `session_id`, or the `X-Sabi-Session` header (the same when
+/// both are sent).
+fn body_session(headers: &HeaderMap, in_body: Option<String>) -> Result<String, ApiError> {
+    match (header_session(headers), in_body) {
+        (Some(header), Some(body)) if header != body => Err(ApiError::Invalid {
+            field: "session_id",
+            why: "differs from the X-Sabi-Session header".into(),
+        }),
+        (_, Some(session)) | (Some(session), None) => Ok(session),
+        (None, None) => Err(ApiError::Invalid {
+            field: "session_id",
+            why: "is required (or the X-Sabi-Session header)".into(),
+        }),
+    }
+}
+
 async fn anonymous_limits(
     state: &AppState,
     client: IpAddr,
@@ -427,17 +459,37 @@ fn new_job_id() -> Result<String, ApiError> {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(super) struct Session {
-    /// The session that asked.
+    /// The session that asked. The `X-Sabi-Session` header may carry it instead (it stays out
+    /// of proxies' access logs); the document names the query only, as OpenAPI cannot say
+    /// "one of the two".
     #[param(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.:-]+$")]
     session_id: String,
 }
 
-/// The session of a query string, or a 422 naming it.
-fn session(query: Result<Query<Session>, QueryRejection>) -> Result<Session, ApiError> {
-    query.map(|Query(s)| s).map_err(|_| ApiError::Invalid {
-        field: "session_id",
-        why: "is required".into(),
-    })
+/// The `X-Sabi-Session` header, when sent.
+fn header_session(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_owned())
+}
+
+/// The header that carries the session instead of `session_id`.
+const SESSION_HEADER: &str = "x-sabi-session";
+
+/// The session of the `X-Sabi-Session` header or of the query string, or a 422 naming it.
+fn session(
+    headers: &HeaderMap,
+    query: Result<Query<Session>, QueryRejection>,
+) -> Result<Session, ApiError> {
+    let session_id = header_session(headers)
+        .or_else(|| query.ok().map(|Query(s)| s.session_id))
+        .ok_or_else(|| ApiError::Invalid {
+            field: "session_id",
+            why: "is required (or the X-Sabi-Session header)".into(),
+        })?;
+    validate("-", &session_id, None)?;
+    Ok(Session { session_id })
 }
 
 /// `GET /chat/{job_id}?session_id=…`
@@ -445,7 +497,10 @@ fn session(query: Result<Query<Session>, QueryRejection>) -> Result<Session, Api
     get,
     path = "/chat/{job_id}",
     tag = "web chat",
-    params(("job_id" = String, Path, description = "The job's id"), Session),
+    params(
+        ("job_id" = String, Path, description = "The job's id"),
+        Session,
+    ),
     responses(
         (status = 200, description = "The job", body = JobView),
         (status = 404, description = "Unknown, expired, or another session's job", body = ErrorBody),
@@ -455,9 +510,10 @@ fn session(query: Result<Query<Session>, QueryRejection>) -> Result<Session, Api
 pub(super) async fn status(
     State(state): State<AppState>,
     Path(job_id): Path<String>,
+    headers: HeaderMap,
     query: Result<Query<Session>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let session = session(query)?;
+    let session = session(&headers, query)?;
     let job = owned_job(&state, &job_id, &session.session_id).await?;
     let mut response = Json(JobView::of(&job)).into_response();
     response
@@ -584,7 +640,7 @@ pub(super) async fn events(
     query: Result<Query<Session>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let session = session(query)?;
+    let session = session(&headers, query)?;
     let job = owned_job(&state, &job_id, &session.session_id).await?;
     // Streams are bounded per node, per session and per address; the page falls back to
     // polling when refused.
@@ -796,12 +852,13 @@ fn history_session(
     headers: &HeaderMap,
     query: Result<Query<HistorySession>, QueryRejection>,
 ) -> Result<String, ApiError> {
-    let from_header = headers
-        .get("x-sabi-session")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let from_query = query.ok().map(|Query(q)| q.session_id);
-    let session_id = from_header.or(from_query).unwrap_or_default();
+    long_session(headers, query.ok().map(|Query(q)| q.session_id))
+}
+
+/// A session that reads by its id alone (a history, people's replies): from `X-Sabi-Session`
+/// or the query, and unguessable.
+fn long_session(headers: &HeaderMap, in_query: Option<String>) -> Result<String, ApiError> {
+    let session_id = header_session(headers).or(in_query).unwrap_or_default();
     validate("-", &session_id, None)?;
     if session_id.chars().count() < HISTORY_SESSION_CHARS {
         return Err(ApiError::Invalid {
@@ -814,6 +871,223 @@ fn history_session(
     Ok(session_id)
 }
 
+/// What people wrote to a session, and whether one holds it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Feed {
+    /// A person holds the conversation (a hand-off they have not closed): what the visitor
+    /// writes now goes to that person, not to the assistant.
+    held: bool,
+    /// People's replies after `after`, oldest first (at most 50: ask again from `last_id`).
+    lines: Vec<PersonLine>,
+    /// Ask again with this as `after`, or send it to the stream as Last-Event-ID.
+    last_id: i64,
+}
+
+/// The session (when not in `X-Sabi-Session`) and where to start.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct FeedQuery {
+    /// At least 22 characters. The `X-Sabi-Session` header may carry it instead (the page
+    /// sends it so).
+    #[param(
+        required = true,
+        min_length = 22,
+        max_length = 128,
+        pattern = "^[A-Za-z0-9_.:-]+$"
+    )]
+    session_id: Option<String>,
+    /// Only replies after this id (`last_id` of the last answer, or an event's id).
+    after: Option<i64>,
+}
+
+/// `GET /chat/session?after=…`: people's replies to the session since `after`, and whether a
+/// person holds it; the polling fallback of the session's stream.
+#[utoipa::path(
+    get,
+    path = "/chat/session",
+    tag = "web chat",
+    params(
+        FeedQuery,
+    ),
+    responses(
+        (status = 200, description = "People's replies and whether a person holds the chat", body = Feed),
+        (status = 422, description = "No session id, or one too short", body = ErrorBody),
+    )
+)]
+pub(super) async fn feed(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<FeedQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let query = query.map(|Query(q)| q).map_err(|_| ApiError::Invalid {
+        field: "after",
+        why: "must be a whole number".into(),
+    })?;
+    let session_id = long_session(&headers, query.session_id)?;
+    let after = query.after.unwrap_or(0);
+    let feed = state
+        .store
+        .chat_feed(&session_id, after, FEED_LIMIT)
+        .await?;
+    let last_id = feed.lines.last().map_or(after, |l| l.id);
+    let mut response = Json(Feed {
+        held: feed.held,
+        lines: feed.lines,
+        last_id,
+    })
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+/// One event of a session's stream.
+#[derive(Debug, Serialize, ToSchema)]
+#[allow(dead_code)] // Describes the stream's events for the OpenAPI document only.
+pub(super) struct SessionEvent {
+    /// The latest person's reply id so far: send it back as Last-Event-ID.
+    id: String,
+    /// `person` (a person's reply: data `{id, text, at_ms}`) or `state` (data `{held}`: whether
+    /// a person holds the chat; sent first, then whenever it changes). The stream ends after a
+    /// `state` that says nobody holds the chat.
+    event: String,
+    data: String,
+}
+
+/// `GET /chat/session/events`: people's replies to the session as server-sent events, live,
+/// from the store, while a person holds the chat (it ends once nobody does); bounded and
+/// resumable like a job's stream.
+///
+/// The session comes in `X-Sabi-Session`, like every other call of the page. A browser's
+/// `EventSource` cannot send headers, so the page reads this stream with `fetch` (a readable
+/// body, in every current browser) instead: no token to sign (nodes share no key by default,
+/// and a token in the URL would land in access logs like the session itself), no cookie.
+/// `?session_id=` works too, for clients that can only use `EventSource`.
+#[utoipa::path(
+    get,
+    path = "/chat/session/events",
+    tag = "web chat",
+    params(
+        FeedQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this reply id"),
+    ),
+    responses(
+        (status = 200, description = "Events `state` (first, then on change) and `person` (each person's reply)",
+            content_type = "text/event-stream", body = SessionEvent),
+        (status = 422, description = "No session id, or one too short", body = ErrorBody),
+        (status = 429, description = "Too many streams open for this session or address: poll `GET /chat/session` instead", body = ErrorBody),
+        (status = 503, description = "Too many streams open on this node: poll instead", body = ErrorBody),
+    )
+)]
+pub(super) async fn session_events(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    query: Result<Query<FeedQuery>, QueryRejection>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let query = query.map(|Query(q)| q).map_err(|_| ApiError::Invalid {
+        field: "after",
+        why: "must be a whole number".into(),
+    })?;
+    let session_id = long_session(&headers, query.session_id)?;
+    let resume_after: Option<i64> = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok());
+    let last_id = resume_after.or(query.after).unwrap_or(0).max(0);
+    // The same bounds as a job's stream: per node, per session and per address.
+    let client = state
+        .source
+        .client(peer.ip(), super::source::forwarded_for(&headers).as_deref())
+        .unwrap_or(peer.ip());
+    let slot = state
+        .webchat
+        .stream_counts
+        .take(&session_id, client)
+        .ok_or(ApiError::TooManyStreams)?;
+    let permit = state
+        .webchat
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::Busy)?;
+    let stream = futures_util::stream::unfold(
+        FeedState {
+            state,
+            session_id,
+            last_id,
+            held: None,
+            queue: std::collections::VecDeque::new(),
+            deadline: tokio::time::Instant::now() + EVENTS_LIFETIME,
+            first: true,
+            _held: (permit, slot),
+        },
+        next_feed_event,
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+struct FeedState {
+    state: AppState,
+    session_id: String,
+    /// The latest reply sent (or the browser had).
+    last_id: i64,
+    /// Whether a person held the chat at the last `state` event.
+    held: Option<bool>,
+    /// Events read but not yet sent.
+    queue: std::collections::VecDeque<Event>,
+    deadline: tokio::time::Instant,
+    /// The first read goes at once.
+    first: bool,
+    _held: (tokio::sync::OwnedSemaphorePermit, StreamSlot),
+}
+
+async fn next_feed_event(mut s: FeedState) -> Option<(Result<Event, Infallible>, FeedState)> {
+    loop {
+        if let Some(event) = s.queue.pop_front() {
+            return Some((Ok(event), s));
+        }
+        let now = tokio::time::Instant::now();
+        // Nobody holds the chat (any more): nothing will come that a reconnect would not get.
+        if now >= s.deadline || s.held == Some(false) {
+            return None;
+        }
+        if !s.first {
+            tokio::time::sleep(FEED_POLL.min(s.deadline - now)).await;
+        }
+        s.first = false;
+        // A store that cannot answer now may answer at the next look.
+        let Ok(feed) = s
+            .state
+            .store
+            .chat_feed(&s.session_id, s.last_id, FEED_LIMIT)
+            .await
+        else {
+            continue;
+        };
+        for line in feed.lines {
+            s.last_id = line.id;
+            let data = serde_json::to_string(&line).unwrap_or_default();
+            s.queue.push_back(
+                Event::default()
+                    .id(line.id.to_string())
+                    .event("person")
+                    .data(data),
+            );
+        }
+        if s.held != Some(feed.held) {
+            s.held = Some(feed.held);
+            s.queue.push_back(
+                Event::default()
+                    .id(s.last_id.to_string())
+                    .event("state")
+                    .data(serde_json::json!({ "held": feed.held }).to_string()),
+            );
+        }
+    }
+}
+
 /// The web chat's API, described from the handlers and types above so it cannot drift.
 #[derive(OpenApi)]
 #[openapi(
@@ -821,7 +1095,7 @@ fn history_session(
         title = "Sabi web chat",
         description = "Ask a question, then poll or stream its answer."
     ),
-    paths(submit, status, events, history),
+    paths(submit, status, events, history, feed, session_events),
     components(schemas(
         Question,
         Accepted,
@@ -830,7 +1104,9 @@ fn history_session(
         ErrorBody,
         History,
         ChatExchange,
-        JobStatus
+        JobStatus,
+        Feed,
+        PersonLine
     ))
 )]
 pub(super) struct ApiDoc;

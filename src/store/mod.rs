@@ -694,6 +694,28 @@ pub struct ChatExchange {
     pub asked_at: At,
 }
 
+/// What people wrote to a web-chat session, and whether one holds its conversation now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatFeed {
+    /// A review item of the session is open: a person holds the conversation, and what the
+    /// visitor writes goes to them ([`rules::review::destination`]).
+    pub held: bool,
+    /// People's replies after the id asked for, oldest first.
+    pub lines: Vec<PersonLine>,
+}
+
+/// A person's reply to a web-chat session.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct PersonLine {
+    /// Increases with every reply in the store: resume after it.
+    pub id: i64,
+    pub text: String,
+    /// Milliseconds since the epoch.
+    #[serde(rename = "at_ms")]
+    #[schema(value_type = i64)]
+    pub at: At,
+}
+
 /// What the ingress keeps: deliveries, atomically and durably.
 #[async_trait]
 pub trait Intake: Send + Sync + 'static {
@@ -848,7 +870,9 @@ pub trait Reviews: Send + Sync + 'static {
 #[async_trait]
 pub trait WebChat: Send + Sync + 'static {
     /// Keeps a web-chat question and its job in one atomic step; the same (session, message
-    /// id) always gives the same job, also when two submissions race. The session's
+    /// id) always gives the same job, also when two submissions race. While a review item of
+    /// the session is open, the question joins that item's batch for the person and no turn is
+    /// scheduled ([`rules::review::destination`]). The session's
     /// `per_minute` limit and the queue's `max_queue` are counted in the same step, so no burst
     /// slips past either.
     async fn submit_chat(&self, submission: ChatSubmission) -> Result<Submitted>;
@@ -869,6 +893,10 @@ pub trait WebChat: Send + Sync + 'static {
 
     /// Web-chat questions waiting for a turn. Counts them: callers keep the figure a moment.
     async fn chat_queue_depth(&self) -> Result<u64>;
+
+    /// People's replies to the session after reply `after` (at most `limit`, oldest first),
+    /// and whether a person holds it now. One cheap read: event streams ask it every second.
+    async fn chat_feed(&self, session_id: &str, after: i64, limit: usize) -> Result<ChatFeed>;
 }
 
 /// What operators read: the inbox, quarantine, outbox, turn statistics and the pipeline's counts.

@@ -81,6 +81,104 @@ async fn a_person_asks_on_the_chat_page_and_sees_the_answer() {
     assert_eq!(seen["asked"], 2, "and the server has one question for it");
 }
 
+/// Hands a question that asks for a person to one, and answers the others.
+struct PersonOnRequest(std::sync::atomic::AtomicUsize);
+
+#[async_trait]
+impl TurnHandler for PersonOnRequest {
+    async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let asks_for_one = batch
+            .messages
+            .iter()
+            .any(|m| m.text.as_deref().is_some_and(|t| t.contains("person")));
+        if asks_for_one {
+            return Ok(TurnOutcome::Handoff {
+                parts: vec![ReplyPart::text("A colleague will answer.")],
+                note: "asked for a person".into(),
+            });
+        }
+        Ok(TurnOutcome::Reply(vec![ReplyPart::text("An answer.")]))
+    }
+}
+
+/// A hand-off in a browser: a person's reply through the admin API shows on the open page
+/// without a reload, with "a person has joined"; the visitor's next message goes to that person,
+/// not to a new turn; and the console shows no error all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_reply_reaches_the_open_chat_page_live() {
+    use std::sync::atomic::Ordering;
+    const TOKEN: &str = "desk-token-for-handoffs";
+    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let Some(prefix) = install_browser_tools(&browser_dir) else {
+        return;
+    };
+    let script = prefix.join("handoff.mjs");
+    std::fs::copy(browser_dir.join("handoff.mjs"), &script).expect("script copied");
+    let handler = Arc::new(PersonOnRequest(Default::default()));
+    let app = TestApp::spawn_with(Some(handler.clone()), &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(app.scheduler.clone().run(stop.clone()));
+
+    let screenshot = target_dir().join("chat-handoff.png");
+    let mut node = Command::new("node");
+    node.arg(script)
+        .arg(format!("http://{}", app.addr))
+        .arg(TOKEN)
+        .arg(screenshot);
+    let stdout = run_to_success(node).await;
+    stop.cancel();
+    worker.await.expect("worker");
+    let seen: Value =
+        serde_json::from_str(stdout.trim().lines().last().unwrap_or("{}")).expect("one JSON line");
+
+    assert!(
+        seen["handedOff"]
+            .as_str()
+            .is_some_and(|t| t.contains("A person from our team will reply here")),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["person"],
+        serde_json::json!(["Hello, I am Ada from the team."]),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["joined"],
+        serde_json::json!(["A person from our team has joined the chat."]),
+        "{seen}"
+    );
+    assert!(
+        seen["shownAfterMs"].as_u64().is_some_and(|ms| ms < 3000),
+        "shown within about a second: {seen}"
+    );
+    assert_eq!(
+        seen["errors"],
+        serde_json::json!([]),
+        "no console errors: {seen}"
+    );
+    assert_eq!(
+        handler.0.load(Ordering::SeqCst),
+        1,
+        "one turn: the hand-off"
+    );
+    let item = app
+        .store
+        .review_item(seen["item"].as_i64().expect("item id"))
+        .await
+        .expect("read")
+        .expect("kept");
+    let texts: Vec<_> = item
+        .messages
+        .iter()
+        .filter_map(|m| m.text.as_deref())
+        .collect();
+    assert_eq!(
+        texts,
+        ["I want to talk to a person", "My order 1234 never came"]
+    );
+}
+
 /// The desk's broadcasts in a browser: a broadcast's progress shows, and its Pause button
 /// pauses it in the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -89,7 +89,8 @@ use self::turns::{
     turn_stats_tell_local_agent_and_people_turns_apart,
 };
 use self::webchat::{
-    a_sessions_history_is_in_the_order_asked, chat_history_and_queue_depth_follow_each_question,
+    a_sessions_history_is_in_the_order_asked, a_visitor_talks_to_the_person_holding_their_chat,
+    chat_history_and_queue_depth_follow_each_question,
 };
 use crate::helpers::ms;
 use crate::services;
@@ -265,6 +266,7 @@ macro_rules! cases {
             // WebChat
             chat_history_and_queue_depth_follow_each_question,
             a_sessions_history_is_in_the_order_asked,
+            a_visitor_talks_to_the_person_holding_their_chat,
             // Inspection and Health
             gauges_count_the_pipeline_as_it_moves,
             the_inbox_filters_by_kind_channel_position_and_limit,

@@ -496,3 +496,213 @@ async fn event_streams_are_bounded_and_a_closed_one_frees_its_place() {
     }
     assert_eq!(reopened, 200, "a closed stream frees its place");
 }
+
+/// Hands every turn to a person, and counts the turns.
+struct HandsOff(std::sync::atomic::AtomicUsize);
+
+#[async_trait]
+impl TurnHandler for HandsOff {
+    async fn handle(&self, _batch: &Batch) -> Result<TurnOutcome, TurnError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(TurnOutcome::Handoff {
+            parts: vec![ReplyPart::text("A colleague will answer.")],
+            note: "asked for a person".into(),
+        })
+    }
+}
+
+const ADMIN: &str = "admin-token-for-webchat-tests";
+/// 128 bits, as the page makes them: long enough to read a session by its id alone.
+const LONG_SESSION: &str = "0123456789abcdef0123456789abcdef";
+
+/// Asks with the session in `X-Sabi-Session` only.
+async fn ask_with_header(app: &TestApp, question: &str) -> reqwest::Response {
+    app.client
+        .post(app.url("/chat"))
+        .header("x-sabi-session", LONG_SESSION)
+        .json(&json!({ "question": question }))
+        .send()
+        .await
+        .expect("posted")
+}
+
+/// A person's reply through the admin API.
+async fn person_says(app: &TestApp, item: i64, text: &str) -> Value {
+    let response = app
+        .client
+        .post(app.url(&format!("/admin/review/{item}/reply")))
+        .bearer_auth(ADMIN)
+        .json(&json!({ "text": text }))
+        .send()
+        .await
+        .expect("replied");
+    assert_eq!(response.status(), 200);
+    response.json().await.expect("json")
+}
+
+async fn open_items(app: &TestApp) -> Vec<sabi::store::ReviewEntry> {
+    app.store
+        .review_queue(sabi::store::ReviewQuery::default())
+        .await
+        .expect("queue")
+}
+
+/// A visitor asks for a person (the session in the header only), the status URL works as
+/// returned, and the session's stream shows the person's reply, resumes after Last-Event-ID,
+/// and the polling fallback has it too.
+#[tokio::test]
+async fn a_persons_reply_reaches_the_sessions_stream_and_resumes_after_last_event_id() {
+    let handler = Arc::new(HandsOff(Default::default()));
+    let app = TestApp::spawn_with(Some(handler.clone()), &[("SABI_ADMIN_TOKEN", ADMIN)]).await;
+    let asked = ask_with_header(&app, "I want to talk to a person").await;
+    assert_eq!(asked.status(), 202);
+    let body: Value = asked.json().await.expect("json");
+    let status_url = body["status_url"].as_str().expect("status url");
+    let followed = app
+        .client
+        .get(app.url(status_url))
+        .header("x-sabi-session", LONG_SESSION)
+        .send()
+        .await
+        .expect("followed");
+    assert_eq!(followed.status(), 200, "the status URL works as returned");
+    app.scheduler.tick().await.expect("tick");
+    let (_, handed) = job(&app, body["job_id"].as_str().expect("id"), LONG_SESSION).await;
+    assert_eq!(handed["status"], "failed");
+
+    let events_url = app.url("/chat/session/events");
+    let stream = app
+        .client
+        .get(&events_url)
+        .header("x-sabi-session", LONG_SESSION)
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let item = open_items(&app).await.remove(0);
+    let settled = person_says(&app, item.id, "Hello, I am Ada. How can I help?").await;
+    assert_eq!(
+        settled["state"], "open",
+        "a person answering a chat holds it"
+    );
+    let events = read_events(stream, 2).await;
+    let seen: Vec<&str> = events.iter().map(|(_, e, _)| e.as_str()).collect();
+    assert_eq!(seen, ["state", "person"], "{events:?}");
+    assert_eq!(events[0].2["held"], true);
+    assert_eq!(events[1].2["text"], "Hello, I am Ada. How can I help?");
+    let first: i64 = events[1].0.parse().expect("a numeric id");
+
+    person_says(&app, item.id, "Are you still there?").await;
+    let resumed = app
+        .client
+        .get(&events_url)
+        .header("x-sabi-session", LONG_SESSION)
+        .header("last-event-id", first.to_string())
+        .send()
+        .await
+        .expect("stream");
+    let events = read_events(resumed, 2).await;
+    let texts: Vec<&str> = events
+        .iter()
+        .filter(|(_, e, _)| e == "person")
+        .filter_map(|(_, _, d)| d["text"].as_str())
+        .collect();
+    assert_eq!(texts, ["Are you still there?"], "only what came after it");
+
+    let polled: Value = app
+        .client
+        .get(app.url("/chat/session?after=0"))
+        .header("x-sabi-session", LONG_SESSION)
+        .send()
+        .await
+        .expect("polled")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(polled["held"], true);
+    assert_eq!(
+        polled["lines"][0]["text"],
+        "Hello, I am Ada. How can I help?"
+    );
+    assert_eq!(polled["lines"].as_array().map(Vec::len), Some(2));
+    let short = app
+        .client
+        .get(app.url("/chat/session/events"))
+        .header("x-sabi-session", "short")
+        .send()
+        .await
+        .expect("refused");
+    assert_eq!(
+        short.status(),
+        422,
+        "a session read by its id alone is long"
+    );
+}
+
+/// While a person holds the chat, the visitor's next message goes to the person's item, not to
+/// a new turn; once the person closes it, the assistant answers again.
+#[tokio::test]
+async fn the_visitors_next_message_goes_to_the_person_holding_the_chat() {
+    use std::sync::atomic::Ordering;
+    let handler = Arc::new(HandsOff(Default::default()));
+    let app = TestApp::spawn_with(Some(handler.clone()), &[("SABI_ADMIN_TOKEN", ADMIN)]).await;
+    job_id(ask_with_header(&app, "A person, please").await).await;
+    app.scheduler.tick().await.expect("tick");
+    assert_eq!(handler.0.load(Ordering::SeqCst), 1);
+    let item = open_items(&app).await.remove(0);
+    person_says(&app, item.id, "Hi, Ada here.").await;
+
+    let next = job_id(ask_with_header(&app, "My order 1234 never came").await).await;
+    app.scheduler.tick().await.expect("tick");
+    assert_eq!(handler.0.load(Ordering::SeqCst), 1, "no new turn for it");
+    let held = app
+        .store
+        .review_item(item.id)
+        .await
+        .expect("read")
+        .expect("kept");
+    let texts: Vec<_> = held
+        .messages
+        .iter()
+        .filter_map(|m| m.text.as_deref())
+        .collect();
+    assert_eq!(texts, ["A person, please", "My order 1234 never came"]);
+    assert_eq!(
+        open_items(&app).await.len(),
+        1,
+        "still one item, the person's"
+    );
+    let (status, _) = job(&app, &next, LONG_SESSION).await;
+    assert_eq!(status, 200);
+
+    let closed = app
+        .client
+        .post(app.url(&format!("/admin/review/{}/close", item.id)))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("closed");
+    assert_eq!(closed.status(), 200);
+    let after_close = app
+        .client
+        .get(app.url("/chat/session/events"))
+        .header("x-sabi-session", LONG_SESSION)
+        .send()
+        .await
+        .expect("stream");
+    let events = read_events(after_close, 5).await;
+    let seen: Vec<_> = events
+        .iter()
+        .map(|(_, e, d)| (e.as_str(), d.clone()))
+        .collect();
+    assert_eq!(
+        seen.last(),
+        Some(&("state", json!({"held": false}))),
+        "the replies so far, nobody holds the chat, and the stream ends: {events:?}"
+    );
+    assert_eq!(events.len(), 2);
+    job_id(ask_with_header(&app, "One more thing").await).await;
+    app.scheduler.tick().await.expect("tick");
+    assert_eq!(handler.0.load(Ordering::SeqCst), 2, "the assistant again");
+}

@@ -18,10 +18,12 @@ use crate::store::items::{
     sent_at, status_of,
 };
 use crate::store::rules::item::ItemState;
+use crate::store::rules::review::{self, Destination, ReviewState};
 use crate::store::rules::{broadcast, consent, erasure};
 use crate::store::{
-    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest, IngestReceipt,
-    JobStatus, REPLY_SPAN, Result, StoredItem, StoredQuarantine, Submitted,
+    ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest,
+    IngestReceipt, JobStatus, PersonLine, REPLY_SPAN, Result, StoredItem, StoredQuarantine,
+    Submitted,
 };
 
 pub(super) async fn ingest(pool: &PgPool, delivery: &Ingest) -> Result<IngestReceipt> {
@@ -420,7 +422,13 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Sub
     if queue_depth(&mut *tx).await? >= s.max_queue {
         return Ok(Submitted::QueueFull);
     }
-    let item = question_item(s, key.clone());
+    let mut item = question_item(s, key.clone());
+    let latest = latest_review(&mut tx, &s.business, &s.session_id).await?;
+    let destination = review::destination(latest.map(|(state, _)| state));
+    if destination == Destination::Person {
+        // Kept without a turn of its own; it joins the person's batch below.
+        item.turn = None;
+    }
     let encoded = Encoded::of(&item);
     let delivery = Ingest {
         items: vec![item],
@@ -431,6 +439,20 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Sub
         routine: Default::default(),
     };
     let receipt = ingest_in(&mut tx, &delivery, std::slice::from_ref(&encoded)).await?;
+    if let (Destination::Person, Some((_, batch))) = (destination, latest) {
+        sqlx::query(
+            "UPDATE inbox SET state = $3, batch_id = $4,
+                    conversation_id = (SELECT conversation_id FROM batches WHERE id = $4)
+             WHERE channel = 'webchat' AND dedupe_key = $1 AND state = $2",
+        )
+        .bind(&key)
+        .bind(ItemState::Skipped.as_str())
+        .bind(review::arriving(destination).as_str())
+        .bind(batch)
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+    }
     let made: Option<String> = sqlx::query_scalar(
         "INSERT INTO chat_jobs (job_id, session_id, message_key, inbox_seq, created_at, expires_at)
          SELECT $1, $2, $3, seq, $4, $5 FROM inbox WHERE channel = 'webchat' AND dedupe_key = $3
@@ -459,6 +481,68 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Sub
     };
     tx.commit().await.map_err(unavailable)?;
     Ok(Submitted::Job(outcome))
+}
+
+/// The state and batch of the latest review item of the session's conversation on `business`;
+/// an item being settled is waited for, so a question never joins an item closed meanwhile.
+async fn latest_review(
+    conn: &mut PgConnection,
+    business: &str,
+    session_id: &str,
+) -> Result<Option<(ReviewState, i64)>> {
+    let found: Option<(String, i64)> = sqlx::query_as(
+        "SELECT r.state, r.batch_id FROM conversations c
+         JOIN batches b ON b.conversation_id = c.id JOIN review r ON r.batch_id = b.id
+         WHERE c.channel = 'webchat' AND c.business = $1 AND c.customer = $2
+         ORDER BY r.id DESC LIMIT 1 FOR SHARE OF r",
+    )
+    .bind(business)
+    .bind(session_id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(found.and_then(|(state, batch)| Some((ReviewState::parse(&state)?, batch))))
+}
+
+/// What people wrote to the session after `after`, and whether one holds it now.
+pub(super) async fn chat_feed(
+    pool: &PgPool,
+    session_id: &str,
+    after: i64,
+    max: usize,
+) -> Result<ChatFeed> {
+    let mut conn = pool.acquire().await.map_err(unavailable)?;
+    let rows: Vec<(i64, Option<String>, At)> = sqlx::query_as(
+        "SELECT o.id, o.body, o.created_at FROM outbox o
+         WHERE o.by_person AND o.id > $2 AND o.conversation_id IN
+               (SELECT id FROM conversations WHERE channel = 'webchat' AND customer = $1)
+         ORDER BY o.id LIMIT $3",
+    )
+    .bind(session_id)
+    .bind(after)
+    .bind(limit(Some(max)))
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let held: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM conversations c JOIN batches b ON b.conversation_id = c.id
+                        JOIN review r ON r.batch_id = b.id
+                        WHERE c.channel = 'webchat' AND c.customer = $1 AND r.state = $2)",
+    )
+    .bind(session_id)
+    .bind(ReviewState::Open.as_str())
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let lines = rows
+        .into_iter()
+        .map(|(id, text, at)| PersonLine {
+            id,
+            text: text.unwrap_or_default(),
+            at,
+        })
+        .collect();
+    Ok(ChatFeed { held, lines })
 }
 
 async fn job_for_key(conn: &mut PgConnection, key: &str) -> Result<Option<String>> {

@@ -30,7 +30,7 @@ use sqlx::{PgConnection, PgPool};
 
 use super::rules::erasure::OptOuts;
 use super::{
-    BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Choice, Control,
+    BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
     ConversationView, CustomerRecord, Customers, Ending, Erased, Error, Gauges, Health,
     HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
     NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState,
@@ -55,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0009_customers.sql"),
     include_str!("migrations/0010_retention.sql"),
     include_str!("migrations/0011_claimed_parts.sql"),
+    include_str!("migrations/0012_person_lines.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -398,6 +399,9 @@ impl WebChat for PgStore {
     }
     async fn chat_queue_depth(&self) -> Result<u64> {
         ingest::queue_depth(&self.pool).await
+    }
+    async fn chat_feed(&self, session_id: &str, after: i64, limit: usize) -> Result<ChatFeed> {
+        ingest::chat_feed(&self.pool, session_id, after, limit).await
     }
 }
 

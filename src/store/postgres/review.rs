@@ -75,18 +75,22 @@ pub(super) async fn resolve(
     resolution: &Resolution,
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
-    let held =
-        sqlx::query("SELECT batch_id, outbox_id, state FROM review WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(unavailable)?;
+    let held = sqlx::query(
+        "SELECT r.batch_id, r.outbox_id, r.state, c.channel FROM review r
+         JOIN batches b ON b.id = r.batch_id JOIN conversations c ON c.id = b.conversation_id
+         WHERE r.id = $1 FOR UPDATE OF r",
+    )
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(unavailable)?;
     let Some(held) = held else {
         return Err(Error::NotFound);
     };
-    let (batch, outbox, state): (i64, Option<i64>, String) =
-        (held.get(0), held.get(1), held.get(2));
-    let settled = ReviewState::parse(&state).and_then(|s| review::settle(s, resolution));
+    let (batch, outbox, state, channel): (i64, Option<i64>, String, String) =
+        (held.get(0), held.get(1), held.get(2), held.get(3));
+    let line = review::line(&channel);
+    let settled = ReviewState::parse(&state).and_then(|s| review::settle(s, resolution, line));
     let Some(settled) = settled else {
         return Err(Error::NotFound);
     };
@@ -107,6 +111,16 @@ pub(super) async fn resolve(
         }
         Resolution::Close => None,
     };
+    if settled == ReviewState::Open {
+        // A person answering a live chat holds it: the item stays open, with their last word.
+        sqlx::query("UPDATE review SET resolution_note = $2 WHERE id = $1")
+            .bind(id)
+            .bind(note)
+            .execute(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+        return tx.commit().await.map_err(unavailable);
+    }
     sqlx::query(
         "UPDATE review SET state = $2, resolved_at = $3, resolution = $2, resolution_note = $4
          WHERE id = $1",
@@ -144,11 +158,11 @@ async fn person_reply(
     .map_err(unavailable)?;
     sqlx::query(
         "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
-                             conversation_id, updated_at)
+                             conversation_id, updated_at, by_person)
          SELECT b.id, COALESCE((SELECT max(part) + 1 FROM outbox WHERE batch_id = b.id), 0),
                 c.channel, c.business, c.customer, $3,
                 CASE WHEN c.channel = 'webchat' THEN 'served' WHEN $4 THEN 'sandbox' ELSE 'queued' END,
-                $2, c.id, $2
+                $2, c.id, $2, true
          FROM batches b JOIN conversations c ON c.id = b.conversation_id WHERE b.id = $1",
     )
     .bind(batch)

@@ -29,9 +29,9 @@ use serde_json::{Value, json};
 use self::connection::{Connection, Target};
 use self::wire::{
     List, Page, RawBroadcast, RawChoice, RawClaim, RawConsent, RawConversation, RawCreated,
-    RawExchange, RawExport, RawForget, RawGauges, RawItem, RawJob, RawKey, RawLastBroadcast,
-    RawLine, RawLive, RawPart, RawQuarantined, RawReceipt, RawRecipient, RawRecipientRow,
-    RawReview, RawRouted, RawSendClaims, RawSendJob, RawStats, Receipt,
+    RawExchange, RawExport, RawFeed, RawForget, RawGauges, RawItem, RawJob, RawKey,
+    RawLastBroadcast, RawLine, RawLive, RawPart, RawQuarantined, RawReceipt, RawRecipient,
+    RawRecipientRow, RawReview, RawRouted, RawSendClaims, RawSendJob, RawStats, Receipt,
 };
 use super::items::message_key;
 use super::items::{RecipientStatus, broadcast_status, known};
@@ -40,9 +40,9 @@ use super::rules::consent::{self, Source};
 use super::rules::erasure::{self, Erased, OptOuts, Subject};
 use super::rules::hours::{LocalHours, Turn};
 use super::{
-    BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Choice, Control,
-    ConversationView, CustomerRecord, Customers, Ending, Error, Gauges, HOLD_PART, Health,
-    HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
+    BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission,
+    Choice, Control, ConversationView, CustomerRecord, Customers, Ending, Error, Gauges, HOLD_PART,
+    Health, HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
     NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState,
     RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
     RoutedTurn, SendClaim, SendClaims, SendResult, Sending, Speaker, StoredItem, StoredQuarantine,
@@ -593,6 +593,11 @@ impl WebChat for RedisStore {
     }
     async fn chat_queue_depth(&self) -> Result<u64> {
         self.call("chat_queue_depth", json!({})).await
+    }
+    async fn chat_feed(&self, session_id: &str, after: i64, limit: usize) -> Result<ChatFeed> {
+        let args = json!({"session": session_id, "after": after, "limit": count(limit)});
+        let raw: RawFeed = self.call("chat_feed", args).await?;
+        Ok(raw.into())
     }
 }
 

@@ -26,10 +26,11 @@ use crate::store::rules::item::ItemState;
 use crate::store::rules::part::{Delivery, PartKind, PartState};
 use crate::store::rules::review::ReviewState;
 use crate::store::{
-    BroadcastSend, BroadcastView, ChatExchange, ChatJob, ConversationView, CustomerRecord, Ending,
-    Error, Gauges, HistoryEntry, Ingest, OutboxEntry, REPLY_SPAN, RecipientJob, RecipientView,
-    Resolution, Result, ReviewEntry, ReviewRecord, RouteGuess, RoutedTurn, SendJob, SendResult,
-    Speaker, StoredItem, StoredQuarantine, TurnStats, parse_send_callback, recipient_counts,
+    BroadcastSend, BroadcastView, ChatExchange, ChatFeed, ChatJob, ConversationView,
+    CustomerRecord, Ending, Error, Gauges, HistoryEntry, Ingest, OutboxEntry, PersonLine,
+    REPLY_SPAN, RecipientJob, RecipientView, Resolution, Result, ReviewEntry, ReviewRecord,
+    RouteGuess, RoutedTurn, SendJob, SendResult, Speaker, StoredItem, StoredQuarantine, TurnStats,
+    parse_send_callback, recipient_counts,
 };
 
 /// A list in a reply. Lua's JSON encoder cannot tell an empty list from an empty object and
@@ -935,6 +936,38 @@ impl From<RawExchange> for ChatExchange {
             answer: e.answer,
             status: status_of(&e.state),
             asked_at: e.created,
+        }
+    }
+}
+
+/// A session's feed as `chat_feed` returns it.
+#[derive(Deserialize)]
+pub(super) struct RawFeed {
+    held: bool,
+    lines: List<RawPersonLine>,
+}
+
+#[derive(Deserialize)]
+struct RawPersonLine {
+    id: i64,
+    text: String,
+    at: At,
+}
+
+impl From<RawFeed> for ChatFeed {
+    fn from(f: RawFeed) -> ChatFeed {
+        ChatFeed {
+            held: f.held,
+            lines: f
+                .lines
+                .0
+                .into_iter()
+                .map(|l| PersonLine {
+                    id: l.id,
+                    text: l.text,
+                    at: l.at,
+                })
+                .collect(),
         }
     }
 }

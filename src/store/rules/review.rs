@@ -1,8 +1,21 @@
 //! A review item's lifecycle: open until a person settles it once; a send that fails again
-//! after a person requeued it opens its item again.
+//! after a person requeued it opens its item again. On a live channel (the web chat, whose
+//! visitor waits on the page and answers back) a person's reply does not settle the item: the
+//! person holds the conversation, and what the visitor writes meanwhile joins the item, until
+//! the person closes or requeues it.
 
+use super::item::ItemState;
 use super::named;
 use crate::store::Resolution;
+
+/// Whether the customer waits on the other end for a person's next word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line {
+    /// WhatsApp: a reply goes out and settles the item; the customer's next message is a new turn.
+    Async,
+    /// The web chat: a reply keeps the item open, and the person holds the conversation.
+    Live,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReviewState {
@@ -24,16 +37,53 @@ named!(ReviewState {
 });
 
 /// The state a person's resolution leaves an open item in; `None` when the item is already
-/// settled (each item is settled once).
-pub fn settle(state: ReviewState, resolution: &Resolution) -> Option<ReviewState> {
+/// settled (each item is settled once). On a [`Line::Live`] a reply leaves it open.
+pub fn settle(state: ReviewState, resolution: &Resolution, line: Line) -> Option<ReviewState> {
     if state != ReviewState::Open {
         return None;
     }
-    Some(match resolution {
-        Resolution::Reply { .. } => ReviewState::Replied,
-        Resolution::Requeue => ReviewState::Requeued,
-        Resolution::Close => ReviewState::Closed,
+    Some(match (resolution, line) {
+        (Resolution::Reply { .. }, Line::Live) => ReviewState::Open,
+        (Resolution::Reply { .. }, Line::Async) => ReviewState::Replied,
+        (Resolution::Requeue, _) => ReviewState::Requeued,
+        (Resolution::Close, _) => ReviewState::Closed,
     })
+}
+
+/// The line a conversation of `channel` is (by the channel's name).
+pub fn line(channel: &str) -> Line {
+    match channel {
+        "webchat" => Line::Live,
+        _ => Line::Async,
+    }
+}
+
+/// Where a web-chat visitor's new message goes, given the state of the latest review item of
+/// their conversation (`None`: there is none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    /// To a new turn: it waits in the inbox, and its conversation is scheduled.
+    Turn,
+    /// To the person holding the open item: the message joins the item's batch (the desk shows
+    /// it there), in [`ItemState::Review`], and no turn is scheduled for it.
+    Person,
+}
+
+/// While a person holds the conversation (its item is open), the visitor talks to the person,
+/// never to the assistant: Sabi does not answer a customer a person is answering.
+pub fn destination(latest: Option<ReviewState>) -> Destination {
+    match latest {
+        Some(ReviewState::Open) => Destination::Person,
+        _ => Destination::Turn,
+    }
+}
+
+/// The state a new message starts in for its destination.
+pub fn arriving(destination: Destination) -> ItemState {
+    match destination {
+        Destination::Turn => ItemState::Pending,
+        Destination::Person => ItemState::Review,
+    }
 }
 
 #[cfg(test)]
@@ -55,7 +105,7 @@ mod tests {
     fn only_an_open_item_is_settled_and_never_back_to_open() {
         for state in ReviewState::ALL {
             for resolution in &resolutions() {
-                let to = settle(*state, resolution);
+                let to = settle(*state, resolution, Line::Async);
                 assert_eq!(
                     to.is_some(),
                     *state == ReviewState::Open,
@@ -64,10 +114,39 @@ mod tests {
                 assert_ne!(to, Some(ReviewState::Open));
                 // Settling is final: a second resolution is refused whatever it is.
                 if let Some(to) = to {
-                    assert!(resolutions().iter().all(|r| settle(to, r).is_none()));
+                    assert!(
+                        resolutions()
+                            .iter()
+                            .all(|r| settle(to, r, Line::Async).is_none())
+                    );
                 }
             }
         }
+    }
+
+    #[test]
+    fn on_a_live_line_a_reply_keeps_the_person_in_the_conversation_until_they_leave() {
+        let [reply, requeue, close] = resolutions();
+        let open = ReviewState::Open;
+        assert_eq!(settle(open, &reply, Line::Live), Some(open));
+        assert_eq!(
+            settle(open, &requeue, Line::Live),
+            Some(ReviewState::Requeued)
+        );
+        assert_eq!(settle(open, &close, Line::Live), Some(ReviewState::Closed));
+        assert_eq!(line("webchat"), Line::Live);
+        assert_eq!(line("whatsapp"), Line::Async);
+    }
+
+    #[test]
+    fn a_visitor_talks_to_the_person_only_while_the_item_is_open() {
+        for state in ReviewState::ALL {
+            let to = destination(Some(*state));
+            assert_eq!(to == Destination::Person, *state == ReviewState::Open);
+            assert_eq!(arriving(to) == ItemState::Review, to == Destination::Person);
+        }
+        assert_eq!(destination(None), Destination::Turn);
+        assert_eq!(arriving(Destination::Turn), ItemState::Pending);
     }
 
     #[test]

@@ -11,8 +11,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{ingest, limit_param, unavailable};
 use crate::store::items::{Encoded, POSITION_CAP, message_key, question_item, status_of};
 
+use crate::store::rules::review::{self, Destination, ReviewState};
 use crate::store::{
-    ChatExchange, ChatJob, ChatReceipt, ChatSubmission, Error, Ingest, JobStatus, Result, Submitted,
+    ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission, Error, Ingest, JobStatus,
+    PersonLine, Result, Submitted,
 };
 
 pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted> {
@@ -33,7 +35,13 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
     if queue_depth(conn)? >= s.max_queue {
         return Ok(Submitted::QueueFull);
     }
-    let item = question_item(s, key.clone());
+    let mut item = question_item(s, key.clone());
+    let latest = latest_review(conn, &s.business, &s.session_id)?;
+    let destination = review::destination(latest.map(|(state, _)| state));
+    if destination == Destination::Person {
+        // Kept without a turn of its own; it joins the person's batch below.
+        item.turn = None;
+    }
     let encoded = Encoded::of(&item);
     let delivery = Ingest {
         items: vec![item],
@@ -50,6 +58,15 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
         .and_then(|mut st| st.query_row(params![key], |r| r.get(0)).optional())
         .map_err(unavailable)?
         .ok_or(Error::NotFound)?;
+    if let (Destination::Person, Some((_, batch))) = (destination, latest) {
+        conn.prepare_cached(
+            "UPDATE inbox SET state = ?2, batch_id = ?3,
+                    conversation_id = (SELECT conversation_id FROM batches WHERE id = ?3)
+             WHERE seq = ?1",
+        )
+        .and_then(|mut st| st.execute(params![seq, review::arriving(destination).as_str(), batch]))
+        .map_err(unavailable)?;
+    }
     conn.prepare_cached(
         "INSERT INTO chat_jobs (job_id, session_id, message_key, inbox_seq, created_at, expires_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -70,6 +87,69 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
         created: true,
         earliest_due: receipt.earliest_due,
     }))
+}
+
+/// The state and batch of the latest review item of the session's conversation on `business`.
+fn latest_review(
+    conn: &Connection,
+    business: &str,
+    session_id: &str,
+) -> Result<Option<(ReviewState, i64)>> {
+    let found: Option<(String, i64)> = conn
+        .prepare_cached(
+            "SELECT r.state, r.batch_id FROM conversations c
+             JOIN batches b ON b.conversation_id = c.id JOIN review r ON r.batch_id = b.id
+             WHERE c.channel = 'webchat' AND c.business = ?1 AND c.customer = ?2
+             ORDER BY r.id DESC LIMIT 1",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![business, session_id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+        })
+        .map_err(unavailable)?;
+    Ok(found.and_then(|(state, batch)| Some((ReviewState::parse(&state)?, batch))))
+}
+
+/// What people wrote to the session after `after`, and whether one holds it now.
+pub(super) fn feed(
+    conn: &Connection,
+    session_id: &str,
+    after: i64,
+    limit: usize,
+) -> Result<ChatFeed> {
+    let lines = conn
+        .prepare_cached(
+            "SELECT o.id, o.body, o.created_at FROM outbox o INDEXED BY outbox_person
+             WHERE o.by_person = 1 AND o.id > ?2 AND o.conversation_id IN
+                   (SELECT id FROM conversations WHERE channel = 'webchat' AND customer = ?1)
+             ORDER BY o.id LIMIT ?3",
+        )
+        .and_then(|mut st| {
+            st.query_map(params![session_id, after, limit_param(limit)], |r| {
+                Ok(PersonLine {
+                    id: r.get(0)?,
+                    text: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    at: r.get(2)?,
+                })
+            })?
+            .collect()
+        })
+        .map_err(unavailable)?;
+    let held = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM conversations c JOIN batches b ON b.conversation_id = c.id
+                            JOIN review r ON r.batch_id = b.id
+                            WHERE c.channel = 'webchat' AND c.customer = ?1 AND r.state = ?2)",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![session_id, ReviewState::Open.as_str()], |r| {
+                r.get(0)
+            })
+        })
+        .map_err(unavailable)?;
+    Ok(ChatFeed { held, lines })
 }
 
 /// The job already made for (session, message id), if any.

@@ -37,7 +37,7 @@ use super::rules::item::ItemState;
 use super::rules::part::{Delivery, PartKind, PartState};
 use super::rules::review::ReviewState;
 use super::{
-    BroadcastView, Broadcasts, ChatExchange, ChatJob, ChatSubmission, Choice, Control,
+    BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
     ConversationView, CustomerRecord, Customers, Ending, Error, Gauges, Health, HistoryEntry,
     Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits, NewBroadcast,
     OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientView, Resolution, Result,
@@ -70,6 +70,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0015_retention.sql"),
     include_str!("migrations/0016_lasting_ids.sql"),
     include_str!("migrations/0017_claimed_parts.sql"),
+    include_str!("migrations/0018_person_lines.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -469,6 +470,11 @@ impl WebChat for SqliteStore {
     }
     async fn chat_queue_depth(&self) -> Result<u64> {
         self.read(chat::queue_depth).await
+    }
+    async fn chat_feed(&self, session_id: &str, after: i64, limit: usize) -> Result<ChatFeed> {
+        let session_id = session_id.to_owned();
+        self.read(move |conn| chat::feed(conn, &session_id, after, limit))
+            .await
     }
 }
 

@@ -84,17 +84,24 @@ pub(super) fn item(conn: &Connection, id: i64) -> Result<Option<ReviewEntry>> {
 }
 
 pub(super) fn resolve(conn: &Connection, id: i64, now: At, resolution: &Resolution) -> Result<()> {
-    let held: Option<(i64, Option<i64>, String)> = conn
-        .prepare_cached("SELECT batch_id, outbox_id, state FROM review WHERE id = ?1")
+    let held: Option<(i64, Option<i64>, String, String)> = conn
+        .prepare_cached(
+            "SELECT r.batch_id, r.outbox_id, r.state, c.channel FROM review r
+             JOIN batches b ON b.id = r.batch_id JOIN conversations c ON c.id = b.conversation_id
+             WHERE r.id = ?1",
+        )
         .and_then(|mut s| {
-            s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()
+            s.query_row(params![id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()
         })
         .map_err(unavailable)?;
-    let Some((batch, outbox, state)) = held else {
+    let Some((batch, outbox, state, channel)) = held else {
         return Err(Error::NotFound);
     };
-    let settled = ReviewState::parse(&state).and_then(|s| review::settle(s, resolution));
+    let line = review::line(&channel);
+    let settled = ReviewState::parse(&state).and_then(|s| review::settle(s, resolution, line));
     let Some(settled) = settled else {
         return Err(Error::NotFound);
     };
@@ -113,6 +120,14 @@ pub(super) fn resolve(conn: &Connection, id: i64, now: At, resolution: &Resoluti
         }
         Resolution::Close => None,
     };
+    if settled == ReviewState::Open {
+        // A person answering a live chat holds it: the item stays open, with their last word.
+        return execute(
+            conn,
+            "UPDATE review SET resolution_note = ?2 WHERE id = ?1",
+            params![id, note],
+        );
+    }
     execute(
         conn,
         "UPDATE review SET state = ?2, resolved_at = ?3, resolution = ?2, resolution_note = ?4
@@ -134,11 +149,11 @@ fn person_reply(conn: &Connection, batch: i64, now: At, text: &str, sandbox: boo
     execute(
         conn,
         "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
-                             conversation_id, updated_at)
+                             conversation_id, updated_at, by_person)
          SELECT b.id, coalesce((SELECT max(part) + 1 FROM outbox WHERE batch_id = b.id), 0),
                 c.channel, c.business, c.customer, ?3,
                 CASE WHEN c.channel = 'webchat' THEN 'served' WHEN ?4 THEN 'sandbox' ELSE 'queued' END,
-                ?2, c.id, ?2
+                ?2, c.id, ?2, 1
          FROM batches b JOIN conversations c ON c.id = b.conversation_id WHERE b.id = ?1",
         params![batch, now, text, sandbox],
     )

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use sabi::clock::At;
 use sabi::domain::ReplyPart;
-use sabi::store::{ChatExchange, ChatSubmission, Ending, JobStatus, Resolution, Store, Submitted};
+use sabi::store::{
+    ChatExchange, ChatSubmission, Ending, JobStatus, Resolution, ReviewState, Store, Submitted,
+};
 
 use super::fixtures::open_reviews;
 use super::{T0, ingest, message, question};
@@ -54,7 +56,8 @@ fn exchange(
 }
 
 /// Session s1 asks three questions: the first is answered in two parts, the second handed to a
-/// person, the third waits behind another session's. A WhatsApp message arrives meanwhile.
+/// person, the third goes to that person (who holds the chat while the item is open). Sessions
+/// s2 and s3 ask one each, which wait in turn. A WhatsApp message arrives meanwhile.
 async fn three_questions(store: &Arc<dyn Store>) {
     let depth = || async { store.chat_queue_depth().await.expect("depth") };
     assert!(ask(store, "j1", "m1", "Where is my order?", T0).await);
@@ -81,6 +84,12 @@ async fn three_questions(store: &Arc<dyn Store>) {
         ..question("s2", "s2-j1")
     };
     store.submit_chat(elsewhere).await.expect("submitted");
+    let third_session = ChatSubmission {
+        message_id: Some("m1".into()),
+        now: T0 + ms(25),
+        ..question("s3", "s3-j1")
+    };
+    store.submit_chat(third_session).await.expect("submitted");
     assert!(ask(store, "j3", "m3", "Hello?", T0 + ms(30)).await);
     ingest(
         store,
@@ -88,12 +97,12 @@ async fn three_questions(store: &Arc<dyn Store>) {
         T0 + ms(31),
     )
     .await;
-    assert_eq!(depth().await, 2, "web-chat questions only");
+    assert_eq!(depth().await, 2, "web-chat questions for a turn only");
 }
 
 pub async fn chat_history_and_queue_depth_follow_each_question(store: Arc<dyn Store>) {
     three_questions(&store).await;
-    let waiting = store.chat_job("j3", T0 + ms(31)).await.expect("job");
+    let waiting = store.chat_job("s3-j1", T0 + ms(31)).await.expect("job");
     let waiting = waiting.expect("kept");
     assert_eq!(
         (waiting.status, waiting.position),
@@ -112,7 +121,7 @@ pub async fn chat_history_and_queue_depth_follow_each_question(store: Arc<dyn St
     );
     let asked = "Can I talk to someone?";
     let handed = exchange("j2", asked, JobStatus::Failed, None, T0 + ms(10));
-    let third = exchange("j3", "Hello?", JobStatus::Queued, None, T0 + ms(30));
+    let third = exchange("j3", "Hello?", JobStatus::Failed, None, T0 + ms(30));
     assert_eq!(history(10).await, [first, handed.clone(), third.clone()]);
     assert_eq!(history(2).await, [handed, third.clone()]);
     assert_eq!(history(0).await, []);
@@ -128,6 +137,7 @@ pub async fn chat_history_and_queue_depth_follow_each_question(store: Arc<dyn St
         .expect("replied");
     let both = "A colleague will answer.\n\nHere I am.";
     let answered = exchange("j2", asked, JobStatus::Finished, Some(both), T0 + ms(10));
+    let third = exchange("j3", "Hello?", JobStatus::Finished, Some(both), T0 + ms(30));
     assert_eq!(history(2).await, [answered, third]);
     let job = store.chat_job("j2", T0 + ms(41)).await.expect("job");
     let job = job.expect("kept");
@@ -181,4 +191,102 @@ pub async fn a_sessions_history_is_in_the_order_asked(store: Arc<dyn Store>) {
     );
     let last = store.chat_history("s1", 1).await.expect("history");
     assert_eq!(last[0].question, "second", "the last asked");
+}
+
+/// A person answering a chat holds it: the item stays open, the visitor's next question joins
+/// it (no turn, not queued), people's replies read back in order after an id, and once the
+/// person closes the item the next question is a turn again.
+pub async fn a_visitor_talks_to_the_person_holding_their_chat(store: Arc<dyn Store>) {
+    assert!(ask(&store, "j1", "m1", "A person, please", T0).await);
+    let handoff = Ending::Handoff {
+        parts: vec![ReplyPart::text("A colleague will answer.")],
+        sandbox: false,
+        note: "asked for a person".into(),
+    };
+    answer(&store, T0, handoff).await;
+    let feed = |after, limit| {
+        let store = store.clone();
+        async move { store.chat_feed("s1", after, limit).await.expect("feed") }
+    };
+    let waiting = feed(0, 10).await;
+    assert_eq!(
+        (waiting.held, waiting.lines.len()),
+        (true, 0),
+        "held, and the hand-off's own words are not a person's"
+    );
+    let item = open_reviews(&store).await.remove(0);
+    let says = |text: &str| Resolution::Reply {
+        text: text.into(),
+        sandbox: false,
+    };
+    store
+        .resolve_review(item.id, T0 + ms(10), says("Ada here."))
+        .await
+        .expect("replied");
+    let still = store
+        .review_item(item.id)
+        .await
+        .expect("item")
+        .expect("kept");
+    assert_eq!(still.state, ReviewState::Open, "the person holds the chat");
+    let first = feed(0, 10).await;
+    assert!(first.held);
+    assert_eq!(first.lines.len(), 1);
+    assert_eq!(
+        (first.lines[0].text.as_str(), first.lines[0].at),
+        ("Ada here.", T0 + ms(10))
+    );
+
+    assert!(ask(&store, "j2", "m2", "My order 1234 never came", T0 + ms(20)).await);
+    assert_eq!(store.chat_queue_depth().await.expect("depth"), 0);
+    let claims = store.claim(T0 + ms(60_000), ms(60_000), 10, None).await;
+    assert!(claims.expect("claim").is_empty(), "no turn for it");
+    let held = store
+        .review_item(item.id)
+        .await
+        .expect("item")
+        .expect("kept");
+    let texts: Vec<_> = held
+        .messages
+        .iter()
+        .filter_map(|m| m.text.as_deref())
+        .collect();
+    assert_eq!(texts, ["A person, please", "My order 1234 never came"]);
+    assert_eq!(open_reviews(&store).await.len(), 1);
+    let job = store.chat_job("j2", T0 + ms(21)).await.expect("job");
+    assert_eq!(
+        job.expect("kept").status,
+        JobStatus::Failed,
+        "with the person"
+    );
+
+    store
+        .resolve_review(item.id, T0 + ms(30), says("Found it: it ships today."))
+        .await
+        .expect("replied again");
+    let after_first = feed(first.lines[0].id, 10).await;
+    let texts: Vec<_> = after_first.lines.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(texts, ["Found it: it ships today."]);
+    assert_eq!(feed(0, 1).await.lines, first.lines, "oldest first, limited");
+    let job = store.chat_job("j2", T0 + ms(31)).await.expect("job");
+    assert_eq!(job.expect("kept").status, JobStatus::Finished);
+
+    store
+        .resolve_review(item.id, T0 + ms(40), Resolution::Close)
+        .await
+        .expect("closed");
+    assert!(!feed(0, 10).await.held, "the person left");
+    assert!(ask(&store, "j3", "m3", "One more thing", T0 + ms(50)).await);
+    assert_eq!(store.chat_queue_depth().await.expect("depth"), 1);
+    answer(
+        &store,
+        T0 + ms(50),
+        Ending::Replied {
+            parts: vec![ReplyPart::text("Sure.")],
+            sandbox: false,
+        },
+    )
+    .await;
+    let elsewhere = store.chat_feed("s2", 0, 10).await.expect("feed");
+    assert_eq!((elsewhere.held, elsewhere.lines.len()), (false, 0));
 }

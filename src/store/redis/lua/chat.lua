@@ -5,6 +5,19 @@
 
 local POSITION_CAP = 10000
 
+-- The latest review item among the session's last questions' turns: its id, state and batch.
+-- Its questions are in the order asked, so the first turn with an item is the latest's.
+local function latest_review(session)
+  for _, job in ipairs(redis.call('ZREVRANGE', k('sj', session), 0, 99)) do
+    local seq = redis.call('HGET', k('job', job), 'seq')
+    local batch = seq and redis.call('HGET', k('in', seq), 'batch')
+    local id = batch and redis.call('HGET', k('rbatch'), batch)
+    if id then
+      return {id = id, state = redis.call('HGET', k('r', id), 'state'), batch = batch}
+    end
+  end
+end
+
 local function submit_chat(a)
   local job = redis.call('HGET', k('jobkey'), a.key)
   if job then
@@ -20,9 +33,22 @@ local function submit_chat(a)
   if redis.call('HEXISTS', k('erased'), a.item.kh) == 1 then
     return fail('SABI_NOT_FOUND', 'this question was erased')
   end
+  -- While a person holds the conversation (its item is open), the question joins the person's
+  -- batch and no turn is scheduled (store::rules::review::destination).
+  local latest = latest_review(a.session)
+  local to_person = latest and latest.state == REVIEW.open
+  if to_person then
+    a.item.turn = nil
+  end
   local receipt = ingest({items = {a.item}, quarantined = {}, recv = a.now, window = a.window,
     cap = a.cap})
   local seq = redis.call('HGET', k('dedupe'), 'webchat\n' .. a.key)
+  if to_person then
+    redis.call('ZREM', k('aged', 'msg'), int(seq))
+    local conv = redis.call('HGET', k('b', latest.batch), 'conv')
+    put(k('in', seq), {state = ITEM.review, batch = latest.batch, conv = conv})
+    redis.call('ZADD', k('b', latest.batch, 'msgs'), int(seq), int(seq))
+  end
   put(k('job', a.job), {
     session = a.session, mkey = a.key, seq = seq, created = a.now, expires = a.expires,
   })
@@ -81,6 +107,33 @@ local function chat_history(a)
     }
   end
   return out
+end
+
+-- What people wrote to the session after `after`, among its last questions' turns, and
+-- whether a person holds it now.
+local function chat_feed(a)
+  local lines, batches = {}, {}
+  for _, job in ipairs(redis.call('ZREVRANGE', k('sj', a.session), 0, 99)) do
+    local seq = redis.call('HGET', k('job', job), 'seq')
+    local batch = seq and redis.call('HGET', k('in', seq), 'batch')
+    if batch and not batches[batch] then
+      batches[batch] = true
+      for _, id in ipairs(redis.call('ZRANGE', k('b', batch, 'parts'), 0, -1)) do
+        if tonumber(id) > a.after then
+          local o = get(k('o', id), 'body', 'created', 'person')
+          if o.person == '1' then
+            lines[#lines + 1] = {id = tonumber(id), text = o.body or '', at = tonumber(o.created)}
+          end
+        end
+      end
+    end
+  end
+  table.sort(lines, function(x, y) return x.id < y.id end)
+  while #lines > a.limit do
+    table.remove(lines)
+  end
+  local latest = latest_review(a.session)
+  return {held = latest ~= nil and latest.state == REVIEW.open, lines = lines}
 end
 
 local function chat_queue_depth()

@@ -24,7 +24,7 @@ local OPS = {
   next_send_due = next_send_due, review_queue = review_queue, review_item = review_item,
   resolve_review = resolve_review, conversations = conversations, gauges = gauges,
   submit_chat = submit_chat, job_for_message = job_for_message, chat_job = chat_job,
-  chat_history = chat_history, chat_queue_depth = chat_queue_depth, set_route = set_route,
+  chat_history = chat_history, chat_queue_depth = chat_queue_depth, chat_feed = chat_feed, set_route = set_route,
   label_turn = label_turn, routed_turns = routed_turns, create_broadcast = create_broadcast,
   broadcasts = broadcasts, broadcast = broadcast, broadcast_recipients = broadcast_recipients,
   control_broadcast = control_broadcast, recipients_load = recipients_load,

@@ -49,6 +49,9 @@ local function person_reply(batch, now, text, sandbox)
   local last = redis.call('ZRANGE', k('b', batch, 'parts'), -1, -1, 'WITHSCORES')[2]
   local part = last and tonumber(last) + 1 or 0
   add_part(batch, conv, part, text, nil, nil, now, sandbox)
+  -- Marked as a person's: the web chat's session stream shows it.
+  local id = redis.call('ZRANGEBYSCORE', k('b', batch, 'parts'), part, part)[1]
+  redis.call('HSET', k('o', id), 'person', 1)
 end
 
 -- The batch's messages are pending again, and due at once, for a turn that answers them
@@ -86,6 +89,13 @@ local function resolve_review(a)
   local how, state, note = a.resolution, REVIEW.closed, nil
   if how.kind == 'reply' then
     person_reply(r.batch, a.now, how.text, how.sandbox)
+    local conv = redis.call('HGET', k('b', r.batch), 'conv')
+    if redis.call('HGET', k('c', conv), 'ch') == 'webchat' then
+      -- A person answering a live chat holds it: the item stays open, with their last word
+      -- (store::rules::review::settle).
+      redis.call('HSET', k('r', a.id), 'note', how.text)
+      return true
+    end
     state, note = REVIEW.replied, how.text
   elseif how.kind == 'requeue' then
     if r.outbox then

@@ -1,0 +1,4 @@
+-- A person's reply is marked as theirs, so that a web-chat session's stream can show what a
+-- person wrote (and that a person has joined) apart from the assistant's answers.
+ALTER TABLE outbox ADD COLUMN by_person BOOLEAN NOT NULL DEFAULT false;
+CREATE INDEX outbox_person ON outbox (conversation_id, id) WHERE by_person;
