@@ -231,7 +231,7 @@ while (( SECONDS - settle_start < SETTLE )); do
   if ! kill -0 "$crowd" 2>/dev/null; then log "the crowd is done"; break; fi
   counts="$(unsettled | paste -sd' ')"
   if [[ "$counts" == "0 0" ]]; then quiet=$((quiet + 1)); else quiet=0; fi
-  (( quiet >= 3 )) && { log "settled (crowd still waiting on someone)"; break; }
+  (( quiet >= 3 )) && { log "settled: nothing in flight (the crowd has not ended)"; break; }
   sleep 5
 done
 log "settled after $(( SECONDS - settle_start ))s; checking"
@@ -273,17 +273,19 @@ def verdict(name, ok, detail):
     if not ok:
         failed.append(name)
 
-print(f"chaos {store}: {duration}s, {audience} customers, {kills} worker kill(s) (kill -9), "
+print(f"chaos {store}: {duration}s, {audience} customers, {kills} {'node' if store == 'sqlite' else 'worker'} kill(s) (kill -9), "
       f"{restarts} store restart(s)")
-print(f"  messages {len(inbox)}: " + ", ".join(f"{k} {v}" for k, v in sorted(msg_states.items())))
-print(f"  parts {len(outbox)}: " + ", ".join(f"{k} {v}" for k, v in sorted(part_states.items())))
-print(f"  review {len(review)}: " + ", ".join(f"{k} {v}" for k, v in sorted(review_reasons.items())))
+def counted(name, total, counts):
+    print(f"  {name} {total}" + "".join(f", {k} {v}" for k, v in sorted(counts.items())))
+counted("messages", len(inbox), msg_states)
+counted("parts", len(outbox), part_states)
+counted("review items", len(review), review_reasons)
 if crowd:
     print(f"  crowd: wrote {crowd['messages']}, answered {crowd['answered']}, reply p50 "
           f"{crowd['p50_reply_s']:.1f}s p95 {crowd['p95_reply_s']:.1f}s max {crowd['max_reply_s']:.1f}s, "
           f"holding {crowd['holding_messages']}, model calls {crowd['model_calls']}")
 else:
-    print("  crowd: still waiting on someone when the checks ran (stopped; no report)")
+    print("  crowd: not ended when the checks ran (stopped, so no report of its own)")
 
 # nothing lost
 open_msgs = [m for m in inbox if m["state"] in ("pending", "batched")]
