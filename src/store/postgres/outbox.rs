@@ -333,14 +333,10 @@ pub(super) async fn next_send_due(pool: &PgPool, skip: &[String]) -> Result<Opti
               FROM outbox o JOIN conversations c ON c.id = o.conversation_id
               WHERE o.state IN {claimable} AND NOT (o.business = ANY($1))
                 AND NOT {held_back}),
-             (SELECT min(send_until) FROM outbox WHERE state = '{claimed}'),
-             (SELECT min(send_until) FROM outbox WHERE state = '{sending}'),
-             (SELECT min(send_until) FROM outbox WHERE state = '{unknown}'))",
+             {ends})",
         claimable = *CLAIMABLE_SQL,
         held_back = *HELD_BACK_SQL,
-        claimed = PartState::Claimed,
-        sending = PartState::Sending,
-        unknown = PartState::Unknown,
+        ends = part::lease_ends_sql().join(", "),
     )))
     .bind(skip)
     .fetch_one(pool)

@@ -170,6 +170,16 @@ pub static HOLDING_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// For each state whose lease or wait runs out, an SQL scalar subquery of its earliest end
+/// (each reads the state's own partial index): for the backends' "when is a send next due".
+pub fn lease_ends_sql() -> Vec<String> {
+    PartState::ALL
+        .iter()
+        .filter(|state| state.times_out())
+        .map(|state| format!("(SELECT min(send_until) FROM outbox WHERE state = '{state}')"))
+        .collect()
+}
+
 /// An SQL condition, true when the part `o` of the outbox is held back: by an unsettled earlier
 /// part `p` of its own reply, or by one of an earlier reply that holds every later reply and
 /// is not itself waiting behind an unknown part `u` of its reply (that reply is out of the

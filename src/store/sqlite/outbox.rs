@@ -317,18 +317,6 @@ fn find_sent(conn: &Connection, update: StatusUpdate<'_>) -> Result<Option<i64>>
         .map_err(unavailable)
 }
 
-/// The earliest lease or wait end of each state that has one, each read from its own partial
-/// index.
-fn timed_sql() -> String {
-    PartState::ALL
-        .iter()
-        .filter(|state| state.times_out())
-        .map(|state| {
-            format!(" UNION ALL SELECT min(send_until) FROM outbox WHERE state = '{state}'")
-        })
-        .collect()
-}
-
 pub(super) fn next_send_due(conn: &Connection, skip: &[String]) -> Result<Option<At>> {
     let skip = serde_json::to_string(skip).unwrap_or_else(|_| "[]".into());
     conn.prepare_cached(&format!(
@@ -341,7 +329,10 @@ pub(super) fn next_send_due(conn: &Connection, skip: &[String]) -> Result<Option
              {timed})",
         claimable = *CLAIMABLE_SQL,
         held_back = *HELD_BACK_SQL,
-        timed = timed_sql(),
+        timed = part::lease_ends_sql()
+            .iter()
+            .map(|end| format!(" UNION ALL SELECT {end}"))
+            .collect::<String>(),
     ))
     .and_then(|mut s| s.query_row(params![skip], |r| r.get(0)))
     .map_err(unavailable)
