@@ -183,7 +183,13 @@ impl Sender {
     async fn depart(&self, job: &SendJob, now: At) -> bool {
         match self
             .store
-            .depart(job.id, job.attempt, now, self.settings.send_lease)
+            .depart(
+                job.id,
+                job.attempt,
+                now,
+                self.settings.send_lease,
+                self.settings.pair_spacing,
+            )
             .await
         {
             Ok(()) => true,

@@ -821,12 +821,20 @@ pub trait Sending: Send + Sync + 'static {
     async fn claim_sends(&self, claim: SendClaim) -> Result<SendClaims>;
 
     /// The claimed part `id` departs: its request may reach Meta from `now` on, and it is held
-    /// under a send lease until `now + lease`.
+    /// under a send lease until `now + lease`; nothing more goes to its recipient before
+    /// `now + spacing`.
     ///
     /// # Errors
     /// [`Error::LeaseLost`] when `attempt` is not the part's latest or its claim lapsed: the
     /// part must not be sent.
-    async fn depart(&self, id: i64, attempt: u32, now: At, lease: Duration) -> Result<()>;
+    async fn depart(
+        &self,
+        id: i64,
+        attempt: u32,
+        now: At,
+        lease: Duration,
+        spacing: Duration,
+    ) -> Result<()>;
 
     /// Records how a send ended.
     ///

@@ -76,7 +76,8 @@ use self::sending::{
 };
 use self::statuses::{
     a_closed_window_sends_the_template_once, a_failure_after_sent_goes_to_a_person_once,
-    a_lapsed_send_with_no_status_goes_to_a_person, a_status_naming_an_unknown_send_settles_it,
+    a_lapsed_send_with_no_status_goes_to_a_person, a_late_failure_stays_with_the_person,
+    a_status_naming_an_unknown_send_settles_it, a_status_settles_a_send_under_way_at_once,
     statuses_only_move_a_delivery_forward,
 };
 use self::turns::{
@@ -246,6 +247,8 @@ macro_rules! cases {
             a_failure_after_sent_goes_to_a_person_once,
             a_closed_window_sends_the_template_once,
             a_status_naming_an_unknown_send_settles_it,
+            a_status_settles_a_send_under_way_at_once,
+            a_late_failure_stays_with_the_person,
             a_lapsed_send_with_no_status_goes_to_a_person,
             // Turns
             next_due_is_the_earliest_window_lease_or_retry,
@@ -801,17 +804,29 @@ async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
             next_send_at: at,
         };
         store
-            .depart(job.id, job.attempt, at, ms(10_000))
+            .depart(job.id, job.attempt, at, ms(10_000), ms(0))
             .await
             .expect("departed");
-        let again = store.depart(job.id, job.attempt, at, ms(10_000)).await;
+        let again = store
+            .depart(job.id, job.attempt, at, ms(10_000), ms(0))
+            .await;
         assert!(matches!(again, Err(store::Error::LeaseLost)), "once");
         store
             .record_send(job.id, job.attempt, at, accepted.clone())
             .await
             .expect("recorded");
-        let twice = store.record_send(job.id, job.attempt, at, accepted).await;
-        assert!(matches!(twice, Err(store::Error::LeaseLost)));
+        // The same answer again (a commit whose reply was lost) changes nothing; another
+        // answer for the send is refused: Meta has the part.
+        store
+            .record_send(job.id, job.attempt, at, accepted)
+            .await
+            .expect("the same answer again");
+        let lost = SendResult::Unknown {
+            error: "timed out".into(),
+            wait_until: at,
+        };
+        let other = store.record_send(job.id, job.attempt, at, lost).await;
+        assert!(matches!(other, Err(store::Error::LeaseLost)));
     }
     let next = store
         .claim_sends(claim(at))
@@ -1094,7 +1109,7 @@ async fn a_requeued_send_that_fails_again_is_back_in_review(store: Arc<dyn Store
             .jobs
             .remove(0);
         store
-            .depart(job.id, job.attempt, at, ms(10_000))
+            .depart(job.id, job.attempt, at, ms(10_000), ms(0))
             .await
             .expect("departed");
         store

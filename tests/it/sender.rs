@@ -679,7 +679,7 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
     let head = &jobs[0];
     assert_eq!(head.part, 0);
     app.store
-        .depart(head.id, head.attempt, now, ms(1_000))
+        .depart(head.id, head.attempt, now, ms(1_000), ms(0))
         .await
         .expect("departed");
     let stale = app
@@ -725,7 +725,7 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].part, 1);
     app.store
-        .depart(jobs[0].id, jobs[0].attempt, later, ms(10_000))
+        .depart(jobs[0].id, jobs[0].attempt, later, ms(10_000), ms(0))
         .await
         .expect("departed");
     let accepted = SendResult::Accepted {
@@ -734,12 +734,19 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
         next_send_at: later,
     };
     app.store
-        .record_send(jobs[0].id, jobs[0].attempt, later, accepted.clone())
+        .record_send(jobs[0].id, jobs[0].attempt, later, accepted)
         .await
         .expect("recorded");
+    let retry = SendResult::Retry {
+        at: later,
+        failure: true,
+        code: None,
+        error: "a second answer".into(),
+        recipient_after: None,
+    };
     let twice = app
         .store
-        .record_send(jobs[0].id, jobs[0].attempt, later, accepted)
+        .record_send(jobs[0].id, jobs[0].attempt, later, retry)
         .await;
     assert!(
         matches!(twice, Err(store::Error::LeaseLost)),

@@ -23,6 +23,8 @@ use crate::helpers::ms;
 const T0: At = At::from_millis(1_790_000_000_000);
 const LEASE: Duration = Duration::from_millis(1_000);
 const WAIT: Duration = Duration::from_millis(5_000);
+/// The recipient spacing a part holds from its departure.
+const SPACING: Duration = Duration::from_millis(300);
 const BUSINESS: &str = "100000000000009";
 
 /// What the walk does to the store, each one through its interface.
@@ -186,6 +188,9 @@ impl Model {
         if step.effects.review.is_some() {
             self.review.insert(id);
         }
+        if step.effects.close_review {
+            self.review.remove(&id);
+        }
         self.parts.insert(id, step.part);
         true
     }
@@ -335,10 +340,14 @@ impl Walk {
         let attempt = self.model.parts[&id]
             .attempts
             .wrapping_sub(u32::from(stale));
-        let departed = self.store.depart(id, attempt, self.now, LEASE).await;
+        let departed = self
+            .store
+            .depart(id, attempt, self.now, LEASE, SPACING)
+            .await;
         let event = Event::Depart {
             attempt,
             lease: LEASE,
+            spacing: SPACING,
         };
         let allowed = self.model.apply(id, &event, self.now);
         match departed {

@@ -3,6 +3,8 @@
 //! fresh attempt number its outcome must carry; a send that may have left is never claimed
 //! again but waits for its status webhook.
 
+use std::time::Duration;
+
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
 use super::{channel, limit, unavailable};
@@ -123,15 +125,20 @@ pub(super) async fn record_send(
     tx.commit().await.map_err(unavailable)
 }
 
+/// `part` departs under a send lease, holding its recipient for the spacing: `(lease, spacing)`.
 pub(super) async fn depart(
     pool: &PgPool,
     id: i64,
     attempt: u32,
     now: At,
-    lease: std::time::Duration,
+    (lease, spacing): (Duration, Duration),
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
-    let event = Event::Depart { attempt, lease };
+    let event = Event::Depart {
+        attempt,
+        lease,
+        spacing,
+    };
     if step(&mut tx, id, &event, now).await?.is_none() {
         return Err(Error::LeaseLost);
     }
@@ -167,6 +174,20 @@ pub(super) async fn step(
     }
     if let Some((reason, error)) = &step.effects.review {
         review(conn, held.batch, id, *reason, Some(error), now).await?;
+    }
+    if step.effects.close_review {
+        sqlx::query(
+            "UPDATE review SET state = $2, resolved_at = $3, resolution = $2, resolution_note = $4
+             WHERE outbox_id = $1 AND state = $5",
+        )
+        .bind(id)
+        .bind(ReviewState::Closed.as_str())
+        .bind(now)
+        .bind(part::SETTLED_BY_STATUS)
+        .bind(ReviewState::Open.as_str())
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
     }
     Ok(Some(step.part.state))
 }

@@ -97,11 +97,12 @@ impl PartState {
     }
 
     /// The states a status webhook may find by the callback data of the send it names: the
-    /// send of that attempt may be under way, unanswered, or recorded.
+    /// send of that attempt may be under way, unanswered, recorded, or with a person because
+    /// no status came in time.
     pub fn named_by_callback(self) -> bool {
         matches!(
             self,
-            PartState::Sending | PartState::Unknown | PartState::Accepted
+            PartState::Sending | PartState::Unknown | PartState::Accepted | PartState::Review
         )
     }
 }
@@ -258,8 +259,13 @@ pub enum Event<'a> {
     /// A sender claims it, holding it until `now + lease` while it waits for its pacing slot.
     Claim { lease: Duration },
     /// The sender of `attempt` took the pacing slot: its request may leave from now on, under a
-    /// send lease until `now + lease`.
-    Depart { attempt: u32, lease: Duration },
+    /// send lease until `now + lease`, and nothing more goes to the recipient for `spacing`
+    /// (should a status settle the part before its sender can say when it was accepted).
+    Depart {
+        attempt: u32,
+        lease: Duration,
+        spacing: Duration,
+    },
     /// The sender of `attempt` says how the send ended.
     Outcome {
         attempt: u32,
@@ -283,7 +289,14 @@ pub struct Effects {
     pub review: Option<(ReviewReason, String)>,
     /// Hold back every part to this recipient until then.
     pub hold_recipient_until: Option<At>,
+    /// Close the part's open review item, with [`SETTLED_BY_STATUS`] as its note: Meta's word
+    /// came after a person was asked.
+    pub close_review: bool,
 }
+
+/// The note on a review item a late status webhook closed.
+pub const SETTLED_BY_STATUS: &str =
+    "Meta's status webhook came late and says the message was sent: nothing for a person to do";
 
 /// The part after a step, and what else to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -312,7 +325,11 @@ pub enum Refused {
 pub fn next(part: &Part, event: &Event<'_>, now: At) -> Result<Step, Refused> {
     match event {
         Event::Claim { lease } => claim(part, now, *lease),
-        Event::Depart { attempt, lease } => depart(part, *attempt, now, *lease),
+        Event::Depart {
+            attempt,
+            lease,
+            spacing,
+        } => depart(part, *attempt, now, *lease, *spacing),
         Event::Outcome { attempt, result } => outcome(part, *attempt, result, now),
         Event::LeaseLapsed { unknown_wait } => lapse(part, now, *unknown_wait),
         Event::WaitOver => wait_over(part, now),
@@ -344,17 +361,29 @@ fn claim(part: &Part, now: At, lease: Duration) -> Result<Step, Refused> {
     })
 }
 
-fn depart(part: &Part, attempt: u32, now: At, lease: Duration) -> Result<Step, Refused> {
+fn depart(
+    part: &Part,
+    attempt: u32,
+    now: At,
+    lease: Duration,
+    spacing: Duration,
+) -> Result<Step, Refused> {
     if part.state != PartState::Claimed {
         return Err(Refused::State);
     }
     if part.attempts != attempt {
         return Err(Refused::Attempt);
     }
-    moved(Part {
-        state: PartState::Sending,
-        until: Some(now + lease),
-        ..part.clone()
+    Ok(Step {
+        part: Part {
+            state: PartState::Sending,
+            until: Some(now + lease),
+            ..part.clone()
+        },
+        effects: Effects {
+            hold_recipient_until: Some(now + spacing),
+            ..Effects::default()
+        },
     })
 }
 
@@ -368,6 +397,9 @@ fn back(part: &Part) -> PartState {
 }
 
 fn outcome(part: &Part, attempt: u32, result: &SendResult, now: At) -> Result<Step, Refused> {
+    if part.state == PartState::Accepted {
+        return accepted_again(part, attempt, result, now);
+    }
     // A claimed part never left: only "not tried" may end it (its number was halted).
     let applies = match part.state {
         PartState::Sending => true,
@@ -469,9 +501,41 @@ fn accepted(
         },
         effects: Effects {
             hold_recipient_until: Some(next_send_at),
-            review: None,
+            ..Effects::default()
         },
     })
+}
+
+/// The sender's answer for a part a status webhook settled first: Meta's own word on the same
+/// send, so only what the status could not tell is kept (whether the template went, and the
+/// recipient's spacing from the answer). Any other answer is refused: Meta has the part.
+fn accepted_again(
+    part: &Part,
+    attempt: u32,
+    result: &SendResult,
+    now: At,
+) -> Result<Step, Refused> {
+    let SendResult::Accepted {
+        wamid,
+        template,
+        next_send_at,
+    } = result
+    else {
+        return Err(Refused::State);
+    };
+    if part.attempts != attempt {
+        return Err(Refused::Attempt);
+    }
+    if part.wamid.as_deref() != Some(wamid) {
+        return Err(Refused::State);
+    }
+    accepted(
+        part,
+        wamid,
+        *template,
+        *next_send_at,
+        part.sent_at.unwrap_or(now),
+    )
 }
 
 /// From now on only the template may go for this part, at once: a new message, with its own
@@ -543,7 +607,7 @@ fn wait_over(part: &Part, now: At) -> Result<Step, Refused> {
         },
         effects: Effects {
             review: Some((ReviewReason::UnknownOutcome, why.to_owned())),
-            hold_recipient_until: None,
+            ..Effects::default()
         },
     })
 }
@@ -561,28 +625,44 @@ fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused>
     }
     let mut part = part.clone();
     let mut changed = false;
+    let mut closes_review = false;
     match part.state {
-        // The sender is still in its request: note Meta's id; the sender records the outcome
-        // and the recipient's spacing (a status often races the answer), and whatever it saw,
-        // the part counts as accepted. A sender that died leaves it accepted when the send
-        // lease lapses (seconds: twice `send_timeout`).
-        PartState::Sending if part.wamid.is_none() => {
-            part.wamid = Some(status.wamid.to_owned());
-            changed = true;
-        }
-        // Its answer was lost, but Meta has it: it left after all, and is never sent again.
-        PartState::Unknown => {
+        // Meta has it, whether its sender is still in its request (a status often races the
+        // answer), lost the answer, or died: it is settled at once, and never sent again. The
+        // recipient's spacing was held from its departure; a sender that is still there adds
+        // what its answer says ([`accepted_again`]).
+        PartState::Sending | PartState::Unknown => {
             part.state = PartState::Accepted;
             part.wamid = Some(status.wamid.to_owned());
             part.sent_at = Some(part.sent_at.unwrap_or(now));
             part.until = None;
             changed = true;
         }
+        // No status came in time and a person was asked; this one says it was sent, so the
+        // person has nothing to do. A failure stays with the person, who has it already.
+        PartState::Review if part.wamid.is_none() => {
+            part.wamid = Some(status.wamid.to_owned());
+            changed = true;
+            if status.delivery != Delivery::Failed {
+                part.state = PartState::Accepted;
+                part.sent_at = Some(now);
+                closes_review = true;
+            }
+        }
         _ => {}
     }
+    let closed = |part| {
+        Ok(Step {
+            part,
+            effects: Effects {
+                close_review: closes_review,
+                ..Effects::default()
+            },
+        })
+    };
     if Delivery::rank(Some(status.delivery)) <= Delivery::rank(part.delivery) {
         return if changed {
-            moved(part)
+            closed(part)
         } else {
             Err(Refused::Stale)
         };
@@ -591,7 +671,7 @@ fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused>
     // Only a failure of a part people do not have yet changes more than its delivery.
     let with_people = matches!(part.state, PartState::Failed | PartState::Review);
     if status.delivery != Delivery::Failed || with_people {
-        return moved(part);
+        return closed(part);
     }
     let error = format!(
         "Meta reported the message failed (code {})",
@@ -611,7 +691,7 @@ fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused>
         },
         effects: Effects {
             review: Some((ReviewReason::SendFailed, error)),
-            hold_recipient_until: None,
+            ..Effects::default()
         },
     })
 }
@@ -717,10 +797,12 @@ mod tests {
                 Event::Depart {
                     attempt: 2,
                     lease: ms(40),
+                    spacing: ms(5),
                 },
                 Event::Depart {
                     attempt: 1,
                     lease: ms(40),
+                    spacing: ms(5),
                 },
                 Event::LeaseLapsed {
                     unknown_wait: ms(60),
@@ -756,7 +838,10 @@ mod tests {
             if let Event::Outcome { attempt, result } = event {
                 let claimed_untried =
                     part.state == PartState::Claimed && matches!(result, SendResult::Untried);
-                let holds = (part.state == PartState::Sending || claimed_untried)
+                // A status settled it first and the sender says the same.
+                let same_answer = part.state == PartState::Accepted
+                    && matches!(result, SendResult::Accepted { wamid, .. } if part.wamid.as_ref() == Some(wamid));
+                let holds = (part.state == PartState::Sending || claimed_untried || same_answer)
                     && part.attempts == *attempt;
                 assert_eq!(step.is_ok(), holds, "{part:?} {event:?}");
             }
@@ -870,6 +955,61 @@ mod tests {
     }
 
     #[test]
+    fn a_status_settles_a_send_under_way_at_once_and_its_sender_adds_the_spacing() {
+        let claimed = Part {
+            attempts: 1,
+            ..Part::written(PartState::Claimed)
+        };
+        let departed = Event::Depart {
+            attempt: 1,
+            lease: ms(100),
+            spacing: ms(10),
+        };
+        let step = next(&claimed, &departed, NOW).expect("departed");
+        assert_eq!(step.effects.hold_recipient_until, Some(NOW + ms(10)));
+        let delivered = Status {
+            wamid: "wamid.x",
+            delivery: Delivery::Delivered,
+            code: None,
+        };
+        let settled = next(&step.part, &Event::Status(delivered), NOW + ms(3))
+            .expect("settled")
+            .part;
+        assert_eq!(settled.state, PartState::Accepted);
+        assert_eq!(settled.sent_at, Some(NOW + ms(3)));
+        let answer = |wamid: &str| SendResult::Accepted {
+            wamid: wamid.into(),
+            template: true,
+            next_send_at: NOW + ms(14),
+        };
+        let same = answer("wamid.x");
+        let event = Event::Outcome {
+            attempt: 1,
+            result: &same,
+        };
+        let step = next(&settled, &event, NOW + ms(4)).expect("the sender's answer kept");
+        assert_eq!(step.part.kind, PartKind::Template);
+        assert_eq!(step.part.sent_at, Some(NOW + ms(3)));
+        assert_eq!(step.part.delivery, Some(Delivery::Delivered));
+        assert_eq!(step.effects.hold_recipient_until, Some(NOW + ms(14)));
+        let other = answer("wamid.y");
+        let event = Event::Outcome {
+            attempt: 1,
+            result: &other,
+        };
+        assert_eq!(next(&settled, &event, NOW), Err(Refused::State));
+        let lost = SendResult::Unknown {
+            error: "timed out".into(),
+            wait_until: NOW + ms(50),
+        };
+        let event = Event::Outcome {
+            attempt: 1,
+            result: &lost,
+        };
+        assert_eq!(next(&settled, &event, NOW), Err(Refused::State));
+    }
+
+    #[test]
     fn a_closed_window_sends_the_template_once() {
         let part = Part {
             attempts: 1,
@@ -887,6 +1027,7 @@ mod tests {
         let departed = Event::Depart {
             attempt: 2,
             lease: ms(10),
+            spacing: ms(1),
         };
         let claimed = next(&claimed.part, &departed, NOW).expect("departed");
         let sent = SendResult::Accepted {
@@ -969,6 +1110,7 @@ mod tests {
                     Happening::Depart { stale } => Event::Depart {
                         attempt: part.attempts - u32::from(stale && part.attempts > 0),
                         lease: ms(40),
+                        spacing: ms(5),
                     },
                     Happening::Lapse => Event::LeaseLapsed { unknown_wait: ms(60) },
                     Happening::WaitOver => Event::WaitOver,
@@ -1002,6 +1144,11 @@ mod tests {
                 prop_assert_eq!(
                     step.effects.review.is_some(),
                     with_people(step.part.state) && !with_people(part.state)
+                );
+                // A person's item closes only when Meta's word takes the part off their hands.
+                prop_assert_eq!(
+                    step.effects.close_review,
+                    part.state == PartState::Review && step.part.state == PartState::Accepted
                 );
                 if event == Event::Requeue {
                     template_left = false;

@@ -401,9 +401,16 @@ impl Sending for SqliteStore {
             .write(move |conn| outbox::claim_sends(conn, &claim))
             .await
     }
-    async fn depart(&self, id: i64, attempt: u32, now: At, lease: Duration) -> Result<()> {
+    async fn depart(
+        &self,
+        id: i64,
+        attempt: u32,
+        now: At,
+        lease: Duration,
+        spacing: Duration,
+    ) -> Result<()> {
         self.writer
-            .write(move |conn| outbox::depart(conn, id, attempt, now, lease))
+            .write(move |conn| outbox::depart(conn, id, attempt, now, (lease, spacing)))
             .await
     }
     async fn record_send(&self, id: i64, attempt: u32, now: At, result: SendResult) -> Result<()> {

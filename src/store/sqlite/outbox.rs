@@ -6,6 +6,8 @@
 //! out in order; it is claimed with a fresh attempt number that its outcome must carry, and a
 //! part whose send may have left is never claimed again: it waits for a status webhook.
 
+use std::time::Duration;
+
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::turns::execute;
@@ -130,14 +132,20 @@ pub(super) fn record_send(
     }
 }
 
+/// `part` departs under a send lease, holding its recipient for the spacing: `(lease, spacing)`.
 pub(super) fn depart(
     conn: &Connection,
     id: i64,
     attempt: u32,
     now: At,
-    lease: std::time::Duration,
+    (lease, spacing): (Duration, Duration),
 ) -> Result<()> {
-    match step(conn, id, &Event::Depart { attempt, lease }, now)? {
+    let event = Event::Depart {
+        attempt,
+        lease,
+        spacing,
+    };
+    match step(conn, id, &event, now)? {
         Some(_) => Ok(()),
         None => Err(Error::LeaseLost),
     }
@@ -168,6 +176,20 @@ pub(super) fn step(
     }
     if let Some((reason, error)) = &step.effects.review {
         review(conn, held.batch, id, *reason, Some(error), now)?;
+    }
+    if step.effects.close_review {
+        execute(
+            conn,
+            "UPDATE review SET state = ?2, resolved_at = ?3, resolution = ?2, resolution_note = ?4
+             WHERE outbox_id = ?1 AND state = ?5",
+            params![
+                id,
+                ReviewState::Closed.as_str(),
+                now,
+                part::SETTLED_BY_STATUS,
+                ReviewState::Open.as_str()
+            ],
+        )?;
     }
     Ok(Some(step.part.state))
 }
