@@ -183,13 +183,7 @@ impl Sender {
     async fn depart(&self, job: &SendJob, now: At) -> bool {
         match self
             .store
-            .depart(
-                job.id,
-                job.attempt,
-                now,
-                self.settings.send_lease,
-                self.settings.pair_spacing,
-            )
+            .depart(job.id, job.attempt, now, self.settings.send_lease)
             .await
         {
             Ok(()) => true,

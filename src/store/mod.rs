@@ -141,6 +141,9 @@ pub struct Ingest {
     /// conversation in the model's lane until a batch takes it; the others' turns are claimed
     /// first ([`Turns::claim_routine`]).
     pub routine: HashSet<String>,
+    /// The least time between two messages to one customer (`whatsapp.pair_spacing`): a status
+    /// that settles a send before its sender answered holds the customer that long.
+    pub pair_spacing: Duration,
 }
 
 /// What an ingest did.
@@ -821,20 +824,12 @@ pub trait Sending: Send + Sync + 'static {
     async fn claim_sends(&self, claim: SendClaim) -> Result<SendClaims>;
 
     /// The claimed part `id` departs: its request may reach Meta from `now` on, and it is held
-    /// under a send lease until `now + lease`; nothing more goes to its recipient before
-    /// `now + spacing`.
+    /// under a send lease until `now + lease`.
     ///
     /// # Errors
     /// [`Error::LeaseLost`] when `attempt` is not the part's latest or its claim lapsed: the
     /// part must not be sent.
-    async fn depart(
-        &self,
-        id: i64,
-        attempt: u32,
-        now: At,
-        lease: Duration,
-        spacing: Duration,
-    ) -> Result<()>;
+    async fn depart(&self, id: i64, attempt: u32, now: At, lease: Duration) -> Result<()>;
 
     /// Records how a send ended.
     ///

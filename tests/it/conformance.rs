@@ -445,6 +445,8 @@ suite!(sqlite);
 suite!(postgres);
 suite!(redis);
 
+/// The recipient spacing a delivery's statuses hold when they settle a send under way.
+pub const PAIR_SPACING: std::time::Duration = std::time::Duration::from_secs(1);
 pub const T0: At = At::from_millis(1_781_000_000_000);
 const POLICY: BatchPolicy = BatchPolicy {
     window: Duration::from_millis(10_000),
@@ -482,6 +484,7 @@ async fn ingest(store: &Arc<dyn Store>, items: Vec<InboundItem>, at: At) -> stor
         quarantined: Vec::new(),
         received_at: at,
         policy: POLICY,
+        pair_spacing: PAIR_SPACING,
     };
     store.ingest(delivery).await.expect("ingest")
 }
@@ -804,12 +807,10 @@ async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
             next_send_at: at,
         };
         store
-            .depart(job.id, job.attempt, at, ms(10_000), ms(0))
+            .depart(job.id, job.attempt, at, ms(10_000))
             .await
             .expect("departed");
-        let again = store
-            .depart(job.id, job.attempt, at, ms(10_000), ms(0))
-            .await;
+        let again = store.depart(job.id, job.attempt, at, ms(10_000)).await;
         assert!(matches!(again, Err(store::Error::LeaseLost)), "once");
         store
             .record_send(job.id, job.attempt, at, accepted.clone())
@@ -1109,7 +1110,7 @@ async fn a_requeued_send_that_fails_again_is_back_in_review(store: Arc<dyn Store
             .jobs
             .remove(0);
         store
-            .depart(job.id, job.attempt, at, ms(10_000), ms(0))
+            .depart(job.id, job.attempt, at, ms(10_000))
             .await
             .expect("departed");
         store
@@ -1155,6 +1156,7 @@ async fn crossing_deliveries_all_land(store: Arc<dyn Store>) {
                 quarantined: Vec::new(),
                 received_at: T0,
                 policy: POLICY,
+                pair_spacing: std::time::Duration::ZERO,
             };
             store.ingest(delivery).await
         }

@@ -23,7 +23,7 @@ use crate::helpers::ms;
 const T0: At = At::from_millis(1_790_000_000_000);
 const LEASE: Duration = Duration::from_millis(1_000);
 const WAIT: Duration = Duration::from_millis(5_000);
-/// The recipient spacing a part holds from its departure.
+/// How long a status that settles a send under way holds its recipient.
 const SPACING: Duration = Duration::from_millis(300);
 const BUSINESS: &str = "100000000000009";
 
@@ -299,6 +299,7 @@ impl Walk {
                 window: Duration::ZERO,
                 cap: Duration::ZERO,
             },
+            pair_spacing: SPACING,
         };
         self.store.ingest(delivery).await.expect("ingest");
     }
@@ -340,14 +341,10 @@ impl Walk {
         let attempt = self.model.parts[&id]
             .attempts
             .wrapping_sub(u32::from(stale));
-        let departed = self
-            .store
-            .depart(id, attempt, self.now, LEASE, SPACING)
-            .await;
+        let departed = self.store.depart(id, attempt, self.now, LEASE).await;
         let event = Event::Depart {
             attempt,
             lease: LEASE,
-            spacing: SPACING,
         };
         let allowed = self.model.apply(id, &event, self.now);
         match departed {
@@ -440,7 +437,8 @@ impl Walk {
             delivery,
             code,
         };
-        self.model.apply(id, &Event::Status(status), self.now);
+        self.model
+            .apply(id, &Event::Status(status, SPACING), self.now);
     }
 
     async fn requeue(&mut self, id: i64) {

@@ -167,7 +167,8 @@ async fn ingest_in(
         }
         receipt.stored += 1;
         if item.kind == ItemKind::Status {
-            outbox::reconcile_status(conn, item, delivery.received_at).await?;
+            outbox::reconcile_status(conn, item, delivery.received_at, delivery.pair_spacing)
+                .await?;
             broadcasts::reconcile_status(conn, item, delivery.received_at).await?;
         }
         for (customer, choice) in consent::preferences(item) {
@@ -437,6 +438,7 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Sub
         policy: s.policy,
         // Web chat has slots of its own, not the routine lane.
         routine: Default::default(),
+        pair_spacing: std::time::Duration::ZERO,
     };
     let receipt = ingest_in(&mut tx, &delivery, std::slice::from_ref(&encoded)).await?;
     if let (Destination::Person, Some((_, batch))) = (destination, latest) {

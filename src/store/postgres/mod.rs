@@ -349,15 +349,8 @@ impl Sending for PgStore {
     async fn claim_sends(&self, claim: SendClaim) -> Result<SendClaims> {
         retrying(|| outbox::claim_sends(&self.pool, &claim)).await
     }
-    async fn depart(
-        &self,
-        id: i64,
-        attempt: u32,
-        now: At,
-        lease: Duration,
-        spacing: Duration,
-    ) -> Result<()> {
-        retrying(|| outbox::depart(&self.pool, id, attempt, now, (lease, spacing))).await
+    async fn depart(&self, id: i64, attempt: u32, now: At, lease: Duration) -> Result<()> {
+        retrying(|| outbox::depart(&self.pool, id, attempt, now, lease)).await
     }
     async fn record_send(&self, id: i64, attempt: u32, now: At, result: SendResult) -> Result<()> {
         retrying(|| outbox::record_send(&self.pool, id, attempt, now, &result)).await

@@ -125,20 +125,15 @@ pub(super) async fn record_send(
     tx.commit().await.map_err(unavailable)
 }
 
-/// `part` departs under a send lease, holding its recipient for the spacing: `(lease, spacing)`.
 pub(super) async fn depart(
     pool: &PgPool,
     id: i64,
     attempt: u32,
     now: At,
-    (lease, spacing): (Duration, Duration),
+    lease: Duration,
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
-    let event = Event::Depart {
-        attempt,
-        lease,
-        spacing,
-    };
+    let event = Event::Depart { attempt, lease };
     if step(&mut tx, id, &event, now).await?.is_none() {
         return Err(Error::LeaseLost);
     }
@@ -294,6 +289,7 @@ pub(super) async fn reconcile_status(
     conn: &mut PgConnection,
     item: &InboundItem,
     now: At,
+    spacing: Duration,
 ) -> Result<()> {
     let facts = &item.facts;
     let (Some(wamid), Some(delivery)) = (
@@ -313,7 +309,9 @@ pub(super) async fn reconcile_status(
             .get(0)
             .and_then(serde_json::Value::as_i64),
     };
-    step(conn, id, &Event::Status(status), now).await.map(drop)
+    step(conn, id, &Event::Status(status, spacing), now)
+        .await
+        .map(drop)
 }
 
 /// The part a status names: by Meta's id, or, for a send whose answer never came, by the

@@ -487,18 +487,8 @@ impl Sending for RedisStore {
             unknown: raw.unknown.0,
         })
     }
-    async fn depart(
-        &self,
-        id: i64,
-        attempt: u32,
-        now: At,
-        lease: Duration,
-        spacing: Duration,
-    ) -> Result<()> {
-        let args = json!({
-            "id": id, "attempt": attempt, "now": now, "lease": millis(lease),
-            "spacing": millis(spacing),
-        });
+    async fn depart(&self, id: i64, attempt: u32, now: At, lease: Duration) -> Result<()> {
+        let args = json!({"id": id, "attempt": attempt, "now": now, "lease": millis(lease)});
         let _: bool = self.call("depart", args).await?;
         Ok(())
     }

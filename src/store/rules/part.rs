@@ -259,13 +259,8 @@ pub enum Event<'a> {
     /// A sender claims it, holding it until `now + lease` while it waits for its pacing slot.
     Claim { lease: Duration },
     /// The sender of `attempt` took the pacing slot: its request may leave from now on, under a
-    /// send lease until `now + lease`, and nothing more goes to the recipient for `spacing`
-    /// (should a status settle the part before its sender can say when it was accepted).
-    Depart {
-        attempt: u32,
-        lease: Duration,
-        spacing: Duration,
-    },
+    /// send lease until `now + lease`.
+    Depart { attempt: u32, lease: Duration },
     /// The sender of `attempt` says how the send ended.
     Outcome {
         attempt: u32,
@@ -276,8 +271,10 @@ pub enum Event<'a> {
     LeaseLapsed { unknown_wait: Duration },
     /// The wait for a status webhook ended with none.
     WaitOver,
-    /// A status webhook named it, by Meta's id or by the send's callback data.
-    Status(Status<'a>),
+    /// A status webhook named it, by Meta's id or by the send's callback data. A send it
+    /// settles before its sender answered holds the recipient for this spacing from now:
+    /// the status came after Meta took the message, so the next one cannot follow too soon.
+    Status(Status<'a>, Duration),
     /// A person sent it back to the queue from review: it may go again.
     Requeue,
 }
@@ -325,15 +322,11 @@ pub enum Refused {
 pub fn next(part: &Part, event: &Event<'_>, now: At) -> Result<Step, Refused> {
     match event {
         Event::Claim { lease } => claim(part, now, *lease),
-        Event::Depart {
-            attempt,
-            lease,
-            spacing,
-        } => depart(part, *attempt, now, *lease, *spacing),
+        Event::Depart { attempt, lease } => depart(part, *attempt, now, *lease),
         Event::Outcome { attempt, result } => outcome(part, *attempt, result, now),
         Event::LeaseLapsed { unknown_wait } => lapse(part, now, *unknown_wait),
         Event::WaitOver => wait_over(part, now),
-        Event::Status(status) => status_of(part, status, now),
+        Event::Status(status, spacing) => status_of(part, status, now, *spacing),
         Event::Requeue => requeue(part),
     }
 }
@@ -361,29 +354,17 @@ fn claim(part: &Part, now: At, lease: Duration) -> Result<Step, Refused> {
     })
 }
 
-fn depart(
-    part: &Part,
-    attempt: u32,
-    now: At,
-    lease: Duration,
-    spacing: Duration,
-) -> Result<Step, Refused> {
+fn depart(part: &Part, attempt: u32, now: At, lease: Duration) -> Result<Step, Refused> {
     if part.state != PartState::Claimed {
         return Err(Refused::State);
     }
     if part.attempts != attempt {
         return Err(Refused::Attempt);
     }
-    Ok(Step {
-        part: Part {
-            state: PartState::Sending,
-            until: Some(now + lease),
-            ..part.clone()
-        },
-        effects: Effects {
-            hold_recipient_until: Some(now + spacing),
-            ..Effects::default()
-        },
+    moved(Part {
+        state: PartState::Sending,
+        until: Some(now + lease),
+        ..part.clone()
     })
 }
 
@@ -612,7 +593,12 @@ fn wait_over(part: &Part, now: At) -> Result<Step, Refused> {
     })
 }
 
-fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused> {
+fn status_of(
+    part: &Part,
+    status: &Status<'_>,
+    now: At,
+    spacing: Duration,
+) -> Result<Step, Refused> {
     // A status names a part by Meta's id, or, before the part has one, by the callback data of
     // a send that may be under way or recorded.
     let named = match &part.wamid {
@@ -626,11 +612,11 @@ fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused>
     let mut part = part.clone();
     let mut changed = false;
     let mut closes_review = false;
+    let holds = (part.state == PartState::Sending).then_some(now + spacing);
     match part.state {
         // Meta has it, whether its sender is still in its request (a status often races the
-        // answer), lost the answer, or died: it is settled at once, and never sent again. The
-        // recipient's spacing was held from its departure; a sender that is still there adds
-        // what its answer says ([`accepted_again`]).
+        // answer), lost the answer, or died: it is settled at once, and never sent again. A
+        // sender that is still there adds what its answer says ([`accepted_again`]).
         PartState::Sending | PartState::Unknown => {
             part.state = PartState::Accepted;
             part.wamid = Some(status.wamid.to_owned());
@@ -656,7 +642,8 @@ fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused>
             part,
             effects: Effects {
                 close_review: closes_review,
-                ..Effects::default()
+                hold_recipient_until: holds,
+                review: None,
             },
         })
     };
@@ -680,7 +667,13 @@ fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused>
             .map_or_else(|| "unknown".to_owned(), |c| c.to_string())
     );
     if status.code == Some(WINDOW_CLOSED) && part.kind == PartKind::Text {
-        return moved(closed_window(&part, status.code, error));
+        return Ok(Step {
+            part: closed_window(&part, status.code, error),
+            effects: Effects {
+                hold_recipient_until: holds,
+                ..Effects::default()
+            },
+        });
     }
     Ok(Step {
         part: Part {
@@ -691,6 +684,7 @@ fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused>
         },
         effects: Effects {
             review: Some((ReviewReason::SendFailed, error)),
+            hold_recipient_until: holds,
             ..Effects::default()
         },
     })
@@ -797,12 +791,10 @@ mod tests {
                 Event::Depart {
                     attempt: 2,
                     lease: ms(40),
-                    spacing: ms(5),
                 },
                 Event::Depart {
                     attempt: 1,
                     lease: ms(40),
-                    spacing: ms(5),
                 },
                 Event::LeaseLapsed {
                     unknown_wait: ms(60),
@@ -818,11 +810,12 @@ mod tests {
             for delivery in Delivery::ALL {
                 for code in [None, Some(WINDOW_CLOSED), Some(131_026)] {
                     for wamid in ["wamid.a", "wamid.b"] {
-                        events.push(Event::Status(Status {
+                        let status = Status {
                             wamid,
                             delivery: *delivery,
                             code,
-                        }));
+                        };
+                        events.push(Event::Status(status, ms(5)));
                     }
                 }
             }
@@ -869,7 +862,7 @@ mod tests {
                             | SendResult::Untried
                             | SendResult::WindowClosed { .. }
                     ),
-                    Event::Status(status) => {
+                    Event::Status(status, _) => {
                         status.code == Some(WINDOW_CLOSED) && part.kind == PartKind::Text
                     }
                     _ => false,
@@ -935,7 +928,7 @@ mod tests {
             delivery: Delivery::Delivered,
             code: None,
         };
-        part = next(&part, &Event::Status(delivered), NOW)
+        part = next(&part, &Event::Status(delivered, ms(5)), NOW)
             .expect("settled")
             .part;
         assert_eq!(part.state, PartState::Accepted);
@@ -945,36 +938,36 @@ mod tests {
             delivery: Delivery::Sent,
             code: None,
         };
-        assert_eq!(next(&part, &Event::Status(sent), NOW), Err(Refused::Stale));
+        assert_eq!(
+            next(&part, &Event::Status(sent, ms(5)), NOW),
+            Err(Refused::Stale)
+        );
         let other = Status {
             wamid: "wamid.y",
             delivery: Delivery::Read,
             code: None,
         };
-        assert_eq!(next(&part, &Event::Status(other), NOW), Err(Refused::State));
+        assert_eq!(
+            next(&part, &Event::Status(other, ms(5)), NOW),
+            Err(Refused::State)
+        );
     }
 
     #[test]
     fn a_status_settles_a_send_under_way_at_once_and_its_sender_adds_the_spacing() {
-        let claimed = Part {
+        let sending = Part {
             attempts: 1,
-            ..Part::written(PartState::Claimed)
+            until: Some(NOW + ms(100)),
+            ..Part::written(PartState::Sending)
         };
-        let departed = Event::Depart {
-            attempt: 1,
-            lease: ms(100),
-            spacing: ms(10),
-        };
-        let step = next(&claimed, &departed, NOW).expect("departed");
-        assert_eq!(step.effects.hold_recipient_until, Some(NOW + ms(10)));
         let delivered = Status {
             wamid: "wamid.x",
             delivery: Delivery::Delivered,
             code: None,
         };
-        let settled = next(&step.part, &Event::Status(delivered), NOW + ms(3))
-            .expect("settled")
-            .part;
+        let step = next(&sending, &Event::Status(delivered, ms(10)), NOW + ms(3)).expect("settled");
+        assert_eq!(step.effects.hold_recipient_until, Some(NOW + ms(13)));
+        let settled = step.part;
         assert_eq!(settled.state, PartState::Accepted);
         assert_eq!(settled.sent_at, Some(NOW + ms(3)));
         let answer = |wamid: &str| SendResult::Accepted {
@@ -1021,13 +1014,12 @@ mod tests {
             delivery: Delivery::Failed,
             code: Some(WINDOW_CLOSED),
         };
-        let step = next(&part, &Event::Status(failed.clone()), NOW).expect("moved");
+        let step = next(&part, &Event::Status(failed.clone(), ms(5)), NOW).expect("moved");
         assert_eq!(step.part.state, PartState::WindowClosed);
         let claimed = next(&step.part, &Event::Claim { lease: ms(10) }, NOW).expect("claimed");
         let departed = Event::Depart {
             attempt: 2,
             lease: ms(10),
-            spacing: ms(1),
         };
         let claimed = next(&claimed.part, &departed, NOW).expect("departed");
         let sent = SendResult::Accepted {
@@ -1046,7 +1038,7 @@ mod tests {
             wamid: "wamid.u",
             ..failed
         };
-        let step = next(&template, &Event::Status(failed), NOW).expect("failed");
+        let step = next(&template, &Event::Status(failed, ms(5)), NOW).expect("failed");
         assert_eq!(step.part.state, PartState::Failed);
     }
 
@@ -1110,7 +1102,6 @@ mod tests {
                     Happening::Depart { stale } => Event::Depart {
                         attempt: part.attempts - u32::from(stale && part.attempts > 0),
                         lease: ms(40),
-                        spacing: ms(5),
                     },
                     Happening::Lapse => Event::LeaseLapsed { unknown_wait: ms(60) },
                     Happening::WaitOver => Event::WaitOver,
@@ -1126,7 +1117,7 @@ mod tests {
                             delivery: Delivery::ALL[delivery],
                             code: [None, Some(WINDOW_CLOSED), Some(131_026)][code],
                         };
-                        Event::Status(status.clone())
+                        Event::Status(status.clone(), ms(5))
                     }
                 };
                 let Ok(step) = next(&part, &event, now) else { continue };

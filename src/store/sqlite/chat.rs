@@ -50,6 +50,7 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
         policy: s.policy,
         // Web chat has slots of its own, not the routine lane.
         routine: Default::default(),
+        pair_spacing: std::time::Duration::ZERO,
     };
     let receipt = ingest(conn, &delivery, std::slice::from_ref(&encoded))?;
     // Not stored only when the question was erased since: refused, as on the other stores.

@@ -401,16 +401,9 @@ impl Sending for SqliteStore {
             .write(move |conn| outbox::claim_sends(conn, &claim))
             .await
     }
-    async fn depart(
-        &self,
-        id: i64,
-        attempt: u32,
-        now: At,
-        lease: Duration,
-        spacing: Duration,
-    ) -> Result<()> {
+    async fn depart(&self, id: i64, attempt: u32, now: At, lease: Duration) -> Result<()> {
         self.writer
-            .write(move |conn| outbox::depart(conn, id, attempt, now, (lease, spacing)))
+            .write(move |conn| outbox::depart(conn, id, attempt, now, lease))
             .await
     }
     async fn record_send(&self, id: i64, attempt: u32, now: At, result: SendResult) -> Result<()> {
@@ -678,7 +671,7 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
                 };
                 insert_item(conn, item, facts, hash, conversation, delivery.received_at)?;
                 if item.kind == ItemKind::Status {
-                    reconcile_status(conn, item, delivery.received_at)?;
+                    reconcile_status(conn, item, delivery)?;
                 }
                 for (customer, choice) in consent::preferences(item) {
                     broadcasts::choose(conn, &customer, &choice)?;
@@ -802,7 +795,8 @@ fn amend(conn: &Connection, channel: Channel, change: &Amendment<'_>) -> Result<
 }
 
 /// A status of a message Sabi sent settles its outbox row, in the same transaction.
-fn reconcile_status(conn: &Connection, item: &InboundItem, now: At) -> Result<()> {
+fn reconcile_status(conn: &Connection, item: &InboundItem, delivery: &Ingest) -> Result<()> {
+    let now = delivery.received_at;
     let facts = &item.facts;
     let (Some(wamid), Some(status)) = (facts["id"].as_str(), facts["status"].as_str()) else {
         return Ok(());
@@ -814,6 +808,7 @@ fn reconcile_status(conn: &Connection, item: &InboundItem, now: At) -> Result<()
         error_code: facts["error_codes"]
             .get(0)
             .and_then(serde_json::Value::as_i64),
+        spacing: delivery.pair_spacing,
     };
     outbox::reconcile(conn, update, now)?;
     match super::items::broadcast_status(item) {

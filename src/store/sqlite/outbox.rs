@@ -132,20 +132,14 @@ pub(super) fn record_send(
     }
 }
 
-/// `part` departs under a send lease, holding its recipient for the spacing: `(lease, spacing)`.
 pub(super) fn depart(
     conn: &Connection,
     id: i64,
     attempt: u32,
     now: At,
-    (lease, spacing): (Duration, Duration),
+    lease: Duration,
 ) -> Result<()> {
-    let event = Event::Depart {
-        attempt,
-        lease,
-        spacing,
-    };
-    match step(conn, id, &event, now)? {
+    match step(conn, id, &Event::Depart { attempt, lease }, now)? {
         Some(_) => Ok(()),
         None => Err(Error::LeaseLost),
     }
@@ -303,6 +297,8 @@ pub(super) struct StatusUpdate<'a> {
     pub status: &'a str,
     pub callback: Option<&'a str>,
     pub error_code: Option<i64>,
+    /// How long a send it settles holds its recipient.
+    pub spacing: Duration,
 }
 
 pub(super) fn reconcile(conn: &Connection, update: StatusUpdate<'_>, now: At) -> Result<()> {
@@ -317,7 +313,7 @@ pub(super) fn reconcile(conn: &Connection, update: StatusUpdate<'_>, now: At) ->
         delivery,
         code: update.error_code,
     };
-    step(conn, id, &Event::Status(status), now).map(drop)
+    step(conn, id, &Event::Status(status, update.spacing), now).map(drop)
 }
 
 /// The part a status names: by Meta's id, or, for a send whose answer never came, by the

@@ -114,7 +114,7 @@ pub async fn claim_sends(store: &Arc<dyn Store>, now: At) -> Vec<SendJob> {
 /// The claimed `job` took its pacing slot: its request leaves at `now`.
 pub async fn depart(store: &Arc<dyn Store>, job: &SendJob, now: At) {
     store
-        .depart(job.id, job.attempt, now, LEASE, Duration::ZERO)
+        .depart(job.id, job.attempt, now, LEASE)
         .await
         .expect("departed");
 }

@@ -111,7 +111,7 @@ pub async fn a_lapsed_claim_goes_again_and_an_unknown_part_holds_only_its_own_re
     assert!(again.unknown.is_empty(), "nothing had left");
     let ids: Vec<(i64, u32)> = again.jobs.iter().map(|j| (j.id, j.attempt)).collect();
     assert_eq!(ids, [(first[0], 2)], "claimed again, with a new attempt");
-    let stale = store.depart(first[0], 1, lapsed, LEASE, ms(0)).await;
+    let stale = store.depart(first[0], 1, lapsed, LEASE).await;
     assert!(
         matches!(stale, Err(sabi::store::Error::LeaseLost)),
         "the first claim may no longer send"

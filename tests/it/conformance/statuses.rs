@@ -8,11 +8,11 @@ use std::sync::Arc;
 use sabi::clock::At;
 use sabi::store::{Delivery, PartKind, PartState, ReviewState, SendResult, Store, send_callback};
 
-use super::T0;
 use super::fixtures::{
     LEASE, WAIT, accept, claim_only, claim_sends, deliver, open_reviews, part, rekeyed, replied,
-    sends, status, with_callback, with_code,
+    status, with_callback, with_code,
 };
+use super::{PAIR_SPACING, T0};
 
 use crate::helpers::ms;
 
@@ -309,30 +309,28 @@ pub async fn a_late_failure_stays_with_the_person(store: Arc<dyn Store>) {
 }
 
 /// A status naming a send whose sender has not answered yet (or never will: it died) settles
-/// it at once, not when the send lease lapses; the recipient's spacing holds from the part's
-/// departure, and a sender that does answer adds its own.
+/// it at once, not when the send lease lapses; the recipient's spacing holds from the status
+/// (Meta took the message before it), and a sender that does answer adds its own.
 pub async fn a_status_settles_a_send_under_way_at_once(store: Arc<dyn Store>) {
     let at = T0 + ms(20_000);
     let ids = replied(&store, "c1", &["one", "two"], at).await;
-    let jobs = store.claim_sends(sends(at)).await.expect("claim").jobs;
-    let job = &jobs[0];
-    store
-        .depart(job.id, job.attempt, at, LEASE, ms(3_000))
-        .await
-        .expect("departed");
+    let job = claim_only(&store, ids[0], at).await;
     let delivered = with_callback(
         status("wamid.w1", "delivered", at),
         send_callback(ids[0], job.attempt),
     );
-    deliver(&store, delivered, at + ms(10)).await;
+    let settled_at = at + ms(10);
+    deliver(&store, delivered, settled_at).await;
     assert_eq!(
         seen(&store, ids[0]).await,
         (PartState::Accepted, Some(Delivery::Delivered)),
         "settled by the status, before any lease lapses"
     );
     assert!(
-        claim_sends(&store, at + ms(2_999)).await.is_empty(),
-        "the spacing holds from the departure"
+        claim_sends(&store, settled_at + PAIR_SPACING - ms(1))
+            .await
+            .is_empty(),
+        "the spacing holds from the status"
     );
     // The sender's own answer comes after all: the same send, with its spacing.
     let answer = SendResult::Accepted {

@@ -124,15 +124,13 @@ local function claim_sends(a)
   return {jobs = jobs, unknown = unknown}
 end
 
--- A claimed part took its pacing slot: its request may leave from now on, and nothing more
--- goes to its recipient for the spacing (should a status settle it before its sender answers).
+-- A claimed part took its pacing slot: its request may leave from now on.
 local function depart(a)
-  local o = get(k('o', a.id), 'state', 'attempts', 'conv')
+  local o = get(k('o', a.id), 'state', 'attempts')
   if o.state ~= PART.claimed or tonumber(o.attempts) ~= a.attempt then
     return fail('SABI_LEASE_LOST', 'the claim is no longer held')
   end
   move_part(a.id, PART.sending, {till = a.now + a.lease, updated = a.now})
-  hold_recipient(o.conv, a.now + a.spacing)
   return true
 end
 
@@ -249,8 +247,9 @@ local function find_sent(st)
   end
 end
 
--- A status of a message Sabi sent settles its reply part, in the ingest's script.
-local function reconcile(st, now)
+-- A status of a message Sabi sent settles its reply part, in the ingest's script; one being
+-- sent holds its recipient for `spacing` from now (Meta took it before the status came).
+local function reconcile(st, now, spacing)
   local id = find_sent(st)
   if not id then
     return
@@ -261,6 +260,9 @@ local function reconcile(st, now)
   if o.state == PART.sending or o.state == PART.unknown then
     move_part(id, PART.accepted, {wamid = st.wamid, sent = tonumber(o.sent) or now, updated = now})
     note_wamid(id, st.wamid)
+    if o.state == PART.sending then
+      hold_recipient(redis.call('HGET', k('o', id), 'conv'), now + spacing)
+    end
   elseif o.state == PART.review and not o.wamid then
     -- A person was asked because no status came in time; a failure stays with them.
     note_wamid(id, st.wamid)
