@@ -526,16 +526,19 @@ pub(super) async fn chat_feed(
     .fetch_all(&mut *conn)
     .await
     .map_err(unavailable)?;
-    let held: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM conversations c JOIN batches b ON b.conversation_id = c.id
-                        JOIN review r ON r.batch_id = b.id
-                        WHERE c.channel = 'webchat' AND c.customer = $1 AND r.state = $2)",
+    // Held exactly when the visitor's next message would go to a person: by the latest item.
+    let latest: Option<String> = sqlx::query_scalar(
+        "SELECT r.state FROM conversations c JOIN batches b ON b.conversation_id = c.id
+         JOIN review r ON r.batch_id = b.id
+         WHERE c.channel = 'webchat' AND c.customer = $1
+         ORDER BY r.id DESC LIMIT 1",
     )
     .bind(session_id)
-    .bind(ReviewState::Open.as_str())
-    .fetch_one(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await
     .map_err(unavailable)?;
+    let held =
+        review::destination(latest.as_deref().and_then(ReviewState::parse)) == Destination::Person;
     let lines = rows
         .into_iter()
         .map(|(id, text, at)| PersonLine {
