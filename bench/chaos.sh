@@ -13,7 +13,8 @@
 #
 # The fake Graph API answers a send in GRAPH_LATENCY seconds (P50,P95, default 0.3,1.5, about
 # Meta's), so kills land mid-request, and sends Meta's `sent` status webhook a second after
-# each answer.
+# each answer (GRAPH_STATUSES=0: none, so a send a kill caught mid-request stays unknown and
+# goes to a person).
 #
 # Exits 1 when a check fails.
 #
@@ -42,6 +43,7 @@ SETTLE="${SETTLE:-240}"
 TURNS_PER_NODE="${TURNS_PER_NODE:-4}"
 LLM_LATENCY="${LLM_LATENCY:-2,6}"
 GRAPH_LATENCY="${GRAPH_LATENCY:-0.3,1.5}"
+GRAPH_STATUSES="${GRAPH_STATUSES:-1}"
 PG_URL="${PG_URL:-postgres://root@127.0.0.1:5432}"
 BENCH_WORK="${BENCH_WORK:-/tmp/sabi-bench}"
 RES="$BENCH_WORK/chaos-$STORE-$(date +%Y%m%d-%H%M%S)"
@@ -184,7 +186,7 @@ log "chaos on $STORE: $store_desc; $AUDIENCE customers over ${send_over}s, kills
   --slots $((TURNS_PER_NODE * 2)) --json \
   --webhook "http://127.0.0.1:$API_PORT/webhook/whatsapp" \
   --graph-listen "127.0.0.1:$GRAPH_PORT" --model-listen "127.0.0.1:$MODEL_PORT" \
-  --graph-latency "$GRAPH_LATENCY" --graph-statuses \
+  --graph-latency "$GRAPH_LATENCY" $([[ "$GRAPH_STATUSES" == 1 ]] && echo --graph-statuses) \
   >"$RES/simulate.json" 2>"$RES/simulate.log" &
 crowd=$!
 pids+=("$crowd")

@@ -10,7 +10,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 use tokio::sync::mpsc;
 
-use super::fakes::Delivered;
+use super::fakes::{Delivered, post};
 use crate::clock::{At, SharedClock};
 use crate::plan::queue::Replier;
 use crate::router::Router;
@@ -193,32 +193,5 @@ impl Crowd {
         };
         pool.get(rng.usize(..pool.len().max(1)))
             .map_or("hello", String::as_str)
-    }
-}
-
-/// Posts one webhook, retrying a refusal the way Meta does (a few times, a second apart).
-pub(super) async fn post(
-    http: reqwest::Client,
-    url: String,
-    signature: String,
-    body: String,
-    clock: SharedClock,
-) {
-    for _ in 0..5 {
-        let sent = http
-            .post(&url)
-            .header("content-type", "application/json")
-            .header("x-hub-signature-256", &signature)
-            .body(body.clone())
-            .send()
-            .await;
-        match sent {
-            Ok(response) if response.status().is_success() => return,
-            Ok(response) => tracing::warn!(status = %response.status(), "webhook refused"),
-            Err(e) => tracing::warn!(error.message = %e, "webhook not delivered"),
-        }
-        clock
-            .sleep_until(clock.now() + Duration::from_secs(1))
-            .await;
     }
 }

@@ -12,13 +12,12 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use super::crowd;
 use crate::clock::{At, SharedClock};
 use crate::plan::queue::lognormal;
 use crate::whatsapp::{sign, wire};
@@ -84,7 +83,7 @@ pub(crate) fn serve_graph(
         http: reqwest::Client::new(),
     });
     let app = axum::Router::new()
-        .route("/{version}/{number}/messages", post(send))
+        .route("/{version}/{number}/messages", routing::post(send))
         .with_state(state);
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
@@ -154,7 +153,7 @@ async fn tell_status(
         callback.as_deref(),
     ));
     let signature = sign(&sink.secret, body.as_bytes());
-    crowd::post(
+    post(
         state.http.clone(),
         sink.webhook,
         signature,
@@ -217,7 +216,7 @@ pub(crate) fn serve_model(
         calls: Mutex::new(Vec::new()),
     });
     let app = axum::Router::new()
-        .route("/v1/chat/completions", post(complete))
+        .route("/v1/chat/completions", routing::post(complete))
         .with_state(state.clone());
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
@@ -310,4 +309,31 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A listener on a free local port, or on `addr`.
 pub(crate) async fn listen(addr: Option<SocketAddr>) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))).await
+}
+
+/// Posts one webhook, retrying a refusal the way Meta does (a few times, a second apart).
+pub(super) async fn post(
+    http: reqwest::Client,
+    url: String,
+    signature: String,
+    body: String,
+    clock: SharedClock,
+) {
+    for _ in 0..5 {
+        let sent = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("x-hub-signature-256", &signature)
+            .body(body.clone())
+            .send()
+            .await;
+        match sent {
+            Ok(response) if response.status().is_success() => return,
+            Ok(response) => tracing::warn!(status = %response.status(), "webhook refused"),
+            Err(e) => tracing::warn!(error.message = %e, "webhook not delivered"),
+        }
+        clock
+            .sleep_until(clock.now() + Duration::from_secs(1))
+            .await;
+    }
 }
