@@ -241,9 +241,7 @@ impl App {
         clock: SharedClock,
         handler: Option<Arc<dyn TurnHandler>>,
     ) -> anyhow::Result<App> {
-        let store = store::open(&config.store)
-            .await
-            .context("opening the store")?;
+        let store = store::open(config).await.context("opening the store")?;
         App::build_on(config, role, clock, store, handler).await
     }
 

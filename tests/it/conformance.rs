@@ -99,7 +99,7 @@ use crate::walk::every_transition_of_a_reply_part_follows_the_rulebook;
 /// A fresh SQLite store in its own directory (kept alive by the returned guard).
 async fn sqlite() -> Option<(Arc<dyn Store>, tempfile::TempDir)> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = SqliteStore::open(&dir.path().join("sabi.db"))
+    let store = SqliteStore::open(&dir.path().join("sabi.db"), crate::helpers::marks())
         .await
         .expect("store");
     Some((Arc::new(store), dir))
@@ -109,7 +109,9 @@ async fn sqlite() -> Option<(Arc<dyn Store>, tempfile::TempDir)> {
 /// no PostgreSQL can be had (see `services`).
 pub async fn postgres() -> Option<(Arc<dyn Store>, PgDatabase)> {
     let db = PgDatabase::create().await?;
-    let store = PgStore::open(&db.url).await.expect("postgres store");
+    let store = PgStore::open(&db.url, crate::helpers::marks())
+        .await
+        .expect("postgres store");
     Some((Arc::new(store), db))
 }
 
@@ -165,7 +167,9 @@ impl Drop for PgDatabase {
 /// test skipped) where no Redis can be had.
 pub async fn redis() -> Option<(Arc<dyn Store>, RedisPrefix)> {
     let prefix = RedisPrefix::new()?;
-    let store = RedisStore::open(&prefix.url).await.expect("redis store");
+    let store = RedisStore::open(&prefix.url, crate::helpers::marks())
+        .await
+        .expect("redis store");
     Some((Arc::new(store), prefix))
 }
 
@@ -337,9 +341,9 @@ macro_rules! on_cluster {
             let cluster = RedisCluster::start();
             // Its nodes keep no append-only file: the slot's primary says so.
             let strict = format!("{}&durability=require", cluster.url("strict"));
-            assert!(RedisStore::open(&strict).await.is_err());
+            assert!(RedisStore::open(&strict, crate::helpers::marks()).await.is_err());
             $(
-                let store = RedisStore::open(&cluster.url(stringify!($case)))
+                let store = RedisStore::open(&cluster.url(stringify!($case)), crate::helpers::marks())
                     .await
                     .expect("cluster store");
                 $case(Arc::new(store)).await;
@@ -472,7 +476,11 @@ pub fn message(id: &str, customer: &str, text: &str, sent: At) -> InboundItem {
     }
 }
 
-async fn ingest(store: &Arc<dyn Store>, items: Vec<InboundItem>, at: At) -> store::IngestReceipt {
+pub(crate) async fn ingest(
+    store: &Arc<dyn Store>,
+    items: Vec<InboundItem>,
+    at: At,
+) -> store::IngestReceipt {
     let delivery = Ingest {
         routine: Default::default(),
         items,

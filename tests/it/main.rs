@@ -19,6 +19,7 @@ mod guard;
 mod helpers;
 mod identity;
 mod layers;
+mod markers;
 mod metrics;
 mod nodes;
 mod openapi;

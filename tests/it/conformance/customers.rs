@@ -256,7 +256,7 @@ pub async fn a_forgotten_customer_is_sent_no_broadcast(store: Arc<dyn Store>) {
     assert!(skipped.iter().all(|r| r.to != ADA), "her number is gone");
     let hers = skipped
         .iter()
-        .find(|r| r.to == whatsapp(ADA).marker())
+        .find(|r| r.to == crate::helpers::marks().marker(sabi::domain::Channel::Whatsapp, ADA))
         .expect("her send, under the marker");
     assert_eq!(hers.skipped, Some(SkipReason::OptedOut));
     assert!(hers.params.is_empty(), "her name is gone");

@@ -310,3 +310,64 @@ local function forget(a)
   end
   return {erased = erased}
 end
+
+-- Which marker secrets the store is under (P:markerkey, a keyed fingerprint; none: unkeyed, as
+-- builds before the marker secret wrote them), its markers and its erased keys' hashes, for
+-- the caller to key (Lua has no HMAC).
+local function marker_names(a)
+  local markers = {}
+  for _, name in ipairs(redis.call('HKEYS', k('consent'))) do
+    if string.sub(name, 1, 7) == 'erased:' then
+      markers[#markers + 1] = name
+    end
+  end
+  for _, name in ipairs(redis.call('ZRANGE', k('brsent'), 0, -1)) do
+    if string.sub(name, 1, 7) == 'erased:' and redis.call('HEXISTS', k('consent'), name) == 0 then
+      markers[#markers + 1] = name
+    end
+  end
+  return {
+    fingerprint = redis.call('GET', k('markerkey')) or nil,
+    markers = markers,
+    hashes = redis.call('HKEYS', k('erased')),
+  }
+end
+
+-- Moves every marker and erased key's hash to its keyed name (`markers`, `hashes`: old -> new)
+-- and records the secrets' fingerprint `to`; false, changing nothing, when the store is no
+-- longer under `from` (another node moved them first).
+local function rekey_markers(a)
+  local now = redis.call('GET', k('markerkey')) or nil
+  if now ~= a.from then
+    return false
+  end
+  for old, new in pairs(a.markers) do
+    local choice = redis.call('HGET', k('consent'), old)
+    if choice then
+      redis.call('HDEL', k('consent'), old)
+      redis.call('HSET', k('consent'), new, choice)
+    end
+    local sent = redis.call('ZSCORE', k('brsent'), old)
+    if sent then
+      redis.call('ZREM', k('brsent'), old)
+      redis.call('ZADD', k('brsent'), sent, new)
+    end
+    local rids = redis.call('ZRANGE', k('brto', old), 0, -1)
+    for _, rid in ipairs(rids) do
+      redis.call('HSET', k('br', rid), 'to', new)
+      redis.call('ZADD', k('brto', new), rid, rid)
+    end
+    redis.call('DEL', k('brto', old))
+  end
+  for old, new in pairs(a.hashes) do
+    local at = redis.call('HGET', k('erased'), old)
+    if at then
+      redis.call('HDEL', k('erased'), old)
+      redis.call('HSET', k('erased'), new, at)
+      redis.call('ZREM', k('erasedt'), old)
+      redis.call('ZADD', k('erasedt'), at, new)
+    end
+  end
+  redis.call('SET', k('markerkey'), a.to)
+  return true
+end
