@@ -293,6 +293,7 @@ impl App {
         let replies = consent::Replies {
             stopped: config.broadcast.stop_reply.clone(),
             started: config.broadcast.start_reply.clone(),
+            offer: config.broadcast.stop_offer.clone(),
         };
         let handler = Consent::new(handler, store.clone(), replies);
         // Every answered message is marked read, with the typing indicator or without.

@@ -399,6 +399,10 @@ const SETTINGS: &[Setting] = &[
         "Told once to a customer who writes START and gets broadcasts again.",
     ),
     set(
+        "broadcast.stop_offer",
+        "After a bare STOP that may have answered the assistant's question: the answer comes first, then this with a Stop offers button, so opting out is the customer's choice. No question mark at the end.",
+    ),
+    set(
         "retention.messages",
         "Customer messages, Sabi's and people's replies, settled review items, web-chat history and jobs, and the turns they were in: deleted this long after the turn ended (a message still waiting for its turn is kept).",
     ),

@@ -793,6 +793,11 @@ pub struct BroadcastConfig {
     /// Told once to a customer who writes START and is opted back in.
     #[serde(default = "defaults::start_reply")]
     pub start_reply: String,
+    /// Offered (with a "Stop offers" button) after a bare STOP that may have answered the
+    /// assistant's question: the answer comes first, and the opt-out is the customer's choice.
+    /// Must not end with a question mark.
+    #[serde(default = "defaults::stop_offer")]
+    pub stop_offer: String,
     /// A customer sent a broadcast this recently is skipped by the next.
     #[serde(default = "defaults::cooldown", with = "duration")]
     pub cooldown: Duration,
@@ -814,6 +819,7 @@ impl Default for BroadcastConfig {
         BroadcastConfig {
             stop_reply: defaults::stop_reply(),
             start_reply: defaults::start_reply(),
+            stop_offer: defaults::stop_offer(),
             cooldown: defaults::cooldown(),
             max_holds: defaults::max_holds(),
             prices: BTreeMap::new(),
@@ -1112,6 +1118,18 @@ impl Config {
         if self.retention.sweep_every < Duration::from_secs(1) {
             return Err(Error(
                 "retention.sweep_every (SABI_SWEEP_EVERY): must be at least 1s".into(),
+            ));
+        }
+        if self
+            .broadcast
+            .stop_offer
+            .trim_end()
+            .ends_with(['?', '\u{ff1f}'])
+        {
+            return Err(Error(
+                "broadcast.stop_offer: must not end with a question mark (a bare STOP after it \
+                 would be taken for an answer again)"
+                    .into(),
             ));
         }
         if self.ingress.max_body_bytes < 3 * 1024 * 1024 {
@@ -1416,6 +1434,9 @@ mod defaults {
     }
     pub(super) fn start_reply() -> String {
         "You will get our offers and updates again. Reply STOP any time to stop them.".into()
+    }
+    pub(super) fn stop_offer() -> String {
+        "If you want no more offers or updates from us, tap Stop offers.".into()
     }
     pub(super) fn poll_interval() -> Duration {
         Duration::from_secs(1)

@@ -32,4 +32,5 @@ mod upgrades;
 mod walk;
 mod webchat;
 mod webhook;
+mod words;
 mod workers;
