@@ -157,6 +157,7 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks)
     }
     let mut erased = Erased::default();
     forget_items(&mut tx, who, now, marks, &mut erased).await?;
+    keep_status_hashes(&mut tx, who, now, marks).await?;
     forget_turns(&mut tx, who, now, &mut erased).await?;
     if who.channel == Channel::Webchat {
         erased.chat_jobs = count(
@@ -166,13 +167,25 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks)
         )
         .await?;
     }
-    // Kept, emptied: the same raw part arriving again is still known.
-    erased.quarantined = count(
-        &mut tx,
-        "UPDATE quarantine SET raw = '' WHERE channel = $1 AND strpos(raw, $2) > 0",
-        &their(who),
-    )
-    .await?;
+    // Theirs only, kept emptied: the same raw part arriving again is still known.
+    let mentioning: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, raw FROM quarantine WHERE channel = $1 AND strpos(raw, $2) > 0")
+            .bind(who.channel.as_str())
+            .bind(&who.customer)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+    let theirs: Vec<i64> = mentioning
+        .into_iter()
+        .filter(|(_, raw)| erasure::sent_by(raw, &who.customer))
+        .map(|(id, _)| id)
+        .collect();
+    erased.quarantined = sqlx::query("UPDATE quarantine SET raw = '' WHERE id = ANY($1)")
+        .bind(&theirs)
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?
+        .rows_affected();
     if who.channel == Channel::Whatsapp {
         forget_broadcasts(&mut tx, who, now, marks, &mut erased).await?;
     }
@@ -252,6 +265,32 @@ async fn forget_items(
         }
     }
     Ok(())
+}
+
+/// The statuses Meta may still send about the messages to them (replies and broadcasts) are
+/// known before they come: a late one is a duplicate, and never stores their number again.
+async fn keep_status_hashes(
+    conn: &mut PgConnection,
+    who: &Subject,
+    now: At,
+    marks: &Marks,
+) -> Result<()> {
+    if who.channel != Channel::Whatsapp {
+        return Ok(());
+    }
+    let wamids: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT wamid FROM outbox
+         WHERE wamid IS NOT NULL AND batch_id IN (SELECT b.id FROM {THEIR_BATCHES})
+         UNION
+         SELECT wamid FROM broadcast_recipients WHERE wamid IS NOT NULL AND recipient = $2"
+    )))
+    .bind(who.channel.as_str())
+    .bind(&who.customer)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let hashes: Vec<String> = wamids.iter().flat_map(|w| marks.status_hashes(w)).collect();
+    keep_key_hashes(conn, &hashes, now).await
 }
 
 /// What stays of deleted items (erasure and retention both): their keys' hashes, from `now`,

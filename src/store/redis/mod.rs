@@ -950,8 +950,17 @@ impl Customers for RedisStore {
                     (format!("{ch}\n{key}"), hash)
                 })
                 .collect();
+            let wamids: List<String> = self
+                .call("customer_wamids", json!({"ch": ch, "cust": cust}))
+                .await?;
+            let status_hashes: Vec<String> = wamids
+                .0
+                .iter()
+                .flat_map(|w| self.marks.status_hashes(w))
+                .collect();
             let args = json!({
                 "ch": ch, "cust": cust, "now": now, "hashes": hashes,
+                "status_hashes": status_hashes,
                 "marker": self.marks.marker(subject.channel, &subject.customer),
                 "choice": serde_json::to_string(&choice).unwrap_or_default(),
                 "unsent": unsent, "skipped": RecipientState::Skipped.as_str(),

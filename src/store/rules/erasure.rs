@@ -157,6 +157,47 @@ impl Marks {
     }
 }
 
+/// What Meta says became of a message, as status webhooks name it (`<wamid>:<status>` is a
+/// status's key).
+const STATUSES: &[&str] = &[
+    "sent",
+    "delivered",
+    "read",
+    "failed",
+    "deleted",
+    "played",
+    "warning",
+];
+
+impl Marks {
+    /// The key hashes of every status Meta may still send about `wamid`, a message to an erased
+    /// customer: kept with the erased keys, they make a late status a known duplicate, so it
+    /// never stores the customer's number again.
+    pub fn status_hashes(&self, wamid: &str) -> Vec<String> {
+        STATUSES
+            .iter()
+            .map(|status| self.key_hash(Channel::Whatsapp, &format!("{wamid}:{status}")))
+            .collect()
+    }
+}
+
+/// Whether a quarantined raw part is the customer's: a message they sent (`from`), a status
+/// about a message to them (`recipient_id`), or a web-chat question of their session. A part
+/// that only mentions them (another customer quoting their number) is not.
+pub fn sent_by(raw: &str, customer: &str) -> bool {
+    let Ok(serde_json::Value::Object(part)) = serde_json::from_str::<serde_json::Value>(raw) else {
+        return false;
+    };
+    ["from", "recipient_id", "session_id"]
+        .iter()
+        .filter_map(|field| part.get(*field))
+        .any(|value| match value {
+            serde_json::Value::String(s) => s == customer,
+            serde_json::Value::Number(n) => n.to_string() == customer,
+            _ => false,
+        })
+}
+
 /// The secrets a store's hashes still lack, applied to each stored value in turn.
 #[derive(Debug)]
 pub struct Rekey {
@@ -413,6 +454,20 @@ mod tests {
             opt_outs.of(found),
             HashSet::from(["2348031234567".to_owned()])
         );
+    }
+
+    #[test]
+    fn a_quarantined_part_is_the_customer_s_only_when_they_sent_it() {
+        let ada = "2348031234567";
+        assert!(sent_by(r#"{"from": "2348031234567", "type": 7}"#, ada));
+        assert!(sent_by(r#"{"from": 2348031234567}"#, ada));
+        assert!(sent_by(
+            r#"{"recipient_id": "2348031234567", "status": 1}"#,
+            ada
+        ));
+        let quoted = r#"{"from": "2348030000002", "text": {"body": "call 2348031234567"}}"#;
+        assert!(!sent_by(quoted, ada));
+        assert!(!sent_by("not json 2348031234567", ada));
     }
 
     #[test]

@@ -119,13 +119,25 @@ pub(super) fn forget(conn: &Connection, who: &Subject, now: At, marks: &Marks) -
         )?;
     }
     forget_items(conn, who, now, marks, &mut erased)?;
+    keep_status_hashes(conn, who, now, marks)?;
     forget_turns(conn, who, now, &mut erased)?;
-    // Kept, emptied: the same raw part arriving again is still known.
-    erased.quarantined = count(
-        conn,
-        "UPDATE quarantine SET raw = '' WHERE channel = ?1 AND instr(raw, ?2) > 0",
-        params![channel, customer],
-    )?;
+    // Theirs only, kept emptied: the same raw part arriving again is still known.
+    let mentioning: Vec<(i64, String)> = conn
+        .prepare_cached("SELECT id, raw FROM quarantine WHERE channel = ?1 AND instr(raw, ?2) > 0")
+        .and_then(|mut s| {
+            s.query_map(params![channel, customer], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(unavailable)?;
+    for (id, raw) in mentioning {
+        if erasure::sent_by(&raw, customer) {
+            erased.quarantined += count(
+                conn,
+                "UPDATE quarantine SET raw = '' WHERE id = ?1",
+                params![id],
+            )?;
+        }
+    }
     if who.channel == Channel::Whatsapp {
         forget_broadcasts(conn, who, now, marks, &mut erased)?;
     }
@@ -217,6 +229,34 @@ pub(super) fn drop_item(
         params![marks.key_hash(channel, key), now],
     )?;
     execute(conn, "DELETE FROM inbox WHERE seq = ?1", params![seq])
+}
+
+/// The statuses Meta may still send about the messages to them (replies and broadcasts) are
+/// known before they come: a late one is a duplicate, and never stores their number again.
+fn keep_status_hashes(conn: &Connection, who: &Subject, now: At, marks: &Marks) -> Result<()> {
+    if who.channel != Channel::Whatsapp {
+        return Ok(());
+    }
+    let wamids: Vec<String> = conn
+        .prepare_cached(&format!(
+            "SELECT wamid FROM outbox
+             WHERE wamid IS NOT NULL AND batch_id IN (SELECT b.id FROM {THEIR_BATCHES})
+             UNION
+             SELECT wamid FROM broadcast_recipients WHERE wamid IS NOT NULL AND recipient = ?2"
+        ))
+        .and_then(|mut s| {
+            s.query_map(params![who.channel.as_str(), who.customer], |r| r.get(0))?
+                .collect()
+        })
+        .map_err(unavailable)?;
+    for hash in wamids.iter().flat_map(|w| marks.status_hashes(w)) {
+        execute(
+            conn,
+            "INSERT OR IGNORE INTO erased_keys (key_hash, erased_at) VALUES (?1, ?2)",
+            params![hash, now],
+        )?;
+    }
+    Ok(())
 }
 
 /// Their conversations keep their turns' counts under a name that is no one's; what the turns

@@ -389,3 +389,57 @@ pub async fn ids_are_never_given_twice_after_the_newest_customer_is_forgotten(
         "parts {chi_parts:?} after {highest_part}"
     );
 }
+
+/// After Ada is forgotten, Meta's late statuses about her reply do not store her number again,
+/// and of the quarantined parts only hers is emptied: Bo's, which quotes her number, stays.
+pub async fn after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied(
+    store: Arc<dyn Store>,
+) {
+    ada_and_bo(&store).await;
+    let bo_quotes_her = Quarantined {
+        channel: Channel::Whatsapp,
+        reason: "unknown field".into(),
+        raw: format!(r#"{{"from":"{BO}","oddity":"my sister is {ADA}"}}"#),
+    };
+    store
+        .ingest(Ingest {
+            items: Vec::new(),
+            quarantined: vec![bo_quotes_her.clone()],
+            received_at: T0 + ms(24_000),
+            policy: POLICY,
+            routine: Default::default(),
+        })
+        .await
+        .expect("kept");
+
+    let erased = forget(&store, &whatsapp(ADA), T0 + ms(30_000)).await;
+    assert_eq!(erased.quarantined, 1, "her own part only: {erased:?}");
+    let raws: Vec<String> = store
+        .quarantine(None)
+        .await
+        .expect("quarantine")
+        .into_iter()
+        .map(|q| q.quarantined.raw)
+        .collect();
+    assert_eq!(
+        raws,
+        [String::new(), bo_quotes_her.raw],
+        "Bo's part is intact"
+    );
+
+    for (n, delivery) in ["delivered", "read"].into_iter().enumerate() {
+        let mut late = status("wamid.to-ada", delivery, T0 + ms(40_000));
+        late.customer = Some(ADA.into());
+        late.facts["recipient_id"] = ADA.into();
+        let receipt = ingest(&store, vec![late], T0 + ms(40_000 + n as u64)).await;
+        assert_eq!(
+            receipt.stored, 0,
+            "a late {delivery} status is a known duplicate"
+        );
+    }
+    let record = export(&store, &whatsapp(ADA)).await;
+    assert!(
+        record.items.is_empty(),
+        "her number is stored nowhere: {record:?}"
+    );
+}

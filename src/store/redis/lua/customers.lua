@@ -1,7 +1,7 @@
 -- A customer's data (store/rules/erasure.rs): everything about them, read in one script so it
 -- is one snapshot, and erasure in one script so it is all or nothing. Both read the customer's
 -- indexes (P:ci, P:cust, P:brto) and the account's items (P:acct), never the whole store;
--- only the quarantine is read whole, for raw parts that mention them.
+-- only the quarantine is read whole, for raw parts that are theirs.
 
 -- Their conversations on channel `ch`.
 local function conversations_of(ch, cust)
@@ -259,6 +259,46 @@ local function customer_keys(a)
   return keys
 end
 
+-- Meta's ids of the messages sent to them (replies and broadcasts), for the caller to hash the
+-- keys of the statuses Meta may still send about them.
+local function customer_wamids(a)
+  local out = {}
+  if a.ch ~= 'whatsapp' then
+    return out
+  end
+  for _, batch in ipairs(batches_of(conversations_of(a.ch, a.cust))) do
+    for _, part in ipairs(redis.call('ZRANGE', k('b', batch, 'parts'), 0, -1)) do
+      local wamid = redis.call('HGET', k('o', part), 'wamid')
+      if wamid then
+        out[#out + 1] = wamid
+      end
+    end
+  end
+  for _, rid in ipairs(redis.call('ZRANGE', k('brto', a.cust), 0, -1)) do
+    local wamid = redis.call('HGET', k('br', rid), 'wamid')
+    if wamid then
+      out[#out + 1] = wamid
+    end
+  end
+  return out
+end
+
+-- Whether a quarantined raw part is the customer's (store/rules/erasure.rs `sent_by`): sent by
+-- them, about a message to them, or their session's; not one that only mentions them.
+local function sent_by(raw, cust)
+  local ok, part = pcall(cjson.decode, raw)
+  if not ok or type(part) ~= 'table' then
+    return false
+  end
+  for _, field in ipairs({'from', 'recipient_id', 'session_id'}) do
+    local v = part[field]
+    if (type(v) == 'string' and v == cust) or (type(v) == 'number' and int(v) == cust) then
+      return true
+    end
+  end
+  return false
+end
+
 -- Erases the customer, given the hash of each key `customer_keys` listed; `{stale = true}`,
 -- having changed nothing, when an item came since and its key has no hash yet.
 local function forget(a)
@@ -278,6 +318,11 @@ local function forget(a)
     messages = 0, statuses = 0, replies = 0, reviews = 0, chat_jobs = 0, quarantined = 0,
     broadcast_sends = 0, conversations = 0, consents = 0,
   }
+  -- A late status about a message to them is a known duplicate, never their number again.
+  for _, hash in ipairs(a.status_hashes or {}) do
+    redis.call('HSET', k('erased'), hash, int(a.now))
+    redis.call('ZADD', k('erasedt'), int(a.now), hash)
+  end
   for _, seq in ipairs(seqs) do
     erase_item(seq, a, erased)
   end
@@ -300,7 +345,8 @@ local function forget(a)
   -- Kept, emptied: the same raw part arriving again is still known.
   for _, id in ipairs(redis.call('ZRANGE', k('quarantine'), 0, -1)) do
     local q = get(k('q', id), 'ch', 'raw')
-    if q.ch == a.ch and q.raw and q.raw ~= '' and string.find(q.raw, a.cust, 1, true) then
+    if q.ch == a.ch and q.raw and q.raw ~= '' and string.find(q.raw, a.cust, 1, true)
+        and sent_by(q.raw, a.cust) then
       redis.call('HSET', k('q', id), 'raw', '')
       erased.quarantined = erased.quarantined + 1
     end
