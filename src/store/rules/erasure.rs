@@ -2,13 +2,14 @@
 //!
 //! Erasure removes every trace of what a customer wrote or was sent: their messages (text,
 //! media ids, facts, profile name) and the statuses that name them, the replies to them, review
-//! items about their turns, web-chat jobs, quarantined raw bodies that mention them, and what
-//! broadcasts held for them. Turns stay as bare counts (tokens, cost, the router's guess) under
+//! items about their turns, web-chat jobs, quarantined raw bodies that are theirs ([`sent_by`]),
+//! and what broadcasts held for them. Turns stay as bare counts (tokens, cost, the router's guess) under
 //! a conversation that no longer names them.
 //!
 //! Two things stay, both keyed hashes ([`Marks`]): each erased message's deduplication key
-//! ([`Marks::key_hash`]), so Meta's late retry of it is never taken in or answered again; and
-//! on WhatsApp a do-not-contact marker ([`Marks::marker`]), an opt-out that no broadcast
+//! ([`Marks::key_hash`]), so Meta's late retry of it is never taken in or answered again, with
+//! the keys of the statuses Meta may still send about the messages to them
+//! ([`Marks::status_hashes`]), so a late status never stores their number again; and on WhatsApp a do-not-contact marker ([`Marks::marker`]), an opt-out that no broadcast
 //! passes. A customer who writes again is a new customer.
 //!
 //! The hashes are pseudonymous, not anonymous: whoever holds the deployment's marker secret
@@ -311,7 +312,7 @@ pub struct Erased {
     pub reviews: u64,
     /// Web-chat jobs.
     pub chat_jobs: u64,
-    /// Quarantined raw bodies that mention them.
+    /// Quarantined raw bodies that are theirs.
     pub quarantined: u64,
     /// Broadcast sends to them (the broadcasts' counts stay, under the marker).
     pub broadcast_sends: u64,
