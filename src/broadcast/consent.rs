@@ -227,18 +227,31 @@ impl Consent {
         Ok(out.contains(customer))
     }
 
-    /// Whether the last reply the customer got before `batch` ended with a question.
+    /// Whether the last thing the customer was sent before `batch` is a reply that ended with
+    /// a question: a broadcast sent since makes a bare "stop" the opt-out it usually is.
     async fn asked_a_question(&self, batch: &Batch) -> Result<bool, TurnError> {
-        let history = self
-            .store
-            .history(batch.id, 1)
-            .await
-            .map_err(|e| TurnError(format!("reading the last reply: {e}")))?;
-        Ok(history
+        let failed = |e: crate::store::Error| TurnError(format!("reading the last reply: {e}"));
+        let history = self.store.history(batch.id, 1).await.map_err(failed)?;
+        let Some(reply) = history
             .iter()
             .rev()
             .find(|e| e.speaker == Speaker::Business)
-            .is_some_and(|e| e.text.trim_end().ends_with(['?', '\u{ff1f}'])))
+            .filter(|e| e.text.trim_end().ends_with(['?', '\u{ff1f}']))
+        else {
+            return Ok(false);
+        };
+        // Up to when the batch fell due: WhatsApp's send times are whole seconds, and a
+        // broadcast that crossed the customer's message makes it an opt-out all the more.
+        let broadcast = self
+            .store
+            .last_broadcast(
+                &batch.conversation,
+                reply.at,
+                batch.due_at.max(batch.first_sent_at()),
+            )
+            .await
+            .map_err(failed)?;
+        Ok(broadcast.is_none())
     }
 }
 
