@@ -893,7 +893,9 @@ impl Config {
         }
         let missing = || {
             Error(
-                "privacy.marker_secret (SABI_MARKER_SECRET): required once an access token is                  set or the store is PostgreSQL or Redis; a long random string kept outside the                  store, like `openssl rand -hex 32`"
+                "privacy.marker_secret (SABI_MARKER_SECRET): required once an access token is \
+                 set or the store is PostgreSQL or Redis; a long random string kept outside the \
+                 store, like `openssl rand -hex 32`"
                     .into(),
             )
         };
@@ -925,7 +927,12 @@ impl Config {
         getrandom::fill(&mut bytes).map_err(|e| cannot(std::io::Error::other(e.to_string())))?;
         let secret = hex::encode(bytes);
         if let Some(dir) = file.parent() {
-            std::fs::create_dir_all(dir).map_err(cannot)?;
+            // The store's own directory, private as the store makes it.
+            let mut dirs = std::fs::DirBuilder::new();
+            dirs.recursive(true);
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut dirs, 0o700);
+            dirs.create(dir).map_err(cannot)?;
         }
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
@@ -1707,6 +1714,8 @@ mod tests {
             use std::os::unix::fs::PermissionsExt;
             let mode = std::fs::metadata(&file).expect("meta").permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
+            let dir = std::fs::metadata(dir.path().join("data")).expect("meta");
+            assert_eq!(dir.permissions().mode() & 0o777, 0o700);
         }
         let (again, _) = sandbox.marker_secrets().expect("read back");
         assert_eq!(again.expose_secret(), made.expose_secret());

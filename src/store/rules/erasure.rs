@@ -148,7 +148,10 @@ impl Marks {
                 .rev()
                 .find(|&n| fingerprint(&self.secrets[..n]) == recorded)
                 .ok_or_else(|| {
-                    "the store's erasure markers were made with a marker secret this                      configuration does not have: set privacy.marker_secret                      (SABI_MARKER_SECRET) back, or list the old one in                      privacy.previous_marker_secrets"
+                    "the store's erasure markers were made with a marker secret this \
+                     configuration does not have: set privacy.marker_secret \
+                     (SABI_MARKER_SECRET) back, or list the old one in \
+                     privacy.previous_marker_secrets"
                         .to_owned()
                 })?,
         };
