@@ -50,6 +50,7 @@ use self::broadcasts::{
 };
 use self::customers::{
     a_forgotten_chat_session_leaves_no_history, a_forgotten_customer_is_sent_no_broadcast,
+    a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
     after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied,
     export_holds_everything_and_forget_leaves_only_hashes,
     forget_racing_ingest_and_claims_takes_only_its_customer,
@@ -299,6 +300,7 @@ macro_rules! cases {
             a_forgotten_chat_session_leaves_no_history,
             forget_racing_ingest_and_claims_takes_only_its_customer,
             after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied,
+            a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
             // Retention
             what_is_past_its_horizon_goes_and_its_retry_stays_a_duplicate,
             a_turn_not_yet_settled_keeps_everything,

@@ -443,3 +443,42 @@ pub async fn after_forget_late_statuses_are_known_and_only_her_own_parts_are_emp
         "her number is stored nowhere: {record:?}"
     );
 }
+
+/// A broadcast reached Ada and she was forgotten: Meta's late statuses about it do not store her
+/// number again.
+pub async fn a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known(
+    store: Arc<dyn Store>,
+) {
+    store
+        .create_broadcast(diwali(None, T0))
+        .await
+        .expect("kept");
+    let jobs = store
+        .claim_recipients(sends(T0 + ms(1), 10))
+        .await
+        .expect("claimed");
+    let hers = jobs.iter().find(|j| j.to == ADA).expect("her send");
+    let accepted = sabi::store::Outcome::Accepted {
+        wamid: "wamid.offer-to-ada".into(),
+    };
+    store
+        .record_recipient(
+            hers.id,
+            hers.attempt,
+            T0 + ms(2),
+            accepted,
+            super::broadcasts::LIMITS,
+        )
+        .await
+        .expect("sent");
+    forget(&store, &whatsapp(ADA), T0 + ms(3)).await;
+
+    let mut late = status("wamid.offer-to-ada", "read", T0 + ms(10_000));
+    late.customer = Some(ADA.into());
+    let receipt = ingest(&store, vec![late], T0 + ms(10_000)).await;
+    assert_eq!(
+        receipt.stored, 0,
+        "a late status about her broadcast is a known duplicate"
+    );
+    assert!(export(&store, &whatsapp(ADA)).await.items.is_empty());
+}
