@@ -145,6 +145,7 @@ esac
 
 export SABI_WHATSAPP_APP_SECRET="chaos-bench-secret"
 export SABI_WHATSAPP_ACCESS_TOKEN="chaos-bench-token"
+export SABI_MARKER_SECRET="chaos-bench-marker-secret"
 export SABI_WHATSAPP_API_BASE="http://127.0.0.1:$GRAPH_PORT/v23.0"
 export SABI_LLM_BASE_URL="http://127.0.0.1:$MODEL_PORT/v1"
 export SABI_LLM_MODEL="simulated"

@@ -38,5 +38,5 @@ export RATES="${RATES:-1000 2000 5000 10000}"
 export SERVER_LABEL="${SERVER_LABEL:-sabi-${store%%:*}-durable}"
 cd "$here"
 bash "$shared/compare-ingest.sh" \
-  "SABI_CONFIG=/dev/null SABI_LOG=warn SABI_LISTEN=127.0.0.1:\$BENCH_PORT SABI_WHATSAPP_APP_SECRET=\$BENCH_SECRET SABI_STORE='$store' exec $SABI_BIN serve" \
+  "SABI_CONFIG=/dev/null SABI_LOG=warn SABI_LISTEN=127.0.0.1:\$BENCH_PORT SABI_WHATSAPP_APP_SECRET=\$BENCH_SECRET SABI_MARKER_SECRET=ingest-bench-marker-secret SABI_STORE='$store' exec $SABI_BIN serve" \
   "$port" bench-secret

@@ -50,7 +50,7 @@ start() {
   [ -n "$db" ] && store="$PG_URL/$db"
   mkdir -p "$dir"
   env "$@" SABI_CONFIG=/dev/null SABI_LOG=info SABI_LISTEN="127.0.0.1:$PORT" \
-    SABI_WHATSAPP_APP_SECRET="$SECRET" SABI_STORE="$store" \
+    SABI_WHATSAPP_APP_SECRET="$SECRET" SABI_MARKER_SECRET=retention-bench-marker-secret SABI_STORE="$store" \
     SABI_BATCH_WINDOW=1s "$SABI_BIN" serve 2>>"$dir/sabi.log" &
   pid=$!
   until curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null; do sleep 0.1; done

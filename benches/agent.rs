@@ -96,9 +96,15 @@ async fn bare_calls(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
 async fn agent_turns(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
     let dir = tempfile::tempdir().expect("tempdir");
     let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&dir.path().join("sabi.db"))
-            .await
-            .expect("store"),
+        SqliteStore::open(
+            &dir.path().join("sabi.db"),
+            sabi::store::Marks::new(
+                secrecy::SecretString::from("bench-marker-secret".to_owned()),
+                Vec::new(),
+            ),
+        )
+        .await
+        .expect("store"),
     );
     let router = Router::builtin().expect("router");
     let tools = Tools::new(&[], &|_| None, None).expect("no tools");

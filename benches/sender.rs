@@ -185,9 +185,15 @@ async fn through_outbox(parts: usize) -> Duration {
     let fake = FakeGraph::start(TOKEN).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&dir.path().join("sabi.db"))
-            .await
-            .expect("store"),
+        SqliteStore::open(
+            &dir.path().join("sabi.db"),
+            sabi::store::Marks::new(
+                secrecy::SecretString::from("bench-marker-secret".to_owned()),
+                Vec::new(),
+            ),
+        )
+        .await
+        .expect("store"),
     );
     fill_outbox(&store, parts).await;
     let settings = SenderSettings {

@@ -241,9 +241,7 @@ impl App {
         clock: SharedClock,
         handler: Option<Arc<dyn TurnHandler>>,
     ) -> anyhow::Result<App> {
-        let store = store::open(&config.store)
-            .await
-            .context("opening the store")?;
+        let store = store::open(config).await.context("opening the store")?;
         App::build_on(config, role, clock, store, handler).await
     }
 
@@ -295,6 +293,7 @@ impl App {
         let replies = consent::Replies {
             stopped: config.broadcast.stop_reply.clone(),
             started: config.broadcast.start_reply.clone(),
+            offer: config.broadcast.stop_offer.clone(),
         };
         let handler = Consent::new(handler, store.clone(), replies);
         // Every answered message is marked read, with the typing indicator or without.

@@ -13,8 +13,10 @@
 //! - arguments are checked against the tool's `parameters` schema before any request, and only
 //!   declared arguments (schema properties and URL placeholders) ever leave;
 //! - anonymous web visitors are offered only tools marked `public`;
-//! - every request says who it acts for in `X-Sabi-Customer`, signed when a tools secret is
-//!   set, so the business's API can check that an account belongs to that customer.
+//! - every request says who it acts for in `X-Sabi-Customer` (percent-encoded: only visible
+//!   ASCII goes in a header) and carries a fresh `X-Sabi-Request-Id`; with a tools secret both
+//!   are signed with the rest of the request, so the business's API can check that an account
+//!   belongs to that customer and refuse a request it has seen before.
 
 use reqwest::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -26,12 +28,16 @@ use crate::domain::Identity;
 
 /// The argument Sabi fills with the verified identity.
 const CUSTOMER: &str = "customer";
-/// Who a tool request acts for: `whatsapp:<number>`, `web:<user_id>` or `anonymous`.
+/// Who a tool request acts for: `whatsapp:<number>`, `web:<user_id>` or `anonymous`,
+/// percent-encoded ([`customer_header`]).
 pub const CUSTOMER_HEADER: &str = "x-sabi-customer";
+/// 32 hex digits, new for every request (retries included): the business's API refuses an id
+/// it has seen within the timestamp's window, so a captured request cannot be replayed.
+pub const REQUEST_ID_HEADER: &str = "x-sabi-request-id";
 /// Unix seconds when a signed tool request was made.
 pub const TIMESTAMP_HEADER: &str = "x-sabi-timestamp";
-/// `sha256=<hex>`: HMAC-SHA256 with the tools secret of
-/// `<timestamp>.<METHOD>.<path?query>.<body>`.
+/// `sha256=<hex>`: HMAC-SHA256 with the tools secret of [`signed_message`]:
+/// `<timestamp>\n<request id>\n<METHOD>\n<path?query>\n<X-Sabi-Customer>\n<body>`.
 pub const SIGNATURE_HEADER: &str = "x-sabi-signature-256";
 
 /// Why a tool call gave no answer. The message is safe to show the agent.
@@ -158,15 +164,29 @@ impl Tools {
             Method::GET | Method::DELETE => None,
             _ => Some(Value::Object(tool.body(&arguments)).to_string()),
         };
+        let customer = customer_header(identity);
+        let request_id = request_id();
         let mut request = self
             .client
             .request(tool.method.clone(), &url)
             .headers(tool.headers.clone())
-            .header(CUSTOMER_HEADER, identity.header())
+            .header(CUSTOMER_HEADER, &customer)
+            .header(REQUEST_ID_HEADER, &request_id)
             .timeout(tool.config.timeout);
         if let Some(secret) = &self.secret {
-            let (timestamp, signature) =
-                sign_request(secret, &tool.method, &url, body.as_deref().unwrap_or(""));
+            let timestamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+                .to_string();
+            let message = signed_message(&Signed {
+                timestamp: &timestamp,
+                request_id: &request_id,
+                method: tool.method.as_str(),
+                target: &target(&url),
+                customer: &customer,
+                body: body.as_deref().unwrap_or(""),
+            });
+            let signature = crate::whatsapp::sign(secret, message.as_bytes());
             request = request
                 .header(TIMESTAMP_HEADER, timestamp)
                 .header(SIGNATURE_HEADER, signature);
@@ -328,23 +348,75 @@ fn placeholders(template: &str) -> Vec<String> {
     names
 }
 
-/// The timestamp and signature headers of a tool request: HMAC-SHA256 of
-/// `<timestamp>.<METHOD>.<path?query>.<body>`.
-fn sign_request(secret: &SecretString, method: &Method, url: &str, body: &str) -> (String, String) {
-    let timestamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-        .to_string();
-    let target = reqwest::Url::parse(url).map_or_else(
+/// What a tool request's signature covers.
+#[derive(Debug, Clone, Copy)]
+pub struct Signed<'a> {
+    /// `X-Sabi-Timestamp`.
+    pub timestamp: &'a str,
+    /// `X-Sabi-Request-Id`.
+    pub request_id: &'a str,
+    /// `GET`, `POST`, ...
+    pub method: &'a str,
+    /// The path with its query, as sent.
+    pub target: &'a str,
+    /// `X-Sabi-Customer`, as sent (percent-encoded).
+    pub customer: &'a str,
+    pub body: &'a str,
+}
+
+/// The text a tool request's signature is the HMAC-SHA256 of: its parts one per line
+/// (`<timestamp>\n<request id>\n<METHOD>\n<path?query>\n<X-Sabi-Customer>\n<body>`). None of the
+/// parts before the body can hold a newline, so no part can be moved into another.
+pub fn signed_message(signed: &Signed<'_>) -> String {
+    let Signed {
+        timestamp,
+        request_id,
+        method,
+        target,
+        customer,
+        body,
+    } = signed;
+    format!("{timestamp}\n{request_id}\n{method}\n{target}\n{customer}\n{body}")
+}
+
+/// `X-Sabi-Customer` for `identity`: bytes outside visible ASCII, and `%` itself, as `%XX`, so a
+/// `user_id` with line separators or bidi controls never reaches the header raw and a business
+/// decodes exactly what Sabi verified.
+pub fn customer_header(identity: &Identity) -> String {
+    identity
+        .header()
+        .bytes()
+        .map(|b| match b {
+            b'%' => "%25".to_owned(),
+            0x21..=0x7e => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A fresh request id: 128 random bits as hex.
+fn request_id() -> String {
+    let mut id = [0u8; 16];
+    // Without the system's randomness the id is still new per request, only guessable: the
+    // timestamp and the signature still hold.
+    if getrandom::fill(&mut id).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        id = nanos.to_be_bytes();
+    }
+    hex::encode(id)
+}
+
+/// The path and query of `url`, as the request line carries them.
+fn target(url: &str) -> String {
+    reqwest::Url::parse(url).map_or_else(
         |_| url.to_owned(),
         |u| match u.query() {
             Some(query) => format!("{}?{query}", u.path()),
             None => u.path().to_owned(),
         },
-    );
-    let message = format!("{timestamp}.{method}.{target}.{body}");
-    let signature = crate::whatsapp::sign(secret, message.as_bytes());
-    (timestamp, signature)
+    )
 }
 
 /// A failed call, without the URL: it may carry customer data in its query.
@@ -430,6 +502,30 @@ mod tests {
             fill_url("http://x/{missing}", &args),
             Err("missing".to_owned())
         );
+    }
+
+    #[test]
+    fn the_customer_header_is_visible_ascii_whatever_the_user_id() {
+        let header = |id: &str| customer_header(&Identity::Web(id.to_owned()));
+        assert_eq!(header("user-42"), "web:user-42");
+        assert_eq!(header("a\u{202E}b"), "web:a%E2%80%AEb");
+        assert_eq!(
+            header("a\u{2028}b\r\nX-Evil: 1"),
+            "web:a%E2%80%A8b%0D%0AX-Evil:%201"
+        );
+        assert_eq!(header("50%"), "web:50%25");
+        assert_eq!(
+            customer_header(&Identity::Whatsapp("2348031234567".into())),
+            "whatsapp:2348031234567"
+        );
+        assert!(HeaderValue::from_str(&header("\u{7f}\u{0}é")).is_ok());
+    }
+
+    #[test]
+    fn request_ids_are_new_every_time() {
+        let (one, two) = (request_id(), request_id());
+        assert_ne!(one, two);
+        assert_eq!(one.len(), 32);
     }
 
     #[test]

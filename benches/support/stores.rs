@@ -9,6 +9,14 @@ use std::time::Duration;
 use sabi::store::{PgStore, RedisStore, SqliteStore, Store};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
+/// The marker secret a bench's store is under.
+fn marks() -> sabi::store::Marks {
+    sabi::store::Marks::new(
+        secrecy::SecretString::from("bench-marker-secret".to_owned()),
+        Vec::new(),
+    )
+}
+
 /// Where the bench's store lives: a fresh SQLite file, or a fresh database on a server.
 pub(crate) enum Backend {
     Sqlite,
@@ -32,7 +40,7 @@ impl Backend {
         match self {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().expect("tempdir");
-                let store = SqliteStore::open(&dir.path().join("bench.db"))
+                let store = SqliteStore::open(&dir.path().join("bench.db"), marks())
                     .await
                     .expect("store");
                 let place = Place {
@@ -53,7 +61,7 @@ impl Backend {
                     .execute(&mut admin)
                     .await
                     .expect("create database");
-                let store = PgStore::open(&format!("{server}/{name}"))
+                let store = PgStore::open(&format!("{server}/{name}"), marks())
                     .await
                     .expect("store");
                 let place = Place {
@@ -67,7 +75,7 @@ impl Backend {
                 let mut id = [0u8; 6];
                 getrandom::fill(&mut id).expect("random");
                 let url = format!("{url}?prefix=sabi_bench_{}", hex::encode(id));
-                let store = RedisStore::open(&url).await.expect("redis store");
+                let store = RedisStore::open(&url, marks()).await.expect("redis store");
                 let place = Place {
                     _dir: None,
                     database: None,
@@ -77,7 +85,7 @@ impl Backend {
             }
             Backend::Redis(None) => {
                 let (child, dir, url) = redis_server().await;
-                let store = RedisStore::open(&url).await.expect("redis store");
+                let store = RedisStore::open(&url, marks()).await.expect("redis store");
                 let place = Place {
                     _dir: Some(dir),
                     database: None,

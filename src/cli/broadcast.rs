@@ -174,7 +174,7 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
                 ),
                 None => {}
             }
-            let store = store::open(&config.store).await?;
+            let store = store::open(config).await?;
             let settings = config.broadcast_settings();
             let headroom = plan::leave_out(store.as_ref(), &settings, &mut broadcast).await?;
             if dry_run {
@@ -187,7 +187,7 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
             print(&made, json)
         }
         BroadcastAction::Ls { json } => {
-            let store = store::open(&config.store).await?;
+            let store = store::open(config).await?;
             for b in store.broadcasts(1_000).await? {
                 print(&b, json)?;
             }
@@ -198,7 +198,7 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
             recipients,
             json,
         } => {
-            let store = store::open(&config.store).await?;
+            let store = store::open(config).await?;
             let b = store
                 .broadcast(id)
                 .await?
@@ -224,7 +224,7 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
             Ok(())
         }
         BroadcastAction::Report { id, json } => {
-            let store = store::open(&config.store).await?;
+            let store = store::open(config).await?;
             let prices = Prices {
                 by_prefix: &config.broadcast.prices,
                 currency: &config.broadcast.currency,
@@ -258,7 +258,7 @@ async fn control(
     reason: Option<String>,
     json: bool,
 ) -> anyhow::Result<()> {
-    let store = store::open(&config.store).await?;
+    let store = store::open(config).await?;
     match store.control_broadcast(id, control, reason).await {
         Ok(b) => print(&b, json),
         Err(store::Error::NotFound) => {
@@ -316,7 +316,7 @@ fn dry(b: &NewBroadcast, headroom: Option<u64>, json: bool) -> anyhow::Result<()
 /// Redraws one line a second (a line per change when not on a terminal) until the broadcast
 /// ends.
 async fn watch(config: &Config, id: i64) -> anyhow::Result<()> {
-    let store = store::open(&config.store).await?;
+    let store = store::open(config).await?;
     let terminal = std::io::stdout().is_terminal();
     let mut last = String::new();
     loop {

@@ -400,7 +400,7 @@ fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
 }
 
 async fn inbox(config: &Config, as_json: bool, query: InboxQuery) -> anyhow::Result<()> {
-    let store = store::open(&config.store).await?;
+    let store = store::open(config).await?;
     let items = store.inbox(query).await?;
     let mut out = std::io::stdout().lock();
     for item in &items {
@@ -425,7 +425,7 @@ async fn inbox(config: &Config, as_json: bool, query: InboxQuery) -> anyhow::Res
 }
 
 async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
-    let store = store::open(&config.store).await?;
+    let store = store::open(config).await?;
     let mut out = std::io::stdout().lock();
     for entry in store.outbox(None).await? {
         let c = &entry.conversation;
@@ -457,7 +457,7 @@ async fn export_customer(
     as_json: bool,
 ) -> anyhow::Result<()> {
     let who = store::Subject::parse(channel, customer).map_err(anyhow::Error::msg)?;
-    let store = store::open(&config.store).await?;
+    let store = store::open(config).await?;
     let record = store.export_customer(&who).await?;
     if as_json {
         println!(
@@ -480,7 +480,7 @@ async fn forget(
     as_json: bool,
 ) -> anyhow::Result<()> {
     let who = store::Subject::parse(channel, customer).map_err(anyhow::Error::msg)?;
-    let store = store::open(&config.store).await?;
+    let store = store::open(config).await?;
     let started = Instant::now();
     let erased = loop {
         match store.forget_customer(&who, SystemClock.now()).await {
@@ -525,7 +525,7 @@ async fn check(config: &Config) -> anyhow::Result<()> {
 }
 
 async fn stats(config: &Config, since: Option<Duration>, as_json: bool) -> anyhow::Result<()> {
-    let store = store::open(&config.store).await?;
+    let store = store::open(config).await?;
     let since = since.map_or(At::default(), |d| SystemClock.now() - d);
     let s = store.turn_stats(since).await?;
     let turns = s.local + s.agent + s.people;
@@ -571,7 +571,7 @@ async fn stats(config: &Config, since: Option<Duration>, as_json: bool) -> anyho
 }
 
 async fn review(config: &Config, action: ReviewAction) -> anyhow::Result<()> {
-    let store = store::open(&config.store).await?;
+    let store = store::open(config).await?;
     let now = crate::clock::SystemClock.now();
     let resolution = match action {
         ReviewAction::Ls {
@@ -659,7 +659,7 @@ fn list_review(items: Vec<ReviewEntry>, as_json: bool) -> anyhow::Result<()> {
 }
 
 async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {
-    let store = store::open(&config.store).await?;
+    let store = store::open(config).await?;
     let mut out = std::io::stdout().lock();
     for q in store.quarantine(None).await? {
         if as_json {
@@ -770,7 +770,7 @@ fn route(
 /// `sabi route --export-unsure`: the kept turns worth a person's label, as JSON lines.
 async fn export_unsure_turns(config: &Config, since: Duration, limit: usize) -> anyhow::Result<()> {
     let router = Router::trained(&config.router.intents_source()?)?;
-    let store = store::open(&config.store).await?;
+    let store = store::open(config).await?;
     // Read further than the limit: repeated texts are listed once.
     let read = limit.saturating_mul(4).max(1_000);
     let turns = store.routed_turns(SystemClock.now() - since, read).await?;

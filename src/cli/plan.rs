@@ -87,7 +87,7 @@ pub(super) async fn inputs(
     let needs_store =
         args.reply_curve.as_deref() == Some("auto") || args.local_share.as_deref() == Some("auto");
     let store = match needs_store {
-        true => Some(store::open(&config.store).await?),
+        true => Some(store::open(config).await?),
         false => None,
     };
     if let Some(curve) = &args.reply_curve {

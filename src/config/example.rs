@@ -399,6 +399,10 @@ const SETTINGS: &[Setting] = &[
         "Told once to a customer who writes START and gets broadcasts again.",
     ),
     set(
+        "broadcast.stop_offer",
+        "After a bare STOP that may have answered the assistant's question: the answer comes first, then this with a Stop offers button, so opting out is the customer's choice. No question mark at the end.",
+    ),
+    set(
         "retention.messages",
         "Customer messages, Sabi's and people's replies, settled review items, web-chat history and jobs, and the turns they were in: deleted this long after the turn ended (a message still waiting for its turn is kept).",
     ),
@@ -417,6 +421,17 @@ const SETTINGS: &[Setting] = &[
     set(
         "retention.sweep_every",
         "How often the sweeper (one node at a time) deletes what is past its horizon.",
+    ),
+    opt(
+        "privacy.marker_secret",
+        "Keys the do-not-contact markers and erased messages' hashes (HMAC-SHA256): at least 16 characters, kept outside the store and its backups. Required once an access token is set or the store is PostgreSQL or Redis; in sandbox mode on SQLite, Sabi makes one beside the database (marker-secret).",
+        "\"a-long-random-secret\"",
+    ),
+    opt(
+        "privacy.previous_marker_secrets",
+        "To rotate: the secrets used before marker_secret, oldest first. The store's markers move to the new secret at start; keep the old ones listed, markers are found through each in turn.",
+        // Not a table: a leading space keeps the renderer from taking the array for one.
+        " [\"the-old-marker-secret\"]",
     ),
     set("logging.format", "text, or json (one object per line)."),
     set(

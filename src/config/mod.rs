@@ -60,6 +60,7 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_ADMIN_TOKEN", "admin.token"),
     ("SABI_METRICS_TOKEN", "admin.metrics_token"),
     ("SABI_TOOLS_SECRET", "tools_secret"),
+    ("SABI_MARKER_SECRET", "privacy.marker_secret"),
     ("SABI_WEBCHAT_IDENTITY_SECRET", "webchat.identity_secret"),
     ("SABI_WEBCHAT_PER_ADDRESS", "webchat.per_address_per_minute"),
     (
@@ -117,6 +118,8 @@ pub struct Config {
     pub broadcast: BroadcastConfig,
     #[serde(default)]
     pub retention: RetentionConfig,
+    #[serde(default)]
+    pub privacy: PrivacyConfig,
     #[serde(default)]
     pub logging: LoggingConfig,
     /// The business's HTTP tools, for reply templates and the agent (`[[tools]]`).
@@ -790,6 +793,11 @@ pub struct BroadcastConfig {
     /// Told once to a customer who writes START and is opted back in.
     #[serde(default = "defaults::start_reply")]
     pub start_reply: String,
+    /// Offered (with a "Stop offers" button) after a bare STOP that may have answered the
+    /// assistant's question: the answer comes first, and the opt-out is the customer's choice.
+    /// Must not end with a question mark.
+    #[serde(default = "defaults::stop_offer")]
+    pub stop_offer: String,
     /// A customer sent a broadcast this recently is skipped by the next.
     #[serde(default = "defaults::cooldown", with = "duration")]
     pub cooldown: Duration,
@@ -811,6 +819,7 @@ impl Default for BroadcastConfig {
         BroadcastConfig {
             stop_reply: defaults::stop_reply(),
             start_reply: defaults::start_reply(),
+            stop_offer: defaults::stop_offer(),
             cooldown: defaults::cooldown(),
             max_holds: defaults::max_holds(),
             prices: BTreeMap::new(),
@@ -848,6 +857,98 @@ impl Default for RetentionConfig {
             quarantine: defaults::keep_quarantine(),
             dedupe: defaults::keep_keys(),
             sweep_every: defaults::sweep_every(),
+        }
+    }
+}
+
+/// What erasure leaves behind is keyed (`store::rules::erasure::Marks`).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivacyConfig {
+    /// Keys the do-not-contact markers and erased messages' hashes (HMAC-SHA256), so a copy of
+    /// the store alone cannot tell whom they stand for. Keep it outside the store and its
+    /// backups. Required once an access token is set; unset in sandbox mode on SQLite, Sabi
+    /// makes one and keeps it beside the database (`marker-secret`, 0600).
+    #[serde(skip_serializing)]
+    pub marker_secret: Option<SecretString>,
+    /// The secrets used before `marker_secret`, oldest first: a store made under them moves to
+    /// the new one at start, and they stay needed to find its markers.
+    #[serde(default, skip_serializing)]
+    pub previous_marker_secrets: Vec<SecretString>,
+}
+
+/// The file a sandbox keeps its generated marker secret in, beside a SQLite store.
+pub const SANDBOX_MARKER_SECRET_FILE: &str = "marker-secret";
+
+impl Config {
+    /// The marker secret and the ones before it: the configured one, or in sandbox mode on
+    /// SQLite the one kept beside the database, made on first use.
+    ///
+    /// # Errors
+    /// None configured outside that case, or the sandbox's file cannot be read or made.
+    pub fn marker_secrets(&self) -> Result<(SecretString, Vec<SecretString>), Error> {
+        let previous = self.privacy.previous_marker_secrets.clone();
+        if let Some(secret) = &self.privacy.marker_secret {
+            return Ok((secret.clone(), previous));
+        }
+        let missing = || {
+            Error(
+                "privacy.marker_secret (SABI_MARKER_SECRET): required once an access token is \
+                 set or the store is PostgreSQL or Redis; a long random string kept outside the \
+                 store, like `openssl rand -hex 32`"
+                    .into(),
+            )
+        };
+        let StoreConfig::Sqlite { path } = &self.store else {
+            return Err(missing());
+        };
+        if !self.whatsapp.sandbox() {
+            return Err(missing());
+        }
+        let file = path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(SANDBOX_MARKER_SECRET_FILE);
+        let cannot = |e: std::io::Error| {
+            Error(format!(
+                "privacy.marker_secret: cannot keep the sandbox's secret in {}: {e}",
+                file.display()
+            ))
+        };
+        match std::fs::read_to_string(&file) {
+            Ok(secret) if !secret.trim().is_empty() => {
+                return Ok((SecretString::from(secret.trim().to_owned()), previous));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(cannot(e)),
+        }
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| cannot(std::io::Error::other(e.to_string())))?;
+        let secret = hex::encode(bytes);
+        if let Some(dir) = file.parent() {
+            // The store's own directory, private as the store makes it.
+            let mut dirs = std::fs::DirBuilder::new();
+            dirs.recursive(true);
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut dirs, 0o700);
+            dirs.create(dir).map_err(cannot)?;
+        }
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        match options.open(&file) {
+            Ok(mut out) => {
+                std::io::Write::write_all(&mut out, secret.as_bytes()).map_err(cannot)?;
+                Ok((SecretString::from(secret), previous))
+            }
+            // Another command made it first: theirs is the one.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let secret = std::fs::read_to_string(&file).map_err(cannot)?;
+                Ok((SecretString::from(secret.trim().to_owned()), previous))
+            }
+            Err(e) => Err(cannot(e)),
         }
     }
 }
@@ -1026,9 +1127,37 @@ impl Config {
                 "retention.sweep_every (SABI_SWEEP_EVERY): must be at least 1s".into(),
             ));
         }
+        if self
+            .broadcast
+            .stop_offer
+            .trim_end()
+            .ends_with(['?', '\u{ff1f}'])
+        {
+            return Err(Error(
+                "broadcast.stop_offer: must not end with a question mark (a bare STOP after it \
+                 would be taken for an answer again)"
+                    .into(),
+            ));
+        }
         if self.ingress.max_body_bytes < 3 * 1024 * 1024 {
             return Err(Error(
                 "ingress.max_body_bytes: must allow Meta's 3 MB webhooks".into(),
+            ));
+        }
+        if !self.whatsapp.sandbox() && self.privacy.marker_secret.is_none() {
+            return Err(Error(
+                "privacy.marker_secret (SABI_MARKER_SECRET): required once an access token is set; a long random string kept outside the store, like `openssl rand -hex 32`".into(),
+            ));
+        }
+        if self
+            .privacy
+            .marker_secret
+            .iter()
+            .chain(&self.privacy.previous_marker_secrets)
+            .any(|s| s.expose_secret().trim().len() < 16)
+        {
+            return Err(Error(
+                "privacy.marker_secret (SABI_MARKER_SECRET): at least 16 characters".into(),
             ));
         }
         Ok(())
@@ -1313,6 +1442,9 @@ mod defaults {
     pub(super) fn start_reply() -> String {
         "You will get our offers and updates again. Reply STOP any time to stop them.".into()
     }
+    pub(super) fn stop_offer() -> String {
+        "If you want no more offers or updates from us, tap Stop offers.".into()
+    }
     pub(super) fn poll_interval() -> Duration {
         Duration::from_secs(1)
     }
@@ -1556,6 +1688,56 @@ mod tests {
     }
 
     #[test]
+    fn the_marker_secret_is_required_once_sending_and_made_beside_a_sandbox_store() {
+        let sending = [
+            ("SABI_WHATSAPP_ACCESS_TOKEN", "t"),
+            ("SABI_WHATSAPP_APP_SECRET", "s"),
+        ];
+        let err = Config::load(no_file(), env(&sending)).expect_err("no marker secret");
+        assert!(err.to_string().contains("privacy.marker_secret"), "{err}");
+        let short = [("SABI_MARKER_SECRET", "short")];
+        let err = Config::load(no_file(), env(&short)).expect_err("too short");
+        assert!(err.to_string().contains("16 characters"), "{err}");
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = format!("sqlite://{}", dir.path().join("data/sabi.db").display());
+        let sandbox =
+            Config::load(no_file(), env(&[("SABI_STORE", store.as_str())])).expect("sandbox");
+        let (made, _) = sandbox.marker_secrets().expect("made");
+        let file = dir.path().join("data").join(SANDBOX_MARKER_SECRET_FILE);
+        assert_eq!(
+            std::fs::read_to_string(&file).expect("kept"),
+            made.expose_secret()
+        );
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&file).expect("meta").permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+            let dir = std::fs::metadata(dir.path().join("data")).expect("meta");
+            assert_eq!(dir.permissions().mode() & 0o777, 0o700);
+        }
+        let (again, _) = sandbox.marker_secrets().expect("read back");
+        assert_eq!(again.expose_secret(), made.expose_secret());
+
+        let shared = [("SABI_STORE", "postgres://sabi@db/sabi")];
+        let on_postgres = Config::load(no_file(), env(&shared)).expect("loads");
+        assert!(
+            on_postgres.marker_secrets().is_err(),
+            "no file beside a server"
+        );
+        let set = [
+            ("SABI_STORE", "postgres://sabi@db/sabi"),
+            ("SABI_MARKER_SECRET", "a-marker-secret-for-tests"),
+        ];
+        let (secret, _) = Config::load(no_file(), env(&set))
+            .expect("loads")
+            .marker_secrets()
+            .expect("configured");
+        assert_eq!(secret.expose_secret(), "a-marker-secret-for-tests");
+    }
+
+    #[test]
     fn short_horizons_are_for_sandbox_mode_or_long_enough_content() {
         let short = [
             ("SABI_RETENTION_MESSAGES", "30s"),
@@ -1567,6 +1749,7 @@ mod tests {
         let sending = [
             ("SABI_WHATSAPP_ACCESS_TOKEN", "t"),
             ("SABI_WHATSAPP_APP_SECRET", "s"),
+            ("SABI_MARKER_SECRET", "a-marker-secret-for-tests"),
             ("SABI_RETENTION_MESSAGES", "7d"),
             ("SABI_RETENTION_DEDUPE", "1h"),
         ];

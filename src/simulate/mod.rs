@@ -162,9 +162,16 @@ async fn run_virtual(
     let secret = SecretString::from(format!("simulated-{:x}", fastrand::u64(..)));
     let dir = TempDir::new()?;
     let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open_on_paused_time(&dir.0.join("sabi.db"))
-            .await
-            .context("opening the simulation's store")?,
+        // A throwaway store: its markers need no lasting secret.
+        SqliteStore::open_on_paused_time(
+            &dir.0.join("sabi.db"),
+            crate::store::Marks::new(
+                SecretString::from(format!("simulated-{:x}", fastrand::u64(..))),
+                Vec::new(),
+            ),
+        )
+        .await
+        .context("opening the simulation's store")?,
     );
     // The slots take as many nodes as `sabi plan` says, sharing the store: the first serves
     // the webhook too.

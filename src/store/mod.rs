@@ -27,7 +27,7 @@ pub use self::rules::broadcast::{
     BroadcastState, Control, Limits, Outcome, PausedBy, RecipientState, SkipReason, TemplateNews,
 };
 pub use self::rules::consent::Choice;
-pub use self::rules::erasure::{Erased, Subject};
+pub use self::rules::erasure::{Erased, Marks, Subject};
 pub use self::rules::hours::{LocalHours, QuietHours, When};
 pub use self::rules::item::ItemState;
 pub use self::rules::part::{Delivery, PartKind, PartState, WINDOW_CLOSED};
@@ -35,7 +35,7 @@ pub use self::rules::retention::{Horizons, Swept};
 pub use self::rules::review::ReviewState;
 pub use self::sqlite::SqliteStore;
 use crate::clock::{At, SharedClock};
-use crate::config::StoreConfig;
+use crate::config::{Config, StoreConfig};
 use crate::domain::{
     BatchMessage, BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
     Quarantined, ReplyPart, ReviewReason,
@@ -1128,14 +1128,28 @@ pub async fn probe(config: &StoreConfig) -> Result<String> {
     }
 }
 
-/// Opens the configured backend, creating and migrating it when needed.
+/// The configured marker secrets ([`Marks`]).
 ///
 /// # Errors
-/// When the backend cannot be opened or migrated.
-pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>> {
-    match config {
-        StoreConfig::Sqlite { path } => Ok(Arc::new(SqliteStore::open(path).await?)),
-        StoreConfig::Postgres { url } => Ok(Arc::new(PgStore::open(url).await?)),
-        StoreConfig::Redis { url } => Ok(Arc::new(RedisStore::open(url).await?)),
+/// As [`Config::marker_secrets`], as [`Error::Schema`].
+pub fn marks(config: &Config) -> Result<Marks> {
+    let (current, previous) = config
+        .marker_secrets()
+        .map_err(|e| Error::Schema(e.to_string()))?;
+    Ok(Marks::new(current, previous))
+}
+
+/// Opens the configured backend, creating and migrating it when needed, with its erasure
+/// markers under the configured secret.
+///
+/// # Errors
+/// When the backend cannot be opened or migrated, or its markers were made with a secret the
+/// configuration does not have.
+pub async fn open(config: &Config) -> Result<Arc<dyn Store>> {
+    let marks = marks(config)?;
+    match &config.store {
+        StoreConfig::Sqlite { path } => Ok(Arc::new(SqliteStore::open(path, marks).await?)),
+        StoreConfig::Postgres { url } => Ok(Arc::new(PgStore::open(url, marks).await?)),
+        StoreConfig::Redis { url } => Ok(Arc::new(RedisStore::open(url, marks).await?)),
     }
 }

@@ -158,7 +158,7 @@ async fn the_store_is_readable_by_its_owner_alone_whatever_the_umask() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("sabi-data");
-    let store = sabi::store::SqliteStore::open(&data.join("sabi.db"))
+    let store = sabi::store::SqliteStore::open(&data.join("sabi.db"), crate::helpers::marks())
         .await
         .expect("store");
     drop(store);
@@ -174,7 +174,7 @@ async fn the_store_is_readable_by_its_owner_alone_whatever_the_umask() {
     // A file left readable by an older version is closed at the next start.
     std::fs::set_permissions(data.join("sabi.db"), std::fs::Permissions::from_mode(0o644))
         .expect("chmod");
-    let _store = sabi::store::SqliteStore::open(&data.join("sabi.db"))
+    let _store = sabi::store::SqliteStore::open(&data.join("sabi.db"), crate::helpers::marks())
         .await
         .expect("store");
     assert_eq!(mode(&data.join("sabi.db")), 0o600);

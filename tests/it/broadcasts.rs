@@ -1185,3 +1185,61 @@ async fn a_sandbox_broadcast_runs_every_rule_and_records_its_sends() {
         "{line}"
     );
 }
+
+/// A bare STOP after a reply that asked a question is taken for its answer, but once a broadcast
+/// came after that reply it is the opt-out it usually is, confirmed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_stop_after_a_broadcast_opts_out_even_when_a_question_came_before() {
+    use sabi::config::Config;
+    const QUESTION: &str = "Shall I keep retrying your transfer?";
+    let sabi = Sending::start(Arc::new(crate::sender::Says(QUESTION.into())), &[]).await;
+    let defaults = Config::defaults().expect("defaults").broadcast;
+    let ada = "2348031111111";
+    sabi.customer_writes("wamid.t1", ada, "my transfer is pending", 0)
+        .await;
+    assert_eq!(wait_for_texts(&sabi, ada, 1).await, [QUESTION]);
+
+    let now = SystemClock.now();
+    let (b, _) = sabi
+        .store
+        .create_broadcast(NewBroadcast {
+            key: None,
+            now,
+            start_at: now,
+            recipients: vec![NewRecipient {
+                to: ada.to_owned(),
+                params: vec!["Ada".into(), "10% off".into()],
+                line: None,
+                skipped: None,
+                tz: None,
+            }],
+            ..broadcast(20)
+        })
+        .await
+        .expect("kept");
+    let start = tokio::time::Instant::now();
+    loop {
+        let b = sabi
+            .store
+            .broadcast(b.id)
+            .await
+            .expect("read")
+            .expect("kept");
+        if b.state == BroadcastState::Finished {
+            assert_eq!(b.counts.get("accepted"), Some(&1), "{b:?}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{b:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    sabi.customer_writes("wamid.t2", ada, "STOP", 0).await;
+    let texts = wait_for_texts(&sabi, ada, 3).await;
+    assert_eq!(
+        texts[1..],
+        ["diwali_offer", &defaults.stop_reply],
+        "{texts:?}"
+    );
+    let out = sabi.store.opted_out(&[ada.to_owned()]).await.expect("read");
+    assert!(out.contains(ada));
+}

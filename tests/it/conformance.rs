@@ -50,6 +50,8 @@ use self::broadcasts::{
 };
 use self::customers::{
     a_forgotten_chat_session_leaves_no_history, a_forgotten_customer_is_sent_no_broadcast,
+    a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
+    after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied,
     export_holds_everything_and_forget_leaves_only_hashes,
     forget_racing_ingest_and_claims_takes_only_its_customer,
     forget_waits_for_work_under_way_for_the_customer,
@@ -100,7 +102,7 @@ use crate::walk::every_transition_of_a_reply_part_follows_the_rulebook;
 /// A fresh SQLite store in its own directory (kept alive by the returned guard).
 async fn sqlite() -> Option<(Arc<dyn Store>, tempfile::TempDir)> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = SqliteStore::open(&dir.path().join("sabi.db"))
+    let store = SqliteStore::open(&dir.path().join("sabi.db"), crate::helpers::marks())
         .await
         .expect("store");
     Some((Arc::new(store), dir))
@@ -110,7 +112,9 @@ async fn sqlite() -> Option<(Arc<dyn Store>, tempfile::TempDir)> {
 /// no PostgreSQL can be had (see `services`).
 pub async fn postgres() -> Option<(Arc<dyn Store>, PgDatabase)> {
     let db = PgDatabase::create().await?;
-    let store = PgStore::open(&db.url).await.expect("postgres store");
+    let store = PgStore::open(&db.url, crate::helpers::marks())
+        .await
+        .expect("postgres store");
     Some((Arc::new(store), db))
 }
 
@@ -166,7 +170,9 @@ impl Drop for PgDatabase {
 /// test skipped) where no Redis can be had.
 pub async fn redis() -> Option<(Arc<dyn Store>, RedisPrefix)> {
     let prefix = RedisPrefix::new()?;
-    let store = RedisStore::open(&prefix.url).await.expect("redis store");
+    let store = RedisStore::open(&prefix.url, crate::helpers::marks())
+        .await
+        .expect("redis store");
     Some((Arc::new(store), prefix))
 }
 
@@ -296,6 +302,8 @@ macro_rules! cases {
             a_forgotten_customer_is_sent_no_broadcast,
             a_forgotten_chat_session_leaves_no_history,
             forget_racing_ingest_and_claims_takes_only_its_customer,
+            after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied,
+            a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
             // Retention
             what_is_past_its_horizon_goes_and_its_retry_stays_a_duplicate,
             a_turn_not_yet_settled_keeps_everything,
@@ -340,9 +348,9 @@ macro_rules! on_cluster {
             let cluster = RedisCluster::start();
             // Its nodes keep no append-only file: the slot's primary says so.
             let strict = format!("{}&durability=require", cluster.url("strict"));
-            assert!(RedisStore::open(&strict).await.is_err());
+            assert!(RedisStore::open(&strict, crate::helpers::marks()).await.is_err());
             $(
-                let store = RedisStore::open(&cluster.url(stringify!($case)))
+                let store = RedisStore::open(&cluster.url(stringify!($case)), crate::helpers::marks())
                     .await
                     .expect("cluster store");
                 $case(Arc::new(store)).await;
@@ -477,7 +485,11 @@ pub fn message(id: &str, customer: &str, text: &str, sent: At) -> InboundItem {
     }
 }
 
-async fn ingest(store: &Arc<dyn Store>, items: Vec<InboundItem>, at: At) -> store::IngestReceipt {
+pub(crate) async fn ingest(
+    store: &Arc<dyn Store>,
+    items: Vec<InboundItem>,
+    at: At,
+) -> store::IngestReceipt {
     let delivery = Ingest {
         routine: Default::default(),
         items,

@@ -72,6 +72,17 @@ fn postgres_database(server: &str, dir: &Path) -> String {
     format!("{server}/{name}?max_connections=8")
 }
 
+/// The marker secret every test's store is under (`privacy.marker_secret`).
+pub const MARKER_SECRET: &str = "marker-secret-for-tests";
+
+/// [`MARKER_SECRET`] as a store takes it.
+pub fn marks() -> sabi::store::Marks {
+    sabi::store::Marks::new(
+        secrecy::SecretString::from(MARKER_SECRET.to_owned()),
+        Vec::new(),
+    )
+}
+
 /// A config for tests: port 0, a store in `dir`, a known app secret and verify token.
 pub fn config(dir: &Path, extra: &[(&str, &str)]) -> Config {
     let store = store_url(dir);
@@ -80,6 +91,7 @@ pub fn config(dir: &Path, extra: &[(&str, &str)]) -> Config {
         ("SABI_STORE", store.as_str()),
         ("SABI_WHATSAPP_APP_SECRET", SECRET),
         ("SABI_WHATSAPP_VERIFY_TOKEN", VERIFY_TOKEN),
+        ("SABI_MARKER_SECRET", MARKER_SECRET),
         // Every test client is 127.0.0.1: the per-address limits have tests of their own.
         ("SABI_WEBCHAT_PER_ADDRESS", "0"),
         ("SABI_WEBCHAT_SESSIONS_PER_ADDRESS", "0"),
@@ -337,6 +349,7 @@ pub fn sabi_command(dir: &Path) -> Command {
         .env("SABI_STORE", store_url(dir))
         .env("SABI_WHATSAPP_APP_SECRET", SECRET)
         .env("SABI_WHATSAPP_VERIFY_TOKEN", VERIFY_TOKEN)
+        .env("SABI_MARKER_SECRET", MARKER_SECRET)
         .env("SABI_WEBCHAT_PER_ADDRESS", "0")
         .env("SABI_WEBCHAT_SESSIONS_PER_ADDRESS", "0")
         .env("SABI_WEBCHAT_HANDOFFS_PER_ADDRESS", "0");

@@ -24,7 +24,10 @@ struct Seen {
     method: String,
     target: String,
     customer: String,
+    request_id: String,
     signed: bool,
+    /// The same request with `X-Sabi-Customer` swapped for another customer's would verify.
+    replayable_as_another: bool,
     body: Value,
 }
 
@@ -48,19 +51,29 @@ async fn business_api() -> (String, Arc<Mutex<Vec<Seen>>>) {
                     .map(ToString::to_string)
                     .unwrap_or_default();
                 let body_text = String::from_utf8_lossy(&body).into_owned();
-                let message = format!(
-                    "{}.{method}.{target}.{body_text}",
-                    header("x-sabi-timestamp")
-                );
-                let expected = sabi::whatsapp::sign(
-                    &SecretString::from(TOOLS_SECRET.to_owned()),
-                    message.as_bytes(),
-                );
+                // As the README's snippet checks it.
+                let expected = |customer: &str| {
+                    let message = format!(
+                        "{}\n{}\n{method}\n{target}\n{customer}\n{body_text}",
+                        header("x-sabi-timestamp"),
+                        header("x-sabi-request-id"),
+                    );
+                    sabi::whatsapp::sign(
+                        &SecretString::from(TOOLS_SECRET.to_owned()),
+                        message.as_bytes(),
+                    )
+                };
+                let signature = header("x-sabi-signature-256");
+                let customer = header("x-sabi-customer");
+                let signed = signature == expected(&customer);
+                let replayable_as_another = signature == expected("whatsapp:2348000000000");
                 record.lock().expect("lock").push(Seen {
                     method: method.to_string(),
                     target,
-                    customer: header("x-sabi-customer"),
-                    signed: header("x-sabi-signature-256") == expected,
+                    request_id: header("x-sabi-request-id"),
+                    signed,
+                    replayable_as_another,
+                    customer,
                     body: serde_json::from_str(&body_text).unwrap_or(Value::Null),
                 });
                 axum::Json(json!({"ok": true, "balance": "N5,000"}))
@@ -181,6 +194,11 @@ async fn a_whatsapp_customer_s_tools_act_for_that_customer_whatever_the_model_sa
         json!({"note": "hello", "kind": "praise", "customer": CUSTOMER})
     );
     assert!(seen[1].signed);
+    // The signature covers who the request acts for and its id: a captured request replayed
+    // as another customer fails, and each request's id is new, for the API to refuse repeats.
+    assert!(seen.iter().all(|s| !s.replayable_as_another), "{seen:?}");
+    assert_eq!(seen[0].request_id.len(), 32, "{seen:?}");
+    assert_ne!(seen[0].request_id, seen[1].request_id);
 
     let answers = tool_answers(&llm);
     assert!(answers[1].contains("to"), "names the field: {}", answers[1]);

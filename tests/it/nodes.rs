@@ -468,7 +468,7 @@ async fn a_redis_that_lost_its_keys_is_refused_until_the_node_restarts() {
     let Some(prefix) = RedisPrefix::new() else {
         return;
     };
-    let before = sabi::store::RedisStore::open(&prefix.url)
+    let before = sabi::store::RedisStore::open(&prefix.url, crate::helpers::marks())
         .await
         .expect("store");
     let server =
@@ -500,7 +500,7 @@ async fn a_redis_that_lost_its_keys_is_refused_until_the_node_restarts() {
             .is_err(),
         "no claims"
     );
-    let after = sabi::store::RedisStore::open(&prefix.url)
+    let after = sabi::store::RedisStore::open(&prefix.url, crate::helpers::marks())
         .await
         .expect("a restarted node");
     after.ready().await.expect("ready");
@@ -527,7 +527,9 @@ async fn redis_over_tls_trusts_the_given_ca_and_refuses_an_unknown_one() {
     };
     let url = format!("rediss://127.0.0.1:{}", server.port);
     let trusted = format!("{url}?ca={}&durability=require", server.ca().display());
-    let store = RedisStore::open(&trusted).await.expect("over TLS");
+    let store = RedisStore::open(&trusted, crate::helpers::marks())
+        .await
+        .expect("over TLS");
     store.ready().await.expect("ready");
     assert!(
         store
@@ -536,7 +538,7 @@ async fn redis_over_tls_trusts_the_given_ca_and_refuses_an_unknown_one() {
             .expect("inbox")
             .is_empty()
     );
-    let Err(refused) = RedisStore::open(&url).await else {
+    let Err(refused) = RedisStore::open(&url, crate::helpers::marks()).await else {
         panic!("a self-signed certificate was trusted without its CA");
     };
     assert!(

@@ -109,7 +109,7 @@ async fn execute(conn: &mut PgConnection, sql: &'static str) {
 
 /// The error of a store that did not open.
 async fn refusal(url: &str) -> String {
-    match PgStore::open(url).await {
+    match PgStore::open(url, crate::helpers::marks()).await {
         Ok(_) => panic!("{url} was accepted"),
         Err(e) => e.to_string(),
     }
@@ -182,9 +182,12 @@ async fn verify_full_reaches_a_tls_only_server_in_every_command() {
         server.file("client.pem").display(),
         server.file("client.key").display()
     );
-    let store = PgStore::open(&server.url("clientuser", "localhost", "client", &with_cert))
-        .await
-        .expect("a client certificate is accepted");
+    let store = PgStore::open(
+        &server.url("clientuser", "localhost", "client", &with_cert),
+        crate::helpers::marks(),
+    )
+    .await
+    .expect("a client certificate is accepted");
     store.ready().await.expect("ready");
     let without = format!("sslmode=verify-full&sslrootcert={}", ca.display());
     let refused = refusal(&server.url("clientuser", "localhost", "client", &without)).await;
@@ -210,15 +213,20 @@ async fn a_wrong_ca_host_name_or_plain_connection_is_refused_with_what_to_fix() 
     assert!(unknown.contains("sslrootcert="), "{unknown}");
     // `require` encrypts without checking the certificate, as libpq does.
     let url = server.url("sabi", "localhost", "sabi", "sslmode=require");
-    PgStore::open(&url).await.expect("require");
+    PgStore::open(&url, crate::helpers::marks())
+        .await
+        .expect("require");
 
     let by_address = format!("sslmode=verify-full&sslrootcert={ca}");
     let wrong_name = refusal(&server.url("sabi", "127.0.0.1", "sabi", &by_address)).await;
     assert!(wrong_name.contains("verify-ca"), "{wrong_name}");
     let ca_only = format!("sslmode=verify-ca&sslrootcert={ca}");
-    PgStore::open(&server.url("sabi", "127.0.0.1", "sabi", &ca_only))
-        .await
-        .expect("verify-ca checks the CA, not the name");
+    PgStore::open(
+        &server.url("sabi", "127.0.0.1", "sabi", &ca_only),
+        crate::helpers::marks(),
+    )
+    .await
+    .expect("verify-ca checks the CA, not the name");
 
     let plain = refusal(&server.url("sabi", "localhost", "sabi", "sslmode=disable")).await;
     assert!(plain.contains("only TLS"), "{plain}");

@@ -943,7 +943,7 @@ impl LoneSender {
         let clock = ManualClock::new(now);
         let dir = tempfile::tempdir().expect("tempdir");
         let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open(&dir.path().join("sabi.db"))
+            SqliteStore::open(&dir.path().join("sabi.db"), crate::helpers::marks())
                 .await
                 .expect("store"),
         );

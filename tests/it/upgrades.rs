@@ -45,7 +45,7 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     };
     let said = store::probe(&config).await.expect("probe");
     assert!(
-        said.ends_with("schema version 1, this build upgrades it to 12 at start"),
+        said.ends_with("schema version 1, this build upgrades it to 13 at start"),
         "{said}"
     );
     let mut conn = PgConnection::connect(&db.url).await.expect("connect");
@@ -53,12 +53,15 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     let before: Vec<i32> = versions().fetch_all(&mut conn).await.expect("versions");
     assert_eq!(before, [1]);
 
-    let (one, other) = tokio::join!(PgStore::open(&db.url), PgStore::open(&db.url));
+    let (one, other) = tokio::join!(
+        PgStore::open(&db.url, crate::helpers::marks()),
+        PgStore::open(&db.url, crate::helpers::marks())
+    );
     let (store, _other) = (one.expect("upgraded"), other.expect("opened"));
     let after: Vec<i32> = versions().fetch_all(&mut conn).await.expect("versions");
     assert_eq!(
         after,
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
         "each migration ran once"
     );
     let indexes: Vec<String> = sqlx::query_scalar(
@@ -80,14 +83,18 @@ async fn a_postgres_schema_newer_than_the_build_is_refused() {
     let Some(db) = PgDatabase::create().await else {
         return;
     };
-    drop(PgStore::open(&db.url).await.expect("created"));
+    drop(
+        PgStore::open(&db.url, crate::helpers::marks())
+            .await
+            .expect("created"),
+    );
     let mut conn = PgConnection::connect(&db.url).await.expect("connect");
     sqlx::query("INSERT INTO sabi_schema (version) SELECT max(version) + 1 FROM sabi_schema")
         .execute(&mut conn)
         .await
         .expect("a newer build's version");
 
-    let Err(Error::Schema(why)) = PgStore::open(&db.url).await else {
+    let Err(Error::Schema(why)) = PgStore::open(&db.url, crate::helpers::marks()).await else {
         panic!("a newer schema is refused");
     };
     assert!(why.contains("newer than this build's"), "{why}");
@@ -156,7 +163,10 @@ async fn a_redis_store_of_the_previous_build_is_upgraded_in_place() {
         "{said}"
     );
 
-    let (one, other) = tokio::join!(RedisStore::open(&prefix.url), RedisStore::open(&prefix.url));
+    let (one, other) = tokio::join!(
+        RedisStore::open(&prefix.url, crate::helpers::marks()),
+        RedisStore::open(&prefix.url, crate::helpers::marks())
+    );
     let (store, other) = (one.expect("upgraded"), other.expect("opened"));
     let layout: String = get("schema").query_async(&mut conn).await.expect("layout");
     assert_eq!(layout, "4");
@@ -181,7 +191,11 @@ async fn a_redis_layout_newer_than_the_build_is_refused() {
     let Some(prefix) = RedisPrefix::new() else {
         return;
     };
-    drop(RedisStore::open(&prefix.url).await.expect("written"));
+    drop(
+        RedisStore::open(&prefix.url, crate::helpers::marks())
+            .await
+            .expect("written"),
+    );
     let mut conn = redis_connection(&prefix).await;
     let _: u64 = redis::cmd("INCR")
         .arg(format!("{}:schema", prefix.tag()))
@@ -189,7 +203,8 @@ async fn a_redis_layout_newer_than_the_build_is_refused() {
         .await
         .expect("a newer build's layout");
 
-    let Err(Error::Schema(why)) = RedisStore::open(&prefix.url).await else {
+    let Err(Error::Schema(why)) = RedisStore::open(&prefix.url, crate::helpers::marks()).await
+    else {
         panic!("a newer layout is refused");
     };
     assert!(why.contains("newer than this build's"), "{why}");

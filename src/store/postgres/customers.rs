@@ -15,7 +15,7 @@ use crate::store::items::known;
 use crate::store::rules::batch::BatchState;
 use crate::store::rules::broadcast::{RecipientState, SkipReason};
 use crate::store::rules::consent::Source;
-use crate::store::rules::erasure::{self, Erased, Subject};
+use crate::store::rules::erasure::{self, Erased, Marks, Subject};
 use crate::store::rules::part::PartState;
 use crate::store::rules::review::ReviewState;
 use crate::store::rules::sql_list;
@@ -137,7 +137,7 @@ async fn broadcasts(conn: &mut PgConnection, customer: &str) -> Result<Vec<Broad
 }
 
 /// Erases the subject (see [`erasure`]) in one transaction.
-pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At) -> Result<Erased> {
+pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks) -> Result<Erased> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
     // Their conversations first, as every claim and turn write takes them: a claim skips them
     // until this commits, and a turn under way is seen below.
@@ -156,7 +156,8 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At) -> Result<Eras
         return Err(Error::Busy(why));
     }
     let mut erased = Erased::default();
-    forget_items(&mut tx, who, now, &mut erased).await?;
+    forget_items(&mut tx, who, now, marks, &mut erased).await?;
+    keep_status_hashes(&mut tx, who, now, marks).await?;
     forget_turns(&mut tx, who, now, &mut erased).await?;
     if who.channel == Channel::Webchat {
         erased.chat_jobs = count(
@@ -166,15 +167,27 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At) -> Result<Eras
         )
         .await?;
     }
-    // Kept, emptied: the same raw part arriving again is still known.
-    erased.quarantined = count(
-        &mut tx,
-        "UPDATE quarantine SET raw = '' WHERE channel = $1 AND strpos(raw, $2) > 0",
-        &their(who),
-    )
-    .await?;
+    // Theirs only, kept emptied: the same raw part arriving again is still known.
+    let mentioning: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, raw FROM quarantine WHERE channel = $1 AND strpos(raw, $2) > 0")
+            .bind(who.channel.as_str())
+            .bind(&who.customer)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+    let theirs: Vec<i64> = mentioning
+        .into_iter()
+        .filter(|(_, raw)| erasure::sent_by(raw, &who.customer))
+        .map(|(id, _)| id)
+        .collect();
+    erased.quarantined = sqlx::query("UPDATE quarantine SET raw = '' WHERE id = ANY($1)")
+        .bind(&theirs)
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?
+        .rows_affected();
     if who.channel == Channel::Whatsapp {
-        forget_broadcasts(&mut tx, who, now, &mut erased).await?;
+        forget_broadcasts(&mut tx, who, now, marks, &mut erased).await?;
     }
     tx.commit().await.map_err(unavailable)?;
     Ok(erased)
@@ -224,6 +237,7 @@ async fn forget_items(
     conn: &mut PgConnection,
     who: &Subject,
     now: At,
+    marks: &Marks,
     erased: &mut Erased,
 ) -> Result<()> {
     let found: Vec<(String, String)> = sqlx::query_as(
@@ -241,7 +255,7 @@ async fn forget_items(
     .map_err(unavailable)?;
     let hashes: Vec<String> = found
         .iter()
-        .map(|(key, _)| erasure::key_hash(who.channel, key))
+        .map(|(key, _)| marks.key_hash(who.channel, key))
         .collect();
     keep_key_hashes(conn, &hashes, now).await?;
     for (_, kind) in &found {
@@ -251,6 +265,32 @@ async fn forget_items(
         }
     }
     Ok(())
+}
+
+/// The statuses Meta may still send about the messages to them (replies and broadcasts) are
+/// known before they come: a late one is a duplicate, and never stores their number again.
+async fn keep_status_hashes(
+    conn: &mut PgConnection,
+    who: &Subject,
+    now: At,
+    marks: &Marks,
+) -> Result<()> {
+    if who.channel != Channel::Whatsapp {
+        return Ok(());
+    }
+    let wamids: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT wamid FROM outbox
+         WHERE wamid IS NOT NULL AND batch_id IN (SELECT b.id FROM {THEIR_BATCHES})
+         UNION
+         SELECT wamid FROM broadcast_recipients WHERE wamid IS NOT NULL AND recipient = $2"
+    )))
+    .bind(who.channel.as_str())
+    .bind(&who.customer)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    let hashes: Vec<String> = wamids.iter().flat_map(|w| marks.status_hashes(w)).collect();
+    keep_key_hashes(conn, &hashes, now).await
 }
 
 /// What stays of deleted items (erasure and retention both): their keys' hashes, from `now`,
@@ -324,6 +364,7 @@ async fn forget_broadcasts(
     conn: &mut PgConnection,
     who: &Subject,
     now: At,
+    marks: &Marks,
     erased: &mut Erased,
 ) -> Result<()> {
     let unsent = sql_list(RecipientState::ALL, RecipientState::as_str, |s| {
@@ -340,7 +381,7 @@ async fn forget_broadcasts(
         &[&who.customer],
     )
     .await?;
-    let marker = who.marker();
+    let marker = marks.marker(who.channel, &who.customer);
     erased.broadcast_sends = count(
         conn,
         "UPDATE broadcast_recipients
@@ -366,6 +407,78 @@ async fn forget_broadcasts(
     .await
     .map_err(unavailable)?;
     Ok(())
+}
+
+/// Moves the store's markers and erased keys' hashes under `marks` (see
+/// [`Marks::rekey_from`]), in the migration's transaction under its lock: nodes starting
+/// together move them once, and the store records which secrets they are under.
+pub(super) async fn rekey(conn: &mut PgConnection, marks: &Marks) -> Result<()> {
+    let recorded: Option<String> =
+        sqlx::query_scalar("SELECT fingerprint FROM marker_key WHERE id = 1")
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+    let rekey = marks
+        .rekey_from(recorded.as_deref())
+        .map_err(Error::Schema)?;
+    if !rekey.is_empty() {
+        let mut moved = 0u64;
+        for (table, column) in [
+            ("consents", "customer"),
+            ("broadcast_recipients", "recipient"),
+        ] {
+            let names: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT DISTINCT {column} FROM {table} WHERE {column} LIKE 'erased:%'"
+            )))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            let (old, new): (Vec<String>, Vec<String>) = names
+                .iter()
+                .filter_map(|old| Some((old.clone(), rekey.marker(old)?)))
+                .unzip();
+            moved += sqlx::query(AssertSqlSafe(format!(
+                "UPDATE {table} t SET {column} = m.new
+                 FROM unnest($1::TEXT[], $2::TEXT[]) AS m(old, new) WHERE t.{column} = m.old"
+            )))
+            .bind(&old)
+            .bind(&new)
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?
+            .rows_affected();
+        }
+        let old: Vec<String> = sqlx::query_scalar("SELECT key_hash FROM erased_keys")
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        let new: Vec<String> = old.iter().map(|h| rekey.key_hash(h)).collect();
+        sqlx::query(
+            "UPDATE erased_keys e SET key_hash = m.new
+             FROM unnest($1::TEXT[], $2::TEXT[]) AS m(old, new) WHERE e.key_hash = m.old",
+        )
+        .bind(&old)
+        .bind(&new)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        if moved + old.len() as u64 > 0 {
+            tracing::info!(
+                markers = moved,
+                erased_keys = old.len(),
+                "erasure markers and erased keys moved under the marker secret"
+            );
+        }
+    }
+    sqlx::query(
+        "INSERT INTO marker_key (id, fingerprint) VALUES (1, $1)
+         ON CONFLICT (id) DO UPDATE SET fingerprint = $1",
+    )
+    .bind(marks.fingerprint())
+    .execute(&mut *conn)
+    .await
+    .map(drop)
+    .map_err(unavailable)
 }
 
 /// Whether `sql`, a `SELECT EXISTS`, with `binds` as $1, $2, ..., finds a row.

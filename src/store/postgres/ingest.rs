@@ -17,28 +17,40 @@ use crate::store::items::{
     Amendment, Encoded, POSITION_CAP, amendment, message_key, quarantine_hash, question_item,
     sent_at, status_of,
 };
+use crate::store::rules::erasure::Marks;
 use crate::store::rules::item::ItemState;
 use crate::store::rules::review::{self, Destination, ReviewState};
-use crate::store::rules::{broadcast, consent, erasure};
+use crate::store::rules::{broadcast, consent};
 use crate::store::{
     ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest,
     IngestReceipt, JobStatus, PersonLine, REPLY_SPAN, Result, StoredItem, StoredQuarantine,
     Submitted,
 };
 
-pub(super) async fn ingest(pool: &PgPool, delivery: &Ingest) -> Result<IngestReceipt> {
+pub(super) async fn ingest(
+    pool: &PgPool,
+    delivery: &Ingest,
+    marks: &Marks,
+) -> Result<IngestReceipt> {
     let encoded: Vec<Encoded> = delivery.items.iter().map(Encoded::of).collect();
-    if let ([item], [encoded], []) = (
+    // Each item's key as erasure keeps it: a retry of an erased item is not taken in again.
+    let erased: Vec<String> = delivery
+        .items
+        .iter()
+        .map(|i| marks.key_hash(i.channel, &i.dedupe_key))
+        .collect();
+    if let ([item], [encoded], [erased], []) = (
         delivery.items.as_slice(),
         encoded.as_slice(),
+        erased.as_slice(),
         delivery.quarantined.as_slice(),
     ) {
         if let (ItemKind::Message, Some(key)) = (item.kind, &item.turn) {
-            return ingest_message(pool, delivery, item, key, encoded).await;
+            return ingest_message(pool, delivery, item, key, (encoded, erased)).await;
         }
     }
     let mut tx = pool.begin().await.map_err(unavailable)?;
-    let receipt = ingest_in(&mut tx, delivery, &encoded).await?;
+    let receipt = ingest_in(&mut tx, delivery, &encoded, &erased).await?;
     tx.commit().await.map_err(unavailable)?;
     Ok(receipt)
 }
@@ -50,10 +62,10 @@ async fn ingest_message(
     delivery: &Ingest,
     item: &InboundItem,
     key: &ConversationKey,
-    encoded: &Encoded,
+    (encoded, erased): (&Encoded, &str),
 ) -> Result<IngestReceipt> {
     let mut receipt = IngestReceipt::default();
-    match store_message(pool, delivery, item, key, encoded, None).await? {
+    match store_message(pool, delivery, item, key, (encoded, erased), None).await? {
         Some(due) => {
             receipt.stored = 1;
             receipt.earliest_due = Some(due);
@@ -77,7 +89,7 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     delivery: &Ingest,
     item: &InboundItem,
     key: &ConversationKey,
-    Encoded { facts, hash }: &Encoded,
+    (Encoded { facts, hash }, erased): (&Encoded, &str),
     seq: Option<i64>,
 ) -> Result<Option<At>> {
     let stored: Option<(i64, At)> = sqlx::query_as(
@@ -105,7 +117,7 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     .bind(seq)
     .bind(delivery.received_at - REPLY_SPAN)
     .bind(!delivery.routine.contains(&item.dedupe_key))
-    .bind(erasure::key_hash(item.channel, &item.dedupe_key))
+    .bind(erased)
     .fetch_optional(executor)
     .await
     .map_err(unavailable)?;
@@ -116,6 +128,7 @@ async fn ingest_in(
     conn: &mut PgConnection,
     delivery: &Ingest,
     encoded: &[Encoded],
+    erased: &[String],
 ) -> Result<IngestReceipt> {
     let mut receipt = IngestReceipt::default();
     let order = lock_order(&delivery.items);
@@ -124,7 +137,8 @@ async fn ingest_in(
         let (item, Encoded { facts, hash }) = (&delivery.items[index], &encoded[index]);
         let seq = seqs.as_ref().map(|seqs| seqs[index]);
         if let (ItemKind::Message, Some(key)) = (item.kind, &item.turn) {
-            match store_message(&mut *conn, delivery, item, key, &encoded[index], seq).await? {
+            let given = (&encoded[index], erased[index].as_str());
+            match store_message(&mut *conn, delivery, item, key, given, seq).await? {
                 Some(due) => {
                     receipt.stored += 1;
                     receipt.earliest_due = Some(receipt.earliest_due.map_or(due, |d| d.min(due)));
@@ -157,7 +171,7 @@ async fn ingest_in(
         .bind(hash)
         .bind(facts)
         .bind(seq)
-        .bind(erasure::key_hash(item.channel, &item.dedupe_key))
+        .bind(&erased[index])
         .fetch_one(&mut *conn)
         .await
         .map_err(unavailable)?;
@@ -393,7 +407,11 @@ pub(super) async fn quarantine(
         .collect()
 }
 
-pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Submitted> {
+pub(super) async fn submit_chat(
+    pool: &PgPool,
+    s: &ChatSubmission,
+    marks: &Marks,
+) -> Result<Submitted> {
     let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
     let mut tx = pool.begin().await.map_err(unavailable)?;
     // One session's submissions take turns, so its count and its insert are one step.
@@ -440,7 +458,14 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Sub
         routine: Default::default(),
         pair_spacing: std::time::Duration::ZERO,
     };
-    let receipt = ingest_in(&mut tx, &delivery, std::slice::from_ref(&encoded)).await?;
+    let erased = marks.key_hash(delivery.items[0].channel, &delivery.items[0].dedupe_key);
+    let receipt = ingest_in(
+        &mut tx,
+        &delivery,
+        std::slice::from_ref(&encoded),
+        std::slice::from_ref(&erased),
+    )
+    .await?;
     if let (Destination::Person, Some((_, batch))) = (destination, latest) {
         sqlx::query(
             "UPDATE inbox SET state = $3, batch_id = $4,

@@ -28,7 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};
 
-use super::rules::erasure::OptOuts;
+use super::rules::erasure::{Marks, OptOuts};
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
     ConversationView, CustomerRecord, Customers, Ending, Erased, Error, Gauges, Health,
@@ -56,6 +56,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0010_retention.sql"),
     include_str!("migrations/0011_claimed_parts.sql"),
     include_str!("migrations/0012_person_lines.sql"),
+    include_str!("migrations/0013_marker_key.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -66,6 +67,8 @@ const MIGRATION_LOCK: i64 = 0x5ab1_5ab1;
 
 pub struct PgStore {
     pool: PgPool,
+    /// Keys erasure's markers and hashes.
+    marks: Marks,
 }
 
 impl PgStore {
@@ -75,10 +78,10 @@ impl PgStore {
     /// # Errors
     /// When the server cannot be reached, a migration fails, or the schema is newer than this
     /// build's (a store is never downgraded).
-    pub async fn open(url: &str) -> Result<PgStore> {
+    pub async fn open(url: &str, marks: Marks) -> Result<PgStore> {
         let pool = connect::target(url)?.pool().await?;
-        migrate(&pool).await?;
-        Ok(PgStore { pool })
+        migrate(&pool, &marks).await?;
+        Ok(PgStore { pool, marks })
     }
 }
 
@@ -150,7 +153,7 @@ fn ssl_mode_name(mode: sqlx::postgres::PgSslMode) -> &'static str {
 /// functions. Every transaction takes the migration lock and reads the version under it, so
 /// nodes starting together apply each migration once, and a migration that fails leaves the
 /// database at the version before it.
-async fn migrate(pool: &PgPool) -> Result<()> {
+async fn migrate(pool: &PgPool, marks: &Marks) -> Result<()> {
     loop {
         let mut tx = pool.begin().await.map_err(unavailable)?;
         let version = lock_schema(&mut tx).await?;
@@ -165,6 +168,7 @@ async fn migrate(pool: &PgPool) -> Result<()> {
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| Error::Schema(format!("creating the functions failed: {e}")))?;
+            customers::rekey(&mut tx, marks).await?;
             return tx.commit().await.map_err(unavailable);
         };
         apply(&mut tx, version + 1, sql).await?;
@@ -273,7 +277,7 @@ fn limit(n: Option<usize>) -> i64 {
 #[async_trait]
 impl Intake for PgStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
-        retrying(|| ingest::ingest(&self.pool, &delivery)).await
+        retrying(|| ingest::ingest(&self.pool, &delivery, &self.marks)).await
     }
 }
 
@@ -382,7 +386,7 @@ impl Reviews for PgStore {
 #[async_trait]
 impl WebChat for PgStore {
     async fn submit_chat(&self, submission: ChatSubmission) -> Result<Submitted> {
-        retrying(|| ingest::submit_chat(&self.pool, &submission)).await
+        retrying(|| ingest::submit_chat(&self.pool, &submission, &self.marks)).await
     }
     async fn chat_job_for_message(
         &self,
@@ -487,7 +491,7 @@ impl Broadcasts for PgStore {
         .await
     }
     async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>> {
-        let asked = OptOuts::ask(customers);
+        let asked = OptOuts::ask(&self.marks, customers);
         let found = broadcasts::opted_out(&self.pool, asked.names()).await?;
         Ok(asked.of(found))
     }
@@ -506,7 +510,7 @@ impl Customers for PgStore {
         customers::export(&self.pool, subject).await
     }
     async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased> {
-        retrying(|| customers::forget(&self.pool, subject, now)).await
+        retrying(|| customers::forget(&self.pool, subject, now, &self.marks)).await
     }
 }
 
@@ -517,7 +521,7 @@ impl Retention for PgStore {
     }
 
     async fn sweep(&self, horizons: &Horizons, now: At, batch: usize) -> Result<Swept> {
-        retrying(|| retention::sweep(&self.pool, horizons, now, batch)).await
+        retrying(|| retention::sweep(&self.pool, horizons, now, batch, &self.marks)).await
     }
 
     async fn reclaim_space(&self) -> Result<bool> {

@@ -17,7 +17,7 @@ use crate::domain::{Channel, ItemKind};
 use crate::store::Result;
 use crate::store::items::known;
 use crate::store::rules::batch::BatchState;
-use crate::store::rules::erasure;
+use crate::store::rules::erasure::Marks;
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::PartState;
 use crate::store::rules::retention::{self, Horizons, Swept, TURNLESS};
@@ -66,14 +66,15 @@ pub(super) async fn sweep(
     horizons: &Horizons,
     now: At,
     batch: usize,
+    marks: &Marks,
 ) -> Result<Swept> {
     let cut = horizons.cutoffs(now);
     let limit = i64::try_from(batch).unwrap_or(i64::MAX);
     let mut tx = pool.begin().await.map_err(unavailable)?;
     let mut swept = Swept::default();
     let (turns, mut touched) = ended_turns(&mut tx, cut.messages, limit).await?;
-    sweep_turns(&mut tx, &turns, now, &mut swept).await?;
-    touched.extend(sweep_turnless(&mut tx, cut.messages, now, limit, &mut swept).await?);
+    sweep_turns(&mut tx, &turns, now, marks, &mut swept).await?;
+    touched.extend(sweep_turnless(&mut tx, cut.messages, now, limit, marks, &mut swept).await?);
     swept.statuses = count(
         &mut tx,
         &format!(
@@ -139,6 +140,7 @@ async fn sweep_turns(
     conn: &mut PgConnection,
     turns: &[i64],
     now: At,
+    marks: &Marks,
     swept: &mut Swept,
 ) -> Result<()> {
     if turns.is_empty() {
@@ -157,7 +159,7 @@ async fn sweep_turns(
             .fetch_all(&mut *conn)
             .await
             .map_err(unavailable)?;
-    swept.messages += keep_keys(conn, &items, now).await?;
+    swept.messages += keep_keys(conn, &items, now, marks).await?;
     swept.replies = ids(conn, "DELETE FROM outbox WHERE batch_id = ANY($1)", turns).await?;
     swept.reviews = ids(conn, "DELETE FROM review WHERE batch_id = ANY($1)", turns).await?;
     swept.turns = ids(conn, "DELETE FROM batches WHERE id = ANY($1)", turns).await?;
@@ -171,6 +173,7 @@ async fn sweep_turnless(
     before: At,
     now: At,
     limit: i64,
+    marks: &Marks,
     swept: &mut Swept,
 ) -> Result<Vec<i64>> {
     let states = sql_list(ItemState::ALL, ItemState::as_str, |s| TURNLESS.contains(&s));
@@ -192,15 +195,20 @@ async fn sweep_turnless(
         .into_iter()
         .map(|(channel, key, conversation)| ((channel, key), conversation))
         .unzip();
-    swept.messages += keep_keys(conn, &keys, now).await?;
+    swept.messages += keep_keys(conn, &keys, now, marks).await?;
     Ok(conversations.into_iter().flatten().collect())
 }
 
 /// Keeps the hashes of the deleted items' keys; how many there were.
-async fn keep_keys(conn: &mut PgConnection, items: &[(String, String)], now: At) -> Result<u64> {
+async fn keep_keys(
+    conn: &mut PgConnection,
+    items: &[(String, String)],
+    now: At,
+    marks: &Marks,
+) -> Result<u64> {
     let hashes = items
         .iter()
-        .map(|(channel, key)| Ok(erasure::key_hash(known(Channel::parse, channel)?, key)))
+        .map(|(channel, key)| Ok(marks.key_hash(known(Channel::parse, channel)?, key)))
         .collect::<Result<Vec<String>>>()?;
     keep_key_hashes(conn, &hashes, now).await?;
     Ok(hashes.len() as u64)

@@ -27,6 +27,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use self::connection::{Connection, Target};
+use self::wire::RawMarkerNames;
 use self::wire::{
     List, Page, RawBroadcast, RawChoice, RawClaim, RawConsent, RawConversation, RawCreated,
     RawExchange, RawExport, RawFeed, RawForget, RawGauges, RawItem, RawJob, RawKey,
@@ -37,7 +38,7 @@ use super::items::message_key;
 use super::items::{RecipientStatus, broadcast_status, known};
 use super::rules::broadcast::{self, BroadcastState, Event, PausedBy, SkipReason, TemplateNews};
 use super::rules::consent::{self, Source};
-use super::rules::erasure::{self, Erased, OptOuts, Subject};
+use super::rules::erasure::{self, Erased, Marks, OptOuts, Subject};
 use super::rules::hours::{LocalHours, Turn};
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission,
@@ -88,6 +89,8 @@ pub struct RedisStore {
     tag: String,
     /// The store's epoch, read at open: a script refuses a call of another epoch.
     epoch: String,
+    /// Keys erasure's markers and hashes.
+    marks: Marks,
 }
 
 fn unavailable(e: RedisError) -> Error {
@@ -119,7 +122,7 @@ impl RedisStore {
     /// # Errors
     /// When the server cannot be reached, its keys are of a newer layout (a store is never
     /// downgraded), or (with `durability=require`) it could lose acknowledged messages.
-    pub async fn open(url: &str) -> Result<RedisStore> {
+    pub async fn open(url: &str, marks: Marks) -> Result<RedisStore> {
         let target = Target::parse(url)?;
         let conn = Connection::open(&target).await?;
         let mut store = RedisStore {
@@ -127,6 +130,7 @@ impl RedisStore {
             script: Script::new(&SCRIPT),
             tag: target.tag.clone(),
             epoch: String::new(),
+            marks,
         };
         match persistence(&mut store.conn, &target.tag).await {
             Persistence::Durable(_) => {}
@@ -138,7 +142,49 @@ impl RedisStore {
             Persistence::Risky(why) => tracing::warn!("{why}"),
         }
         store.epoch = store.claim_layout().await?;
+        store.rekey().await?;
         Ok(store)
+    }
+
+    /// Moves the store's markers and erased keys' hashes under the marker secret (see
+    /// [`Marks::rekey_from`]). The script cannot hash: the names are read first, then moved by
+    /// one script that does nothing when another node moved them meanwhile.
+    async fn rekey(&self) -> Result<()> {
+        let names: RawMarkerNames = self.call("marker_names", json!({})).await?;
+        let rekey = self
+            .marks
+            .rekey_from(names.fingerprint.as_deref())
+            .map_err(Error::Schema)?;
+        let to = self.marks.fingerprint();
+        if rekey.is_empty() {
+            return Ok(());
+        }
+        let markers: HashMap<String, String> = names
+            .markers
+            .0
+            .iter()
+            .filter_map(|old| Some((old.clone(), rekey.marker(old)?)))
+            .collect();
+        let hashes: HashMap<String, String> = names
+            .hashes
+            .0
+            .iter()
+            .map(|old| (old.clone(), rekey.key_hash(old)))
+            .collect();
+        let moved: bool = self
+            .call(
+                "rekey_markers",
+                json!({"from": names.fingerprint, "to": to, "markers": markers, "hashes": hashes}),
+            )
+            .await?;
+        if moved && markers.len() + hashes.len() > 0 {
+            tracing::info!(
+                markers = markers.len(),
+                erased_keys = hashes.len(),
+                "erasure markers and erased keys moved under the marker secret"
+            );
+        }
+        Ok(())
     }
 
     /// Runs one operation of the script.
@@ -323,7 +369,9 @@ fn exact(at: At) -> At {
 #[async_trait]
 impl Intake for RedisStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
-        let receipt: Receipt = self.call("ingest", wire::delivery(&delivery)).await?;
+        let receipt: Receipt = self
+            .call("ingest", wire::delivery(&delivery, &self.marks))
+            .await?;
         self.settle_broadcast_statuses(&delivery).await?;
         // What field events say is acted on right after they are kept, once: were it lost in
         // between, a customer's choice would wait for their next one, a template's pause for
@@ -543,7 +591,7 @@ impl Reviews for RedisStore {
 impl WebChat for RedisStore {
     async fn submit_chat(&self, s: ChatSubmission) -> Result<Submitted> {
         let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
-        let item = wire::item(&question_item(&s, key.clone()), s.now, true);
+        let item = wire::item(&question_item(&s, key.clone()), s.now, true, &self.marks);
         let args = json!({
             "key": key, "session": s.session_id, "job": s.job_id, "now": s.now,
             "expires": exact(s.now + s.keep), "per_minute": s.per_minute,
@@ -856,7 +904,7 @@ impl Broadcasts for RedisStore {
             .await
     }
     async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>> {
-        let asked = OptOuts::ask(customers);
+        let asked = OptOuts::ask(&self.marks, customers);
         let found = self
             .consents(asked.names())
             .await?
@@ -898,13 +946,22 @@ impl Customers for RedisStore {
                 .0
                 .into_iter()
                 .map(|key| {
-                    let hash = erasure::key_hash(subject.channel, &key);
+                    let hash = self.marks.key_hash(subject.channel, &key);
                     (format!("{ch}\n{key}"), hash)
                 })
                 .collect();
+            let wamids: List<String> = self
+                .call("customer_wamids", json!({"ch": ch, "cust": cust}))
+                .await?;
+            let status_hashes: Vec<String> = wamids
+                .0
+                .iter()
+                .flat_map(|w| self.marks.status_hashes(w))
+                .collect();
             let args = json!({
                 "ch": ch, "cust": cust, "now": now, "hashes": hashes,
-                "marker": subject.marker(),
+                "status_hashes": status_hashes,
+                "marker": self.marks.marker(subject.channel, &subject.customer),
                 "choice": serde_json::to_string(&choice).unwrap_or_default(),
                 "unsent": unsent, "skipped": RecipientState::Skipped.as_str(),
                 "opted_out": SkipReason::OptedOut.as_str(),
@@ -941,7 +998,7 @@ impl Retention for RedisStore {
         let hashes = keys
             .0
             .iter()
-            .map(RawKey::hashed)
+            .map(|k| k.hashed(&self.marks))
             .collect::<Result<HashMap<_, _>>>()?;
         args["hashes"] = json!(hashes);
         self.call("sweep", args).await

@@ -19,8 +19,8 @@ use crate::store::rules::broadcast::{
     SkipReason,
 };
 use crate::store::rules::consent::{Choice, Source};
-use crate::store::rules::erasure;
 use crate::store::rules::erasure::Erased;
+use crate::store::rules::erasure::Marks;
 use crate::store::rules::hours::{LocalHours, Turn};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::{Delivery, PartKind, PartState};
@@ -67,7 +67,7 @@ fn conversation(ch: &str, biz: String, cust: String) -> Result<ConversationKey> 
 }
 
 /// A delivery as the script takes it: each item with its hash, and what a status settles.
-pub(super) fn delivery(d: &Ingest) -> Value {
+pub(super) fn delivery(d: &Ingest, marks: &Marks) -> Value {
     json!({
         "recv": d.received_at,
         "reply_since": d.received_at - REPLY_SPAN,
@@ -75,7 +75,7 @@ pub(super) fn delivery(d: &Ingest) -> Value {
         "cap": millis(d.policy.cap),
         "spacing": millis(d.pair_spacing),
         "items": d.items.iter()
-            .map(|i| item(i, d.received_at, !d.routine.contains(&i.dedupe_key)))
+            .map(|i| item(i, d.received_at, !d.routine.contains(&i.dedupe_key), marks))
             .collect::<Vec<_>>(),
         "quarantined": d.quarantined.iter().map(|q| json!({
             "ch": q.channel.as_str(),
@@ -88,7 +88,7 @@ pub(super) fn delivery(d: &Ingest) -> Value {
 
 /// One item as the script keeps it; `sent` is when its customer sent it, which starts the
 /// 24-hour window; `model`, that it puts its conversation in the model's lane.
-pub(super) fn item(item: &InboundItem, received_at: At, model: bool) -> Value {
+pub(super) fn item(item: &InboundItem, received_at: At, model: bool, marks: &Marks) -> Value {
     let Encoded { facts, hash } = Encoded::of(item);
     json!({
         "ch": item.channel.as_str(),
@@ -103,7 +103,7 @@ pub(super) fn item(item: &InboundItem, received_at: At, model: bool) -> Value {
         "sent": sent_at(item, received_at),
         "hash": hex::encode(hash),
         // What stays of the key once erased: a retry finds it (store/rules/erasure.rs).
-        "kh": erasure::key_hash(item.channel, &item.dedupe_key),
+        "kh": marks.key_hash(item.channel, &item.dedupe_key),
         "facts": facts,
         "turn": item.turn.as_ref().map(|t| json!({
             "ch": t.channel.as_str(), "biz": t.business, "cust": t.customer, "model": model,
@@ -1096,6 +1096,15 @@ impl RawExport {
     }
 }
 
+/// What `marker_names` read: which marker secrets the store is under (none: unkeyed, or a new
+/// store), its markers and its erased keys' hashes.
+#[derive(Deserialize)]
+pub(super) struct RawMarkerNames {
+    pub(super) fingerprint: Option<String>,
+    pub(super) markers: List<String>,
+    pub(super) hashes: List<String>,
+}
+
 /// A message `sweep_keys` found about to go, for its key to be hashed.
 #[derive(Deserialize)]
 pub(super) struct RawKey {
@@ -1105,8 +1114,8 @@ pub(super) struct RawKey {
 
 impl RawKey {
     /// The key's hash under the name the scripts look it up by: "<channel>\n<key>".
-    pub(super) fn hashed(&self) -> Result<(String, String)> {
-        let hash = erasure::key_hash(channel(&self.ch)?, &self.key);
+    pub(super) fn hashed(&self, marks: &Marks) -> Result<(String, String)> {
+        let hash = marks.key_hash(channel(&self.ch)?, &self.key);
         Ok((format!("{}\n{}", self.ch, self.key), hash))
     }
 }

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::clock::At;
+use crate::store::rules::erasure::Marks;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{ingest, limit_param, unavailable};
@@ -17,7 +18,7 @@ use crate::store::{
     PersonLine, Result, Submitted,
 };
 
-pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted> {
+pub(super) fn submit(conn: &Connection, s: &ChatSubmission, marks: &Marks) -> Result<Submitted> {
     let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
     // Asked again inside the transaction: two submissions racing past the HTTP layer's own
     // lookup meet here, one after the other.
@@ -43,6 +44,7 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
         item.turn = None;
     }
     let encoded = Encoded::of(&item);
+    let erased = marks.key_hash(item.channel, &item.dedupe_key);
     let delivery = Ingest {
         items: vec![item],
         quarantined: Vec::new(),
@@ -52,7 +54,12 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
         routine: Default::default(),
         pair_spacing: std::time::Duration::ZERO,
     };
-    let receipt = ingest(conn, &delivery, std::slice::from_ref(&encoded))?;
+    let receipt = ingest(
+        conn,
+        &delivery,
+        std::slice::from_ref(&encoded),
+        std::slice::from_ref(&erased),
+    )?;
     // Not stored only when the question was erased since: refused, as on the other stores.
     let seq: i64 = conn
         .prepare_cached("SELECT seq FROM inbox WHERE channel = 'webchat' AND dedupe_key = ?1")

@@ -3,7 +3,7 @@
 //! what a delete frees, and [`fold_wal`] then empties the WAL, so no erased word stays in
 //! either file.
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::broadcasts::{RECIPIENT_COLUMNS, choice_of, recipient_view};
 use super::outbox::entries;
@@ -14,7 +14,7 @@ use crate::domain::{Channel, ItemKind};
 use crate::store::rules::batch::BatchState;
 use crate::store::rules::broadcast::{RecipientState, SkipReason};
 use crate::store::rules::consent::Source;
-use crate::store::rules::erasure::{self, Erased, Subject};
+use crate::store::rules::erasure::{self, Erased, Marks, Subject};
 use crate::store::rules::part::PartState;
 use crate::store::{BroadcastSend, CustomerRecord, Error, Result, ReviewRecord};
 
@@ -104,7 +104,7 @@ fn broadcasts(conn: &Connection, customer: &str) -> Result<Vec<BroadcastSend>> {
 
 /// Erases the subject (see [`erasure`]): runs inside the writer's transaction, so all of it
 /// commits or none.
-pub(super) fn forget(conn: &Connection, who: &Subject, now: At) -> Result<Erased> {
+pub(super) fn forget(conn: &Connection, who: &Subject, now: At, marks: &Marks) -> Result<Erased> {
     if let Some(why) = erasure::busy(turn_running(conn, who)?, send_under_way(conn, who)?) {
         return Err(Error::Busy(why));
     }
@@ -118,16 +118,28 @@ pub(super) fn forget(conn: &Connection, who: &Subject, now: At) -> Result<Erased
             params![customer],
         )?;
     }
-    forget_items(conn, who, now, &mut erased)?;
+    forget_items(conn, who, now, marks, &mut erased)?;
+    keep_status_hashes(conn, who, now, marks)?;
     forget_turns(conn, who, now, &mut erased)?;
-    // Kept, emptied: the same raw part arriving again is still known.
-    erased.quarantined = count(
-        conn,
-        "UPDATE quarantine SET raw = '' WHERE channel = ?1 AND instr(raw, ?2) > 0",
-        params![channel, customer],
-    )?;
+    // Theirs only, kept emptied: the same raw part arriving again is still known.
+    let mentioning: Vec<(i64, String)> = conn
+        .prepare_cached("SELECT id, raw FROM quarantine WHERE channel = ?1 AND instr(raw, ?2) > 0")
+        .and_then(|mut s| {
+            s.query_map(params![channel, customer], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(unavailable)?;
+    for (id, raw) in mentioning {
+        if erasure::sent_by(&raw, customer) {
+            erased.quarantined += count(
+                conn,
+                "UPDATE quarantine SET raw = '' WHERE id = ?1",
+                params![id],
+            )?;
+        }
+    }
     if who.channel == Channel::Whatsapp {
-        forget_broadcasts(conn, who, now, &mut erased)?;
+        forget_broadcasts(conn, who, now, marks, &mut erased)?;
     }
     Ok(erased)
 }
@@ -169,7 +181,13 @@ fn send_under_way(conn: &Connection, who: &Subject) -> Result<bool> {
 
 /// The items naming the subject (theirs, and the account's events that mention them) go;
 /// their keys stay as hashes.
-fn forget_items(conn: &Connection, who: &Subject, now: At, erased: &mut Erased) -> Result<()> {
+fn forget_items(
+    conn: &Connection,
+    who: &Subject,
+    now: At,
+    marks: &Marks,
+    erased: &mut Erased,
+) -> Result<()> {
     let (channel, customer) = (who.channel.as_str(), who.customer.as_str());
     let found: Vec<(i64, String, ItemKind)> = conn
         .prepare_cached(
@@ -186,7 +204,7 @@ fn forget_items(conn: &Connection, who: &Subject, now: At, erased: &mut Erased) 
         })
         .map_err(unavailable)?;
     for (seq, key, kind) in found {
-        drop_item(conn, seq, who.channel, &key, now)?;
+        drop_item(conn, seq, who.channel, &key, now, marks)?;
         match kind {
             ItemKind::Message => erased.messages += 1,
             _ => erased.statuses += 1,
@@ -203,13 +221,42 @@ pub(super) fn drop_item(
     channel: Channel,
     key: &str,
     now: At,
+    marks: &Marks,
 ) -> Result<()> {
     execute(
         conn,
         "INSERT OR IGNORE INTO erased_keys (key_hash, erased_at) VALUES (?1, ?2)",
-        params![erasure::key_hash(channel, key), now],
+        params![marks.key_hash(channel, key), now],
     )?;
     execute(conn, "DELETE FROM inbox WHERE seq = ?1", params![seq])
+}
+
+/// The statuses Meta may still send about the messages to them (replies and broadcasts) are
+/// known before they come: a late one is a duplicate, and never stores their number again.
+fn keep_status_hashes(conn: &Connection, who: &Subject, now: At, marks: &Marks) -> Result<()> {
+    if who.channel != Channel::Whatsapp {
+        return Ok(());
+    }
+    let wamids: Vec<String> = conn
+        .prepare_cached(&format!(
+            "SELECT wamid FROM outbox
+             WHERE wamid IS NOT NULL AND batch_id IN (SELECT b.id FROM {THEIR_BATCHES})
+             UNION
+             SELECT wamid FROM broadcast_recipients WHERE wamid IS NOT NULL AND recipient = ?2"
+        ))
+        .and_then(|mut s| {
+            s.query_map(params![who.channel.as_str(), who.customer], |r| r.get(0))?
+                .collect()
+        })
+        .map_err(unavailable)?;
+    for hash in wamids.iter().flat_map(|w| marks.status_hashes(w)) {
+        execute(
+            conn,
+            "INSERT OR IGNORE INTO erased_keys (key_hash, erased_at) VALUES (?1, ?2)",
+            params![hash, now],
+        )?;
+    }
+    Ok(())
 }
 
 /// Their conversations keep their turns' counts under a name that is no one's; what the turns
@@ -251,8 +298,14 @@ fn forget_turns(conn: &Connection, who: &Subject, now: At, erased: &mut Erased) 
 
 /// Sends not yet made are skipped as an opt-out; every send keeps its counts under the
 /// marker; the customer's choice gives way to the marker's standing opt-out.
-fn forget_broadcasts(conn: &Connection, who: &Subject, now: At, erased: &mut Erased) -> Result<()> {
-    let marker = who.marker();
+fn forget_broadcasts(
+    conn: &Connection,
+    who: &Subject,
+    now: At,
+    marks: &Marks,
+    erased: &mut Erased,
+) -> Result<()> {
+    let marker = marks.marker(who.channel, &who.customer);
     let unsent = crate::store::rules::sql_list(RecipientState::ALL, RecipientState::as_str, |s| {
         matches!(s, RecipientState::Queued | RecipientState::Held)
     });
@@ -283,6 +336,68 @@ fn forget_broadcasts(conn: &Connection, who: &Subject, now: At, erased: &mut Era
         "INSERT INTO consents (customer, opted_out, source, at) VALUES (?1, 1, ?2, ?3)
          ON CONFLICT (customer) DO UPDATE SET opted_out = 1, source = ?2, at = ?3",
         params![marker, Source::Erased.as_str(), now],
+    )
+}
+
+/// Moves the store's markers and erased keys' hashes under `marks` (see
+/// [`Marks::rekey_from`]), within the migration's transaction: the store records which
+/// secrets they are under, so this runs once per new secret, on every row at once.
+pub(super) fn rekey(conn: &Connection, marks: &Marks) -> Result<()> {
+    let recorded: Option<String> = conn
+        .query_row("SELECT fingerprint FROM marker_key WHERE id = 1", [], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(unavailable)?;
+    let rekey = marks
+        .rekey_from(recorded.as_deref())
+        .map_err(Error::Schema)?;
+    if !rekey.is_empty() {
+        let mut moved = 0u64;
+        for (table, column) in [
+            ("consents", "customer"),
+            ("broadcast_recipients", "recipient"),
+        ] {
+            let names: Vec<String> = conn
+                .prepare(&format!(
+                    "SELECT DISTINCT {column} FROM {table} WHERE {column} LIKE 'erased:%'"
+                ))
+                .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+                .map_err(unavailable)?;
+            for old in names {
+                if let Some(new) = rekey.marker(&old) {
+                    moved += count(
+                        conn,
+                        &format!("UPDATE {table} SET {column} = ?2 WHERE {column} = ?1"),
+                        params![old, new],
+                    )?;
+                }
+            }
+        }
+        let hashes: Vec<String> = conn
+            .prepare("SELECT key_hash FROM erased_keys")
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+            .map_err(unavailable)?;
+        for old in &hashes {
+            execute(
+                conn,
+                "UPDATE erased_keys SET key_hash = ?2 WHERE key_hash = ?1",
+                params![old, rekey.key_hash(old)],
+            )?;
+        }
+        if moved + hashes.len() as u64 > 0 {
+            tracing::info!(
+                markers = moved,
+                erased_keys = hashes.len(),
+                "erasure markers and erased keys moved under the marker secret"
+            );
+        }
+    }
+    execute(
+        conn,
+        "INSERT INTO marker_key (id, fingerprint) VALUES (1, ?1)
+         ON CONFLICT (id) DO UPDATE SET fingerprint = ?1",
+        params![marks.fingerprint()],
     )
 }
 

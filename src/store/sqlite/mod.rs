@@ -32,7 +32,7 @@ use super::rules::broadcast::{
     self, BroadcastState, PausedBy, RecipientState, SkipReason, TemplateNews,
 };
 use super::rules::consent::{self, Source};
-use super::rules::erasure::{self, Erased, OptOuts, Subject};
+use super::rules::erasure::{Erased, Marks, OptOuts, Subject};
 use super::rules::item::ItemState;
 use super::rules::part::{Delivery, PartKind, PartState};
 use super::rules::review::ReviewState;
@@ -71,6 +71,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0016_lasting_ids.sql"),
     include_str!("migrations/0017_claimed_parts.sql"),
     include_str!("migrations/0018_person_lines.sql"),
+    include_str!("migrations/0019_marker_key.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -85,6 +86,8 @@ pub struct SqliteStore {
     readers: Mutex<Vec<Connection>>,
     /// One permit per read connection in use.
     reading: tokio::sync::Semaphore,
+    /// Keys erasure's markers and hashes.
+    marks: Marks,
 }
 
 impl SqliteStore {
@@ -92,8 +95,8 @@ impl SqliteStore {
     ///
     /// # Errors
     /// When the file cannot be created or opened, or its schema is newer than this build.
-    pub async fn open(path: &Path) -> Result<SqliteStore> {
-        SqliteStore::open_waiting(path, Waits::Async).await
+    pub async fn open(path: &Path, marks: Marks) -> Result<SqliteStore> {
+        SqliteStore::open_waiting(path, Waits::Async, marks).await
     }
 
     /// [`SqliteStore::open`] for a runtime whose time is paused: callers wait for their
@@ -102,17 +105,17 @@ impl SqliteStore {
     ///
     /// # Errors
     /// As [`SqliteStore::open`].
-    pub async fn open_on_paused_time(path: &Path) -> Result<SqliteStore> {
-        SqliteStore::open_waiting(path, Waits::Blocking).await
+    pub async fn open_on_paused_time(path: &Path, marks: Marks) -> Result<SqliteStore> {
+        SqliteStore::open_waiting(path, Waits::Blocking, marks).await
     }
 
-    async fn open_waiting(path: &Path, waits: Waits) -> Result<SqliteStore> {
+    async fn open_waiting(path: &Path, waits: Waits, marks: Marks) -> Result<SqliteStore> {
         let path = path.to_owned();
         tokio::task::spawn_blocking(move || {
             keep_private(&path)?;
             let conn = connect(&path)?;
             retention::enable_auto_vacuum(&conn)?;
-            migrate(&conn)?;
+            migrate(&conn, &marks)?;
             keep_private(&path)?;
             let writer = Writer::spawn(conn, waits)
                 .map_err(|e| Error::Unavailable(format!("cannot start the writer: {e}")))?;
@@ -121,6 +124,7 @@ impl SqliteStore {
                 writer,
                 readers: Mutex::new(Vec::new()),
                 reading: tokio::sync::Semaphore::new(READERS),
+                marks,
             })
         })
         .await
@@ -221,10 +225,10 @@ fn connect(path: &Path) -> Result<Connection> {
 /// starting together on one file migrate it once.
 /// Foreign keys are off meanwhile (it can only change outside a transaction): a migration that
 /// rebuilds a table drops the parent that other rows point at before its copy takes the name.
-fn migrate(conn: &Connection) -> Result<()> {
+fn migrate(conn: &Connection, marks: &Marks) -> Result<()> {
     conn.execute_batch("PRAGMA foreign_keys = OFF; BEGIN IMMEDIATE")
         .map_err(unavailable)?;
-    let outcome = apply_migrations(conn);
+    let outcome = apply_migrations(conn).and_then(|()| customers::rekey(conn, marks));
     let end = if outcome.is_ok() {
         "COMMIT; PRAGMA foreign_keys = ON"
     } else {
@@ -300,8 +304,13 @@ impl Intake for SqliteStore {
         // Serialise and hash here, on the caller's task, so the writer's transaction (which
         // every waiting request shares) holds only the SQL.
         let encoded: Vec<Encoded> = delivery.items.iter().map(Encoded::of).collect();
+        let erased: Vec<String> = delivery
+            .items
+            .iter()
+            .map(|i| self.marks.key_hash(i.channel, &i.dedupe_key))
+            .collect();
         self.writer
-            .write(move |conn| ingest(conn, &delivery, &encoded))
+            .write(move |conn| ingest(conn, &delivery, &encoded, &erased))
             .await
     }
 }
@@ -446,8 +455,9 @@ impl Reviews for SqliteStore {
 #[async_trait]
 impl WebChat for SqliteStore {
     async fn submit_chat(&self, submission: ChatSubmission) -> Result<Submitted> {
+        let marks = self.marks.clone();
         self.writer
-            .write(move |conn| chat::submit(conn, &submission))
+            .write(move |conn| chat::submit(conn, &submission, &marks))
             .await
     }
     async fn chat_job(&self, job_id: &str, now: At) -> Result<Option<ChatJob>> {
@@ -562,7 +572,7 @@ impl Broadcasts for SqliteStore {
             .await
     }
     async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>> {
-        let asked = OptOuts::ask(customers);
+        let asked = OptOuts::ask(&self.marks, customers);
         let names = asked.names().to_vec();
         let found = self
             .read(move |conn| broadcasts::opted_out(conn, &names))
@@ -590,7 +600,10 @@ impl Customers for SqliteStore {
         let who = subject.clone();
         let erased = self
             .writer
-            .write(move |conn| customers::forget(conn, &who, now))
+            .write({
+                let marks = self.marks.clone();
+                move |conn| customers::forget(conn, &who, now, &marks)
+            })
             .await?;
         self.read(customers::fold_wal).await?;
         Ok(erased)
@@ -609,7 +622,10 @@ impl Retention for SqliteStore {
     async fn sweep(&self, horizons: &Horizons, now: At, batch: usize) -> Result<Swept> {
         let horizons = *horizons;
         self.writer
-            .write(move |conn| retention::sweep(conn, &horizons, now, batch))
+            .write({
+                let marks = self.marks.clone();
+                move |conn| retention::sweep(conn, &horizons, now, batch, &marks)
+            })
             .await
     }
 
@@ -641,9 +657,17 @@ impl Health for SqliteStore {
     }
 }
 
-fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<IngestReceipt> {
+/// `erased` holds each item's key as erasure keeps it.
+fn ingest(
+    conn: &Connection,
+    delivery: &Ingest,
+    encoded: &[Encoded],
+    erased: &[String],
+) -> Result<IngestReceipt> {
     let mut receipt = IngestReceipt::default();
-    for (item, Encoded { facts, hash }) in delivery.items.iter().zip(encoded) {
+    for ((item, Encoded { facts, hash }), key_hash) in
+        delivery.items.iter().zip(encoded).zip(erased)
+    {
         match existing_hash(conn, item)? {
             Some(stored) if stored == *hash => receipt.duplicates += 1,
             Some(_) => {
@@ -655,7 +679,7 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
                 );
             }
             // A retry of an item erased since: known, and nothing to keep.
-            None if was_erased(conn, item)? => receipt.duplicates += 1,
+            None if was_erased(conn, key_hash)? => receipt.duplicates += 1,
             None => {
                 let conversation = match &item.turn {
                     Some(key) => {
@@ -716,14 +740,9 @@ fn existing_hash(conn: &Connection, item: &InboundItem) -> Result<Option<Vec<u8>
         .map_err(unavailable)
 }
 
-fn was_erased(conn: &Connection, item: &InboundItem) -> Result<bool> {
+fn was_erased(conn: &Connection, key_hash: &str) -> Result<bool> {
     conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM erased_keys WHERE key_hash = ?1)")
-        .and_then(|mut s| {
-            s.query_row(
-                params![erasure::key_hash(item.channel, &item.dedupe_key)],
-                |row| row.get(0),
-            )
-        })
+        .and_then(|mut s| s.query_row(params![key_hash], |row| row.get(0)))
         .map_err(unavailable)
 }
 
@@ -1028,6 +1047,13 @@ fn quarantine(conn: &Connection, limit: Option<usize>) -> Result<Vec<StoredQuara
 mod tests {
     use super::*;
 
+    fn unit_marks() -> Marks {
+        Marks::new(
+            secrecy::SecretString::from("unit-test-marker-secret".to_owned()),
+            Vec::new(),
+        )
+    }
+
     /// A store at `version` with one WhatsApp reply queued, as builds before the sender left it
     /// (and before retention: without auto-vacuum).
     fn store_at(version: usize) -> (tempfile::TempDir, Connection) {
@@ -1075,7 +1101,9 @@ mod tests {
         let path = dir.path().join("s.db");
         let full = std::fs::metadata(&path).expect("file").len();
 
-        let store = SqliteStore::open(&path).await.expect("opened");
+        let store = SqliteStore::open(&path, unit_marks())
+            .await
+            .expect("opened");
         let now = At::from_millis(100 * 86_400_000);
         let mut gone = 0;
         loop {
@@ -1108,7 +1136,7 @@ mod tests {
     #[test]
     fn replies_queued_before_the_sender_go_to_a_person_not_out() {
         let (_dir, conn) = store_at(4);
-        migrate(&conn).expect("migrated");
+        migrate(&conn, &unit_marks()).expect("migrated");
         let (state, conversation): (String, i64) = conn
             .query_row("SELECT state, conversation_id FROM outbox", [], |r| {
                 Ok((r.get(0)?, r.get(1)?))

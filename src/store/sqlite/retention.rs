@@ -16,6 +16,7 @@ use crate::clock::At;
 use crate::domain::{Channel, ItemKind};
 use crate::store::Result;
 use crate::store::rules::batch::BatchState;
+use crate::store::rules::erasure::Marks;
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::PartState;
 use crate::store::rules::retention::{self, Cutoffs, Horizons, Swept, TURNLESS};
@@ -59,16 +60,25 @@ pub(super) fn sweep(
     horizons: &Horizons,
     now: At,
     batch: usize,
+    marks: &Marks,
 ) -> Result<Swept> {
     let cut = horizons.cutoffs(now);
     let limit = i64::try_from(batch).unwrap_or(i64::MAX);
     let mut swept = Swept::default();
     let mut touched = BTreeSet::new();
     for (id, conversation) in ended_turns(conn, cut.messages, limit)? {
-        sweep_turn(conn, id, now, &mut swept)?;
+        sweep_turn(conn, id, now, marks, &mut swept)?;
         touched.insert(conversation);
     }
-    sweep_turnless(conn, cut.messages, now, limit, &mut swept, &mut touched)?;
+    sweep_turnless(
+        conn,
+        cut.messages,
+        now,
+        limit,
+        marks,
+        &mut swept,
+        &mut touched,
+    )?;
     sweep_aged(conn, &cut, limit, &mut swept)?;
     for conversation in touched {
         swept.conversations += count(
@@ -106,7 +116,13 @@ fn ended_turns(conn: &Connection, before: At, limit: i64) -> Result<Vec<(i64, i6
 
 /// A turn goes with its messages (their keys kept as hashes), their web-chat jobs, its reply
 /// parts and review items.
-fn sweep_turn(conn: &Connection, batch: i64, now: At, swept: &mut Swept) -> Result<()> {
+fn sweep_turn(
+    conn: &Connection,
+    batch: i64,
+    now: At,
+    marks: &Marks,
+    swept: &mut Swept,
+) -> Result<()> {
     let items: Vec<(i64, Channel, String)> = conn
         .prepare_cached("SELECT seq, channel, dedupe_key FROM inbox WHERE batch_id = ?1")
         .and_then(|mut s| {
@@ -122,7 +138,7 @@ fn sweep_turn(conn: &Connection, batch: i64, now: At, swept: &mut Swept) -> Resu
                 params![key],
             )?;
         }
-        drop_item(conn, seq, channel, &key, now)?;
+        drop_item(conn, seq, channel, &key, now, marks)?;
         swept.messages += 1;
     }
     swept.replies += count(
@@ -146,6 +162,7 @@ fn sweep_turnless(
     before: At,
     now: At,
     limit: i64,
+    marks: &Marks,
     swept: &mut Swept,
     touched: &mut BTreeSet<i64>,
 ) -> Result<()> {
@@ -165,7 +182,7 @@ fn sweep_turnless(
         })
         .map_err(unavailable)?;
     for (seq, channel, key, conversation) in found {
-        drop_item(conn, seq, channel, &key, now)?;
+        drop_item(conn, seq, channel, &key, now, marks)?;
         swept.messages += 1;
         touched.extend(conversation);
     }

@@ -214,7 +214,7 @@ pub(super) fn sends(now: At, limit: usize) -> RecipientClaim {
     }
 }
 
-const LIMITS: Limits = Limits {
+pub(crate) const LIMITS: Limits = Limits {
     max_failures: 3,
     max_holds: 2,
 };

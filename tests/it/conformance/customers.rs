@@ -257,7 +257,7 @@ pub async fn a_forgotten_customer_is_sent_no_broadcast(store: Arc<dyn Store>) {
     assert!(skipped.iter().all(|r| r.to != ADA), "her number is gone");
     let hers = skipped
         .iter()
-        .find(|r| r.to == whatsapp(ADA).marker())
+        .find(|r| r.to == crate::helpers::marks().marker(sabi::domain::Channel::Whatsapp, ADA))
         .expect("her send, under the marker");
     assert_eq!(hers.skipped, Some(SkipReason::OptedOut));
     assert!(hers.params.is_empty(), "her name is gone");
@@ -389,4 +389,97 @@ pub async fn ids_are_never_given_twice_after_the_newest_customer_is_forgotten(
         chi_parts.iter().all(|p| *p > highest_part),
         "parts {chi_parts:?} after {highest_part}"
     );
+}
+
+/// After Ada is forgotten, Meta's late statuses about her reply do not store her number again,
+/// and of the quarantined parts only hers is emptied: Bo's, which quotes her number, stays.
+pub async fn after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied(
+    store: Arc<dyn Store>,
+) {
+    ada_and_bo(&store).await;
+    let bo_quotes_her = Quarantined {
+        channel: Channel::Whatsapp,
+        reason: "unknown field".into(),
+        raw: format!(r#"{{"from":"{BO}","oddity":"my sister is {ADA}"}}"#),
+    };
+    store
+        .ingest(Ingest {
+            items: Vec::new(),
+            quarantined: vec![bo_quotes_her.clone()],
+            received_at: T0 + ms(24_000),
+            policy: POLICY,
+            routine: Default::default(),
+        })
+        .await
+        .expect("kept");
+
+    let erased = forget(&store, &whatsapp(ADA), T0 + ms(30_000)).await;
+    assert_eq!(erased.quarantined, 1, "her own part only: {erased:?}");
+    let raws: Vec<String> = store
+        .quarantine(None)
+        .await
+        .expect("quarantine")
+        .into_iter()
+        .map(|q| q.quarantined.raw)
+        .collect();
+    assert_eq!(
+        raws,
+        [String::new(), bo_quotes_her.raw],
+        "Bo's part is intact"
+    );
+
+    for (n, delivery) in ["delivered", "read"].into_iter().enumerate() {
+        let mut late = status("wamid.to-ada", delivery, T0 + ms(40_000));
+        late.customer = Some(ADA.into());
+        late.facts["recipient_id"] = ADA.into();
+        let receipt = ingest(&store, vec![late], T0 + ms(40_000 + n as u64)).await;
+        assert_eq!(
+            receipt.stored, 0,
+            "a late {delivery} status is a known duplicate"
+        );
+    }
+    let record = export(&store, &whatsapp(ADA)).await;
+    assert!(
+        record.items.is_empty(),
+        "her number is stored nowhere: {record:?}"
+    );
+}
+
+/// A broadcast reached Ada and she was forgotten: Meta's late statuses about it do not store her
+/// number again.
+pub async fn a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known(
+    store: Arc<dyn Store>,
+) {
+    store
+        .create_broadcast(diwali(None, T0))
+        .await
+        .expect("kept");
+    let jobs = store
+        .claim_recipients(sends(T0 + ms(1), 10))
+        .await
+        .expect("claimed");
+    let hers = jobs.iter().find(|j| j.to == ADA).expect("her send");
+    let accepted = sabi::store::Outcome::Accepted {
+        wamid: "wamid.offer-to-ada".into(),
+    };
+    store
+        .record_recipient(
+            hers.id,
+            hers.attempt,
+            T0 + ms(2),
+            accepted,
+            super::broadcasts::LIMITS,
+        )
+        .await
+        .expect("sent");
+    forget(&store, &whatsapp(ADA), T0 + ms(3)).await;
+
+    let mut late = status("wamid.offer-to-ada", "read", T0 + ms(10_000));
+    late.customer = Some(ADA.into());
+    let receipt = ingest(&store, vec![late], T0 + ms(10_000)).await;
+    assert_eq!(
+        receipt.stored, 0,
+        "a late status about her broadcast is a known duplicate"
+    );
+    assert!(export(&store, &whatsapp(ADA)).await.items.is_empty());
 }

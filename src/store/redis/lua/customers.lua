@@ -1,7 +1,7 @@
 -- A customer's data (store/rules/erasure.rs): everything about them, read in one script so it
 -- is one snapshot, and erasure in one script so it is all or nothing. Both read the customer's
 -- indexes (P:ci, P:cust, P:brto) and the account's items (P:acct), never the whole store;
--- only the quarantine is read whole, for raw parts that mention them.
+-- only the quarantine is read whole, for raw parts that are theirs.
 
 -- Their conversations on channel `ch`.
 local function conversations_of(ch, cust)
@@ -259,6 +259,46 @@ local function customer_keys(a)
   return keys
 end
 
+-- Meta's ids of the messages sent to them (replies and broadcasts), for the caller to hash the
+-- keys of the statuses Meta may still send about them.
+local function customer_wamids(a)
+  local out = {}
+  if a.ch ~= 'whatsapp' then
+    return out
+  end
+  for _, batch in ipairs(batches_of(conversations_of(a.ch, a.cust))) do
+    for _, part in ipairs(redis.call('ZRANGE', k('b', batch, 'parts'), 0, -1)) do
+      local wamid = redis.call('HGET', k('o', part), 'wamid')
+      if wamid then
+        out[#out + 1] = wamid
+      end
+    end
+  end
+  for _, rid in ipairs(redis.call('ZRANGE', k('brto', a.cust), 0, -1)) do
+    local wamid = redis.call('HGET', k('br', rid), 'wamid')
+    if wamid then
+      out[#out + 1] = wamid
+    end
+  end
+  return out
+end
+
+-- Whether a quarantined raw part is the customer's (store/rules/erasure.rs `sent_by`): sent by
+-- them, about a message to them, or their session's; not one that only mentions them.
+local function sent_by(raw, cust)
+  local ok, part = pcall(cjson.decode, raw)
+  if not ok or type(part) ~= 'table' then
+    return false
+  end
+  for _, field in ipairs({'from', 'recipient_id', 'session_id'}) do
+    local v = part[field]
+    if (type(v) == 'string' and v == cust) or (type(v) == 'number' and int(v) == cust) then
+      return true
+    end
+  end
+  return false
+end
+
 -- Erases the customer, given the hash of each key `customer_keys` listed; `{stale = true}`,
 -- having changed nothing, when an item came since and its key has no hash yet.
 local function forget(a)
@@ -278,6 +318,11 @@ local function forget(a)
     messages = 0, statuses = 0, replies = 0, reviews = 0, chat_jobs = 0, quarantined = 0,
     broadcast_sends = 0, conversations = 0, consents = 0,
   }
+  -- A late status about a message to them is a known duplicate, never their number again.
+  for _, hash in ipairs(a.status_hashes or {}) do
+    redis.call('HSET', k('erased'), hash, int(a.now))
+    redis.call('ZADD', k('erasedt'), int(a.now), hash)
+  end
   for _, seq in ipairs(seqs) do
     erase_item(seq, a, erased)
   end
@@ -300,7 +345,8 @@ local function forget(a)
   -- Kept, emptied: the same raw part arriving again is still known.
   for _, id in ipairs(redis.call('ZRANGE', k('quarantine'), 0, -1)) do
     local q = get(k('q', id), 'ch', 'raw')
-    if q.ch == a.ch and q.raw and q.raw ~= '' and string.find(q.raw, a.cust, 1, true) then
+    if q.ch == a.ch and q.raw and q.raw ~= '' and string.find(q.raw, a.cust, 1, true)
+        and sent_by(q.raw, a.cust) then
       redis.call('HSET', k('q', id), 'raw', '')
       erased.quarantined = erased.quarantined + 1
     end
@@ -309,4 +355,65 @@ local function forget(a)
     erase_broadcasts(a, erased)
   end
   return {erased = erased}
+end
+
+-- Which marker secrets the store is under (P:markerkey, a keyed fingerprint; none: unkeyed, as
+-- builds before the marker secret wrote them), its markers and its erased keys' hashes, for
+-- the caller to key (Lua has no HMAC).
+local function marker_names(a)
+  local markers = {}
+  for _, name in ipairs(redis.call('HKEYS', k('consent'))) do
+    if string.sub(name, 1, 7) == 'erased:' then
+      markers[#markers + 1] = name
+    end
+  end
+  for _, name in ipairs(redis.call('ZRANGE', k('brsent'), 0, -1)) do
+    if string.sub(name, 1, 7) == 'erased:' and redis.call('HEXISTS', k('consent'), name) == 0 then
+      markers[#markers + 1] = name
+    end
+  end
+  return {
+    fingerprint = redis.call('GET', k('markerkey')) or nil,
+    markers = markers,
+    hashes = redis.call('HKEYS', k('erased')),
+  }
+end
+
+-- Moves every marker and erased key's hash to its keyed name (`markers`, `hashes`: old -> new)
+-- and records the secrets' fingerprint `to`; false, changing nothing, when the store is no
+-- longer under `from` (another node moved them first).
+local function rekey_markers(a)
+  local now = redis.call('GET', k('markerkey')) or nil
+  if now ~= a.from then
+    return false
+  end
+  for old, new in pairs(a.markers) do
+    local choice = redis.call('HGET', k('consent'), old)
+    if choice then
+      redis.call('HDEL', k('consent'), old)
+      redis.call('HSET', k('consent'), new, choice)
+    end
+    local sent = redis.call('ZSCORE', k('brsent'), old)
+    if sent then
+      redis.call('ZREM', k('brsent'), old)
+      redis.call('ZADD', k('brsent'), sent, new)
+    end
+    local rids = redis.call('ZRANGE', k('brto', old), 0, -1)
+    for _, rid in ipairs(rids) do
+      redis.call('HSET', k('br', rid), 'to', new)
+      redis.call('ZADD', k('brto', new), rid, rid)
+    end
+    redis.call('DEL', k('brto', old))
+  end
+  for old, new in pairs(a.hashes) do
+    local at = redis.call('HGET', k('erased'), old)
+    if at then
+      redis.call('HDEL', k('erased'), old)
+      redis.call('HSET', k('erased'), new, at)
+      redis.call('ZREM', k('erasedt'), old)
+      redis.call('ZADD', k('erasedt'), at, new)
+    end
+  end
+  redis.call('SET', k('markerkey'), a.to)
+  return true
 end

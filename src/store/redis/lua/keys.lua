@@ -39,7 +39,8 @@
 --   P:ci:<channel>:<cust>  zset   a customer's inbox items by seq; P:acct zset the items that
 --                                 name no customer (field events, errors); P:brto:<customer>
 --                                 zset their broadcast recipients; P:erased hash erased key's
---                                 hash -> when, P:erasedt zset the same by time (customers.lua)
+--                                 hash -> when, P:erasedt zset the same by time (customers.lua);
+--                                 P:markerkey string the marker secrets' fingerprint
 --   P:aged:msg, P:aged:rec zset   inbox items that expire by their own age, by arrival time:
 --                                 messages without a turn, recorded items (retention.lua)
 --   P:lease:<name>         hash   who does a one-node-at-a-time job, and until when

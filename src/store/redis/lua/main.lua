@@ -35,6 +35,7 @@ local OPS = {
   consents = consents, consent_save = consent_save, broadcast_reach = broadcast_reach,
   sent_since = sent_since, last_broadcast = last_broadcast,
   customer_export = customer_export, customer_keys = customer_keys, forget = forget,
+  marker_names = marker_names, rekey_markers = rekey_markers, customer_wamids = customer_wamids,
   sweep_keys = sweep_keys, sweep = sweep, hold_lease = hold_lease,
 }
 
