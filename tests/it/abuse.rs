@@ -241,7 +241,7 @@ async fn one_address_cannot_take_the_web_chat_queue_from_everyone_else() {
         app.client
             .post(app.url("/chat"))
             .header("x-forwarded-for", from)
-            .json(&serde_json::json!({"session_id": format!("flood-{n}"), "question": "hello"}))
+            .json(&serde_json::json!({"session_id": format!("flood-{n}-0123456789abcdef01234"), "question": "hello"}))
             .send()
     };
     let mut accepted = 0;
@@ -346,7 +346,8 @@ async fn one_address_gets_a_few_new_sessions_and_hand_offs_an_hour() {
         ("SABI_WEBCHAT_IDENTITY_SECRET", SECRET),
     ])
     .await;
-    let hello = |session: &str| serde_json::json!({"session_id": session, "question": "hello"});
+    // Sessions of 128 bits, as every route wants them.
+    let hello = |session: &str| serde_json::json!({"session_id": format!("{session}-0123456789abcdef01234"), "question": "hello"});
     for n in 0..3 {
         let (status, _, _) = ask_from(&app, "203.0.113.7", hello(&format!("new-{n}"))).await;
         assert_eq!(status, 202);
@@ -363,7 +364,7 @@ async fn one_address_gets_a_few_new_sessions_and_hand_offs_an_hour() {
     let (status, _, _) = ask_from(&app, "198.51.100.20", hello("next-door")).await;
     assert_eq!(status, 202, "another address starts its own");
 
-    let person = |session: &str| serde_json::json!({"session_id": session, "question": "I want to speak to a human"});
+    let person = |session: &str| serde_json::json!({"session_id": format!("{session}-0123456789abcdef01234"), "question": "I want to speak to a human"});
     for _ in 0..2 {
         let (status, _, _) = ask_from(&app, "198.51.100.20", person("next-door")).await;
         assert_eq!(status, 202);
@@ -389,7 +390,7 @@ async fn one_address_gets_a_few_new_sessions_and_hand_offs_an_hour() {
 async fn the_desk_folds_one_addresss_repeated_anonymous_hand_offs_into_one() {
     const TOKEN: &str = "desk-token-for-tests";
     let app = app_behind_proxy(&[("SABI_ADMIN_TOKEN", TOKEN)]).await;
-    let person = |n: usize| serde_json::json!({"session_id": format!("flood-{n}"), "question": "I want to speak to a human"});
+    let person = |n: usize| serde_json::json!({"session_id": format!("flood-{n}-0123456789abcdef01234"), "question": "I want to speak to a human"});
     for n in 0..4 {
         assert_eq!(ask_from(&app, "203.0.113.7", person(n)).await.0, 202);
     }

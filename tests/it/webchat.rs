@@ -117,7 +117,7 @@ async fn a_double_submit_is_one_job_and_one_turn() {
     for _ in 0..10 {
         let (client, url) = (app.client.clone(), app.url("/chat"));
         submits.spawn(async move {
-            let body = json!({"question": "abeg where my order dey", "session_id": "s-2", "message_id": "tap-1"});
+            let body = json!({"question": "abeg where my order dey", "session_id": "s-2-0123456789abcdef01234", "message_id": "tap-1"});
             let response = client.post(url).json(&body).send().await.expect("posted");
             assert_eq!(response.status(), 202);
             let body: Value = response.json().await.expect("json");
@@ -138,13 +138,13 @@ async fn a_double_submit_is_one_job_and_one_turn() {
 #[tokio::test]
 async fn another_session_unknown_and_expired_jobs_look_the_same() {
     let app = TestApp::spawn_with(None, &[]).await;
-    let id = job_id(ask(&app, "owner", "hello", None).await).await;
-    let (status_other, other) = job(&app, &id, "intruder").await;
-    let (status_unknown, unknown) = job(&app, "0123456789abcdef0123456789abcdef", "owner").await;
+    let id = job_id(ask(&app, "owner-0123456789abcdef01234", "hello", None).await).await;
+    let (status_other, other) = job(&app, &id, "intruder-0123456789abcdef01234").await;
+    let (status_unknown, unknown) = job(&app, "0123456789abcdef0123456789abcdef", "owner-0123456789abcdef01234").await;
     assert_eq!((status_other, status_unknown), (404, 404));
     assert_eq!(other, unknown);
     app.clock.advance(Duration::from_secs(24 * 3600 + 1));
-    let (status_expired, expired) = job(&app, &id, "owner").await;
+    let (status_expired, expired) = job(&app, &id, "owner-0123456789abcdef01234").await;
     assert_eq!((status_expired, &expired), (404, &unknown));
 }
 
@@ -153,12 +153,12 @@ async fn bad_input_gets_clear_errors_and_stores_nothing() {
     let app = TestApp::spawn().await;
     let cases = [
         (
-            json!({"question": "   ", "session_id": "s"}),
+            json!({"question": "   ", "session_id": "s-0123456789abcdef01234"}),
             422,
             "question",
         ),
         (
-            json!({"question": "x".repeat(4001), "session_id": "s"}),
+            json!({"question": "x".repeat(4001), "session_id": "s-0123456789abcdef01234"}),
             422,
             "question",
         ),
@@ -168,11 +168,11 @@ async fn bad_input_gets_clear_errors_and_stores_nothing() {
             "session_id",
         ),
         (
-            json!({"question": "hi", "session_id": "s", "message_id": ""}),
+            json!({"question": "hi", "session_id": "s-0123456789abcdef01234", "message_id": ""}),
             422,
             "message_id",
         ),
-        (json!({"session_id": "s"}), 422, "question"),
+        (json!({"session_id": "s-0123456789abcdef01234"}), 422, "question"),
     ];
     for (body, status, mentions) in cases {
         let response = app
@@ -209,7 +209,7 @@ async fn positions_count_down_and_questions_wait_for_a_worker() {
     let app = TestApp::spawn_with(None, &[("SABI_TURNS", "5")]).await;
     let mut ids = Vec::new();
     for n in 0..10 {
-        ids.push(job_id(ask(&app, &format!("s-{n}"), "Who go win the league?", None).await).await);
+        ids.push(job_id(ask(&app, &format!("s-{n}-0123456789abcdef01234"), "Who go win the league?", None).await).await);
     }
     let before = positions(&app, &ids).await;
     assert_eq!(before, (0..10).map(Some).collect::<Vec<_>>());
@@ -243,7 +243,7 @@ async fn positions_count_down_and_questions_wait_for_a_worker() {
 async fn positions(app: &TestApp, ids: &[String]) -> Vec<Option<u64>> {
     let mut out = Vec::new();
     for (n, id) in ids.iter().enumerate() {
-        let (_, body) = job(app, id, &format!("s-{n}")).await;
+        let (_, body) = job(app, id, &format!("s-{n}-0123456789abcdef01234")).await;
         out.push(body["position"].as_u64());
     }
     out
@@ -299,8 +299,8 @@ async fn read_events(
 async fn events_arrive_in_order_and_resume_after_last_event_id() {
     let hold = Arc::new(Semaphore::new(0));
     let app = TestApp::spawn_with(Some(Arc::new(Held(hold.clone()))), &[]).await;
-    let id = job_id(ask(&app, "s-sse", "hello there", None).await).await;
-    let url = app.url(&format!("/chat/{id}/events?session_id=s-sse"));
+    let id = job_id(ask(&app, "s-sse-0123456789abcdef01234", "hello there", None).await).await;
+    let url = app.url(&format!("/chat/{id}/events?session_id=s-sse-0123456789abcdef01234"));
     let stream = app.client.get(&url).send().await.expect("stream");
     assert_eq!(stream.headers()["content-type"], "text/event-stream");
 
@@ -352,7 +352,7 @@ async fn events_arrive_in_order_and_resume_after_last_event_id() {
 
     let other = app
         .client
-        .get(app.url(&format!("/chat/{id}/events?session_id=nope")))
+        .get(app.url(&format!("/chat/{id}/events?session_id=nope-0123456789abcdef01234")))
         .send()
         .await
         .expect("got");
@@ -368,11 +368,11 @@ async fn past_the_queue_limit_questions_are_refused_and_nothing_is_stored() {
     )
     .expect("config");
     let app = TestApp::spawn_in(dir, None, &[]).await;
-    job_id(ask(&app, "a", "one", None).await).await;
-    job_id(ask(&app, "b", "two", None).await).await;
+    job_id(ask(&app, "a-0123456789abcdef01234", "one", None).await).await;
+    job_id(ask(&app, "b-0123456789abcdef01234", "two", None).await).await;
     // The queue is counted again once the last count is 200 ms old.
     app.clock.advance(Duration::from_secs(1));
-    let refused = ask(&app, "c", "three", None).await;
+    let refused = ask(&app, "c-0123456789abcdef01234", "three", None).await;
     assert_eq!(refused.status(), 503);
     assert!(refused.headers().contains_key("retry-after"));
     let error: Value = refused.json().await.expect("json");
@@ -391,13 +391,14 @@ async fn past_the_queue_limit_questions_are_refused_and_nothing_is_stored() {
     for n in 0..2 {
         app.scheduler.drain().await.expect("drain");
         app.clock.advance(Duration::from_secs(1));
-        job_id(ask(&app, "a", &format!("again {n}"), None).await).await;
+        job_id(ask(&app, "a-0123456789abcdef01234", &format!("again {n}"), None).await).await;
     }
     app.scheduler.drain().await.expect("drain");
     app.clock.advance(Duration::from_secs(1));
-    let too_fast = ask(&app, "a", "and again", None).await;
+    let too_fast = ask(&app, "a-0123456789abcdef01234", "and again", None).await;
     assert_eq!(too_fast.status(), 429);
-    assert!(too_fast.headers().contains_key("retry-after"));
+    // The real wait: the session's first question ("one", 4 s ago) leaves its minute in 56 s.
+    assert_eq!(too_fast.headers()["retry-after"], "56");
 }
 
 /// The third article's polling client (`ask_crumb`, Python with httpx), unchanged, gets its
@@ -415,7 +416,7 @@ async fn the_articles_polling_client_gets_its_answer() {
         r#"
 import time, httpx
 BASE = "http://{addr}"
-SESSION = "crumb-session-1"
+SESSION = "crumb-session-1-0123456789abcdef01234"
 
 def ask_crumb(question: str, max_wait: float = 90.0) -> dict:
     r = httpx.post(f"{{BASE}}/chat", json={{"question": question, "session_id": SESSION}})
@@ -450,8 +451,8 @@ print(ask_crumb("Does the Belgian chocolate cake contain nuts?")["answer"])
 #[tokio::test]
 async fn sessions_and_message_ids_never_share_a_job() {
     let app = TestApp::spawn().await;
-    let first = job_id(ask(&app, "a:b", "one", Some("c")).await).await;
-    let second = job_id(ask(&app, "a", "two", Some("b:c")).await).await;
+    let first = job_id(ask(&app, "a-0123456789abcdef01234:b", "one", Some("c")).await).await;
+    let second = job_id(ask(&app, "a-0123456789abcdef01234", "two", Some("b:c")).await).await;
     assert_ne!(first, second);
     assert_eq!(app.inbox().await.len(), 2);
 }
@@ -461,10 +462,10 @@ async fn a_resend_gets_its_job_even_when_the_queue_is_full() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("sabi.toml"), "[webchat]\nmax_queue = 1\n").expect("config");
     let app = TestApp::spawn_in(dir, None, &[]).await;
-    let id = job_id(ask(&app, "s", "one", Some("m-1")).await).await;
+    let id = job_id(ask(&app, "s-0123456789abcdef01234", "one", Some("m-1")).await).await;
     app.clock.advance(Duration::from_secs(1));
-    assert_eq!(ask(&app, "t", "two", Some("m-2")).await.status(), 503);
-    assert_eq!(job_id(ask(&app, "s", "one", Some("m-1")).await).await, id);
+    assert_eq!(ask(&app, "t-0123456789abcdef01234", "two", Some("m-2")).await.status(), 503);
+    assert_eq!(job_id(ask(&app, "s-0123456789abcdef01234", "one", Some("m-1")).await).await, id);
 }
 
 #[tokio::test]
@@ -472,8 +473,8 @@ async fn event_streams_are_bounded_and_a_closed_one_frees_its_place() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("sabi.toml"), "[webchat]\nmax_streams = 1\n").expect("write");
     let app = TestApp::spawn_in(dir, None, &[]).await;
-    let id = job_id(ask(&app, "s-streams", "hello", Some("m-1")).await).await;
-    let url = app.url(&format!("/chat/{id}/events?session_id=s-streams"));
+    let id = job_id(ask(&app, "s-streams-0123456789abcdef01234", "hello", Some("m-1")).await).await;
+    let url = app.url(&format!("/chat/{id}/events?session_id=s-streams-0123456789abcdef01234"));
     let first = app.client.get(&url).send().await.expect("stream");
     assert_eq!(first.status(), 200);
     let second = app.client.get(&url).send().await.expect("refused");

@@ -276,7 +276,7 @@ pub async fn a_forgotten_chat_session_leaves_no_history(store: Arc<dyn Store>) {
     assert_eq!((erased.messages, erased.chat_jobs), (1, 1));
     assert!(
         store
-            .chat_history("s-ada", 10)
+            .chat_history("s-ada", None, 10)
             .await
             .expect("history")
             .is_empty()
