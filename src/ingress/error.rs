@@ -188,8 +188,7 @@ impl IntoResponse for ApiError {
             | ApiError::TooManyStreams { retry_after_secs } => {
                 Some(HeaderValue::from((*retry_after_secs).max(1)))
             }
-            _ if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::CONFLICT =>
-            {
+            _ if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::CONFLICT => {
                 Some(HeaderValue::from_static(RETRY_AFTER_SECS))
             }
             _ => None,

@@ -64,10 +64,14 @@ pub(super) async fn page() -> Html<&'static str> {
 /// A customer's question.
 #[derive(Debug, Deserialize, ToSchema)]
 pub(super) struct Question {
-    /// The question, 1 to 4,000 characters, not only spaces (`text` is accepted too, as the RQ
-    /// design names it).
+    /// The question, 1 to 4,000 characters, not only spaces, and no control characters but new
+    /// lines and tabs (`text` is accepted too, as the RQ design names it).
     #[serde(alias = "text")]
-    #[schema(min_length = 1, max_length = 4000, pattern = r"\S")]
+    #[schema(
+        min_length = 1,
+        max_length = 4000,
+        pattern = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x08\x0b-\x1f\x7f-\x9f]*$"
+    )]
     question: String,
     /// The browser's session: 22 to 128 letters, digits, `-`, `_`, `.` or `:` (at least 128
     /// bits; the page makes 32 hex digits). The `X-Sabi-Session` header may carry it instead
@@ -336,7 +340,12 @@ async fn anonymous_limits(
     question: &str,
 ) -> Result<(), ApiError> {
     let settings = &state.webchat;
-    if settings.new_sessions.is_some() && state.store.chat_history(session_id, None, 1).await?.is_empty()
+    if settings.new_sessions.is_some()
+        && state
+            .store
+            .chat_history(session_id, None, 1)
+            .await?
+            .is_empty()
     {
         AddressLimit::check(&settings.new_sessions, client, AddressRule::NewSessions)?;
     }
@@ -908,7 +917,7 @@ pub(super) async fn history(
     })?;
     let session_id = long_session(&headers, query.session_id)?;
     let before = match query.before.as_deref() {
-        None => None,
+        None | Some("") => None,
         Some(cursor) => Some(cursor.parse::<i64>().map_err(|_| ApiError::Invalid {
             field: "before",
             why: "must be the `before` of a history page".into(),
@@ -964,7 +973,8 @@ pub(super) struct HistoryQuery {
         pattern = "^[A-Za-z0-9_.:-]+$"
     )]
     session_id: Option<String>,
-    /// The `before` of the page after the one wanted; none: the latest page.
+    /// The `before` of the page after the one wanted; none (or empty): the latest page.
+    #[param(pattern = "^[0-9]*$")]
     before: Option<String>,
 }
 

@@ -285,6 +285,15 @@ async fn a_session_keeps_only_a_few_event_streams_and_they_wake_on_their_turn() 
     }
     let fourth = app.client.get(&url).send().await.expect("stream");
     assert_eq!(fourth.status(), 429);
+    let retry: u64 = fourth.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!(
+        (240..=300).contains(&retry),
+        "the real wait: until the oldest stream's 5 minutes end, {retry}"
+    );
     // The turn runs on this node: its streams hear the answer as it is written.
     app.scheduler.drain().await.expect("turn");
     let mut first = open.remove(0);
@@ -313,6 +322,45 @@ async fn app_behind_proxy(env: &[(&str, &str)]) -> TestApp {
     )
     .expect("sabi.toml");
     TestApp::spawn_in(dir, None, env).await
+}
+
+/// An IPv6 subscriber holds a whole /64: taking a new address per stream does not get past the
+/// per-address cap of event streams, and its refusal says when the first of them ends.
+#[tokio::test]
+async fn event_streams_are_capped_per_ipv6_64_not_per_address() {
+    let app = app_behind_proxy(&[]).await;
+    let mut open = Vec::new();
+    let stream_from = |n: usize, address: String| {
+        let app = &app;
+        async move {
+            let session = format!("v6-{n}-0123456789abcdef01234");
+            let body = serde_json::json!({"session_id": session, "question": "hello"});
+            let (status, _, asked) = ask_from(app, &address, body).await;
+            assert_eq!(status, 202, "{asked}");
+            let job = asked["job_id"].as_str().expect("job").to_owned();
+            app.client
+                .get(app.url(&format!("/chat/{job}/events?session_id={session}")))
+                .header("x-forwarded-for", address)
+                .send()
+                .await
+                .expect("stream")
+        }
+    };
+    for n in 0..12 {
+        let stream = stream_from(n, format!("2001:db8:1:2::{:x}", n + 1)).await;
+        assert_eq!(stream.status(), 200);
+        open.push(stream);
+    }
+    let refused = stream_from(12, "2001:db8:1:2:ffff:1:2:3".into()).await;
+    assert_eq!(refused.status(), 429, "the same /64");
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!((240..=300).contains(&retry), "{retry}");
+    let elsewhere = stream_from(13, "2001:db8:1:3::1".into()).await;
+    assert_eq!(elsewhere.status(), 200, "another /64 is another subscriber");
 }
 
 /// `POST /chat` from `address`.

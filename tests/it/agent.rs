@@ -419,7 +419,9 @@ async fn a_web_chat_question_shows_the_agent_s_stage_while_it_works() {
     for _ in 0..100 {
         let view: Value = app
             .client
-            .get(app.url(&format!("/chat/{id}?session_id=s-stage-0123456789abcdef01234")))
+            .get(app.url(&format!(
+                "/chat/{id}?session_id=s-stage-0123456789abcdef01234"
+            )))
             .send()
             .await
             .expect("got")

@@ -231,8 +231,10 @@ async fn a_signed_in_visitor_is_vouched_for_by_the_site_and_a_wrong_hash_is_refu
     let wrong = app
         .client
         .post(app.url("/chat"))
-        .json(&json!({"session_id": "s-web-1-0123456789abcdef01234", "question": QUESTION,
-                      "user_id": "user-43", "user_hash": hash}))
+        .json(
+            &json!({"session_id": "s-web-1-0123456789abcdef01234", "question": QUESTION,
+                      "user_id": "user-43", "user_hash": hash}),
+        )
         .send()
         .await
         .expect("posted");
@@ -247,8 +249,10 @@ async fn a_signed_in_visitor_is_vouched_for_by_the_site_and_a_wrong_hash_is_refu
     let right = app
         .client
         .post(app.url("/chat"))
-        .json(&json!({"session_id": "s-web-1-0123456789abcdef01234", "question": QUESTION,
-                      "user_id": "user-42", "user_hash": hash}))
+        .json(
+            &json!({"session_id": "s-web-1-0123456789abcdef01234", "question": QUESTION,
+                      "user_id": "user-42", "user_hash": hash}),
+        )
         .send()
         .await
         .expect("posted");

@@ -14,8 +14,8 @@ use super::{broadcasts, channel, limit, outbox, unavailable};
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 use crate::store::items::known;
 use crate::store::items::{
-    Amendment, Encoded, POSITION_CAP, session_retry_after, amendment, message_key, quarantine_hash, question_item,
-    sent_at, status_of,
+    Amendment, Encoded, POSITION_CAP, amendment, message_key, quarantine_hash, question_item,
+    sent_at, session_retry_after, status_of,
 };
 use crate::store::rules::item::ItemState;
 use crate::store::rules::review::{self, Destination, ReviewState};

@@ -33,8 +33,8 @@ use self::wire::{
     RawLastBroadcast, RawLine, RawLive, RawPart, RawQuarantined, RawReceipt, RawRecipient,
     RawRecipientRow, RawReview, RawRouted, RawSendClaims, RawSendJob, RawStats, Receipt,
 };
-use super::items::{message_key, session_retry_after};
 use super::items::{RecipientStatus, broadcast_status, known};
+use super::items::{message_key, session_retry_after};
 use super::rules::broadcast::{self, BroadcastState, Event, PausedBy, SkipReason, TemplateNews};
 use super::rules::consent::{self, Source};
 use super::rules::erasure::{self, Erased, OptOuts, Subject};

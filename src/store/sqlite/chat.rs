@@ -55,7 +55,11 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
             )
             .and_then(|mut st| {
                 st.query_row(
-                    params![s.session_id, since, limit_param((recent - s.per_minute) as usize)],
+                    params![
+                        s.session_id,
+                        since,
+                        limit_param((recent - s.per_minute) as usize)
+                    ],
                     |r| r.get(0),
                 )
                 .optional()

@@ -115,7 +115,9 @@ pub async fn chat_history_and_queue_depth_follow_each_question(store: Arc<dyn St
             let history = store.chat_history("s1", None, limit).await;
             // Cursors are the backend's own: compared by the pages they give (below).
             let history = history.expect("history").into_iter();
-            history.map(|e| ChatExchange { cursor: 0, ..e }).collect::<Vec<_>>()
+            history
+                .map(|e| ChatExchange { cursor: 0, ..e })
+                .collect::<Vec<_>>()
         }
     };
     let first = exchange(
@@ -302,7 +304,16 @@ pub async fn a_visitor_talks_to_the_person_holding_their_chat(store: Arc<dyn Sto
 pub async fn a_sessions_history_pages_back_by_its_cursor(store: Arc<dyn Store>) {
     for n in 0..5 {
         let text = format!("question {n}");
-        assert!(ask(&store, &format!("j{n}"), &format!("m{n}"), &text, T0 + ms(n)).await);
+        assert!(
+            ask(
+                &store,
+                &format!("j{n}"),
+                &format!("m{n}"),
+                &text,
+                T0 + ms(n)
+            )
+            .await
+        );
     }
     let page = |before| {
         let store = store.clone();
@@ -334,10 +345,16 @@ pub async fn a_session_belongs_to_its_first_verified_user(store: Arc<dyn Store>)
     let anonymous = store.submit_chat(as_user(None, "j0", "m0")).await;
     assert!(matches!(anonymous.expect("kept"), Submitted::Job(_)));
     assert_eq!(store.chat_session_owner("s1").await.expect("owner"), None);
-    let first = store.submit_chat(as_user(Some("user-42"), "j1", "m1")).await;
+    let first = store
+        .submit_chat(as_user(Some("user-42"), "j1", "m1"))
+        .await;
     assert!(matches!(first.expect("kept"), Submitted::Job(_)));
     assert_eq!(
-        store.chat_session_owner("s1").await.expect("owner").as_deref(),
+        store
+            .chat_session_owner("s1")
+            .await
+            .expect("owner")
+            .as_deref(),
         Some("user-42")
     );
     for (user, job, message) in [
@@ -348,9 +365,15 @@ pub async fn a_session_belongs_to_its_first_verified_user(store: Arc<dyn Store>)
         (Some("user-7"), "j5", "m1"),
     ] {
         let refused = store.submit_chat(as_user(user, job, message)).await;
-        assert_eq!(refused.expect("answered"), Submitted::NotYours, "{user:?} {message}");
+        assert_eq!(
+            refused.expect("answered"),
+            Submitted::NotYours,
+            "{user:?} {message}"
+        );
     }
-    let again = store.submit_chat(as_user(Some("user-42"), "j6", "m1")).await;
+    let again = store
+        .submit_chat(as_user(Some("user-42"), "j6", "m1"))
+        .await;
     let Submitted::Job(again) = again.expect("kept") else {
         panic!("the owner's resend gets its job");
     };
