@@ -148,11 +148,14 @@ pub(super) async fn submit(
         .source
         .client(peer.ip(), super::source::forwarded_for(&headers).as_deref())
         .unwrap_or(peer.ip());
-    let outcome =
-        match AddressLimit::check(&state.webchat.per_address, client, AddressRule::Questions) {
-            Err(limited) => Err(limited),
-            Ok(()) => accept(&state, client, &headers, body).await,
-        };
+    let outcome = match AddressLimit::check(
+        state.webchat.per_address.as_ref(),
+        client,
+        AddressRule::Questions,
+    ) {
+        Err(limited) => Err(limited),
+        Ok(()) => accept(&state, client, &headers, body).await,
+    };
     let label = match &outcome {
         Ok((_, true)) => "accepted",
         Ok((_, false)) => "duplicate",
@@ -190,7 +193,7 @@ impl AddressLimit {
 
     /// Takes a token of `client`'s bucket, or says when the next one comes.
     fn check(
-        limit: &Option<AddressLimit>,
+        limit: Option<&AddressLimit>,
         client: IpAddr,
         rule: AddressRule,
     ) -> Result<(), ApiError> {
@@ -212,6 +215,17 @@ impl AddressLimit {
                     retry_after_secs: wait.as_secs_f64().ceil() as u64,
                 }
             })
+    }
+}
+
+impl AddressLimit {
+    /// Takes a token of the bucket of `address` (as stored with an anonymous question) for
+    /// something already done: a review item made for it. Nothing to refuse, so it only
+    /// empties the bucket sooner for what the address asks next.
+    pub fn spend(&self, address: &str) {
+        if let Ok(client) = address.parse::<IpAddr>() {
+            let _ = Self::check(Some(self), client, AddressRule::Handoffs);
+        }
     }
 }
 
@@ -305,7 +319,7 @@ async fn accept(
 
 /// The address a bucket is kept for: an IPv6 client's /64, since one subscriber holds a whole
 /// /64 and could take a new address per request.
-fn network(client: IpAddr) -> IpAddr {
+pub(super) fn network(client: IpAddr) -> IpAddr {
     match client {
         IpAddr::V6(v6) => {
             let prefix = u128::from(v6) & !((1u128 << 64) - 1);
@@ -347,13 +361,17 @@ async fn anonymous_limits(
             .await?
             .is_empty()
     {
-        AddressLimit::check(&settings.new_sessions, client, AddressRule::NewSessions)?;
+        AddressLimit::check(
+            settings.new_sessions.as_ref(),
+            client,
+            AddressRule::NewSessions,
+        )?;
     }
     // Last: a question refused by anything before does not spend the scarcer hand-off token.
     if let Some(router) = &settings.router
         && router.hands_off(question)
     {
-        AddressLimit::check(&settings.handoffs, client, AddressRule::Handoffs)?;
+        AddressLimit::check(settings.handoffs.as_deref(), client, AddressRule::Handoffs)?;
     }
     Ok(())
 }
@@ -1247,9 +1265,9 @@ mod tests {
         assert_eq!(network(v4), v4);
         let limit = AddressLimit::per_minute(2);
         for _ in 0..2 {
-            assert!(AddressLimit::check(&limit, a, AddressRule::Questions).is_ok());
+            assert!(AddressLimit::check(limit.as_ref(), a, AddressRule::Questions).is_ok());
         }
-        assert!(AddressLimit::check(&limit, b, AddressRule::Questions).is_err());
-        assert!(AddressLimit::check(&limit, other, AddressRule::Questions).is_ok());
+        assert!(AddressLimit::check(limit.as_ref(), b, AddressRule::Questions).is_err());
+        assert!(AddressLimit::check(limit.as_ref(), other, AddressRule::Questions).is_ok());
     }
 }

@@ -493,3 +493,55 @@ async fn the_desk_folds_one_addresss_repeated_anonymous_hand_offs_into_one() {
         .expect("json");
     assert_eq!(page["items"][1]["address"], "198.51.100.20");
 }
+
+/// A script whose questions make the model answer unfitly floods the desk as surely as one
+/// asking for a person: every anonymous review item, whatever its reason, folds by address
+/// (an IPv6 client's /64) and spends the address's hand-off bucket.
+#[tokio::test]
+async fn anonymous_model_output_items_fold_by_address_and_spend_its_hand_offs() {
+    const TOKEN: &str = "desk-token-for-tests";
+    let llm = sabi::testing::llm::FakeLlm::start().await;
+    let base = llm.base_url();
+    let app = app_behind_proxy(&[
+        ("SABI_ADMIN_TOKEN", TOKEN),
+        ("SABI_WEBCHAT_HANDOFFS_PER_ADDRESS", "2"),
+        ("SABI_LLM_BASE_URL", base.as_str()),
+        ("SABI_LLM_MODEL", "fake-model"),
+    ])
+    .await;
+    let unfit = || sabi::testing::llm::Answer::Text("<|im_start|>".into());
+    llm.script([unfit(), unfit(), unfit(), unfit()]);
+    let question = |n: usize| serde_json::json!({"session_id": format!("unfit-{n}-0123456789abcdef01234"), "question": "Which restaurant in Lekki would you recommend for a birthday?"});
+    for (n, address) in ["2001:db8:1:2::1", "2001:db8:1:2::ffff"]
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(ask_from(&app, address, question(n)).await.0, 202);
+        app.scheduler.drain().await.expect("turn");
+    }
+    let items: serde_json::Value = app
+        .client
+        .get(app.url("/admin/review"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("review")
+        .json()
+        .await
+        .expect("json");
+    let items = items["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "one /64, one row: {items:#?}");
+    assert_eq!(items[0]["reason"], "model_output");
+    assert_eq!(items[0]["repeats"].as_array().map(Vec::len), Some(1));
+
+    let person = serde_json::json!({"session_id": "unfit-9-0123456789abcdef01234", "question": "I want to speak to a human"});
+    let (status, retry, body) = ask_from(&app, "2001:db8:1:2::2", person.clone()).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (429, Some("handoff_pending")),
+        "the two items spent the address's hand-offs"
+    );
+    assert!(retry.is_some());
+    let (status, _, _) = ask_from(&app, "198.51.100.20", person).await;
+    assert_eq!(status, 202, "another address has its own");
+}
