@@ -831,7 +831,8 @@ async fn a_turn_that_would_pass_its_prompt_budget_goes_to_a_person() {
 }
 
 /// A string argument whose schema sets no `maxLength` gets `llm.max_argument_chars` (1,000):
-/// the model is offered the bound, and a longer argument (or 3 MB of them) never leaves.
+/// the model is offered the bound, and a longer argument (or 200 KB of them, past the 16 KiB
+/// any call's arguments may have) never leaves.
 #[tokio::test]
 async fn string_arguments_are_bounded_by_default() {
     let llm = FakeLlm::start().await;
@@ -843,7 +844,7 @@ async fn string_arguments_are_bounded_by_default() {
         Answer::ToolCall("order_status".into(), json!({"order_id": "9".repeat(1001)})),
         Answer::ToolCall(
             "order_status".into(),
-            json!({"order_id": "9".repeat(3_000_000)}),
+            json!({"order_id": "9".repeat(200_000)}),
         ),
         Answer::Text("Please send your order number again.".into()),
     ]);
