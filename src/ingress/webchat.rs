@@ -550,6 +550,30 @@ fn header_session(headers: &HeaderMap) -> Option<String> {
         .map(|v| v.trim().to_owned())
 }
 
+/// A session bound to a verified user is read by that user alone: the reading request names
+/// them in `X-Sabi-User` and `X-Sabi-User-Hash` (the same `user_id` and `user_hash` as the
+/// question's), or it is 403. An anonymous session is read by its id, as before.
+async fn owner_only(
+    state: &AppState,
+    headers: &HeaderMap,
+    session_id: &str,
+) -> Result<(), ApiError> {
+    let Some(owner) = state.store.chat_session_owner(session_id).await? else {
+        return Ok(());
+    };
+    let named = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let user = vouched_user(&state.webchat, named(USER_HEADER), named(USER_HASH_HEADER))
+        .map_err(|_| ApiError::NotYourSession)?;
+    match user {
+        Some(user) if bool::from(user.as_bytes().ct_eq(owner.as_bytes())) => Ok(()),
+        _ => Err(ApiError::NotYourSession),
+    }
+}
+
+/// The verified user reading a bound session, and the site's signature of it.
+const USER_HEADER: &str = "x-sabi-user";
+const USER_HASH_HEADER: &str = "x-sabi-user-hash";
+
 /// The header that carries the session instead of `session_id`.
 const SESSION_HEADER: &str = "x-sabi-session";
 
@@ -579,6 +603,7 @@ fn session(
     ),
     responses(
         (status = 200, description = "The job", body = JobView),
+        (status = 403, description = "The session belongs to a verified user: name them in X-Sabi-User and X-Sabi-User-Hash", body = ErrorBody),
         (status = 404, description = "Unknown, expired, or another session's job", body = ErrorBody),
         (status = 422, description = "No session id", body = ErrorBody),
     )
@@ -590,6 +615,7 @@ pub(super) async fn status(
     query: Result<Query<Session>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let session = session(&headers, query)?;
+    owner_only(&state, &headers, &session.session_id).await?;
     let job = owned_job(&state, &job_id, &session.session_id).await?;
     let mut response = Json(JobView::of(&job)).into_response();
     response
@@ -703,6 +729,7 @@ fn rank(status: JobStatus) -> u64 {
     responses(
         (status = 200, description = "Events `queued` (id 1), `started` (2), `finished` or `failed` (3); data is the job as JSON",
             content_type = "text/event-stream", body = StatusEvent),
+        (status = 403, description = "The session belongs to a verified user: name them in X-Sabi-User and X-Sabi-User-Hash", body = ErrorBody),
         (status = 404, description = "Unknown, expired, or another session's job", body = ErrorBody),
         (status = 422, description = "No session id", body = ErrorBody),
         (status = 429, description = "Too many streams open for this session or address: poll instead", body = ErrorBody),
@@ -717,6 +744,7 @@ pub(super) async fn events(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let session = session(&headers, query)?;
+    owner_only(&state, &headers, &session.session_id).await?;
     let job = owned_job(&state, &job_id, &session.session_id).await?;
     // Streams are bounded per node, per session and per address; the page falls back to
     // polling when refused.
@@ -921,6 +949,7 @@ pub(super) struct History {
     params(HistoryQuery),
     responses(
         (status = 200, description = "A page of the history", body = History),
+        (status = 403, description = "The session belongs to a verified user: name them in X-Sabi-User and X-Sabi-User-Hash", body = ErrorBody),
         (status = 422, description = "An invalid session id or cursor", body = ErrorBody),
     )
 )]
@@ -934,6 +963,7 @@ pub(super) async fn history(
         why: "must be the `before` of a history page".into(),
     })?;
     let session_id = long_session(&headers, query.session_id)?;
+    owner_only(&state, &headers, &session_id).await?;
     let before = match query.before.as_deref() {
         None | Some("") => None,
         Some(cursor) => Some(cursor.parse::<i64>().map_err(|_| ApiError::Invalid {
@@ -1044,6 +1074,7 @@ pub(super) struct FeedQuery {
     ),
     responses(
         (status = 200, description = "People's replies and whether a person holds the chat", body = Feed),
+        (status = 403, description = "The session belongs to a verified user: name them in X-Sabi-User and X-Sabi-User-Hash", body = ErrorBody),
         (status = 422, description = "No session id, or one too short", body = ErrorBody),
     )
 )]
@@ -1057,6 +1088,7 @@ pub(super) async fn feed(
         why: "must be a whole number".into(),
     })?;
     let session_id = long_session(&headers, query.session_id)?;
+    owner_only(&state, &headers, &session_id).await?;
     let after = query.after.unwrap_or(0);
     let feed = state
         .store
@@ -1108,6 +1140,7 @@ pub(super) struct SessionEvent {
     responses(
         (status = 200, description = "Events `state` (first, then on change) and `person` (each person's reply)",
             content_type = "text/event-stream", body = SessionEvent),
+        (status = 403, description = "The session belongs to a verified user: name them in X-Sabi-User and X-Sabi-User-Hash", body = ErrorBody),
         (status = 422, description = "No session id, or one too short", body = ErrorBody),
         (status = 429, description = "Too many streams open for this session or address: poll `GET /chat/session` instead", body = ErrorBody),
         (status = 503, description = "Too many streams open on this node: poll instead", body = ErrorBody),
@@ -1124,6 +1157,7 @@ pub(super) async fn session_events(
         why: "must be a whole number".into(),
     })?;
     let session_id = long_session(&headers, query.session_id)?;
+    owner_only(&state, &headers, &session_id).await?;
     let resume_after: Option<i64> = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())

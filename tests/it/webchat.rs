@@ -878,6 +878,40 @@ async fn a_verified_users_session_cannot_be_joined() {
         (202, &mine["job_id"]),
         "the owner's resend"
     );
+
+    // Reading it is theirs alone too: the history, the job, the person's replies.
+    let job_id = mine["job_id"].as_str().expect("job");
+    let hash = sabi::whatsapp::sign(&secrecy::SecretString::from(SECRET.to_owned()), b"user-42");
+    let hash = hash.trim_start_matches("sha256=").to_owned();
+    for path in [
+        "/chat/history".to_owned(),
+        format!("/chat/{job_id}"),
+        "/chat/session".to_owned(),
+    ] {
+        let read = |user: Option<(&str, &str)>| {
+            let mut request = app
+                .client
+                .get(app.url(&path))
+                .header("x-sabi-session", session);
+            if let Some((user, hash)) = user {
+                request = request
+                    .header("x-sabi-user", user)
+                    .header("x-sabi-user-hash", hash);
+            }
+            async move { request.send().await.expect("got").status().as_u16() }
+        };
+        assert_eq!(read(None).await, 403, "{path}: anonymous");
+        assert_eq!(
+            read(Some(("user-7", &hash))).await,
+            403,
+            "{path}: another user"
+        );
+        assert_eq!(
+            read(Some(("user-42", &hash))).await,
+            200,
+            "{path}: the owner"
+        );
+    }
 }
 
 /// A history is read a page at a time, the latest first, each page within 64 KiB (however
