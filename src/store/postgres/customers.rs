@@ -165,6 +165,13 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At) -> Result<Eras
             &[&who.customer],
         )
         .await?;
+        // The session's binding names its user: forgotten with it.
+        count(
+            &mut tx,
+            "DELETE FROM chat_owners WHERE session_id = $1",
+            &[&who.customer],
+        )
+        .await?;
     }
     // Kept, emptied: the same raw part arriving again is still known.
     erased.quarantined = count(

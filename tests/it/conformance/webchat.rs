@@ -380,6 +380,14 @@ pub async fn a_session_belongs_to_its_first_verified_user(store: Arc<dyn Store>)
     assert_eq!((again.job_id.as_str(), again.created), ("j1", false));
     let history = store.chat_history("s1", None, 10).await.expect("history");
     assert_eq!(history.len(), 2, "nothing of the refused was kept");
+    // Forgetting the session forgets whose it was.
+    let subject =
+        sabi::store::Subject::parse(sabi::domain::Channel::Webchat, "s1").expect("a session");
+    store
+        .forget_customer(&subject, T0 + ms(5))
+        .await
+        .expect("forgotten");
+    assert_eq!(store.chat_session_owner("s1").await.expect("owner"), None);
 }
 
 /// A session that asks too fast is told when its oldest question of the minute leaves it.
