@@ -4,7 +4,7 @@
 //! it asks for the token and calls this API.
 //!
 //! - `GET /admin/review?reason=&customer=&limit=`: open review items, WhatsApp's first, then
-//!   oldest first; an anonymous visitor's repeated hand-offs from one address fold into one;
+//!   oldest first; an anonymous visitor's open items from one address (any reason) fold into one;
 //!   with the intents a person may label messages as;
 //! - `GET /admin/review/{id}`: one item with its conversation;
 //! - `POST /admin/review/{id}/reply` `{"text": "..."}`: a person's reply, through the outbox

@@ -5,7 +5,12 @@
 //! (server-sent events) report the job from the store, so they work whichever node runs the
 //! turn. Jobs of another session, unknown and expired ones all answer the same 404. When the
 //! queue is too deep the question is refused (503, or 429 for one session asking too fast)
-//! before anything is stored.
+//! before anything is stored. Every 429 says the real wait in `Retry-After`.
+//!
+//! A session id is the visitor's credential: at least 128 bits on every route. A session is
+//! bound to the first verified user who asks in it; from then on only that user asks in it or
+//! reads it (403 for anyone else, resends of its message ids included). A history is read a
+//! page at a time, bounded in bytes.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
