@@ -8,7 +8,12 @@
 #   nothing doubled    no reply part twice: one outbox row per (reply, part), no wamid twice
 #   nobody silent      every customer who wrote got a reply part accepted, or is in review
 #   nobody waits       no customer has a queued part of a later reply behind an unknown part
-#   unknown parts      parts whose send lost its answer (expected: at most the kills' requests on the wire)
+#   unknown parts      sends a kill left without an answer (at most the kills' requests on the
+#                      wire), and how each ended: settled by Meta's status, or with a person
+#
+# The fake Graph API answers a send in GRAPH_LATENCY seconds (P50,P95, default 0.3,1.5, about
+# Meta's), so kills land mid-request, and sends Meta's `sent` status webhook a second after
+# each answer.
 #
 # Exits 1 when a check fails.
 #
@@ -36,6 +41,7 @@ AUDIENCE="${AUDIENCE:-300}"
 SETTLE="${SETTLE:-240}"
 TURNS_PER_NODE="${TURNS_PER_NODE:-4}"
 LLM_LATENCY="${LLM_LATENCY:-2,6}"
+GRAPH_LATENCY="${GRAPH_LATENCY:-0.3,1.5}"
 PG_URL="${PG_URL:-postgres://root@127.0.0.1:5432}"
 BENCH_WORK="${BENCH_WORK:-/tmp/sabi-bench}"
 RES="$BENCH_WORK/chaos-$STORE-$(date +%Y%m%d-%H%M%S)"
@@ -178,6 +184,7 @@ log "chaos on $STORE: $store_desc; $AUDIENCE customers over ${send_over}s, kills
   --slots $((TURNS_PER_NODE * 2)) --json \
   --webhook "http://127.0.0.1:$API_PORT/webhook/whatsapp" \
   --graph-listen "127.0.0.1:$GRAPH_PORT" --model-listen "127.0.0.1:$MODEL_PORT" \
+  --graph-latency "$GRAPH_LATENCY" --graph-statuses \
   >"$RES/simulate.json" 2>"$RES/simulate.log" &
 crowd=$!
 pids+=("$crowd")
@@ -351,12 +358,22 @@ verdict("nobody waits", not blocked,
         f"{len(blocked)} queued parts of a later reply behind an unknown part; "
         f"{held} parts held behind an unknown part of their own reply")
 
-# unknown parts
+# unknown parts: the nodes log each send whose lease lapsed with no answer
+import glob, re
+lapsed = set()
+for name in glob.glob(f"{res}/node-*.log"):
+    for line in open(name, errors="replace"):
+        if "lease lapsed with no outcome" in line:
+            found = re.search(r"outbox[=:]\s*(\d+)", line)
+            if found:
+                lapsed.add(int(found.group(1)))
+by_id = {p["id"]: p for p in outbox}
+ended = collections.Counter(by_id[i]["state"] if i in by_id else "gone" for i in lapsed)
 unknown_now = part_states["unknown"]
 unknown_review = review_reasons["unknown_outcome"]
-print(f"INFO  unknown parts    {unknown_now + unknown_review} send(s) whose answer was lost "
-      f"({unknown_now} still unknown, {unknown_review} in review as unknown_outcome) "
-      f"over {kills} kill(s) and {restarts} store restart(s)")
+print(f"INFO  unknown parts    {len(lapsed)} send(s) a kill left without an answer over {kills} kill(s) "
+      f"and {restarts} store restart(s); now " + (", ".join(f"{k} {v}" for k, v in sorted(ended.items())) or "none")
+      + f"; {unknown_now} part(s) still unknown, {unknown_review} review item(s) unknown_outcome")
 print("RESULT " + ("FAIL: " + ", ".join(failed) if failed else "PASS"))
 sys.exit(1 if failed else 0)
 EOF

@@ -136,6 +136,7 @@ async fn agent_turns(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
                 window: Duration::ZERO,
                 cap: Duration::ZERO,
             },
+            pair_spacing: std::time::Duration::ZERO,
         };
         store.ingest(delivery).await.expect("ingest");
         let claim = store

@@ -188,6 +188,7 @@ async fn ingest_all(
                         window,
                         cap: Duration::from_secs(60),
                     },
+                    pair_spacing: std::time::Duration::ZERO,
                 };
                 store
                     .inner

@@ -252,6 +252,7 @@ async fn fill_outbox(store: &Arc<dyn Store>, parts: usize) {
                 window: Duration::ZERO,
                 cap: Duration::ZERO,
             },
+            pair_spacing: std::time::Duration::ZERO,
         };
         store.ingest(delivery).await.expect("ingest");
     }

@@ -7,7 +7,10 @@
 //! "option 2") are not figures. Figures compare by what they mean, not how they are written:
 //! `N45,000`, `₦45,000`, `NGN 45000`, `45k` and `45,000.00` are one amount; a phone or account
 //! number is its last 10 digits; a date is its day and month, in any common spelling; a
-//! reference is its letters and digits, or its digits alone (`ORD-48213` and `#48213`).
+//! reference is its letters and digits, or its digits alone (`ORD-48213` and `#48213`). An
+//! amount may group its thousands with spaces (`₦45 000`). A template's placeholder where a
+//! figure should be (`[insert balance]`, `{{amount}}`, `<amount>`) is a figure no source
+//! grounds: the model had no figure to give.
 //!
 //! [`Ground`] holds what the sources said (every number in them, small ones too, since a tool
 //! may answer `{"balance": 0}`); [`Ground::ungrounded`] names the answer's figures it lacks.
@@ -81,7 +84,17 @@ impl Ground {
 const MONTHS: &str = "jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?";
 /// A number as written: thousands grouped by commas only in threes, so "1,2,3" is three.
 const NUMBER: &str = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?";
+/// An amount as written after or before its currency: thousands grouped by commas or spaces.
+const AMOUNT: &str =
+    r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:[ \x{a0}\x{202f}]\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?";
 const MULTIPLIER: &str = r"k|m|bn|thousand|million|billion";
+
+/// A placeholder left where a figure should be.
+static PLACEHOLDER: LazyLock<Regex> = LazyLock::new(|| {
+    regex(
+        r"(?i)\[\s*(?:insert|enter|add|your|customer'?s?|account|amount|balance|name|date|number|reference|x{2,})\b[^\]\n\d]{0,40}\]|\{\{\s*[a-z_][a-z0-9_ ]{0,30}\}\}|<\s*(?:insert|amount|balance|date|number|reference)\b[^>\n]{0,30}>",
+    )
+});
 
 static ISO_DATE: LazyLock<Regex> =
     LazyLock::new(|| regex(r"\b(\d{4})-(\d{1,2})-(\d{1,2})(?:T|\b)"));
@@ -101,12 +114,12 @@ static MONTH_DAY: LazyLock<Regex> = LazyLock::new(|| {
 static DIGIT_RUN: LazyLock<Regex> = LazyLock::new(|| regex(r"\(?\+?\d(?:(?:[ .\-]|\) ?)?\d)*"));
 static CURRENCY_FIRST: LazyLock<Regex> = LazyLock::new(|| {
     regex(&format!(
-        r"(?i)(?:₦|\bngn|\busd|us\$|\$|£|€|\bn)\s?({NUMBER})(?:\s?({MULTIPLIER})\b)?"
+        r"(?i)(?:₦|\bngn|\busd|us\$|\$|£|€|\bn)\s?({AMOUNT})(?:\s?({MULTIPLIER})\b)?"
     ))
 });
 static CURRENCY_AFTER: LazyLock<Regex> = LazyLock::new(|| {
     regex(&format!(
-        r"(?i)\b({NUMBER})(?:\s?({MULTIPLIER}))?\s?(?:naira|ngn|usd|dollars?|kobo)\b"
+        r"(?i)\b({AMOUNT})(?:\s?({MULTIPLIER}))?\s?(?:naira|ngn|usd|dollars?|kobo)\b"
     ))
 });
 static MULTIPLIED: LazyLock<Regex> =
@@ -126,6 +139,7 @@ pub fn figures(text: &str) -> Vec<Figure> {
         text: text.to_owned(),
         found: Vec::new(),
     };
+    scan.each(&PLACEHOLDER, |_| Some(Figure::new(true, Vec::new())));
     scan.each(&ISO_DATE, |c| day(&c[2], &c[3], Some(&c[1])));
     scan.each(&NUMERIC_DATE, |c| {
         // Day first as in Nigeria, or month first: either day agrees.
@@ -228,6 +242,10 @@ impl Figure {
 
     /// An amount with a fraction also gives its whole units, as a reply may round them.
     fn whole(mut self, written: &str) -> Figure {
+        let written: String = written
+            .chars()
+            .filter(|c| !matches!(c, ' ' | '\u{a0}' | '\u{202f}'))
+            .collect();
         if let Some((units, _)) = written.split_once('.') {
             self.implied.extend(number(units));
             if let Ok(value) = written.replace(',', "").parse::<f64>() {
@@ -329,7 +347,10 @@ fn quantity(written: &str, multiplier: Option<&str>) -> Option<String> {
         Some("m" | "million") => 1e6,
         Some(_) => 1e9,
     };
-    let plain = written.replace(',', "");
+    let plain: String = written
+        .chars()
+        .filter(|c| !matches!(c, ',' | ' ' | '\u{a0}' | '\u{202f}'))
+        .collect();
     let (units, fraction) = if multiplier.is_none() {
         let (units, fraction) = plain.split_once('.').unwrap_or((&plain, ""));
         (units.to_owned(), fraction.to_owned())
@@ -384,6 +405,8 @@ mod tests {
             "45K",
             "NGN45,000.00",
             "45000 NGN",
+            "₦45 000",
+            "45 000 naira",
         ];
         for source in spellings {
             for answer in spellings {
@@ -438,6 +461,9 @@ mod tests {
             ("Due 12 March.", "12 March"),
             ("Call 08031234567", "08031234567"),
             ("Ref TXN12345.", "TXN12345"),
+            ("Your balance is [insert balance].", "[insert balance]"),
+            ("You owe {{amount}} today", "{{amount}}"),
+            ("Your balance is ₦45 000.", "₦45 000"),
         ] {
             assert_eq!(counted(text), vec![figure], "{text}");
         }

@@ -114,7 +114,7 @@ pub(super) async fn inputs(
         (None, _) => {}
     }
     if let Some(latency) = &args.llm_latency {
-        (scenario.llm_p50, scenario.llm_p95) = latencies(latency)?;
+        (scenario.llm_p50, scenario.llm_p95) = latencies("--llm-latency", latency)?;
     }
     scenario.llm_rpm = args.llm_rpm.or(config.llm.budget.requests_per_minute);
     scenario.llm_tpm = args.llm_tpm.or(config.llm.budget.tokens_per_minute);
@@ -209,14 +209,15 @@ async fn measured_local_share(store: &dyn Store) -> anyhow::Result<f64> {
     Ok(stats.local as f64 / answered as f64)
 }
 
-fn latencies(given: &str) -> anyhow::Result<(f64, f64)> {
-    let bad = || anyhow::anyhow!("--llm-latency: seconds as P50,P95, like 5,12");
+/// A latency option's `P50,P95` in seconds; `flag` names the option in errors.
+pub(super) fn latencies(flag: &str, given: &str) -> anyhow::Result<(f64, f64)> {
+    let bad = || anyhow::anyhow!("{flag}: seconds as P50,P95, like 5,12");
     let (p50, p95) = given.split_once(',').ok_or_else(bad)?;
     let (p50, p95): (f64, f64) = (
         p50.trim().parse().map_err(|_| bad())?,
         p95.trim().parse().map_err(|_| bad())?,
     );
-    anyhow::ensure!(p50 > 0.0 && p95 >= p50, "--llm-latency: 0 < P50 <= P95");
+    anyhow::ensure!(p50 > 0.0 && p95 >= p50, "{flag}: 0 < P50 <= P95");
     Ok((p50, p95))
 }
 

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 
-use super::plan::{ScenarioArgs, inputs, print_recommended, print_rows, print_scenario};
+use super::plan::{ScenarioArgs, inputs, latencies, print_recommended, print_rows, print_scenario};
 use crate::config::Config;
 use crate::plan::{self, Sizing, shown};
 use crate::simulate::{self, Customers, Remote};
@@ -29,6 +29,14 @@ pub(super) struct SimulateArgs {
     /// With --webhook: where the fake model listens.
     #[arg(long, requires = "webhook")]
     model_listen: Option<SocketAddr>,
+    /// With --webhook: how long the fake Graph API takes to answer a send, seconds as P50,P95
+    /// (like 0.3,1.5; at once by default). A node killed meanwhile leaves the send unknown.
+    #[arg(long, requires = "webhook")]
+    graph_latency: Option<String>,
+    /// With --webhook: the fake Graph API sends Meta's `sent` status webhook for each accepted
+    /// send a second after its answer, as Meta does, to the same webhook URL.
+    #[arg(long, requires = "webhook")]
+    graph_statuses: bool,
 }
 
 pub(super) async fn run(config: &Config, args: SimulateArgs) -> anyhow::Result<()> {
@@ -44,6 +52,12 @@ pub(super) async fn run(config: &Config, args: SimulateArgs) -> anyhow::Result<(
                 .context("no app secret")?,
             graph: args.graph_listen.context("--graph-listen")?,
             model: args.model_listen.context("--model-listen")?,
+            graph_latency: args
+                .graph_latency
+                .as_deref()
+                .map(|l| latencies("--graph-latency", l))
+                .transpose()?,
+            graph_statuses: args.graph_statuses,
         };
         let seen = simulate::against(config, &scenario, &sizing, remote).await?;
         match args.json {

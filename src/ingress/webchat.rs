@@ -1194,6 +1194,7 @@ pub(super) async fn session_events(
             queue: std::collections::VecDeque::new(),
             deadline,
             first: true,
+            store_failing: false,
             _held: (permit, slot),
         },
         next_feed_event,
@@ -1213,6 +1214,8 @@ struct FeedState {
     deadline: tokio::time::Instant,
     /// The first read goes at once.
     first: bool,
+    /// The last read failed: logged once per outage, not at every look.
+    store_failing: bool,
     _held: (tokio::sync::OwnedSemaphorePermit, StreamSlot),
 }
 
@@ -1231,14 +1234,22 @@ async fn next_feed_event(mut s: FeedState) -> Option<(Result<Event, Infallible>,
         }
         s.first = false;
         // A store that cannot answer now may answer at the next look.
-        let Ok(feed) = s
+        let feed = match s
             .state
             .store
             .chat_feed(&s.session_id, s.last_id, FEED_LIMIT)
             .await
-        else {
-            continue;
+        {
+            Ok(feed) => feed,
+            Err(e) => {
+                if !s.store_failing {
+                    tracing::warn!(error.message = %e, "a session's event stream cannot read the store; it keeps trying");
+                }
+                s.store_failing = true;
+                continue;
+            }
         };
+        s.store_failing = false;
         for line in feed.lines {
             s.last_id = line.id;
             let data = serde_json::to_string(&line).unwrap_or_default();

@@ -8,7 +8,7 @@
 //! [`SHARE`] joins the line, so replies keep nine tenths of the Graph calls and the receipts
 //! still drain. The queue is this node's: a crash loses the receipts it held, never a reply.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -32,12 +32,28 @@ pub(crate) struct Receipts {
 
 #[derive(Default)]
 struct Waiting {
-    /// Conversations in the order they first waited, each once.
-    order: VecDeque<Conversation>,
+    /// Per business number, its customers in the order they first waited, each once. Each
+    /// number drains on its own: one held back by Meta never keeps another's receipts waiting.
+    order: HashMap<String, VecDeque<String>>,
     /// The message to mark read, per waiting conversation.
     latest: HashMap<Conversation, String>,
     /// Per number: when a receipt may next take a slot in line behind replies.
     next_in_line: HashMap<String, At>,
+    /// The numbers whose receipts are being sent.
+    draining: HashSet<String>,
+}
+
+impl Waiting {
+    fn count(&self, sender: &Sender) {
+        let left = i64::try_from(self.latest.len()).unwrap_or(i64::MAX);
+        sender.metrics.receipts_waiting.set(left);
+    }
+
+    fn forget(&mut self, (business, customer): &Conversation) {
+        if let Some(line) = self.order.get_mut(business) {
+            line.retain(|c| c != customer);
+        }
+    }
 }
 
 impl Receipts {
@@ -46,14 +62,15 @@ impl Receipts {
     pub(crate) fn owe(&self, sender: &Sender, business: &str, customer: &str, message_id: &str) {
         let key = (business.to_owned(), customer.to_owned());
         let mut waiting = lock(&self.waiting);
-        match waiting.latest.insert(key.clone(), message_id.to_owned()) {
+        match waiting.latest.insert(key, message_id.to_owned()) {
             Some(_) => count(sender, "coalesced"),
-            None => waiting.order.push_back(key),
+            None => waiting
+                .order
+                .entry(business.to_owned())
+                .or_default()
+                .push_back(customer.to_owned()),
         }
-        sender
-            .metrics
-            .receipts_waiting
-            .set(i64::try_from(waiting.order.len()).unwrap_or(i64::MAX));
+        waiting.count(sender);
         drop(waiting);
         self.added.notify_one();
     }
@@ -63,28 +80,49 @@ impl Receipts {
         let key = (business.to_owned(), customer.to_owned());
         let mut waiting = lock(&self.waiting);
         if waiting.latest.remove(&key).is_some() {
-            waiting.order.retain(|k| *k != key);
+            waiting.forget(&key);
             count(sender, "coalesced");
-            let left = i64::try_from(waiting.order.len()).unwrap_or(i64::MAX);
-            sender.metrics.receipts_waiting.set(left);
+            waiting.count(sender);
         }
     }
 
-    /// Sends waiting receipts until `shutdown`.
+    /// Sends waiting receipts until `shutdown`: a drain per number that has some.
     pub(crate) async fn run(&self, sender: Arc<Sender>, shutdown: CancellationToken) {
         loop {
-            let next = lock(&self.waiting).order.front().cloned();
-            let Some(conversation) = next else {
-                tokio::select! {
-                    () = self.added.notified() => continue,
-                    () = shutdown.cancelled() => return,
-                }
-            };
+            for number in self.undrained() {
+                tokio::spawn(drain(sender.clone(), number, shutdown.clone()));
+            }
             tokio::select! {
-                () = self.send(&sender, conversation) => {}
+                () = self.added.notified() => {}
                 () = shutdown.cancelled() => return,
             }
         }
+    }
+
+    /// Numbers with receipts waiting and nobody sending them, now marked as being drained.
+    fn undrained(&self) -> Vec<String> {
+        let mut waiting = lock(&self.waiting);
+        let Waiting {
+            order, draining, ..
+        } = &mut *waiting;
+        let numbers: Vec<String> = order
+            .iter()
+            .filter(|(number, line)| !line.is_empty() && !draining.contains(*number))
+            .map(|(number, _)| number.clone())
+            .collect();
+        draining.extend(numbers.iter().cloned());
+        numbers
+    }
+
+    /// The next customer of `number` whose receipt waits; none left ends the drain.
+    fn next_of(&self, number: &str) -> Option<String> {
+        let mut waiting = lock(&self.waiting);
+        let next = waiting.order.get(number).and_then(|l| l.front().cloned());
+        if next.is_none() {
+            waiting.order.remove(number);
+            waiting.draining.remove(number);
+        }
+        next
     }
 
     /// Takes a slot for the conversation's number as the share allows, then marks its latest
@@ -115,9 +153,8 @@ impl Receipts {
             let Some(id) = waiting.latest.remove(&conversation) else {
                 return; // paid by a typing indicator meanwhile
             };
-            waiting.order.retain(|k| *k != conversation);
-            let left = i64::try_from(waiting.order.len()).unwrap_or(i64::MAX);
-            sender.metrics.receipts_waiting.set(left);
+            waiting.forget(&conversation);
+            waiting.count(sender);
             id
         };
         match sender
@@ -130,6 +167,17 @@ impl Receipts {
                 count(sender, "failed");
                 tracing::warn!(error.message = %e, "could not mark a message read");
             }
+        }
+    }
+}
+
+/// Sends `number`'s waiting receipts, oldest first, until none is left or `shutdown`.
+async fn drain(sender: Arc<Sender>, number: String, shutdown: CancellationToken) {
+    let receipts = sender.receipts();
+    while let Some(customer) = receipts.next_of(&number) {
+        tokio::select! {
+            () = receipts.send(&sender, (number.clone(), customer)) => {}
+            () = shutdown.cancelled() => return,
         }
     }
 }

@@ -197,7 +197,7 @@ impl Crowd {
 }
 
 /// Posts one webhook, retrying a refusal the way Meta does (a few times, a second apart).
-async fn post(
+pub(super) async fn post(
     http: reqwest::Client,
     url: String,
     signature: String,

@@ -9,16 +9,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+use super::crowd;
 use crate::clock::{At, SharedClock};
 use crate::plan::queue::lognormal;
+use crate::whatsapp::{sign, wire};
 
 /// A message a customer received.
 #[derive(Debug, Clone)]
@@ -29,12 +32,36 @@ pub(crate) struct Delivered {
     pub holding: bool,
 }
 
+/// How the fake Graph API behaves beyond answering at once.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GraphShape {
+    /// A send's time before its answer, seconds: median and 95th percentile. Meta's answers
+    /// take a few hundred milliseconds; a node killed meanwhile leaves the send unknown.
+    pub latency: Option<(f64, f64)>,
+    /// Where Meta's `sent` status webhook for each accepted send goes, a second after its
+    /// answer, carrying the send's callback data.
+    pub statuses: Option<StatusSink>,
+}
+
+/// A webhook URL and the app secret its deliveries are signed with.
+#[derive(Debug, Clone)]
+pub(crate) struct StatusSink {
+    pub webhook: String,
+    pub secret: SecretString,
+}
+
+/// How long after its answer Meta's `sent` status for a send arrives.
+const STATUS_AFTER: Duration = Duration::from_secs(1);
+
 struct GraphState {
     clock: SharedClock,
     delivered: mpsc::UnboundedSender<Delivered>,
     /// The holding message's text before and after its `{wait}`: how a holding message is
     /// told apart from an answer.
     holding: (String, String),
+    shape: GraphShape,
+    rng: Mutex<fastrand::Rng>,
+    http: reqwest::Client,
 }
 
 /// Serves the Graph API's send endpoint on `listener`; every text sent is told on `delivered`.
@@ -42,6 +69,7 @@ pub(crate) fn serve_graph(
     listener: TcpListener,
     clock: SharedClock,
     hold_message: &str,
+    shape: GraphShape,
     delivered: mpsc::UnboundedSender<Delivered>,
 ) {
     let (before, after) = hold_message
@@ -51,6 +79,9 @@ pub(crate) fn serve_graph(
         clock,
         delivered,
         holding: (before.to_owned(), after.to_owned()),
+        shape,
+        rng: Mutex::new(fastrand::Rng::new()),
+        http: reqwest::Client::new(),
     });
     let app = axum::Router::new()
         .route("/{version}/{number}/messages", post(send))
@@ -60,7 +91,11 @@ pub(crate) fn serve_graph(
     });
 }
 
-async fn send(State(state): State<Arc<GraphState>>, Json(body): Json<Value>) -> Json<Value> {
+async fn send(
+    State(state): State<Arc<GraphState>>,
+    Path((_, number)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> Json<Value> {
     // Read receipts and typing indicators.
     if body.get("status").is_some() {
         return Json(json!({"success": true}));
@@ -78,11 +113,55 @@ async fn send(State(state): State<Arc<GraphState>>, Json(body): Json<Value>) -> 
         holding,
     });
     let wamid = format!("wamid.SIM{:016x}", fastrand::u64(..));
+    let took = state.shape.latency.map_or(Duration::ZERO, |(p50, p95)| {
+        Duration::from_secs_f64(lognormal(&mut lock(&state.rng), p50, p95))
+    });
+    let answer_at = state.clock.now() + took;
+    // Meta has the message from now on, whether or not the sender is still there for the
+    // answer: its status comes all the same.
+    if let Some(sink) = &state.shape.statuses {
+        let callback = body["biz_opaque_callback_data"].as_str().map(str::to_owned);
+        tokio::spawn(tell_status(
+            state.clone(),
+            sink.clone(),
+            (number, customer.clone(), wamid.clone()),
+            (answer_at + STATUS_AFTER, callback),
+        ));
+    }
+    state.clock.sleep_until(answer_at).await;
     Json(json!({
         "messaging_product": "whatsapp",
         "contacts": [{"input": customer, "wa_id": customer}],
         "messages": [{"id": wamid}],
     }))
+}
+
+/// Meta's `sent` status for a send `(business, customer, wamid)`, posted `at` with the send's
+/// callback data.
+async fn tell_status(
+    state: Arc<GraphState>,
+    sink: StatusSink,
+    (business, customer, wamid): (String, String, String),
+    (at, callback): (At, Option<String>),
+) {
+    state.clock.sleep_until(at).await;
+    let body = wire::encode(&wire::status_webhook(
+        &business,
+        &customer,
+        &wamid,
+        "sent",
+        u64::try_from(at.unix_seconds()).unwrap_or(0),
+        callback.as_deref(),
+    ));
+    let signature = sign(&sink.secret, body.as_bytes());
+    crowd::post(
+        state.http.clone(),
+        sink.webhook,
+        signature,
+        body,
+        state.clock.clone(),
+    )
+    .await;
 }
 
 /// How the simulated model answers.

@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::crowd::{Crowd, Messages, Seen};
-use self::fakes::{Call, ModelLog, ModelShape};
+use self::fakes::{Call, GraphShape, ModelLog, ModelShape, StatusSink};
 use crate::app::{App, Role};
 use crate::clock::{At, Clock, SharedClock, SystemClock, TokioClock};
 use crate::config::Config;
@@ -107,6 +107,10 @@ pub struct Remote {
     /// Where the fake Graph API and the fake model listen (the nodes are configured with them).
     pub graph: SocketAddr,
     pub model: SocketAddr,
+    /// The fake Graph API's answer time, seconds: median and 95th percentile (at once if none).
+    pub graph_latency: Option<(f64, f64)>,
+    /// Whether the fake Graph API sends Meta's `sent` status webhook for each accepted send.
+    pub graph_statuses: bool,
 }
 
 /// Plays `scenario` in real time against nodes running elsewhere; only what customers saw is
@@ -122,15 +126,17 @@ pub async fn against(
 ) -> anyhow::Result<Customers> {
     let clock: SharedClock = Arc::new(SystemClock);
     let started = clock.now();
-    let (log, delivered) = start_fakes(
-        config,
-        scenario,
-        &clock,
-        Some(remote.graph),
-        Some(remote.model),
-    )
-    .await?
-    .into_parts();
+    let shape = GraphShape {
+        latency: remote.graph_latency,
+        statuses: remote.graph_statuses.then(|| StatusSink {
+            webhook: remote.webhook.clone(),
+            secret: remote.app_secret.clone(),
+        }),
+    };
+    let listen = (Some(remote.graph), Some(remote.model));
+    let (log, delivered) = start_fakes(config, scenario, &clock, listen, shape)
+        .await?
+        .into_parts();
     let seen = crowd(config, scenario, clock, remote.webhook, remote.app_secret)?
         .run(started, &repliers(scenario, sizing), delivered)
         .await;
@@ -145,7 +151,14 @@ async fn run_virtual(
     let real = Instant::now();
     let origin = SystemClock.now();
     let clock: SharedClock = Arc::new(TokioClock::starting_at(origin));
-    let fakes = start_fakes(config, scenario, &clock, None, None).await?;
+    let fakes = start_fakes(
+        config,
+        scenario,
+        &clock,
+        (None, None),
+        GraphShape::default(),
+    )
+    .await?;
     let secret = SecretString::from(format!("simulated-{:x}", fastrand::u64(..)));
     let dir = TempDir::new()?;
     let store: Arc<dyn Store> = Arc::new(
@@ -220,8 +233,8 @@ async fn start_fakes(
     config: &Config,
     scenario: &Scenario,
     clock: &SharedClock,
-    graph: Option<SocketAddr>,
-    model: Option<SocketAddr>,
+    (graph, model): (Option<SocketAddr>, Option<SocketAddr>),
+    shape: GraphShape,
 ) -> anyhow::Result<Fakes> {
     let graph_listener = fakes::listen(graph).await.context("the fake Graph API")?;
     let model_listener = fakes::listen(model).await.context("the fake model")?;
@@ -231,6 +244,7 @@ async fn start_fakes(
         graph_listener,
         clock.clone(),
         &config.engine.hold_message,
+        shape,
         tell,
     );
     let shape = ModelShape {

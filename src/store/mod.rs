@@ -141,6 +141,9 @@ pub struct Ingest {
     /// conversation in the model's lane until a batch takes it; the others' turns are claimed
     /// first ([`Turns::claim_routine`]).
     pub routine: HashSet<String>,
+    /// The least time between two messages to one customer (`whatsapp.pair_spacing`): a status
+    /// that settles a send before its sender answered holds the customer that long.
+    pub pair_spacing: Duration,
 }
 
 /// What an ingest did.

@@ -40,6 +40,41 @@ pub fn text_webhook(
     })
 }
 
+/// A Cloud API status webhook for one message a business sent: `status` is `sent`,
+/// `delivered`, `read` or `failed`; `callback` is the send's `biz_opaque_callback_data`.
+pub fn status_webhook(
+    business: &str,
+    recipient: &str,
+    wamid: &str,
+    status: &str,
+    timestamp: u64,
+    callback: Option<&str>,
+) -> Value {
+    let mut entry = serde_json::json!({
+        "id": wamid,
+        "status": status,
+        "timestamp": timestamp.to_string(),
+        "recipient_id": recipient,
+    });
+    if let Some(callback) = callback {
+        entry["biz_opaque_callback_data"] = callback.into();
+    }
+    serde_json::json!({
+        "object": "whatsapp_business_account",
+        "entry": [{
+            "id": "100000000000000",
+            "changes": [{
+                "value": {
+                    "messaging_product": "whatsapp",
+                    "metadata": {"display_phone_number": "15550000000", "phone_number_id": business},
+                    "statuses": [entry]
+                },
+                "field": "messages"
+            }]
+        }]
+    })
+}
+
 pub fn encode(value: &Value) -> String {
     let compact = value.to_string();
     let mut wire = String::with_capacity(compact.len() + compact.len() / 8);

@@ -76,7 +76,8 @@ use self::sending::{
 };
 use self::statuses::{
     a_closed_window_sends_the_template_once, a_failure_after_sent_goes_to_a_person_once,
-    a_lapsed_send_with_no_status_goes_to_a_person, a_status_naming_an_unknown_send_settles_it,
+    a_lapsed_send_with_no_status_goes_to_a_person, a_late_failure_stays_with_the_person,
+    a_status_naming_an_unknown_send_settles_it, a_status_settles_a_send_under_way_at_once,
     statuses_only_move_a_delivery_forward,
 };
 use self::turns::{
@@ -248,6 +249,8 @@ macro_rules! cases {
             a_failure_after_sent_goes_to_a_person_once,
             a_closed_window_sends_the_template_once,
             a_status_naming_an_unknown_send_settles_it,
+            a_status_settles_a_send_under_way_at_once,
+            a_late_failure_stays_with_the_person,
             a_lapsed_send_with_no_status_goes_to_a_person,
             // Turns
             next_due_is_the_earliest_window_lease_or_retry,
@@ -447,6 +450,8 @@ suite!(sqlite);
 suite!(postgres);
 suite!(redis);
 
+/// The recipient spacing a delivery's statuses hold when they settle a send under way.
+pub const PAIR_SPACING: std::time::Duration = std::time::Duration::from_secs(1);
 pub const T0: At = At::from_millis(1_781_000_000_000);
 const POLICY: BatchPolicy = BatchPolicy {
     window: Duration::from_millis(10_000),
@@ -484,6 +489,7 @@ async fn ingest(store: &Arc<dyn Store>, items: Vec<InboundItem>, at: At) -> stor
         quarantined: Vec::new(),
         received_at: at,
         policy: POLICY,
+        pair_spacing: PAIR_SPACING,
     };
     store.ingest(delivery).await.expect("ingest")
 }
@@ -815,8 +821,18 @@ async fn reply_parts_are_written_and_sent_at_most_once(store: Arc<dyn Store>) {
             .record_send(job.id, job.attempt, at, accepted.clone())
             .await
             .expect("recorded");
-        let twice = store.record_send(job.id, job.attempt, at, accepted).await;
-        assert!(matches!(twice, Err(store::Error::LeaseLost)));
+        // The same answer again (a commit whose reply was lost) changes nothing; another
+        // answer for the send is refused: Meta has the part.
+        store
+            .record_send(job.id, job.attempt, at, accepted)
+            .await
+            .expect("the same answer again");
+        let lost = SendResult::Unknown {
+            error: "timed out".into(),
+            wait_until: at,
+        };
+        let other = store.record_send(job.id, job.attempt, at, lost).await;
+        assert!(matches!(other, Err(store::Error::LeaseLost)));
     }
     let next = store
         .claim_sends(claim(at))
@@ -1145,6 +1161,7 @@ async fn crossing_deliveries_all_land(store: Arc<dyn Store>) {
                 quarantined: Vec::new(),
                 received_at: T0,
                 policy: POLICY,
+                pair_spacing: std::time::Duration::ZERO,
             };
             store.ingest(delivery).await
         }

@@ -110,6 +110,19 @@ impl Sending {
     /// A customer's text message, sent `age_s` seconds ago.
     pub async fn customer_writes(&self, id: &str, from: &str, text: &str, age_s: i64) {
         let body = text_webhook_at(id, from, text, now_s() - age_s);
+        self.post_webhook(body).await;
+    }
+
+    /// A customer writes to the business number `business`, now.
+    pub async fn customer_writes_to(&self, business: &str, id: &str, from: &str, text: &str) {
+        let at = u64::try_from(now_s()).expect("positive timestamp");
+        let value =
+            sabi::whatsapp::wire::text_webhook(business, from, "Test Customer", id, at, text);
+        self.post_webhook(sabi::whatsapp::wire::encode(&value).into_bytes())
+            .await;
+    }
+
+    async fn post_webhook(&self, body: Vec<u8>) {
         let response = self
             .client
             .post(format!("{}/webhook/whatsapp", self.url))
@@ -626,6 +639,49 @@ async fn every_answered_message_is_marked_read_while_replies_keep_the_number() {
     );
 }
 
+/// Each number's receipts drain on their own: a number whose replies keep it busy (one
+/// request a second, 30 customers answered at once) never keeps another number's customer
+/// waiting for their read receipt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_number_never_holds_back_another_numbers_read_receipts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("sabi.toml"),
+        "[whatsapp]\ntyping_indicator = false\n",
+    )
+    .expect("write sabi.toml");
+    let rate = [("SABI_OUTBOUND_RATE", "1"), ("SABI_TURNS", "32")];
+    let sabi = Sending::launch(dir, Some(Arc::new(Says("hi".into()))), &rate, true).await;
+    for i in 0..30 {
+        sabi.customer_writes(&format!("wamid.busy{i}"), &customer(i), "hello", 0)
+            .await;
+    }
+    // Their receipts wait behind the busy number's replies, a slot in ten.
+    let read = |id: &str| {
+        sabi.fake
+            .received()
+            .iter()
+            .any(|r| !r.is_message() && r.body["message_id"] == id)
+    };
+    crate::helpers::eventually(|| sabi.fake.accepted().len() >= 2).await;
+    sabi.customer_writes_to("100000000000002", "wamid.other", &customer(99), "hello")
+        .await;
+    // The other number is idle: its customer's message is marked read as soon as it is
+    // answered, not after the busy number's 30 receipts (about five minutes at its share).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !read("wamid.other") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the other number's customer waited behind the busy number's receipts"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !read("wamid.busy29"),
+        "the busy number's last receipt still waits behind its replies"
+    );
+}
+
 /// A status webhook for a message Sabi sent, as Meta writes it.
 fn status_webhook(
     wamid: &str,
@@ -734,12 +790,19 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
         next_send_at: later,
     };
     app.store
-        .record_send(jobs[0].id, jobs[0].attempt, later, accepted.clone())
+        .record_send(jobs[0].id, jobs[0].attempt, later, accepted)
         .await
         .expect("recorded");
+    let retry = SendResult::Retry {
+        at: later,
+        failure: true,
+        code: None,
+        error: "a second answer".into(),
+        recipient_after: None,
+    };
     let twice = app
         .store
-        .record_send(jobs[0].id, jobs[0].attempt, later, accepted)
+        .record_send(jobs[0].id, jobs[0].attempt, later, retry)
         .await;
     assert!(
         matches!(twice, Err(store::Error::LeaseLost)),
@@ -893,6 +956,7 @@ impl LoneSender {
                 window: Duration::ZERO,
                 cap: Duration::ZERO,
             },
+            pair_spacing: std::time::Duration::ZERO,
         };
         store.ingest(delivery).await.expect("ingest");
         let claim = store.claim(now, ms(60_000), 1, None).await.expect("claim");

@@ -271,6 +271,7 @@ async fn what_the_previous_build_stored_is_intact(store: &dyn Store) {
             window: ms(10_000),
             cap: ms(12_000),
         },
+        pair_spacing: std::time::Duration::ZERO,
     };
     assert_eq!(store.ingest(again).await.expect("ingest").stored, 0);
 

@@ -23,6 +23,8 @@ use crate::helpers::ms;
 const T0: At = At::from_millis(1_790_000_000_000);
 const LEASE: Duration = Duration::from_millis(1_000);
 const WAIT: Duration = Duration::from_millis(5_000);
+/// How long a status that settles a send under way holds its recipient.
+const SPACING: Duration = Duration::from_millis(300);
 const BUSINESS: &str = "100000000000009";
 
 /// What the walk does to the store, each one through its interface.
@@ -186,6 +188,9 @@ impl Model {
         if step.effects.review.is_some() {
             self.review.insert(id);
         }
+        if step.effects.close_review {
+            self.review.remove(&id);
+        }
         self.parts.insert(id, step.part);
         true
     }
@@ -294,6 +299,7 @@ impl Walk {
                 window: Duration::ZERO,
                 cap: Duration::ZERO,
             },
+            pair_spacing: SPACING,
         };
         self.store.ingest(delivery).await.expect("ingest");
     }
@@ -431,7 +437,8 @@ impl Walk {
             delivery,
             code,
         };
-        self.model.apply(id, &Event::Status(status), self.now);
+        self.model
+            .apply(id, &Event::Status(status, SPACING), self.now);
     }
 
     async fn requeue(&mut self, id: i64) {

@@ -34,6 +34,7 @@ pub struct Settings {
     secrets: Vec<SecretString>,
     verify_token: Option<SecretString>,
     policy: BatchPolicy,
+    pair_spacing: std::time::Duration,
     max_body_bytes: usize,
     /// Tells which messages it answers alone, so their turns go first; `None` when it is off.
     router: Option<Arc<Router>>,
@@ -45,6 +46,7 @@ impl Settings {
             secrets: config.whatsapp.app_secrets(),
             verify_token: config.whatsapp.verify_token.clone(),
             policy: config.whatsapp.batch_policy(),
+            pair_spacing: config.whatsapp.pair_spacing,
             max_body_bytes: config.ingress.max_body_bytes,
             router,
         }
@@ -141,6 +143,7 @@ async fn store_delivery(
             quarantined,
             received_at: state.clock.now(),
             policy: state.whatsapp.policy,
+            pair_spacing: state.whatsapp.pair_spacing,
         })
         .await?;
     tracing::debug!(?receipt, "webhook stored");

@@ -167,7 +167,8 @@ async fn ingest_in(
         }
         receipt.stored += 1;
         if item.kind == ItemKind::Status {
-            outbox::reconcile_status(conn, item, delivery.received_at).await?;
+            outbox::reconcile_status(conn, item, delivery.received_at, delivery.pair_spacing)
+                .await?;
             broadcasts::reconcile_status(conn, item, delivery.received_at).await?;
         }
         for (customer, choice) in consent::preferences(item) {
@@ -467,6 +468,7 @@ pub(super) async fn submit_chat(pool: &PgPool, s: &ChatSubmission) -> Result<Sub
         policy: s.policy,
         // Web chat has slots of its own, not the routine lane.
         routine: Default::default(),
+        pair_spacing: std::time::Duration::ZERO,
     };
     let receipt = ingest_in(&mut tx, &delivery, std::slice::from_ref(&encoded)).await?;
     if let (Destination::Person, Some((_, batch))) = (destination, latest) {
@@ -554,16 +556,19 @@ pub(super) async fn chat_feed(
     .fetch_all(&mut *conn)
     .await
     .map_err(unavailable)?;
-    let held: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM conversations c JOIN batches b ON b.conversation_id = c.id
-                        JOIN review r ON r.batch_id = b.id
-                        WHERE c.channel = 'webchat' AND c.customer = $1 AND r.state = $2)",
+    // Held exactly when the visitor's next message would go to a person: by the latest item.
+    let latest: Option<String> = sqlx::query_scalar(
+        "SELECT r.state FROM conversations c JOIN batches b ON b.conversation_id = c.id
+         JOIN review r ON r.batch_id = b.id
+         WHERE c.channel = 'webchat' AND c.customer = $1
+         ORDER BY r.id DESC LIMIT 1",
     )
     .bind(session_id)
-    .bind(ReviewState::Open.as_str())
-    .fetch_one(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await
     .map_err(unavailable)?;
+    let held =
+        review::destination(latest.as_deref().and_then(ReviewState::parse)) == Destination::Person;
     let lines = rows
         .into_iter()
         .map(|(id, text, at)| PersonLine {

@@ -3,6 +3,8 @@
 //! fresh attempt number its outcome must carry; a send that may have left is never claimed
 //! again but waits for its status webhook.
 
+use std::time::Duration;
+
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
 use super::{channel, limit, unavailable};
@@ -128,7 +130,7 @@ pub(super) async fn depart(
     id: i64,
     attempt: u32,
     now: At,
-    lease: std::time::Duration,
+    lease: Duration,
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
     let event = Event::Depart { attempt, lease };
@@ -167,6 +169,20 @@ pub(super) async fn step(
     }
     if let Some((reason, error)) = &step.effects.review {
         review(conn, held.batch, id, *reason, Some(error), now).await?;
+    }
+    if step.effects.close_review {
+        sqlx::query(
+            "UPDATE review SET state = $2, resolved_at = $3, resolution = $2, resolution_note = $4
+             WHERE outbox_id = $1 AND state = $5",
+        )
+        .bind(id)
+        .bind(ReviewState::Closed.as_str())
+        .bind(now)
+        .bind(part::SETTLED_BY_STATUS)
+        .bind(ReviewState::Open.as_str())
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
     }
     Ok(Some(step.part.state))
 }
@@ -273,6 +289,7 @@ pub(super) async fn reconcile_status(
     conn: &mut PgConnection,
     item: &InboundItem,
     now: At,
+    spacing: Duration,
 ) -> Result<()> {
     let facts = &item.facts;
     let (Some(wamid), Some(delivery)) = (
@@ -292,7 +309,9 @@ pub(super) async fn reconcile_status(
             .get(0)
             .and_then(serde_json::Value::as_i64),
     };
-    step(conn, id, &Event::Status(status), now).await.map(drop)
+    step(conn, id, &Event::Status(status, spacing), now)
+        .await
+        .map(drop)
 }
 
 /// The part a status names: by Meta's id, or, for a send whose answer never came, by the

@@ -10,7 +10,7 @@ use std::fmt::Write;
 use crate::domain::ReviewReason;
 use crate::store::rules::batch::BatchState;
 use crate::store::rules::item::ItemState;
-use crate::store::rules::part::{Delivery, PartKind, PartState};
+use crate::store::rules::part::{self, Delivery, PartKind, PartState};
 use crate::store::rules::review::ReviewState;
 
 /// Each table a script may name, with the names it holds.
@@ -38,12 +38,16 @@ fn tables() -> Vec<(&'static str, Vec<&'static str>)> {
     ]
 }
 
-/// `lua` with every `TABLE.name` replaced by `'name'` and `RANK_TABLE` by Meta's delivery ranks.
+/// `lua` with every `TABLE.name` replaced by `'name'`, `RANK_TABLE` by Meta's delivery ranks
+/// and `SETTLED_BY_STATUS` by the rulebook's note for a review item a late status closed.
 ///
 /// # Panics
 /// On a name the rulebook does not have: a script that names one can never run.
 pub(super) fn render(lua: &str) -> String {
-    let mut out = lua.replace("RANK_TABLE", &ranks());
+    let mut out = lua.replace("RANK_TABLE", &ranks()).replace(
+        "SETTLED_BY_STATUS",
+        &format!("{:?}", part::SETTLED_BY_STATUS),
+    );
     for (table, names) in tables() {
         let prefix = format!("{table}.");
         let mut rendered = String::with_capacity(out.len());

@@ -73,6 +73,7 @@ pub(super) fn delivery(d: &Ingest) -> Value {
         "reply_since": d.received_at - REPLY_SPAN,
         "window": millis(d.policy.window),
         "cap": millis(d.policy.cap),
+        "spacing": millis(d.pair_spacing),
         "items": d.items.iter()
             .map(|i| item(i, d.received_at, !d.routine.contains(&i.dedupe_key)))
             .collect::<Vec<_>>(),

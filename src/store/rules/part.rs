@@ -97,11 +97,12 @@ impl PartState {
     }
 
     /// The states a status webhook may find by the callback data of the send it names: the
-    /// send of that attempt may be under way, unanswered, or recorded.
+    /// send of that attempt may be under way, unanswered, recorded, or with a person because
+    /// no status came in time.
     pub fn named_by_callback(self) -> bool {
         matches!(
             self,
-            PartState::Sending | PartState::Unknown | PartState::Accepted
+            PartState::Sending | PartState::Unknown | PartState::Accepted | PartState::Review
         )
     }
 }
@@ -270,8 +271,10 @@ pub enum Event<'a> {
     LeaseLapsed { unknown_wait: Duration },
     /// The wait for a status webhook ended with none.
     WaitOver,
-    /// A status webhook named it, by Meta's id or by the send's callback data.
-    Status(Status<'a>),
+    /// A status webhook named it, by Meta's id or by the send's callback data. A send it
+    /// settles before its sender answered holds the recipient for this spacing from now:
+    /// the status came after Meta took the message, so the next one cannot follow too soon.
+    Status(Status<'a>, Duration),
     /// A person sent it back to the queue from review: it may go again.
     Requeue,
 }
@@ -283,7 +286,14 @@ pub struct Effects {
     pub review: Option<(ReviewReason, String)>,
     /// Hold back every part to this recipient until then.
     pub hold_recipient_until: Option<At>,
+    /// Close the part's open review item, with [`SETTLED_BY_STATUS`] as its note: Meta's word
+    /// came after a person was asked.
+    pub close_review: bool,
 }
+
+/// The note on a review item a late status webhook closed.
+pub const SETTLED_BY_STATUS: &str =
+    "Meta's status webhook came late and says the message was sent: nothing for a person to do";
 
 /// The part after a step, and what else to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -316,7 +326,7 @@ pub fn next(part: &Part, event: &Event<'_>, now: At) -> Result<Step, Refused> {
         Event::Outcome { attempt, result } => outcome(part, *attempt, result, now),
         Event::LeaseLapsed { unknown_wait } => lapse(part, now, *unknown_wait),
         Event::WaitOver => wait_over(part, now),
-        Event::Status(status) => status_of(part, status, now),
+        Event::Status(status, spacing) => status_of(part, status, now, *spacing),
         Event::Requeue => requeue(part),
     }
 }
@@ -368,6 +378,9 @@ fn back(part: &Part) -> PartState {
 }
 
 fn outcome(part: &Part, attempt: u32, result: &SendResult, now: At) -> Result<Step, Refused> {
+    if part.state == PartState::Accepted {
+        return accepted_again(part, attempt, result, now);
+    }
     // A claimed part never left: only "not tried" may end it (its number was halted).
     let applies = match part.state {
         PartState::Sending => true,
@@ -469,9 +482,41 @@ fn accepted(
         },
         effects: Effects {
             hold_recipient_until: Some(next_send_at),
-            review: None,
+            ..Effects::default()
         },
     })
+}
+
+/// The sender's answer for a part a status webhook settled first: Meta's own word on the same
+/// send, so only what the status could not tell is kept (whether the template went, and the
+/// recipient's spacing from the answer). Any other answer is refused: Meta has the part.
+fn accepted_again(
+    part: &Part,
+    attempt: u32,
+    result: &SendResult,
+    now: At,
+) -> Result<Step, Refused> {
+    let SendResult::Accepted {
+        wamid,
+        template,
+        next_send_at,
+    } = result
+    else {
+        return Err(Refused::State);
+    };
+    if part.attempts != attempt {
+        return Err(Refused::Attempt);
+    }
+    if part.wamid.as_deref() != Some(wamid) {
+        return Err(Refused::State);
+    }
+    accepted(
+        part,
+        wamid,
+        *template,
+        *next_send_at,
+        part.sent_at.unwrap_or(now),
+    )
 }
 
 /// From now on only the template may go for this part, at once: a new message, with its own
@@ -543,12 +588,17 @@ fn wait_over(part: &Part, now: At) -> Result<Step, Refused> {
         },
         effects: Effects {
             review: Some((ReviewReason::UnknownOutcome, why.to_owned())),
-            hold_recipient_until: None,
+            ..Effects::default()
         },
     })
 }
 
-fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused> {
+fn status_of(
+    part: &Part,
+    status: &Status<'_>,
+    now: At,
+    spacing: Duration,
+) -> Result<Step, Refused> {
     // A status names a part by Meta's id, or, before the part has one, by the callback data of
     // a send that may be under way or recorded.
     let named = match &part.wamid {
@@ -561,28 +611,45 @@ fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused>
     }
     let mut part = part.clone();
     let mut changed = false;
+    let mut closes_review = false;
+    let holds = (part.state == PartState::Sending).then_some(now + spacing);
     match part.state {
-        // The sender is still in its request: note Meta's id; the sender records the outcome
-        // and the recipient's spacing (a status often races the answer), and whatever it saw,
-        // the part counts as accepted. A sender that died leaves it accepted when the send
-        // lease lapses (seconds: twice `send_timeout`).
-        PartState::Sending if part.wamid.is_none() => {
-            part.wamid = Some(status.wamid.to_owned());
-            changed = true;
-        }
-        // Its answer was lost, but Meta has it: it left after all, and is never sent again.
-        PartState::Unknown => {
+        // Meta has it, whether its sender is still in its request (a status often races the
+        // answer), lost the answer, or died: it is settled at once, and never sent again. A
+        // sender that is still there adds what its answer says ([`accepted_again`]).
+        PartState::Sending | PartState::Unknown => {
             part.state = PartState::Accepted;
             part.wamid = Some(status.wamid.to_owned());
             part.sent_at = Some(part.sent_at.unwrap_or(now));
             part.until = None;
             changed = true;
         }
+        // No status came in time and a person was asked; this one says it was sent, so the
+        // person has nothing to do. A failure stays with the person, who has it already.
+        PartState::Review if part.wamid.is_none() => {
+            part.wamid = Some(status.wamid.to_owned());
+            changed = true;
+            if status.delivery != Delivery::Failed {
+                part.state = PartState::Accepted;
+                part.sent_at = Some(now);
+                closes_review = true;
+            }
+        }
         _ => {}
     }
+    let closed = |part| {
+        Ok(Step {
+            part,
+            effects: Effects {
+                close_review: closes_review,
+                hold_recipient_until: holds,
+                review: None,
+            },
+        })
+    };
     if Delivery::rank(Some(status.delivery)) <= Delivery::rank(part.delivery) {
         return if changed {
-            moved(part)
+            closed(part)
         } else {
             Err(Refused::Stale)
         };
@@ -591,7 +658,7 @@ fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused>
     // Only a failure of a part people do not have yet changes more than its delivery.
     let with_people = matches!(part.state, PartState::Failed | PartState::Review);
     if status.delivery != Delivery::Failed || with_people {
-        return moved(part);
+        return closed(part);
     }
     let error = format!(
         "Meta reported the message failed (code {})",
@@ -600,7 +667,13 @@ fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused>
             .map_or_else(|| "unknown".to_owned(), |c| c.to_string())
     );
     if status.code == Some(WINDOW_CLOSED) && part.kind == PartKind::Text {
-        return moved(closed_window(&part, status.code, error));
+        return Ok(Step {
+            part: closed_window(&part, status.code, error),
+            effects: Effects {
+                hold_recipient_until: holds,
+                ..Effects::default()
+            },
+        });
     }
     Ok(Step {
         part: Part {
@@ -611,7 +684,8 @@ fn status_of(part: &Part, status: &Status<'_>, now: At) -> Result<Step, Refused>
         },
         effects: Effects {
             review: Some((ReviewReason::SendFailed, error)),
-            hold_recipient_until: None,
+            hold_recipient_until: holds,
+            ..Effects::default()
         },
     })
 }
@@ -736,11 +810,12 @@ mod tests {
             for delivery in Delivery::ALL {
                 for code in [None, Some(WINDOW_CLOSED), Some(131_026)] {
                     for wamid in ["wamid.a", "wamid.b"] {
-                        events.push(Event::Status(Status {
+                        let status = Status {
                             wamid,
                             delivery: *delivery,
                             code,
-                        }));
+                        };
+                        events.push(Event::Status(status, ms(5)));
                     }
                 }
             }
@@ -756,7 +831,10 @@ mod tests {
             if let Event::Outcome { attempt, result } = event {
                 let claimed_untried =
                     part.state == PartState::Claimed && matches!(result, SendResult::Untried);
-                let holds = (part.state == PartState::Sending || claimed_untried)
+                // A status settled it first and the sender says the same.
+                let same_answer = part.state == PartState::Accepted
+                    && matches!(result, SendResult::Accepted { wamid, .. } if part.wamid.as_ref() == Some(wamid));
+                let holds = (part.state == PartState::Sending || claimed_untried || same_answer)
                     && part.attempts == *attempt;
                 assert_eq!(step.is_ok(), holds, "{part:?} {event:?}");
             }
@@ -784,7 +862,7 @@ mod tests {
                             | SendResult::Untried
                             | SendResult::WindowClosed { .. }
                     ),
-                    Event::Status(status) => {
+                    Event::Status(status, _) => {
                         status.code == Some(WINDOW_CLOSED) && part.kind == PartKind::Text
                     }
                     _ => false,
@@ -850,7 +928,7 @@ mod tests {
             delivery: Delivery::Delivered,
             code: None,
         };
-        part = next(&part, &Event::Status(delivered), NOW)
+        part = next(&part, &Event::Status(delivered, ms(5)), NOW)
             .expect("settled")
             .part;
         assert_eq!(part.state, PartState::Accepted);
@@ -860,13 +938,68 @@ mod tests {
             delivery: Delivery::Sent,
             code: None,
         };
-        assert_eq!(next(&part, &Event::Status(sent), NOW), Err(Refused::Stale));
+        assert_eq!(
+            next(&part, &Event::Status(sent, ms(5)), NOW),
+            Err(Refused::Stale)
+        );
         let other = Status {
             wamid: "wamid.y",
             delivery: Delivery::Read,
             code: None,
         };
-        assert_eq!(next(&part, &Event::Status(other), NOW), Err(Refused::State));
+        assert_eq!(
+            next(&part, &Event::Status(other, ms(5)), NOW),
+            Err(Refused::State)
+        );
+    }
+
+    #[test]
+    fn a_status_settles_a_send_under_way_at_once_and_its_sender_adds_the_spacing() {
+        let sending = Part {
+            attempts: 1,
+            until: Some(NOW + ms(100)),
+            ..Part::written(PartState::Sending)
+        };
+        let delivered = Status {
+            wamid: "wamid.x",
+            delivery: Delivery::Delivered,
+            code: None,
+        };
+        let step = next(&sending, &Event::Status(delivered, ms(10)), NOW + ms(3)).expect("settled");
+        assert_eq!(step.effects.hold_recipient_until, Some(NOW + ms(13)));
+        let settled = step.part;
+        assert_eq!(settled.state, PartState::Accepted);
+        assert_eq!(settled.sent_at, Some(NOW + ms(3)));
+        let answer = |wamid: &str| SendResult::Accepted {
+            wamid: wamid.into(),
+            template: true,
+            next_send_at: NOW + ms(14),
+        };
+        let same = answer("wamid.x");
+        let event = Event::Outcome {
+            attempt: 1,
+            result: &same,
+        };
+        let step = next(&settled, &event, NOW + ms(4)).expect("the sender's answer kept");
+        assert_eq!(step.part.kind, PartKind::Template);
+        assert_eq!(step.part.sent_at, Some(NOW + ms(3)));
+        assert_eq!(step.part.delivery, Some(Delivery::Delivered));
+        assert_eq!(step.effects.hold_recipient_until, Some(NOW + ms(14)));
+        let other = answer("wamid.y");
+        let event = Event::Outcome {
+            attempt: 1,
+            result: &other,
+        };
+        assert_eq!(next(&settled, &event, NOW), Err(Refused::State));
+        let lost = SendResult::Unknown {
+            error: "timed out".into(),
+            wait_until: NOW + ms(50),
+        };
+        let event = Event::Outcome {
+            attempt: 1,
+            result: &lost,
+        };
+        assert_eq!(next(&settled, &event, NOW), Err(Refused::State));
     }
 
     #[test]
@@ -881,7 +1014,7 @@ mod tests {
             delivery: Delivery::Failed,
             code: Some(WINDOW_CLOSED),
         };
-        let step = next(&part, &Event::Status(failed.clone()), NOW).expect("moved");
+        let step = next(&part, &Event::Status(failed.clone(), ms(5)), NOW).expect("moved");
         assert_eq!(step.part.state, PartState::WindowClosed);
         let claimed = next(&step.part, &Event::Claim { lease: ms(10) }, NOW).expect("claimed");
         let departed = Event::Depart {
@@ -905,7 +1038,7 @@ mod tests {
             wamid: "wamid.u",
             ..failed
         };
-        let step = next(&template, &Event::Status(failed), NOW).expect("failed");
+        let step = next(&template, &Event::Status(failed, ms(5)), NOW).expect("failed");
         assert_eq!(step.part.state, PartState::Failed);
     }
 
@@ -984,7 +1117,7 @@ mod tests {
                             delivery: Delivery::ALL[delivery],
                             code: [None, Some(WINDOW_CLOSED), Some(131_026)][code],
                         };
-                        Event::Status(status.clone())
+                        Event::Status(status.clone(), ms(5))
                     }
                 };
                 let Ok(step) = next(&part, &event, now) else { continue };
@@ -1002,6 +1135,11 @@ mod tests {
                 prop_assert_eq!(
                     step.effects.review.is_some(),
                     with_people(step.part.state) && !with_people(part.state)
+                );
+                // A person's item closes only when Meta's word takes the part off their hands.
+                prop_assert_eq!(
+                    step.effects.close_review,
+                    part.state == PartState::Review && step.part.state == PartState::Accepted
                 );
                 if event == Event::Requeue {
                     template_left = false;

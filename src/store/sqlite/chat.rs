@@ -87,6 +87,7 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission) -> Result<Submitted>
         policy: s.policy,
         // Web chat has slots of its own, not the routine lane.
         routine: Default::default(),
+        pair_spacing: std::time::Duration::ZERO,
     };
     let receipt = ingest(conn, &delivery, std::slice::from_ref(&encoded))?;
     // Not stored only when the question was erased since: refused, as on the other stores.
@@ -174,18 +175,18 @@ pub(super) fn feed(
             .collect()
         })
         .map_err(unavailable)?;
-    let held = conn
+    // Held exactly when the visitor's next message would go to a person: by the latest item.
+    let latest: Option<String> = conn
         .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM conversations c JOIN batches b ON b.conversation_id = c.id
-                            JOIN review r ON r.batch_id = b.id
-                            WHERE c.channel = 'webchat' AND c.customer = ?1 AND r.state = ?2)",
+            "SELECT r.state FROM conversations c JOIN batches b ON b.conversation_id = c.id
+             JOIN review r ON r.batch_id = b.id
+             WHERE c.channel = 'webchat' AND c.customer = ?1
+             ORDER BY r.id DESC LIMIT 1",
         )
-        .and_then(|mut st| {
-            st.query_row(params![session_id, ReviewState::Open.as_str()], |r| {
-                r.get(0)
-            })
-        })
+        .and_then(|mut st| st.query_row(params![session_id], |r| r.get(0)).optional())
         .map_err(unavailable)?;
+    let held =
+        review::destination(latest.as_deref().and_then(ReviewState::parse)) == Destination::Person;
     Ok(ChatFeed { held, lines })
 }
 

@@ -682,7 +682,7 @@ fn ingest(conn: &Connection, delivery: &Ingest, encoded: &[Encoded]) -> Result<I
                 };
                 insert_item(conn, item, facts, hash, conversation, delivery.received_at)?;
                 if item.kind == ItemKind::Status {
-                    reconcile_status(conn, item, delivery.received_at)?;
+                    reconcile_status(conn, item, delivery)?;
                 }
                 for (customer, choice) in consent::preferences(item) {
                     broadcasts::choose(conn, &customer, &choice)?;
@@ -806,7 +806,8 @@ fn amend(conn: &Connection, channel: Channel, change: &Amendment<'_>) -> Result<
 }
 
 /// A status of a message Sabi sent settles its outbox row, in the same transaction.
-fn reconcile_status(conn: &Connection, item: &InboundItem, now: At) -> Result<()> {
+fn reconcile_status(conn: &Connection, item: &InboundItem, delivery: &Ingest) -> Result<()> {
+    let now = delivery.received_at;
     let facts = &item.facts;
     let (Some(wamid), Some(status)) = (facts["id"].as_str(), facts["status"].as_str()) else {
         return Ok(());
@@ -818,6 +819,7 @@ fn reconcile_status(conn: &Connection, item: &InboundItem, now: At) -> Result<()
         error_code: facts["error_codes"]
             .get(0)
             .and_then(serde_json::Value::as_i64),
+        spacing: delivery.pair_spacing,
     };
     outbox::reconcile(conn, update, now)?;
     match super::items::broadcast_status(item) {

@@ -6,6 +6,8 @@
 //! out in order; it is claimed with a fresh attempt number that its outcome must carry, and a
 //! part whose send may have left is never claimed again: it waits for a status webhook.
 
+use std::time::Duration;
+
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::turns::execute;
@@ -135,7 +137,7 @@ pub(super) fn depart(
     id: i64,
     attempt: u32,
     now: At,
-    lease: std::time::Duration,
+    lease: Duration,
 ) -> Result<()> {
     match step(conn, id, &Event::Depart { attempt, lease }, now)? {
         Some(_) => Ok(()),
@@ -168,6 +170,20 @@ pub(super) fn step(
     }
     if let Some((reason, error)) = &step.effects.review {
         review(conn, held.batch, id, *reason, Some(error), now)?;
+    }
+    if step.effects.close_review {
+        execute(
+            conn,
+            "UPDATE review SET state = ?2, resolved_at = ?3, resolution = ?2, resolution_note = ?4
+             WHERE outbox_id = ?1 AND state = ?5",
+            params![
+                id,
+                ReviewState::Closed.as_str(),
+                now,
+                part::SETTLED_BY_STATUS,
+                ReviewState::Open.as_str()
+            ],
+        )?;
     }
     Ok(Some(step.part.state))
 }
@@ -281,6 +297,8 @@ pub(super) struct StatusUpdate<'a> {
     pub status: &'a str,
     pub callback: Option<&'a str>,
     pub error_code: Option<i64>,
+    /// How long a send it settles holds its recipient.
+    pub spacing: Duration,
 }
 
 pub(super) fn reconcile(conn: &Connection, update: StatusUpdate<'_>, now: At) -> Result<()> {
@@ -295,7 +313,7 @@ pub(super) fn reconcile(conn: &Connection, update: StatusUpdate<'_>, now: At) ->
         delivery,
         code: update.error_code,
     };
-    step(conn, id, &Event::Status(status), now).map(drop)
+    step(conn, id, &Event::Status(status, update.spacing), now).map(drop)
 }
 
 /// The part a status names: by Meta's id, or, for a send whose answer never came, by the

@@ -71,6 +71,7 @@ async fn ada_and_bo(store: &Arc<dyn Store>) {
             received_at: T0 + ms(22_000),
             policy: POLICY,
             routine: Default::default(),
+            pair_spacing: std::time::Duration::ZERO,
         })
         .await
         .expect("kept");

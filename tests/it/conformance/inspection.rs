@@ -354,6 +354,7 @@ async fn keep(store: &Arc<dyn Store>, quarantined: Vec<Quarantined>, at: At) -> 
         quarantined,
         received_at: at,
         policy: POLICY,
+        pair_spacing: std::time::Duration::ZERO,
     };
     store.ingest(delivery).await.expect("ingest").quarantined
 }

@@ -81,6 +81,7 @@ pub async fn what_is_past_its_horizon_goes_and_its_retry_stays_a_duplicate(store
             received_at: T0 + ms(22_000),
             policy: POLICY,
             routine: Default::default(),
+            pair_spacing: std::time::Duration::ZERO,
         })
         .await
         .expect("kept");

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use sabi::clock::At;
 use sabi::store::{Delivery, PartKind, PartState, ReviewState, SendResult, Store, send_callback};
 
-use super::T0;
 use super::fixtures::{
     LEASE, WAIT, accept, claim_only, claim_sends, deliver, open_reviews, part, rekeyed, replied,
     status, with_callback, with_code,
 };
+use super::{PAIR_SPACING, T0};
 
 use crate::helpers::ms;
 
@@ -254,7 +254,7 @@ pub async fn a_lapsed_send_with_no_status_goes_to_a_person(store: Arc<dyn Store>
         (open[0].reason.as_str(), open[0].outbox_id),
         ("unknown_outcome", Some(ids[0]))
     );
-    // A status after the wait changes nothing: the person has it.
+    // A status after the wait settles it all the same, and takes it off the person's hands.
     let late = with_callback(
         status("wamid.l1", "delivered", at),
         send_callback(job.id, job.attempt),
@@ -262,8 +262,96 @@ pub async fn a_lapsed_send_with_no_status_goes_to_a_person(store: Arc<dyn Store>
     deliver(&store, late, lapsed + WAIT + ms(1)).await;
     let entry = part(&store, ids[0]).await;
     assert_eq!(
-        (entry.state, entry.wamid, entry.delivery),
-        (PartState::Review, None, None)
+        (entry.state, entry.wamid.as_deref(), entry.delivery),
+        (
+            PartState::Accepted,
+            Some("wamid.l1"),
+            Some(Delivery::Delivered)
+        )
+    );
+    assert!(open_reviews(&store).await.is_empty());
+    let item = store
+        .review_item(open[0].id)
+        .await
+        .expect("review item")
+        .expect("kept");
+    assert_eq!(item.state, ReviewState::Closed);
+    assert!(
+        claim_sends(&store, lapsed + WAIT * 3).await.is_empty(),
+        "never sent again"
+    );
+}
+
+/// A status that says a part with a person failed leaves it with them.
+pub async fn a_late_failure_stays_with_the_person(store: Arc<dyn Store>) {
+    let at = T0 + ms(20_000);
+    let id = replied(&store, "c1", &["one"], at).await[0];
+    let job = claim_only(&store, id, at).await;
+    claim_sends(&store, at + LEASE).await;
+    claim_sends(&store, at + LEASE + WAIT).await;
+    assert_eq!(part(&store, id).await.state, PartState::Review);
+    let failed = with_callback(
+        status("wamid.f1", "failed", at),
+        send_callback(job.id, job.attempt),
+    );
+    deliver(
+        &store,
+        with_code(failed, 131_026),
+        at + LEASE + WAIT + ms(1),
+    )
+    .await;
+    let entry = part(&store, id).await;
+    assert_eq!(
+        (entry.state, entry.delivery),
+        (PartState::Review, Some(Delivery::Failed))
     );
     assert_eq!(open_reviews(&store).await.len(), 1);
+}
+
+/// A status naming a send whose sender has not answered yet (or never will: it died) settles
+/// it at once, not when the send lease lapses; the recipient's spacing holds from the status
+/// (Meta took the message before it), and a sender that does answer adds its own.
+pub async fn a_status_settles_a_send_under_way_at_once(store: Arc<dyn Store>) {
+    let at = T0 + ms(20_000);
+    let ids = replied(&store, "c1", &["one", "two"], at).await;
+    let job = claim_only(&store, ids[0], at).await;
+    let delivered = with_callback(
+        status("wamid.w1", "delivered", at),
+        send_callback(ids[0], job.attempt),
+    );
+    let settled_at = at + ms(10);
+    deliver(&store, delivered, settled_at).await;
+    assert_eq!(
+        seen(&store, ids[0]).await,
+        (PartState::Accepted, Some(Delivery::Delivered)),
+        "settled by the status, before any lease lapses"
+    );
+    assert!(
+        claim_sends(&store, settled_at + PAIR_SPACING - ms(1))
+            .await
+            .is_empty(),
+        "the spacing holds from the status"
+    );
+    // The sender's own answer comes after all: the same send, with its spacing.
+    let answer = SendResult::Accepted {
+        wamid: "wamid.w1".into(),
+        template: false,
+        next_send_at: at + ms(4_000),
+    };
+    store
+        .record_send(job.id, job.attempt, at + ms(20), answer)
+        .await
+        .expect("the same send");
+    let lost = SendResult::Unknown {
+        error: "timed out".into(),
+        wait_until: at + WAIT,
+    };
+    let refused = store
+        .record_send(job.id, job.attempt, at + ms(20), lost)
+        .await;
+    assert!(matches!(refused, Err(sabi::store::Error::LeaseLost)));
+    assert!(claim_sends(&store, at + ms(3_999)).await.is_empty());
+    let next = claim_sends(&store, at + ms(4_000)).await;
+    assert_eq!(next.iter().map(|j| j.id).collect::<Vec<_>>(), [ids[1]]);
+    assert_eq!(part(&store, ids[0]).await.state, PartState::Accepted);
 }

@@ -634,6 +634,7 @@ async fn ingest_lanes(
         quarantined: Vec::new(),
         received_at: at,
         policy: POLICY,
+        pair_spacing: std::time::Duration::ZERO,
     };
     store.ingest(delivery).await.expect("ingest");
 }

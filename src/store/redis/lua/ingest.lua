@@ -104,7 +104,7 @@ local function keep_item(it, d, receipt)
     end
   end
   if it.status then
-    reconcile(it.status, d.recv)
+    reconcile(it.status, d.recv, d.spacing)
   end
   if it.amends then
     amend(it.ch, it.amends)

@@ -153,9 +153,25 @@ local function next_send_due(a)
     first_score(k('unknown')))
 end
 
+-- The sender's answer for a part a status webhook settled first: only what the status could
+-- not tell is kept (whether the template went, the recipient's spacing from the answer).
+local function accepted_again(id, o, r)
+  if r.kind ~= 'accepted' or o.wamid ~= r.wamid then
+    return fail('SABI_LEASE_LOST', 'a status webhook settled this send')
+  end
+  if r.template or o.window_closed == '1' then
+    put(k('o', id), {kind = KIND.template})
+  end
+  hold_recipient(o.conv, r.next)
+  return true
+end
+
 local function record_send(a)
   local id, now, r = a.id, a.now, a.result
   local o = get(k('o', id), 'state', 'attempts', 'batch', 'conv', 'wamid', 'window_closed')
+  if o.state == PART.accepted and tonumber(o.attempts) == a.attempt then
+    return accepted_again(id, o, r)
+  end
   -- A claimed part never left: only "not tried" may end it.
   local held = o.state == PART.sending or (o.state == PART.claimed and r.kind == 'untried')
   if not held or tonumber(o.attempts) ~= a.attempt then
@@ -203,6 +219,17 @@ local function record_send(a)
   return true
 end
 
+-- Closes part `id`'s open review item: a late status settled the part.
+local function close_review_of(id, now)
+  local review = redis.call('HGET', k('rout'), int(id))
+  if review and redis.call('HGET', k('r', review), 'state') == REVIEW.open then
+    put(k('r', review), {
+      state = REVIEW.closed, resolved = now, resolution = REVIEW.closed, note = SETTLED_BY_STATUS,
+    })
+    redis.call('ZREM', k('review'), int(review))
+  end
+end
+
 local function find_sent(st)
   local id = redis.call('HGET', k('wamid'), st.wamid)
   if id then
@@ -213,31 +240,45 @@ local function find_sent(st)
   end
   local o = get(k('o', st.callback_id), 'state', 'attempts', 'wamid')
   local named = o.state == PART.sending or o.state == PART.unknown or o.state == PART.accepted
+    or o.state == PART.review
   if named and tonumber(o.attempts) == st.callback_attempt
       and (not o.wamid or o.wamid == st.wamid) then
     return int(st.callback_id)
   end
 end
 
--- A status of a message Sabi sent settles its reply part, in the ingest's script.
-local function reconcile(st, now)
+-- A status of a message Sabi sent settles its reply part, in the ingest's script; one being
+-- sent holds its recipient for `spacing` from now (Meta took it before the status came).
+local function reconcile(st, now, spacing)
   local id = find_sent(st)
   if not id then
     return
   end
-  local o = get(k('o', id), 'batch', 'state', 'kind', 'delivery', 'sent')
-  if o.state == PART.sending then
-    put(k('o', id), {wamid = st.wamid, updated = now})
-    note_wamid(id, st.wamid)
-  elseif o.state == PART.unknown then
+  local o = get(k('o', id), 'batch', 'state', 'kind', 'delivery', 'sent', 'wamid')
+  -- Meta has it, whether its sender is still in its request, lost the answer, or died: it is
+  -- settled at once and never sent again.
+  if o.state == PART.sending or o.state == PART.unknown then
     move_part(id, PART.accepted, {wamid = st.wamid, sent = tonumber(o.sent) or now, updated = now})
     note_wamid(id, st.wamid)
+    if o.state == PART.sending then
+      hold_recipient(redis.call('HGET', k('o', id), 'conv'), now + spacing)
+    end
+  elseif o.state == PART.review and not o.wamid then
+    -- A person was asked because no status came in time; a failure stays with them.
+    note_wamid(id, st.wamid)
+    put(k('o', id), {wamid = st.wamid, updated = now})
+    if st.status ~= DELIVERY.failed then
+      move_part(id, PART.accepted, {sent = now})
+      o.state = PART.accepted
+      close_review_of(id, now)
+    end
   end
   if rank(st.status) <= rank(o.delivery) then
     return
   end
   put(k('o', id), {delivery = st.status, updated = now})
-  if st.status ~= DELIVERY.failed then
+  -- Only a failure of a part people do not have yet changes more than its delivery.
+  if st.status ~= DELIVERY.failed or o.state == PART.failed or o.state == PART.review then
     return
   end
   local err = 'Meta reported the message failed (code ' .. (st.code and int(st.code) or 'unknown') .. ')'
