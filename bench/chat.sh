@@ -61,9 +61,9 @@ start_bg sabi "$SERVER_CPUS" env SABI_CONFIG="$store/sabi.toml" SABI_LOG=warn \
   SABI_LISTEN="127.0.0.1:$SABI_PORT" SABI_STORE="sqlite://$store/sabi.db" "$here/target/release/sabi" serve --role api
 wait_http "http://127.0.0.1:$SABI_PORT/healthz" 30
 bench sabi-sqlite-durable "http://127.0.0.1:$SABI_PORT/chat"
-job=$(curl -s -H 'content-type: application/json' -d '{"session_id":"bench","message_id":"m1","question":"hello"}' \
+job=$(curl -s -H 'content-type: application/json' -d '{"session_id":"bench-0123456789abcdef01234","message_id":"m1","question":"hello"}' \
   "http://127.0.0.1:$SABI_PORT/chat" | python3 -c 'import json, sys; print(json.load(sys.stdin)["job_id"])')
-poll sabi-sqlite-durable "http://127.0.0.1:$SABI_PORT/chat/$job?session_id=bench"
+poll sabi-sqlite-durable "http://127.0.0.1:$SABI_PORT/chat/$job?session_id=bench-0123456789abcdef01234"
 stop_bg sabi
 
 python3 "$shared/compare_table.py" "$RES/peer-rq-2w" "$RES/sabi-sqlite-durable" "${RATES[@]}" | tee "$RES/compare.txt"

@@ -317,7 +317,7 @@ async fn one_address_burst(questions: usize) {
         client
             .post(node.url("/chat"))
             .header("x-forwarded-for", address)
-            .json(&serde_json::json!({"session_id": format!("burst-{n}"), "question": "hello"}))
+            .json(&serde_json::json!({"session_id": format!("burst-{n}-0123456789abcdef01234"), "question": "hello"}))
             .send()
     };
     let answers =
@@ -350,7 +350,7 @@ async fn whatsapp_behind_a_full_web_chat(questions: usize) {
     for n in 0..questions {
         let asked = client
             .post(node.url("/chat"))
-            .json(&serde_json::json!({"session_id": format!("queue-{n}"), "question": "Who go win the league?"}))
+            .json(&serde_json::json!({"session_id": format!("queue-{n}-0123456789abcdef01234"), "question": "Who go win the league?"}))
             .send()
             .await
             .expect("asked");

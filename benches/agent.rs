@@ -116,6 +116,10 @@ async fn agent_turns(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
         turn_timeout: Duration::from_secs(30),
         prompt_price: 0.15,
         completion_price: 0.6,
+        max_tool_calls: 8,
+        max_tool_answer_bytes: 32 * 1024,
+        turn_prompt_tokens: 100_000,
+        allowed_link_hosts: Vec::new(),
     };
     let metrics = sabi::metrics::Metrics::new();
     let agent = Agent::new(

@@ -73,7 +73,7 @@ fn default_handler(
 ) -> anyhow::Result<Arc<dyn TurnHandler>> {
     // Header secrets are read from the environment once, here: a missing one stops start-up.
     let tools = Arc::new(Tools::new(
-        &config.tools,
+        &crate::config::bounded_strings(&config.tools, config.llm.max_argument_chars),
         &|var| std::env::var(var).ok(),
         config.tools_secret.clone(),
     )?);
@@ -210,6 +210,10 @@ fn agent(
         turn_timeout: llm.turn_timeout,
         prompt_price: llm.prompt_price,
         completion_price: llm.completion_price,
+        max_tool_calls: llm.max_tool_calls,
+        max_tool_answer_bytes: llm.max_tool_answer_bytes,
+        turn_prompt_tokens: llm.turn_prompt_tokens,
+        allowed_link_hosts: llm.allowed_link_hosts.clone(),
     };
     Ok(Some(Agent::new(
         client,

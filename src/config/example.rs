@@ -217,6 +217,26 @@ const SETTINGS: &[Setting] = &[
         "Roughly how many tokens of earlier conversation the model sees.",
     ),
     set(
+        "llm.max_tool_calls",
+        "Tool calls run in one round; the model's further calls are answered with an error, not run.",
+    ),
+    set(
+        "llm.max_tool_answer_bytes",
+        "A tool's answer is cut to this many bytes before the model reads it.",
+    ),
+    set(
+        "llm.turn_prompt_tokens",
+        "Estimated prompt tokens all of a turn's model calls may send together; a turn that would send more goes to a person.",
+    ),
+    set(
+        "llm.max_argument_chars",
+        "The most characters of a tool's string argument whose schema sets no maxLength.",
+    ),
+    set(
+        "llm.allowed_link_hosts",
+        "Hosts an answer may link to (with their subdomains, like \"example.com\"); any other link, or a javascript: one, is not sent. Empty: no links.",
+    ),
+    set(
         "llm.redact",
         "Mask phone and account numbers before text leaves for the model.",
     ),

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::engine::{EnginePolicy, EngineSettings, HoldSettings, queue_slots, web_chat_slots};
 pub use self::sender::{BroadcastSettings, MessagingLimit, SenderSettings, Template};
-pub use self::tools::ToolConfig;
+pub use self::tools::{ToolConfig, bounded_strings};
 use crate::domain::{BatchPolicy, Horizons};
 
 /// The router's built-in intents file: what Sabi answers with no `router.intents_file`.
@@ -528,6 +528,37 @@ pub struct LlmConfig {
         deserialize_with = "number::usize"
     )]
     pub history_tokens: usize,
+    /// Tool calls run in one round; the model's further calls in that round are not run and
+    /// are answered with an error it reads.
+    #[serde(
+        default = "defaults::max_tool_calls",
+        deserialize_with = "number::usize"
+    )]
+    pub max_tool_calls: usize,
+    /// A tool's answer (or error) is cut to this many bytes before the model reads it.
+    #[serde(
+        default = "defaults::max_tool_answer_bytes",
+        deserialize_with = "number::usize"
+    )]
+    pub max_tool_answer_bytes: usize,
+    /// Estimated prompt tokens (about 4 characters each) all of a turn's model calls may send
+    /// together; a turn that would send more goes to a person instead.
+    #[serde(
+        default = "defaults::turn_prompt_tokens",
+        deserialize_with = "number::usize"
+    )]
+    pub turn_prompt_tokens: usize,
+    /// The most characters a string argument of a tool may have when its `parameters` schema
+    /// gives no `maxLength` (the model is offered the bound, and the call is checked).
+    #[serde(
+        default = "defaults::max_argument_chars",
+        deserialize_with = "number::usize"
+    )]
+    pub max_argument_chars: usize,
+    /// Hosts an answer may link to (each with its subdomains, like `example.com`); an answer
+    /// with any other link, or a `javascript:` one, is not sent. Empty: no links at all.
+    #[serde(default)]
+    pub allowed_link_hosts: Vec<String>,
     /// Mask phone and account numbers before text leaves for the model.
     #[serde(default)]
     pub redact: bool,
@@ -591,6 +622,11 @@ impl Default for LlmConfig {
             budget: LlmBudget::default(),
             max_tool_rounds: defaults::tool_rounds(),
             history_tokens: defaults::history_tokens(),
+            max_tool_calls: defaults::max_tool_calls(),
+            max_tool_answer_bytes: defaults::max_tool_answer_bytes(),
+            turn_prompt_tokens: defaults::turn_prompt_tokens(),
+            max_argument_chars: defaults::max_argument_chars(),
+            allowed_link_hosts: Vec::new(),
             redact: false,
             prompt_price: 0.0,
             completion_price: 0.0,
@@ -1336,6 +1372,18 @@ mod defaults {
     }
     pub(super) fn history_tokens() -> usize {
         2000
+    }
+    pub(super) fn max_tool_calls() -> usize {
+        8
+    }
+    pub(super) fn max_tool_answer_bytes() -> usize {
+        32 * 1024
+    }
+    pub(super) fn turn_prompt_tokens() -> usize {
+        100_000
+    }
+    pub(super) fn max_argument_chars() -> usize {
+        1000
     }
     pub(super) fn transcribe_model() -> String {
         "whisper-1".into()

@@ -4,7 +4,7 @@
 //! it asks for the token and calls this API.
 //!
 //! - `GET /admin/review?reason=&customer=&limit=`: open review items, WhatsApp's first, then
-//!   oldest first; an anonymous visitor's repeated hand-offs from one address fold into one;
+//!   oldest first; an anonymous visitor's open items from one address (any reason) fold into one;
 //!   with the intents a person may label messages as;
 //! - `GET /admin/review/{id}`: one item with its conversation;
 //! - `POST /admin/review/{id}/reply` `{"text": "..."}`: a person's reply, through the outbox
@@ -125,19 +125,29 @@ fn reason(name: &str) -> Result<ReviewReason, ApiError> {
 /// How many items are read per item shown, so that a flood folded into one leaves room.
 const FOLD_READ_AHEAD: usize = 5;
 
-/// The queue as the desk shows it: an anonymous visitor's open hand-offs from one address fold
-/// into the first of them, which lists the others' ids in `repeats`, so that a flood of "a
+/// The queue as the desk shows it: an anonymous visitor's open items from one address (an IPv6
+/// client's /64), whatever their reason, fold into the first of them, which lists the others' ids in `repeats`, so that a flood of "a
 /// person, please" from one script reads as one item. Each repeat stays open until a person
 /// settles it: one address may be many people (a carrier's NAT, an office).
 fn fold_repeats(items: &[ReviewEntry]) -> Vec<Value> {
     let mut shown: Vec<Value> = Vec::with_capacity(items.len());
-    let mut first_of: HashMap<&str, usize> = HashMap::new();
+    let mut first_of: HashMap<String, usize> = HashMap::new();
     for item in items {
-        let address = (item.state == ReviewState::Open
-            && item.reason == ReviewReason::HandoffAsked)
+        // Any reason: a script's questions that a model answers unfitly are a flood too.
+        let address = (item.state == ReviewState::Open)
             .then(|| item.messages.first().and_then(|m| m.address.as_deref()))
             .flatten();
-        match address.and_then(|a| first_of.get(a).map(|&at| (a, at))) {
+        // An IPv6 subscriber's whole /64 is one address, as for the buckets.
+        let key = address.map(|a| {
+            a.parse::<std::net::IpAddr>().map_or_else(
+                |_| a.to_owned(),
+                |ip| super::webchat::network(ip).to_string(),
+            )
+        });
+        match key
+            .as_ref()
+            .and_then(|k| first_of.get(k).map(|&at| (k, at)))
+        {
             Some((_, at)) => {
                 if let Some(repeats) = shown[at]["repeats"].as_array_mut() {
                     repeats.push(json!(item.id));
@@ -145,10 +155,10 @@ fn fold_repeats(items: &[ReviewEntry]) -> Vec<Value> {
             }
             None => {
                 let mut entry = review_json(item);
-                if let Some(address) = address {
+                if let (Some(address), Some(key)) = (address, key) {
                     entry["address"] = json!(address);
                     entry["repeats"] = json!([]);
-                    first_of.insert(address, shown.len());
+                    first_of.insert(key, shown.len());
                 }
                 shown.push(entry);
             }

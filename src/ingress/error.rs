@@ -40,14 +40,16 @@ pub enum ApiError {
     #[error("too many questions are waiting")]
     Busy,
     #[error("this session is asking too fast")]
-    TooFast,
+    TooFast { retry_after_secs: u64 },
+    #[error("this chat session belongs to another user")]
+    NotYourSession,
     #[error("this address has sent too many {}", .rule.noun())]
     AddressLimited {
         rule: AddressRule,
         retry_after_secs: u64,
     },
     #[error("too many event streams for this session or address")]
-    TooManyStreams,
+    TooManyStreams { retry_after_secs: u64 },
     #[error("no such chat job")]
     JobNotFound,
     #[error("internal error: {0}")]
@@ -127,7 +129,12 @@ impl ApiError {
                 "busy",
                 "We are answering many questions right now. Please try again in a moment.".into(),
             ),
-            ApiError::TooFast => (
+            ApiError::NotYourSession => (
+                StatusCode::FORBIDDEN,
+                "not_your_session",
+                "This chat belongs to a signed-in user: start a new chat.".into(),
+            ),
+            ApiError::TooFast { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_requests",
                 "You are sending messages very fast. Please wait a moment and try again.".into(),
@@ -137,7 +144,7 @@ impl ApiError {
                 rule.code(),
                 rule.message().into(),
             ),
-            ApiError::TooManyStreams => (
+            ApiError::TooManyStreams { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_streams",
                 "Too many open answer streams from here; the page asks for its answer instead."
@@ -171,14 +178,17 @@ impl IntoResponse for ApiError {
         }
         let mut response =
             (status, Json(json!({ "code": code, "message": message }))).into_response();
+        // Every 429 says the real wait: when the bucket, the session's minute or the oldest
+        // stream lets one more in.
         let retry_after = match &self {
             ApiError::AddressLimited {
                 retry_after_secs, ..
-            } => Some(HeaderValue::from((*retry_after_secs).max(1))),
-            _ if status == StatusCode::SERVICE_UNAVAILABLE
-                || status == StatusCode::TOO_MANY_REQUESTS
-                || status == StatusCode::CONFLICT =>
-            {
+            }
+            | ApiError::TooFast { retry_after_secs }
+            | ApiError::TooManyStreams { retry_after_secs } => {
+                Some(HeaderValue::from((*retry_after_secs).max(1)))
+            }
+            _ if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::CONFLICT => {
                 Some(HeaderValue::from_static(RETRY_AFTER_SECS))
             }
             _ => None,

@@ -127,8 +127,9 @@ pub struct WebchatSettings {
     pub per_address: Option<webchat::AddressLimit>,
     /// New sessions per client address; `None`: no limit.
     pub new_sessions: Option<webchat::AddressLimit>,
-    /// Anonymous requests for a person per client address; `None`: no limit.
-    pub handoffs: Option<webchat::AddressLimit>,
+    /// Anonymous requests for a person per client address, and every anonymous review item
+    /// of any reason (the worker spends its tokens); `None`: no limit.
+    pub handoffs: Option<Arc<webchat::AddressLimit>>,
     /// Tells which questions ask for a person; `None` when the router is off.
     pub router: Option<Arc<crate::router::Router>>,
     pub queue: webchat::QueueGauge,
@@ -151,6 +152,14 @@ impl WebchatSettings {
         router: Option<Arc<crate::router::Router>>,
     ) -> WebchatSettings {
         let webchat = &config.webchat;
+        let handoffs =
+            webchat::AddressLimit::per_hour(webchat.handoffs_per_address_per_hour).map(Arc::new);
+        // Every anonymous review item this node's turns make counts against its address's
+        // hand-off bucket, whatever its reason (a model's unfit answers too).
+        if let Some(handoffs) = &handoffs {
+            let handoffs = handoffs.clone();
+            signals.on_anonymous_item(move |address| handoffs.spend(address));
+        }
         WebchatSettings {
             policy: webchat.batch_policy(),
             site: webchat.site.clone(),
@@ -161,7 +170,7 @@ impl WebchatSettings {
             new_sessions: webchat::AddressLimit::per_hour(
                 webchat.new_sessions_per_address_per_hour,
             ),
-            handoffs: webchat::AddressLimit::per_hour(webchat.handoffs_per_address_per_hour),
+            handoffs,
             router,
             queue: webchat::QueueGauge::default(),
             // Each stream is an open connection: never more than the open files allow.

@@ -5,7 +5,12 @@
 //! (server-sent events) report the job from the store, so they work whichever node runs the
 //! turn. Jobs of another session, unknown and expired ones all answer the same 404. When the
 //! queue is too deep the question is refused (503, or 429 for one session asking too fast)
-//! before anything is stored.
+//! before anything is stored. Every 429 says the real wait in `Retry-After`.
+//!
+//! A session id is the visitor's credential: at least 128 bits on every route. A session is
+//! bound to the first verified user who asks in it; from then on only that user asks in it or
+//! reads it (403 for anyone else, resends of its message ids included). A history is read a
+//! page at a time, bounded in bytes.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -33,6 +38,8 @@ use crate::worker::Subscription;
 
 const MAX_QUESTION_CHARS: usize = 4000;
 const MAX_ID_CHARS: usize = 128;
+/// A session id is the visitor's only credential: at least 22 of its 64 characters, 128 bits.
+const SESSION_MIN_CHARS: usize = 22;
 /// How often an event stream looks at the store unprompted: for turns other nodes run, and for
 /// stage changes. A turn this node starts or ends wakes its session's streams at once.
 const EVENTS_POLL: Duration = Duration::from_secs(3);
@@ -48,8 +55,11 @@ const EVENTS_LIFETIME: Duration = Duration::from_secs(300);
 const FEED_POLL: Duration = Duration::from_secs(1);
 /// People's replies one read returns at most; the rest come at the next.
 const FEED_LIMIT: usize = 50;
-/// How many questions of a session the history returns.
+/// How many questions of a session a page of the history returns at most...
 const HISTORY_LIMIT: usize = 100;
+/// ...and how many bytes of JSON they may take (the latest always goes, however long): a
+/// request of a few bytes cannot make the node hold megabytes for a client that reads slowly.
+const HISTORY_MAX_BYTES: usize = 64 * 1024;
 
 /// The chat page.
 pub(super) async fn page() -> Html<&'static str> {
@@ -59,18 +69,23 @@ pub(super) async fn page() -> Html<&'static str> {
 /// A customer's question.
 #[derive(Debug, Deserialize, ToSchema)]
 pub(super) struct Question {
-    /// The question, 1 to 4,000 characters, not only spaces (`text` is accepted too, as the RQ
-    /// design names it).
+    /// The question, 1 to 4,000 characters, not only spaces, and no control characters but new
+    /// lines and tabs (`text` is accepted too, as the RQ design names it).
     #[serde(alias = "text")]
-    #[schema(min_length = 1, max_length = 4000, pattern = r"\S")]
+    #[schema(
+        min_length = 1,
+        max_length = 4000,
+        pattern = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x08\x0b-\x1f\x7f-\x9f]*$"
+    )]
     question: String,
-    /// The browser's session: 1 to 128 letters, digits, `-`, `_`, `.` or `:`. The
-    /// `X-Sabi-Session` header may carry it instead (then it may be left out here).
+    /// The browser's session: 22 to 128 letters, digits, `-`, `_`, `.` or `:` (at least 128
+    /// bits; the page makes 32 hex digits). The `X-Sabi-Session` header may carry it instead
+    /// (then it may be left out here).
     #[serde(default)]
     #[schema(
         required = true,
         nullable = false,
-        min_length = 1,
+        min_length = 22,
         max_length = 128,
         pattern = "^[A-Za-z0-9_.:-]+$"
     )]
@@ -85,13 +100,15 @@ pub(super) struct Question {
         pattern = "^[A-Za-z0-9_.:-]+$"
     )]
     message_id: Option<String>,
-    /// Your site's id for a signed-in visitor, with `user_hash`: tools then act for this user.
+    /// Your site's id for a signed-in visitor, with `user_hash`: tools then act for this user,
+    /// and the session becomes theirs alone (anyone else asking in it gets 403). Visible ASCII
+    /// only: percent-encode other characters.
     #[serde(default)]
     #[schema(
         nullable,
         min_length = 1,
         max_length = 128,
-        pattern = r"^[^\x00-\x1f\x7f-\x9f]+$"
+        pattern = r"^[\x21-\x7e]+$"
     )]
     user_id: Option<String>,
     /// Hex HMAC-SHA256 of `user_id` with `webchat.identity_secret`, made by your server.
@@ -120,6 +137,7 @@ pub(super) struct Accepted {
             headers(("Location" = String, description = "The job's status URL"))),
         (status = 400, description = "Not JSON", body = ErrorBody),
         (status = 401, description = "`user_hash` does not vouch for `user_id`", body = ErrorBody),
+        (status = 403, description = "The session belongs to another verified user (or the asker is anonymous)", body = ErrorBody),
         (status = 422, description = "A field is missing or invalid", body = ErrorBody),
         (status = 429, description = "This session, or this address, asks too fast; see Retry-After", body = ErrorBody),
         (status = 503, description = "Too many questions wait; see Retry-After", body = ErrorBody),
@@ -135,11 +153,14 @@ pub(super) async fn submit(
         .source
         .client(peer.ip(), super::source::forwarded_for(&headers).as_deref())
         .unwrap_or(peer.ip());
-    let outcome =
-        match AddressLimit::check(&state.webchat.per_address, client, AddressRule::Questions) {
-            Err(limited) => Err(limited),
-            Ok(()) => accept(&state, client, &headers, body).await,
-        };
+    let outcome = match AddressLimit::check(
+        state.webchat.per_address.as_ref(),
+        client,
+        AddressRule::Questions,
+    ) {
+        Err(limited) => Err(limited),
+        Ok(()) => accept(&state, client, &headers, body).await,
+    };
     let label = match &outcome {
         Ok((_, true)) => "accepted",
         Ok((_, false)) => "duplicate",
@@ -177,7 +198,7 @@ impl AddressLimit {
 
     /// Takes a token of `client`'s bucket, or says when the next one comes.
     fn check(
-        limit: &Option<AddressLimit>,
+        limit: Option<&AddressLimit>,
         client: IpAddr,
         rule: AddressRule,
     ) -> Result<(), ApiError> {
@@ -202,6 +223,17 @@ impl AddressLimit {
     }
 }
 
+impl AddressLimit {
+    /// Takes a token of the bucket of `address` (as stored with an anonymous question) for
+    /// something already done: a review item made for it. Nothing to refuse, so it only
+    /// empties the bucket sooner for what the address asks next.
+    pub fn spend(&self, address: &str) {
+        if let Ok(client) = address.parse::<IpAddr>() {
+            let _ = Self::check(Some(self), client, AddressRule::Handoffs);
+        }
+    }
+}
+
 /// The 202 for a question, and whether the question is new.
 async fn accept(
     state: &AppState,
@@ -222,6 +254,13 @@ async fn accept(
     let settings = &state.webchat;
     let user_id = vouched_user(settings, q.user_id.as_deref(), q.user_hash.as_deref())?;
     let now = state.clock.now();
+    // A session bound to a verified user is theirs alone: nobody else's question, nor resend
+    // of one of its message ids, is taken (the store decides again, atomically, on submit).
+    if let Some(owner) = state.store.chat_session_owner(&session_id).await?
+        && user_id.as_deref() != Some(owner.as_str())
+    {
+        return Err(ApiError::NotYourSession);
+    }
     // A resend of a question already taken gets its job, however busy the queue is.
     if let Some(message_id) = q.message_id.as_deref()
         && let Some(job_id) = state
@@ -261,7 +300,12 @@ async fn accept(
         .await?;
     let receipt = match receipt {
         Submitted::Job(receipt) => receipt,
-        Submitted::TooFast => return Err(ApiError::TooFast),
+        Submitted::TooFast { retry_after } => {
+            return Err(ApiError::TooFast {
+                retry_after_secs: retry_after.as_secs_f64().ceil() as u64,
+            });
+        }
+        Submitted::NotYours => return Err(ApiError::NotYourSession),
         Submitted::QueueFull => return Err(ApiError::Busy),
     };
     if let Some(due) = receipt.earliest_due {
@@ -280,7 +324,7 @@ async fn accept(
 
 /// The address a bucket is kept for: an IPv6 client's /64, since one subscriber holds a whole
 /// /64 and could take a new address per request.
-fn network(client: IpAddr) -> IpAddr {
+pub(super) fn network(client: IpAddr) -> IpAddr {
     match client {
         IpAddr::V6(v6) => {
             let prefix = u128::from(v6) & !((1u128 << 64) - 1);
@@ -315,15 +359,24 @@ async fn anonymous_limits(
     question: &str,
 ) -> Result<(), ApiError> {
     let settings = &state.webchat;
-    if settings.new_sessions.is_some() && state.store.chat_history(session_id, 1).await?.is_empty()
+    if settings.new_sessions.is_some()
+        && state
+            .store
+            .chat_history(session_id, None, 1)
+            .await?
+            .is_empty()
     {
-        AddressLimit::check(&settings.new_sessions, client, AddressRule::NewSessions)?;
+        AddressLimit::check(
+            settings.new_sessions.as_ref(),
+            client,
+            AddressRule::NewSessions,
+        )?;
     }
     // Last: a question refused by anything before does not spend the scarcer hand-off token.
     if let Some(router) = &settings.router
         && router.hands_off(question)
     {
-        AddressLimit::check(&settings.handoffs, client, AddressRule::Handoffs)?;
+        AddressLimit::check(settings.handoffs.as_deref(), client, AddressRule::Handoffs)?;
     }
     Ok(())
 }
@@ -361,13 +414,17 @@ fn vouched_user(
             ));
         }
     };
+    // It travels raw in the tools' `X-Sabi-Customer` header and in logs: visible ASCII only
+    // (percent-encode anything else), so no line break, bidi mark or separator can hide in it.
     if user_id.is_empty()
-        || user_id.chars().count() > MAX_ID_CHARS
-        || user_id.chars().any(char::is_control)
+        || user_id.len() > MAX_ID_CHARS
+        || !user_id.bytes().all(|b| b.is_ascii_graphic())
     {
         return Err(ApiError::Invalid {
             field: "user_id",
-            why: format!("must be 1 to {MAX_ID_CHARS} characters, none of them control characters"),
+            why: format!(
+                "must be 1 to {MAX_ID_CHARS} visible ASCII characters (percent-encode others)"
+            ),
         });
     }
     let Some(secret) = &settings.identity_secret else {
@@ -406,15 +463,39 @@ fn validate(question: &str, session_id: &str, message_id: Option<&str>) -> Resul
             &format!("must be at most {MAX_QUESTION_CHARS} characters"),
         );
     }
-    for (field, value) in [("session_id", Some(session_id)), ("message_id", message_id)] {
-        let Some(value) = value else { continue };
-        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
-        if value.is_empty() || value.len() > MAX_ID_CHARS || !value.chars().all(allowed) {
-            return invalid(
-                field,
-                "must be 1 to 128 letters, digits, '-', '_', '.' or ':'",
-            );
-        }
+    // A person types lines and tabs, never other control characters: each would come back
+    // six bytes long in the history's JSON.
+    if question
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return invalid(
+            "question",
+            "must not contain control characters (other than new lines and tabs)",
+        );
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
+    // The session is the visitor's only credential on every route: unguessable.
+    if session_id.len() < SESSION_MIN_CHARS
+        || session_id.len() > MAX_ID_CHARS
+        || !session_id.chars().all(allowed)
+    {
+        return invalid(
+            "session_id",
+            &format!(
+                "must be {SESSION_MIN_CHARS} to {MAX_ID_CHARS} letters, digits, '-', '_', '.' or ':' (at least 128 bits; the page makes 32 hex digits)"
+            ),
+        );
+    }
+    if let Some(message_id) = message_id
+        && (message_id.is_empty()
+            || message_id.len() > MAX_ID_CHARS
+            || !message_id.chars().all(allowed))
+    {
+        return invalid(
+            "message_id",
+            "must be 1 to 128 letters, digits, '-', '_', '.' or ':'",
+        );
     }
     Ok(())
 }
@@ -462,7 +543,7 @@ pub(super) struct Session {
     /// The session that asked. The `X-Sabi-Session` header may carry it instead (it stays out
     /// of proxies' access logs); the document names the query only, as OpenAPI cannot say
     /// "one of the two".
-    #[param(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.:-]+$")]
+    #[param(min_length = 22, max_length = 128, pattern = "^[A-Za-z0-9_.:-]+$")]
     session_id: String,
 }
 
@@ -473,6 +554,30 @@ fn header_session(headers: &HeaderMap) -> Option<String> {
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().to_owned())
 }
+
+/// A session bound to a verified user is read by that user alone: the reading request names
+/// them in `X-Sabi-User` and `X-Sabi-User-Hash` (the same `user_id` and `user_hash` as the
+/// question's), or it is 403. An anonymous session is read by its id, as before.
+async fn owner_only(
+    state: &AppState,
+    headers: &HeaderMap,
+    session_id: &str,
+) -> Result<(), ApiError> {
+    let Some(owner) = state.store.chat_session_owner(session_id).await? else {
+        return Ok(());
+    };
+    let named = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let user = vouched_user(&state.webchat, named(USER_HEADER), named(USER_HASH_HEADER))
+        .map_err(|_| ApiError::NotYourSession)?;
+    match user {
+        Some(user) if bool::from(user.as_bytes().ct_eq(owner.as_bytes())) => Ok(()),
+        _ => Err(ApiError::NotYourSession),
+    }
+}
+
+/// The verified user reading a bound session, and the site's signature of it.
+const USER_HEADER: &str = "x-sabi-user";
+const USER_HASH_HEADER: &str = "x-sabi-user-hash";
 
 /// The header that carries the session instead of `session_id`.
 const SESSION_HEADER: &str = "x-sabi-session";
@@ -503,6 +608,7 @@ fn session(
     ),
     responses(
         (status = 200, description = "The job", body = JobView),
+        (status = 403, description = "The session belongs to a verified user: name them in X-Sabi-User and X-Sabi-User-Hash", body = ErrorBody),
         (status = 404, description = "Unknown, expired, or another session's job", body = ErrorBody),
         (status = 422, description = "No session id", body = ErrorBody),
     )
@@ -514,6 +620,7 @@ pub(super) async fn status(
     query: Result<Query<Session>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let session = session(&headers, query)?;
+    owner_only(&state, &headers, &session.session_id).await?;
     let job = owned_job(&state, &job_id, &session.session_id).await?;
     let mut response = Json(JobView::of(&job)).into_response();
     response
@@ -627,6 +734,7 @@ fn rank(status: JobStatus) -> u64 {
     responses(
         (status = 200, description = "Events `queued` (id 1), `started` (2), `finished` or `failed` (3); data is the job as JSON",
             content_type = "text/event-stream", body = StatusEvent),
+        (status = 403, description = "The session belongs to a verified user: name them in X-Sabi-User and X-Sabi-User-Hash", body = ErrorBody),
         (status = 404, description = "Unknown, expired, or another session's job", body = ErrorBody),
         (status = 422, description = "No session id", body = ErrorBody),
         (status = 429, description = "Too many streams open for this session or address: poll instead", body = ErrorBody),
@@ -641,6 +749,7 @@ pub(super) async fn events(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let session = session(&headers, query)?;
+    owner_only(&state, &headers, &session.session_id).await?;
     let job = owned_job(&state, &job_id, &session.session_id).await?;
     // Streams are bounded per node, per session and per address; the page falls back to
     // polling when refused.
@@ -648,11 +757,12 @@ pub(super) async fn events(
         .source
         .client(peer.ip(), super::source::forwarded_for(&headers).as_deref())
         .unwrap_or(peer.ip());
+    let deadline = tokio::time::Instant::now() + EVENTS_LIFETIME;
     let slot = state
         .webchat
         .stream_counts
-        .take(&session.session_id, client)
-        .ok_or(ApiError::TooManyStreams)?;
+        .take(&session.session_id, client, deadline)
+        .map_err(too_many_streams)?;
     let permit = state
         .webchat
         .streams
@@ -672,7 +782,7 @@ pub(super) async fn events(
             last_sent: None,
             resume_after,
             pending: Some(job),
-            deadline: tokio::time::Instant::now() + EVENTS_LIFETIME,
+            deadline,
             done: false,
             signal,
             _held: (permit, slot),
@@ -682,36 +792,52 @@ pub(super) async fn events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-/// Event streams open on this node, by session and by client address.
+/// Event streams open on this node, by session and by client address (an IPv6 client's /64):
+/// each key's streams by the time they end, so a refusal can say when a place frees.
 #[derive(Default)]
 pub struct StreamCounts {
-    open: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    open: std::sync::Mutex<std::collections::HashMap<String, Vec<tokio::time::Instant>>>,
 }
 
 /// One stream's place in [`StreamCounts`], given back when the stream ends.
 struct StreamSlot {
     counts: Arc<StreamCounts>,
     keys: [String; 2],
+    ends: tokio::time::Instant,
 }
 
 impl StreamCounts {
-    /// A place for a stream of `session` from `client`, unless either has its fill.
-    fn take(self: &Arc<Self>, session: &str, client: IpAddr) -> Option<StreamSlot> {
-        let keys = [format!("session:{session}"), format!("address:{client}")];
+    /// A place for a stream of `session` from `client` that ends by `ends`, unless either has
+    /// its fill; then how long until the first of theirs ends.
+    fn take(
+        self: &Arc<Self>,
+        session: &str,
+        client: IpAddr,
+        ends: tokio::time::Instant,
+    ) -> Result<StreamSlot, Duration> {
+        let keys = [
+            format!("session:{session}"),
+            format!("address:{}", network(client)),
+        ];
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let full = [STREAMS_PER_SESSION, STREAMS_PER_ADDRESS]
+        let frees = [STREAMS_PER_SESSION, STREAMS_PER_ADDRESS]
             .iter()
             .zip(&keys)
-            .any(|(limit, key)| open.get(key).is_some_and(|n| n >= limit));
-        if full {
-            return None;
+            .filter_map(|(limit, key)| {
+                let ends = open.get(key).filter(|ends| ends.len() >= *limit)?;
+                ends.iter().min().copied()
+            })
+            .max();
+        if let Some(frees) = frees {
+            return Err(frees.saturating_duration_since(tokio::time::Instant::now()));
         }
         for key in &keys {
-            *open.entry(key.clone()).or_default() += 1;
+            open.entry(key.clone()).or_default().push(ends);
         }
-        Some(StreamSlot {
+        Ok(StreamSlot {
             counts: self.clone(),
             keys,
+            ends,
         })
     }
 }
@@ -720,13 +846,22 @@ impl Drop for StreamSlot {
     fn drop(&mut self) {
         let mut open = self.counts.open.lock().unwrap_or_else(|e| e.into_inner());
         for key in &self.keys {
-            if let Some(n) = open.get_mut(key) {
-                *n -= 1;
-                if *n == 0 {
+            if let Some(ends) = open.get_mut(key) {
+                if let Some(at) = ends.iter().position(|e| *e == self.ends) {
+                    ends.swap_remove(at);
+                }
+                if ends.is_empty() {
                     open.remove(key);
                 }
             }
         }
+    }
+}
+
+/// The 429 for a stream refused: the wait until one of the full key's streams ends.
+fn too_many_streams(wait: Duration) -> ApiError {
+    ApiError::TooManyStreams {
+        retry_after_secs: wait.as_secs_f64().ceil() as u64,
     }
 }
 
@@ -798,34 +933,78 @@ fn status_name(status: JobStatus) -> &'static str {
     }
 }
 
-/// The session's questions and answers, oldest first.
+/// A page of the session's questions and answers, oldest first.
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct History {
     session_id: String,
+    /// The latest exchanges before `before` (all of them up to 100, as many as fit in 64 KiB,
+    /// and at least one).
     messages: Vec<ChatExchange>,
+    /// Earlier exchanges exist: ask again with this as `before` for the page before this one.
+    /// `null` when this page starts the history.
+    before: Option<String>,
 }
 
-/// `GET /chat/history?session_id=…`: the session's questions and answers.
+/// `GET /chat/history?before=…`: the session's questions and answers, the latest first, a page
+/// at a time.
 #[utoipa::path(
     get,
     path = "/chat/history",
     tag = "web chat",
-    params(HistorySession),
+    params(HistoryQuery),
     responses(
-        (status = 200, description = "The history", body = History),
-        (status = 422, description = "An invalid session id", body = ErrorBody),
+        (status = 200, description = "A page of the history", body = History),
+        (status = 403, description = "The session belongs to a verified user: name them in X-Sabi-User and X-Sabi-User-Hash", body = ErrorBody),
+        (status = 422, description = "An invalid session id or cursor", body = ErrorBody),
     )
 )]
 pub(super) async fn history(
     State(state): State<AppState>,
     headers: HeaderMap,
-    query: Result<Query<HistorySession>, QueryRejection>,
+    query: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let session_id = history_session(&headers, query)?;
-    let messages = state.store.chat_history(&session_id, HISTORY_LIMIT).await?;
+    let query = query.map(|Query(q)| q).map_err(|_| ApiError::Invalid {
+        field: "before",
+        why: "must be the `before` of a history page".into(),
+    })?;
+    let session_id = long_session(&headers, query.session_id)?;
+    owner_only(&state, &headers, &session_id).await?;
+    let before = match query.before.as_deref() {
+        None | Some("") => None,
+        Some(cursor) => Some(cursor.parse::<i64>().map_err(|_| ApiError::Invalid {
+            field: "before",
+            why: "must be the `before` of a history page".into(),
+        })?),
+    };
+    // One more than a page: whether anything is left before it.
+    let mut exchanges = state
+        .store
+        .chat_history(&session_id, before, HISTORY_LIMIT + 1)
+        .await?;
+    let mut more = exchanges.len() > HISTORY_LIMIT;
+    if more {
+        exchanges.remove(0);
+    }
+    // The newest that fit in the page's bytes, however the text is written back (escapes).
+    let mut bytes = 0;
+    let mut keep = exchanges.len();
+    for (n, exchange) in exchanges.iter().enumerate().rev() {
+        let size = serde_json::to_vec(exchange).map_or(0, |json| json.len());
+        if bytes + size > HISTORY_MAX_BYTES && keep < exchanges.len() {
+            more = true;
+            break;
+        }
+        bytes += size;
+        keep = n;
+    }
+    let messages = exchanges.split_off(keep);
+    let before = more
+        .then(|| messages.first().map(|e| e.cursor.to_string()))
+        .flatten();
     let mut response = Json(History {
         session_id,
         messages,
+        before,
     })
     .into_response();
     response
@@ -834,40 +1013,29 @@ pub(super) async fn history(
     Ok(response)
 }
 
-/// A history is read by the session id alone: the id must be unguessable (128 bits).
-const HISTORY_SESSION_CHARS: usize = 22;
-
-/// The session whose history is asked for: `X-Sabi-Session` (kept out of proxies' access
-/// logs), or the query's `session_id`.
+/// The session whose history is asked for, and where the page ends.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub(super) struct HistorySession {
+pub(super) struct HistoryQuery {
     /// The session, at least 22 characters (128 bits; the chat page makes 32 hex digits). The
-    /// `X-Sabi-Session` header may carry it instead.
-    #[param(min_length = 22, max_length = 128, pattern = "^[A-Za-z0-9_.:-]+$")]
-    session_id: String,
-}
-
-fn history_session(
-    headers: &HeaderMap,
-    query: Result<Query<HistorySession>, QueryRejection>,
-) -> Result<String, ApiError> {
-    long_session(headers, query.ok().map(|Query(q)| q.session_id))
+    /// `X-Sabi-Session` header may carry it instead (kept out of proxies' access logs).
+    #[param(
+        required = true,
+        min_length = 22,
+        max_length = 128,
+        pattern = "^[A-Za-z0-9_.:-]+$"
+    )]
+    session_id: Option<String>,
+    /// The `before` of the page after the one wanted; none (or empty): the latest page.
+    #[param(pattern = "^[0-9]*$")]
+    before: Option<String>,
 }
 
 /// A session that reads by its id alone (a history, people's replies): from `X-Sabi-Session`
-/// or the query, and unguessable.
+/// or the query, and unguessable ([`validate`]).
 fn long_session(headers: &HeaderMap, in_query: Option<String>) -> Result<String, ApiError> {
     let session_id = header_session(headers).or(in_query).unwrap_or_default();
     validate("-", &session_id, None)?;
-    if session_id.chars().count() < HISTORY_SESSION_CHARS {
-        return Err(ApiError::Invalid {
-            field: "session_id",
-            why: format!(
-                "must be at least {HISTORY_SESSION_CHARS} characters (128 bits) to read a history"
-            ),
-        });
-    }
     Ok(session_id)
 }
 
@@ -911,6 +1079,7 @@ pub(super) struct FeedQuery {
     ),
     responses(
         (status = 200, description = "People's replies and whether a person holds the chat", body = Feed),
+        (status = 403, description = "The session belongs to a verified user: name them in X-Sabi-User and X-Sabi-User-Hash", body = ErrorBody),
         (status = 422, description = "No session id, or one too short", body = ErrorBody),
     )
 )]
@@ -924,6 +1093,7 @@ pub(super) async fn feed(
         why: "must be a whole number".into(),
     })?;
     let session_id = long_session(&headers, query.session_id)?;
+    owner_only(&state, &headers, &session_id).await?;
     let after = query.after.unwrap_or(0);
     let feed = state
         .store
@@ -975,6 +1145,7 @@ pub(super) struct SessionEvent {
     responses(
         (status = 200, description = "Events `state` (first, then on change) and `person` (each person's reply)",
             content_type = "text/event-stream", body = SessionEvent),
+        (status = 403, description = "The session belongs to a verified user: name them in X-Sabi-User and X-Sabi-User-Hash", body = ErrorBody),
         (status = 422, description = "No session id, or one too short", body = ErrorBody),
         (status = 429, description = "Too many streams open for this session or address: poll `GET /chat/session` instead", body = ErrorBody),
         (status = 503, description = "Too many streams open on this node: poll instead", body = ErrorBody),
@@ -991,6 +1162,7 @@ pub(super) async fn session_events(
         why: "must be a whole number".into(),
     })?;
     let session_id = long_session(&headers, query.session_id)?;
+    owner_only(&state, &headers, &session_id).await?;
     let resume_after: Option<i64> = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -1001,11 +1173,12 @@ pub(super) async fn session_events(
         .source
         .client(peer.ip(), super::source::forwarded_for(&headers).as_deref())
         .unwrap_or(peer.ip());
+    let deadline = tokio::time::Instant::now() + EVENTS_LIFETIME;
     let slot = state
         .webchat
         .stream_counts
-        .take(&session_id, client)
-        .ok_or(ApiError::TooManyStreams)?;
+        .take(&session_id, client, deadline)
+        .map_err(too_many_streams)?;
     let permit = state
         .webchat
         .streams
@@ -1019,7 +1192,7 @@ pub(super) async fn session_events(
             last_id,
             held: None,
             queue: std::collections::VecDeque::new(),
-            deadline: tokio::time::Instant::now() + EVENTS_LIFETIME,
+            deadline,
             first: true,
             store_failing: false,
             _held: (permit, slot),
@@ -1142,9 +1315,9 @@ mod tests {
         assert_eq!(network(v4), v4);
         let limit = AddressLimit::per_minute(2);
         for _ in 0..2 {
-            assert!(AddressLimit::check(&limit, a, AddressRule::Questions).is_ok());
+            assert!(AddressLimit::check(limit.as_ref(), a, AddressRule::Questions).is_ok());
         }
-        assert!(AddressLimit::check(&limit, b, AddressRule::Questions).is_err());
-        assert!(AddressLimit::check(&limit, other, AddressRule::Questions).is_ok());
+        assert!(AddressLimit::check(limit.as_ref(), b, AddressRule::Questions).is_err());
+        assert!(AddressLimit::check(limit.as_ref(), other, AddressRule::Questions).is_ok());
     }
 }

@@ -2,6 +2,8 @@
 //! compared on, a web-chat question as an inbox item, and what an inbox state means to a
 //! browser. Backends share these so they agree byte for byte.
 
+use std::time::Duration;
+
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -116,6 +118,16 @@ pub(crate) fn question_item(s: &ChatSubmission, key: String) -> InboundItem {
         }),
     }
 }
+
+/// How long a session that asked too fast waits: until `freeing`, the question whose minute
+/// ends first and leaves room for one more, is a minute old; at least a second.
+pub(crate) fn session_retry_after(freeing: Option<At>, now: At) -> Duration {
+    let wait = freeing.map_or(Duration::ZERO, |at| (at + MINUTE).since(now));
+    wait.max(Duration::from_secs(1))
+}
+
+/// The window a session's questions are counted in.
+pub(crate) const MINUTE: Duration = Duration::from_secs(60);
 
 /// The inbox state of the question, as the browser understands it.
 pub(crate) fn status_of(state: &str) -> JobStatus {

@@ -646,10 +646,14 @@ pub struct ChatSubmission {
 pub enum Submitted {
     /// Stored (or stored before, for a resend): its job.
     Job(ChatReceipt),
-    /// The session asked too often in the last minute: nothing stored.
-    TooFast,
+    /// The session asked too often in the last minute: nothing stored. `retry_after`: when
+    /// its oldest counted question leaves the minute, so that one more may come.
+    TooFast { retry_after: Duration },
     /// The web-chat queue is full: nothing stored.
     QueueFull,
+    /// The session is bound to another verified user than the one asking (or the one asking
+    /// is anonymous): nothing stored, and no job of the session named.
+    NotYours,
 }
 
 /// The job a submission gave.
@@ -687,6 +691,10 @@ pub struct ChatJob {
 /// One question of a session's history, and its answer once there is one.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
 pub struct ChatExchange {
+    /// Where the exchange stands in its session's order: ask for the history `before` it for
+    /// the ones asked earlier.
+    #[serde(skip)]
+    pub cursor: i64,
     pub job_id: String,
     pub question: String,
     pub answer: Option<String>,
@@ -877,8 +885,14 @@ pub trait WebChat: Send + Sync + 'static {
     /// the session is open, the question joins that item's batch for the person and no turn is
     /// scheduled ([`rules::review::destination`]). The session's
     /// `per_minute` limit and the queue's `max_queue` are counted in the same step, so no burst
-    /// slips past either.
+    /// slips past either. A session is bound to the first verified user whose question it
+    /// keeps; from then on anyone else's submission (an anonymous one too, and a resend of one
+    /// of its message ids) is [`Submitted::NotYours`], decided in the same step.
     async fn submit_chat(&self, submission: ChatSubmission) -> Result<Submitted>;
+
+    /// The verified user the session is bound to: the first whose question it kept
+    /// ([`ChatSubmission::user_id`]); `None` while only anonymous visitors used it.
+    async fn chat_session_owner(&self, session_id: &str) -> Result<Option<String>>;
 
     /// The job already made for this (session, message id), if any.
     async fn chat_job_for_message(
@@ -890,9 +904,15 @@ pub trait WebChat: Send + Sync + 'static {
     /// A job, unless it is unknown or expired at `now`.
     async fn chat_job(&self, job_id: &str, now: At) -> Result<Option<ChatJob>>;
 
-    /// A session's questions and answers in the order they arrived, the last `limit` of them:
-    /// the clocks of the nodes that took them (each question's `now`) do not reorder them.
-    async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>>;
+    /// A session's questions and answers in the order they arrived, the last `limit` of them
+    /// asked before the exchange whose cursor is `before` (`None`: the latest): the clocks of
+    /// the nodes that took them (each question's `now`) do not reorder them.
+    async fn chat_history(
+        &self,
+        session_id: &str,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<ChatExchange>>;
 
     /// Web-chat questions waiting for a turn. Counts them: callers keep the figure a moment.
     async fn chat_queue_depth(&self) -> Result<u64>;

@@ -31,6 +31,9 @@ pub enum Answer {
     Throttled(u64),
     /// Never answers (the client's timeout fires).
     Stall,
+    /// Answers with the request's system message, as a model talked into repeating its
+    /// instructions does.
+    EchoSystem,
 }
 
 #[derive(Default)]
@@ -127,6 +130,14 @@ async fn complete(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) ->
         }
         Some(Answer::ToolCall(name, arguments)) => tool_calls(vec![(name, arguments)]),
         Some(Answer::ToolCalls(calls)) => tool_calls(calls),
+        Some(Answer::EchoSystem) => {
+            let system = body["messages"]
+                .as_array()
+                .and_then(|m| m.iter().find(|m| m["role"] == "system"))
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default();
+            json!({"role": "assistant", "content": format!("My instructions: {system}")})
+        }
         // `"tool_calls": null`, as LiteLLM and others send on plain answers.
         Some(Answer::Text(text) | Answer::CutOff(text)) => {
             json!({"role": "assistant", "content": text, "tool_calls": null})

@@ -262,6 +262,16 @@ impl Scheduler {
             }
         };
         let outcome = ending_name(&ending);
+        // An anonymous visitor's question that ends in review (any reason: a hand-off the
+        // router foresaw was counted when it was asked) spends its address's hand-off token.
+        let anonymous_item = match (&ending, batch.conversation.channel) {
+            (Ending::Review { .. }, Channel::Webchat) => batch
+                .messages
+                .iter()
+                .find(|m| m.user.is_none())
+                .and_then(|m| m.address.clone()),
+            _ => None,
+        };
         if attempt > 1 {
             self.metrics.reclaims.inc();
         }
@@ -272,6 +282,9 @@ impl Scheduler {
             Ok(()) => {
                 if matches!(outcome, "replied" | "handoff") {
                     self.outbox.notify_one();
+                }
+                if let Some(address) = &anonymous_item {
+                    self.chat.anonymous_item(address);
                 }
                 Metrics::count(&self.metrics.turns, outcome);
                 let took = self.clock.now().since(started).as_secs_f64();

@@ -11,7 +11,11 @@ use tokio::sync::watch;
 #[derive(Default)]
 pub struct ChatSignals {
     sessions: Mutex<HashMap<String, Weak<watch::Sender<u64>>>>,
+    /// Told the client address of each anonymous web-chat turn that ends in review here.
+    anonymous_items: std::sync::OnceLock<AnonymousItems>,
 }
+
+type AnonymousItems = Box<dyn Fn(&str) + Send + Sync>;
 
 /// A stream's hold on its session's signal: `changed` resolves on the next change.
 pub struct Subscription {
@@ -28,6 +32,19 @@ impl Subscription {
 }
 
 impl ChatSignals {
+    /// What to do when a turn of an anonymous visitor at an address ends in review (the web
+    /// chat's ingress counts it against the address's hand-off bucket); set once.
+    pub fn on_anonymous_item(&self, told: impl Fn(&str) + Send + Sync + 'static) {
+        let _ = self.anonymous_items.set(Box::new(told));
+    }
+
+    /// A turn of an anonymous visitor at `address` ended in review here.
+    pub fn anonymous_item(&self, address: &str) {
+        if let Some(told) = self.anonymous_items.get() {
+            told(address);
+        }
+    }
+
     pub fn subscribe(&self, session: &str) -> Subscription {
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         let sender = match sessions.get(session).and_then(Weak::upgrade) {

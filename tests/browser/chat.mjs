@@ -1,5 +1,6 @@
 // Drives the chat page in Debian's Chromium: type a question, see the stages and the answer;
-// double-click send on a second question, and check it was asked once.
+// double-click send on a second question, and check it was asked once; reload, and see both
+// again from the history.
 // Usage: node chat.mjs BASE_URL SCREENSHOT_PATH. Prints one JSON line with what it saw.
 import { chromium } from "playwright-core";
 
@@ -37,8 +38,15 @@ try {
   const mine = await page.evaluate(() => document.querySelectorAll("#log li.me").length);
   const session = await page.evaluate(() => localStorage.getItem("sabi-session"));
   const history = await (await fetch(`${base}/chat/history?session_id=${encodeURIComponent(session)}`)).json();
+  // A reload shows the conversation again from the history (read a page at a time).
+  await page.reload();
+  await page.waitForFunction(() => document.querySelectorAll("#log li.me").length >= 2, null, { timeout: 20000 });
+  const reloaded = await page.evaluate(() => ({
+    mine: [...document.querySelectorAll("#log li.me")].map((li) => li.textContent),
+    answers: [...document.querySelectorAll("#log li:not(.me):not(.status)")].map((li) => li.textContent),
+  }));
   await page.screenshot({ path: screenshot, fullPage: true });
-  console.log(JSON.stringify({ first, mine, asked: history.messages.length }));
+  console.log(JSON.stringify({ first, mine, asked: history.messages.length, reloaded }));
 } finally {
   await browser.close();
 }

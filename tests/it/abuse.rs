@@ -241,7 +241,7 @@ async fn one_address_cannot_take_the_web_chat_queue_from_everyone_else() {
         app.client
             .post(app.url("/chat"))
             .header("x-forwarded-for", from)
-            .json(&serde_json::json!({"session_id": format!("flood-{n}"), "question": "hello"}))
+            .json(&serde_json::json!({"session_id": format!("flood-{n}-0123456789abcdef01234"), "question": "hello"}))
             .send()
     };
     let mut accepted = 0;
@@ -285,6 +285,15 @@ async fn a_session_keeps_only_a_few_event_streams_and_they_wake_on_their_turn() 
     }
     let fourth = app.client.get(&url).send().await.expect("stream");
     assert_eq!(fourth.status(), 429);
+    let retry: u64 = fourth.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!(
+        (240..=300).contains(&retry),
+        "the real wait: until the oldest stream's 5 minutes end, {retry}"
+    );
     // The turn runs on this node: its streams hear the answer as it is written.
     app.scheduler.drain().await.expect("turn");
     let mut first = open.remove(0);
@@ -313,6 +322,45 @@ async fn app_behind_proxy(env: &[(&str, &str)]) -> TestApp {
     )
     .expect("sabi.toml");
     TestApp::spawn_in(dir, None, env).await
+}
+
+/// An IPv6 subscriber holds a whole /64: taking a new address per stream does not get past the
+/// per-address cap of event streams, and its refusal says when the first of them ends.
+#[tokio::test]
+async fn event_streams_are_capped_per_ipv6_64_not_per_address() {
+    let app = app_behind_proxy(&[]).await;
+    let mut open = Vec::new();
+    let stream_from = |n: usize, address: String| {
+        let app = &app;
+        async move {
+            let session = format!("v6-{n}-0123456789abcdef01234");
+            let body = serde_json::json!({"session_id": session, "question": "hello"});
+            let (status, _, asked) = ask_from(app, &address, body).await;
+            assert_eq!(status, 202, "{asked}");
+            let job = asked["job_id"].as_str().expect("job").to_owned();
+            app.client
+                .get(app.url(&format!("/chat/{job}/events?session_id={session}")))
+                .header("x-forwarded-for", address)
+                .send()
+                .await
+                .expect("stream")
+        }
+    };
+    for n in 0..12 {
+        let stream = stream_from(n, format!("2001:db8:1:2::{:x}", n + 1)).await;
+        assert_eq!(stream.status(), 200);
+        open.push(stream);
+    }
+    let refused = stream_from(12, "2001:db8:1:2:ffff:1:2:3".into()).await;
+    assert_eq!(refused.status(), 429, "the same /64");
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!((240..=300).contains(&retry), "{retry}");
+    let elsewhere = stream_from(13, "2001:db8:1:3::1".into()).await;
+    assert_eq!(elsewhere.status(), 200, "another /64 is another subscriber");
 }
 
 /// `POST /chat` from `address`.
@@ -346,7 +394,8 @@ async fn one_address_gets_a_few_new_sessions_and_hand_offs_an_hour() {
         ("SABI_WEBCHAT_IDENTITY_SECRET", SECRET),
     ])
     .await;
-    let hello = |session: &str| serde_json::json!({"session_id": session, "question": "hello"});
+    // Sessions of 128 bits, as every route wants them.
+    let hello = |session: &str| serde_json::json!({"session_id": format!("{session}-0123456789abcdef01234"), "question": "hello"});
     for n in 0..3 {
         let (status, _, _) = ask_from(&app, "203.0.113.7", hello(&format!("new-{n}"))).await;
         assert_eq!(status, 202);
@@ -363,7 +412,7 @@ async fn one_address_gets_a_few_new_sessions_and_hand_offs_an_hour() {
     let (status, _, _) = ask_from(&app, "198.51.100.20", hello("next-door")).await;
     assert_eq!(status, 202, "another address starts its own");
 
-    let person = |session: &str| serde_json::json!({"session_id": session, "question": "I want to speak to a human"});
+    let person = |session: &str| serde_json::json!({"session_id": format!("{session}-0123456789abcdef01234"), "question": "I want to speak to a human"});
     for _ in 0..2 {
         let (status, _, _) = ask_from(&app, "198.51.100.20", person("next-door")).await;
         assert_eq!(status, 202);
@@ -389,7 +438,7 @@ async fn one_address_gets_a_few_new_sessions_and_hand_offs_an_hour() {
 async fn the_desk_folds_one_addresss_repeated_anonymous_hand_offs_into_one() {
     const TOKEN: &str = "desk-token-for-tests";
     let app = app_behind_proxy(&[("SABI_ADMIN_TOKEN", TOKEN)]).await;
-    let person = |n: usize| serde_json::json!({"session_id": format!("flood-{n}"), "question": "I want to speak to a human"});
+    let person = |n: usize| serde_json::json!({"session_id": format!("flood-{n}-0123456789abcdef01234"), "question": "I want to speak to a human"});
     for n in 0..4 {
         assert_eq!(ask_from(&app, "203.0.113.7", person(n)).await.0, 202);
     }
@@ -443,4 +492,56 @@ async fn the_desk_folds_one_addresss_repeated_anonymous_hand_offs_into_one() {
         .await
         .expect("json");
     assert_eq!(page["items"][1]["address"], "198.51.100.20");
+}
+
+/// A script whose questions make the model answer unfitly floods the desk as surely as one
+/// asking for a person: every anonymous review item, whatever its reason, folds by address
+/// (an IPv6 client's /64) and spends the address's hand-off bucket.
+#[tokio::test]
+async fn anonymous_model_output_items_fold_by_address_and_spend_its_hand_offs() {
+    const TOKEN: &str = "desk-token-for-tests";
+    let llm = sabi::testing::llm::FakeLlm::start().await;
+    let base = llm.base_url();
+    let app = app_behind_proxy(&[
+        ("SABI_ADMIN_TOKEN", TOKEN),
+        ("SABI_WEBCHAT_HANDOFFS_PER_ADDRESS", "2"),
+        ("SABI_LLM_BASE_URL", base.as_str()),
+        ("SABI_LLM_MODEL", "fake-model"),
+    ])
+    .await;
+    let unfit = || sabi::testing::llm::Answer::Text("<|im_start|>".into());
+    llm.script([unfit(), unfit(), unfit(), unfit()]);
+    let question = |n: usize| serde_json::json!({"session_id": format!("unfit-{n}-0123456789abcdef01234"), "question": "Which restaurant in Lekki would you recommend for a birthday?"});
+    for (n, address) in ["2001:db8:1:2::1", "2001:db8:1:2::ffff"]
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(ask_from(&app, address, question(n)).await.0, 202);
+        app.scheduler.drain().await.expect("turn");
+    }
+    let items: serde_json::Value = app
+        .client
+        .get(app.url("/admin/review"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("review")
+        .json()
+        .await
+        .expect("json");
+    let items = items["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "one /64, one row: {items:#?}");
+    assert_eq!(items[0]["reason"], "model_output");
+    assert_eq!(items[0]["repeats"].as_array().map(Vec::len), Some(1));
+
+    let person = serde_json::json!({"session_id": "unfit-9-0123456789abcdef01234", "question": "I want to speak to a human"});
+    let (status, retry, body) = ask_from(&app, "2001:db8:1:2::2", person.clone()).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (429, Some("handoff_pending")),
+        "the two items spent the address's hand-offs"
+    );
+    assert!(retry.is_some());
+    let (status, _, _) = ask_from(&app, "198.51.100.20", person).await;
+    assert_eq!(status, 202, "another address has its own");
 }

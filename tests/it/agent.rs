@@ -405,7 +405,7 @@ async fn a_web_chat_question_shows_the_agent_s_stage_while_it_works() {
     let posted: Value = app
         .client
         .post(app.url("/chat"))
-        .json(&json!({"session_id": "s-stage", "question": OUT_OF_SCOPE}))
+        .json(&json!({"session_id": "s-stage-0123456789abcdef01234", "question": OUT_OF_SCOPE}))
         .send()
         .await
         .expect("posted")
@@ -419,7 +419,9 @@ async fn a_web_chat_question_shows_the_agent_s_stage_while_it_works() {
     for _ in 0..100 {
         let view: Value = app
             .client
-            .get(app.url(&format!("/chat/{id}?session_id=s-stage")))
+            .get(app.url(&format!(
+                "/chat/{id}?session_id=s-stage-0123456789abcdef01234"
+            )))
             .send()
             .await
             .expect("got")
@@ -708,4 +710,159 @@ async fn a_reply_to_a_broadcast_reaches_the_model_with_the_broadcast_before_it()
             ("user", OUT_OF_SCOPE)
         ]
     );
+}
+
+/// A business API whose answers are `size` bytes of JSON; records the paths it was called on.
+async fn big_api(size: usize) -> (String, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let app = axum::Router::new().route(
+        "/orders/{id}",
+        axum::routing::get(move |uri: axum::http::Uri| {
+            let record = record.clone();
+            async move {
+                record.lock().expect("lock").push(uri.to_string());
+                axum::Json(json!({"order": {"notes": "ab".repeat(size / 2)}}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), seen)
+}
+
+/// The tool messages of a completion request.
+fn tool_messages(request: &Value) -> Vec<Value> {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect()
+}
+
+/// One question asking for 40 tool calls in a round: 8 run (`llm.max_tool_calls`), the model
+/// reads an error for each of the others, and each answer it reads is cut at 32 KiB.
+#[tokio::test]
+async fn a_round_runs_at_most_eight_tool_calls_and_reads_answers_cut_to_32_kib() {
+    let llm = FakeLlm::start().await;
+    let (api, calls) = big_api(200_000).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, &api, "");
+    let app = start(dir, &llm, &[]).await;
+    let fan_out = (0..40)
+        .map(|n| {
+            (
+                "order_status".to_owned(),
+                json!({"order_id": format!("{n}")}),
+            )
+        })
+        .collect();
+    llm.script([
+        Answer::ToolCalls(fan_out),
+        Answer::Text("Your orders are on their way.".into()),
+    ]);
+    turn(&app, "wamid.fan", OUT_OF_SCOPE).await;
+    assert_eq!(
+        calls.lock().expect("lock").len(),
+        8,
+        "8 requests reached the API"
+    );
+    let requests = llm.completions();
+    assert_eq!(requests.len(), 2);
+    let answers = tool_messages(&requests[1]);
+    assert_eq!(answers.len(), 40, "every call is answered");
+    for answer in &answers[..8] {
+        let text = answer["content"].as_str().expect("text");
+        assert!(text.len() <= 32 * 1024, "cut: {}", text.len());
+        assert!(text.len() > 30 * 1024, "not emptied: {}", text.len());
+    }
+    for answer in &answers[8..] {
+        let text = answer["content"].as_str().expect("text");
+        assert!(text.contains("not run") && text.contains('8'), "{text}");
+    }
+    assert_eq!(outbox(&app).await[0].text, "Your orders are on their way.");
+}
+
+/// A turn whose prompt would pass `llm.turn_prompt_tokens` is not sent: it goes to a person.
+#[tokio::test]
+async fn a_turn_that_would_pass_its_prompt_budget_goes_to_a_person() {
+    let llm = FakeLlm::start().await;
+    let (api, _calls) = big_api(30_000).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, &api, "turn_prompt_tokens = 10000\n");
+    let app = start(dir, &llm, &[]).await;
+    let lookups = (0..4)
+        .map(|n| {
+            (
+                "order_status".to_owned(),
+                json!({"order_id": format!("{n}")}),
+            )
+        })
+        .collect();
+    llm.script([
+        Answer::ToolCalls(lookups),
+        Answer::Text("Your orders are on their way.".into()),
+    ]);
+    turn(&app, "wamid.budget", OUT_OF_SCOPE).await;
+    assert_eq!(
+        llm.completions().len(),
+        1,
+        "120 KB of answers were never sent"
+    );
+    assert!(outbox(&app).await.is_empty());
+    let items = review(&app).await;
+    assert_eq!(items.len(), 1);
+    assert!(
+        items[0]
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("prompt budget"),
+        "{:?}",
+        items[0].error
+    );
+}
+
+/// A string argument whose schema sets no `maxLength` gets `llm.max_argument_chars` (1,000):
+/// the model is offered the bound, and a longer argument (or 200 KB of them, past the 16 KiB
+/// any call's arguments may have) never leaves.
+#[tokio::test]
+async fn string_arguments_are_bounded_by_default() {
+    let llm = FakeLlm::start().await;
+    let (api, calls) = order_api().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, &api, "");
+    let app = start(dir, &llm, &[]).await;
+    llm.script([
+        Answer::ToolCall("order_status".into(), json!({"order_id": "9".repeat(1001)})),
+        Answer::ToolCall(
+            "order_status".into(),
+            json!({"order_id": "9".repeat(200_000)}),
+        ),
+        Answer::Text("Please send your order number again.".into()),
+    ]);
+    turn(&app, "wamid.long", OUT_OF_SCOPE).await;
+    assert!(
+        calls.lock().expect("lock").is_empty(),
+        "nothing reached the API"
+    );
+    let requests = llm.completions();
+    assert_eq!(requests.len(), 3);
+    let offered = &requests[0]["tools"][0]["function"]["parameters"]["properties"]["order_id"];
+    assert_eq!(offered["maxLength"], 1000);
+    for (n, request) in requests[1..].iter().enumerate() {
+        let error = tool_messages(request)[n]["content"]
+            .as_str()
+            .expect("text")
+            .to_owned();
+        assert!(error.contains("error"), "{error}");
+        assert!(error.len() < 2000, "the argument is not read back whole");
+    }
 }

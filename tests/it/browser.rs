@@ -79,6 +79,15 @@ async fn a_person_asks_on_the_chat_page_and_sees_the_answer() {
     );
     assert_eq!(seen["mine"], 2, "a double click shows one question");
     assert_eq!(seen["asked"], 2, "and the server has one question for it");
+    assert_eq!(
+        seen["reloaded"]["mine"],
+        serde_json::json!(["I wan check my balance", "Where is my order?"]),
+        "a reload shows the history in order"
+    );
+    assert_eq!(
+        seen["reloaded"]["answers"][0],
+        "Answer to: I wan check my balance"
+    );
 }
 
 /// Hands a question that asks for a person to one, and answers the others.

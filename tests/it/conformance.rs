@@ -92,7 +92,9 @@ use self::turns::{
     turn_stats_tell_local_agent_and_people_turns_apart,
 };
 use self::webchat::{
-    a_sessions_history_is_in_the_order_asked, a_visitor_talks_to_the_person_holding_their_chat,
+    a_session_asking_too_fast_is_told_the_real_wait, a_session_belongs_to_its_first_verified_user,
+    a_sessions_history_is_in_the_order_asked, a_sessions_history_pages_back_by_its_cursor,
+    a_visitor_talks_to_the_person_holding_their_chat,
     chat_history_and_queue_depth_follow_each_question,
 };
 use crate::helpers::ms;
@@ -275,6 +277,9 @@ macro_rules! cases {
             // WebChat
             chat_history_and_queue_depth_follow_each_question,
             a_sessions_history_is_in_the_order_asked,
+            a_sessions_history_pages_back_by_its_cursor,
+            a_session_belongs_to_its_first_verified_user,
+            a_session_asking_too_fast_is_told_the_real_wait,
             a_visitor_talks_to_the_person_holding_their_chat,
             // Inspection and Health
             gauges_count_the_pipeline_as_it_moves,
@@ -1235,7 +1240,7 @@ async fn a_session_burst_cannot_pass_its_limit(store: Arc<dyn Store>) {
     assert!(
         outcomes
             .iter()
-            .all(|o| accepted(&o) || *o == Submitted::TooFast)
+            .all(|o| accepted(&o) || matches!(o, Submitted::TooFast { .. }))
     );
     assert_eq!(
         store.chat_queue_depth().await.expect("depth"),

@@ -711,7 +711,7 @@ async fn a_flooded_web_chat_never_takes_every_slot_from_whatsapp() {
         let asked = app
             .client
             .post(app.url("/chat"))
-            .json(&serde_json::json!({"session_id": format!("flood-{n}"), "question": "hello"}))
+            .json(&serde_json::json!({"session_id": format!("flood-{n}-0123456789abcdef01234"), "question": "hello"}))
             .send()
             .await
             .expect("posted");

@@ -222,7 +222,7 @@ async fn an_anonymous_visitor_gets_public_tools_only_and_nothing_that_acts_for_a
     let asked = app
         .client
         .post(app.url("/chat"))
-        .json(&json!({"session_id": "anon-session-1", "question": QUESTION}))
+        .json(&json!({"session_id": "anon-session-1-0123456789abcdef01234", "question": QUESTION}))
         .send()
         .await
         .expect("posted");
@@ -249,8 +249,10 @@ async fn a_signed_in_visitor_is_vouched_for_by_the_site_and_a_wrong_hash_is_refu
     let wrong = app
         .client
         .post(app.url("/chat"))
-        .json(&json!({"session_id": "s-web-1", "question": QUESTION,
-                      "user_id": "user-43", "user_hash": hash}))
+        .json(
+            &json!({"session_id": "s-web-1-0123456789abcdef01234", "question": QUESTION,
+                      "user_id": "user-43", "user_hash": hash}),
+        )
         .send()
         .await
         .expect("posted");
@@ -265,8 +267,10 @@ async fn a_signed_in_visitor_is_vouched_for_by_the_site_and_a_wrong_hash_is_refu
     let right = app
         .client
         .post(app.url("/chat"))
-        .json(&json!({"session_id": "s-web-1", "question": QUESTION,
-                      "user_id": "user-42", "user_hash": hash}))
+        .json(
+            &json!({"session_id": "s-web-1-0123456789abcdef01234", "question": QUESTION,
+                      "user_id": "user-42", "user_hash": hash}),
+        )
         .send()
         .await
         .expect("posted");

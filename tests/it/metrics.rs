@@ -56,7 +56,7 @@ async fn counters_move_as_messages_flow() {
             .status(),
         401
     );
-    let chat = json!({"question": "hello", "session_id": "metrics-1", "message_id": "a"});
+    let chat = json!({"question": "hello", "session_id": "metrics-1-0123456789abcdef01234", "message_id": "a"});
     for _ in 0..2 {
         app.client
             .post(app.url("/chat"))

@@ -71,7 +71,7 @@ async fn deliver(client: &reqwest::Client, urls: &[String], body: Vec<u8>) {
 }
 
 async fn ask(client: &reqwest::Client, urls: &[String], n: usize) {
-    let body = json!({"session_id": format!("s-{n}"), "message_id": "m-1", "question": "hello"});
+    let body = json!({"session_id": format!("s-{n}-0123456789abcdef01234"), "message_id": "m-1", "question": "hello"});
     for attempt in 0..50 {
         let url = &urls[attempt % urls.len()];
         let sent = client.post(format!("{url}/chat")).json(&body).send().await;

@@ -117,7 +117,7 @@ async fn a_double_submit_is_one_job_and_one_turn() {
     for _ in 0..10 {
         let (client, url) = (app.client.clone(), app.url("/chat"));
         submits.spawn(async move {
-            let body = json!({"question": "abeg where my order dey", "session_id": "s-2", "message_id": "tap-1"});
+            let body = json!({"question": "abeg where my order dey", "session_id": "s-2-0123456789abcdef01234", "message_id": "tap-1"});
             let response = client.post(url).json(&body).send().await.expect("posted");
             assert_eq!(response.status(), 202);
             let body: Value = response.json().await.expect("json");
@@ -138,13 +138,18 @@ async fn a_double_submit_is_one_job_and_one_turn() {
 #[tokio::test]
 async fn another_session_unknown_and_expired_jobs_look_the_same() {
     let app = TestApp::spawn_with(None, &[]).await;
-    let id = job_id(ask(&app, "owner", "hello", None).await).await;
-    let (status_other, other) = job(&app, &id, "intruder").await;
-    let (status_unknown, unknown) = job(&app, "0123456789abcdef0123456789abcdef", "owner").await;
+    let id = job_id(ask(&app, "owner-0123456789abcdef01234", "hello", None).await).await;
+    let (status_other, other) = job(&app, &id, "intruder-0123456789abcdef01234").await;
+    let (status_unknown, unknown) = job(
+        &app,
+        "0123456789abcdef0123456789abcdef",
+        "owner-0123456789abcdef01234",
+    )
+    .await;
     assert_eq!((status_other, status_unknown), (404, 404));
     assert_eq!(other, unknown);
     app.clock.advance(Duration::from_secs(24 * 3600 + 1));
-    let (status_expired, expired) = job(&app, &id, "owner").await;
+    let (status_expired, expired) = job(&app, &id, "owner-0123456789abcdef01234").await;
     assert_eq!((status_expired, &expired), (404, &unknown));
 }
 
@@ -153,12 +158,12 @@ async fn bad_input_gets_clear_errors_and_stores_nothing() {
     let app = TestApp::spawn().await;
     let cases = [
         (
-            json!({"question": "   ", "session_id": "s"}),
+            json!({"question": "   ", "session_id": "s-0123456789abcdef01234"}),
             422,
             "question",
         ),
         (
-            json!({"question": "x".repeat(4001), "session_id": "s"}),
+            json!({"question": "x".repeat(4001), "session_id": "s-0123456789abcdef01234"}),
             422,
             "question",
         ),
@@ -168,11 +173,15 @@ async fn bad_input_gets_clear_errors_and_stores_nothing() {
             "session_id",
         ),
         (
-            json!({"question": "hi", "session_id": "s", "message_id": ""}),
+            json!({"question": "hi", "session_id": "s-0123456789abcdef01234", "message_id": ""}),
             422,
             "message_id",
         ),
-        (json!({"session_id": "s"}), 422, "question"),
+        (
+            json!({"session_id": "s-0123456789abcdef01234"}),
+            422,
+            "question",
+        ),
     ];
     for (body, status, mentions) in cases {
         let response = app
@@ -209,7 +218,18 @@ async fn positions_count_down_and_questions_wait_for_a_worker() {
     let app = TestApp::spawn_with(None, &[("SABI_TURNS", "5")]).await;
     let mut ids = Vec::new();
     for n in 0..10 {
-        ids.push(job_id(ask(&app, &format!("s-{n}"), "Who go win the league?", None).await).await);
+        ids.push(
+            job_id(
+                ask(
+                    &app,
+                    &format!("s-{n}-0123456789abcdef01234"),
+                    "Who go win the league?",
+                    None,
+                )
+                .await,
+            )
+            .await,
+        );
     }
     let before = positions(&app, &ids).await;
     assert_eq!(before, (0..10).map(Some).collect::<Vec<_>>());
@@ -243,7 +263,7 @@ async fn positions_count_down_and_questions_wait_for_a_worker() {
 async fn positions(app: &TestApp, ids: &[String]) -> Vec<Option<u64>> {
     let mut out = Vec::new();
     for (n, id) in ids.iter().enumerate() {
-        let (_, body) = job(app, id, &format!("s-{n}")).await;
+        let (_, body) = job(app, id, &format!("s-{n}-0123456789abcdef01234")).await;
         out.push(body["position"].as_u64());
     }
     out
@@ -299,8 +319,10 @@ async fn read_events(
 async fn events_arrive_in_order_and_resume_after_last_event_id() {
     let hold = Arc::new(Semaphore::new(0));
     let app = TestApp::spawn_with(Some(Arc::new(Held(hold.clone()))), &[]).await;
-    let id = job_id(ask(&app, "s-sse", "hello there", None).await).await;
-    let url = app.url(&format!("/chat/{id}/events?session_id=s-sse"));
+    let id = job_id(ask(&app, "s-sse-0123456789abcdef01234", "hello there", None).await).await;
+    let url = app.url(&format!(
+        "/chat/{id}/events?session_id=s-sse-0123456789abcdef01234"
+    ));
     let stream = app.client.get(&url).send().await.expect("stream");
     assert_eq!(stream.headers()["content-type"], "text/event-stream");
 
@@ -352,7 +374,9 @@ async fn events_arrive_in_order_and_resume_after_last_event_id() {
 
     let other = app
         .client
-        .get(app.url(&format!("/chat/{id}/events?session_id=nope")))
+        .get(app.url(&format!(
+            "/chat/{id}/events?session_id=nope-0123456789abcdef01234"
+        )))
         .send()
         .await
         .expect("got");
@@ -368,11 +392,11 @@ async fn past_the_queue_limit_questions_are_refused_and_nothing_is_stored() {
     )
     .expect("config");
     let app = TestApp::spawn_in(dir, None, &[]).await;
-    job_id(ask(&app, "a", "one", None).await).await;
-    job_id(ask(&app, "b", "two", None).await).await;
+    job_id(ask(&app, "a-0123456789abcdef01234", "one", None).await).await;
+    job_id(ask(&app, "b-0123456789abcdef01234", "two", None).await).await;
     // The queue is counted again once the last count is 200 ms old.
     app.clock.advance(Duration::from_secs(1));
-    let refused = ask(&app, "c", "three", None).await;
+    let refused = ask(&app, "c-0123456789abcdef01234", "three", None).await;
     assert_eq!(refused.status(), 503);
     assert!(refused.headers().contains_key("retry-after"));
     let error: Value = refused.json().await.expect("json");
@@ -391,13 +415,14 @@ async fn past_the_queue_limit_questions_are_refused_and_nothing_is_stored() {
     for n in 0..2 {
         app.scheduler.drain().await.expect("drain");
         app.clock.advance(Duration::from_secs(1));
-        job_id(ask(&app, "a", &format!("again {n}"), None).await).await;
+        job_id(ask(&app, "a-0123456789abcdef01234", &format!("again {n}"), None).await).await;
     }
     app.scheduler.drain().await.expect("drain");
     app.clock.advance(Duration::from_secs(1));
-    let too_fast = ask(&app, "a", "and again", None).await;
+    let too_fast = ask(&app, "a-0123456789abcdef01234", "and again", None).await;
     assert_eq!(too_fast.status(), 429);
-    assert!(too_fast.headers().contains_key("retry-after"));
+    // The real wait: the session's first question ("one", 4 s ago) leaves its minute in 56 s.
+    assert_eq!(too_fast.headers()["retry-after"], "56");
 }
 
 /// The third article's polling client (`ask_crumb`, Python with httpx), unchanged, gets its
@@ -415,7 +440,7 @@ async fn the_articles_polling_client_gets_its_answer() {
         r#"
 import time, httpx
 BASE = "http://{addr}"
-SESSION = "crumb-session-1"
+SESSION = "crumb-session-1-0123456789abcdef01234"
 
 def ask_crumb(question: str, max_wait: float = 90.0) -> dict:
     r = httpx.post(f"{{BASE}}/chat", json={{"question": question, "session_id": SESSION}})
@@ -450,8 +475,8 @@ print(ask_crumb("Does the Belgian chocolate cake contain nuts?")["answer"])
 #[tokio::test]
 async fn sessions_and_message_ids_never_share_a_job() {
     let app = TestApp::spawn().await;
-    let first = job_id(ask(&app, "a:b", "one", Some("c")).await).await;
-    let second = job_id(ask(&app, "a", "two", Some("b:c")).await).await;
+    let first = job_id(ask(&app, "a-0123456789abcdef01234:b", "one", Some("c")).await).await;
+    let second = job_id(ask(&app, "a-0123456789abcdef01234", "two", Some("b:c")).await).await;
     assert_ne!(first, second);
     assert_eq!(app.inbox().await.len(), 2);
 }
@@ -461,10 +486,18 @@ async fn a_resend_gets_its_job_even_when_the_queue_is_full() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("sabi.toml"), "[webchat]\nmax_queue = 1\n").expect("config");
     let app = TestApp::spawn_in(dir, None, &[]).await;
-    let id = job_id(ask(&app, "s", "one", Some("m-1")).await).await;
+    let id = job_id(ask(&app, "s-0123456789abcdef01234", "one", Some("m-1")).await).await;
     app.clock.advance(Duration::from_secs(1));
-    assert_eq!(ask(&app, "t", "two", Some("m-2")).await.status(), 503);
-    assert_eq!(job_id(ask(&app, "s", "one", Some("m-1")).await).await, id);
+    assert_eq!(
+        ask(&app, "t-0123456789abcdef01234", "two", Some("m-2"))
+            .await
+            .status(),
+        503
+    );
+    assert_eq!(
+        job_id(ask(&app, "s-0123456789abcdef01234", "one", Some("m-1")).await).await,
+        id
+    );
 }
 
 #[tokio::test]
@@ -472,8 +505,19 @@ async fn event_streams_are_bounded_and_a_closed_one_frees_its_place() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("sabi.toml"), "[webchat]\nmax_streams = 1\n").expect("write");
     let app = TestApp::spawn_in(dir, None, &[]).await;
-    let id = job_id(ask(&app, "s-streams", "hello", Some("m-1")).await).await;
-    let url = app.url(&format!("/chat/{id}/events?session_id=s-streams"));
+    let id = job_id(
+        ask(
+            &app,
+            "s-streams-0123456789abcdef01234",
+            "hello",
+            Some("m-1"),
+        )
+        .await,
+    )
+    .await;
+    let url = app.url(&format!(
+        "/chat/{id}/events?session_id=s-streams-0123456789abcdef01234"
+    ));
     let first = app.client.get(&url).send().await.expect("stream");
     assert_eq!(first.status(), 200);
     let second = app.client.get(&url).send().await.expect("refused");
@@ -705,4 +749,233 @@ async fn the_visitors_next_message_goes_to_the_person_holding_the_chat() {
     job_id(ask_with_header(&app, "One more thing").await).await;
     app.scheduler.tick().await.expect("tick");
     assert_eq!(handler.0.load(Ordering::SeqCst), 2, "the assistant again");
+}
+
+/// A question is what a person types: lines and tabs, no other control characters (each
+/// would come back six bytes long in the history); every route wants a session of 128 bits;
+/// a `user_id` is visible ASCII, since it travels raw in the tools' `X-Sabi-Customer` header.
+#[tokio::test]
+async fn control_characters_short_sessions_and_unprintable_user_ids_are_refused() {
+    const SECRET: &str = "identity-secret-for-the-site";
+    let app = TestApp::spawn_with(None, &[("SABI_WEBCHAT_IDENTITY_SECRET", SECRET)]).await;
+    let session = "ctl-0123456789abcdef01234";
+    let post = |body: Value| {
+        let app = &app;
+        async move {
+            let response = app.client.post(app.url("/chat")).json(&body).send().await;
+            let response = response.expect("posted");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.expect("json"))
+        }
+    };
+    for question in [
+        "\u{1}".repeat(4000),
+        "hi\u{7}".into(),
+        "a\u{85}b".into(),
+        "a\rb".into(),
+    ] {
+        let (status, error) = post(json!({"question": question, "session_id": session})).await;
+        assert_eq!(status, 422, "{question:?}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("control")
+        );
+    }
+    let typed = json!({"question": "line one\nline\ttwo", "session_id": session});
+    assert_eq!(post(typed).await.0, 202, "new lines and tabs are typed");
+
+    let short = json!({"question": "hi", "session_id": "s-1"});
+    let (status, error) = post(short).await;
+    assert_eq!(status, 422);
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("session_id")
+    );
+    let job = app
+        .client
+        .get(app.url("/chat/0123456789abcdef0123456789abcdef?session_id=s-1"))
+        .send()
+        .await
+        .expect("got");
+    assert_eq!(job.status(), 422, "polling too");
+
+    let sign = |user: &str| {
+        let hash = sabi::whatsapp::sign(
+            &secrecy::SecretString::from(SECRET.to_owned()),
+            user.as_bytes(),
+        );
+        hash.trim_start_matches("sha256=").to_owned()
+    };
+    for user in [
+        "user\u{202e}42",
+        "user\u{2028}42",
+        "user 42",
+        "usér",
+        "a\nb",
+    ] {
+        let body = json!({"question": "hi", "session_id": session, "user_id": user, "user_hash": sign(user)});
+        let (status, error) = post(body).await;
+        assert_eq!(status, 422, "{user:?}: {error}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("user_id")
+        );
+    }
+    let encoded = "us%C3%A9r-42";
+    let body = json!({"question": "hi", "session_id": "enc-0123456789abcdef01234", "user_id": encoded, "user_hash": sign(encoded)});
+    assert_eq!(post(body).await.0, 202, "percent-encoded is visible ASCII");
+}
+
+/// A verified user's session is theirs: an anonymous visitor or another user asking in it is
+/// refused (403), also when resending one of its message ids, and never gets their job.
+#[tokio::test]
+async fn a_verified_users_session_cannot_be_joined() {
+    const SECRET: &str = "identity-secret-for-the-site";
+    let app = TestApp::spawn_with(None, &[("SABI_WEBCHAT_IDENTITY_SECRET", SECRET)]).await;
+    let session = "user-42-0123456789abcdef01234";
+    let ask_as = |user: Option<&str>, message_id: &str, question: &str| {
+        let mut body =
+            json!({"question": question, "session_id": session, "message_id": message_id});
+        if let Some(user) = user {
+            let hash = sabi::whatsapp::sign(
+                &secrecy::SecretString::from(SECRET.to_owned()),
+                user.as_bytes(),
+            );
+            body["user_id"] = user.into();
+            body["user_hash"] = hash.trim_start_matches("sha256=").into();
+        }
+        let app = &app;
+        async move {
+            let response = app.client.post(app.url("/chat")).json(&body).send().await;
+            let response = response.expect("posted");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.expect("json"))
+        }
+    };
+    let (status, mine) = ask_as(Some("user-42"), "m-1", "my BVN is 22212345678").await;
+    assert_eq!(status, 202, "{mine}");
+    for (user, message_id) in [
+        (None, "m-2"),
+        (None, "m-1"),
+        (Some("user-7"), "m-3"),
+        (Some("user-7"), "m-1"),
+    ] {
+        let (status, refused) = ask_as(user, message_id, "what did I say before?").await;
+        assert_eq!(status, 403, "{user:?} {message_id}: {refused}");
+        assert_eq!(refused["code"], "not_your_session");
+        assert!(refused.get("job_id").is_none());
+    }
+    assert_eq!(app.inbox().await.len(), 1, "nothing of theirs was kept");
+    let (status, again) = ask_as(Some("user-42"), "m-1", "my BVN is 22212345678").await;
+    assert_eq!(
+        (status, &again["job_id"]),
+        (202, &mine["job_id"]),
+        "the owner's resend"
+    );
+
+    // Reading it is theirs alone too: the history, the job, the person's replies.
+    let job_id = mine["job_id"].as_str().expect("job");
+    let hash = sabi::whatsapp::sign(&secrecy::SecretString::from(SECRET.to_owned()), b"user-42");
+    let hash = hash.trim_start_matches("sha256=").to_owned();
+    for path in [
+        "/chat/history".to_owned(),
+        format!("/chat/{job_id}"),
+        "/chat/session".to_owned(),
+    ] {
+        let read = |user: Option<(&str, &str)>| {
+            let mut request = app
+                .client
+                .get(app.url(&path))
+                .header("x-sabi-session", session);
+            if let Some((user, hash)) = user {
+                request = request
+                    .header("x-sabi-user", user)
+                    .header("x-sabi-user-hash", hash);
+            }
+            async move { request.send().await.expect("got").status().as_u16() }
+        };
+        assert_eq!(read(None).await, 403, "{path}: anonymous");
+        assert_eq!(
+            read(Some(("user-7", &hash))).await,
+            403,
+            "{path}: another user"
+        );
+        assert_eq!(
+            read(Some(("user-42", &hash))).await,
+            200,
+            "{path}: the owner"
+        );
+    }
+}
+
+/// A history is read a page at a time, the latest first, each page within 64 KiB (however
+/// its text is escaped), and paging back by `before` gives every exchange once, in order.
+#[tokio::test]
+async fn the_history_comes_in_pages_bounded_in_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("sabi.toml"),
+        "[webchat]\nper_session_per_minute = 1000\nper_address_per_minute = 0\n",
+    )
+    .expect("config");
+    let app = TestApp::spawn_in(dir, None, &[]).await;
+    let session = "pages-0123456789abcdef01234";
+    // 4,000 characters, 3 bytes each in UTF-8, and quotes written back as two.
+    let long = |n: usize| format!("{n:02} {}", "€\"".repeat(1998));
+    for n in 0..20 {
+        job_id(ask(&app, session, &long(n), None).await).await;
+    }
+    let mut asked = Vec::new();
+    let mut before: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let url = match &before {
+            Some(cursor) => format!("/chat/history?before={cursor}"),
+            None => "/chat/history".into(),
+        };
+        let response = app
+            .client
+            .get(app.url(&url))
+            .header("x-sabi-session", session)
+            .send()
+            .await
+            .expect("got");
+        assert_eq!(response.status(), 200);
+        let bytes = response.bytes().await.expect("body");
+        assert!(
+            bytes.len() <= 64 * 1024 + 1024,
+            "a page is bounded: {}",
+            bytes.len()
+        );
+        let page: Value = serde_json::from_slice(&bytes).expect("json");
+        let questions: Vec<String> = page["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .map(|m| m["question"].as_str().expect("question").to_owned())
+            .collect();
+        assert!(!questions.is_empty());
+        asked.splice(0..0, questions);
+        pages += 1;
+        match page["before"].as_str() {
+            Some(cursor) => before = Some(cursor.to_owned()),
+            None => break,
+        }
+    }
+    assert!(pages >= 3, "{pages} pages");
+    assert_eq!(asked, (0..20).map(long).collect::<Vec<_>>());
+    let bad = app
+        .client
+        .get(app.url("/chat/history?before=x"))
+        .header("x-sabi-session", session)
+        .send()
+        .await
+        .expect("got");
+    assert_eq!(bad.status(), 422);
 }

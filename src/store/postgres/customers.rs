@@ -166,6 +166,13 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks)
             &[&who.customer],
         )
         .await?;
+        // The session's binding names its user: forgotten with it.
+        count(
+            &mut tx,
+            "DELETE FROM chat_owners WHERE session_id = $1",
+            &[&who.customer],
+        )
+        .await?;
     }
     // Theirs only, kept emptied: the same raw part arriving again is still known.
     let mentioning: Vec<(i64, String)> =

@@ -15,7 +15,7 @@ use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined
 use crate::store::items::known;
 use crate::store::items::{
     Amendment, Encoded, POSITION_CAP, amendment, message_key, quarantine_hash, question_item,
-    sent_at, status_of,
+    sent_at, session_retry_after, status_of,
 };
 use crate::store::rules::erasure::Marks;
 use crate::store::rules::item::ItemState;
@@ -420,6 +420,23 @@ pub(super) async fn submit_chat(
         .execute(&mut *tx)
         .await
         .map_err(unavailable)?;
+    // Before the resend's lookup: another's message id names nothing here.
+    match (owner(&mut *tx, &s.session_id).await?, &s.user_id) {
+        (Some(owner), Some(user)) if owner == *user => {}
+        (Some(_), _) => return Ok(Submitted::NotYours),
+        (None, Some(user)) => {
+            sqlx::query(
+                "INSERT INTO chat_owners (session_id, user_id, bound_at) VALUES ($1, $2, $3)",
+            )
+            .bind(&s.session_id)
+            .bind(user)
+            .bind(s.now)
+            .execute(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+        }
+        (None, None) => {}
+    }
     if let Some(job_id) = job_for_key(&mut tx, &key).await? {
         return Ok(Submitted::Job(ChatReceipt {
             job_id,
@@ -427,10 +444,23 @@ pub(super) async fn submit_chat(
             earliest_due: None,
         }));
     }
-    if session_recent(&mut tx, &s.session_id, s.now - Duration::from_secs(60)).await?
-        >= s.per_minute
-    {
-        return Ok(Submitted::TooFast);
+    let since = s.now - Duration::from_secs(60);
+    let recent = session_recent(&mut tx, &s.session_id, since).await?;
+    if recent >= s.per_minute {
+        // The question whose minute ends first and leaves room for one more.
+        let freeing: Option<At> = sqlx::query_scalar(
+            "SELECT created_at FROM chat_jobs WHERE session_id = $1 AND created_at >= $2
+             ORDER BY created_at LIMIT 1 OFFSET $3",
+        )
+        .bind(&s.session_id)
+        .bind(since)
+        .bind(i64::try_from(recent - s.per_minute).unwrap_or(i64::MAX))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+        return Ok(Submitted::TooFast {
+            retry_after: session_retry_after(freeing, s.now),
+        });
     }
     // New questions take turns (after their session's lock, always in that order) so the
     // queue's count and the insert are one step.
@@ -663,19 +693,37 @@ async fn answer_of(pool: &PgPool, batch: i64) -> Result<Option<String>> {
     Ok((!parts.is_empty()).then(|| parts.join("\n\n")))
 }
 
+/// The verified user the session is bound to, if any.
+pub(super) async fn chat_owner(pool: &PgPool, session_id: &str) -> Result<Option<String>> {
+    owner(pool, session_id).await
+}
+
+async fn owner<'e, E: sqlx::PgExecutor<'e>>(
+    executor: E,
+    session_id: &str,
+) -> Result<Option<String>> {
+    sqlx::query_scalar("SELECT user_id FROM chat_owners WHERE session_id = $1")
+        .bind(session_id)
+        .fetch_optional(executor)
+        .await
+        .map_err(unavailable)
+}
+
 pub(super) async fn chat_history(
     pool: &PgPool,
     session_id: &str,
+    before: Option<i64>,
     count: usize,
 ) -> Result<Vec<ChatExchange>> {
     // In the order asked, as the SQLite backend's: arrival, not the nodes' clocks.
     let rows = sqlx::query(
-        "SELECT j.job_id, i.text, i.state, i.batch_id, j.created_at
+        "SELECT j.job_id, i.text, i.state, i.batch_id, j.created_at, j.inbox_seq
          FROM chat_jobs j JOIN inbox i ON i.seq = j.inbox_seq
-         WHERE j.session_id = $1 ORDER BY j.inbox_seq DESC LIMIT $2",
+         WHERE j.session_id = $1 AND j.inbox_seq < $3 ORDER BY j.inbox_seq DESC LIMIT $2",
     )
     .bind(session_id)
     .bind(limit(Some(count)))
+    .bind(before.unwrap_or(i64::MAX))
     .fetch_all(pool)
     .await
     .map_err(unavailable)?;
@@ -688,6 +736,7 @@ pub(super) async fn chat_history(
             _ => None,
         };
         exchanges.push(ChatExchange {
+            cursor: row.get(5),
             job_id: row.get(0),
             question: row.get::<Option<String>, _>(1).unwrap_or_default(),
             answer,

@@ -57,6 +57,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0011_claimed_parts.sql"),
     include_str!("migrations/0012_person_lines.sql"),
     include_str!("migrations/0013_marker_key.sql"),
+    include_str!("migrations/0014_chat_owners.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -398,8 +399,16 @@ impl WebChat for PgStore {
     async fn chat_job(&self, job_id: &str, now: At) -> Result<Option<ChatJob>> {
         ingest::chat_job(&self.pool, job_id, now).await
     }
-    async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>> {
-        ingest::chat_history(&self.pool, session_id, limit).await
+    async fn chat_history(
+        &self,
+        session_id: &str,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<ChatExchange>> {
+        ingest::chat_history(&self.pool, session_id, before, limit).await
+    }
+    async fn chat_session_owner(&self, session_id: &str) -> Result<Option<String>> {
+        ingest::chat_owner(&self.pool, session_id).await
     }
     async fn chat_queue_depth(&self) -> Result<u64> {
         ingest::queue_depth(&self.pool).await

@@ -34,8 +34,8 @@ use self::wire::{
     RawLastBroadcast, RawLine, RawLive, RawPart, RawQuarantined, RawReceipt, RawRecipient,
     RawRecipientRow, RawReview, RawRouted, RawSendClaims, RawSendJob, RawStats, Receipt,
 };
-use super::items::message_key;
 use super::items::{RecipientStatus, broadcast_status, known};
+use super::items::{message_key, session_retry_after};
 use super::rules::broadcast::{self, BroadcastState, Event, PausedBy, SkipReason, TemplateNews};
 use super::rules::consent::{self, Source};
 use super::rules::erasure::{self, Erased, Marks, OptOuts, Subject};
@@ -593,7 +593,7 @@ impl WebChat for RedisStore {
         let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
         let item = wire::item(&question_item(&s, key.clone()), s.now, true, &self.marks);
         let args = json!({
-            "key": key, "session": s.session_id, "job": s.job_id, "now": s.now,
+            "key": key, "session": s.session_id, "user": s.user_id, "job": s.job_id, "now": s.now,
             "expires": exact(s.now + s.keep), "per_minute": s.per_minute,
             "max_queue": s.max_queue,
             "item": item,
@@ -601,8 +601,13 @@ impl WebChat for RedisStore {
         });
         // A question erased since is refused (`Error::NotFound`), as on PostgreSQL.
         let raw: RawReceipt = self.call("submit_chat", args).await?;
+        if raw.not_yours {
+            return Ok(Submitted::NotYours);
+        }
         if raw.limited {
-            return Ok(Submitted::TooFast);
+            return Ok(Submitted::TooFast {
+                retry_after: session_retry_after(raw.freeing, s.now),
+            });
         }
         if raw.full {
             return Ok(Submitted::QueueFull);
@@ -615,6 +620,10 @@ impl WebChat for RedisStore {
             created: raw.created,
             earliest_due: raw.due,
         }))
+    }
+    async fn chat_session_owner(&self, session_id: &str) -> Result<Option<String>> {
+        self.call("chat_owner", json!({"session": session_id}))
+            .await
     }
     async fn chat_job_for_message(
         &self,
@@ -630,11 +639,16 @@ impl WebChat for RedisStore {
             .await?;
         Ok(raw.map(|j| j.into_job(job_id)))
     }
-    async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>> {
+    async fn chat_history(
+        &self,
+        session_id: &str,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<ChatExchange>> {
         let raw: List<RawExchange> = self
             .call(
                 "chat_history",
-                json!({"session": session_id, "limit": count(limit)}),
+                json!({"session": session_id, "before": before, "limit": count(limit)}),
             )
             .await?;
         Ok(raw.0.into_iter().map(ChatExchange::from).collect())

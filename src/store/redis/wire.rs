@@ -894,6 +894,10 @@ pub(super) struct RawReceipt {
     pub(super) limited: bool,
     #[serde(default)]
     pub(super) full: bool,
+    /// Limited: when the question that frees a place in the session's minute was asked.
+    pub(super) freeing: Option<At>,
+    #[serde(default)]
+    pub(super) not_yours: bool,
 }
 
 #[derive(Deserialize)]
@@ -927,11 +931,13 @@ pub(super) struct RawExchange {
     state: String,
     created: At,
     answer: Option<String>,
+    seq: i64,
 }
 
 impl From<RawExchange> for ChatExchange {
     fn from(e: RawExchange) -> ChatExchange {
         ChatExchange {
+            cursor: e.seq,
             job_id: e.job,
             question: e.question,
             answer: e.answer,

@@ -10,7 +10,9 @@ use crate::store::rules::erasure::Marks;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{ingest, limit_param, unavailable};
-use crate::store::items::{Encoded, POSITION_CAP, message_key, question_item, status_of};
+use crate::store::items::{
+    Encoded, POSITION_CAP, message_key, question_item, session_retry_after, status_of,
+};
 
 use crate::store::rules::review::{self, Destination, ReviewState};
 use crate::store::{
@@ -20,6 +22,19 @@ use crate::store::{
 
 pub(super) fn submit(conn: &Connection, s: &ChatSubmission, marks: &Marks) -> Result<Submitted> {
     let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
+    // Before the resend's lookup: another's message id names nothing here.
+    match (owner(conn, &s.session_id)?, &s.user_id) {
+        (Some(owner), Some(user)) if owner == *user => {}
+        (Some(_), _) => return Ok(Submitted::NotYours),
+        (None, Some(user)) => {
+            conn.prepare_cached(
+                "INSERT INTO chat_owners (session_id, user_id, bound_at) VALUES (?1, ?2, ?3)",
+            )
+            .and_then(|mut st| st.execute(params![s.session_id, user, s.now]))
+            .map_err(unavailable)?;
+        }
+        (None, None) => {}
+    }
     // Asked again inside the transaction: two submissions racing past the HTTP layer's own
     // lookup meet here, one after the other.
     if let Some(job_id) = job_for_key(conn, &key)? {
@@ -30,8 +45,30 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission, marks: &Marks) -> Re
         }));
     }
     // Counted in the same transaction as the insert: the single writer makes them exact.
-    if session_recent(conn, &s.session_id, s.now - Duration::from_secs(60))? >= s.per_minute {
-        return Ok(Submitted::TooFast);
+    let since = s.now - Duration::from_secs(60);
+    let recent = session_recent(conn, &s.session_id, since)?;
+    if recent >= s.per_minute {
+        // The question whose minute ends first and leaves room for one more.
+        let freeing: Option<At> = conn
+            .prepare_cached(
+                "SELECT created_at FROM chat_jobs WHERE session_id = ?1 AND created_at >= ?2
+                 ORDER BY created_at LIMIT 1 OFFSET ?3",
+            )
+            .and_then(|mut st| {
+                st.query_row(
+                    params![
+                        s.session_id,
+                        since,
+                        limit_param((recent - s.per_minute) as usize)
+                    ],
+                    |r| r.get(0),
+                )
+                .optional()
+            })
+            .map_err(unavailable)?;
+        return Ok(Submitted::TooFast {
+            retry_after: session_retry_after(freeing, s.now),
+        });
     }
     if queue_depth(conn)? >= s.max_queue {
         return Ok(Submitted::QueueFull);
@@ -252,22 +289,32 @@ fn answer_of(conn: &Connection, batch: i64) -> Result<Option<String>> {
     Ok((!parts.is_empty()).then(|| parts.join("\n\n")))
 }
 
+/// The verified user the session is bound to, if any.
+pub(super) fn owner(conn: &Connection, session_id: &str) -> Result<Option<String>> {
+    conn.prepare_cached("SELECT user_id FROM chat_owners WHERE session_id = ?1")
+        .and_then(|mut st| st.query_row(params![session_id], |r| r.get(0)).optional())
+        .map_err(unavailable)
+}
+
 pub(super) fn history(
     conn: &Connection,
     session_id: &str,
+    before: Option<i64>,
     limit: usize,
 ) -> Result<Vec<ChatExchange>> {
     // In the order asked: arrival order, which the clocks of nodes sharing the store (whose
     // `now` each question carries) cannot reorder.
     let rows: Vec<(ChatExchange, Option<i64>)> = conn
         .prepare_cached(
-            "SELECT j.job_id, i.text, i.state, i.batch_id, j.created_at
+            "SELECT j.job_id, i.text, i.state, i.batch_id, j.created_at, j.inbox_seq
              FROM chat_jobs j JOIN inbox i ON i.seq = j.inbox_seq
-             WHERE j.session_id = ?1 ORDER BY j.inbox_seq DESC LIMIT ?2",
+             WHERE j.session_id = ?1 AND j.inbox_seq < ?3 ORDER BY j.inbox_seq DESC LIMIT ?2",
         )
         .and_then(|mut st| {
-            st.query_map(params![session_id, limit_param(limit)], |r| {
+            let before = before.unwrap_or(i64::MAX);
+            st.query_map(params![session_id, limit_param(limit), before], |r| {
                 let exchange = ChatExchange {
+                    cursor: r.get(5)?,
                     job_id: r.get(0)?,
                     question: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
                     answer: None,

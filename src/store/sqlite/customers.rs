@@ -117,6 +117,12 @@ pub(super) fn forget(conn: &Connection, who: &Subject, now: At, marks: &Marks) -
             "DELETE FROM chat_jobs WHERE session_id = ?1",
             params![customer],
         )?;
+        // The session's binding names its user: forgotten with it.
+        count(
+            conn,
+            "DELETE FROM chat_owners WHERE session_id = ?1",
+            params![customer],
+        )?;
     }
     forget_items(conn, who, now, marks, &mut erased)?;
     keep_status_hashes(conn, who, now, marks)?;

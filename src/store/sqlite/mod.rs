@@ -72,6 +72,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0017_claimed_parts.sql"),
     include_str!("migrations/0018_person_lines.sql"),
     include_str!("migrations/0019_marker_key.sql"),
+    include_str!("migrations/0020_chat_owners.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -464,10 +465,19 @@ impl WebChat for SqliteStore {
         let job_id = job_id.to_owned();
         self.read(move |conn| chat::job(conn, &job_id, now)).await
     }
-    async fn chat_history(&self, session_id: &str, limit: usize) -> Result<Vec<ChatExchange>> {
+    async fn chat_history(
+        &self,
+        session_id: &str,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<ChatExchange>> {
         let session_id = session_id.to_owned();
-        self.read(move |conn| chat::history(conn, &session_id, limit))
+        self.read(move |conn| chat::history(conn, &session_id, before, limit))
             .await
+    }
+    async fn chat_session_owner(&self, session_id: &str) -> Result<Option<String>> {
+        let session_id = session_id.to_owned();
+        self.read(move |conn| chat::owner(conn, &session_id)).await
     }
     async fn chat_job_for_message(
         &self,

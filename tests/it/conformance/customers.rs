@@ -277,7 +277,7 @@ pub async fn a_forgotten_chat_session_leaves_no_history(store: Arc<dyn Store>) {
     assert_eq!((erased.messages, erased.chat_jobs), (1, 1));
     assert!(
         store
-            .chat_history("s-ada", 10)
+            .chat_history("s-ada", None, 10)
             .await
             .expect("history")
             .is_empty()
@@ -409,6 +409,7 @@ pub async fn after_forget_late_statuses_are_known_and_only_her_own_parts_are_emp
             received_at: T0 + ms(24_000),
             policy: POLICY,
             routine: Default::default(),
+            pair_spacing: std::time::Duration::ZERO,
         })
         .await
         .expect("kept");

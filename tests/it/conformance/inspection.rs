@@ -82,7 +82,7 @@ async fn reads_find_nothing(store: &Arc<dyn Store>) {
     );
     assert!(
         store
-            .chat_history("s1", 10)
+            .chat_history("s1", None, 10)
             .await
             .expect("history")
             .is_empty()

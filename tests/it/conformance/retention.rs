@@ -308,7 +308,7 @@ pub async fn an_expired_chat_question_goes_with_its_job(store: Arc<dyn Store>) {
         .expect("answered");
     assert_eq!(
         store
-            .chat_history("s-ada", 10)
+            .chat_history("s-ada", None, 10)
             .await
             .expect("history")
             .len(),
@@ -324,7 +324,7 @@ pub async fn an_expired_chat_question_goes_with_its_job(store: Arc<dyn Store>) {
     );
     assert!(
         store
-            .chat_history("s-ada", 10)
+            .chat_history("s-ada", None, 10)
             .await
             .expect("history")
             .is_empty()

@@ -47,6 +47,7 @@ fn exchange(
     at: At,
 ) -> ChatExchange {
     ChatExchange {
+        cursor: 0,
         job_id: job.into(),
         question: question.into(),
         answer: answer.map(str::to_owned),
@@ -110,7 +111,14 @@ pub async fn chat_history_and_queue_depth_follow_each_question(store: Arc<dyn St
     );
     let history = |limit| {
         let store = store.clone();
-        async move { store.chat_history("s1", limit).await.expect("history") }
+        async move {
+            let history = store.chat_history("s1", None, limit).await;
+            // Cursors are the backend's own: compared by the pages they give (below).
+            let history = history.expect("history").into_iter();
+            history
+                .map(|e| ChatExchange { cursor: 0, ..e })
+                .collect::<Vec<_>>()
+        }
     };
     let first = exchange(
         "j1",
@@ -180,7 +188,7 @@ pub async fn a_sessions_history_is_in_the_order_asked(store: Arc<dyn Store>) {
     // Asked through two nodes whose clocks disagree: the second node is 4 s behind.
     assert!(ask(&store, "j1", "m1", "first", T0 + ms(5_000)).await);
     assert!(ask(&store, "j2", "m2", "second", T0 + ms(1_000)).await);
-    let history = store.chat_history("s1", 10).await.expect("history");
+    let history = store.chat_history("s1", None, 10).await.expect("history");
     let asked: Vec<_> = history
         .iter()
         .map(|e| (e.question.as_str(), e.asked_at))
@@ -189,7 +197,7 @@ pub async fn a_sessions_history_is_in_the_order_asked(store: Arc<dyn Store>) {
         asked,
         [("first", T0 + ms(5_000)), ("second", T0 + ms(1_000))]
     );
-    let last = store.chat_history("s1", 1).await.expect("history");
+    let last = store.chat_history("s1", None, 1).await.expect("history");
     assert_eq!(last[0].question, "second", "the last asked");
 }
 
@@ -289,4 +297,126 @@ pub async fn a_visitor_talks_to_the_person_holding_their_chat(store: Arc<dyn Sto
     .await;
     let elsewhere = store.chat_feed("s2", 0, 10).await.expect("feed");
     assert_eq!((elsewhere.held, elsewhere.lines.len()), (false, 0));
+}
+
+/// A history reads a page at a time: the latest first, then those before a cursor, with no
+/// exchange twice and none left out.
+pub async fn a_sessions_history_pages_back_by_its_cursor(store: Arc<dyn Store>) {
+    for n in 0..5 {
+        let text = format!("question {n}");
+        assert!(
+            ask(
+                &store,
+                &format!("j{n}"),
+                &format!("m{n}"),
+                &text,
+                T0 + ms(n)
+            )
+            .await
+        );
+    }
+    let page = |before| {
+        let store = store.clone();
+        async move { store.chat_history("s1", before, 2).await.expect("history") }
+    };
+    let questions = |page: &[ChatExchange]| -> Vec<String> {
+        page.iter().map(|e| e.question.clone()).collect()
+    };
+    let latest = page(None).await;
+    assert_eq!(questions(&latest), ["question 3", "question 4"]);
+    let earlier = page(Some(latest[0].cursor)).await;
+    assert_eq!(questions(&earlier), ["question 1", "question 2"]);
+    let first = page(Some(earlier[0].cursor)).await;
+    assert_eq!(questions(&first), ["question 0"]);
+    assert_eq!(page(Some(first[0].cursor)).await, []);
+}
+
+/// A session is bound to the first verified user whose question it keeps: anyone else (an
+/// anonymous visitor too) is refused, their resend of its message ids as well, and nothing is
+/// stored; anonymous questions before the binding do not bind it.
+pub async fn a_session_belongs_to_its_first_verified_user(store: Arc<dyn Store>) {
+    let as_user = |user: Option<&str>, job: &str, message: &str| ChatSubmission {
+        user_id: user.map(str::to_owned),
+        message_id: Some(message.into()),
+        now: T0 + ms(1),
+        ..question("s1", job)
+    };
+    assert_eq!(store.chat_session_owner("s1").await.expect("owner"), None);
+    let anonymous = store.submit_chat(as_user(None, "j0", "m0")).await;
+    assert!(matches!(anonymous.expect("kept"), Submitted::Job(_)));
+    assert_eq!(store.chat_session_owner("s1").await.expect("owner"), None);
+    let first = store
+        .submit_chat(as_user(Some("user-42"), "j1", "m1"))
+        .await;
+    assert!(matches!(first.expect("kept"), Submitted::Job(_)));
+    assert_eq!(
+        store
+            .chat_session_owner("s1")
+            .await
+            .expect("owner")
+            .as_deref(),
+        Some("user-42")
+    );
+    for (user, job, message) in [
+        (None, "j2", "m2"),
+        (Some("user-7"), "j3", "m3"),
+        // Resends of the owner's message: nothing of theirs is named.
+        (None, "j4", "m1"),
+        (Some("user-7"), "j5", "m1"),
+    ] {
+        let refused = store.submit_chat(as_user(user, job, message)).await;
+        assert_eq!(
+            refused.expect("answered"),
+            Submitted::NotYours,
+            "{user:?} {message}"
+        );
+    }
+    let again = store
+        .submit_chat(as_user(Some("user-42"), "j6", "m1"))
+        .await;
+    let Submitted::Job(again) = again.expect("kept") else {
+        panic!("the owner's resend gets its job");
+    };
+    assert_eq!((again.job_id.as_str(), again.created), ("j1", false));
+    let history = store.chat_history("s1", None, 10).await.expect("history");
+    assert_eq!(history.len(), 2, "nothing of the refused was kept");
+    // Forgetting the session forgets whose it was.
+    let subject =
+        sabi::store::Subject::parse(sabi::domain::Channel::Webchat, "s1").expect("a session");
+    store
+        .forget_customer(&subject, T0 + ms(5))
+        .await
+        .expect("forgotten");
+    assert_eq!(store.chat_session_owner("s1").await.expect("owner"), None);
+}
+
+/// A session that asks too fast is told when its oldest question of the minute leaves it.
+pub async fn a_session_asking_too_fast_is_told_the_real_wait(store: Arc<dyn Store>) {
+    let at = |job: &str, offset: u64| ChatSubmission {
+        per_minute: 2,
+        now: T0 + ms(offset),
+        ..question("s1", job)
+    };
+    for (job, offset) in [("j1", 0), ("j2", 20_000)] {
+        let kept = store.submit_chat(at(job, offset)).await.expect("kept");
+        assert!(matches!(kept, Submitted::Job(_)), "{kept:?}");
+    }
+    let refused = store.submit_chat(at("j3", 45_000)).await.expect("answered");
+    assert_eq!(
+        refused,
+        Submitted::TooFast {
+            retry_after: ms(15_000)
+        },
+        "j1 leaves the minute 15 s later"
+    );
+    let kept = store.submit_chat(at("j3", 61_000)).await.expect("kept");
+    assert!(matches!(kept, Submitted::Job(_)), "j1 has left: {kept:?}");
+    let refused = store.submit_chat(at("j4", 70_000)).await.expect("answered");
+    assert_eq!(
+        refused,
+        Submitted::TooFast {
+            retry_after: ms(10_000)
+        },
+        "then j2 leaves, 10 s later"
+    );
 }

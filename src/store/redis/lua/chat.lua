@@ -19,12 +19,25 @@ local function latest_review(session)
 end
 
 local function submit_chat(a)
+  -- Before the resend's lookup: another's message id names nothing here.
+  local owner = redis.call('HGET', k('owner'), a.session)
+  if owner then
+    if owner ~= a.user then
+      return {not_yours = true}
+    end
+  elseif a.user then
+    redis.call('HSET', k('owner'), a.session, a.user)
+  end
   local job = redis.call('HGET', k('jobkey'), a.key)
   if job then
     return {job = job, created = false}
   end
-  if redis.call('ZCOUNT', k('sr', a.session), int(a.now - 60000), '+inf') >= a.per_minute then
-    return {limited = true}
+  local recent = redis.call('ZCOUNT', k('sr', a.session), int(a.now - 60000), '+inf')
+  if recent >= a.per_minute then
+    -- The question whose minute ends first and leaves room for one more.
+    local freeing = redis.call('ZRANGEBYSCORE', k('sr', a.session), int(a.now - 60000), '+inf',
+      'WITHSCORES', 'LIMIT', recent - a.per_minute, 1)
+    return {limited = true, freeing = freeing[2] and tonumber(freeing[2]) or nil}
   end
   if redis.call('ZCARD', k('wc')) >= a.max_queue then
     return {full = true}
@@ -59,6 +72,10 @@ local function submit_chat(a)
   redis.call('ZREMRANGEBYSCORE', k('sr', a.session), '-inf', '(' .. int(a.now - 60000))
   redis.call('ZADD', k('sj', a.session), seq, a.job)
   return {job = a.job, created = true, due = receipt.due}
+end
+
+local function chat_owner(a)
+  return redis.call('HGET', k('owner'), a.session) or nil
 end
 
 local function job_for_message(a)
@@ -96,13 +113,16 @@ local function chat_history(a)
   if a.limit < 1 then
     return {}
   end
-  local jobs = redis.call('ZREVRANGE', k('sj', a.session), 0, a.limit - 1)
+  local below = a.before and ('(' .. int(a.before)) or '+inf'
+  local jobs = redis.call('ZREVRANGEBYSCORE', k('sj', a.session), below, '-inf', 'LIMIT', 0,
+    a.limit)
   local out = {}
   for n = #jobs, 1, -1 do
     local j = get(k('job', jobs[n]), 'created', 'seq')
     local i = get(k('in', j.seq), 'text', 'state', 'batch')
     out[#out + 1] = {
       job = jobs[n], question = i.text or '', state = i.state, created = tonumber(j.created),
+      seq = tonumber(j.seq),
       answer = i.state == ITEM.answered and i.batch and answer_of(i.batch) or nil,
     }
   end

@@ -341,6 +341,8 @@ local function forget(a)
       erased.chat_jobs = erased.chat_jobs + 1
     end
     redis.call('DEL', k('sj', a.cust), k('sr', a.cust))
+    -- The session's binding names its user: forgotten with it.
+    redis.call('HDEL', k('owner'), a.cust)
   end
   -- Kept, emptied: the same raw part arriving again is still known.
   for _, id in ipairs(redis.call('ZRANGE', k('quarantine'), 0, -1)) do

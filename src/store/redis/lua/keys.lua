@@ -35,7 +35,8 @@
 --                                 a recipient (broadcasts.lua)
 --   P:job:<id>             hash   a web-chat job; P:jobkey hash message key -> job;
 --                                 P:sj:<session> zset job by seq; P:sr:<session> zset job by
---                                 time, the last minute's only
+--                                 time, the last minute's only; P:owner hash session -> the
+--                                 verified user it is bound to
 --   P:ci:<channel>:<cust>  zset   a customer's inbox items by seq; P:acct zset the items that
 --                                 name no customer (field events, errors); P:brto:<customer>
 --                                 zset their broadcast recipients; P:erased hash erased key's

@@ -23,7 +23,7 @@ local OPS = {
   outbox = outbox, claim_sends = claim_sends, depart = depart, record_send = record_send,
   next_send_due = next_send_due, review_queue = review_queue, review_item = review_item,
   resolve_review = resolve_review, conversations = conversations, gauges = gauges,
-  submit_chat = submit_chat, job_for_message = job_for_message, chat_job = chat_job,
+  submit_chat = submit_chat, chat_owner = chat_owner, job_for_message = job_for_message, chat_job = chat_job,
   chat_history = chat_history, chat_queue_depth = chat_queue_depth, chat_feed = chat_feed, set_route = set_route,
   label_turn = label_turn, routed_turns = routed_turns, create_broadcast = create_broadcast,
   broadcasts = broadcasts, broadcast = broadcast, broadcast_recipients = broadcast_recipients,
