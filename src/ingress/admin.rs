@@ -23,9 +23,9 @@ use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::header;
+use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
-use axum::response::{Html, Response};
+use axum::response::{Html, IntoResponse, Response};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -43,17 +43,26 @@ use crate::store::{ConversationView, Resolution, ReviewEntry, ReviewQuery, Revie
 /// History turns shown with a review item or a conversation.
 const TURNS_SHOWN: usize = 50;
 
-/// Refuses any request without the admin token, before any data is read.
+/// Refuses any request without the admin token, before any data is read (its body
+/// included: the refusal closes the connection, unread).
 pub(super) async fn require_token(
     State(state): State<AppState>,
     request: Request,
     next: Next,
-) -> Result<Response, ApiError> {
-    let expected = state.admin.token.as_ref().ok_or(ApiError::Unauthorized)?;
-    if !token_matches(bearer(&request), expected) {
-        return Err(ApiError::Unauthorized);
+) -> Response {
+    let allowed = state
+        .admin
+        .token
+        .as_ref()
+        .is_some_and(|expected| token_matches(bearer(&request), expected));
+    if !allowed {
+        let mut refused = ApiError::Unauthorized.into_response();
+        refused
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return refused;
     }
-    Ok(next.run(request).await)
+    next.run(request).await
 }
 
 /// `/metrics` (volumes, spend, backlog) for the holder of `admin.metrics_token` only, when one
