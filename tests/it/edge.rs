@@ -354,3 +354,66 @@ async fn stalled_admin_uploads_leave_the_webhook_its_large_body_places() {
     assert_eq!(response.status(), 200);
     drop(first);
 }
+
+#[tokio::test]
+async fn broadcast_parameters_meta_would_refuse_are_refused_when_the_audience_is_read() {
+    let app = app_with("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let app = &app;
+    let post = |body: serde_json::Value| async move {
+        let response = app
+            .client
+            .post(app.url("/admin/broadcasts"))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .expect("posted");
+        let status = response.status().as_u16();
+        (
+            status,
+            response.json::<serde_json::Value>().await.expect("json"),
+        )
+    };
+    let template = serde_json::json!({"name": "diwali_offer", "language": "en"});
+    let (status, said) = post(serde_json::json!({
+        "name": "From a file", "template": template, "from": "100000000000001",
+        "params": ["name", "city"],
+        "audience_csv": "phone,name,city\n2348031234567,Ada,Lagos\n2348039999999,Bola,\"Ikeja\nLagos\"\n",
+    }))
+    .await;
+    assert_eq!(status, 422, "{said}");
+    let message = said["message"].as_str().expect("message");
+    assert!(message.contains("line 3, column city"), "{message}");
+    assert!(message.contains("line break"), "{message}");
+    let (status, said) = post(serde_json::json!({
+        "name": "Listed", "template": template, "from": "100000000000001",
+        "recipients": [{"to": "2348031234567", "params": ["a     b"]}],
+    }))
+    .await;
+    assert_eq!(status, 422, "{said}");
+    let message = said["message"].as_str().expect("message");
+    assert!(
+        message.contains("recipient 1, parameter {{1}}"),
+        "{message}"
+    );
+    // Nothing was kept.
+    let (status, list) = {
+        let response = app
+            .client
+            .get(app.url("/admin/broadcasts"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("listed");
+        (
+            response.status().as_u16(),
+            response.json::<serde_json::Value>().await.expect("json"),
+        )
+    };
+    assert_eq!(status, 200);
+    assert_eq!(
+        list["broadcasts"].as_array().map(Vec::len),
+        Some(0),
+        "{list}"
+    );
+}
