@@ -417,3 +417,46 @@ async fn broadcast_parameters_meta_would_refuse_are_refused_when_the_audience_is
         "{list}"
     );
 }
+
+#[tokio::test]
+async fn a_customers_export_comes_a_page_at_a_time() {
+    let app = app_with("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let customer = "2348031234567";
+    for n in 0..5 {
+        let sent = app
+            .post_whatsapp_webhook(text_webhook(&format!("wamid.page{n}"), customer, "hello"))
+            .await;
+        assert_eq!(sent.status(), 200);
+    }
+    let (mut items, mut pages) = (Vec::new(), 0);
+    let mut query = "limit=2".to_owned();
+    loop {
+        let page: serde_json::Value = app
+            .client
+            .get(app.url(&format!("/admin/customers/whatsapp/{customer}?{query}")))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("export")
+            .json()
+            .await
+            .expect("json");
+        pages += 1;
+        let page_items = page["items"].as_array().expect("items");
+        assert!(page_items.len() <= 2, "{page}");
+        items.extend(page_items.iter().map(|i| i["external_id"].clone()));
+        let next = &page["next"];
+        if next.is_null() {
+            break;
+        }
+        query = format!(
+            "limit=2&items_after={}&replies_after={}",
+            next["items_after"], next["replies_after"]
+        );
+        assert!(pages < 10, "the pages never end");
+    }
+    let expected: Vec<serde_json::Value> =
+        (0..5).map(|n| format!("wamid.page{n}").into()).collect();
+    assert_eq!(items, expected, "every item once, in order");
+    assert_eq!(pages, 3);
+}
