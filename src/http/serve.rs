@@ -12,8 +12,8 @@
 //! permit for good while the client pipelines requests it never reads. A connection older
 //! than its maximum age takes no new request, and one that has carried its maximum number of
 //! requests closes after the last answer; an event stream is exempt from the age (it ends when
-//! the client leaves or the node stops). The body's own deadline and size rules are the
-//! routes' (`ingress::bodies`).
+//! the client leaves or the node stops, and its connection with it). The body's own deadline
+//! and size rules are the routes' (`ingress::bodies`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -183,7 +183,9 @@ impl Connection {
                     if is_stream {
                         streaming.store(true, Ordering::Relaxed);
                     }
-                    if last {
+                    // An event stream's connection ends with it: exempt from the age, it
+                    // carries nothing after.
+                    if last || is_stream {
                         response
                             .headers_mut()
                             .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -202,6 +202,9 @@ async fn an_event_stream_outlives_the_connection_age() {
         still_open_after(&mut stream, Duration::from_secs(4)).await,
         "an event stream was cut at the connection age"
     );
+    // Its answer ends the stream, and the connection with it: it carries nothing after.
+    app.scheduler.drain().await.expect("turn");
+    until_closed(&mut stream, Duration::from_secs(10)).await;
 }
 
 #[tokio::test]
