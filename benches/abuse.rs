@@ -594,12 +594,12 @@ async fn slow_readers(connections: usize, edge: &str) {
     let (mut latencies, failed) = sampler.await.expect("sampler");
     let at_once = closed
         .iter()
-        .filter(|c| c.is_some_and(|at| at < Duration::from_secs(1)))
+        .filter(|c| c.is_some_and(|at| at < Duration::from_secs(2)))
         .count();
     let last = closed.iter().flatten().max().copied().unwrap_or_default();
     let open = closed.iter().filter(|c| c.is_none()).count();
     println!(
-        "slow readers: {connections} connections from one address pipelining 200 requests each, never reading: {at_once} closed within 1 s, the last after {:.1} s, {open} still open after 120 s; node peak {peak_files} open files, RSS {peak_rss:.0} MB; {}",
+        "slow readers: {connections} connections from one address pipelining 200 requests each, never reading: {at_once} closed within 2 s, the last after {:.1} s, {open} still open after 120 s; node peak {peak_files} open files, RSS {peak_rss:.0} MB; {}",
         last.as_secs_f64(),
         summary(&mut latencies, failed)
     );
