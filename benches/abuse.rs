@@ -574,14 +574,15 @@ async fn slow_readers(connections: usize, edge: &str) {
             continue;
         };
         attackers.spawn(async move {
+            let connected = Instant::now();
             let requests = b"GET / HTTP/1.1\r\nHost: sabi\r\n\r\n".repeat(200);
             // Writes fail once Sabi has closed the connection; one blocked on a full window
             // fails then too.
-            while started.elapsed() < Duration::from_secs(120) {
+            while connected.elapsed() < Duration::from_secs(120) {
                 match tokio::time::timeout(Duration::from_millis(500), stream.write_all(&requests))
                     .await
                 {
-                    Ok(Err(_)) => return Some(started.elapsed()),
+                    Ok(Err(_)) => return Some(connected.elapsed()),
                     Ok(Ok(())) => tokio::time::sleep(Duration::from_millis(500)).await,
                     Err(_) => {}
                 }
@@ -599,8 +600,10 @@ async fn slow_readers(connections: usize, edge: &str) {
     let last = closed.iter().flatten().max().copied().unwrap_or_default();
     let open = closed.iter().filter(|c| c.is_none()).count();
     println!(
-        "slow readers: {connections} connections from one address pipelining 200 requests each, never reading: {at_once} closed within 2 s, the last after {:.1} s, {open} still open after 120 s; node peak {peak_files} open files, RSS {peak_rss:.0} MB; {}",
+        "slow readers: {} of {connections} connections from one address made, pipelining 200 requests each, never reading: {at_once} closed within 2 s of connecting, the last after {:.1} s, {open} still open after 120 s; all gone {:.1} s after the first; node peak {peak_files} open files, RSS {peak_rss:.0} MB; {}",
+        closed.len(),
         last.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
         summary(&mut latencies, failed)
     );
 }
