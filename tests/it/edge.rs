@@ -168,7 +168,13 @@ async fn a_connection_past_its_age_takes_no_new_request() {
 
 #[tokio::test]
 async fn an_event_stream_outlives_the_connection_age() {
-    let app = app_with("max_connection_age = \"1s\"\nheader_timeout = \"60s\"", &[]).await;
+    // A connection past its age gets the grace to finish what it is answering: 1 s here.
+    let app = app_with(
+        "max_connection_age = \"1s\"\nheader_timeout = \"60s\"\n\
+         [engine]\nshutdown_grace = \"1s\"",
+        &[],
+    )
+    .await;
     let session = "edge-stream-0123456789abcdef0123456789abcdef";
     let asked: serde_json::Value = app
         .client
