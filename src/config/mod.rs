@@ -1643,6 +1643,15 @@ mod tests {
                 "retention.dedupe (from SABI_RETENTION_DEDUPE)",
             ),
             (
+                // Once replies reach WhatsApp, the horizons are added together.
+                vec![
+                    ("SABI_WHATSAPP_ACCESS_TOKEN", "t"),
+                    ("SABI_WHATSAPP_APP_SECRET", "s"),
+                    ("SABI_RETENTION_MESSAGES", "18446744073709551615s"),
+                ],
+                "retention.messages (from SABI_RETENTION_MESSAGES)",
+            ),
+            (
                 vec![("SABI_REVIEW_AFTER", "200years")],
                 "engine.review_after (from SABI_REVIEW_AFTER)",
             ),
