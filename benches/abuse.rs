@@ -6,8 +6,10 @@
 //! connections dribbling headers, 2,100 event streams (700 sessions from 700 addresses, 3
 //! each, on queued jobs of an API node), a 300-question burst from one address, a WhatsApp
 //! customer behind 300 queued web-chat questions, and web chat beside 60 WhatsApp messages a
-//! second sent through a fake Graph API at Meta's default rate. Under
-//! `cargo test` each runs small, as a smoke check.
+//! second sent through a fake Graph API at Meta's default rate; then the connection edge:
+//! 10,200 connections from one address that pipeline requests and never read the answers,
+//! 9,000 small bodies from one address that stall, and 16 stalled admin uploads beside signed
+//! 70 KB webhooks. Under `cargo test` each runs small, as a smoke check.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -40,13 +42,28 @@ fn main() {
             "header_timeout = \"2s\"\nbody_timeout = \"2s\"\n"
         };
         let window = Duration::from_secs(if full { 10 } else { 2 });
+        if std::env::args().any(|a| a == "edge") {
+            connection_edge(full, window).await;
+            return;
+        }
         stalled_bodies(scale(300, 10), timeouts).await;
         dribbled_headers(scale(1_500, 20), timeouts).await;
         event_streams(scale(700, 10), window).await;
         one_address_burst(scale(300, 40)).await;
         whatsapp_behind_a_full_web_chat(scale(300, 10)).await;
         web_chat_beside_whatsapp_load(scale(60, 10), window * 2).await;
+        connection_edge(full, window).await;
     });
+}
+
+/// The connection edge's attacks; `cargo bench --bench abuse -- edge` runs them alone.
+async fn connection_edge(full: bool, window: Duration) {
+    let scale = |big: usize, small: usize| if full { big } else { small };
+    // The smoke run shortens the write timeout; the bench keeps the default 30 s.
+    let edge = if full { "" } else { "write_timeout = \"2s\"\n" };
+    slow_readers(scale(10_200, 40), edge).await;
+    small_stalled_bodies(scale(9_000, 300), edge).await;
+    admin_uploads_beside_the_webhook(scale(16, 4), window).await;
 }
 
 /// `sabi serve --role <role>` with these `sabi.toml` lines, its log read and dropped.
@@ -502,4 +519,184 @@ async fn web_answer(client: reqwest::Client, base: String, session: String) -> O
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     None
+}
+
+/// Open files of `node` now (its connections among them).
+fn open_files(node: &Node) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", node.pid())).map_or(0, Iterator::count)
+}
+
+/// A connection to `node` from another loopback address (127.0.0.x), so that the webhooks
+/// sampled from 127.0.0.1 meanwhile are another client.
+async fn connect_from(node: &Node, from: std::net::Ipv4Addr) -> Option<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().ok()?;
+    socket
+        .bind(std::net::SocketAddr::new(from.into(), 0))
+        .ok()?;
+    socket.connect(node.addr()).await.ok()
+}
+
+/// Peak resident memory and open files of `node` until every attacker ends; their answers.
+async fn watch<T: 'static>(
+    node: &Node,
+    mut attackers: tokio::task::JoinSet<T>,
+) -> (f64, usize, Vec<T>) {
+    let (mut peak_rss, mut peak_files) = (rss_mb(node), open_files(node));
+    let mut done = Vec::new();
+    while !attackers.is_empty() {
+        peak_rss = peak_rss.max(rss_mb(node));
+        peak_files = peak_files.max(open_files(node));
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            Some(Ok(one)) = attackers.join_next() => {
+                done.push(one);
+                while let Some(Ok(one)) = attackers.try_join_next() {
+                    done.push(one);
+                }
+            }
+        }
+    }
+    (peak_rss, peak_files, done)
+}
+
+/// Connections from one address that pipeline requests for the chat page and never read the
+/// answers (finding: 10,200 of them took every connection for a minute and more). Each keeps
+/// sending until Sabi closes it; when did it?
+async fn slow_readers(connections: usize, edge: &str) {
+    let node = node("all", &format!("[ingress]\n{edge}"), &[]);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
+    let started = Instant::now();
+    let mut attackers = tokio::task::JoinSet::new();
+    let from = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    for _ in 0..connections {
+        let Some(mut stream) = connect_from(&node, from).await else {
+            continue;
+        };
+        attackers.spawn(async move {
+            let connected = Instant::now();
+            let requests = b"GET / HTTP/1.1\r\nHost: sabi\r\n\r\n".repeat(200);
+            // Writes fail once Sabi has closed the connection; one blocked on a full window
+            // fails then too.
+            while connected.elapsed() < Duration::from_secs(120) {
+                match tokio::time::timeout(Duration::from_millis(500), stream.write_all(&requests))
+                    .await
+                {
+                    Ok(Err(_)) => return Some(connected.elapsed()),
+                    Ok(Ok(())) => tokio::time::sleep(Duration::from_millis(500)).await,
+                    Err(_) => {}
+                }
+            }
+            None
+        });
+    }
+    let (peak_rss, peak_files, closed) = watch(&node, attackers).await;
+    stop.cancel();
+    let (mut latencies, failed) = sampler.await.expect("sampler");
+    let at_once = closed
+        .iter()
+        .filter(|c| c.is_some_and(|at| at < Duration::from_secs(2)))
+        .count();
+    let last = closed.iter().flatten().max().copied().unwrap_or_default();
+    let open = closed.iter().filter(|c| c.is_none()).count();
+    println!(
+        "slow readers: {} of {connections} connections from one address made, pipelining 200 requests each, never reading: {at_once} closed within 2 s of connecting, the last after {:.1} s, {open} still open after 120 s; all gone {:.1} s after the first; node peak {peak_files} open files, RSS {peak_rss:.0} MB; {}",
+        closed.len(),
+        last.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        summary(&mut latencies, failed)
+    );
+}
+
+/// Small bodies (60,000 bytes declared, most of it sent) from one address that stop before
+/// the end (finding: 9,000 of them held 760 MB).
+async fn small_stalled_bodies(connections: usize, edge: &str) {
+    let node = node("all", &format!("[ingress]\n{edge}"), &[]);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
+    let mut attackers = tokio::task::JoinSet::new();
+    let from = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    for _ in 0..connections {
+        let Some(mut stream) = connect_from(&node, from).await else {
+            continue;
+        };
+        attackers.spawn(async move {
+            let head = "POST /chat HTTP/1.1\r\nHost: sabi\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n";
+            let mut sent = head.as_bytes().to_vec();
+            sent.extend_from_slice(&[b' '; 50_000]);
+            if stream.write_all(&sent).await.is_err() {
+                return "closed";
+            }
+            let mut answer = [0u8; 512];
+            match tokio::time::timeout(Duration::from_secs(90), stream.read(&mut answer)).await {
+                Ok(Ok(n)) if answer[..n].starts_with(b"HTTP/1.1 503") => "503",
+                Ok(Ok(n)) if answer[..n].starts_with(b"HTTP/1.1 408") => "408",
+                Ok(Ok(0) | Err(_)) => "closed",
+                Ok(Ok(_)) => "other",
+                Err(_) => "open",
+            }
+        });
+    }
+    let (peak_rss, peak_files, answers) = watch(&node, attackers).await;
+    stop.cancel();
+    let (mut latencies, failed) = sampler.await.expect("sampler");
+    let count = |what: &str| answers.iter().filter(|a| **a == what).count();
+    println!(
+        "small stalled bodies: {connections} x 60 KB declared from one address: {} closed unanswered, {} refused 503, {} read until the body timeout (408), {} still open; node peak {peak_files} open files, RSS {peak_rss:.0} MB, {:.0} MB after; {}",
+        count("closed"),
+        count("503"),
+        count("408"),
+        count("open"),
+        rss_mb(&node),
+        summary(&mut latencies, failed)
+    );
+}
+
+/// Admin uploads (16 MB declared) that stall, with the token, beside signed webhooks of 70 KB
+/// (finding: 16 of them made the webhook answer 503).
+async fn admin_uploads_beside_the_webhook(uploads: usize, window: Duration) {
+    const TOKEN: &str = "abuse-bench-admin-token";
+    let node = node("all", "", &[("SABI_ADMIN_TOKEN", TOKEN)]);
+    let mut stalled = Vec::new();
+    for _ in 0..uploads {
+        let Ok(mut stream) = TcpStream::connect(node.addr()).await else {
+            continue;
+        };
+        let head = format!(
+            "POST /admin/broadcasts HTTP/1.1\r\nHost: sabi\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 16000000\r\n\r\n{{\"name\":"
+        );
+        if stream.write_all(head.as_bytes()).await.is_ok() {
+            stalled.push(stream);
+        }
+    }
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let (mut latencies, mut failed) = (Vec::new(), 0);
+    let started = Instant::now();
+    let mut n = 0;
+    while started.elapsed() < window {
+        n += 1;
+        let (mut body, _) = webhook(&format!("wamid.large{n}-{}", rand_id()));
+        body.resize(70 * 1024, b' ');
+        let signature = sabi::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
+        let sent = Instant::now();
+        let answer = client
+            .post(node.url("/webhook/whatsapp"))
+            .header("x-hub-signature-256", signature)
+            .body(body)
+            .send()
+            .await;
+        match answer {
+            Ok(r) if r.status() == 200 => latencies.push(sent.elapsed()),
+            _ => failed += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "admin uploads: {} stalled 16 MB uploads with the token; signed 70 KB {}",
+        stalled.len(),
+        summary(&mut latencies, failed)
+    );
 }

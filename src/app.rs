@@ -364,12 +364,18 @@ impl App {
                     metrics,
                     router,
                 );
+                let ingress = &config.ingress;
                 let limits = ConnectionLimits {
-                    header_timeout: config.ingress.header_timeout,
+                    header_timeout: ingress.header_timeout,
+                    write_timeout: ingress.write_timeout,
+                    max_age: ingress.max_connection_age,
+                    max_requests: ingress.max_requests_per_connection,
                     max_connections: crate::http::serve::connections_within(
                         crate::http::serve::fd_limit(),
-                        config.ingress.max_connections,
+                        ingress.max_connections,
                     ),
+                    per_address: ingress.max_connections_per_address,
+                    trusted_proxies: ingress.trusted_proxies.clone(),
                     grace: config.engine.shutdown_grace,
                 };
                 Some((listener, ingress::router(state, &config.ingress), limits))

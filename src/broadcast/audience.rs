@@ -10,7 +10,9 @@
 //! read as such (no header, no phone column, a parameter column it lacks, broken CSV) is
 //! refused whole; a bad row (an invalid number, an empty parameter, an unknown zone) or a
 //! repeated number is
-//! kept as skipped, with its reason and line.
+//! kept as skipped, with its reason and line. A parameter Meta would refuse when the template
+//! goes out (a line break, a tab, more than four spaces in a row, longer than a template body
+//! can be) refuses the whole file, naming its line and column, before anything is sent.
 //!
 //! PURE: no IO.
 
@@ -51,6 +53,38 @@ pub enum Refusal {
     NoSuchColumn { name: String, columns: String },
     #[error("the audience file is not CSV at line {line}: {why}")]
     Unreadable { line: u64, why: String },
+    #[error("line {line}, column {column}: {why}")]
+    BadParameter {
+        line: u64,
+        column: String,
+        why: String,
+    },
+    #[error("recipient {place}, parameter {{{{{n}}}}}: {why}")]
+    BadListedParameter { place: u64, n: usize, why: String },
+}
+
+/// The most characters of a template's body (its parameters filled in) Meta sends.
+pub const MAX_PARAM_CHARS: usize = 1024;
+
+/// Why Meta would refuse `value` as a template's text parameter (error 132018 and its kin),
+/// if it would.
+pub fn param_problem(value: &str) -> Option<String> {
+    if value.contains(['\n', '\r']) {
+        return Some("a template parameter may not hold a line break".into());
+    }
+    if value.contains('\t') {
+        return Some("a template parameter may not hold a tab".into());
+    }
+    if value.contains("     ") {
+        return Some("a template parameter may not hold more than 4 spaces in a row".into());
+    }
+    let chars = value.chars().count();
+    if chars > MAX_PARAM_CHARS {
+        return Some(format!(
+            "{chars} characters; a template's body holds at most {MAX_PARAM_CHARS}"
+        ));
+    }
+    None
 }
 
 /// The rows of `csv`, each parameter taken from the named `columns` in order.
@@ -101,6 +135,15 @@ pub fn parse(csv: &str, columns: &[String], country: Option<&str>) -> Result<Vec
             .iter()
             .map(|&i| record.get(i).unwrap_or_default().to_owned())
             .collect();
+        for (value, column) in values.iter().zip(columns) {
+            if let Some(why) = param_problem(value) {
+                return Err(Refusal::BadParameter {
+                    line,
+                    column: column.clone(),
+                    why,
+                });
+            }
+        }
         let mut row = Row {
             line,
             to: written.to_owned(),
@@ -136,12 +179,27 @@ pub type Listed = (String, Vec<String>, Option<String>);
 
 /// Recipients given as a list rather than a file, read by the same rules; a row's `line` is
 /// then its place in the list, from 1.
-pub fn listed(recipients: impl IntoIterator<Item = Listed>, country: Option<&str>) -> Vec<Row> {
+///
+/// # Errors
+/// [`Refusal::BadListedParameter`] for a parameter Meta would refuse.
+pub fn listed(
+    recipients: impl IntoIterator<Item = Listed>,
+    country: Option<&str>,
+) -> Result<Vec<Row>, Refusal> {
     let mut first_line: HashMap<String, u64> = HashMap::new();
     recipients
         .into_iter()
         .zip(1..)
         .map(|((written, params, tz), line)| {
+            for (n, value) in params.iter().enumerate() {
+                if let Some(why) = param_problem(value) {
+                    return Err(Refusal::BadListedParameter {
+                        place: line,
+                        n: n + 1,
+                        why,
+                    });
+                }
+            }
             let mut row = Row {
                 line,
                 to: written.clone(),
@@ -163,7 +221,7 @@ pub fn listed(recipients: impl IntoIterator<Item = Listed>, country: Option<&str
                 },
             }
             zone_in(&mut row, tz.as_deref());
-            row
+            Ok(row)
         })
         .collect()
 }
@@ -336,6 +394,44 @@ mod tests {
     }
 
     #[test]
+    fn parameters_meta_would_refuse_refuse_the_file_by_line_and_column() {
+        let refused = |value: &str| {
+            let csv =
+                format!("phone,name,city\n+2348031234567,Ada,Lagos\n+2348039999999,Bola,{value}\n");
+            parse(&csv, &params(&["name", "city"]), None)
+                .expect_err("refused")
+                .to_string()
+        };
+        assert_eq!(
+            refused("\"Ikeja\nLagos\""),
+            "line 3, column city: a template parameter may not hold a line break"
+        );
+        assert!(refused("Ikeja\tLagos").contains("tab"));
+        assert!(refused("Ikeja     Lagos").contains("more than 4 spaces"));
+        assert!(refused(&"x".repeat(1025)).contains("1025 characters"));
+        // Four spaces, and a value of the longest length, are Meta's own limits: they pass.
+        let csv = format!(
+            "phone,name\n+2348031234567,Ada    Obi\n+2348039999999,{}\n",
+            "y".repeat(1024)
+        );
+        assert!(parse(&csv, &params(&["name"]), None).is_ok());
+        let listed_refusal = listed(
+            [(
+                "+2348031234567".to_owned(),
+                vec!["ok".to_owned(), "a\nb".to_owned()],
+                None,
+            )],
+            None,
+        )
+        .expect_err("refused")
+        .to_string();
+        assert_eq!(
+            listed_refusal,
+            "recipient 1, parameter {{2}}: a template parameter may not hold a line break"
+        );
+    }
+
+    #[test]
     fn a_list_is_read_by_the_same_rules_with_its_places_as_lines() {
         let given = [
             ("+2348031234567", "Ada"),
@@ -345,7 +441,8 @@ mod tests {
         let rows = listed(
             given.map(|(to, name)| (to.to_owned(), vec![name.to_owned()], None)),
             Some("234"),
-        );
+        )
+        .expect("read");
         let seen: Vec<(u64, Option<SkipReason>)> = rows
             .iter()
             .map(|r| (r.line, r.skipped.as_ref().map(|s| s.0)))

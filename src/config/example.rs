@@ -363,7 +363,27 @@ const SETTINGS: &[Setting] = &[
     ),
     set(
         "ingress.max_large_bodies",
-        "Bodies over 64 KiB read at once; more get 503 at once (Meta retries).",
+        "Bodies over 64 KiB read at once by the webhook, and as many again by every other route; more get 503 at once (Meta retries).",
+    ),
+    set(
+        "ingress.max_connections_per_address",
+        "Connections open at once from one client address (an IPv6 client's /64); new ones beyond are closed. A trusted proxy is not capped: set its own per-client limit.",
+    ),
+    set(
+        "ingress.max_body_bytes_per_address",
+        "Bytes of request bodies being read at once for one client address, small bodies included (each counts its declared length); more get 503 at once.",
+    ),
+    set(
+        "ingress.write_timeout",
+        "A client that reads nothing of its answer for this long is dropped.",
+    ),
+    set(
+        "ingress.max_connection_age",
+        "A connection this old takes no new request (event streams excepted).",
+    ),
+    set(
+        "ingress.max_requests_per_connection",
+        "Requests one connection carries, pipelined or not; the last answer closes it.",
     ),
     set(
         "ingress.webhook_allow",

@@ -787,12 +787,45 @@ pub struct IngressConfig {
         deserialize_with = "number::usize"
     )]
     pub max_connections: usize,
-    /// Bodies over 64 KiB (or of unknown length) read at once; more get 503 at once.
+    /// Bodies over 64 KiB (or of unknown length) read at once by the webhook, and as many
+    /// again by every other route; more get 503 at once.
     #[serde(
         default = "defaults::max_large_bodies",
         deserialize_with = "number::usize"
     )]
     pub max_large_bodies: usize,
+    /// A client that reads nothing of its answer for this long is dropped (one that pipelines
+    /// requests and never reads the answers would otherwise hold its connection for good).
+    #[serde(default = "defaults::write_timeout", with = "duration")]
+    pub write_timeout: Duration,
+    /// A connection this old takes no new request and closes once its answer is written
+    /// (cut off if that takes `engine.shutdown_grace` more); event streams are exempt.
+    #[serde(default = "defaults::max_connection_age", with = "duration")]
+    pub max_connection_age: Duration,
+    /// Requests one connection carries (pipelined or one after another); the last answer
+    /// closes it.
+    #[serde(
+        default = "defaults::max_requests_per_connection",
+        deserialize_with = "number::usize"
+    )]
+    pub max_requests_per_connection: usize,
+    /// Connections open at once from one client address (an IPv6 client's /64), within
+    /// `max_connections`; new ones beyond are closed at once. A peer in `trusted_proxies`
+    /// speaks for many clients and is not capped: the proxy's own per-client limit applies.
+    #[serde(
+        default = "defaults::max_connections_per_address",
+        deserialize_with = "number::usize"
+    )]
+    pub max_connections_per_address: usize,
+    /// Bytes of request bodies being read at once for one client address (the client behind
+    /// `trusted_proxies`; an IPv6 client's /64), small bodies included: each counts its
+    /// declared length (or the route's limit when none is declared) until read; more get 503
+    /// at once. The admin API's bodies, read only once its token is checked, do not count.
+    #[serde(
+        default = "defaults::max_body_bytes_per_address",
+        deserialize_with = "number::usize"
+    )]
+    pub max_body_bytes_per_address: usize,
 }
 
 impl Default for IngressConfig {
@@ -805,6 +838,11 @@ impl Default for IngressConfig {
             body_timeout: defaults::body_timeout(),
             max_connections: defaults::max_connections(),
             max_large_bodies: defaults::max_large_bodies(),
+            write_timeout: defaults::write_timeout(),
+            max_connection_age: defaults::max_connection_age(),
+            max_requests_per_connection: defaults::max_requests_per_connection(),
+            max_connections_per_address: defaults::max_connections_per_address(),
+            max_body_bytes_per_address: defaults::max_body_bytes_per_address(),
         }
     }
 }
@@ -1196,6 +1234,38 @@ impl Config {
                 "privacy.marker_secret (SABI_MARKER_SECRET): at least 16 characters".into(),
             ));
         }
+        let ingress = &self.ingress;
+        if ingress.max_body_bytes_per_address < ingress.max_body_bytes {
+            return Err(Error(
+                "ingress.max_body_bytes_per_address: must be at least ingress.max_body_bytes"
+                    .into(),
+            ));
+        }
+        let at_least_one = [
+            ("max_connections", ingress.max_connections),
+            (
+                "max_connections_per_address",
+                ingress.max_connections_per_address,
+            ),
+            (
+                "max_requests_per_connection",
+                ingress.max_requests_per_connection,
+            ),
+            ("max_large_bodies", ingress.max_large_bodies),
+        ];
+        if let Some((name, _)) = at_least_one.iter().find(|(_, n)| *n == 0) {
+            return Err(Error(format!("ingress.{name}: must be at least 1")));
+        }
+        for (name, value) in [
+            ("header_timeout", ingress.header_timeout),
+            ("body_timeout", ingress.body_timeout),
+            ("write_timeout", ingress.write_timeout),
+            ("max_connection_age", ingress.max_connection_age),
+        ] {
+            if value < Duration::from_secs(1) {
+                return Err(Error(format!("ingress.{name}: must be at least 1s")));
+            }
+        }
         Ok(())
     }
 }
@@ -1531,6 +1601,22 @@ mod defaults {
     pub(super) fn max_large_bodies() -> usize {
         16
     }
+    pub(super) fn write_timeout() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub(super) fn max_connection_age() -> Duration {
+        Duration::from_secs(300)
+    }
+    pub(super) fn max_requests_per_connection() -> usize {
+        1_000
+    }
+    pub(super) fn max_connections_per_address() -> usize {
+        256
+    }
+    pub(super) fn max_body_bytes_per_address() -> usize {
+        // Two of Meta's largest webhooks at once.
+        2 * max_body()
+    }
 
     pub(super) fn max_body() -> usize {
         // Meta's 3 MB plus room for headers of the JSON around it.
@@ -1578,16 +1664,27 @@ pub(crate) mod duration {
         }
     }
 
+    /// No setting needs longer, and every sum and date Sabi makes of two settings and the
+    /// time now stays far from overflowing.
+    pub(crate) const LONGEST: Duration = Duration::from_secs(100 * 365 * 86_400);
+
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        match Spec::deserialize(d)? {
-            Spec::Seconds(s) => Ok(Duration::from_secs(s)),
-            Spec::Text(t) if t.trim() == "0" => Ok(Duration::ZERO),
+        let parsed = match Spec::deserialize(d)? {
+            Spec::Seconds(s) => Duration::from_secs(s),
+            Spec::Text(t) if t.trim() == "0" => Duration::ZERO,
             Spec::Text(t) => humantime::parse_duration(t.trim()).map_err(|e| {
                 de::Error::custom(format!(
                     "invalid duration {t:?} ({e}); write it like 250ms, 20s or 15m"
                 ))
-            }),
+            })?,
+        };
+        if parsed > LONGEST {
+            return Err(de::Error::custom(format!(
+                "the duration {} is longer than any setting allows (100 years)",
+                humantime::format_duration(parsed)
+            )));
         }
+        Ok(parsed)
     }
 }
 
@@ -1717,6 +1814,27 @@ mod tests {
                 "retention.messages (from SABI_RETENTION_MESSAGES)",
             ),
             (vec![("SABI_SWEEP_EVERY", "0s")], "retention.sweep_every"),
+            (
+                vec![("SABI_RETENTION_MESSAGES", "18446744073709551615s")],
+                "retention.messages (from SABI_RETENTION_MESSAGES)",
+            ),
+            (
+                vec![("SABI_RETENTION_DEDUPE", "100000000000d")],
+                "retention.dedupe (from SABI_RETENTION_DEDUPE)",
+            ),
+            (
+                // Once replies reach WhatsApp, the horizons are added together.
+                vec![
+                    ("SABI_WHATSAPP_ACCESS_TOKEN", "t"),
+                    ("SABI_WHATSAPP_APP_SECRET", "s"),
+                    ("SABI_RETENTION_MESSAGES", "18446744073709551615s"),
+                ],
+                "retention.messages (from SABI_RETENTION_MESSAGES)",
+            ),
+            (
+                vec![("SABI_REVIEW_AFTER", "200years")],
+                "engine.review_after (from SABI_REVIEW_AFTER)",
+            ),
             (
                 vec![
                     ("SABI_WHATSAPP_ACCESS_TOKEN", "t"),

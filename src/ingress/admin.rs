@@ -15,7 +15,9 @@
 //!   the router to learn from (`sabi route --export-unsure`);
 //! - `GET /admin/conversations?customer=`: a customer's conversations and history;
 //! - `GET /admin/stats?since=`: who answered, tokens and cost;
-//! - `GET /admin/customers/{channel}/{id}`: everything held about a customer (`sabi export`);
+//! - `GET /admin/customers/{channel}/{id}?limit=&items_after=&replies_after=`: everything
+//!   held about a customer (`sabi export`), a page at a time (1,000 items and replies by
+//!   default, 5,000 at most; `next` names the following page);
 //! - `DELETE /admin/customers/{channel}/{id}`: forget them (`sabi forget`); 409 with
 //!   Retry-After while a turn or a send for them is under way.
 
@@ -23,9 +25,9 @@ use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::header;
+use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
-use axum::response::{Html, Response};
+use axum::response::{Html, IntoResponse, Response};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -38,22 +40,33 @@ use crate::domain::Channel;
 use crate::domain::ReviewReason;
 use crate::export;
 use crate::ingress::ApiError;
-use crate::store::{ConversationView, Resolution, ReviewEntry, ReviewQuery, ReviewState, Subject};
+use crate::store::{
+    ConversationView, ExportPage, Resolution, ReviewEntry, ReviewQuery, ReviewState, Subject,
+};
 
 /// History turns shown with a review item or a conversation.
 const TURNS_SHOWN: usize = 50;
 
-/// Refuses any request without the admin token, before any data is read.
+/// Refuses any request without the admin token, before any data is read (its body
+/// included: the refusal closes the connection, unread).
 pub(super) async fn require_token(
     State(state): State<AppState>,
     request: Request,
     next: Next,
-) -> Result<Response, ApiError> {
-    let expected = state.admin.token.as_ref().ok_or(ApiError::Unauthorized)?;
-    if !token_matches(bearer(&request), expected) {
-        return Err(ApiError::Unauthorized);
+) -> Response {
+    let allowed = state
+        .admin
+        .token
+        .as_ref()
+        .is_some_and(|expected| token_matches(bearer(&request), expected));
+    if !allowed {
+        let mut refused = ApiError::Unauthorized.into_response();
+        refused
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return refused;
     }
-    Ok(next.run(request).await)
+    next.run(request).await
 }
 
 /// `/metrics` (volumes, spend, backlog) for the holder of `admin.metrics_token` only, when one
@@ -310,13 +323,41 @@ fn subject(channel: &str, id: &str) -> Result<Subject, ApiError> {
     })
 }
 
+#[derive(Debug, Deserialize)]
+pub(super) struct ExportQuery {
+    limit: Option<usize>,
+    items_after: Option<i64>,
+    replies_after: Option<i64>,
+}
+
+/// Items and replies in one page of an export, unless asked otherwise...
+const EXPORT_PAGE: usize = 1000;
+/// ...and at most: a customer with years of messages is read page by page, never whole.
+const EXPORT_MAX_PAGE: usize = 5000;
+
+/// A page of everything held about a customer; `next` names the following page's query
+/// (`items_after`, `replies_after`), or is null on the last.
 pub(super) async fn export_customer(
     State(state): State<AppState>,
     Path((channel, id)): Path<(String, String)>,
+    Query(query): Query<ExportQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let who = subject(&channel, &id)?;
-    let record = state.store.export_customer(&who).await?;
-    Ok(Json(export::record_json(&who, &record)))
+    let page = ExportPage {
+        items_after: query.items_after.unwrap_or(0),
+        replies_after: query.replies_after.unwrap_or(0),
+        limit: query.limit.unwrap_or(EXPORT_PAGE).clamp(1, EXPORT_MAX_PAGE),
+    };
+    let record = state.store.export_page(&who, page).await?;
+    let mut document = export::record_json(&who, &record);
+    document["next"] = page.next(&record).map_or(Value::Null, |next| {
+        json!({
+            "items_after": next.items_after,
+            "replies_after": next.replies_after,
+            "limit": next.limit,
+        })
+    });
+    Ok(Json(document))
 }
 
 pub(super) async fn forget_customer(

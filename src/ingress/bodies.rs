@@ -2,18 +2,26 @@
 //! is answered 413 at once (nothing read), the whole body must arrive within the body timeout
 //! (408 otherwise), and only a few large bodies are read at once, so that memory stays bounded
 //! and the small webhooks Meta sends are never held up behind them (503 beyond, Meta retries).
-//! Every refusal closes the connection.
+//! The webhook has large-body places of its own: nothing posted elsewhere takes them. One
+//! client address (an IPv6 client's /64) has a budget of bytes being read, small bodies
+//! included: each body counts its declared length (the route's limit when it declares none)
+//! until read, and one beyond the budget gets 503 at once. Every refusal closes the
+//! connection.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Semaphore;
 
+use super::source::{SourcePolicy, forwarded_for};
+use crate::http::serve::network;
 use crate::ingress::ApiError;
 
 /// Bodies above this many bytes (or of unknown length) count as large.
@@ -23,8 +31,71 @@ const LARGE: u64 = 64 * 1024;
 pub(super) struct BodyRules {
     pub(super) max_bytes: usize,
     pub(super) timeout: Duration,
-    /// One permit per large body being read, shared by every route of the node.
+    /// One permit per large body being read, shared by the routes of a group (the webhook's
+    /// own; everything else's).
     pub(super) large: Arc<Semaphore>,
+    /// Bytes being read per client address; `None`: not counted (the admin API, whose token
+    /// is checked first).
+    pub(super) per_address: Option<Arc<AddressBudget>>,
+}
+
+/// Bytes of bodies being read, per client address.
+pub(super) struct AddressBudget {
+    pub(super) max_bytes: usize,
+    /// Whose `X-Forwarded-For` names the client.
+    pub(super) source: SourcePolicy,
+    reading: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl AddressBudget {
+    pub(super) fn new(max_bytes: usize, source: SourcePolicy) -> Self {
+        AddressBudget {
+            max_bytes,
+            source,
+            reading: Mutex::default(),
+        }
+    }
+
+    /// `bytes` more for `client`, if they fit in its budget.
+    fn reserve(self: &Arc<Self>, client: IpAddr, bytes: usize) -> Option<Reserved> {
+        let mut reading = self.reading.lock().unwrap_or_else(|e| e.into_inner());
+        let held = reading.entry(client).or_default();
+        if held.saturating_add(bytes) > self.max_bytes {
+            if *held == 0 {
+                reading.remove(&client);
+            }
+            return None;
+        }
+        *held += bytes;
+        Some(Reserved {
+            budget: self.clone(),
+            client,
+            bytes,
+        })
+    }
+}
+
+/// A body's share of its address's budget, given back when dropped.
+struct Reserved {
+    budget: Arc<AddressBudget>,
+    client: IpAddr,
+    bytes: usize,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let mut reading = self
+            .budget
+            .reading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = reading.get_mut(&self.client) {
+            *held = held.saturating_sub(self.bytes);
+            if *held == 0 {
+                reading.remove(&self.client);
+            }
+        }
+    }
 }
 
 pub(super) async fn guard(
@@ -56,10 +127,36 @@ async fn read(rules: &BodyRules, request: Request) -> Result<Request, ApiError> 
     if declared.is_some_and(|n| n > rules.max_bytes as u64) {
         return Err(too_large);
     }
+    // Whatever the method: a GET that declares a body has it read too.
     let has_body = matches!(
         *request.method(),
         Method::POST | Method::PUT | Method::PATCH
-    );
+    ) || declared.is_some_and(|n| n > 0)
+        || request.headers().contains_key(header::TRANSFER_ENCODING);
+    let _reserved = match (&rules.per_address, has_body) {
+        (Some(budget), true) => {
+            let peer = request.extensions().get::<ConnectInfo<SocketAddr>>();
+            let chain = forwarded_for(request.headers());
+            let client = peer
+                .and_then(|ConnectInfo(peer)| budget.source.client(peer.ip(), chain.as_deref()));
+            match client {
+                Some(client) => {
+                    // A length is declared, and within the limit (checked above), or the
+                    // body may take the whole limit.
+                    let bytes = declared.map_or(rules.max_bytes, |n| {
+                        usize::try_from(n).unwrap_or(usize::MAX)
+                    });
+                    Some(
+                        budget
+                            .reserve(network(client), bytes)
+                            .ok_or(ApiError::AddressBodiesBusy)?,
+                    )
+                }
+                None => None,
+            }
+        }
+        _ => None,
+    };
     let _permit = match declared {
         Some(n) if n <= LARGE => None,
         _ if !has_body => None,

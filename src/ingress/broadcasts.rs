@@ -94,7 +94,11 @@ pub(super) async fn create(
         (None, false) => audience::listed(
             c.recipients.into_iter().map(|r| (r.to, r.params, r.tz)),
             c.country.as_deref(),
-        ),
+        )
+        .map_err(|e| ApiError::Invalid {
+            field: "recipients",
+            why: e.to_string(),
+        })?,
         _ => {
             return Err(ApiError::Invalid {
                 field: "recipients",

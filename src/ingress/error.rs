@@ -29,6 +29,8 @@ pub enum ApiError {
     BodyTimeout,
     #[error("too many large request bodies are being read")]
     LargeBodiesBusy,
+    #[error("this address has too many request bodies being read")]
+    AddressBodiesBusy,
     #[error("could not read the request body: {0}")]
     UnreadableBody(String),
     #[error(transparent)]
@@ -94,6 +96,11 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "large_bodies_busy",
                 "Too many large requests are arriving at once; retry later.".into(),
+            ),
+            ApiError::AddressBodiesBusy => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "address_bodies_busy",
+                "Too many requests from this address are arriving at once; retry later.".into(),
             ),
             ApiError::UnreadableBody(_) => {
                 (StatusCode::BAD_REQUEST, "unreadable_body", self.to_string())

@@ -190,12 +190,20 @@ impl WebchatSettings {
 
 /// Every route of the HTTP server.
 pub fn router(state: AppState, limits: &IngressConfig) -> Router {
+    // The webhook's large bodies have places of their own: nothing posted elsewhere (an
+    // admin's audience upload) can make Meta's webhooks wait.
+    let webhook_large = Arc::new(tokio::sync::Semaphore::new(limits.max_large_bodies));
     let large = Arc::new(tokio::sync::Semaphore::new(limits.max_large_bodies));
-    let bodies = |max_bytes: usize| {
+    let per_address = Arc::new(bodies::AddressBudget::new(
+        limits.max_body_bytes_per_address,
+        state.source.clone(),
+    ));
+    let bodies = |max_bytes: usize, large: &Arc<tokio::sync::Semaphore>, counted: bool| {
         let rules = Arc::new(bodies::BodyRules {
             max_bytes,
             timeout: limits.body_timeout,
             large: large.clone(),
+            per_address: counted.then(|| per_address.clone()),
         });
         middleware::from_fn_with_state(rules, bodies::guard)
     };
@@ -206,7 +214,7 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
             get(whatsapp::verify).post(whatsapp::receive),
         )
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .layer(bodies(max_body_bytes));
+        .layer(bodies(max_body_bytes, &webhook_large, true));
     if !state.source.allow.is_empty() {
         webhook = webhook.layer(middleware::from_fn_with_state(state.clone(), source::guard));
     }
@@ -220,7 +228,7 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
         .route("/chat/{job_id}/events", get(webchat::events))
         .route("/openapi.json", get(webchat::openapi))
         .layer(DefaultBodyLimit::max(WEBCHAT_MAX_BODY))
-        .layer(bodies(WEBCHAT_MAX_BODY));
+        .layer(bodies(WEBCHAT_MAX_BODY, &large, true));
     let mut routes = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -256,28 +264,27 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
             .route("/admin/broadcasts/{id}/pause", post(broadcasts::pause))
             .route("/admin/broadcasts/{id}/resume", post(broadcasts::resume))
             .route("/admin/broadcasts/{id}/cancel", post(broadcasts::cancel))
+            // The token first, then the body: nobody without it makes Sabi read a byte.
+            .route_layer(bodies(WEBCHAT_MAX_BODY, &large, false))
             // Only on the admin routes: a layer would also guard the fallback, and every
             // unknown path (a browser's /favicon.ico) would answer 401 instead of 404.
             .route_layer(middleware::from_fn_with_state(
                 state.clone(),
                 admin::require_token,
             ))
-            .layer(DefaultBodyLimit::max(WEBCHAT_MAX_BODY))
-            .layer(bodies(WEBCHAT_MAX_BODY));
+            .layer(DefaultBodyLimit::max(WEBCHAT_MAX_BODY));
         // An audience file is larger than anything else a person posts.
         let audiences = Router::new()
             .route(
                 "/admin/broadcasts",
                 get(broadcasts::list).post(broadcasts::create),
             )
-            // Only on the admin routes: a layer would also guard the fallback, and every
-            // unknown path (a browser's /favicon.ico) would answer 401 instead of 404.
+            .route_layer(bodies(AUDIENCE_MAX_BODY, &large, false))
             .route_layer(middleware::from_fn_with_state(
                 state.clone(),
                 admin::require_token,
             ))
-            .layer(DefaultBodyLimit::max(AUDIENCE_MAX_BODY))
-            .layer(bodies(AUDIENCE_MAX_BODY));
+            .layer(DefaultBodyLimit::max(AUDIENCE_MAX_BODY));
         routes = routes
             .merge(api)
             .merge(audiences)

@@ -1040,6 +1040,35 @@ pub struct CustomerRecord {
     pub consent: Option<Choice>,
 }
 
+/// One page of a customer's record: the items and the replies after these (arrival order, ids
+/// from the previous page), at most `limit` of each; hand-offs, broadcasts and the choice
+/// whole on every page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportPage {
+    pub items_after: i64,
+    pub replies_after: i64,
+    pub limit: usize,
+}
+
+impl ExportPage {
+    /// The whole record at once.
+    pub const ALL: ExportPage = ExportPage {
+        items_after: 0,
+        replies_after: 0,
+        limit: usize::MAX,
+    };
+
+    /// What follows `record`, read as this page, or `None` when it was the last.
+    pub fn next(&self, record: &CustomerRecord) -> Option<ExportPage> {
+        let full = record.items.len() >= self.limit || record.replies.len() >= self.limit;
+        full.then(|| ExportPage {
+            items_after: record.items.last().map_or(self.items_after, |i| i.seq),
+            replies_after: record.replies.last().map_or(self.replies_after, |r| r.id),
+            limit: self.limit,
+        })
+    }
+}
+
 /// A hand-off to a person and how it was settled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReviewRecord {
@@ -1069,6 +1098,17 @@ pub struct BroadcastSend {
 pub trait Customers: Send + Sync + 'static {
     /// Everything held about the customer; empty for one Sabi does not know.
     async fn export_customer(&self, subject: &Subject) -> Result<CustomerRecord>;
+
+    /// One page of [`Customers::export_customer`]. A backend that cannot page reads the whole
+    /// record and returns the page of it.
+    async fn export_page(&self, subject: &Subject, page: ExportPage) -> Result<CustomerRecord> {
+        let mut record = self.export_customer(subject).await?;
+        record.items.retain(|i| i.seq > page.items_after);
+        record.items.truncate(page.limit);
+        record.replies.retain(|r| r.id > page.replies_after);
+        record.replies.truncate(page.limit);
+        Ok(record)
+    }
 
     /// Erases the customer, in one transaction on every backend, and says what it removed.
     /// Running it again removes nothing more.

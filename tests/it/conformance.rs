@@ -52,7 +52,7 @@ use self::customers::{
     a_forgotten_chat_session_leaves_no_history, a_forgotten_customer_is_sent_no_broadcast,
     a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
     after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied,
-    export_holds_everything_and_forget_leaves_only_hashes,
+    an_export_comes_a_page_at_a_time, export_holds_everything_and_forget_leaves_only_hashes,
     forget_racing_ingest_and_claims_takes_only_its_customer,
     forget_waits_for_work_under_way_for_the_customer,
     ids_are_never_given_twice_after_the_newest_customer_is_forgotten,
@@ -302,6 +302,7 @@ macro_rules! cases {
             claimers_at_once_never_pass_the_messaging_limit,
             // Customers
             export_holds_everything_and_forget_leaves_only_hashes,
+            an_export_comes_a_page_at_a_time,
             forget_waits_for_work_under_way_for_the_customer,
             ids_are_never_given_twice_after_the_newest_customer_is_forgotten,
             a_forgotten_customer_is_sent_no_broadcast,

@@ -13,6 +13,7 @@ mod conformance;
 mod corpus;
 mod crash;
 mod customers;
+mod edge;
 mod engine;
 mod fuzz;
 mod guard;

@@ -19,30 +19,45 @@ use crate::store::rules::erasure::{self, Erased, Marks, Subject};
 use crate::store::rules::part::PartState;
 use crate::store::rules::review::ReviewState;
 use crate::store::rules::sql_list;
-use crate::store::{BroadcastSend, CustomerRecord, Error, Result, ReviewRecord};
+use crate::store::{BroadcastSend, CustomerRecord, Error, ExportPage, Result, ReviewRecord};
 
 /// The turns of the subject's conversations, joined as `b` (with `c`, the conversation).
 const THEIR_BATCHES: &str = "conversations c JOIN batches b ON b.conversation_id = c.id
     WHERE c.channel = $1 AND c.customer = $2";
 
-pub(super) async fn export(pool: &PgPool, who: &Subject) -> Result<CustomerRecord> {
+pub(super) async fn export(
+    pool: &PgPool,
+    who: &Subject,
+    page: ExportPage,
+) -> Result<CustomerRecord> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
     // One snapshot: the parts agree with each other.
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(&mut *tx)
         .await
         .map_err(unavailable)?;
-    let record = read_record(&mut tx, who).await?;
+    let record = read_record(&mut tx, who, page).await?;
     tx.commit().await.map_err(unavailable)?;
     Ok(record)
 }
 
-async fn read_record(conn: &mut PgConnection, who: &Subject) -> Result<CustomerRecord> {
+async fn read_record(
+    conn: &mut PgConnection,
+    who: &Subject,
+    page: ExportPage,
+) -> Result<CustomerRecord> {
+    // Numbers, written into the text: nothing a client gave.
+    let limit = match i64::try_from(page.limit) {
+        Ok(n) => n.to_string(),
+        Err(_) => "ALL".to_owned(),
+    };
+    let (items_after, replies_after) = (page.items_after, page.replies_after);
     let items = their_rows(
         conn,
         who,
         format!(
-            "SELECT {ITEM_COLUMNS} FROM inbox WHERE channel = $1 AND customer = $2 ORDER BY seq"
+            "SELECT {ITEM_COLUMNS} FROM inbox WHERE channel = $1 AND customer = $2
+             AND seq > {items_after} ORDER BY seq LIMIT {limit}"
         ),
     )
     .await?
@@ -54,7 +69,8 @@ async fn read_record(conn: &mut PgConnection, who: &Subject) -> Result<CustomerR
         who,
         format!(
             "{ENTRY_SELECT} JOIN conversations c ON c.id = b.conversation_id
-             WHERE c.channel = $1 AND c.customer = $2 ORDER BY o.id"
+             WHERE c.channel = $1 AND c.customer = $2 AND o.id > {replies_after}
+             ORDER BY o.id LIMIT {limit}"
         ),
     )
     .await?

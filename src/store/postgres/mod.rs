@@ -31,7 +31,7 @@ use sqlx::{PgConnection, PgPool};
 use super::rules::erasure::{Marks, OptOuts};
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
-    ConversationView, CustomerRecord, Customers, Ending, Erased, Error, Gauges, Health,
+    ConversationView, CustomerRecord, Customers, Ending, Erased, Error, ExportPage, Gauges, Health,
     HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
     NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState,
     RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
@@ -516,7 +516,10 @@ impl Broadcasts for PgStore {
 #[async_trait]
 impl Customers for PgStore {
     async fn export_customer(&self, subject: &Subject) -> Result<CustomerRecord> {
-        customers::export(&self.pool, subject).await
+        self.export_page(subject, ExportPage::ALL).await
+    }
+    async fn export_page(&self, subject: &Subject, page: ExportPage) -> Result<CustomerRecord> {
+        customers::export(&self.pool, subject, page).await
     }
     async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased> {
         retrying(|| customers::forget(&self.pool, subject, now, &self.marks)).await

@@ -42,12 +42,12 @@ use super::rules::erasure::{self, Erased, Marks, OptOuts, Subject};
 use super::rules::hours::{LocalHours, Turn};
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission,
-    Choice, Control, ConversationView, CustomerRecord, Customers, Ending, Error, Gauges, HOLD_PART,
-    Health, HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
-    NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState,
-    RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
-    RoutedTurn, SendClaim, SendClaims, SendResult, Sending, Speaker, StoredItem, StoredQuarantine,
-    Submitted, Swept, TurnStats, TurnUsage, Turns, WebChat,
+    Choice, Control, ConversationView, CustomerRecord, Customers, Ending, Error, ExportPage,
+    Gauges, HOLD_PART, Health, HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt,
+    Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob,
+    RecipientState, RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery,
+    Reviews, RouteGuess, RoutedTurn, SendClaim, SendClaims, SendResult, Sending, Speaker,
+    StoredItem, StoredQuarantine, Submitted, Swept, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, millis};
 use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken, ReplyPart};
@@ -937,7 +937,16 @@ const FORGET_TRIES: usize = 5;
 #[async_trait]
 impl Customers for RedisStore {
     async fn export_customer(&self, subject: &Subject) -> Result<CustomerRecord> {
-        let args = json!({"ch": subject.channel.as_str(), "cust": subject.customer});
+        self.export_page(subject, ExportPage::ALL).await
+    }
+
+    async fn export_page(&self, subject: &Subject, page: ExportPage) -> Result<CustomerRecord> {
+        let args = json!({
+            "ch": subject.channel.as_str(), "cust": subject.customer,
+            "items_after": page.items_after, "replies_after": page.replies_after,
+            // -1: all.
+            "limit": i64::try_from(page.limit).unwrap_or(-1),
+        });
         let raw: RawExport = self.call("customer_export", args).await?;
         raw.into_record()
     }

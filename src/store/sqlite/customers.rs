@@ -16,28 +16,30 @@ use crate::store::rules::broadcast::{RecipientState, SkipReason};
 use crate::store::rules::consent::Source;
 use crate::store::rules::erasure::{self, Erased, Marks, Subject};
 use crate::store::rules::part::PartState;
-use crate::store::{BroadcastSend, CustomerRecord, Error, Result, ReviewRecord};
+use crate::store::{BroadcastSend, CustomerRecord, Error, ExportPage, Result, ReviewRecord};
 
 /// The turns of the subject's conversations, joined as `b` (with `c`, the conversation).
 const THEIR_BATCHES: &str = "conversations c JOIN batches b ON b.conversation_id = c.id
     WHERE c.channel = ?1 AND c.customer = ?2";
 
-pub(super) fn export(conn: &Connection, who: &Subject) -> Result<CustomerRecord> {
+pub(super) fn export(conn: &Connection, who: &Subject, page: ExportPage) -> Result<CustomerRecord> {
     // One read transaction: the parts agree with each other.
     let snapshot = conn.unchecked_transaction().map_err(unavailable)?;
     let (channel, customer) = (who.channel.as_str(), who.customer.as_str());
+    let limit = i64::try_from(page.limit).unwrap_or(i64::MAX);
     let items = stored_items(
         &snapshot,
         &format!(
-            "SELECT {ITEM_COLUMNS} FROM inbox WHERE channel = ?1 AND customer = ?2 ORDER BY seq"
+            "SELECT {ITEM_COLUMNS} FROM inbox WHERE channel = ?1 AND customer = ?2 AND seq > ?3
+             ORDER BY seq LIMIT ?4"
         ),
-        params![channel, customer],
+        params![channel, customer, page.items_after, limit],
     )?;
     let replies = entries(
         &snapshot,
         "JOIN conversations c ON c.id = b.conversation_id
-         WHERE c.channel = ?1 AND c.customer = ?2 ORDER BY o.id",
-        params![channel, customer],
+         WHERE c.channel = ?1 AND c.customer = ?2 AND o.id > ?3 ORDER BY o.id LIMIT ?4",
+        params![channel, customer, page.replies_after, limit],
     )?;
     let reviews = reviews(&snapshot, who)?;
     let (broadcasts, consent) = match who.channel {

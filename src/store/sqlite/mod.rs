@@ -38,12 +38,12 @@ use super::rules::part::{Delivery, PartKind, PartState};
 use super::rules::review::ReviewState;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
-    ConversationView, CustomerRecord, Customers, Ending, Error, Gauges, Health, HistoryEntry,
-    Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits, NewBroadcast,
-    OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientView, Resolution, Result,
-    Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendClaims,
-    SendResult, Sending, StoredItem, StoredQuarantine, Submitted, Swept, TurnStats, TurnUsage,
-    Turns, WebChat,
+    ConversationView, CustomerRecord, Customers, Ending, Error, ExportPage, Gauges, Health,
+    HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
+    NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientView, Resolution,
+    Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim,
+    SendClaims, SendResult, Sending, StoredItem, StoredQuarantine, Submitted, Swept, TurnStats,
+    TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds, millis};
 use crate::domain::{
@@ -603,8 +603,12 @@ impl Broadcasts for SqliteStore {
 #[async_trait]
 impl Customers for SqliteStore {
     async fn export_customer(&self, subject: &Subject) -> Result<CustomerRecord> {
+        self.export_page(subject, ExportPage::ALL).await
+    }
+    async fn export_page(&self, subject: &Subject, page: ExportPage) -> Result<CustomerRecord> {
         let who = subject.clone();
-        self.read(move |conn| customers::export(conn, &who)).await
+        self.read(move |conn| customers::export(conn, &who, page))
+            .await
     }
     async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased> {
         let who = subject.clone();

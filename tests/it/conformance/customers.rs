@@ -484,3 +484,41 @@ pub async fn a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known(
     );
     assert!(export(&store, &whatsapp(ADA)).await.items.is_empty());
 }
+
+/// An export read a page at a time holds what the whole export holds, each item and reply once,
+/// in order, and another customer's nothing.
+pub async fn an_export_comes_a_page_at_a_time(store: Arc<dyn Store>) {
+    for n in 0..3i64 {
+        let at = T0 + ms(u64::try_from(n).expect("small") * 600_000);
+        let item = message(&format!("wamid.page-{n}"), ADA, "hello", at);
+        replied_to(&store, item, &["one", "two"], at + ms(20_000)).await;
+    }
+    replied(&store, BO, &["not Ada's"], T0 + ms(5_000)).await;
+    let ada = whatsapp(ADA);
+    let whole = export(&store, &ada).await;
+    assert_eq!((whole.items.len(), whole.replies.len()), (3, 6));
+    let mut page = sabi::store::ExportPage {
+        items_after: 0,
+        replies_after: 0,
+        limit: 2,
+    };
+    let (mut items, mut replies, mut pages) = (Vec::new(), Vec::new(), 0);
+    loop {
+        let record = store.export_page(&ada, page).await.expect("page");
+        pages += 1;
+        assert!(record.items.len() <= 2 && record.replies.len() <= 2);
+        items.extend(record.items.iter().map(|i| i.seq));
+        replies.extend(record.replies.iter().map(|r| r.id));
+        match page.next(&record) {
+            Some(next) => page = next,
+            None => break,
+        }
+        assert!(pages < 10, "the pages never end");
+    }
+    assert_eq!(items, whole.items.iter().map(|i| i.seq).collect::<Vec<_>>());
+    assert_eq!(
+        replies,
+        whole.replies.iter().map(|r| r.id).collect::<Vec<_>>()
+    );
+    assert_eq!(pages, 4, "three full pages of replies, then an empty one");
+}

@@ -50,21 +50,34 @@ local function review_record(id)
   }
 end
 
+-- One page: the items after a.items_after and the reply parts after a.replies_after, at most
+-- a.limit of each (-1: all); hand-offs, broadcasts and the choice whole.
 local function customer_export(a)
   local items = {}
-  for _, seq in ipairs(redis.call('ZRANGE', k('ci', a.ch, a.cust), 0, -1)) do
+  local seqs = redis.call('ZRANGEBYSCORE', k('ci', a.ch, a.cust), '(' .. int(a.items_after),
+    '+inf', 'LIMIT', 0, a.limit)
+  for _, seq in ipairs(seqs) do
     items[#items + 1] = item_view(seq)
   end
-  local parts, reviews = {}, {}
+  local part_ids, reviews = {}, {}
   for _, batch in ipairs(batches_of(conversations_of(a.ch, a.cust))) do
     for _, part in ipairs(redis.call('ZRANGE', k('b', batch, 'parts'), 0, -1)) do
-      parts[#parts + 1] = part_entry(part)
+      if tonumber(part) > a.replies_after then
+        part_ids[#part_ids + 1] = tonumber(part)
+      end
     end
     for _, id in ipairs(reviews_of(batch)) do
       reviews[#reviews + 1] = review_record(id)
     end
   end
-  table.sort(parts, function(x, y) return x.id < y.id end)
+  table.sort(part_ids)
+  local parts = {}
+  for _, part in ipairs(part_ids) do
+    if a.limit >= 0 and #parts >= a.limit then
+      break
+    end
+    parts[#parts + 1] = part_entry(int(part))
+  end
   table.sort(reviews, function(x, y) return x.id < y.id end)
   local sends = {}
   local consent
