@@ -388,6 +388,7 @@ async fn whatsapp_behind_a_full_web_chat(questions: usize) {
         let out = Command::new(env!("CARGO_BIN_EXE_sabi"))
             .args(["inbox", "--json"])
             .env("SABI_CONFIG", "/dev/null")
+            .env("SABI_MARKER_SECRET", support::MARKER_SECRET)
             .env("SABI_STORE", &store)
             .output()
             .expect("sabi inbox");

@@ -151,6 +151,7 @@ async fn reply_latency(writers: usize, audience_size: usize) -> (u128, u128) {
         ("SABI_STORE", store_url.as_str()),
         ("SABI_WHATSAPP_APP_SECRET", SECRET),
         ("SABI_WHATSAPP_ACCESS_TOKEN", TOKEN),
+        ("SABI_MARKER_SECRET", "bench-marker-secret-0123456789"),
         ("SABI_WHATSAPP_API_BASE", base.as_str()),
         ("SABI_BATCH_WINDOW", "0"),
         ("SABI_OUTBOUND_RATE", "260"),

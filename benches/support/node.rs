@@ -7,6 +7,9 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
+/// The erasure markers' secret every node of a bench is given (a store made with it needs it).
+pub const MARKER_SECRET: &str = "bench-marker-secret-0123456789";
+
 pub(crate) struct Node {
     child: Child,
     addr: SocketAddr,
@@ -39,6 +42,7 @@ impl Node {
                 format!("sqlite://{}", dir.path().join("sabi.db").display()),
             )
             .env("SABI_WHATSAPP_APP_SECRET", secret)
+            .env("SABI_MARKER_SECRET", MARKER_SECRET)
             .env("SABI_BATCH_WINDOW", "0")
             .envs(env.iter().copied())
             .stderr(Stdio::piped())
