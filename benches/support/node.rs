@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 /// The erasure markers' secret every node of a bench is given (a store made with it needs it).
-pub const MARKER_SECRET: &str = "bench-marker-secret-0123456789";
+pub(crate) const MARKER_SECRET: &str = "bench-marker-secret-0123456789";
 
 pub(crate) struct Node {
     child: Child,
