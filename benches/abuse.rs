@@ -46,12 +46,20 @@ fn main() {
             connection_edge(full, window).await;
             return;
         }
+        // `cargo bench --bench abuse -- amplifiers`: the history and tool fan-out alone.
+        if std::env::args().any(|a| a == "amplifiers") {
+            history_amplifier(scale(300, 20), scale(1_000, 50)).await;
+            tool_fan_out(scale(2_000, 40)).await;
+            return;
+        }
         stalled_bodies(scale(300, 10), timeouts).await;
         dribbled_headers(scale(1_500, 20), timeouts).await;
         event_streams(scale(700, 10), window).await;
         one_address_burst(scale(300, 40)).await;
         whatsapp_behind_a_full_web_chat(scale(300, 10)).await;
         web_chat_beside_whatsapp_load(scale(60, 10), window * 2).await;
+        history_amplifier(scale(300, 20), scale(1_000, 50)).await;
+        tool_fan_out(scale(2_000, 40)).await;
         connection_edge(full, window).await;
     });
 }
@@ -699,5 +707,133 @@ async fn admin_uploads_beside_the_webhook(uploads: usize, window: Duration) {
         "admin uploads: {} stalled 16 MB uploads with the token; signed 70 KB {}",
         stalled.len(),
         summary(&mut latencies, failed)
+    );
+}
+
+/// A history as a memory amplifier: a question of control characters (6 bytes each as JSON),
+/// then `questions` long questions in one session and `readers` connections asking for its
+/// history without reading the answers.
+async fn history_amplifier(questions: usize, readers: usize) {
+    let node = node(
+        "all",
+        "[webchat]\nper_session_per_minute = 100000\nper_address_per_minute = 100000\n",
+        &[],
+    );
+    let client = reqwest::Client::new();
+    let session = format!("amplifier-{}-0123456789", rand_id());
+    let controls: String = "\u{1}".repeat(4_000);
+    let refused = client
+        .post(node.url("/chat"))
+        .json(&serde_json::json!({"session_id": session, "question": controls}))
+        .send()
+        .await
+        .map_or(0, |r| r.status().as_u16());
+    let long = "a".repeat(3_900);
+    for n in 0..questions {
+        let _ = client
+            .post(node.url("/chat"))
+            .json(&serde_json::json!({"session_id": session, "question": long, "message_id": format!("q{n}")}))
+            .send()
+            .await;
+    }
+    let page = client
+        .get(node.url(&format!("/chat/history?session_id={session}")))
+        .send()
+        .await
+        .expect("history");
+    let page_bytes = page.bytes().await.map_or(0, |b| b.len());
+    let before = rss_mb(&node);
+    let request = format!("GET /chat/history?session_id={session} HTTP/1.1\r\nhost: x\r\n\r\n");
+    let mut held = Vec::new();
+    for _ in 0..readers {
+        if let Ok(mut stream) = TcpStream::connect(node.addr()).await {
+            let _ = stream.set_nodelay(true);
+            let _ = stream.write_all(request.as_bytes()).await;
+            held.push(stream);
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    println!(
+        "history amplifier: a 4,000-control-character question got {refused}; {questions} questions of 3,900 characters, then a history page of {:.1} KB; {} unread history reads: RSS {before:.0} MB before, {:.0} MB after",
+        page_bytes as f64 / 1e3,
+        held.len(),
+        rss_mb(&node)
+    );
+}
+
+/// One question whose model asks for `calls` tool calls in one round, each answered with
+/// 200 KB: how many reach the business's API, and how big the next prompt is.
+async fn tool_fan_out(calls: usize) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let hits = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let api = axum::Router::new().route(
+        "/orders/{id}",
+        axum::routing::get(move || {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                axum::Json(serde_json::json!({"status": "shipped", "log": "x".repeat(200_000)}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let api_url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, api).await });
+    let llm = sabi::testing::llm::FakeLlm::start().await;
+    let asked = (0..calls)
+        .map(|n| {
+            (
+                "order_status".to_owned(),
+                serde_json::json!({"order_id": n.to_string()}),
+            )
+        })
+        .collect();
+    llm.script([
+        sabi::testing::llm::Answer::ToolCalls(asked),
+        sabi::testing::llm::Answer::Text("Your orders are on their way.".into()),
+    ]);
+    let config = format!(
+        r#"[llm]
+base_url = "{}"
+model = "fan-out"
+api_key = "none"
+
+[router]
+enabled = false
+
+[[tools]]
+name = "order_status"
+description = "Where an order is"
+parameters = {{ type = "object", properties = {{ order_id = {{ type = "string" }} }}, required = ["order_id"] }}
+url = "{api_url}/orders/{{order_id}}"
+timeout = "5s"
+"#,
+        llm.base_url()
+    );
+    let node = node("all", &config, &[]);
+    let (body, signature) = webhook("wamid.fan-out");
+    let sent = reqwest::Client::new()
+        .post(node.url("/webhook/whatsapp"))
+        .header("content-type", "application/json")
+        .header("x-hub-signature-256", signature)
+        .body(body)
+        .send()
+        .await
+        .expect("webhook");
+    assert_eq!(sent.status(), 200);
+    let started = Instant::now();
+    while llm.completions().len() < 2 && started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let prompts = llm.completions();
+    let next_prompt = prompts.get(1).map_or(0, |p| p.to_string().len());
+    println!(
+        "tool fan-out: a model asking for {calls} tool calls in one round: {} reached the business's API (answers of 200 KB each), the next prompt {:.0} KB; RSS {:.0} MB",
+        hits.load(Ordering::SeqCst),
+        next_prompt as f64 / 1e3,
+        rss_mb(&node)
     );
 }
