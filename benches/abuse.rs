@@ -6,7 +6,10 @@
 //! connections dribbling headers, 2,100 event streams (700 sessions from 700 addresses, 3
 //! each, on queued jobs of an API node), a 300-question burst from one address, a WhatsApp
 //! customer behind 300 queued web-chat questions, and web chat beside 60 WhatsApp messages a
-//! second sent through a fake Graph API at Meta's default rate; then the connection edge:
+//! second sent through a fake Graph API at Meta's default rate; a session's history as a
+//! memory amplifier (300 long questions, 1,000 unread history reads), a verified user's session
+//! joined by a stranger, a model asking for 2,000 tool calls in a round (`-- amplifiers` runs
+//! these three alone); then the connection edge:
 //! 10,200 connections from one address that pipeline requests and never read the answers,
 //! 9,000 small bodies from one address that stall, and 16 stalled admin uploads beside signed
 //! 70 KB webhooks. Under `cargo test` each runs small, as a smoke check.
@@ -49,6 +52,7 @@ fn main() {
         // `cargo bench --bench abuse -- amplifiers`: the history and tool fan-out alone.
         if std::env::args().any(|a| a == "amplifiers") {
             history_amplifier(scale(300, 20), scale(1_000, 50)).await;
+            session_join().await;
             tool_fan_out(scale(2_000, 40)).await;
             return;
         }
@@ -59,6 +63,7 @@ fn main() {
         whatsapp_behind_a_full_web_chat(scale(300, 10)).await;
         web_chat_beside_whatsapp_load(scale(60, 10), window * 2).await;
         history_amplifier(scale(300, 20), scale(1_000, 50)).await;
+        session_join().await;
         tool_fan_out(scale(2_000, 40)).await;
         connection_edge(full, window).await;
     });
@@ -825,15 +830,63 @@ timeout = "5s"
         .expect("webhook");
     assert_eq!(sent.status(), 200);
     let started = Instant::now();
-    while llm.completions().len() < 2 && started.elapsed() < Duration::from_secs(60) {
+    // The turn ends with a second model call, or with a person when that call's prompt would
+    // pass the turn's budget.
+    while llm.completions().len() < 2 && started.elapsed() < Duration::from_secs(20) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let prompts = llm.completions();
-    let next_prompt = prompts.get(1).map_or(0, |p| p.to_string().len());
+    let next = match prompts.get(1) {
+        Some(prompt) => format!(
+            "the next prompt {:.0} KB",
+            prompt.to_string().len() as f64 / 1e3
+        ),
+        None => "no next model call (its prompt would pass the turn's budget: to a person)".into(),
+    };
     println!(
-        "tool fan-out: a model asking for {calls} tool calls in one round: {} reached the business's API (answers of 200 KB each), the next prompt {:.0} KB; RSS {:.0} MB",
+        "tool fan-out: a model asking for {calls} tool calls in one round: {} reached the business's API (answers of 200 KB each), {next}; RSS {:.0} MB",
         hits.load(Ordering::SeqCst),
-        next_prompt as f64 / 1e3,
         rss_mb(&node)
+    );
+}
+
+/// A verified user's session, joined by someone else: asking in it, resending the user's
+/// message id, reading its history; and a session id too short to be secret.
+async fn session_join() {
+    const IDENTITY: &str = "abuse-bench-identity-secret";
+    let node = node(
+        "all",
+        &format!("[webchat]\nidentity_secret = \"{IDENTITY}\"\n"),
+        &[],
+    );
+    let client = reqwest::Client::new();
+    let session = format!("joined-{}-0123456789abcdef", rand_id());
+    let hash = sabi::whatsapp::sign(&SecretString::from(IDENTITY.to_owned()), b"user-42");
+    let hash = hash.trim_start_matches("sha256=");
+    let ask = |body: serde_json::Value| client.post(node.url("/chat")).json(&body).send();
+    let status = |r: reqwest::Result<reqwest::Response>| r.map_or(0, |r| r.status().as_u16());
+    let owner = status(
+        ask(
+            serde_json::json!({"session_id": session, "question": "my BVN is 22212345678",
+            "message_id": "m1", "user_id": "user-42", "user_hash": hash}),
+        )
+        .await,
+    );
+    let anonymous = status(
+        ask(serde_json::json!({"session_id": session, "question": "what did I say?"})).await,
+    );
+    let resend = status(
+        ask(serde_json::json!({"session_id": session, "question": "again", "message_id": "m1"}))
+            .await,
+    );
+    let history = status(
+        client
+            .get(node.url(&format!("/chat/history?session_id={session}")))
+            .send()
+            .await,
+    );
+    let short = status(ask(serde_json::json!({"session_id": "a", "question": "hello"})).await);
+    println!(
+        "session join: the user's question {owner}; in their session an anonymous question got {anonymous}, a resend of their message id {resend}, a history read {history}; a 1-character session id {short}"
     );
 }
