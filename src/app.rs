@@ -319,6 +319,7 @@ impl App {
             route,
             config.sender_settings(),
             config.broadcast_settings(),
+            config.marketing_settings(),
             metrics.clone(),
         );
         let sweeper = Sweeper::new(

@@ -12,6 +12,10 @@
 //!   disabled template (132015, 132016) pauses every broadcast sending it and puts the recipient
 //!   back in the queue; throttling holds the whole number back; an expired token stops the
 //!   number's sends.
+//! - Meta's Marketing Messages API, when turned on: a template whose latest category is
+//!   MARKETING goes to `/marketing_messages`, every other (and one whose category Meta has not
+//!   told) to `/messages`. The category is the store's, kept from Meta's template list (read
+//!   here the first time a template is sent) and its `template_category_update` webhook.
 //!
 //! It runs in a `runner::Runner`, as the scheduler and the reply sender do.
 
@@ -22,14 +26,16 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{At, SharedClock};
-use crate::config::{BroadcastSettings, SenderSettings, Template};
+use crate::config::{BroadcastSettings, MarketingSettings, SenderSettings, Template};
 use crate::metrics::Metrics;
 use crate::runner::{Runner, Work};
 use crate::sender::Sender;
 use crate::sender::pacer::Pacer;
-use crate::sender::policy::{self, Class};
-use crate::store::{self, Broadcasts, Limits, Outcome, RecipientClaim, RecipientJob, TemplateNews};
-use crate::whatsapp::graph::{Envelope, GraphError, Message};
+use crate::sender::policy::{self, Class, MarketingRefusal};
+use crate::store::{
+    self, Broadcasts, Limits, Outcome, RecipientClaim, RecipientJob, TemplateCategory, TemplateNews,
+};
+use crate::whatsapp::graph::{Endpoint, Envelope, GraphError, Message};
 
 /// How long Meta's marketing limit per user (131049) holds a recipient before another try.
 const HOLD: Duration = Duration::from_secs(24 * 60 * 60);
@@ -37,6 +43,9 @@ const HOLD: Duration = Duration::from_secs(24 * 60 * 60);
 const TEMPLATE_STOPPED: [i64; 2] = [132_015, 132_016];
 /// Recipients in flight at once: few, so that replies never wait behind many of them.
 const SLOTS: usize = 4;
+/// How long a node waits before asking Meta's template list again for a template whose
+/// category it did not learn: its sends meanwhile go to `/messages`.
+const ASK_AGAIN: Duration = Duration::from_secs(10 * 60);
 
 /// Where broadcasts go.
 pub(crate) enum Route {
@@ -70,9 +79,12 @@ pub struct Broadcaster {
     route: Route,
     settings: SenderSettings,
     broadcasts: BroadcastSettings,
+    marketing: MarketingSettings,
     metrics: Arc<Metrics>,
     /// Each broadcast's own rate, keyed by its id.
     rates: Mutex<HashMap<i64, Arc<Pacer>>>,
+    /// When this node last asked Meta's template list about a template, by name.
+    asked: Mutex<HashMap<String, At>>,
 }
 
 impl Broadcaster {
@@ -82,6 +94,7 @@ impl Broadcaster {
         route: Route,
         settings: SenderSettings,
         broadcasts: BroadcastSettings,
+        marketing: MarketingSettings,
         metrics: Arc<Metrics>,
     ) -> Arc<Broadcaster> {
         Arc::new(Broadcaster {
@@ -90,8 +103,10 @@ impl Broadcaster {
             route,
             settings,
             broadcasts,
+            marketing,
             metrics,
             rates: Mutex::new(HashMap::new()),
+            asked: Mutex::new(HashMap::new()),
         })
     }
 
@@ -173,18 +188,138 @@ impl Broadcaster {
             quote: None,
             callback: Some(&callback),
         };
-        match replies
-            .graph()
-            .send(envelope, Message::Template(&template))
-            .await
-        {
+        let endpoint = self.endpoint(replies, job).await;
+        let sent = match endpoint {
+            Endpoint::MarketingMessages => self.send_marketing(replies, envelope, &template).await,
+            Endpoint::Messages => {
+                replies
+                    .graph()
+                    .send(envelope, Message::Template(&template))
+                    .await
+            }
+        };
+        match sent {
             Ok(wamid) => Outcome::Accepted { wamid },
+            Err(error)
+                if endpoint == Endpoint::MarketingMessages
+                    && policy::marketing_refusal(&error) == Some(MarketingRefusal::NotSynced) =>
+            {
+                self.not_synced(error)
+            }
             Err(error) if policy::code(&error).is_some_and(|c| TEMPLATE_STOPPED.contains(&c)) => {
                 self.template_stopped(job, &error).await;
                 Outcome::Untried
             }
             Err(error) => self.after_error(replies, job, &error),
         }
+    }
+
+    /// Where the job's template goes: `/marketing_messages` only when the Marketing Messages
+    /// API is on and the template's latest category is MARKETING.
+    async fn endpoint(&self, replies: &Sender, job: &RecipientJob) -> Endpoint {
+        if !self.marketing.on {
+            return Endpoint::Messages;
+        }
+        let kept = self
+            .store
+            .template_category(&job.template, &job.language)
+            .await;
+        let category = match kept {
+            Ok(Some(category)) => Some(category),
+            Ok(None) => self.ask_category(replies, job).await,
+            Err(e) => {
+                tracing::warn!(
+                    template = %job.template,
+                    error.message = %e,
+                    "could not read a template's category; this send goes to /messages"
+                );
+                None
+            }
+        };
+        Endpoint::for_template(category.as_deref(), true)
+    }
+
+    /// Reads the template's categories, in every language, from Meta's template list and
+    /// keeps them; the job's language's, if Meta lists it. A node asks about a template at
+    /// most once per [`ASK_AGAIN`], so a template Meta does not list costs no call per send.
+    async fn ask_category(&self, replies: &Sender, job: &RecipientJob) -> Option<String> {
+        let account = self.marketing.account.as_deref()?;
+        let now = self.clock.now();
+        {
+            let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+            if asked
+                .get(&job.template)
+                .is_some_and(|at| now.since(*at) < ASK_AGAIN)
+            {
+                return None;
+            }
+            asked.insert(job.template.clone(), now);
+        }
+        let listed = match replies.graph().templates(account, &job.template).await {
+            Ok(listed) => listed,
+            Err(error) => {
+                tracing::warn!(
+                    template = %job.template,
+                    error.message = %error,
+                    "could not read a template's category from Meta; its sends go to /messages until it can be"
+                );
+                return None;
+            }
+        };
+        let mut found = None;
+        for t in listed {
+            let Some(category) = t.category else { continue };
+            let kept = TemplateCategory::new(&t.name, &t.language, &category, now);
+            if t.language == job.language {
+                found = Some(kept.category.clone());
+            }
+            if let Err(e) = self.store.keep_category(kept).await {
+                tracing::warn!(template = %t.name, error.message = %e, "could not keep a template's category");
+            }
+        }
+        found
+    }
+
+    /// Sends through the Marketing Messages API. Meta's 131055 says it does not take this
+    /// template there: nothing was sent, so it goes through `/messages` at once.
+    async fn send_marketing(
+        &self,
+        replies: &Sender,
+        envelope: Envelope<'_>,
+        template: &Template,
+    ) -> Result<String, GraphError> {
+        let graph = replies.graph();
+        match graph
+            .send_marketing(envelope, template, self.marketing.ttl_seconds)
+            .await
+        {
+            Err(error)
+                if policy::marketing_refusal(&error) == Some(MarketingRefusal::NotMarketing) =>
+            {
+                tracing::warn!(
+                    template = %template.name,
+                    error.message = %error,
+                    "Meta does not take this template through the Marketing Messages API; it goes through /messages"
+                );
+                graph.send(envelope, Message::Template(template)).await
+            }
+            sent => sent,
+        }
+    }
+
+    /// Meta has not finished syncing the template for marketing sends: another try after the
+    /// usual wait, counted as a failure so that it ends.
+    fn not_synced(&self, error: GraphError) -> Outcome {
+        let wait = policy::jitter(
+            policy::wait(Class::Transient, 1, self.settings.retry_base),
+            getrandom::u32().unwrap_or(u32::MAX / 2),
+        );
+        retry(
+            self.clock.now() + wait,
+            true,
+            policy::code(&error),
+            error.to_string(),
+        )
     }
 
     /// Meta refused the template itself (paused or disabled): every broadcast sending it

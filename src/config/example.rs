@@ -118,6 +118,15 @@ const SETTINGS: &[Setting] = &[
         "[whatsapp.window_template]\nname = \"reply_waiting\"\nlanguage = \"en_US\"\nparameters = [\"Sabi\"]",
     ),
     set(
+        "whatsapp.marketing_messages",
+        "Send MARKETING templates through Meta's Marketing Messages API (/marketing_messages); others keep to /messages. Turn on only once your business has accepted Meta's terms for it.",
+    ),
+    opt(
+        "whatsapp.message_send_ttl_seconds",
+        "How long Meta keeps trying to deliver a marketing message sent through the Marketing Messages API: 43200 (12 hours) to 2592000 (30 days); Meta's default is 30 days.",
+        "86400",
+    ),
+    set(
         "webchat.batch_window",
         "Web chat answers each question at once by default.",
     ),

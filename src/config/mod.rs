@@ -19,7 +19,9 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
 pub use self::engine::{EnginePolicy, EngineSettings, HoldSettings, queue_slots, web_chat_slots};
-pub use self::sender::{BroadcastSettings, MessagingLimit, SenderSettings, Template};
+pub use self::sender::{
+    BroadcastSettings, MarketingSettings, MessagingLimit, SenderSettings, Template,
+};
 pub use self::tools::{ToolConfig, bounded_strings};
 use crate::domain::{BatchPolicy, Horizons};
 
@@ -46,6 +48,14 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_BROADCAST_COOLDOWN", "broadcast.cooldown"),
     ("SABI_SEND_TIMEOUT", "whatsapp.send_timeout"),
     ("SABI_UNKNOWN_OUTCOME_WAIT", "whatsapp.unknown_outcome_wait"),
+    (
+        "SABI_WHATSAPP_MARKETING_MESSAGES",
+        "whatsapp.marketing_messages",
+    ),
+    (
+        "SABI_WHATSAPP_MESSAGE_SEND_TTL_SECONDS",
+        "whatsapp.message_send_ttl_seconds",
+    ),
     ("SABI_LLM_BASE_URL", "llm.base_url"),
     ("SABI_LLM_API_KEY", "llm.api_key"),
     ("SABI_LLM_MODEL", "llm.model"),
@@ -366,6 +376,16 @@ pub struct WhatsappConfig {
     /// Sent instead of a reply once the 24-hour window has closed; such replies go to review
     /// when unset.
     pub window_template: Option<Template>,
+    /// Send MARKETING templates through Meta's Marketing Messages API
+    /// (`/{phone-number-id}/marketing_messages`); every other send keeps to `/messages`. Off
+    /// until the business has accepted Meta's terms for it: Meta refuses the endpoint before.
+    #[serde(default, deserialize_with = "flag::parse")]
+    pub marketing_messages: bool,
+    /// How long Meta keeps trying to deliver a marketing message sent through the Marketing
+    /// Messages API, in seconds (Meta's `message_send_ttl_seconds`: 43200 to 2592000, 12 hours
+    /// to 30 days). Unset: Meta's default, 30 days.
+    #[serde(default, deserialize_with = "number::option_u32")]
+    pub message_send_ttl_seconds: Option<u32>,
 }
 
 impl Default for WhatsappConfig {
@@ -390,6 +410,8 @@ impl Default for WhatsappConfig {
             typing_indicator: true,
             quote_replies: false,
             window_template: None,
+            marketing_messages: false,
+            message_send_ttl_seconds: None,
         }
     }
 }
@@ -1183,6 +1205,7 @@ impl Config {
                     .into(),
             ));
         }
+        check_marketing_ttl(self.whatsapp.message_send_ttl_seconds)?;
         if self.whatsapp.send_timeout < Duration::from_millis(100) {
             return Err(Error(
                 "whatsapp.send_timeout (SABI_SEND_TIMEOUT): must be at least 100ms".into(),
@@ -1267,6 +1290,20 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// Meta's range for a marketing message's time-to-live: 12 hours to 30 days.
+pub const MARKETING_TTL_SECONDS: std::ops::RangeInclusive<u32> = 43_200..=2_592_000;
+
+fn check_marketing_ttl(ttl: Option<u32>) -> Result<(), Error> {
+    match ttl {
+        Some(seconds) if !MARKETING_TTL_SECONDS.contains(&seconds) => Err(Error(format!(
+            "whatsapp.message_send_ttl_seconds (SABI_WHATSAPP_MESSAGE_SEND_TTL_SECONDS): {seconds} is outside Meta's range for marketing messages, {} (12 hours) to {} (30 days)",
+            MARKETING_TTL_SECONDS.start(),
+            MARKETING_TTL_SECONDS.end()
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -1355,6 +1392,15 @@ impl Config {
             cooldown: self.broadcast.cooldown,
             max_holds: self.broadcast.max_holds,
             messaging_limit: self.whatsapp.messaging_limit,
+        }
+    }
+
+    /// How broadcasts use Meta's Marketing Messages API.
+    pub fn marketing_settings(&self) -> MarketingSettings {
+        MarketingSettings {
+            on: self.whatsapp.marketing_messages,
+            ttl_seconds: self.whatsapp.message_send_ttl_seconds,
+            account: self.whatsapp.business_account_id.clone(),
         }
     }
 
@@ -1685,6 +1731,31 @@ pub(crate) mod duration {
             )));
         }
         Ok(parsed)
+    }
+}
+
+/// Switches that may come from the environment as text.
+mod flag {
+    use serde::{Deserialize, Deserializer, de};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Spec {
+        Flag(bool),
+        Text(String),
+    }
+
+    pub(super) fn parse<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        match Spec::deserialize(d)? {
+            Spec::Flag(on) => Ok(on),
+            Spec::Text(t) => match t.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => Ok(true),
+                "false" | "0" | "no" | "off" => Ok(false),
+                _ => Err(de::Error::custom(format!(
+                    "invalid switch {t:?}: true or false"
+                ))),
+            },
+        }
     }
 }
 

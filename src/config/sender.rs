@@ -94,3 +94,14 @@ impl<'de> Deserialize<'de> for MessagingLimit {
         Ok(MessagingLimit(Some(limit)))
     }
 }
+
+/// Meta's Marketing Messages API for broadcasts, typed once from configuration.
+#[derive(Debug, Clone, Default)]
+pub struct MarketingSettings {
+    /// MARKETING templates go to `/marketing_messages`; off, every send goes to `/messages`.
+    pub on: bool,
+    /// Meta's `message_send_ttl_seconds` for those sends, when set.
+    pub ttl_seconds: Option<u32>,
+    /// The business account whose template list tells a template's category.
+    pub account: Option<String>,
+}

@@ -61,6 +61,30 @@ pub fn classify(error: &GraphError) -> Class {
     }
 }
 
+/// What a refusal by the Marketing Messages API means besides [`classify`]'s class. Its other
+/// errors are Cloud API's and are classified as they are (#100 "Message must be a template
+/// message" is permanent: only templates are ever sent there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarketingRefusal {
+    /// 131055 "Method not allowed": Meta does not take this template there (its category is
+    /// no longer MARKETING, or the number is not onboarded). Nothing was sent: it goes through
+    /// `/messages` instead.
+    NotMarketing,
+    /// 131009 on a marketing send: the template's sync with Meta's ads is not complete (up to
+    /// 10 minutes after it was made or after a week unused): another try later may work.
+    NotSynced,
+}
+
+/// The Marketing Messages API's own meaning of `error`; `None` when it means what it means on
+/// `/messages`.
+pub fn marketing_refusal(error: &GraphError) -> Option<MarketingRefusal> {
+    match code(error)? {
+        131_055 => Some(MarketingRefusal::NotMarketing),
+        131_009 => Some(MarketingRefusal::NotSynced),
+        _ => None,
+    }
+}
+
 /// The error code a failure carries, if Meta gave one.
 pub fn code(error: &GraphError) -> Option<i64> {
     match error {
@@ -136,6 +160,24 @@ mod tests {
             classify(&GraphError::NotSent("refused".into())),
             Class::Transient
         );
+    }
+
+    #[test]
+    fn the_marketing_messages_api_has_its_own_refusals() {
+        assert_eq!(
+            marketing_refusal(&api(400, Some(131_055))),
+            Some(MarketingRefusal::NotMarketing)
+        );
+        assert_eq!(
+            marketing_refusal(&api(400, Some(131_009))),
+            Some(MarketingRefusal::NotSynced)
+        );
+        // Everything else is Cloud API's meaning: throttling, a non-template, an opt-out.
+        for code in [130_429, 100, 131_050, 131_049] {
+            assert_eq!(marketing_refusal(&api(400, Some(code))), None, "{code}");
+        }
+        assert_eq!(classify(&api(400, Some(100))), Class::Permanent);
+        assert_eq!(marketing_refusal(&GraphError::Unknown("lost".into())), None);
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub use self::rules::batch::AnsweredBy;
 pub use self::rules::broadcast::{
     BroadcastState, Control, Limits, Outcome, PausedBy, RecipientState, SkipReason, TemplateNews,
 };
+pub use self::rules::category::TemplateCategory;
 pub use self::rules::consent::Choice;
 pub use self::rules::erasure::{Erased, Marks, Subject};
 pub use self::rules::hours::{LocalHours, QuietHours, When};
@@ -1006,6 +1007,16 @@ pub trait Broadcasts: Send + Sync + 'static {
     /// templates are heard in the ingest's transaction on SQLite and PostgreSQL, and on Redis
     /// right after the ingest script kept them the first time.
     async fn hear_template(&self, news: TemplateNews) -> Result<Vec<i64>>;
+
+    /// Keeps a template's category as Meta gave it, unless a newer word on it is kept
+    /// ([`rules::category::replaces`]). Stored `template_category_update` webhooks are kept in
+    /// the ingest's transaction on SQLite and PostgreSQL, and on Redis right after the ingest
+    /// script kept them the first time.
+    async fn keep_category(&self, category: TemplateCategory) -> Result<()>;
+
+    /// The latest category kept for template `name` in `language`; `None` when Meta has not
+    /// said.
+    async fn template_category(&self, name: &str, language: &str) -> Result<Option<String>>;
 
     /// Keeps a customer's choice about broadcasts by the rulebook
     /// ([`rules::consent::apply`]); `true` when it changed their standing. A claim skips a

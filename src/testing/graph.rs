@@ -33,6 +33,8 @@ pub struct Received {
     pub body: Value,
     /// The wamid the fake gave it, when it accepted a message.
     pub wamid: Option<String>,
+    /// It came to the Marketing Messages API (`/marketing_messages`), not `/messages`.
+    pub marketing: bool,
 }
 
 impl Received {
@@ -122,6 +124,10 @@ impl FakeGraph {
         });
         let app = axum::Router::new()
             .route("/{version}/{number}/messages", post(messages))
+            .route(
+                "/{version}/{number}/marketing_messages",
+                post(marketing_messages),
+            )
             .route("/{version}/{media}", get(media_info))
             .route("/{version}/{account}/message_templates", get(templates))
             .route("/download/{media}", get(download))
@@ -221,6 +227,32 @@ impl FakeGraph {
             "components": [{"type": "BODY", "text": body}],
             "id": "1689556908120042",
         }));
+    }
+
+    /// Lists a message template of `category` (MARKETING, UTILITY, AUTHENTICATION), as
+    /// [`FakeGraph::add_template`] lists a MARKETING one.
+    pub fn add_template_of(
+        &self,
+        category: &str,
+        name: &str,
+        language: &str,
+        status: &str,
+        body: &str,
+    ) {
+        self.add_template(name, language, status, body);
+        self.recategorise(name, category);
+    }
+
+    /// Meta moves a listed template to another category: its list says so, and the Marketing
+    /// Messages API takes it or refuses it (131055) by it.
+    pub fn recategorise(&self, name: &str, category: &str) {
+        for t in lock(&self.shared.behaviour)
+            .templates
+            .iter_mut()
+            .filter(|t| t["name"] == name)
+        {
+            t["category"] = json!(category);
+        }
     }
 
     /// Serves `bytes` as media `id`.
@@ -344,6 +376,48 @@ async fn messages(
     headers: HeaderMap,
     raw: Bytes,
 ) -> Response {
+    take(shared, number, headers, raw, false).await
+}
+
+/// The Marketing Messages API: Cloud API's send, for MARKETING templates only, priced
+/// `marketing_lite`.
+async fn marketing_messages(
+    State(shared): State<Arc<Shared>>,
+    Path((_version, number)): Path<(String, String)>,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
+    take(shared, number, headers, raw, true).await
+}
+
+/// What the Marketing Messages API refuses that `/messages` takes, as Meta refuses it.
+fn check_marketing(shared: &Shared, body: &Value) -> Result<(), Refusal> {
+    if body["type"] != "template" {
+        return Err((400, 100, "Message must be a template message."));
+    }
+    let b = lock(&shared.behaviour);
+    let listed = b.templates.iter().find(|t| {
+        t["name"] == body["template"]["name"]
+            && t["language"] == body["template"]["language"]["code"]
+    });
+    match listed {
+        None => Err((
+            404,
+            132_001,
+            "Template name does not exist in the translation",
+        )),
+        Some(t) if t["category"] != "MARKETING" => Err((400, 131_055, "Method not allowed")),
+        Some(_) => Ok(()),
+    }
+}
+
+async fn take(
+    shared: Arc<Shared>,
+    number: String,
+    headers: HeaderMap,
+    raw: Bytes,
+    marketing: bool,
+) -> Response {
     let at = Instant::now();
     let Ok(body) = serde_json::from_slice::<Value>(&raw) else {
         return error(400, 100, "malformed JSON");
@@ -353,6 +427,7 @@ async fn messages(
         number: number.clone(),
         body: body.clone(),
         wamid: None,
+        marketing,
     };
     if !authorised(&shared, &headers) {
         lock(&shared.received).push(received);
@@ -362,7 +437,11 @@ async fn messages(
             "Error validating access token: Session has expired",
         );
     }
-    if let Err((status, code, message)) = check_shape(&body) {
+    let checked = check_shape(&body).and_then(|()| match marketing {
+        true => check_marketing(&shared, &body),
+        false => Ok(()),
+    });
+    if let Err((status, code, message)) = checked {
         lock(&shared.received).push(received);
         return error(status, code, message);
     }
@@ -386,7 +465,10 @@ async fn messages(
         .unwrap_or_default()
         .to_owned();
     let callback = body["biz_opaque_callback_data"].as_str().map(str::to_owned);
-    let pricing = pricing(&shared, &body, &recipient);
+    let mut pricing = pricing(&shared, &body, &recipient);
+    if marketing {
+        pricing["category"] = json!("marketing_lite");
+    }
     let statuses = lock(&shared.behaviour).statuses || fail_window || stall;
     if statuses {
         let shared = shared.clone();

@@ -399,6 +399,83 @@ pub fn message_body(envelope: Envelope<'_>, message: Message<'_>) -> Value {
     body
 }
 
+/// Meta's template category that the Marketing Messages API takes, as Meta spells it.
+pub const MARKETING: &str = "MARKETING";
+
+/// Where a send goes: Meta's Marketing Messages API takes MARKETING templates only; every
+/// other message, and a template whose category is not known, goes to Cloud API's `/messages`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Messages,
+    MarketingMessages,
+}
+
+impl Endpoint {
+    /// PURE: the endpoint for a template of `category` (as Meta lists it), with the Marketing
+    /// Messages API turned on or off.
+    pub fn for_template(category: Option<&str>, marketing_messages: bool) -> Endpoint {
+        match category {
+            Some(c) if marketing_messages && c.eq_ignore_ascii_case(MARKETING) => {
+                Endpoint::MarketingMessages
+            }
+            _ => Endpoint::Messages,
+        }
+    }
+
+    /// The path after the phone-number id.
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Messages => "messages",
+            Endpoint::MarketingMessages => "marketing_messages",
+        }
+    }
+}
+
+impl Graph {
+    /// Sends a MARKETING template through the Marketing Messages API
+    /// (`/{phone-number-id}/marketing_messages`), with Meta's time-to-live when `ttl_seconds`
+    /// is given; Meta's id for it (the wamid) when accepted. Meta refuses any other message
+    /// there (#100 "Message must be a template message", 131055 for another category).
+    ///
+    /// # Errors
+    /// [`GraphError`], telling whether the request may have reached Meta.
+    pub async fn send_marketing(
+        &self,
+        envelope: Envelope<'_>,
+        template: &Template,
+        ttl_seconds: Option<u32>,
+    ) -> Result<String, GraphError> {
+        let body = marketing_body(envelope, template, ttl_seconds);
+        let url = format!(
+            "{}/{}/{}",
+            self.base,
+            urlencode(envelope.from),
+            Endpoint::MarketingMessages.path()
+        );
+        let answer: SendAnswer = self.call(self.http.post(url).json(&body)).await?;
+        answer
+            .messages
+            .into_iter()
+            .next()
+            .map(|m| m.id)
+            .ok_or_else(|| GraphError::Unknown("accepted without a message id".into()))
+    }
+}
+
+/// The JSON body of a Marketing Messages API send: a template send's, with Meta's
+/// `message_send_ttl_seconds` when a time-to-live is set.
+pub fn marketing_body(
+    envelope: Envelope<'_>,
+    template: &Template,
+    ttl_seconds: Option<u32>,
+) -> Value {
+    let mut body = message_body(envelope, Message::Template(template));
+    if let Some(ttl) = ttl_seconds {
+        body["message_send_ttl_seconds"] = json!(ttl);
+    }
+    body
+}
+
 /// Most quick replies a message can carry (a list's 10 rows).
 pub const MAX_OPTIONS: usize = 10;
 /// The longest body text a message with reply buttons can have.
@@ -559,6 +636,46 @@ mod tests {
             body.get("context").is_none(),
             "a reaction cannot be a contextual reply"
         );
+    }
+
+    #[test]
+    fn only_marketing_templates_go_to_the_marketing_messages_api_when_it_is_on() {
+        use Endpoint::{MarketingMessages, Messages};
+        assert_eq!(
+            Endpoint::for_template(Some("MARKETING"), true),
+            MarketingMessages
+        );
+        assert_eq!(
+            Endpoint::for_template(Some("marketing"), true),
+            MarketingMessages
+        );
+        assert_eq!(Endpoint::for_template(Some("MARKETING"), false), Messages);
+        assert_eq!(Endpoint::for_template(Some("UTILITY"), true), Messages);
+        assert_eq!(
+            Endpoint::for_template(Some("AUTHENTICATION"), true),
+            Messages
+        );
+        assert_eq!(
+            Endpoint::for_template(None, true),
+            Messages,
+            "unknown: /messages"
+        );
+        assert_eq!(MarketingMessages.path(), "marketing_messages");
+    }
+
+    #[test]
+    fn a_marketing_send_carries_its_time_to_live_only_when_set() {
+        let template = Template {
+            name: "diwali_offer".into(),
+            language: "en".into(),
+            parameters: vec![],
+        };
+        let body = marketing_body(envelope("2348031234567"), &template, Some(86_400));
+        assert_eq!(body["type"], "template");
+        assert_eq!(body["template"]["name"], "diwali_offer");
+        assert_eq!(body["message_send_ttl_seconds"], 86_400);
+        let body = marketing_body(envelope("2348031234567"), &template, None);
+        assert!(body.get("message_send_ttl_seconds").is_none());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::clock::{At, millis};
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
-use super::{broadcasts, channel, limit, outbox, unavailable};
+use super::{broadcasts, categories, channel, limit, outbox, unavailable};
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 use crate::store::items::known;
 use crate::store::items::{
@@ -20,7 +20,7 @@ use crate::store::items::{
 use crate::store::rules::erasure::Marks;
 use crate::store::rules::item::ItemState;
 use crate::store::rules::review::{self, Destination, ReviewState};
-use crate::store::rules::{broadcast, consent};
+use crate::store::rules::{broadcast, category, consent};
 use crate::store::{
     ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest,
     IngestReceipt, JobStatus, PersonLine, REPLY_SPAN, Result, StoredItem, StoredQuarantine,
@@ -190,6 +190,9 @@ async fn ingest_in(
         }
         if let Some(news) = broadcast::template_news(item) {
             broadcasts::hear_template(conn, &news).await?;
+        }
+        if let Some(news) = category::news(item, delivery.received_at) {
+            categories::keep(conn, &news).await?;
         }
         if let (ItemKind::Message, Channel::Whatsapp, Some(customer)) =
             (item.kind, item.channel, &item.customer)

@@ -14,6 +14,7 @@
 //! The SQL mirrors the SQLite backend's; the conformance suite holds both to the same behaviour.
 
 mod broadcasts;
+mod categories;
 mod connect;
 mod customers;
 mod ingest;
@@ -28,6 +29,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool};
 
+use super::rules::category::TemplateCategory;
 use super::rules::erasure::{Marks, OptOuts};
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
@@ -58,6 +60,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0012_person_lines.sql"),
     include_str!("migrations/0013_marker_key.sql"),
     include_str!("migrations/0014_chat_owners.sql"),
+    include_str!("migrations/0015_template_categories.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -510,6 +513,17 @@ impl Broadcasts for PgStore {
     async fn reached(&self, since: At) -> Result<u64> {
         let mut conn = self.pool.acquire().await.map_err(unavailable)?;
         broadcasts::reached(&mut conn, since).await
+    }
+    async fn keep_category(&self, category: TemplateCategory) -> Result<()> {
+        retrying(|| async {
+            let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+            categories::keep(&mut conn, &category).await
+        })
+        .await
+    }
+    async fn template_category(&self, name: &str, language: &str) -> Result<Option<String>> {
+        let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+        categories::category(&mut conn, name, language).await
     }
 }
 

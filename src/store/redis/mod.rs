@@ -37,6 +37,7 @@ use self::wire::{
 use super::items::{RecipientStatus, broadcast_status, known};
 use super::items::{message_key, session_retry_after};
 use super::rules::broadcast::{self, BroadcastState, Event, PausedBy, SkipReason, TemplateNews};
+use super::rules::category::{self, TemplateCategory};
 use super::rules::consent::{self, Source};
 use super::rules::erasure::{self, Erased, Marks, OptOuts, Subject};
 use super::rules::hours::{LocalHours, Turn};
@@ -64,6 +65,7 @@ const SCRIPT_BODY: &str = concat!(
     include_str!("lua/people.lua"),
     include_str!("lua/chat.lua"),
     include_str!("lua/broadcasts.lua"),
+    include_str!("lua/templates.lua"),
     include_str!("lua/customers.lua"),
     include_str!("lua/retention.lua"),
     include_str!("lua/main.lua"),
@@ -386,6 +388,9 @@ impl Intake for RedisStore {
             }
             if let Some(news) = broadcast::template_news(item) {
                 self.hear_template(news).await?;
+            }
+            if let Some(news) = category::news(item, delivery.received_at) {
+                self.keep_category(news).await?;
             }
         }
         for key in &receipt.anomalies.0 {
@@ -887,6 +892,17 @@ impl Broadcasts for RedisStore {
             }
         }
         Ok(moved)
+    }
+    async fn keep_category(&self, c: TemplateCategory) -> Result<()> {
+        let args = json!({
+            "name": c.name, "language": c.language, "category": c.category,
+            "heard_at": c.heard_at,
+        });
+        self.call::<bool>("category_keep", args).await.map(drop)
+    }
+    async fn template_category(&self, name: &str, language: &str) -> Result<Option<String>> {
+        self.call("category_get", json!({"name": name, "language": language}))
+            .await
     }
     async fn choose(&self, customer: &str, choice: Choice) -> Result<bool> {
         // The rule is the rulebook's; the script saves only over the choice read, so a choice

@@ -9,6 +9,7 @@
 
 pub mod batch;
 pub mod broadcast;
+pub mod category;
 pub mod consent;
 pub mod erasure;
 pub mod hours;

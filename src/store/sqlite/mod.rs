@@ -7,6 +7,7 @@
 //! `BEGIN IMMEDIATE` and waits for the others up to the busy timeout.
 
 mod broadcasts;
+mod categories;
 mod chat;
 mod customers;
 mod outbox;
@@ -31,6 +32,7 @@ use super::rules::batch::BatchState;
 use super::rules::broadcast::{
     self, BroadcastState, PausedBy, RecipientState, SkipReason, TemplateNews,
 };
+use super::rules::category::{self, TemplateCategory};
 use super::rules::consent::{self, Source};
 use super::rules::erasure::{Erased, Marks, OptOuts, Subject};
 use super::rules::item::ItemState;
@@ -73,6 +75,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0018_person_lines.sql"),
     include_str!("migrations/0019_marker_key.sql"),
     include_str!("migrations/0020_chat_owners.sql"),
+    include_str!("migrations/0021_template_categories.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -575,6 +578,16 @@ impl Broadcasts for SqliteStore {
             .write(move |conn| broadcasts::hear_template(conn, &news))
             .await
     }
+    async fn keep_category(&self, category: TemplateCategory) -> Result<()> {
+        self.writer
+            .write(move |conn| categories::keep(conn, &category))
+            .await
+    }
+    async fn template_category(&self, name: &str, language: &str) -> Result<Option<String>> {
+        let (name, language) = (name.to_owned(), language.to_owned());
+        self.read(move |conn| categories::category(conn, &name, &language))
+            .await
+    }
     async fn choose(&self, customer: &str, choice: Choice) -> Result<bool> {
         let customer = customer.to_owned();
         self.writer
@@ -716,6 +729,9 @@ fn ingest(
                 }
                 if let Some(news) = broadcast::template_news(item) {
                     broadcasts::hear_template(conn, &news)?;
+                }
+                if let Some(news) = category::news(item, delivery.received_at) {
+                    categories::keep(conn, &news)?;
                 }
                 if let (ItemKind::Message, Channel::Whatsapp, Some(customer)) =
                     (item.kind, item.channel, &item.customer)

@@ -37,6 +37,7 @@ local OPS = {
   customer_export = customer_export, customer_keys = customer_keys, forget = forget,
   marker_names = marker_names, rekey_markers = rekey_markers, customer_wamids = customer_wamids,
   sweep_keys = sweep_keys, sweep = sweep, hold_lease = hold_lease,
+  category_keep = category_keep, category_get = category_get,
 }
 
 -- Keys lost (a restart without persistence, a flush) and made again start every counter anew:

@@ -1,0 +1,10 @@
+-- Each message template's latest category as Meta gave it (its template list, or a completed
+-- `template_category_update`), and when: MARKETING templates go to the Marketing Messages API
+-- when it is on. The newer word wins (`heard_at`, ms since the epoch).
+CREATE TABLE template_categories (
+    name     TEXT   NOT NULL,
+    language TEXT   NOT NULL,
+    category TEXT   NOT NULL,
+    heard_at BIGINT NOT NULL,
+    PRIMARY KEY (name, language)
+);
