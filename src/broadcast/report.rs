@@ -2,7 +2,8 @@
 //! or are opted out now, the replies minute by minute after each send (the curve a surge of
 //! replies follows), and what it cost: estimated from `broadcast.prices`, and actual from the
 //! pricing Meta's statuses give each message (charged, or free when the customer came from an
-//! ad). A 131050 refusal is a failed recipient, not one sent.
+//! ad), counted by Meta's pricing category (`marketing`, `marketing_lite` for messages sent
+//! through the Marketing Messages API). A 131050 refusal is a failed recipient, not one sent.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -47,11 +48,22 @@ pub struct Cost {
     pub actual: f64,
     /// Messages Meta said it charges for, and those it said are free.
     pub billed: u64,
+    /// The messages Meta charges for by its pricing category (`marketing`, `marketing_lite`,
+    /// ...), and what they cost at their country's price.
+    pub by_category: BTreeMap<String, Charged>,
     pub free: u64,
     /// Messages Meta took that no status has priced yet.
     pub awaiting_pricing: u64,
     /// Recipients whose country has no price in `broadcast.prices`: left out of both sums.
     pub unpriced: u64,
+}
+
+/// Charged messages of one pricing category.
+#[derive(Debug, Default, Serialize)]
+pub struct Charged {
+    pub messages: u64,
+    /// At their country's price; those without one count as messages only.
+    pub cost: f64,
 }
 
 /// Prices by country prefix.
@@ -144,6 +156,7 @@ fn cost(recipients: &[RecipientView], prices: &Prices<'_>) -> Cost {
         estimated: 0.0,
         actual: 0.0,
         billed: 0,
+        by_category: BTreeMap::new(),
         free: 0,
         awaiting_pricing: 0,
         unpriced: 0,
@@ -152,6 +165,14 @@ fn cost(recipients: &[RecipientView], prices: &Prices<'_>) -> Cost {
         .iter()
         .filter(|r| r.state != RecipientState::Skipped)
     {
+        let charged = (r.billed == Some(true)).then(|| {
+            let category = r.pricing.clone().unwrap_or_else(|| "unknown".into());
+            cost.by_category.entry(category).or_default()
+        });
+        if let Some(charged) = charged {
+            charged.messages += 1;
+            charged.cost += prices.of(&r.to).unwrap_or(0.0);
+        }
         match r.billed {
             Some(true) => cost.billed += 1,
             Some(false) => cost.free += 1,

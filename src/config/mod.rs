@@ -1925,6 +1925,46 @@ mod tests {
     }
 
     #[test]
+    fn the_marketing_messages_api_is_off_until_switched_on_and_its_ttl_is_in_meta_s_range() {
+        let c = Config::load(no_file(), env(&[])).expect("defaults");
+        assert!(
+            !c.whatsapp.marketing_messages,
+            "off until Meta's terms are accepted"
+        );
+        assert_eq!(c.whatsapp.message_send_ttl_seconds, None);
+        let c = Config::load(
+            no_file(),
+            env(&[
+                ("SABI_WHATSAPP_MARKETING_MESSAGES", "true"),
+                ("SABI_WHATSAPP_MESSAGE_SEND_TTL_SECONDS", "43200"),
+            ]),
+        )
+        .expect("on, with a 12-hour TTL");
+        let marketing = c.marketing_settings();
+        assert!(marketing.on);
+        assert_eq!(marketing.ttl_seconds, Some(43_200));
+        for (vars, want) in [
+            (
+                vec![("SABI_WHATSAPP_MARKETING_MESSAGES", "maybe")],
+                "whatsapp.marketing_messages (from SABI_WHATSAPP_MARKETING_MESSAGES)",
+            ),
+            (
+                vec![("SABI_WHATSAPP_MESSAGE_SEND_TTL_SECONDS", "43199")],
+                "whatsapp.message_send_ttl_seconds (SABI_WHATSAPP_MESSAGE_SEND_TTL_SECONDS): 43199 is outside",
+            ),
+            (
+                vec![("SABI_WHATSAPP_MESSAGE_SEND_TTL_SECONDS", "2592001")],
+                "2592001 is outside Meta's range for marketing messages, 43200 (12 hours) to 2592000 (30 days)",
+            ),
+        ] {
+            let err = Config::load(no_file(), env(&vars))
+                .expect_err("invalid")
+                .to_string();
+            assert!(err.contains(want), "{vars:?}: {err}");
+        }
+    }
+
+    #[test]
     fn the_marker_secret_is_required_once_sending_and_made_beside_a_sandbox_store() {
         let sending = [
             ("SABI_WHATSAPP_ACCESS_TOKEN", "t"),

@@ -151,6 +151,8 @@ pub(crate) struct RecipientStatus<'a> {
     pub(crate) named: Option<(i64, u32)>,
     /// Whether Meta charges for the message, when the status carries its pricing.
     pub(crate) billed: Option<bool>,
+    /// Meta's pricing category for the message, when the status carries its pricing.
+    pub(crate) pricing: Option<&'a str>,
 }
 
 /// A status webhook item as a broadcast recipient reads it; `None` for any other item.
@@ -177,5 +179,6 @@ pub(crate) fn broadcast_status(item: &InboundItem) -> Option<RecipientStatus<'_>
         status,
         named,
         billed,
+        pricing: facts["pricing_category"].as_str(),
     })
 }

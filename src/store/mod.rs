@@ -462,6 +462,9 @@ pub struct RecipientView {
     pub tz: Option<String>,
     /// Whether Meta charges for its message, once a status said (see [`rules::broadcast::billed`]).
     pub billed: Option<bool>,
+    /// Meta's pricing category for its message (`marketing`, or `marketing_lite` through the
+    /// Marketing Messages API, ...), once a status said.
+    pub pricing: Option<String>,
 }
 
 /// A holding message's parts are numbered from here: after any reply's, so the two never meet.

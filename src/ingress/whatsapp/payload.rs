@@ -1029,4 +1029,19 @@ mod tests {
         assert_eq!(a.facts["event"], "X");
         assert_eq!(a.facts["entry_time"], 5);
     }
+
+    #[test]
+    fn a_template_category_update_is_a_field_event_never_a_message() {
+        let body = r#"{"object":"whatsapp_business_account","entry":[{"id":"240011223344556","time":1781000000,"changes":[{"field":"template_category_update","value":{"message_template_id":1689556908120042,"message_template_name":"order_update","message_template_language":"en_US","previous_category":"UTILITY","new_category":"MARKETING"}}]}]}"#;
+        let parsed = parse(body.as_bytes()).expect("json");
+        assert!(parsed.quarantined.is_empty(), "{:?}", parsed.quarantined);
+        let [item] = parsed.items.as_slice() else {
+            panic!("one item: {:?}", parsed.items);
+        };
+        assert_eq!(item.kind, ItemKind::FieldEvent);
+        assert_eq!(item.turn, None, "no turn: nobody wrote");
+        assert_eq!(item.customer, None);
+        assert_eq!(item.facts["field"], "template_category_update");
+        assert_eq!(item.facts["value"]["new_category"], "MARKETING");
+    }
 }

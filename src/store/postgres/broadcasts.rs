@@ -202,7 +202,8 @@ pub(super) async fn recipients(
 
 /// What [`recipient_view`] reads of a recipient row, `r`, first in the row.
 pub(super) const RECIPIENT_COLUMNS: &str = "r.id, r.recipient, r.params, r.line, r.state,
-    r.skipped, r.error, r.error_code, r.wamid, r.sent_at, r.replied_at, r.tz, r.billed";
+    r.skipped, r.error, r.error_code, r.wamid, r.sent_at, r.replied_at, r.tz, r.billed,
+    r.pricing_category";
 
 /// A recipient read from [`RECIPIENT_COLUMNS`].
 pub(super) fn recipient_view(r: &sqlx::postgres::PgRow) -> Result<RecipientView> {
@@ -226,6 +227,7 @@ pub(super) fn recipient_view(r: &sqlx::postgres::PgRow) -> Result<RecipientView>
         replied_at: r.get(10),
         tz: r.get(11),
         billed: r.get(12),
+        pricing: r.get(13),
     })
 }
 
@@ -460,6 +462,7 @@ pub(super) async fn reconcile_status(
         status,
         named,
         billed,
+        pricing,
     }) = broadcast_status(item)
     else {
         return Ok(());
@@ -487,13 +490,18 @@ pub(super) async fn reconcile_status(
         return Ok(());
     };
     // Kept whatever the status does to the recipient: a late status still tells the price.
-    if let Some(billed) = billed {
-        sqlx::query("UPDATE broadcast_recipients SET billed = $2 WHERE id = $1")
-            .bind(id)
-            .bind(billed)
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
+    if billed.is_some() || pricing.is_some() {
+        sqlx::query(
+            "UPDATE broadcast_recipients
+                SET billed = COALESCE($2, billed), pricing_category = COALESCE($3, pricing_category)
+              WHERE id = $1",
+        )
+        .bind(id)
+        .bind(billed)
+        .bind(pricing)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
     }
     match step(conn, id, &Event::Status(status), now, Limits::NONE).await {
         Ok(_) | Err(Error::LeaseLost) => Ok(()),

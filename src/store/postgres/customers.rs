@@ -144,9 +144,9 @@ async fn broadcasts(conn: &mut PgConnection, customer: &str) -> Result<Vec<Broad
         .map(|r| {
             Ok(BroadcastSend {
                 recipient: recipient_view(r)?,
-                broadcast_id: r.get(13),
-                name: r.get(14),
-                template: r.get(15),
+                broadcast_id: r.get(14),
+                name: r.get(15),
+                template: r.get(16),
             })
         })
         .collect()

@@ -1167,8 +1167,8 @@ impl RedisStore {
             };
             // Kept whatever the status does to the recipient: a late status still tells the
             // price.
-            if let Some(billed) = found.billed {
-                bills.push(json!({"id": row.id, "billed": billed}));
+            if found.billed.is_some() || found.pricing.is_some() {
+                bills.push(json!({"id": row.id, "billed": found.billed, "pricing": found.pricing}));
             }
             let event = Event::Status(found.status.clone());
             writes.extend(row.step(&event, delivery.received_at, Limits::NONE)?);

@@ -615,6 +615,7 @@ pub(super) struct RawRecipient {
     replied: Option<At>,
     tz: Option<String>,
     billed: Option<bool>,
+    pricing: Option<String>,
 }
 
 impl RawRecipient {
@@ -636,6 +637,7 @@ impl RawRecipient {
             replied_at: self.replied,
             tz: self.tz,
             billed: self.billed,
+            pricing: self.pricing,
         })
     }
 }

@@ -174,7 +174,8 @@ pub(super) fn recipients(
 
 /// What [`recipient_view`] reads of a recipient row, `r`.
 pub(super) const RECIPIENT_COLUMNS: &str = "r.id, r.recipient, r.params, r.line, r.state,
-    r.skipped, r.error, r.error_code, r.wamid, r.sent_at, r.replied_at, r.tz, r.billed";
+    r.skipped, r.error, r.error_code, r.wamid, r.sent_at, r.replied_at, r.tz, r.billed,
+    r.pricing_category";
 
 /// A recipient row read from [`RECIPIENT_COLUMNS`], first in the row.
 pub(super) fn recipient_view(r: &rusqlite::Row<'_>) -> rusqlite::Result<RecipientView> {
@@ -195,6 +196,7 @@ pub(super) fn recipient_view(r: &rusqlite::Row<'_>) -> rusqlite::Result<Recipien
         replied_at: r.get(10)?,
         tz: r.get(11)?,
         billed: r.get(12)?,
+        pricing: r.get(13)?,
     })
 }
 
@@ -401,6 +403,7 @@ pub(super) fn reconcile(conn: &Connection, found: RecipientStatus<'_>, now: At) 
         status,
         named,
         billed,
+        pricing,
     } = found;
     let by_wamid: Option<i64> = conn
         .prepare_cached("SELECT id FROM broadcast_recipients WHERE wamid = ?1")
@@ -423,10 +426,14 @@ pub(super) fn reconcile(conn: &Connection, found: RecipientStatus<'_>, now: At) 
         (None, None) => return Ok(()),
     };
     // Kept whatever the status does to the recipient: a late status still tells the price.
-    if let Some(billed) = billed {
-        conn.prepare_cached("UPDATE broadcast_recipients SET billed = ?2 WHERE id = ?1")
-            .and_then(|mut s| s.execute(params![id, billed]))
-            .map_err(unavailable)?;
+    if billed.is_some() || pricing.is_some() {
+        conn.prepare_cached(
+            "UPDATE broadcast_recipients
+                SET billed = COALESCE(?2, billed), pricing_category = COALESCE(?3, pricing_category)
+              WHERE id = ?1",
+        )
+        .and_then(|mut s| s.execute(params![id, billed, pricing]))
+        .map_err(unavailable)?;
     }
     match step(conn, id, &Event::Status(status), now, Limits::NONE) {
         Ok(_) | Err(Error::LeaseLost) => Ok(()),

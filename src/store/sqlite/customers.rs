@@ -94,9 +94,9 @@ fn broadcasts(conn: &Connection, customer: &str) -> Result<Vec<BroadcastSend>> {
         s.query_map(params![customer], |r| {
             Ok(BroadcastSend {
                 recipient: recipient_view(r)?,
-                broadcast_id: r.get(13)?,
-                name: r.get(14)?,
-                template: r.get(15)?,
+                broadcast_id: r.get(14)?,
+                name: r.get(15)?,
+                template: r.get(16)?,
             })
         })?
         .collect()

@@ -75,7 +75,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0018_person_lines.sql"),
     include_str!("migrations/0019_marker_key.sql"),
     include_str!("migrations/0020_chat_owners.sql"),
-    include_str!("migrations/0021_template_categories.sql"),
+    include_str!("migrations/0021_marketing_messages.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.

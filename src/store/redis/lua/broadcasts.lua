@@ -79,7 +79,7 @@ end
 -- A recipient as a listing shows it.
 local function recipient_view(rid)
   local r = get(k('br', rid), 'to', 'params', 'line', 'state', 'skipped', 'error',
-    'error_code', 'wamid', 'sent', 'replied', 'tz', 'billed')
+    'error_code', 'wamid', 'sent', 'replied', 'tz', 'billed', 'pricing')
   r.id, r.line, r.error_code = tonumber(rid), tonumber(r.line), tonumber(r.error_code)
   if r.billed then
     r.billed = r.billed == '1'
@@ -224,11 +224,17 @@ local function recipients_save(a)
   return saved
 end
 
--- Whether Meta charges for each recipient's message, as a status's pricing said.
+-- Whether Meta charges for each recipient's message, and its pricing category, as a
+-- status's pricing said.
 local function recipients_bill(a)
   for _, b in ipairs(a.bills) do
     if redis.call('EXISTS', k('br', b.id)) == 1 then
-      redis.call('HSET', k('br', b.id), 'billed', b.billed and 1 or 0)
+      if b.billed ~= nil then
+        redis.call('HSET', k('br', b.id), 'billed', b.billed and 1 or 0)
+      end
+      if b.pricing then
+        redis.call('HSET', k('br', b.id), 'pricing', b.pricing)
+      end
     end
   end
   return true

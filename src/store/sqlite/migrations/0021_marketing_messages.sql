@@ -8,3 +8,7 @@ CREATE TABLE template_categories (
     heard_at INTEGER NOT NULL,
     PRIMARY KEY (name, language)
 ) WITHOUT ROWID;
+
+-- Meta's pricing category for a recipient's message (`marketing`, `marketing_lite` through the
+-- Marketing Messages API, ...), as its statuses' pricing says: the report counts them apart.
+ALTER TABLE broadcast_recipients ADD COLUMN pricing_category TEXT;

@@ -8,3 +8,7 @@ CREATE TABLE template_categories (
     heard_at BIGINT NOT NULL,
     PRIMARY KEY (name, language)
 );
+
+-- Meta's pricing category for a recipient's message (`marketing`, `marketing_lite` through the
+-- Marketing Messages API, ...), as its statuses' pricing says: the report counts them apart.
+ALTER TABLE broadcast_recipients ADD COLUMN pricing_category TEXT;
