@@ -21,6 +21,7 @@ mod helpers;
 mod identity;
 mod layers;
 mod markers;
+mod marketing;
 mod metrics;
 mod nodes;
 mod openapi;
