@@ -10,6 +10,7 @@
 //! of every role is held to one behaviour on every backend.
 
 mod broadcasts;
+mod categories;
 mod customers;
 mod fixtures;
 mod inspection;
@@ -48,6 +49,7 @@ use self::broadcasts::{
     the_cooldown_skips_and_the_messaging_limit_holds_back,
     time_starts_and_ends_broadcasts_and_halted_or_paused_ones_wait,
 };
+use self::categories::template_categories_keep_meta_s_latest_word;
 use self::customers::{
     a_forgotten_chat_session_leaves_no_history, a_forgotten_customer_is_sent_no_broadcast,
     a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
@@ -300,6 +302,7 @@ macro_rules! cases {
             the_cooldown_skips_and_the_messaging_limit_holds_back,
             quiet_hours_and_wall_clock_times_hold_each_recipient_on_its_own_clock,
             claimers_at_once_never_pass_the_messaging_limit,
+            template_categories_keep_meta_s_latest_word,
             // Customers
             export_holds_everything_and_forget_leaves_only_hashes,
             an_export_comes_a_page_at_a_time,
