@@ -112,6 +112,12 @@ impl Broadcaster {
 
     /// Sends until `shutdown`, then gives sends in flight the grace period to end.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        if self.marketing.on && self.route.replies().is_some() {
+            tracing::info!(
+                ttl_seconds = ?self.marketing.ttl_seconds,
+                "broadcasts send MARKETING templates through Meta's Marketing Messages API (/marketing_messages)"
+            );
+        }
         let runner = Runner {
             clock: self.clock.clone(),
             slots: SLOTS,

@@ -1206,6 +1206,14 @@ impl Config {
             ));
         }
         check_marketing_ttl(self.whatsapp.message_send_ttl_seconds)?;
+        if self.whatsapp.marketing_messages
+            && !self.whatsapp.sandbox()
+            && self.whatsapp.business_account_id.is_none()
+        {
+            return Err(Error(
+                "whatsapp.marketing_messages (SABI_WHATSAPP_MARKETING_MESSAGES): needs whatsapp.business_account_id (SABI_WHATSAPP_BUSINESS_ACCOUNT_ID), whose template list tells which templates are MARKETING".into(),
+            ));
+        }
         if self.whatsapp.send_timeout < Duration::from_millis(100) {
             return Err(Error(
                 "whatsapp.send_timeout (SABI_SEND_TIMEOUT): must be at least 100ms".into(),
@@ -1955,6 +1963,15 @@ mod tests {
             (
                 vec![("SABI_WHATSAPP_MESSAGE_SEND_TTL_SECONDS", "2592001")],
                 "2592001 is outside Meta's range for marketing messages, 43200 (12 hours) to 2592000 (30 days)",
+            ),
+            (
+                vec![
+                    ("SABI_WHATSAPP_ACCESS_TOKEN", "t"),
+                    ("SABI_WHATSAPP_APP_SECRET", "s"),
+                    ("SABI_MARKER_SECRET", "m"),
+                    ("SABI_WHATSAPP_MARKETING_MESSAGES", "true"),
+                ],
+                "whatsapp.marketing_messages (SABI_WHATSAPP_MARKETING_MESSAGES): needs whatsapp.business_account_id",
             ),
         ] {
             let err = Config::load(no_file(), env(&vars))
