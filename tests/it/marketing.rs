@@ -317,3 +317,30 @@ async fn a_template_the_marketing_messages_api_refuses_goes_through_messages() {
     assert_eq!(sent.len(), 3, "each once");
     assert!(sent.iter().all(|r| !r.marketing));
 }
+
+/// Meta has not finished syncing a new marketing template (131009 on `/marketing_messages`):
+/// the recipient is tried again after the usual wait, and gets it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_not_yet_synced_for_marketing_is_tried_again() {
+    let sabi = start(&[ON]).await;
+    sabi.fake.add_template_of(
+        "MARKETING",
+        TEMPLATE,
+        "en",
+        "APPROVED",
+        "Happy Diwali, {{1}}!",
+    );
+    sabi.fake.fail_next(&[(400, 131_009)]);
+    let b = send(&sabi, broadcast("new-template", 0, 3)).await;
+    assert_eq!(b.counts["accepted"], 3, "{b:?}");
+    let refused = sabi
+        .fake
+        .received()
+        .into_iter()
+        .filter(|r| r.marketing && r.wamid.is_none())
+        .count();
+    assert_eq!(refused, 1, "one refusal");
+    let sent = taken(&sabi, 0, 3);
+    assert_eq!(sent.len(), 3, "each once");
+    assert!(sent.iter().all(|r| r.marketing));
+}
