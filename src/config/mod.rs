@@ -43,6 +43,7 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_OUTBOUND_RATE", "whatsapp.outbound_rate"),
     ("SABI_PAIR_SPACING", "whatsapp.pair_spacing"),
     ("SABI_MESSAGING_LIMIT", "whatsapp.messaging_limit"),
+    ("SABI_DEFAULT_COUNTRY", "whatsapp.default_country"),
     ("SABI_BROADCAST_COOLDOWN", "broadcast.cooldown"),
     ("SABI_SEND_TIMEOUT", "whatsapp.send_timeout"),
     ("SABI_UNKNOWN_OUTCOME_WAIT", "whatsapp.unknown_outcome_wait"),
@@ -366,6 +367,10 @@ pub struct WhatsappConfig {
     /// Sent instead of a reply once the 24-hour window has closed; such replies go to review
     /// when unset.
     pub window_template: Option<Template>,
+    /// The country calling code (like 234) of numbers people write the local way (0803 ...):
+    /// in audience files, and naming a customer to export or forget. Unset: such numbers are
+    /// refused unless the command gives `--country`.
+    pub default_country: Option<String>,
 }
 
 impl Default for WhatsappConfig {
@@ -390,6 +395,7 @@ impl Default for WhatsappConfig {
             typing_indicator: true,
             quote_replies: false,
             window_template: None,
+            default_country: None,
         }
     }
 }
@@ -1161,6 +1167,19 @@ impl Config {
             return Err(Error(
                 "whatsapp.outbound_rate (SABI_OUTBOUND_RATE): must be at least 1".into(),
             ));
+        }
+        if let Some(code) = &self.whatsapp.default_country {
+            // Written as digits, as the setting is shown and added to numbers.
+            let why = match crate::broadcast::audience::country_code(code) {
+                Ok(digits) if digits == *code => None,
+                Ok(digits) => Some(format!("write {code:?} as {digits}")),
+                Err(why) => Some(why),
+            };
+            if let Some(why) = why {
+                return Err(Error(format!(
+                    "whatsapp.default_country (SABI_DEFAULT_COUNTRY): {why}"
+                )));
+            }
         }
         if self
             .admin

@@ -15,10 +15,11 @@
 //!   the router to learn from (`sabi route --export-unsure`);
 //! - `GET /admin/conversations?customer=`: a customer's conversations and history;
 //! - `GET /admin/stats?since=`: who answered, tokens and cost;
-//! - `GET /admin/customers/{channel}/{id}?limit=&items_after=&replies_after=`: everything
-//!   held about a customer (`sabi export`), a page at a time (1,000 items and replies by
-//!   default, 5,000 at most; `next` names the following page);
-//! - `DELETE /admin/customers/{channel}/{id}`: forget them (`sabi forget`); 409 with
+//! - `GET /admin/customers/{channel}/{id}?limit=&items_after=&replies_after=&country=`:
+//!   everything held about a customer (`sabi export`), a page at a time (1,000 items and
+//!   replies by default, 5,000 at most; `next` names the following page); a WhatsApp number
+//!   as people write it, a local one with `country` (or `whatsapp.default_country`);
+//! - `DELETE /admin/customers/{channel}/{id}?country=`: forget them (`sabi forget`); 409 with
 //!   Retry-After while a turn or a send for them is under way.
 
 use std::collections::HashMap;
@@ -311,14 +312,31 @@ pub(super) async fn conversations(
     })))
 }
 
-/// The customer a path names: `/admin/customers/{channel}/{id}`.
-fn subject(channel: &str, id: &str) -> Result<Subject, ApiError> {
+/// The customer a path names: `/admin/customers/{channel}/{id}`, a local number with
+/// `?country=` or `whatsapp.default_country`.
+fn subject(
+    state: &AppState,
+    channel: &str,
+    id: &str,
+    country: Option<&str>,
+) -> Result<Subject, ApiError> {
     let channel = Channel::parse(channel).ok_or_else(|| ApiError::Invalid {
         field: "channel",
         why: "must be whatsapp or webchat".into(),
     })?;
-    Subject::parse(channel, id).map_err(|why| ApiError::Invalid {
+    let country = country
+        .map(country_code)
+        .transpose()?
+        .or_else(|| state.admin.default_country.clone());
+    export::subject(channel, id, country.as_deref(), "?country=").map_err(|why| ApiError::Invalid {
         field: "customer",
+        why,
+    })
+}
+
+fn country_code(written: &str) -> Result<String, ApiError> {
+    crate::broadcast::audience::country_code(written).map_err(|why| ApiError::Invalid {
+        field: "country",
         why,
     })
 }
@@ -328,6 +346,12 @@ pub(super) struct ExportQuery {
     limit: Option<usize>,
     items_after: Option<i64>,
     replies_after: Option<i64>,
+    country: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ForgetQuery {
+    country: Option<String>,
 }
 
 /// Items and replies in one page of an export, unless asked otherwise...
@@ -342,7 +366,7 @@ pub(super) async fn export_customer(
     Path((channel, id)): Path<(String, String)>,
     Query(query): Query<ExportQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let who = subject(&channel, &id)?;
+    let who = subject(&state, &channel, &id, query.country.as_deref())?;
     let page = ExportPage {
         items_after: query.items_after.unwrap_or(0),
         replies_after: query.replies_after.unwrap_or(0),
@@ -363,8 +387,9 @@ pub(super) async fn export_customer(
 pub(super) async fn forget_customer(
     State(state): State<AppState>,
     Path((channel, id)): Path<(String, String)>,
+    Query(query): Query<ForgetQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let who = subject(&channel, &id)?;
+    let who = subject(&state, &channel, &id, query.country.as_deref())?;
     let erased = state.store.forget_customer(&who, state.clock.now()).await?;
     tracing::info!(
         channel = who.channel.as_str(),

@@ -67,6 +67,8 @@ pub struct AdminSettings {
     /// A broadcast report's prices by country prefix, and their currency.
     pub prices: std::collections::BTreeMap<String, f64>,
     pub currency: String,
+    /// The country code of numbers written the local way (`whatsapp.default_country`).
+    pub default_country: Option<String>,
 }
 
 pub type AppState = Arc<Ingress>;
@@ -107,6 +109,7 @@ impl Ingress {
                 broadcasts: config.broadcast_settings(),
                 prices: config.broadcast.prices.clone(),
                 currency: config.broadcast.currency.clone(),
+                default_country: config.whatsapp.default_country.clone(),
             },
             source: SourcePolicy {
                 allow: config.ingress.webhook_allow.clone(),
