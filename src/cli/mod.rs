@@ -2,6 +2,7 @@
 //! `sabi inbox` inspects the store that `sabi serve` writes.
 
 mod broadcast;
+mod pipe;
 mod plan;
 mod simulate;
 
@@ -259,8 +260,10 @@ fn parse_channel(s: &str) -> Result<Channel, String> {
 
 /// Runs a command and turns its outcome into the process's exit code.
 pub fn main(cli: Cli) -> ExitCode {
+    pipe::end_quietly_when_closed();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if pipe::closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sabi: {e:#}");
             ExitCode::FAILURE
@@ -383,6 +386,12 @@ async fn serve(config: &Config, role: Role) -> anyhow::Result<()> {
     let fds = crate::http::serve::raise_fd_limit();
     tracing::debug!(open_files = fds, "open-file limit");
     let app = App::build(config, role).await?;
+    if role != Role::Worker && config.admin.token.is_none() {
+        tracing::info!(
+            "the admin API (/admin/) and the review desk (/desk) are off: set admin.token \
+             (SABI_ADMIN_TOKEN), at least 16 characters, to turn them on"
+        );
+    }
     let shutdown = app.shutdown_token();
     tokio::spawn(async move {
         stop.await;

@@ -1,7 +1,8 @@
 //! The admin API: people take over what Sabi handed them. Everything under `/admin/` needs
 //! `Authorization: Bearer <SABI_ADMIN_TOKEN>` (compared in constant time); with no token
-//! configured the routes do not exist. The review desk page (`/desk`) holds no data itself:
-//! it asks for the token and calls this API.
+//! configured every `/admin/` path and `/desk` answer 404 `admin_disabled`, saying which
+//! setting turns the API on. The review desk page (`/desk`) holds no data itself: it asks for
+//! the token and calls this API.
 //!
 //! - `GET /admin/review?reason=&customer=&limit=`: open review items, WhatsApp's first, then
 //!   oldest first; an anonymous visitor's open items from one address (any reason) fold into one;
@@ -421,6 +422,12 @@ pub(super) async fn stats(
         "completion_tokens": s.completion_tokens,
         "cost": s.cost,
     })))
+}
+
+/// Every admin path while no token is configured: the API is off, and the answer says how to
+/// turn it on.
+pub(super) async fn disabled() -> ApiError {
+    ApiError::AdminDisabled
 }
 
 /// The review desk: a page that lists the queue with a reply box.

@@ -20,7 +20,7 @@ pub use self::source::SourcePolicy;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Router, middleware};
 use secrecy::SecretString;
 use tokio::sync::Notify;
@@ -292,6 +292,12 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
             .merge(api)
             .merge(audiences)
             .route("/desk", get(admin::desk));
+    } else {
+        // Off, said as the API's errors are said, rather than an empty 404.
+        routes = routes
+            .route("/admin", any(admin::disabled))
+            .route("/admin/{*path}", any(admin::disabled))
+            .route("/desk", any(admin::disabled));
     }
     let policies = Arc::new(headers::Policies::new(&state.webchat.frame_ancestors));
     routes
