@@ -1816,6 +1816,14 @@ mod tests {
             (vec![("SABI_ADMIN_TOKEN", "")], "admin.token"),
             (vec![("SABI_ADMIN_TOKEN", "short")], "admin.token"),
             (
+                vec![("SABI_DEFAULT_COUNTRY", "NG")],
+                "whatsapp.default_country (SABI_DEFAULT_COUNTRY): \"NG\" is not a country",
+            ),
+            (
+                vec![("SABI_DEFAULT_COUNTRY", "+234")],
+                "whatsapp.default_country (SABI_DEFAULT_COUNTRY): write \"+234\" as 234",
+            ),
+            (
                 vec![("SABI_OUTBOUND_RATE", "fast")],
                 "whatsapp.outbound_rate",
             ),
