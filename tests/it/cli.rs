@@ -234,10 +234,11 @@ async fn review_reply_from_the_shell_refuses_to_strand_a_reply_in_sandbox() {
 }
 
 /// `sabi` with its stdout a pipe whose reader is already gone, as in `sabi inbox | head` once
-/// `head` has read its lines.
+/// `head` has read its lines. Called inside a runtime: the pipe is tokio's.
 fn with_closed_stdout(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    let (reader, writer) = std::io::pipe().expect("a pipe");
+    let (writer, reader) = tokio::net::unix::pipe::pipe().expect("a pipe");
     drop(reader);
+    let writer = writer.into_blocking_fd().expect("the pipe's write end");
     sabi_command(dir)
         .args(args)
         .stdout(writer)
