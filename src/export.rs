@@ -16,9 +16,9 @@ use crate::store::{
 
 /// The customer a person names on `channel`: on WhatsApp a number as people write it, with
 /// its country code (`+234 803-123-4567`, `2348031234567`) or the local way (`0803 123 4567`)
-/// with `country`; on web chat a session id as given. `country_is_given_by` says how the
-/// caller gives a country (`--country`, `?country=`): a number that cannot be read names it,
-/// for a local number is otherwise taken for a number Sabi never held.
+/// with `country`; on web chat a session id as given. A number that cannot be read so is
+/// refused naming `country_is_given_by` (`--country`, `?country=`): taken as digits, a local
+/// number would name a customer Sabi never held, and "held nothing" would hide the mistake.
 ///
 /// # Errors
 /// Why `written` names no customer, in words.
