@@ -1,16 +1,45 @@
 //! What Sabi shows of what it holds: stored items and reply parts as JSON (`sabi inbox`,
 //! `sabi outbox`), and a customer's whole record as one JSON document or as text for a person
-//! to read (`sabi export`, `GET /admin/customers/...`).
+//! to read (`sabi export`, `GET /admin/customers/...`), and the customer a person names there.
 
 use std::fmt::Write;
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+use crate::broadcast::audience;
 use crate::clock::At;
+use crate::domain::Channel;
 use crate::store::{
     BroadcastSend, CustomerRecord, Delivery, OutboxEntry, ReviewRecord, StoredItem, Subject,
 };
+
+/// The customer a person names on `channel`: on WhatsApp a number as people write it, with
+/// its country code (`+234 803-123-4567`, `2348031234567`) or the local way (`0803 123 4567`)
+/// with `country`; on web chat a session id as given. A number that cannot be read so is
+/// refused naming `country_is_given_by` (`--country`, `?country=`): taken as digits, a local
+/// number would name a customer Sabi never held, and "held nothing" would hide the mistake.
+///
+/// # Errors
+/// Why `written` names no customer, in words.
+pub fn subject(
+    channel: Channel,
+    written: &str,
+    country: Option<&str>,
+    country_is_given_by: &str,
+) -> Result<Subject, String> {
+    if channel != Channel::Whatsapp {
+        return Subject::parse(channel, written);
+    }
+    let number = audience::e164(written, country).map_err(|_| {
+        format!(
+            "{written:?} is not a WhatsApp number: write it with its country code \
+             (+234 803 123 4567), or the local way (0803 123 4567) with {country_is_given_by} \
+             (like 234) or whatsapp.default_country set"
+        )
+    })?;
+    Subject::parse(channel, &number)
+}
 
 /// Unix milliseconds as an RFC 3339 time, to the millisecond.
 pub fn rfc3339(at: At) -> String {

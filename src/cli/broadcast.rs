@@ -77,9 +77,13 @@ pub(super) struct Create {
     /// Its language code, like en or en_US.
     #[arg(long)]
     language: String,
-    /// A CSV file with a header; its phone (or wa_id) column names each recipient.
+    /// A CSV file with a header (separated by , ; tab or |); its phone column (phone, wa_id,
+    /// Phone Number, mobile, msisdn, whatsapp, tel, ...) names each recipient.
     #[arg(long)]
     audience: PathBuf,
+    /// The audience file's column of numbers, when its header is not a usual phone header.
+    #[arg(long, value_name = "NAME")]
+    phone_column: Option<String>,
     /// A column whose value fills the template's next body parameter ({{1}}, {{2}}, ...).
     #[arg(long = "param", value_name = "COLUMN")]
     params: Vec<String>,
@@ -103,8 +107,9 @@ pub(super) struct Create {
     /// country's), like Africa/Lagos.
     #[arg(long)]
     tz: Option<String>,
-    /// The country code added to numbers written the local way (a leading 0), like 234.
-    #[arg(long)]
+    /// The country code added to numbers written the local way (a leading 0), like 234;
+    /// whatsapp.default_country when not given.
+    #[arg(long, value_parser = audience::country_code)]
     country: Option<String>,
     /// Creating again with the same key gives the same broadcast.
     #[arg(long)]
@@ -124,6 +129,7 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
                 template,
                 language,
                 audience,
+                phone_column,
                 params,
                 business,
                 at,
@@ -138,7 +144,9 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
             } = *create;
             let text = std::fs::read_to_string(&audience)
                 .with_context(|| format!("reading {}", audience.display()))?;
-            let rows = audience::parse(&text, &params, country.as_deref())?;
+            let country = country.or_else(|| config.whatsapp.default_country.clone());
+            let rows =
+                audience::parse(&text, &params, country.as_deref(), phone_column.as_deref())?;
             let now = SystemClock.now();
             let mut broadcast = NewBroadcast {
                 key,

@@ -2,6 +2,7 @@
 //! `sabi inbox` inspects the store that `sabi serve` writes.
 
 mod broadcast;
+mod pipe;
 mod plan;
 mod simulate;
 
@@ -136,11 +137,8 @@ enum Command {
     /// when, the replies to them and how they went, hand-offs to people, broadcasts, their
     /// broadcast choice. Readable text, or one JSON document with --json.
     Export {
-        /// A WhatsApp number with its country code (2348031234567), or a web-chat session id.
-        customer: String,
-        /// The channel the customer is on: whatsapp or webchat.
-        #[arg(long, value_parser = parse_channel, default_value = "whatsapp")]
-        channel: Channel,
+        #[command(flatten)]
+        who: CustomerArgs,
         #[arg(long)]
         json: bool,
     },
@@ -150,11 +148,8 @@ enum Command {
     /// do-not-contact marker (so no broadcast reaches them). Prints what it removed; running
     /// it again removes nothing more.
     Forget {
-        /// A WhatsApp number with its country code (2348031234567), or a web-chat session id.
-        customer: String,
-        /// The channel the customer is on: whatsapp or webchat.
-        #[arg(long, value_parser = parse_channel, default_value = "whatsapp")]
-        channel: Channel,
+        #[command(flatten)]
+        who: CustomerArgs,
         #[arg(long)]
         json: bool,
     },
@@ -191,6 +186,32 @@ enum Command {
         #[arg(long)]
         url: Option<String>,
     },
+}
+
+/// The customer `sabi export` and `sabi forget` name.
+#[derive(Debug, clap::Args)]
+struct CustomerArgs {
+    /// A WhatsApp number as people write it: with its country code (+234 803 123 4567,
+    /// 2348031234567), or the local way (0803 123 4567) with --country; or a web-chat session id.
+    customer: String,
+    /// The channel the customer is on: whatsapp or webchat.
+    #[arg(long, value_parser = parse_channel, default_value = "whatsapp")]
+    channel: Channel,
+    /// The country calling code of a number written the local way, like 234
+    /// (whatsapp.default_country when not given).
+    #[arg(long, value_parser = crate::broadcast::audience::country_code)]
+    country: Option<String>,
+}
+
+impl CustomerArgs {
+    fn subject(&self, config: &Config) -> anyhow::Result<store::Subject> {
+        let country = self
+            .country
+            .as_deref()
+            .or(config.whatsapp.default_country.as_deref());
+        export::subject(self.channel, &self.customer, country, "--country")
+            .map_err(anyhow::Error::msg)
+    }
 }
 
 fn review_reason(name: &str) -> Result<ReviewReason, String> {
@@ -239,8 +260,10 @@ fn parse_channel(s: &str) -> Result<Channel, String> {
 
 /// Runs a command and turns its outcome into the process's exit code.
 pub fn main(cli: Cli) -> ExitCode {
+    pipe::end_quietly_when_closed();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if pipe::closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sabi: {e:#}");
             ExitCode::FAILURE
@@ -299,16 +322,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .await
             }
             Command::Quarantine { json } => quarantine(&config, json).await,
-            Command::Export {
-                customer,
-                channel,
-                json,
-            } => export_customer(&config, channel, &customer, json).await,
-            Command::Forget {
-                customer,
-                channel,
-                json,
-            } => forget(&config, channel, &customer, json).await,
+            Command::Export { who, json } => {
+                export_customer(&config, who.subject(&config)?, json).await
+            }
+            Command::Forget { who, json } => forget(&config, who.subject(&config)?, json).await,
             Command::Stats { since, json } => stats(&config, since, json).await,
             Command::Plan(args) => plan::run(&config, *args).await,
             Command::Simulate(args) => simulate::run(&config, *args).await,
@@ -369,6 +386,12 @@ async fn serve(config: &Config, role: Role) -> anyhow::Result<()> {
     let fds = crate::http::serve::raise_fd_limit();
     tracing::debug!(open_files = fds, "open-file limit");
     let app = App::build(config, role).await?;
+    if role != Role::Worker && config.admin.token.is_none() {
+        tracing::info!(
+            "the admin API (/admin/) and the review desk (/desk) are off: set admin.token \
+             (SABI_ADMIN_TOKEN), at least 16 characters, to turn them on"
+        );
+    }
     let shutdown = app.shutdown_token();
     tokio::spawn(async move {
         stop.await;
@@ -452,11 +475,9 @@ async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
 
 async fn export_customer(
     config: &Config,
-    channel: Channel,
-    customer: &str,
+    who: store::Subject,
     as_json: bool,
 ) -> anyhow::Result<()> {
-    let who = store::Subject::parse(channel, customer).map_err(anyhow::Error::msg)?;
     let store = store::open(config).await?;
     let record = store.export_customer(&who).await?;
     if as_json {
@@ -473,13 +494,7 @@ async fn export_customer(
 /// How long `sabi forget` waits for a turn or a send under way for the customer to end.
 const FORGET_PATIENCE: Duration = Duration::from_secs(60);
 
-async fn forget(
-    config: &Config,
-    channel: Channel,
-    customer: &str,
-    as_json: bool,
-) -> anyhow::Result<()> {
-    let who = store::Subject::parse(channel, customer).map_err(anyhow::Error::msg)?;
+async fn forget(config: &Config, who: store::Subject, as_json: bool) -> anyhow::Result<()> {
     let store = store::open(config).await?;
     let started = Instant::now();
     let erased = loop {

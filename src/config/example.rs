@@ -117,6 +117,11 @@ const SETTINGS: &[Setting] = &[
         "Sent instead of a reply once the 24-hour window has closed (else the reply goes to review).",
         "[whatsapp.window_template]\nname = \"reply_waiting\"\nlanguage = \"en_US\"\nparameters = [\"Sabi\"]",
     ),
+    opt(
+        "whatsapp.default_country",
+        "The country calling code of numbers written the local way (0803 123 4567): in audience files and for sabi export/forget and the admin API's customers, unless --country (?country=) gives another.",
+        "\"234\"",
+    ),
     set(
         "whatsapp.marketing_messages",
         "Send MARKETING templates through Meta's Marketing Messages API (/marketing_messages); others keep to /messages. Turn on only once your business has accepted Meta's terms for it.",

@@ -45,6 +45,7 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_OUTBOUND_RATE", "whatsapp.outbound_rate"),
     ("SABI_PAIR_SPACING", "whatsapp.pair_spacing"),
     ("SABI_MESSAGING_LIMIT", "whatsapp.messaging_limit"),
+    ("SABI_DEFAULT_COUNTRY", "whatsapp.default_country"),
     ("SABI_BROADCAST_COOLDOWN", "broadcast.cooldown"),
     ("SABI_SEND_TIMEOUT", "whatsapp.send_timeout"),
     ("SABI_UNKNOWN_OUTCOME_WAIT", "whatsapp.unknown_outcome_wait"),
@@ -386,6 +387,10 @@ pub struct WhatsappConfig {
     /// to 30 days). Unset: Meta's default, 30 days.
     #[serde(default, deserialize_with = "number::option_u32")]
     pub message_send_ttl_seconds: Option<u32>,
+    /// The country calling code (like 234) of numbers people write the local way (0803 ...):
+    /// in audience files, and naming a customer to export or forget. Unset: such numbers are
+    /// refused unless the command gives `--country`.
+    pub default_country: Option<String>,
 }
 
 impl Default for WhatsappConfig {
@@ -412,6 +417,7 @@ impl Default for WhatsappConfig {
             window_template: None,
             marketing_messages: false,
             message_send_ttl_seconds: None,
+            default_country: None,
         }
     }
 }
@@ -1184,6 +1190,19 @@ impl Config {
                 "whatsapp.outbound_rate (SABI_OUTBOUND_RATE): must be at least 1".into(),
             ));
         }
+        if let Some(code) = &self.whatsapp.default_country {
+            // Written as digits, as the setting is shown and added to numbers.
+            let why = match crate::broadcast::audience::country_code(code) {
+                Ok(digits) if digits == *code => None,
+                Ok(digits) => Some(format!("write {code:?} as {digits}")),
+                Err(why) => Some(why),
+            };
+            if let Some(why) = why {
+                return Err(Error(format!(
+                    "whatsapp.default_country (SABI_DEFAULT_COUNTRY): {why}"
+                )));
+            }
+        }
         if self
             .admin
             .token
@@ -1875,6 +1894,14 @@ mod tests {
             (vec![("SABI_STORE", "mysql://x")], "store (from SABI_STORE)"),
             (vec![("SABI_ADMIN_TOKEN", "")], "admin.token"),
             (vec![("SABI_ADMIN_TOKEN", "short")], "admin.token"),
+            (
+                vec![("SABI_DEFAULT_COUNTRY", "NG")],
+                "whatsapp.default_country (SABI_DEFAULT_COUNTRY): \"NG\" is not a country",
+            ),
+            (
+                vec![("SABI_DEFAULT_COUNTRY", "+234")],
+                "whatsapp.default_country (SABI_DEFAULT_COUNTRY): write \"+234\" as 234",
+            ),
             (
                 vec![("SABI_OUTBOUND_RATE", "fast")],
                 "whatsapp.outbound_rate",

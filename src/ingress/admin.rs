@@ -1,7 +1,8 @@
 //! The admin API: people take over what Sabi handed them. Everything under `/admin/` needs
 //! `Authorization: Bearer <SABI_ADMIN_TOKEN>` (compared in constant time); with no token
-//! configured the routes do not exist. The review desk page (`/desk`) holds no data itself:
-//! it asks for the token and calls this API.
+//! configured every `/admin/` path and `/desk` answer 404 `admin_disabled`, saying which
+//! setting turns the API on. The review desk page (`/desk`) holds no data itself: it asks for
+//! the token and calls this API.
 //!
 //! - `GET /admin/review?reason=&customer=&limit=`: open review items, WhatsApp's first, then
 //!   oldest first; an anonymous visitor's open items from one address (any reason) fold into one;
@@ -15,10 +16,11 @@
 //!   the router to learn from (`sabi route --export-unsure`);
 //! - `GET /admin/conversations?customer=`: a customer's conversations and history;
 //! - `GET /admin/stats?since=`: who answered, tokens and cost;
-//! - `GET /admin/customers/{channel}/{id}?limit=&items_after=&replies_after=`: everything
-//!   held about a customer (`sabi export`), a page at a time (1,000 items and replies by
-//!   default, 5,000 at most; `next` names the following page);
-//! - `DELETE /admin/customers/{channel}/{id}`: forget them (`sabi forget`); 409 with
+//! - `GET /admin/customers/{channel}/{id}?limit=&items_after=&replies_after=&country=`:
+//!   everything held about a customer (`sabi export`), a page at a time (1,000 items and
+//!   replies by default, 5,000 at most; `next` names the following page); a WhatsApp number
+//!   as people write it, a local one with `country` (or `whatsapp.default_country`);
+//! - `DELETE /admin/customers/{channel}/{id}?country=`: forget them (`sabi forget`); 409 with
 //!   Retry-After while a turn or a send for them is under way.
 
 use std::collections::HashMap;
@@ -311,14 +313,31 @@ pub(super) async fn conversations(
     })))
 }
 
-/// The customer a path names: `/admin/customers/{channel}/{id}`.
-fn subject(channel: &str, id: &str) -> Result<Subject, ApiError> {
+/// The customer a path names: `/admin/customers/{channel}/{id}`, a local number with
+/// `?country=` or `whatsapp.default_country`.
+fn subject(
+    state: &AppState,
+    channel: &str,
+    id: &str,
+    country: Option<&str>,
+) -> Result<Subject, ApiError> {
     let channel = Channel::parse(channel).ok_or_else(|| ApiError::Invalid {
         field: "channel",
         why: "must be whatsapp or webchat".into(),
     })?;
-    Subject::parse(channel, id).map_err(|why| ApiError::Invalid {
+    let country = country
+        .map(country_code)
+        .transpose()?
+        .or_else(|| state.admin.default_country.clone());
+    export::subject(channel, id, country.as_deref(), "?country=").map_err(|why| ApiError::Invalid {
         field: "customer",
+        why,
+    })
+}
+
+fn country_code(written: &str) -> Result<String, ApiError> {
+    crate::broadcast::audience::country_code(written).map_err(|why| ApiError::Invalid {
+        field: "country",
         why,
     })
 }
@@ -328,6 +347,12 @@ pub(super) struct ExportQuery {
     limit: Option<usize>,
     items_after: Option<i64>,
     replies_after: Option<i64>,
+    country: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ForgetQuery {
+    country: Option<String>,
 }
 
 /// Items and replies in one page of an export, unless asked otherwise...
@@ -342,7 +367,7 @@ pub(super) async fn export_customer(
     Path((channel, id)): Path<(String, String)>,
     Query(query): Query<ExportQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let who = subject(&channel, &id)?;
+    let who = subject(&state, &channel, &id, query.country.as_deref())?;
     let page = ExportPage {
         items_after: query.items_after.unwrap_or(0),
         replies_after: query.replies_after.unwrap_or(0),
@@ -363,8 +388,9 @@ pub(super) async fn export_customer(
 pub(super) async fn forget_customer(
     State(state): State<AppState>,
     Path((channel, id)): Path<(String, String)>,
+    Query(query): Query<ForgetQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let who = subject(&channel, &id)?;
+    let who = subject(&state, &channel, &id, query.country.as_deref())?;
     let erased = state.store.forget_customer(&who, state.clock.now()).await?;
     tracing::info!(
         channel = who.channel.as_str(),
@@ -396,6 +422,12 @@ pub(super) async fn stats(
         "completion_tokens": s.completion_tokens,
         "cost": s.cost,
     })))
+}
+
+/// Every admin path while no token is configured: the API is off, and the answer says how to
+/// turn it on.
+pub(super) async fn disabled() -> ApiError {
+    ApiError::AdminDisabled
 }
 
 /// The review desk: a page that lists the queue with a reply box.

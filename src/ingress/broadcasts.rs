@@ -1,7 +1,8 @@
 //! The admin API's broadcasts, with the review API's token rules:
 //!
 //! - `POST /admin/broadcasts` `{"name", "template": {"name", "language"}, "from", "recipients":
-//!   [{"to", "params", "tz"}]` or `"audience_csv"` with `"params"` naming its columns, `"country",
+//!   [{"to", "params", "tz"}]` or `"audience_csv"` with `"params"` naming its columns (and
+//!   `"phone_column"` when its header is not a usual phone header), `"country",
 //!   "at", "until", "quiet_hours", "tz", "rate", "key", "dry_run"}`: keeps it (once per key),
 //!   or with `dry_run` says who would get it and who is left out, keeping nothing;
 //! - `GET /admin/broadcasts`, `GET /admin/broadcasts/{id}`;
@@ -30,6 +31,8 @@ pub(super) struct Create {
     audience_csv: Option<String>,
     #[serde(default)]
     params: Vec<String>,
+    /// The audience file's column of numbers, when its header is not a usual phone header.
+    phone_column: Option<String>,
     country: Option<String>,
     at: Option<Time>,
     until: Option<Time>,
@@ -82,18 +85,30 @@ pub(super) async fn create(
     State(state): State<AppState>,
     Json(c): Json<Create>,
 ) -> Result<Json<Value>, ApiError> {
+    let country = c
+        .country
+        .as_deref()
+        .map(audience::country_code)
+        .transpose()
+        .map_err(|why| ApiError::Invalid {
+            field: "country",
+            why,
+        })?
+        .or_else(|| state.admin.default_country.clone());
     let rows = match (&c.audience_csv, c.recipients.is_empty()) {
-        (Some(csv), true) => {
-            audience::parse(csv, &c.params, c.country.as_deref()).map_err(|e| {
-                ApiError::Invalid {
-                    field: "audience_csv",
-                    why: e.to_string(),
-                }
-            })?
-        }
+        (Some(csv), true) => audience::parse(
+            csv,
+            &c.params,
+            country.as_deref(),
+            c.phone_column.as_deref(),
+        )
+        .map_err(|e| ApiError::Invalid {
+            field: "audience_csv",
+            why: e.to_string(),
+        })?,
         (None, false) => audience::listed(
             c.recipients.into_iter().map(|r| (r.to, r.params, r.tz)),
-            c.country.as_deref(),
+            country.as_deref(),
         )
         .map_err(|e| ApiError::Invalid {
             field: "recipients",

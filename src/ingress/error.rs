@@ -64,6 +64,8 @@ pub enum ApiError {
     ForbiddenSource,
     #[error("no such item")]
     NotFound,
+    #[error("the admin API is off")]
+    AdminDisabled,
 }
 
 impl ApiError {
@@ -105,6 +107,15 @@ impl ApiError {
             ApiError::UnreadableBody(_) => {
                 (StatusCode::BAD_REQUEST, "unreadable_body", self.to_string())
             }
+            // 404, as for a path that does not exist: nothing is there to be allowed to. The
+            // message says what a person who expected it must set.
+            ApiError::AdminDisabled => (
+                StatusCode::NOT_FOUND,
+                "admin_disabled",
+                "The admin API and the review desk are off: set admin.token \
+                 (SABI_ADMIN_TOKEN), at least 16 characters, and restart to turn them on."
+                    .into(),
+            ),
             ApiError::Store(store::Error::NotFound) | ApiError::NotFound => {
                 (StatusCode::NOT_FOUND, "not_found", "No such item.".into())
             }

@@ -20,7 +20,7 @@ pub use self::source::SourcePolicy;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Router, middleware};
 use secrecy::SecretString;
 use tokio::sync::Notify;
@@ -67,6 +67,8 @@ pub struct AdminSettings {
     /// A broadcast report's prices by country prefix, and their currency.
     pub prices: std::collections::BTreeMap<String, f64>,
     pub currency: String,
+    /// The country code of numbers written the local way (`whatsapp.default_country`).
+    pub default_country: Option<String>,
 }
 
 pub type AppState = Arc<Ingress>;
@@ -107,6 +109,7 @@ impl Ingress {
                 broadcasts: config.broadcast_settings(),
                 prices: config.broadcast.prices.clone(),
                 currency: config.broadcast.currency.clone(),
+                default_country: config.whatsapp.default_country.clone(),
             },
             source: SourcePolicy {
                 allow: config.ingress.webhook_allow.clone(),
@@ -289,6 +292,12 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
             .merge(api)
             .merge(audiences)
             .route("/desk", get(admin::desk));
+    } else {
+        // Off, said as the API's errors are said, rather than an empty 404.
+        routes = routes
+            .route("/admin", any(admin::disabled))
+            .route("/admin/{*path}", any(admin::disabled))
+            .route("/desk", any(admin::disabled));
     }
     let policies = Arc::new(headers::Policies::new(&state.webchat.frame_ancestors));
     routes

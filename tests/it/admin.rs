@@ -92,17 +92,44 @@ async fn every_admin_route_wants_the_token_and_says_nothing_without_it() {
     assert_eq!(status, 200);
     assert!(text.contains("my secret words"));
 
-    // No token configured: there is no admin API at all.
+    // No token configured: there is no admin API at all, and every path of it says so.
     let off = TestApp::spawn().await;
-    let (status, _) = call(
-        &off.client,
-        &off.url("/admin/review"),
-        "GET",
-        Some(&good),
-        None,
-    )
-    .await;
+    for (method, path) in ROUTES.iter().chain(&[("GET", "/admin"), ("GET", "/desk")]) {
+        let (status, text) = call(&off.client, &off.url(path), method, Some(&good), None).await;
+        assert_eq!(status, 404, "{method} {path}");
+        assert_admin_disabled(&text);
+    }
+}
+
+/// The answer of an admin path while the admin API is off.
+fn assert_admin_disabled(text: &str) {
+    let body: Value = serde_json::from_str(text).expect("a JSON error");
+    assert_eq!(body["code"], "admin_disabled", "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("admin.token") && message.contains("SABI_ADMIN_TOKEN"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_node_without_an_admin_token_says_at_start_that_the_admin_api_is_off() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let off = SabiProcess::start(dir.path());
+    let client = reqwest::Client::new();
+    let (status, text) = call(&client, &off.url("/desk"), "GET", None, None).await;
     assert_eq!(status, 404);
+    assert_admin_disabled(&text);
+    let said = |sabi: &SabiProcess| {
+        sabi.logs().iter().any(|l| {
+            l.contains("admin API") && l.contains("are off") && l.contains("SABI_ADMIN_TOKEN")
+        })
+    };
+    assert!(said(&off), "{:?}", off.logs());
+    off.terminate();
+
+    let on = SabiProcess::start_with(dir.path(), &[("SABI_ADMIN_TOKEN", TOKEN)]);
+    assert!(!said(&on), "{:?}", on.logs());
 }
 
 async fn admin(sabi: &Sending, method: &str, path: &str, body: Option<Value>) -> Value {

@@ -1,11 +1,14 @@
 //! The `sabi` binary as an operator uses it: `send` to a running server, a clean stop on
-//! SIGTERM, a bad setting stopping start-up with its name, `check`, `config`, and settling a
-//! review item from the shell.
+//! SIGTERM, a bad setting stopping start-up with its name, `check`, `config`, settling a
+//! review item from the shell, output piped into a reader that stops early (`| head`), and
+//! an audience file as a spreadsheet exports it.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::helpers::{START_MS, SabiProcess, TestApp, inbox_json, sabi_command, text_webhook_at};
+use crate::helpers::{
+    START_MS, SabiProcess, TestApp, inbox_json, json_lines, sabi_command, text_webhook_at,
+};
 
 #[test]
 fn send_posts_a_signed_webhook_that_is_stored_once() {
@@ -228,4 +231,143 @@ async fn review_reply_from_the_shell_refuses_to_strand_a_reply_in_sandbox() {
         state_of(&items[1].conversation.customer).as_deref(),
         Some("queued")
     );
+}
+
+/// `sabi` with its stdout a pipe whose reader is already gone, as in `sabi inbox | head` once
+/// `head` has read its lines. Called inside a runtime: the pipe is tokio's.
+fn with_closed_stdout(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let (writer, reader) = tokio::net::unix::pipe::pipe().expect("a pipe");
+    drop(reader);
+    let writer = writer.into_blocking_fd().expect("the pipe's write end");
+    sabi_command(dir)
+        .args(args)
+        .stdout(writer)
+        .output()
+        .expect("sabi runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_every_command_quietly_and_with_success() {
+    let app = TestApp::spawn().await;
+    // Something to list: an old message handed to people, a broadcast with queued recipients.
+    let body = text_webhook_at(
+        "wamid.pipe",
+        "2348031234567",
+        "hello?",
+        START_MS / 1000 - 3600,
+    );
+    assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    app.clock.advance(Duration::from_secs(60));
+    app.scheduler.drain().await.expect("drain");
+    let dir = app.dir.path();
+    let audience = dir.join("audience.csv");
+    std::fs::write(
+        &audience,
+        "phone,name\n+2348031234567,Ada\n+2348039999999,Bola\n",
+    )
+    .expect("written");
+    let created = json_lines(
+        dir,
+        &[
+            "broadcast",
+            "create",
+            "--name",
+            "Diwali",
+            "--template",
+            "diwali_offer",
+            "--language",
+            "en",
+            "--param",
+            "name",
+            "--from",
+            "100000000000001",
+            "--audience",
+            audience.to_str().expect("utf-8"),
+            "--json",
+        ],
+    );
+    let id = created[0]["id"].to_string();
+    for args in [
+        &["broadcast", "show", &id, "--recipients", "queued"][..],
+        &["broadcast", "ls"],
+        &["inbox"],
+        &["inbox", "--json"],
+        &["review"],
+        &["review", "--json"],
+        &["export", "2348031234567"],
+        &["export", "2348031234567", "--json"],
+        &["config", "--example"],
+        &["route", "hello"],
+    ] {
+        let output = with_closed_stdout(dir, args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "sabi {args:?}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "sabi {args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn an_audience_file_as_a_spreadsheet_exports_it_makes_a_broadcast() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("written");
+        path.to_str().expect("utf-8").to_owned()
+    };
+    // A European spreadsheet's export: a byte-order mark, ';', CRLF, local numbers.
+    let exported = file(
+        "exported.csv",
+        "\u{feff}Phone Number;First Name;Offer\r\n0803 123 4567;Ada;10%\r\n0803 999 9999;Bola;5%\r\n\r\n",
+    );
+    let renamed = file(
+        "renamed.csv",
+        "first name;offer;number\nAda;10%;08031234567\n",
+    );
+    let dry_run = |audience: &str, extra: &[&str]| {
+        sabi_command(dir.path())
+            .env("SABI_DEFAULT_COUNTRY", "234")
+            .args(["broadcast", "create", "--name", "Diwali", "--template"])
+            .args([
+                "diwali_offer",
+                "--language",
+                "en",
+                "--from",
+                "100000000000001",
+            ])
+            .args([
+                "--audience",
+                audience,
+                "--param",
+                "first_name",
+                "--dry-run",
+                "--json",
+            ])
+            .args(extra)
+            .output()
+            .expect("sabi runs")
+    };
+    let sent = |output: std::process::Output| {
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let plan: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("one JSON document");
+        plan["to_send"].clone()
+    };
+    assert_eq!(sent(dry_run(&exported, &[])), 2);
+
+    let refused = dry_run(&renamed, &[]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("no phone column among first name, offer, number (separated by ';')")
+            && said.contains("--phone-column"),
+        "{said}"
+    );
+    assert_eq!(sent(dry_run(&renamed, &["--phone-column", "Number"])), 1);
 }

@@ -1,6 +1,7 @@
 //! A customer's data from the outside: export and forget through the admin API and the CLI,
-//! their refusals of what cannot name a customer, and on SQLite, the erased words gone from
-//! the store's files after a clean stop.
+//! by the number as people write it (local with a country, or formatted), their refusals of
+//! what cannot name a customer, and on SQLite, the erased words gone from the store's files
+//! after a clean stop.
 
 use std::path::Path;
 use std::time::Duration;
@@ -8,7 +9,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::helpers::{
-    SabiProcess, TestApp, eventually, inbox_json, json_lines, sabi_command, text_webhook_at,
+    SabiProcess, TestApp, eventually, inbox_json, json_lines, run_to_success, sabi_command,
+    text_webhook_at,
 };
 
 const TOKEN: &str = "admin-secret-token";
@@ -89,6 +91,80 @@ async fn the_admin_api_exports_and_forgets_a_customer_once() {
             );
         }
     }
+}
+
+#[tokio::test]
+async fn a_customer_named_by_their_local_number_is_the_one_kept_under_the_e164_number() {
+    let app = TestApp::spawn_with(None, &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    for (id, from, text) in [("wamid.l1", ADA, SECRET), ("wamid.l2", BO, "hello")] {
+        let body = text_webhook_at(id, from, text, 0);
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    }
+    app.clock.advance(Duration::from_secs(20));
+    app.scheduler.drain().await.expect("turns");
+
+    // A local number without a country is not taken for a customer Sabi never held.
+    let local = "/admin/customers/whatsapp/0803%20123%204567";
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let (status, refused) = call(&app, method, local).await;
+        assert_eq!(status, 422, "{refused}");
+        let message = refused["message"].as_str().unwrap_or_default();
+        assert!(message.contains("?country="), "{message}");
+    }
+    let (status, refused) = call(&app, reqwest::Method::GET, &format!("{local}?country=0")).await;
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("country")
+    );
+    for path in [
+        format!("{local}?country=234"),
+        format!("{local}?country=%2B234"),
+        "/admin/customers/whatsapp/%2B234%20803-123-4567".to_owned(),
+    ] {
+        let (status, record) = call(&app, reqwest::Method::GET, &path).await;
+        assert_eq!(status, 200, "{path}: {record}");
+        assert_eq!(record["customer"], ADA, "{path}");
+        assert_eq!(record["items"][0]["text"], SECRET, "{path}");
+    }
+
+    // The CLI the same: refused without a country, naming --country, and nothing erased...
+    let refused = tokio::task::spawn_blocking({
+        let mut command = sabi_command(app.dir.path());
+        command.args(["forget", "0803 123 4567"]);
+        move || command.output()
+    })
+    .await
+    .expect("joined")
+    .expect("sabi runs");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--country"), "{stderr}");
+    // ...then, with the country, the E.164 customer's words erased and the other's kept.
+    let mut forget = sabi_command(app.dir.path());
+    forget.args(["forget", "0803 123 4567", "--country", "234", "--json"]);
+    let forgot: Value = serde_json::from_str(&run_to_success(forget).await).expect("JSON");
+    assert_eq!(forgot["customer"], ADA);
+    assert_eq!(forgot["erased"]["messages"], 1);
+    let inbox = format!("{:?}", app.inbox().await);
+    assert!(!inbox.contains("22233344455") && inbox.contains("hello"));
+
+    // whatsapp.default_country stands in for --country.
+    let mut export = sabi_command(app.dir.path());
+    export
+        .env("SABI_DEFAULT_COUNTRY", "234")
+        .args(["export", "0803 000 0002", "--json"]);
+    let record: Value = serde_json::from_str(&run_to_success(export).await).expect("JSON");
+    assert_eq!(record["customer"], BO);
+    assert_eq!(record["items"][0]["text"], "hello");
+    let path = "/admin/customers/whatsapp/0803-000-0002?country=234";
+    let (status, forgotten) = call(&app, reqwest::Method::DELETE, path).await;
+    assert_eq!(status, 200, "{forgotten}");
+    assert_eq!(forgotten["customer"], BO);
+    assert_eq!(forgotten["erased"]["messages"], 1);
+    assert!(app.inbox().await.is_empty(), "both customers are forgotten");
 }
 
 #[test]
