@@ -326,3 +326,86 @@ fn decimal(n: f64) -> String {
         false => format!("{n:.1}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Asked, Inputs, MessagePrice, Pace, Pricing, Sizing, plan};
+
+    /// 18,000 customers on nodes of `per_node` turns, priced in naira.
+    fn planned(per_node: usize, limit: Option<u64>) -> Plan {
+        let inputs = Inputs {
+            scenario: crate::plan::Scenario::prior(18_000),
+            sizing: Sizing {
+                slots: 0,
+                slots_per_node: per_node,
+                recipients: 0,
+                send_over: 0.0,
+                batch_window: 20.0,
+                hold_after: 60.0,
+                review_after: 900.0,
+                queued_review_after: None,
+            },
+            pace: Pace {
+                asked: Asked::Default,
+                number_rate: 80,
+                messaging_limit: limit,
+            },
+            pricing: Pricing {
+                currency: "NGN".into(),
+                per_message: Ok(MessagePrice {
+                    country: "234".into(),
+                    price: 38.5,
+                }),
+                prompt_price: 150.0,
+                completion_price: 600.0,
+            },
+        };
+        plan(inputs, &[])
+    }
+
+    #[test]
+    fn the_text_speaks_an_owners_words_not_the_engines() {
+        let made = planned(4, None);
+        assert!(made.recommended.nodes > 1, "{:?}", made.recommended);
+        let said = text(&made, None);
+        for jargon in ["slot", "utilisation", "seed", "p95", "busy"] {
+            assert!(!said.to_lowercase().contains(jargon), "{jargon} in:\n{said}");
+        }
+        for part in [
+            "What customers see",
+            "What to run",
+            "What the model provider must allow",
+            "What it costs (NGN)",
+            "holding message",
+            "693,000.00",
+            "PostgreSQL or Redis",
+        ] {
+            assert!(said.contains(part), "{part} missing from:\n{said}");
+        }
+        let shared = text(&made, Some("PostgreSQL"));
+        assert!(shared.contains("yours is PostgreSQL"), "{shared}");
+    }
+
+    #[test]
+    fn a_limited_broadcast_is_told_by_the_day_with_its_warning() {
+        let said = text(&planned(32, Some(250)), None);
+        assert!(said.contains("250 a day"), "{said}");
+        assert!(said.contains("takes 72 days"), "{said}");
+        assert!(said.contains("71.0 days after the first"), "{said}");
+        assert!(said.contains("messaging_limit: 18,000 customers"), "{said}");
+        assert!(said.contains("One node (sabi serve) is enough"), "{said}");
+        assert!(!said.contains("PostgreSQL"), "one node needs no shared store: {said}");
+    }
+
+    #[test]
+    fn figures_read_as_people_write_them() {
+        assert_eq!(count(18_000.0), "18,000");
+        assert_eq!(count(999.0), "999");
+        assert_eq!(count(1_234_567.4), "1,234,567");
+        assert_eq!(money(693_000.0), "693,000.00");
+        assert_eq!(money(2.8431), "2.84");
+        assert_eq!(decimal(2.5), "2.5");
+        assert_eq!(decimal(20.0), "20");
+    }
+}
