@@ -370,7 +370,10 @@ mod tests {
         assert!(made.recommended.nodes > 1, "{:?}", made.recommended);
         let said = text(&made, None);
         for jargon in ["slot", "utilisation", "seed", "p95", "busy"] {
-            assert!(!said.to_lowercase().contains(jargon), "{jargon} in:\n{said}");
+            assert!(
+                !said.to_lowercase().contains(jargon),
+                "{jargon} in:\n{said}"
+            );
         }
         for part in [
             "What customers see",
@@ -395,7 +398,10 @@ mod tests {
         assert!(said.contains("71.0 days after the first"), "{said}");
         assert!(said.contains("messaging_limit: 18,000 customers"), "{said}");
         assert!(said.contains("One node (sabi serve) is enough"), "{said}");
-        assert!(!said.contains("PostgreSQL"), "one node needs no shared store: {said}");
+        assert!(
+            !said.contains("PostgreSQL"),
+            "one node needs no shared store: {said}"
+        );
     }
 
     #[test]
