@@ -1,11 +1,12 @@
 //! What a broadcast costs and what the model provider must allow: Meta's fee for each template
-//! message (the replies inside the customer service window are free), the model's tokens at
+//! message (the answers are service messages, which Meta prices apart), the model's tokens at
 //! their prices, and the requests and tokens a minute at the surge's peak.
 //!
 //! PURE: no IO.
 
 use serde::Serialize;
 
+use super::words::count;
 use super::{Row, Scenario, Warning};
 
 /// What the owner's prices are.
@@ -105,32 +106,44 @@ pub fn provider(scenario: &Scenario, unbounded: &Row) -> Provider {
     }
 }
 
-/// `llm_budget` when the provider's limits are below what the peak asks.
-pub fn warnings(provider: &Provider) -> Vec<Warning> {
+/// `llm_budget` when the provider's limits are below what the peak asks; `slower` is the rate
+/// the plan recommends instead of the one asked, when it does.
+pub fn warnings(provider: &Provider, slower: Option<f64>) -> Vec<Warning> {
     let short = |need: u64, limit: Option<u32>| limit.filter(|l| u64::from(*l) < need);
     let mut said = Vec::new();
     let requests = provider.requests_per_minute as u64;
     if let Some(limit) = short(requests, provider.rpm_limit) {
         said.push(format!(
-            "{requests} requests a minute, above the {limit} allowed (--llm-rpm, else \
-             llm.requests_per_minute)"
+            "{} requests a minute, above the {} allowed (--llm-rpm, else \
+             llm.requests_per_minute)",
+            count(requests as f64),
+            count(f64::from(limit)),
         ));
     }
     if let Some(limit) = short(provider.tokens_per_minute, provider.tpm_limit) {
         said.push(format!(
-            "{} tokens a minute, above the {limit} allowed (--llm-tpm, else \
+            "{} tokens a minute, above the {} allowed (--llm-tpm, else \
              llm.tokens_per_minute)",
-            provider.tokens_per_minute
+            count(provider.tokens_per_minute as f64),
+            count(f64::from(limit)),
         ));
     }
     if said.is_empty() {
         return Vec::new();
     }
+    let so = match slower {
+        Some(rate) => format!(
+            "customers would wait too long for the provider, so the plan sends slower, {rate:.1} \
+             a second; a higher tier with the provider avoids it"
+        ),
+        None => "the model's calls wait their turn within the limits at the peak (the figures \
+                 count those waits); a higher tier with the provider shortens them"
+            .into(),
+    };
     vec![Warning {
         code: "llm_budget",
         message: format!(
-            "at the peak the model would be asked {}: customers wait for the provider's limits, \
-             so the plan recommends slower sends; a higher tier with the provider avoids it",
+            "at the peak the model would be asked {}: {so}",
             said.join(" and ")
         ),
     }]
@@ -188,7 +201,7 @@ mod tests {
             rpm_limit: Some(500),
             tpm_limit: Some(1_000_000),
         };
-        let warned = warnings(&need);
+        let warned = warnings(&need, Some(2.5));
         assert_eq!(warned.len(), 1);
         assert_eq!(warned[0].code, "llm_budget");
         assert!(
@@ -201,6 +214,6 @@ mod tests {
             tpm_limit: None,
             ..need
         };
-        assert!(warnings(&roomy).is_empty());
+        assert!(warnings(&roomy, None).is_empty());
     }
 }

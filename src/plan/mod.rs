@@ -287,7 +287,8 @@ pub fn plan(inputs: Inputs, slots: &[usize]) -> Plan {
     let recommended = recommend(&scenario, &sizing);
     let provider = cost::provider(&scenario, &unbounded_peak(&scenario, &sizing, &recommended));
     let mut warnings = sends::warnings(&sends, &pace);
-    warnings.extend(cost::warnings(&provider));
+    let slower = (recommended.send_over_s > sizing.send_over).then_some(recommended.send_rate);
+    warnings.extend(cost::warnings(&provider, slower));
     let counts: Vec<usize> = match slots {
         [] => {
             let mut counts = vec![5, recommended.slots, recommended.slots * 2];

@@ -48,7 +48,7 @@ pub fn text(plan: &Plan, store: SharedStore) -> String {
 /// Who the broadcast goes to and what they are expected to do.
 pub fn audience(s: &Scenario) -> String {
     format!(
-        "{} customers; about {} will write back ({:.0} %), {} messages each on average; {:.0} % \
+        "{} customers; about {} will write back ({:.0} %), {} times each on average; {:.0} % \
          of answers need no model, the model's take about {} ({} for the slowest 5 %).\n",
         count(s.audience as f64),
         count(s.audience as f64 * s.reply_rate),
@@ -112,8 +112,8 @@ fn customers(plan: &Plan) -> Vec<String> {
             shown(z.hold_after)
         ),
         (true, n) => format!(
-            "{} customers{day} are told first that their answer is more than {} off (one \
-             holding message each, engine.hold_after), then answered.",
+            "{} answers{day} are more than {} off: the customer is told so first (one holding \
+             message, engine.hold_after), then answered.",
             count(n as f64),
             shown(z.hold_after),
         ),
@@ -213,7 +213,7 @@ fn costs(plan: &Plan) -> Vec<String> {
     let meta = match (c.meta, &c.country, c.per_message, &c.meta_unpriced) {
         (Some(total), Some(country), Some(price), _) => format!(
             "Meta: {} marketing messages at {price} (broadcast.prices, country {country}): {}; \
-             the replies and answers are free.",
+             the answers, service messages, are not counted here.",
             count(c.messages as f64),
             money(total),
         ),
