@@ -98,6 +98,7 @@ pub(super) async fn inputs(
     args: &ScenarioArgs,
     country: Option<&str>,
 ) -> anyhow::Result<Inputs> {
+    counts(args)?;
     let mut scenario = Scenario::prior(args.audience);
     let needs_store =
         args.reply_curve.as_deref() == Some("auto") || args.local_share.as_deref() == Some("auto");
@@ -179,6 +180,22 @@ pub(super) async fn inputs(
         pace,
         pricing,
     })
+}
+
+/// The counts that must not be 0: the audience, the provider's limits, the turns at once.
+fn counts(args: &ScenarioArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.audience > 0,
+        "--audience: at least 1 customer; found 0"
+    );
+    for (flag, limit) in [("--llm-rpm", args.llm_rpm), ("--llm-tpm", args.llm_tpm)] {
+        anyhow::ensure!(limit != Some(0), "{flag}: more than 0 a minute; found 0");
+    }
+    anyhow::ensure!(
+        !args.slots.contains(&0),
+        "--slots: at least 1 turn at once each; found 0"
+    );
+    Ok(())
 }
 
 /// The sends' pace as asked: a rate, a span, or a broadcast's default.
@@ -358,13 +375,16 @@ async fn measured_local_share(store: &dyn Store) -> anyhow::Result<f64> {
 
 /// A latency option's `P50,P95` in seconds; `flag` names the option in errors.
 pub(super) fn latencies(flag: &str, given: &str) -> anyhow::Result<(f64, f64)> {
-    let bad = || anyhow::anyhow!("{flag}: seconds as P50,P95, like 5,12");
+    let bad = || anyhow::anyhow!("{flag}: seconds as P50,P95, like 5,12; found {given:?}");
     let (p50, p95) = given.split_once(',').ok_or_else(bad)?;
     let (p50, p95): (f64, f64) = (
         p50.trim().parse().map_err(|_| bad())?,
         p95.trim().parse().map_err(|_| bad())?,
     );
-    anyhow::ensure!(p50 > 0.0 && p95 >= p50, "{flag}: 0 < P50 <= P95");
+    anyhow::ensure!(
+        p50 > 0.0 && p95 >= p50,
+        "{flag}: 0 < P50 <= P95; found {given:?}"
+    );
     Ok((p50, p95))
 }
 

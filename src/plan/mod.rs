@@ -274,8 +274,8 @@ const MOST_SLOTS: usize = 4_096;
 /// The longest send tried: a day.
 const LONGEST_SEND: f64 = 86_400.0;
 
-/// Paces the sends, plays a surge out for each of `slots` (the seed's 5, the recommendation
-/// and twice it when empty), recommends a sizing, and prices it.
+/// Paces the sends, plays a surge out for each of `slots` (see `tried`), recommends a sizing,
+/// and prices it.
 pub fn plan(inputs: Inputs, slots: &[usize]) -> Plan {
     let Inputs {
         scenario,
@@ -289,16 +289,7 @@ pub fn plan(inputs: Inputs, slots: &[usize]) -> Plan {
     let mut warnings = sends::warnings(&sends, &pace);
     let slower = (recommended.send_over_s > sizing.send_over).then_some(recommended.send_rate);
     warnings.extend(cost::warnings(&provider, slower));
-    let counts: Vec<usize> = match slots {
-        [] => {
-            let mut counts = vec![5, recommended.slots, recommended.slots * 2];
-            counts.sort_unstable();
-            counts.dedup();
-            counts
-        }
-        given => given.to_vec(),
-    };
-    let rows = counts
+    let rows = tried(slots, &recommended)
         .into_iter()
         .map(|slots| {
             row(
@@ -319,6 +310,19 @@ pub fn plan(inputs: Inputs, slots: &[usize]) -> Plan {
         recommended,
         provider,
         warnings,
+    }
+}
+
+/// The turns at once to show: those given, else the seed's 5, the recommendation and twice it.
+fn tried(slots: &[usize], recommended: &Recommended) -> Vec<usize> {
+    match slots {
+        [] => {
+            let mut counts = vec![5, recommended.slots, recommended.slots * 2];
+            counts.sort_unstable();
+            counts.dedup();
+            counts
+        }
+        given => given.to_vec(),
     }
 }
 

@@ -131,8 +131,8 @@ pub fn sends(audience: usize, pace: &Pace, replies_rate: f64) -> Sends {
     }
 }
 
-/// The rate asked, before the number's share is known: never above the number's pace.
-pub fn first_rate(audience: usize, pace: &Pace) -> f64 {
+/// The rate asked, for the first day's recipients.
+fn first_rate(audience: usize, pace: &Pace) -> f64 {
     let limit = pace.messaging_limit.map(clamp_usize).unwrap_or(usize::MAX);
     pace.asked.rate(audience.min(limit).max(1))
 }

@@ -253,7 +253,7 @@ fn sabi_plan_tells_the_days_the_pace_the_costs_and_the_providers_limits() {
     ]);
     assert_eq!(codes(&fast), ["send_rate", "llm_budget"]);
     let rate = fast["sends"]["rate"].as_f64().expect("rate");
-    assert!(rate < 80.0 && rate >= 70.0, "{}", fast["sends"]);
+    assert!((70.0..80.0).contains(&rate), "{}", fast["sends"]);
     assert!(fast["provider"]["requests_per_minute"].as_u64() > Some(20));
     assert!(fast["recommended"]["send_rate"].as_f64() < Some(rate));
 
@@ -280,6 +280,8 @@ fn sabi_plan_tells_the_days_the_pace_the_costs_and_the_providers_limits() {
         (&["--send-rate", "0"], "--send-rate"),
         (&["--country", "nigeria"], "--country"),
         (&["--llm-tokens", "3000"], "--llm-tokens"),
+        (&["--llm-rpm", "0"], "--llm-rpm"),
+        (&["--slots", "0"], "--slots"),
     ] {
         let out = plan(&[&["--audience", "100"][..], args].concat());
         assert!(!out.status.success(), "{args:?}");
