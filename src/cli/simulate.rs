@@ -92,9 +92,11 @@ pub(super) async fn run(config: &Config, args: SimulateArgs) -> anyhow::Result<(
         let out = json!({
             "scenario": planned.scenario,
             "sizing": planned.sizing,
+            "sends": planned.sends,
             "rows": measured,
             "planned": planned.rows,
             "recommended": planned.recommended,
+            "warnings": planned.warnings,
         });
         println!("{out}");
         return Ok(());

@@ -542,6 +542,10 @@ fn sabi_simulate_measures_the_surge_on_the_real_engine() {
         ],
     );
     let out = &out[0];
+    // 200 are within a day's messaging limit: one surge of all of them.
+    assert_eq!(out["sends"]["days"], 1, "{}", out["sends"]);
+    assert_eq!(out["sizing"]["recipients"], 200);
+    assert_eq!(out["warnings"], serde_json::json!([]));
     let rows = out["rows"].as_array().expect("rows");
     let planned = out["planned"].as_array().expect("planned rows");
     assert_eq!(rows.len(), 2);
