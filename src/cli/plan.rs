@@ -2,6 +2,7 @@
 //! need, what customers see with fewer, what it costs and what the model provider must allow
 //! (see [`crate::plan`]).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -170,7 +171,7 @@ pub(super) async fn inputs(
     };
     let pricing = Pricing {
         currency: config.broadcast.currency.clone(),
-        per_message: message_price(config, country)?,
+        per_message: message_price(&config.broadcast.prices, country)?,
         prompt_price: config.llm.prompt_price,
         completion_price: config.llm.completion_price,
     };
@@ -255,10 +256,9 @@ fn tokens_of(given: &str) -> anyhow::Result<(u32, u32)> {
 /// # Errors
 /// When `--country` is not a country calling code.
 fn message_price(
-    config: &Config,
+    prices: &BTreeMap<String, f64>,
     country: Option<&str>,
 ) -> anyhow::Result<Result<MessagePrice, String>> {
-    let prices = &config.broadcast.prices;
     let listed = || prices.keys().cloned().collect::<Vec<_>>().join(", ");
     let Some(given) = country else {
         return Ok(match prices.iter().collect::<Vec<_>>()[..] {
@@ -448,5 +448,45 @@ fn budgeted(peak: u64, budget: Option<u32>) -> String {
     match budget {
         Some(budget) => format!("{peak}/{budget}"),
         None => peak.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prices(entries: &[(&str, f64)]) -> BTreeMap<String, f64> {
+        entries.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+    }
+
+    #[test]
+    fn metas_price_is_the_audiences_country_or_the_only_one() {
+        let one = prices(&[("234", 0.05)]);
+        let several = prices(&[("234", 0.05), ("44", 0.07), ("1", 0.025)]);
+        let priced = |p: &BTreeMap<String, f64>, c: Option<&str>| {
+            message_price(p, c)
+                .expect("a country code")
+                .map(|m| (m.country, m.price))
+        };
+        assert_eq!(priced(&one, None), Ok(("234".into(), 0.05)));
+        assert_eq!(priced(&several, Some("+44")), Ok(("44".into(), 0.07)));
+        // The longest prefix priced: 1 prices 1 and every code under it.
+        assert_eq!(priced(&several, Some("1")), Ok(("1".into(), 0.025)));
+        let unpriced = |p, c| priced(p, c).expect_err("no price");
+        assert!(unpriced(&several, None).contains("--country"));
+        assert!(unpriced(&several, Some("91")).contains("no price for country 91"));
+        assert!(unpriced(&prices(&[]), None).contains("broadcast.prices is empty"));
+        let bad = message_price(&one, Some("0803")).expect_err("not a code");
+        assert!(bad.to_string().contains("--country"), "{bad}");
+    }
+
+    #[test]
+    fn a_messaging_limit_is_customers_a_day_or_unlimited() {
+        assert_eq!(messaging_limit("250"), Ok(MessagingLimit(Some(250))));
+        assert_eq!(messaging_limit(" Unlimited"), Ok(MessagingLimit(None)));
+        for bad in ["0", "-5", "lots", ""] {
+            let said = messaging_limit(bad).expect_err("refused");
+            assert!(said.contains(&format!("found {bad:?}")), "{said}");
+        }
     }
 }
