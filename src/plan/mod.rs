@@ -637,7 +637,7 @@ mod tests {
     }
 
     #[test]
-    fn a_provider_limit_below_the_peak_is_warned_of_and_priced_in_slower_sends() {
+    fn a_provider_limit_below_the_peak_is_warned_of_and_slows_the_sends() {
         let free = plan(inputs(Scenario::prior(18_000)), &[5]);
         let need = free.provider.requests_per_minute;
         assert_eq!(need, free.recommended.row.peak_model_calls_per_min);
