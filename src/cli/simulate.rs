@@ -7,9 +7,9 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 
-use super::plan::{ScenarioArgs, inputs, latencies, print_recommended, print_rows, print_scenario};
+use super::plan::{ScenarioArgs, inputs, latencies, print_recommended, print_rows};
 use crate::config::Config;
-use crate::plan::{self, Sizing, shown};
+use crate::plan::{self, Sizing, shown, words};
 use crate::simulate::{self, Customers, Remote};
 
 #[derive(Debug, Args)]
@@ -40,7 +40,12 @@ pub(super) struct SimulateArgs {
 }
 
 pub(super) async fn run(config: &Config, args: SimulateArgs) -> anyhow::Result<()> {
-    let (scenario, sizing) = inputs(config, &args.scenario).await?;
+    // The plan paces the sends: the crowd is one surge's, as the plan plays it.
+    let planned = plan::plan(
+        inputs(config, &args.scenario, None).await?,
+        &args.scenario.slots,
+    );
+    let (scenario, sizing) = (planned.scenario.clone(), planned.sizing.clone());
     if let Some(webhook) = args.webhook {
         let remote = Remote {
             webhook,
@@ -66,7 +71,6 @@ pub(super) async fn run(config: &Config, args: SimulateArgs) -> anyhow::Result<(
         }
         return Ok(());
     }
-    let planned = plan::plan(scenario.clone(), sizing.clone(), &args.scenario.slots);
     let mut rows = Vec::new();
     for row in &planned.rows {
         let sized = Sizing {
@@ -88,23 +92,29 @@ pub(super) async fn run(config: &Config, args: SimulateArgs) -> anyhow::Result<(
         let out = json!({
             "scenario": planned.scenario,
             "sizing": planned.sizing,
+            "sends": planned.sends,
             "rows": measured,
             "planned": planned.rows,
             "recommended": planned.recommended,
+            "warnings": planned.warnings,
         });
         println!("{out}");
         return Ok(());
     }
-    print_scenario(&planned.scenario, &planned.sizing);
+    print!("{}", words::audience(&planned.scenario));
+    for line in words::sends(&planned.sends) {
+        println!("{line}");
+    }
     println!("measured:");
-    print_rows(&measured.iter().map(|m| m.row.clone()).collect::<Vec<_>>());
+    let rows: Vec<_> = measured.iter().map(|m| m.row.clone()).collect();
+    print_rows(&rows, &planned.sizing);
     let seen: Vec<(usize, &Customers)> = measured
         .iter()
         .map(|m| (m.row.slots, &m.customers))
         .collect();
     print_customers(&seen);
     println!("planned:");
-    print_rows(&planned.rows);
+    print_rows(&planned.rows, &planned.sizing);
     print_recommended(&planned.recommended);
     for m in &measured {
         println!(

@@ -10,15 +10,26 @@
 //! percentile wait within the holding threshold, and how long to take over the sends when even
 //! that cannot (the model's limits bound it).
 //!
+//! The sends come first ([`sends`]): Meta's messaging limit splits a large audience into days,
+//! each its own surge, and the number's pace, shared with the replies' messages, bounds their
+//! rate. Around the surge: what it costs and what the model provider must allow ([`cost`]),
+//! and the plan in an owner's words ([`words`]).
+//!
 //! Without measurements it uses documented priors ([`Scenario::prior`]): 15 % of customers
 //! reply, 43 % of replies in the first 15 minutes, 3 turns per replying customer, 5 s per model
 //! turn.
 
+pub mod cost;
 pub(crate) mod queue;
+pub mod sends;
+pub mod words;
 
 use std::time::Duration;
 
 use serde::Serialize;
+
+pub use self::cost::{Costs, MessagePrice, Pricing, Provider};
+pub use self::sends::{Asked, Pace, Sends};
 
 /// When replies come after a send: shares of replies by span of time after it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -103,7 +114,9 @@ pub struct Scenario {
     /// Model calls in flight at once per node (`llm.max_concurrent`); `None`: no bound.
     pub llm_concurrent: Option<usize>,
     pub calls_per_model_turn: u32,
+    /// Tokens a model turn's calls take together, and of them those the model writes.
     pub tokens_per_model_turn: u32,
+    pub completion_tokens_per_model_turn: u32,
     /// A local turn's time, seconds.
     pub local_seconds: f64,
     /// How long a customer takes to read an answer and write again, seconds (on average).
@@ -127,10 +140,17 @@ impl Scenario {
             llm_concurrent: None,
             calls_per_model_turn: 2,
             tokens_per_model_turn: 3_000,
+            completion_tokens_per_model_turn: 300,
             local_seconds: 0.02,
             think_seconds: 40.0,
             seed: 2026,
         }
+    }
+
+    /// Tokens a model turn's calls send.
+    pub fn prompt_tokens_per_model_turn(&self) -> u32 {
+        self.tokens_per_model_turn
+            .saturating_sub(self.completion_tokens_per_model_turn)
     }
 }
 
@@ -143,7 +163,9 @@ pub struct Sizing {
     /// ...and on one node (`engine.turns_per_node`): the slots take this many nodes, each
     /// with its model budget.
     pub slots_per_node: usize,
-    /// Seconds the broadcast's sends take.
+    /// Recipients whose replies make the surge (a day's sends under Meta's messaging limit),
+    /// and the seconds their sends take.
+    pub recipients: usize,
     pub send_over: f64,
     /// Seconds a customer's messages are collected before their turn falls due.
     pub batch_window: f64,
@@ -173,6 +195,9 @@ pub struct Row {
     pub turns: usize,
     /// The most turns falling due in one minute, per second.
     pub peak_arrivals_per_s: f64,
+    /// The replies' messages on the number in their busiest minute, per second: customers'
+    /// messages (one a turn at least), answers and holding messages.
+    pub peak_messages_per_s: f64,
     /// Busy share of the slots in the busiest hour.
     pub utilisation: f64,
     pub p50_wait_s: f64,
@@ -203,20 +228,45 @@ pub struct Recommended {
     pub slots: usize,
     pub slots_per_node: usize,
     pub nodes: usize,
-    /// Seconds to take over the sends: longer than asked when the model's limits, not the
-    /// slots, bound the waits.
+    /// Seconds to take over a surge's sends, and their rate: slower than asked when the
+    /// model's limits, not the slots, bound the waits.
     pub send_over_s: f64,
+    pub send_rate: f64,
     pub p95_wait_s: f64,
     /// Whether the target is met at all (within a day's send).
     pub meets_target: bool,
+    /// What customers see with it.
+    pub row: Row,
+}
+
+/// Something the owner should act on before the day.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Warning {
+    /// `messaging_limit`, `send_rate` or `llm_budget`.
+    pub code: &'static str,
+    pub message: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
     pub scenario: Scenario,
     pub sizing: Sizing,
+    pub sends: Sends,
     pub rows: Vec<Row>,
     pub recommended: Recommended,
+    pub provider: Provider,
+    pub costs: Costs,
+    pub warnings: Vec<Warning>,
+}
+
+/// What a plan is made from: the scenario, the engine's sizing (its slots and sends are the
+/// plan's to fill), the sends' pace and the prices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inputs {
+    pub scenario: Scenario,
+    pub sizing: Sizing,
+    pub pace: Pace,
+    pub pricing: Pricing,
 }
 
 /// The most turns at once tried when searching for the recommendation.
@@ -224,20 +274,22 @@ const MOST_SLOTS: usize = 4_096;
 /// The longest send tried: a day.
 const LONGEST_SEND: f64 = 86_400.0;
 
-/// Plays the scenario out for each of `slots` (the seed's 5, the recommendation and twice it
-/// when empty), and recommends a sizing.
-pub fn plan(scenario: Scenario, sizing: Sizing, slots: &[usize]) -> Plan {
+/// Paces the sends, plays a surge out for each of `slots` (see `tried`), recommends a sizing,
+/// and prices it.
+pub fn plan(inputs: Inputs, slots: &[usize]) -> Plan {
+    let Inputs {
+        scenario,
+        sizing,
+        pace,
+        pricing,
+    } = inputs;
+    let (sends, sizing) = paced(&scenario, sizing, &pace);
     let recommended = recommend(&scenario, &sizing);
-    let counts: Vec<usize> = match slots {
-        [] => {
-            let mut counts = vec![5, recommended.slots, recommended.slots * 2];
-            counts.sort_unstable();
-            counts.dedup();
-            counts
-        }
-        given => given.to_vec(),
-    };
-    let rows = counts
+    let provider = cost::provider(&scenario, &unbounded_peak(&scenario, &sizing, &recommended));
+    let mut warnings = sends::warnings(&sends, &pace);
+    let slower = (recommended.send_over_s > sizing.send_over).then_some(recommended.send_rate);
+    warnings.extend(cost::warnings(&provider, slower));
+    let rows = tried(slots, &recommended)
         .into_iter()
         .map(|slots| {
             row(
@@ -250,11 +302,65 @@ pub fn plan(scenario: Scenario, sizing: Sizing, slots: &[usize]) -> Plan {
         })
         .collect();
     Plan {
+        costs: cost::costs(&scenario, &pricing),
         scenario,
         sizing,
+        sends,
         rows,
         recommended,
+        provider,
+        warnings,
     }
+}
+
+/// The turns at once to show: those given, else the seed's 5, the recommendation and twice it.
+fn tried(slots: &[usize], recommended: &Recommended) -> Vec<usize> {
+    match slots {
+        [] => {
+            let mut counts = vec![5, recommended.slots, recommended.slots * 2];
+            counts.sort_unstable();
+            counts.dedup();
+            counts
+        }
+        given => given.to_vec(),
+    }
+}
+
+/// The sends at the pace the number leaves them, and the sizing of their surge. The replies'
+/// share of the number is measured on a surge sent at the rate first asked, with every turn
+/// at once: the most messages they can make.
+fn paced(scenario: &Scenario, sizing: Sizing, pace: &Pace) -> (Sends, Sizing) {
+    let first = sends::sends(scenario.audience, pace, 0.0);
+    let busiest = row(
+        scenario,
+        &Sizing {
+            slots: MOST_SLOTS,
+            recipients: first.surge(),
+            send_over: first.day_s,
+            ..sizing.clone()
+        },
+    );
+    let sends = sends::sends(scenario.audience, pace, busiest.peak_messages_per_s);
+    let sizing = Sizing {
+        recipients: sends.surge(),
+        send_over: sends.day_s,
+        ..sizing
+    };
+    (sends, sizing)
+}
+
+/// The surge with the recommended slots were the provider's limits lifted: what it would ask
+/// of the provider.
+fn unbounded_peak(scenario: &Scenario, sizing: &Sizing, recommended: &Recommended) -> Row {
+    if scenario.llm_rpm.is_none() && scenario.llm_tpm.is_none() {
+        return recommended.row.clone();
+    }
+    let unbounded = Scenario {
+        llm_rpm: None,
+        llm_tpm: None,
+        ..scenario.clone()
+    };
+    recommend(&unbounded, sizing).row
 }
 
 /// One row: the scenario played out with `sizing`.
@@ -283,6 +389,7 @@ pub fn measure(turns: &[Turn], scenario: &Scenario, sizing: &Sizing) -> Row {
         peak_arrivals_per_s: peak_per_minute(&turns.iter().map(|t| t.due).collect::<Vec<_>>())
             as f64
             / 60.0,
+        peak_messages_per_s: peak_per_minute(&messages(turns, sizing.hold_after)) as f64 / 60.0,
         utilisation: busiest_hour(turns) / (3_600.0 * sizing.slots.max(1) as f64),
         p50_wait_s: percentile(&waits, 0.5),
         p95_wait_s: percentile(&waits, 0.95),
@@ -301,6 +408,20 @@ pub fn measure(turns: &[Turn], scenario: &Scenario, sizing: &Sizing) -> Row {
     }
 }
 
+/// When the replies' messages cross the number: each turn's customer message when it falls
+/// due, its answer when it ends, and a holding message when it waits past `hold_after`.
+fn messages(turns: &[Turn], hold_after: f64) -> Vec<f64> {
+    let holding = turns
+        .iter()
+        .filter(|t| hold_after > 0.0 && t.start - t.due > hold_after)
+        .map(|t| t.due + hold_after);
+    turns
+        .iter()
+        .flat_map(|t| [t.due, t.end])
+        .chain(holding)
+        .collect()
+}
+
 /// The fewest turns at once whose 95th percentile wait stays within `hold_after`; when no
 /// number does (the model's limits bound the waits), the shortest send, doubled from the one
 /// asked, that lets it.
@@ -313,7 +434,7 @@ fn recommend(scenario: &Scenario, sizing: &Sizing) -> Recommended {
     };
     let mut send_over = sizing.send_over;
     loop {
-        let p95 = |slots: usize| {
+        let played = |slots: usize| {
             row(
                 scenario,
                 &Sizing {
@@ -322,19 +443,21 @@ fn recommend(scenario: &Scenario, sizing: &Sizing) -> Recommended {
                     ..sizing.clone()
                 },
             )
-            .p95_wait_s
         };
-        let found = smallest(1, MOST_SLOTS, |slots| p95(slots) <= target);
+        let found = smallest(1, MOST_SLOTS, |slots| played(slots).p95_wait_s <= target);
         if found.is_some() || send_over >= LONGEST_SEND {
             let slots = found.unwrap_or(MOST_SLOTS);
             let per_node = sizing.slots_per_node.max(1);
+            let row = played(slots);
             return Recommended {
                 slots,
                 slots_per_node: per_node.min(slots),
                 nodes: slots.div_ceil(per_node),
                 send_over_s: send_over,
-                p95_wait_s: p95(slots),
+                send_rate: sizing.recipients as f64 / send_over,
+                p95_wait_s: row.p95_wait_s,
                 meets_target: found.is_some(),
+                row,
             };
         }
         send_over = (send_over.max(60.0) * 2.0).min(LONGEST_SEND);
@@ -418,12 +541,13 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// Seconds as a person reads them: `45 s`, `12 min`, `3.5 h`.
+/// Seconds as a person reads them: `45 s`, `12 min`, `3.5 h`, `71.0 days`.
 pub fn shown(seconds: f64) -> String {
     match seconds {
         s if s < 90.0 => format!("{s:.0} s"),
         s if s < 5_400.0 => format!("{:.0} min", s / 60.0),
-        s => format!("{:.1} h", s / 3_600.0),
+        s if s < 2.0 * 86_400.0 => format!("{:.1} h", s / 3_600.0),
+        s => format!("{:.1} days", s / 86_400.0),
     }
 }
 
@@ -440,12 +564,96 @@ mod tests {
         Sizing {
             slots,
             slots_per_node: 32,
+            recipients: 18_000,
             send_over: 18_000.0 / 80.0,
             batch_window: 20.0,
             hold_after: 60.0,
             review_after: 900.0,
             queued_review_after: None,
         }
+    }
+
+    /// The scenario sent at 80 a second on a number that takes 1,000, with no messaging limit.
+    fn inputs(scenario: Scenario) -> Inputs {
+        Inputs {
+            scenario,
+            sizing: sizing(0),
+            pace: Pace {
+                asked: Asked::Rate(80.0),
+                number_rate: 1_000,
+                messaging_limit: None,
+            },
+            pricing: Pricing {
+                currency: "USD".into(),
+                per_message: Err("broadcast.prices is empty".into()),
+                prompt_price: 0.0,
+                completion_price: 0.0,
+            },
+        }
+    }
+
+    fn codes(plan: &Plan) -> Vec<&'static str> {
+        plan.warnings.iter().map(|w| w.code).collect()
+    }
+
+    #[test]
+    fn a_messaging_limit_makes_one_surge_a_day_not_one_of_everybody() {
+        let unlimited = plan(inputs(Scenario::prior(18_000)), &[5]);
+        let mut limited = inputs(Scenario::prior(18_000));
+        limited.pace.messaging_limit = Some(250);
+        let limited = plan(limited, &[5]);
+        assert_eq!(limited.sizing.recipients, 250);
+        assert_eq!((limited.sends.per_day, limited.sends.days), (250, 72));
+        // A day's 250 at 80 a second take 3 s, not the 225 s of 18,000.
+        assert_eq!(limited.sizing.send_over, 250.0 / 80.0);
+        assert!(
+            limited.rows[0].turns * 40 < unlimited.rows[0].turns,
+            "{} turns a day against {}",
+            limited.rows[0].turns,
+            unlimited.rows[0].turns
+        );
+        assert!(limited.rows[0].p95_wait_s < unlimited.rows[0].p95_wait_s);
+        assert_eq!(codes(&limited), ["messaging_limit"]);
+        assert!(codes(&unlimited).is_empty());
+        // The costs are the whole audience's, every day's.
+        assert_eq!(limited.costs.messages, 18_000);
+        assert_eq!(limited.costs.model_turns, unlimited.costs.model_turns);
+    }
+
+    #[test]
+    fn the_sends_leave_the_replies_their_share_of_the_number() {
+        let mut asked = inputs(Scenario::prior(18_000));
+        asked.pace = Pace {
+            asked: Asked::Rate(1_000.0),
+            number_rate: 80,
+            messaging_limit: None,
+        };
+        let made = plan(asked, &[5]);
+        let replies = made.sends.replies_rate;
+        assert!(replies > 1.0, "18,000 customers' replies: {replies}");
+        assert_eq!(made.sends.rate, 80.0 - replies.ceil());
+        assert_eq!(made.sizing.send_over, 18_000.0 / made.sends.rate);
+        assert_eq!(codes(&made), ["send_rate"]);
+    }
+
+    #[test]
+    fn a_provider_limit_below_the_peak_is_warned_of_and_slows_the_sends() {
+        let free = plan(inputs(Scenario::prior(18_000)), &[5]);
+        let need = free.provider.requests_per_minute;
+        assert_eq!(need, free.recommended.row.peak_model_calls_per_min);
+        let tight = Scenario {
+            llm_rpm: Some(u32::try_from(need / 2).expect("small")),
+            ..Scenario::prior(18_000)
+        };
+        let limited = plan(inputs(tight), &[5]);
+        assert_eq!(limited.provider.requests_per_minute, need, "the same peak");
+        assert_eq!(codes(&limited), ["llm_budget"]);
+        assert!(limited.recommended.send_rate < free.recommended.send_rate);
+        let roomy = Scenario {
+            llm_rpm: Some(u32::try_from(need).expect("small")),
+            ..Scenario::prior(18_000)
+        };
+        assert!(codes(&plan(inputs(roomy), &[5])).is_empty());
     }
 
     #[test]
@@ -485,7 +693,7 @@ mod tests {
     #[test]
     fn the_recommendation_keeps_the_95th_percentile_within_the_holding_threshold() {
         let scenario = Scenario::prior(18_000);
-        let plan = plan(scenario, sizing(5), &[]);
+        let plan = plan(inputs(scenario), &[]);
         let r = &plan.recommended;
         assert!(r.meets_target && r.p95_wait_s <= 60.0, "{r:?}");
         assert_eq!(r.nodes, r.slots.div_ceil(32));
@@ -502,7 +710,7 @@ mod tests {
             llm_rpm: Some(60),
             ..Scenario::prior(18_000)
         };
-        let plan = plan(scenario, sizing(5), &[5]);
+        let plan = plan(inputs(scenario), &[5]);
         let r = &plan.recommended;
         assert!(r.send_over_s > 18_000.0 / 80.0, "{r:?}");
         assert!(

@@ -143,15 +143,16 @@ pub(crate) struct Replier {
     pub turns: u32,
 }
 
-/// Every customer who replies, in the order of the sends.
+/// Every customer of the surge's sends who replies, in the order of the sends.
 pub(crate) fn repliers(
     scenario: &Scenario,
     sizing: &Sizing,
     rng: &mut fastrand::Rng,
 ) -> Vec<Replier> {
-    let send_spacing = sizing.send_over / (scenario.audience.max(1) as f64);
+    let recipients = sizing.recipients.min(scenario.audience);
+    let send_spacing = sizing.send_over / (recipients.max(1) as f64);
     let mut repliers = Vec::new();
-    for customer in 0..scenario.audience {
+    for customer in 0..recipients {
         if rng.f64() >= scenario.reply_rate {
             continue;
         }

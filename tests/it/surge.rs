@@ -100,7 +100,18 @@ async fn a_429_pauses_every_turn_together_for_its_retry_after() {
 #[test]
 fn sabi_plan_sizes_the_surge_and_says_what_customers_see() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let plan = json_lines(dir.path(), &["plan", "--audience", "18000", "--json"]);
+    // Everybody in one send: a business whose messaging limit is unlimited.
+    let plan = json_lines(
+        dir.path(),
+        &[
+            "plan",
+            "--audience",
+            "18000",
+            "--messaging-limit",
+            "unlimited",
+            "--json",
+        ],
+    );
     let plan = &plan[0];
     let rows = plan["rows"].as_array().expect("rows");
     let recommended = &plan["recommended"];
@@ -140,6 +151,8 @@ fn sabi_plan_sizes_the_surge_and_says_what_customers_see() {
             "plan",
             "--audience",
             "18000",
+            "--messaging-limit",
+            "unlimited",
             "--reply-curve",
             curve.to_str().expect("utf-8"),
             "--slots",
@@ -159,6 +172,125 @@ fn sabi_plan_sizes_the_surge_and_says_what_customers_see() {
     assert!(!bad.status.success());
     let said = String::from_utf8_lossy(&bad.stderr);
     assert!(said.contains("--llm-latency"), "{said}");
+}
+
+/// `sabi plan` as an owner reads it: at Meta's default messaging limit 18,000 customers take
+/// 72 days, a surge a day; sends the number cannot take are capped beside the replies; Meta's
+/// fees and the model's in the configured currency; what the model provider must allow, and a
+/// warning when its configured limit is below it; bad inputs named.
+#[test]
+fn sabi_plan_tells_the_days_the_pace_the_costs_and_the_providers_limits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("sabi.toml");
+    std::fs::write(
+        &config,
+        "[llm]\nprompt_price = 150\ncompletion_price = 600\nrequests_per_minute = 20\n\
+         [broadcast]\ncurrency = \"NGN\"\nprices = { \"234\" = 38.5 }\n",
+    )
+    .expect("written");
+    let plan = |args: &[&str]| {
+        sabi_command(dir.path())
+            .env("SABI_CONFIG", &config)
+            .arg("plan")
+            .args(args)
+            .output()
+            .expect("sabi runs")
+    };
+    let json = |args: &[&str]| {
+        let out = plan(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let codes = |made: &serde_json::Value| -> Vec<String> {
+        made["warnings"]
+            .as_array()
+            .expect("warnings")
+            .iter()
+            .filter_map(|w| w["code"].as_str().map(str::to_owned))
+            .collect()
+    };
+
+    let limited = json(&["--audience", "18000", "--json"]);
+    let sends = &limited["sends"];
+    assert_eq!(
+        (sends["per_day"].as_u64(), sends["days"].as_u64()),
+        (Some(250), Some(72))
+    );
+    assert!(
+        sends["last_send_s"].as_f64() > Some(71.0 * 86_400.0),
+        "{sends}"
+    );
+    assert_eq!(
+        limited["sizing"]["recipients"], 250,
+        "one day's surge is played"
+    );
+    assert_eq!(codes(&limited), ["messaging_limit"]);
+    let said = limited["warnings"][0]["message"].as_str().expect("message");
+    assert!(
+        said.contains("72 days") && said.contains("whatsapp.messaging_limit"),
+        "{said}"
+    );
+    let costs = &limited["costs"];
+    assert_eq!(costs["currency"], "NGN");
+    assert_eq!(costs["country"], "234");
+    assert_eq!(costs["meta"].as_f64(), Some(18_000.0 * 38.5));
+    assert!(costs["model"].as_f64() > Some(0.0), "{costs}");
+    assert_eq!(limited["provider"]["rpm_limit"], 20);
+
+    // Everybody at once, faster than the number: capped, and the model's limit is too low.
+    let fast = json(&[
+        "--audience",
+        "2000",
+        "--messaging-limit",
+        "unlimited",
+        "--send-rate",
+        "1000",
+        "--json",
+    ]);
+    assert_eq!(codes(&fast), ["send_rate", "llm_budget"]);
+    let rate = fast["sends"]["rate"].as_f64().expect("rate");
+    assert!((70.0..80.0).contains(&rate), "{}", fast["sends"]);
+    assert!(fast["provider"]["requests_per_minute"].as_u64() > Some(20));
+    assert!(fast["recommended"]["send_rate"].as_f64() < Some(rate));
+
+    let text = plan(&["--audience", "18000"]);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    for part in [
+        "250 a day",
+        "What customers see",
+        "What to run",
+        "What it costs (NGN)",
+        "693,000.00",
+        "messaging_limit: 18,000 customers",
+    ] {
+        assert!(text.contains(part), "{part} missing from:\n{text}");
+    }
+    assert!(
+        !text.contains("slots") && !text.contains("utilisation"),
+        "{text}"
+    );
+
+    for (args, named) in [
+        (&["--messaging-limit", "0"][..], "--messaging-limit"),
+        (&["--send-rate", "0"], "--send-rate"),
+        (&["--country", "nigeria"], "--country"),
+        (&["--llm-tokens", "3000"], "--llm-tokens"),
+        (&["--llm-rpm", "0"], "--llm-rpm"),
+        (&["--slots", "0"], "--slots"),
+    ] {
+        let out = plan(&[&["--audience", "100"][..], args].concat());
+        assert!(!out.status.success(), "{args:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains(named) && said.contains(args[1]),
+            "{args:?}: {said}"
+        );
+    }
 }
 
 /// A batch that aged in Sabi's own queue (a surge) is answered, late; one that reached Sabi
@@ -410,6 +542,10 @@ fn sabi_simulate_measures_the_surge_on_the_real_engine() {
         ],
     );
     let out = &out[0];
+    // 200 are within a day's messaging limit: one surge of all of them.
+    assert_eq!(out["sends"]["days"], 1, "{}", out["sends"]);
+    assert_eq!(out["sizing"]["recipients"], 200);
+    assert_eq!(out["warnings"], serde_json::json!([]));
     let rows = out["rows"].as_array().expect("rows");
     let planned = out["planned"].as_array().expect("planned rows");
     assert_eq!(rows.len(), 2);
