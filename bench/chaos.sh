@@ -182,7 +182,7 @@ wait_ready
 send_over=$(( DURATION > 180 ? DURATION - 120 : DURATION / 3 ))
 echo '[1]' > "$RES/curve.json"
 log "chaos on $STORE: $store_desc; $AUDIENCE customers over ${send_over}s, kills for ${DURATION}s; results in $RES"
-"$sabi" simulate --audience "$AUDIENCE" --reply-rate 1 --reply-curve "$RES/curve.json" \
+"$sabi" simulate --audience "$AUDIENCE" --messaging-limit unlimited --reply-rate 1 --reply-curve "$RES/curve.json" \
   --turns-per-customer 1.5 --send-over "${send_over}s" --llm-latency "$LLM_LATENCY" \
   --slots $((TURNS_PER_NODE * 2)) --json \
   --webhook "http://127.0.0.1:$API_PORT/webhook/whatsapp" \

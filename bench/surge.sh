@@ -59,7 +59,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
-inputs=(--audience "$AUDIENCE" --reply-curve "$RES/curve.json" --llm-latency "$LLM_LATENCY" --slots "$SLOTS")
+inputs=(--audience "$AUDIENCE" --messaging-limit unlimited --reply-curve "$RES/curve.json" --llm-latency "$LLM_LATENCY" --slots "$SLOTS")
 echo "== real time: $AUDIENCE customers, 2 worker nodes of $TURNS_PER_NODE turns, PostgreSQL" >&2
 "$sabi" simulate "${inputs[@]}" --json \
   --webhook "http://127.0.0.1:$API_PORT/webhook/whatsapp" \

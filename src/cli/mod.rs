@@ -126,8 +126,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// How many turns at once a broadcast's surge of replies needs, and what customers see with
-    /// fewer: waits, queue, holding messages, review, model calls against the budget.
+    /// When a broadcast's sends go under Meta's messaging limit, what customers see of the
+    /// replies' surge, what to run, what it costs and what the model provider must allow.
     Plan(Box<plan::PlanArgs>),
     /// Plays a broadcast's surge of replies against the real engine on virtual time (a
     /// temporary store, fakes of the Graph API and the model): the table of `sabi plan`,

@@ -25,7 +25,7 @@ pub(super) struct PlanArgs {
     #[command(flatten)]
     scenario: ScenarioArgs,
     /// The audience's country calling code, like 234: Meta's price per message is
-    /// broadcast.prices' for it (its only entry by default).
+    /// broadcast.prices' for it (whatsapp.default_country, else the prices' only entry).
     #[arg(long)]
     country: Option<String>,
     #[arg(long)]
@@ -171,7 +171,10 @@ pub(super) async fn inputs(
     };
     let pricing = Pricing {
         currency: config.broadcast.currency.clone(),
-        per_message: message_price(&config.broadcast.prices, country)?,
+        per_message: message_price(
+            &config.broadcast.prices,
+            country.or(config.whatsapp.default_country.as_deref()),
+        )?,
         prompt_price: config.llm.prompt_price,
         completion_price: config.llm.completion_price,
     };
