@@ -7,9 +7,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::broadcast::audience;
 use crate::clock::At;
 use crate::domain::Channel;
+use crate::phone;
 use crate::store::{
     BroadcastSend, CustomerRecord, Delivery, OutboxEntry, ReviewRecord, StoredItem, Subject,
 };
@@ -31,7 +31,7 @@ pub fn subject(
     if channel != Channel::Whatsapp {
         return Subject::parse(channel, written);
     }
-    let number = audience::e164(written, country).map_err(|_| {
+    let number = phone::e164(written, country).map_err(|_| {
         format!(
             "{written:?} is not a WhatsApp number: write it with its country code \
              (+234 803 123 4567), or the local way (0803 123 4567) with {country_is_given_by} \

@@ -24,8 +24,8 @@
 //! Modules, from the bottom up (`src/layers.txt` holds the layers; a test keeps every import
 //! pointing down them, and no two files importing each other):
 //!
-//! - [`clock`], [`domain`]: the injected clock and the one type of an instant, and the types
-//!   every stage shares.
+//! - [`clock`], [`domain`], [`phone`]: the injected clock and the one type of an instant, the types
+//!   every stage shares, and phone numbers as people write them.
 //! - [`config`]: one typed configuration (`sabi.toml` + `SABI_*`), validated at start, holding
 //!   every stage's settings; its commented example.
 //! - [`store`]: the only place state lives (SQLite embedded by default, PostgreSQL or Redis for
@@ -58,6 +58,7 @@ pub mod export;
 pub mod http;
 pub mod ingress;
 pub mod metrics;
+pub mod phone;
 pub mod plan;
 pub mod router;
 mod runner;

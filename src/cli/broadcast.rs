@@ -109,7 +109,7 @@ pub(super) struct Create {
     tz: Option<String>,
     /// The country code added to numbers written the local way (a leading 0), like 234;
     /// whatsapp.default_country when not given.
-    #[arg(long, value_parser = audience::country_code)]
+    #[arg(long, value_parser = crate::phone::country_code)]
     country: Option<String>,
     /// Creating again with the same key gives the same broadcast.
     #[arg(long)]

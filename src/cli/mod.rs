@@ -199,7 +199,7 @@ struct CustomerArgs {
     channel: Channel,
     /// The country calling code of a number written the local way, like 234
     /// (whatsapp.default_country when not given).
-    #[arg(long, value_parser = crate::broadcast::audience::country_code)]
+    #[arg(long, value_parser = crate::phone::country_code)]
     country: Option<String>,
 }
 

@@ -1192,7 +1192,7 @@ impl Config {
         }
         if let Some(code) = &self.whatsapp.default_country {
             // Written as digits, as the setting is shown and added to numbers.
-            let why = match crate::broadcast::audience::country_code(code) {
+            let why = match crate::phone::country_code(code) {
                 Ok(digits) if digits == *code => None,
                 Ok(digits) => Some(format!("write {code:?} as {digits}")),
                 Err(why) => Some(why),

@@ -336,7 +336,7 @@ fn subject(
 }
 
 fn country_code(written: &str) -> Result<String, ApiError> {
-    crate::broadcast::audience::country_code(written).map_err(|why| ApiError::Invalid {
+    crate::phone::country_code(written).map_err(|why| ApiError::Invalid {
         field: "country",
         why,
     })

@@ -88,7 +88,7 @@ pub(super) async fn create(
     let country = c
         .country
         .as_deref()
-        .map(audience::country_code)
+        .map(crate::phone::country_code)
         .transpose()
         .map_err(|why| ApiError::Invalid {
             field: "country",
