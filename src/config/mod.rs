@@ -1355,6 +1355,7 @@ impl Config {
             cooldown: self.broadcast.cooldown,
             max_holds: self.broadcast.max_holds,
             messaging_limit: self.whatsapp.messaging_limit,
+            number_rate: self.whatsapp.outbound_rate,
         }
     }
 

@@ -15,9 +15,11 @@ use serde_json::{Value, json};
 
 use super::{ApiError, AppState};
 use crate::broadcast::audience;
+use crate::broadcast::checks::{self, Mistake};
 use crate::broadcast::plan::{self, DryRun, Refused};
 use crate::broadcast::report::{self, Prices};
 use crate::clock::At;
+use crate::config::BroadcastSettings;
 use crate::store::{self, Control, NewBroadcast, RecipientState, When};
 
 #[derive(Debug, Deserialize)]
@@ -106,6 +108,9 @@ pub(super) async fn create(
             });
         }
     };
+    let settings = state.admin.broadcasts;
+    let pace =
+        checks::pace(c.rate.unwrap_or(DEFAULT_RATE), settings.number_rate).map_err(invalid)?;
     let now = state.clock.now();
     let mut broadcast = NewBroadcast {
         key: c.key,
@@ -116,11 +121,12 @@ pub(super) async fn create(
         now,
         start_at: now,
         until: None,
-        rate: c.rate.unwrap_or(DEFAULT_RATE).max(1),
+        rate: pace.rate,
         body: None,
         hours: None,
         recipients: rows.into_iter().map(plan::recipient).collect(),
     };
+    plan::check_names(&broadcast).map_err(invalid)?;
     let asked = plan::Asked {
         at: c.at.map(|t| t.when("at")).transpose()?,
         until: c.until.map(|t| t.when("until")).transpose()?,
@@ -131,25 +137,48 @@ pub(super) async fn create(
         field: e.field,
         why: e.why,
     })?;
-    if let Some(preflight) = &state.admin.preflight {
-        preflight.check(&mut broadcast).await.map_err(|e| match e {
-            // Meta could not be asked: try again later.
-            Refused::Graph(_) => {
-                ApiError::Store(store::Error::Unavailable(format!("the template {e}")))
-            }
-            _ => ApiError::Invalid {
-                field: "template",
-                why: e.to_string(),
-            },
-        })?;
+    let preflight = state.admin.preflight.as_ref();
+    if let Some(preflight) = preflight {
+        preflight.check(&mut broadcast).await.map_err(refused)?;
     }
-    let settings = &state.admin.broadcasts;
-    let headroom = plan::leave_out(state.store.as_ref(), settings, &mut broadcast).await?;
+    let limit = plan::messaging_limit(preflight, &broadcast.business, settings.messaging_limit)
+        .await
+        .map_err(refused)?;
+    let settings = BroadcastSettings {
+        messaging_limit: limit.per_day,
+        ..settings
+    };
+    let headroom = plan::leave_out(state.store.as_ref(), &settings, &mut broadcast).await?;
+    let notes: Vec<String> = pace.note().into_iter().collect();
     if c.dry_run {
-        return Ok(Json(json!(DryRun::of(&broadcast, headroom))));
+        let mut dry = DryRun::of(&broadcast, headroom, limit);
+        dry.notes = notes;
+        return Ok(Json(json!(dry)));
     }
     let (made, created) = state.store.create_broadcast(broadcast).await?;
-    Ok(Json(json!({ "created": created, "broadcast": made })))
+    Ok(Json(
+        json!({ "created": created, "broadcast": made, "notes": notes }),
+    ))
+}
+
+fn invalid(m: Mistake) -> ApiError {
+    ApiError::Invalid {
+        field: m.field,
+        why: m.why,
+    }
+}
+
+fn refused(e: Refused) -> ApiError {
+    match e {
+        // Meta could not be asked: try again later.
+        Refused::Graph(_) => {
+            ApiError::Store(store::Error::Unavailable(format!("the broadcast {e}")))
+        }
+        _ => ApiError::Invalid {
+            field: "template",
+            why: e.to_string(),
+        },
+    }
 }
 
 pub(super) async fn report(
