@@ -321,7 +321,7 @@ mod tests {
             ("Diwali Offer", "\"diwali_offer\""),
             ("offer-1", "'-'"),
         ] {
-            let e = template_name(bad).unwrap_err();
+            let e = template_name(bad).expect_err("refused");
             assert_eq!(e.field, "template");
             assert!(e.why.contains(says), "{bad:?}: {}", e.why);
         }
@@ -339,52 +339,58 @@ mod tests {
             ("en-US", "English (US) is en_US"),
             ("PT_br", "Portuguese (Brazil) is pt_BR"),
         ] {
-            let e = language(bad).unwrap_err();
+            let e = language(bad).expect_err("refused");
             assert_eq!(e.field, "language");
             assert!(e.why.contains(meant), "{bad}: {}", e.why);
         }
-        assert!(language("klingon").unwrap_err().why.contains("Meta's list"));
+        assert!(
+            language("klingon")
+                .expect_err("refused")
+                .why
+                .contains("Meta's list")
+        );
     }
 
     #[test]
     fn from_takes_an_id_and_names_a_phone_number_as_the_mistake() {
         assert!(phone_number_id("106540352242922").is_ok());
-        let e = phone_number_id("+234 803 000 0000").unwrap_err();
+        let e = phone_number_id("+234 803 000 0000").expect_err("refused");
         assert!(
             e.why
                 .contains("is a phone number; --from takes the phone-number id")
         );
-        let e = phone_number_id("my-shop").unwrap_err();
+        let e = phone_number_id("my-shop").expect_err("refused");
         assert!(e.why.contains("not a phone-number id"), "{}", e.why);
         assert!(phone_number_id("").is_err());
     }
 
     #[test]
     fn the_pace_is_never_zero_nor_above_the_numbers() {
-        assert_eq!(pace(0, 80).unwrap_err().field, "rate");
+        assert_eq!(pace(0, 80).expect_err("refused").field, "rate");
         assert_eq!(
-            pace(20, 80).unwrap(),
+            pace(20, 80).expect("taken"),
             Pace {
                 rate: 20,
                 capped_from: None
             }
         );
-        let capped = pace(1000, 80).unwrap();
+        let capped = pace(1000, 80).expect("taken");
         assert_eq!(capped.rate, 80);
         assert!(
             capped
                 .note()
-                .unwrap()
+                .expect("taken")
                 .contains("whatsapp.outbound_rate, 80 a second")
         );
-        assert_eq!(pace(20, 80).unwrap().note(), None);
+        assert_eq!(pace(20, 80).expect("taken").note(), None);
     }
 
     #[test]
     fn a_past_time_is_refused_with_how_long_ago() {
         let now = At::from_millis(1_800_000_000_000);
         assert!(not_past("at", now, now).is_ok());
-        let e = not_past("until", now - std::time::Duration::from_secs(7200), now).unwrap_err();
+        let e = not_past("until", now - std::time::Duration::from_secs(7200), now)
+            .expect_err("refused");
         assert_eq!(e.field, "until");
         assert!(
             e.why

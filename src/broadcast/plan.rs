@@ -527,7 +527,8 @@ pub fn waiting(b: &BroadcastView, now: At, reach: Reach) -> Option<Waiting> {
     Some(Waiting {
         reason: "messaging_limit",
         message: format!(
-            "Meta's messaging limit: {} customers reached in the last 24 hours, of {limit} a              day{}",
+            "Meta's messaging limit: {} customers reached in the last 24 hours, of {limit} a \
+             day{}",
             reach.reached,
             next.map_or_else(String::new, |t| format!(
                 "; the next go from {}",
