@@ -283,7 +283,6 @@ pub fn not_past(field: &'static str, when: At, now: At) -> Result<(), Mistake> {
     if when >= now {
         return Ok(());
     }
-    let ago = std::time::Duration::from_secs(now.since(when).as_secs());
     let what = match field {
         "until" => "the deadline",
         _ => "the start",
@@ -293,9 +292,22 @@ pub fn not_past(field: &'static str, when: At, now: At) -> Result<(), Mistake> {
         format!(
             "{what} ({}) was {} ago: give a time to come",
             rfc3339(when),
-            humantime::format_duration(ago)
+            roughly(now.since(when))
         ),
     ))
+}
+
+/// A span in its largest whole unit: "22 days", "3 hours", "1 minute".
+fn roughly(span: std::time::Duration) -> String {
+    let secs = span.as_secs();
+    let (n, unit) = [(86_400, "day"), (3_600, "hour"), (60, "minute")]
+        .into_iter()
+        .find(|(size, _)| secs >= *size)
+        .map_or((secs, "second"), |(size, unit)| (secs / size, unit));
+    match n {
+        1 => format!("1 {unit}"),
+        n => format!("{n} {unit}s"),
+    }
 }
 
 /// A time as people read it, to the minute, in UTC.
@@ -389,12 +401,18 @@ mod tests {
     fn a_past_time_is_refused_with_how_long_ago() {
         let now = At::from_millis(1_800_000_000_000);
         assert!(not_past("at", now, now).is_ok());
+        let e = not_past(
+            "at",
+            now - std::time::Duration::from_secs(22 * 86_400 + 600),
+            now,
+        );
+        assert!(e.expect_err("past").why.contains("was 22 days ago"));
         let e = not_past("until", now - std::time::Duration::from_secs(7200), now)
             .expect_err("refused");
         assert_eq!(e.field, "until");
         assert!(
             e.why
-                .contains("the deadline (2027-01-15 06:00 UTC) was 2h ago"),
+                .contains("the deadline (2027-01-15 06:00 UTC) was 2 hours ago"),
             "{}",
             e.why
         );
