@@ -182,6 +182,16 @@ pub async fn leave_out(
     Ok(Some(limit.saturating_sub(reached)))
 }
 
+/// When the earliest customer broadcasts reached in the last 24 hours frees its place under
+/// Meta's messaging limit; `None` when nobody was reached.
+///
+/// # Errors
+/// When the store cannot say.
+pub async fn frees_at(store: &dyn Broadcasts, now: At) -> store::Result<Option<At>> {
+    let first = store.first_reached(now - broadcast::LIMIT_SPAN).await?;
+    Ok(first.map(|t| t + broadcast::LIMIT_SPAN))
+}
+
 /// Checks a broadcast's template with Meta before anything is kept or sent.
 pub struct Preflight {
     graph: Graph,
@@ -378,12 +388,14 @@ pub struct Timeline {
 
 /// `to_send` recipients from `start` at `rate` a second, `headroom` of them now and
 /// `per_day` more each day after (Meta's window is a rolling 24 hours: those reached free
-/// their place a day later).
+/// their place a day later). With no headroom now, the next go when the earliest reached
+/// frees its place (`frees_at`); customers reached together free their places together.
 pub fn timeline(
     to_send: u64,
     start: At,
     rate: u32,
     headroom: Option<u64>,
+    frees_at: Option<At>,
     per_day: MessagingLimit,
 ) -> Timeline {
     let rate = u64::from(rate.max(1));
@@ -401,20 +413,36 @@ pub fn timeline(
     }
     let more_days = rest.div_ceil(daily);
     let last_day = rest - (more_days - 1) * daily;
+    let next = match (first, frees_at) {
+        (0, Some(frees)) => frees.max(start),
+        _ => start + broadcast::LIMIT_SPAN,
+    };
+    let days_after = u32::try_from(more_days - 1).unwrap_or(u32::MAX);
     Timeline {
-        finishes_at: start
-            + broadcast::LIMIT_SPAN.saturating_mul(u32::try_from(more_days).unwrap_or(u32::MAX))
-            + at_rate(last_day),
+        finishes_at: next + broadcast::LIMIT_SPAN.saturating_mul(days_after) + at_rate(last_day),
         per_day: daily,
         days: more_days + u64::from(first > 0),
     }
 }
 
 impl DryRun {
-    pub fn of(b: &NewBroadcast, headroom: Option<u64>, limit: Limit) -> DryRun {
+    /// `headroom` as [`leave_out`] gives it; `frees_at` as [`frees_at`] does.
+    pub fn of(
+        b: &NewBroadcast,
+        headroom: Option<u64>,
+        frees_at: Option<At>,
+        limit: Limit,
+    ) -> DryRun {
         let to_send = b.recipients.iter().filter(|r| r.skipped.is_none()).count();
         let start = b.start_at.max(b.now);
-        let line = timeline(to_send as u64, start, b.rate, headroom, limit.per_day);
+        let line = timeline(
+            to_send as u64,
+            start,
+            b.rate,
+            headroom,
+            frees_at,
+            limit.per_day,
+        );
         let now = headroom.map_or(to_send, |h| {
             to_send.min(usize::try_from(h).unwrap_or(usize::MAX))
         });
@@ -556,7 +584,14 @@ mod tests {
     #[test]
     fn an_audience_beyond_the_limit_takes_a_day_per_limit() {
         let start = At::from_millis(1_800_000_000_000);
-        let line = timeline(18_000, start, 20, Some(250), MessagingLimit(Some(250)));
+        let line = timeline(
+            18_000,
+            start,
+            20,
+            Some(250),
+            None,
+            MessagingLimit(Some(250)),
+        );
         assert_eq!(line.days, 72);
         assert_eq!(line.per_day, 250);
         assert_eq!(
@@ -568,23 +603,41 @@ mod tests {
     #[test]
     fn within_the_limit_the_rate_decides() {
         let start = At::from_millis(0);
-        let line = timeline(2_000, start, 80, Some(10_000), MessagingLimit(Some(10_000)));
+        let line = timeline(
+            2_000,
+            start,
+            80,
+            Some(10_000),
+            None,
+            MessagingLimit(Some(10_000)),
+        );
         assert_eq!(line.days, 1);
         assert_eq!(line.per_day, 2_000);
         assert_eq!(line.finishes_at, start + Duration::from_secs(25));
-        let unlimited = timeline(2_000, start, 80, None, MessagingLimit(None));
+        let unlimited = timeline(2_000, start, 80, None, None, MessagingLimit(None));
         assert_eq!(unlimited, line);
     }
 
     #[test]
     fn headroom_used_today_pushes_the_rest_to_tomorrow() {
         let start = At::from_millis(0);
-        let line = timeline(300, start, 10, Some(0), MessagingLimit(Some(250)));
+        let line = timeline(300, start, 10, Some(0), None, MessagingLimit(Some(250)));
         assert_eq!(line.days, 2);
         assert_eq!(line.finishes_at, start + DAY * 2 + Duration::from_secs(5));
         assert_eq!(
-            timeline(0, start, 10, Some(0), MessagingLimit(Some(250))).days,
+            timeline(0, start, 10, Some(0), None, MessagingLimit(Some(250))).days,
             0
         );
+        // Those reached this morning free their places tonight, not a day from now.
+        let tonight = start + Duration::from_secs(9 * 3_600);
+        let sooner = timeline(
+            300,
+            start,
+            10,
+            Some(0),
+            Some(tonight),
+            MessagingLimit(Some(250)),
+        );
+        assert_eq!(sooner.finishes_at, tonight + DAY + Duration::from_secs(5));
     }
 }

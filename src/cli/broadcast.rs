@@ -259,7 +259,8 @@ async fn create(config: &Config, c: Create) -> anyhow::Result<()> {
         ..config.broadcast_settings()
     };
     let headroom = plan::leave_out(store.as_ref(), &settings, &mut broadcast).await?;
-    let mut dry_run = DryRun::of(&broadcast, headroom, limit);
+    let frees_at = plan::frees_at(store.as_ref(), broadcast.now).await?;
+    let mut dry_run = DryRun::of(&broadcast, headroom, frees_at, limit);
     dry_run.notes.extend(pace.note());
     if c.dry_run {
         return dry(&dry_run, &broadcast, c.json);

@@ -151,7 +151,8 @@ pub(super) async fn create(
     let headroom = plan::leave_out(state.store.as_ref(), &settings, &mut broadcast).await?;
     let notes: Vec<String> = pace.note().into_iter().collect();
     if c.dry_run {
-        let mut dry = DryRun::of(&broadcast, headroom, limit);
+        let frees_at = plan::frees_at(state.store.as_ref(), broadcast.now).await?;
+        let mut dry = DryRun::of(&broadcast, headroom, frees_at, limit);
         dry.notes = notes;
         return Ok(Json(json!(dry)));
     }
