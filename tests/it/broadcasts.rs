@@ -1381,6 +1381,30 @@ fn a_broadcast_that_cannot_go_as_asked_is_refused_before_anything_is_kept() {
             .is_some_and(|n| n.contains("1000 a second is above the number's pace")),
         "{dry}"
     );
+
+    // Kept inside its quiet hours: `show` says they end, and when.
+    let hour = 3_600_000;
+    let now = SystemClock.now().millis();
+    let this_hour = now / hour * hour;
+    let h = this_hour / hour % 24;
+    let quiet = format!("{h:02}:00-{:02}:00", (h + 2) % 24);
+    let kept = create(&["--quiet-hours", &quiet, "--tz", "UTC", "--json", "--yes"]);
+    assert!(
+        kept.status.success(),
+        "{}",
+        String::from_utf8_lossy(&kept.stderr)
+    );
+    let kept: serde_json::Value = serde_json::from_slice(&kept.stdout).expect("json");
+    let shown = json_lines(
+        dir.path(),
+        &["broadcast", "show", &kept["id"].to_string(), "--json"],
+    );
+    assert_eq!(shown[0]["waiting"]["reason"], "quiet_hours", "{shown:?}");
+    assert_eq!(
+        shown[0]["waiting"]["next_at"],
+        this_hour + 2 * hour,
+        "{shown:?}"
+    );
 }
 
 /// Meta's messaging limit, told honestly: 1,200 customers at 250 a day take five days, and the
