@@ -1,7 +1,9 @@
-//! A broadcast before it is kept: its template checked with Meta ([`Preflight`]), who is left
+//! A broadcast before it is kept: what Meta would refuse on the day, refused now
+//! ([`check_names`], [`schedule`]), its template checked with Meta ([`Preflight`]), who is left
 //! out and why (the audience's own reasons, parameters the template does not take, and the
-//! customers who opted out), and what a dry run says it would do. The command line and the
-//! admin API both make broadcasts through it.
+//! customers who opted out), and what a dry run says it would do: when its sends go under
+//! Meta's messaging limit ([`timeline`]). Once kept, why its recipients wait ([`waiting`]). The
+//! command line and the admin API both make broadcasts through it.
 
 use std::time::Duration;
 

@@ -208,39 +208,13 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
 const CONFIRM_ABOVE: usize = 1_000;
 
 async fn create(config: &Config, c: Create) -> anyhow::Result<()> {
+    let (json, yes, dry_only) = (c.json, c.yes, c.dry_run);
     let pace = checks::pace(c.rate, config.whatsapp.outbound_rate).map_err(flag)?;
-    let text = std::fs::read_to_string(&c.audience)
-        .with_context(|| format!("reading {}", c.audience.display()))?;
-    let rows = audience::parse(&text, &c.params, c.country.as_deref())?;
-    let now = SystemClock.now();
-    let mut broadcast = NewBroadcast {
-        key: c.key,
-        name: c.name,
-        template: c.template,
-        language: c.language,
-        business: c.business,
-        now,
-        start_at: now,
-        until: None,
-        rate: pace.rate,
-        body: None,
-        hours: None,
-        recipients: rows.into_iter().map(plan::recipient).collect(),
-    };
-    plan::check_names(&broadcast).map_err(flag)?;
-    let when = |text: Option<String>| text.as_deref().map(When::parse).transpose();
-    let asked = plan::Asked {
-        at: when(c.at).map_err(|e| anyhow::anyhow!("--at: {e}"))?,
-        until: when(c.until).map_err(|e| anyhow::anyhow!("--until: {e}"))?,
-        quiet_hours: c.quiet_hours.as_deref(),
-        tz: c.tz.as_deref(),
-    };
-    plan::schedule(&mut broadcast, asked)
-        .map_err(|e| anyhow::anyhow!("--{}: {}", e.field.replace('_', "-"), e.why))?;
+    let mut broadcast = asked(c, pace.rate)?;
     let preflight = Preflight::from_config(config)?;
     match &preflight {
         Some(p) => p.check(&mut broadcast).await.context("the template")?,
-        None if !c.json => eprintln!(
+        None if !json => eprintln!(
             "the template is not checked with Meta: that needs whatsapp.access_token and \
              whatsapp.business_account_id"
         ),
@@ -262,31 +236,63 @@ async fn create(config: &Config, c: Create) -> anyhow::Result<()> {
     let frees_at = plan::frees_at(store.as_ref(), broadcast.now).await?;
     let mut dry_run = DryRun::of(&broadcast, headroom, frees_at, limit);
     dry_run.notes.extend(pace.note());
-    if c.dry_run {
-        return dry(&dry_run, &broadcast, c.json);
+    if dry_only {
+        return dry(&dry_run, &broadcast, json);
     }
-    if !c.json {
+    if !json {
         for note in &dry_run.notes {
             eprintln!("{note}");
         }
     }
-    if !c.yes && dry_run.to_send > CONFIRM_ABOVE {
+    if !yes && dry_run.to_send > CONFIRM_ABOVE {
         confirm(&dry_run)?;
     }
     let (made, created) = store.create_broadcast(broadcast).await?;
-    if !created && !c.json {
+    if !created && !json {
         println!("a broadcast with this key exists already:");
     }
-    print(&made, c.json)
+    print(&made, json)
+}
+
+/// The broadcast as asked, going at `rate`, its audience read, names checked and times set.
+///
+/// # Errors
+/// What is wrong with what was asked, naming the flag.
+fn asked(c: Create, rate: u32) -> anyhow::Result<NewBroadcast> {
+    let text = std::fs::read_to_string(&c.audience)
+        .with_context(|| format!("reading {}", c.audience.display()))?;
+    let rows = audience::parse(&text, &c.params, c.country.as_deref())?;
+    let now = SystemClock.now();
+    let mut broadcast = NewBroadcast {
+        key: c.key,
+        name: c.name,
+        template: c.template,
+        language: c.language,
+        business: c.business,
+        now,
+        start_at: now,
+        until: None,
+        rate,
+        body: None,
+        hours: None,
+        recipients: rows.into_iter().map(plan::recipient).collect(),
+    };
+    plan::check_names(&broadcast).map_err(flag)?;
+    let when = |text: Option<String>| text.as_deref().map(When::parse).transpose();
+    let asked = plan::Asked {
+        at: when(c.at).map_err(|e| anyhow::anyhow!("--at: {e}"))?,
+        until: when(c.until).map_err(|e| anyhow::anyhow!("--until: {e}"))?,
+        quiet_hours: c.quiet_hours.as_deref(),
+        tz: c.tz.as_deref(),
+    };
+    plan::schedule(&mut broadcast, asked)
+        .map_err(|e| anyhow::anyhow!("--{}: {}", e.field.replace('_', "-"), e.why))?;
+    Ok(broadcast)
 }
 
 /// A mistake in what was asked, named by its flag.
 fn flag(m: checks::Mistake) -> anyhow::Error {
-    let name = match m.field {
-        "from" => "from".to_owned(),
-        field => field.replace('_', "-"),
-    };
-    anyhow::anyhow!("--{name}: {}", m.why)
+    anyhow::anyhow!("--{}: {}", m.field.replace('_', "-"), m.why)
 }
 
 /// Asks on the terminal before a broadcast to many customers is kept: once kept, it sends.

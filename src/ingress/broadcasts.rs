@@ -3,7 +3,10 @@
 //! - `POST /admin/broadcasts` `{"name", "template": {"name", "language"}, "from", "recipients":
 //!   [{"to", "params", "tz"}]` or `"audience_csv"` with `"params"` naming its columns, `"country",
 //!   "at", "until", "quiet_hours", "tz", "rate", "key", "dry_run"}`: keeps it (once per key),
-//!   or with `dry_run` says who would get it and who is left out, keeping nothing;
+//!   or with `dry_run` says who would get it, who is left out, and when the last goes, keeping
+//!   nothing. What Meta would refuse on the day (a template name or language code it does not
+//!   take, a phone number as `from`, a rate of 0, a past `at` or `until`) is refused with 422
+//!   naming the field; a rate above the number's pace is capped, saying so in `notes`;
 //! - `GET /admin/broadcasts`, `GET /admin/broadcasts/{id}`;
 //! - `GET /admin/broadcasts/{id}/recipients?state=&limit=`, `GET /admin/broadcasts/{id}/report`;
 //! - `POST /admin/broadcasts/{id}/pause` `{"reason"}`, `.../resume`, `.../cancel`.
