@@ -6,6 +6,7 @@
 //! `store::rules::consent`).
 
 pub mod audience;
+pub mod checks;
 pub mod consent;
 pub mod plan;
 pub mod report;

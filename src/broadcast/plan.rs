@@ -1,19 +1,23 @@
-//! A broadcast before it is kept: its template checked with Meta ([`Preflight`]), who is left
+//! A broadcast before it is kept: what Meta would refuse on the day, refused now
+//! ([`check_names`], [`schedule`]), its template checked with Meta ([`Preflight`]), who is left
 //! out and why (the audience's own reasons, parameters the template does not take, and the
-//! customers who opted out), and what a dry run says it would do. The command line and the
-//! admin API both make broadcasts through it.
+//! customers who opted out), and what a dry run says it would do: when its sends go under
+//! Meta's messaging limit ([`timeline`]). Once kept, why its recipients wait ([`waiting`]). The
+//! command line and the admin API both make broadcasts through it.
 
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::broadcast::audience::Row;
-use crate::clock::millis;
-use crate::config::{BroadcastSettings, Config};
+use crate::broadcast::checks::{self, Mistake};
+use crate::clock::{At, millis};
+use crate::config::{BroadcastSettings, Config, MessagingLimit};
 use crate::store::rules::broadcast;
-use crate::store::rules::hours::Span;
+use crate::store::rules::hours::{Span, Turn};
 use crate::store::{
-    self, Broadcasts, LocalHours, NewBroadcast, NewRecipient, QuietHours, SkipReason, When,
+    self, BroadcastView, Broadcasts, LocalHours, NewBroadcast, NewRecipient, QuietHours,
+    SkipReason, When,
 };
 use crate::whatsapp::graph::{Graph, GraphError};
 
@@ -45,6 +49,26 @@ pub struct Asked<'a> {
 pub struct Unscheduled {
     pub field: &'static str,
     pub why: String,
+}
+
+impl From<Mistake> for Unscheduled {
+    fn from(m: Mistake) -> Unscheduled {
+        Unscheduled {
+            field: m.field,
+            why: m.why,
+        }
+    }
+}
+
+/// The template's name and language, and the number it goes from, as Meta takes them: checked
+/// in sandbox too, so a rehearsal fails where the real day would.
+///
+/// # Errors
+/// The first [`Mistake`], naming the field.
+pub fn check_names(b: &NewBroadcast) -> Result<(), Mistake> {
+    checks::template_name(&b.template)?;
+    checks::language(&b.language)?;
+    checks::phone_number_id(&b.business)
 }
 
 fn unscheduled(field: &'static str) -> impl Fn(String) -> Unscheduled {
@@ -105,6 +129,12 @@ pub fn schedule(b: &mut NewBroadcast, asked: Asked<'_>) -> Result<(), Unschedule
         Some(When::At(t)) => Some(t),
         _ => span.until,
     };
+    if let Some(When::At(t)) = at {
+        checks::not_past("at", t, b.now)?;
+    }
+    if let Some(deadline) = b.until {
+        checks::not_past("until", deadline, b.now)?;
+    }
     if let Some(deadline) = b.until.filter(|until| *until <= b.start_at) {
         return Err(unscheduled("until")(format!(
             "the deadline ({deadline} ms) is not after the start ({} ms)",
@@ -152,6 +182,16 @@ pub async fn leave_out(
     };
     let reached = store.reached(b.now - broadcast::LIMIT_SPAN).await?;
     Ok(Some(limit.saturating_sub(reached)))
+}
+
+/// When the earliest customer broadcasts reached in the last 24 hours frees its place under
+/// Meta's messaging limit; `None` when nobody was reached.
+///
+/// # Errors
+/// When the store cannot say.
+pub async fn frees_at(store: &dyn Broadcasts, now: At) -> store::Result<Option<At>> {
+    let first = store.first_reached(now - broadcast::LIMIT_SPAN).await?;
+    Ok(first.map(|t| t + broadcast::LIMIT_SPAN))
 }
 
 /// Checks a broadcast's template with Meta before anything is kept or sent.
@@ -241,6 +281,66 @@ impl Preflight {
         b.body = template.body().map(str::to_owned);
         Ok(())
     }
+
+    /// The business's messaging limit as Meta has it for the number `business`, else
+    /// `configured` (`whatsapp.messaging_limit`).
+    ///
+    /// # Errors
+    /// [`Refused::Graph`] when Meta could not be asked.
+    pub async fn messaging_limit(
+        &self,
+        business: &str,
+        configured: MessagingLimit,
+    ) -> Result<Limit, Refused> {
+        Ok(match self.graph.messaging_limit(business).await? {
+            Some(per_day) => Limit {
+                per_day,
+                source: LimitSource::Meta,
+            },
+            None => Limit::configured(configured),
+        })
+    }
+}
+
+/// The messaging limit for a broadcast from `business`: Meta's when it can be asked
+/// (`preflight`), else the setting's.
+///
+/// # Errors
+/// [`Refused::Graph`] when Meta could not be asked.
+pub async fn messaging_limit(
+    preflight: Option<&Preflight>,
+    business: &str,
+    configured: MessagingLimit,
+) -> Result<Limit, Refused> {
+    match preflight {
+        Some(p) => p.messaging_limit(business, configured).await,
+        None => Ok(Limit::configured(configured)),
+    }
+}
+
+/// Meta's messaging limit a broadcast is planned with, and where it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Limit {
+    pub per_day: MessagingLimit,
+    pub source: LimitSource,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitSource {
+    /// The business number's portfolio, as the Graph API answered.
+    Meta,
+    /// `whatsapp.messaging_limit`: in sandbox, or when Meta did not say.
+    Setting,
+}
+
+impl Limit {
+    pub fn configured(per_day: MessagingLimit) -> Limit {
+        Limit {
+            per_day,
+            source: LimitSource::Setting,
+        }
+    }
 }
 
 /// What a create would do, with nothing kept.
@@ -251,15 +351,25 @@ pub struct DryRun {
     pub recipients: usize,
     pub to_send: usize,
     pub skipped: Vec<LeftOut>,
-    /// How long the sends the messaging limit lets go now take at the broadcast's rate.
+    /// From the start until the last recipient goes.
     pub takes_ms: i64,
+    /// When the last recipient goes, ms since the epoch (quiet hours aside).
+    pub finishes_at: i64,
+    /// How many go each day: the messaging limit's, or all at the rate.
+    pub per_day: u64,
+    /// Days with sends, the first included.
+    pub days: u64,
+    /// Messages a second: the pace really allowed (see [`checks::pace`]).
     pub rate: u32,
+    pub messaging_limit: Limit,
     /// Customers Meta's messaging limit lets broadcasts reach now (`None`: unlimited)...
     pub headroom: Option<u64>,
-    /// ...and how many of this audience wait for more, a day at most.
+    /// ...and how many of this audience wait for it to free up.
     pub wait_for_headroom: usize,
     /// Meta confirmed the template and its parameters (see [`Preflight`]).
     pub template_checked: bool,
+    /// What was changed from what was asked, and why.
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -270,9 +380,71 @@ pub struct LeftOut {
     pub why: String,
 }
 
+/// When the sends of a broadcast go, by the messaging limit and the rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeline {
+    pub finishes_at: At,
+    pub per_day: u64,
+    pub days: u64,
+}
+
+/// `to_send` recipients from `start` at `rate` a second, `headroom` of them now and
+/// `per_day` more each day after (Meta's window is a rolling 24 hours: those reached free
+/// their place a day later). With no headroom now, the next go when the earliest reached
+/// frees its place (`frees_at`); customers reached together free their places together.
+pub fn timeline(
+    to_send: u64,
+    start: At,
+    rate: u32,
+    headroom: Option<u64>,
+    frees_at: Option<At>,
+    per_day: MessagingLimit,
+) -> Timeline {
+    let rate = u64::from(rate.max(1));
+    let at_rate = |n: u64| Duration::from_secs_f64(n as f64 / rate as f64);
+    let by_rate = rate.saturating_mul(24 * 60 * 60);
+    let first = headroom.map_or(to_send, |h| to_send.min(h));
+    let rest = to_send - first;
+    let daily = per_day.0.map_or(by_rate, |l| l.clamp(1, by_rate));
+    if rest == 0 {
+        return Timeline {
+            finishes_at: start + at_rate(first),
+            per_day: daily.min(to_send),
+            days: u64::from(to_send > 0),
+        };
+    }
+    let more_days = rest.div_ceil(daily);
+    let last_day = rest - (more_days - 1) * daily;
+    let next = match (first, frees_at) {
+        (0, Some(frees)) => frees.max(start),
+        _ => start + broadcast::LIMIT_SPAN,
+    };
+    let days_after = u32::try_from(more_days - 1).unwrap_or(u32::MAX);
+    Timeline {
+        finishes_at: next + broadcast::LIMIT_SPAN.saturating_mul(days_after) + at_rate(last_day),
+        per_day: daily,
+        days: more_days + u64::from(first > 0),
+    }
+}
+
 impl DryRun {
-    pub fn of(b: &NewBroadcast, headroom: Option<u64>) -> DryRun {
+    /// `headroom` as [`leave_out`] gives it; `frees_at` as [`frees_at`] does.
+    pub fn of(
+        b: &NewBroadcast,
+        headroom: Option<u64>,
+        frees_at: Option<At>,
+        limit: Limit,
+    ) -> DryRun {
         let to_send = b.recipients.iter().filter(|r| r.skipped.is_none()).count();
+        let start = b.start_at.max(b.now);
+        let line = timeline(
+            to_send as u64,
+            start,
+            b.rate,
+            headroom,
+            frees_at,
+            limit.per_day,
+        );
         let now = headroom.map_or(to_send, |h| {
             to_send.min(usize::try_from(h).unwrap_or(usize::MAX))
         });
@@ -289,17 +461,185 @@ impl DryRun {
                 })
             })
             .collect();
-        let takes = Duration::from_secs_f64(now as f64 / f64::from(b.rate.max(1)));
         DryRun {
             dry_run: true,
             recipients: b.recipients.len(),
             to_send,
             skipped,
-            takes_ms: millis(takes),
+            takes_ms: millis(line.finishes_at.since(start)),
+            finishes_at: line.finishes_at.millis(),
+            per_day: line.per_day,
+            days: line.days,
             rate: b.rate,
+            messaging_limit: limit,
             headroom,
             wait_for_headroom: to_send - now,
             template_checked: b.body.is_some(),
+            notes: Vec::new(),
         }
+    }
+}
+
+/// Why a live broadcast's recipients wait, and when the next ones go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Waiting {
+    /// `paused`, `start`, `quiet_hours` or `messaging_limit`.
+    pub reason: &'static str,
+    pub message: String,
+    /// When the next ones go, ms since the epoch; `None` when a person decides (a pause).
+    pub next_at: Option<At>,
+}
+
+/// How much of Meta's messaging limit broadcasts use now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reach {
+    pub limit: MessagingLimit,
+    /// Customers reached in the last 24 hours ([`Broadcasts::reached`]).
+    pub reached: u64,
+    /// The earliest of their latest sends ([`Broadcasts::first_reached`]).
+    pub first: Option<At>,
+}
+
+impl Reach {
+    /// # Errors
+    /// When the store cannot say.
+    pub async fn read(
+        store: &dyn Broadcasts,
+        limit: MessagingLimit,
+        now: At,
+    ) -> store::Result<Reach> {
+        let since = now - broadcast::LIMIT_SPAN;
+        Ok(Reach {
+            limit,
+            reached: store.reached(since).await?,
+            first: store.first_reached(since).await?,
+        })
+    }
+}
+
+/// Why `b`'s recipients wait at `now`; `None` when they are being sent, or none waits.
+pub fn waiting(b: &BroadcastView, now: At, reach: Reach) -> Option<Waiting> {
+    if let Some(why) = &b.paused_because {
+        return Some(Waiting {
+            reason: "paused",
+            message: format!(
+                "paused ({why}): `sabi broadcast resume {}` sends the rest",
+                b.id
+            ),
+            next_at: None,
+        });
+    }
+    let n = |state: &str| b.counts.get(state).copied().unwrap_or(0);
+    if !b.state.live() || n("queued") + n("held") == 0 {
+        return None;
+    }
+    if b.start_at > now {
+        return Some(wait("start", "it starts", b.start_at));
+    }
+    let hours = || LocalHours::stored(b.quiet_hours.as_deref(), b.tz.as_deref(), None, None);
+    if let Some(Turn::Wait(end)) = hours().map(|h| h.turn(None, now)) {
+        return Some(wait("quiet_hours", "quiet hours end", end));
+    }
+    let local = LocalHours::stored(
+        None,
+        b.tz.as_deref(),
+        b.local_start.as_deref(),
+        b.local_until.as_deref(),
+    );
+    if let Some(Turn::Wait(start)) = local.map(|h| h.turn(None, now)) {
+        return Some(wait("start", "it starts on its recipients' clocks", start));
+    }
+    let limit = reach.limit.0?;
+    if reach.reached < limit {
+        return None;
+    }
+    let next = reach.first.map(|first| first + broadcast::LIMIT_SPAN);
+    Some(Waiting {
+        reason: "messaging_limit",
+        message: format!(
+            "Meta's messaging limit: {} customers reached in the last 24 hours, of {limit} a \
+             day{}",
+            reach.reached,
+            next.map_or_else(String::new, |t| format!(
+                "; the next go from {}",
+                checks::rfc3339(t)
+            ))
+        ),
+        next_at: next,
+    })
+}
+
+fn wait(reason: &'static str, what: &str, next: At) -> Waiting {
+    Waiting {
+        reason,
+        message: format!("{what} at {}", checks::rfc3339(next)),
+        next_at: Some(next),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: Duration = broadcast::LIMIT_SPAN;
+
+    #[test]
+    fn an_audience_beyond_the_limit_takes_a_day_per_limit() {
+        let start = At::from_millis(1_800_000_000_000);
+        let line = timeline(
+            18_000,
+            start,
+            20,
+            Some(250),
+            None,
+            MessagingLimit(Some(250)),
+        );
+        assert_eq!(line.days, 72);
+        assert_eq!(line.per_day, 250);
+        assert_eq!(
+            line.finishes_at,
+            start + DAY * 71 + Duration::from_millis(12_500)
+        );
+    }
+
+    #[test]
+    fn within_the_limit_the_rate_decides() {
+        let start = At::from_millis(0);
+        let line = timeline(
+            2_000,
+            start,
+            80,
+            Some(10_000),
+            None,
+            MessagingLimit(Some(10_000)),
+        );
+        assert_eq!(line.days, 1);
+        assert_eq!(line.per_day, 2_000);
+        assert_eq!(line.finishes_at, start + Duration::from_secs(25));
+        let unlimited = timeline(2_000, start, 80, None, None, MessagingLimit(None));
+        assert_eq!(unlimited, line);
+    }
+
+    #[test]
+    fn headroom_used_today_pushes_the_rest_to_tomorrow() {
+        let start = At::from_millis(0);
+        let line = timeline(300, start, 10, Some(0), None, MessagingLimit(Some(250)));
+        assert_eq!(line.days, 2);
+        assert_eq!(line.finishes_at, start + DAY * 2 + Duration::from_secs(5));
+        assert_eq!(
+            timeline(0, start, 10, Some(0), None, MessagingLimit(Some(250))).days,
+            0
+        );
+        // Those reached this morning free their places tonight, not a day from now.
+        let tonight = start + Duration::from_secs(9 * 3_600);
+        let sooner = timeline(
+            300,
+            start,
+            10,
+            Some(0),
+            Some(tonight),
+            MessagingLimit(Some(250)),
+        );
+        assert_eq!(sooner.finishes_at, tonight + DAY + Duration::from_secs(5));
     }
 }

@@ -11,11 +11,12 @@ use clap::{Args, Subcommand};
 
 use super::shown;
 use crate::broadcast::audience;
-use crate::broadcast::plan::{self, DryRun, Preflight};
+use crate::broadcast::checks;
+use crate::broadcast::plan::{self, DryRun, Limit, LimitSource, Preflight, Reach, Waiting};
 use crate::broadcast::report::{self, Prices, Report};
-use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
-use crate::store::{self, BroadcastView, Control, NewBroadcast, RecipientState, When};
+use crate::clock::{At, Clock, SystemClock};
+use crate::config::{BroadcastSettings, Config};
+use crate::store::{self, BroadcastView, Control, NewBroadcast, RecipientState, Store, When};
 
 #[derive(Debug, Subcommand)]
 pub(super) enum BroadcastAction {
@@ -42,8 +43,14 @@ pub(super) enum BroadcastAction {
         #[arg(long)]
         json: bool,
     },
-    /// A live progress bar until it is finished or cancelled.
-    Watch { id: i64 },
+    /// A live progress bar until it is finished or cancelled: why recipients wait, and when
+    /// the next go.
+    Watch {
+        id: i64,
+        /// One JSON object a line, each time it changes.
+        #[arg(long)]
+        json: bool,
+    },
     /// Stop sending it for now.
     Pause {
         id: i64,
@@ -97,7 +104,8 @@ pub(super) struct Create {
     /// Cancel what is not sent by this time, written as --at is.
     #[arg(long)]
     until: Option<String>,
-    /// Messages per second at most.
+    /// Messages per second at most; above the number's pace (whatsapp.outbound_rate) it goes
+    /// at that.
     #[arg(long, default_value_t = 20)]
     rate: u32,
     /// Hours of the day it sends nothing, like 21:00-08:00, on each recipient's clock.
@@ -117,83 +125,16 @@ pub(super) struct Create {
     /// Keep nothing: print who would get it, who is left out and why, and how long it takes.
     #[arg(long)]
     dry_run: bool,
+    /// Keep a broadcast to more than 1,000 customers without asking first.
+    #[arg(long)]
+    yes: bool,
     #[arg(long)]
     json: bool,
 }
 
 pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Result<()> {
     match action {
-        BroadcastAction::Create(create) => {
-            let Create {
-                name,
-                template,
-                language,
-                audience,
-                phone_column,
-                params,
-                business,
-                at,
-                until,
-                rate,
-                quiet_hours,
-                tz,
-                country,
-                key,
-                dry_run,
-                json,
-            } = *create;
-            let text = std::fs::read_to_string(&audience)
-                .with_context(|| format!("reading {}", audience.display()))?;
-            let country = country.or_else(|| config.whatsapp.default_country.clone());
-            let rows =
-                audience::parse(&text, &params, country.as_deref(), phone_column.as_deref())?;
-            let now = SystemClock.now();
-            let mut broadcast = NewBroadcast {
-                key,
-                name,
-                template,
-                language,
-                business,
-                now,
-                start_at: now,
-                until: None,
-                rate: rate.max(1),
-                body: None,
-                hours: None,
-                recipients: rows.into_iter().map(plan::recipient).collect(),
-            };
-            let when = |text: Option<String>| text.as_deref().map(When::parse).transpose();
-            let asked = plan::Asked {
-                at: when(at).map_err(anyhow::Error::msg)?,
-                until: when(until).map_err(anyhow::Error::msg)?,
-                quiet_hours: quiet_hours.as_deref(),
-                tz: tz.as_deref(),
-            };
-            plan::schedule(&mut broadcast, asked)
-                .map_err(|e| anyhow::anyhow!("--{}: {}", e.field.replace('_', "-"), e.why))?;
-            match Preflight::from_config(config)? {
-                Some(preflight) => preflight
-                    .check(&mut broadcast)
-                    .await
-                    .context("the template")?,
-                None if !json => eprintln!(
-                    "the template is not checked with Meta: that needs whatsapp.access_token and \
-                     whatsapp.business_account_id"
-                ),
-                None => {}
-            }
-            let store = store::open(config).await?;
-            let settings = config.broadcast_settings();
-            let headroom = plan::leave_out(store.as_ref(), &settings, &mut broadcast).await?;
-            if dry_run {
-                return dry(&broadcast, headroom, json);
-            }
-            let (made, created) = store.create_broadcast(broadcast).await?;
-            if !created && !json {
-                println!("a broadcast with this key exists already:");
-            }
-            print(&made, json)
-        }
+        BroadcastAction::Create(create) => self::create(config, *create).await,
         BroadcastAction::Ls { json } => {
             let store = store::open(config).await?;
             for b in store.broadcasts(1_000).await? {
@@ -211,7 +152,16 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
                 .broadcast(id)
                 .await?
                 .context("no broadcast has this id")?;
-            print(&b, json)?;
+            let waits = waiting(config, store.as_ref(), &b).await?;
+            match json {
+                true => println!("{}", serde_json::to_string(&with_waiting(&b, &waits)?)?),
+                false => {
+                    print(&b, false)?;
+                    if let Some(w) = &waits {
+                        println!("  waiting: {}", shown(&w.message));
+                    }
+                }
+            }
             if let Some(state) = recipients {
                 for r in store
                     .broadcast_recipients(id, Some(state), usize::MAX)
@@ -246,7 +196,7 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
             }
             Ok(())
         }
-        BroadcastAction::Watch { id } => watch(config, id).await,
+        BroadcastAction::Watch { id, json } => watch(config, id, json).await,
         BroadcastAction::Pause { id, reason, json } => {
             control(config, id, Control::Pause, reason, json).await
         }
@@ -256,6 +206,132 @@ pub(super) async fn run(config: &Config, action: BroadcastAction) -> anyhow::Res
         BroadcastAction::Cancel { id, json } => {
             control(config, id, Control::Cancel, None, json).await
         }
+    }
+}
+
+/// Broadcasts to more customers than this are asked about on a terminal first.
+const CONFIRM_ABOVE: usize = 1_000;
+
+async fn create(config: &Config, mut c: Create) -> anyhow::Result<()> {
+    let (json, yes, dry_only) = (c.json, c.yes, c.dry_run);
+    c.country = c
+        .country
+        .or_else(|| config.whatsapp.default_country.clone());
+    let pace = checks::pace(c.rate, config.whatsapp.outbound_rate).map_err(flag)?;
+    let mut broadcast = asked(c, pace.rate)?;
+    let preflight = Preflight::from_config(config)?;
+    match &preflight {
+        Some(p) => p.check(&mut broadcast).await.context("the template")?,
+        None if !json => eprintln!(
+            "the template is not checked with Meta: that needs whatsapp.access_token and \
+             whatsapp.business_account_id"
+        ),
+        None => {}
+    }
+    let limit = plan::messaging_limit(
+        preflight.as_ref(),
+        &broadcast.business,
+        config.whatsapp.messaging_limit,
+    )
+    .await
+    .context("Meta's messaging limit")?;
+    let store = store::open(config).await?;
+    let settings = BroadcastSettings {
+        messaging_limit: limit.per_day,
+        ..config.broadcast_settings()
+    };
+    let headroom = plan::leave_out(store.as_ref(), &settings, &mut broadcast).await?;
+    let frees_at = plan::frees_at(store.as_ref(), broadcast.now).await?;
+    let mut dry_run = DryRun::of(&broadcast, headroom, frees_at, limit);
+    dry_run.notes.extend(pace.note());
+    if dry_only {
+        return dry(&dry_run, &broadcast, json);
+    }
+    if !json {
+        for note in &dry_run.notes {
+            eprintln!("{note}");
+        }
+    }
+    if !yes && dry_run.to_send > CONFIRM_ABOVE {
+        confirm(&dry_run)?;
+    }
+    let (made, created) = store.create_broadcast(broadcast).await?;
+    if !created && !json {
+        println!("a broadcast with this key exists already:");
+    }
+    print(&made, json)
+}
+
+/// The broadcast as asked, going at `rate`, its audience read, names checked and times set.
+///
+/// # Errors
+/// What is wrong with what was asked, naming the flag.
+fn asked(c: Create, rate: u32) -> anyhow::Result<NewBroadcast> {
+    let text = std::fs::read_to_string(&c.audience)
+        .with_context(|| format!("reading {}", c.audience.display()))?;
+    let rows = audience::parse(
+        &text,
+        &c.params,
+        c.country.as_deref(),
+        c.phone_column.as_deref(),
+    )?;
+    let now = SystemClock.now();
+    let mut broadcast = NewBroadcast {
+        key: c.key,
+        name: c.name,
+        template: c.template,
+        language: c.language,
+        business: c.business,
+        now,
+        start_at: now,
+        until: None,
+        rate,
+        body: None,
+        hours: None,
+        recipients: rows.into_iter().map(plan::recipient).collect(),
+    };
+    plan::check_names(&broadcast).map_err(flag)?;
+    let when = |text: Option<String>| text.as_deref().map(When::parse).transpose();
+    let asked = plan::Asked {
+        at: when(c.at).map_err(|e| anyhow::anyhow!("--at: {e}"))?,
+        until: when(c.until).map_err(|e| anyhow::anyhow!("--until: {e}"))?,
+        quiet_hours: c.quiet_hours.as_deref(),
+        tz: c.tz.as_deref(),
+    };
+    plan::schedule(&mut broadcast, asked)
+        .map_err(|e| anyhow::anyhow!("--{}: {}", e.field.replace('_', "-"), e.why))?;
+    Ok(broadcast)
+}
+
+/// A mistake in what was asked, named by its flag.
+fn flag(m: checks::Mistake) -> anyhow::Error {
+    anyhow::anyhow!("--{}: {}", m.field.replace('_', "-"), m.why)
+}
+
+/// Asks on the terminal before a broadcast to many customers is kept: once kept, it sends.
+///
+/// # Errors
+/// When the answer is not yes, or there is no terminal to ask on.
+fn confirm(dry: &DryRun) -> anyhow::Result<()> {
+    let many = thousands(dry.to_send as u64);
+    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        anyhow::bail!(
+            "this broadcast goes to {many} customers and there is no terminal to confirm it on: \
+             add --yes to keep it (--dry-run shows what it would do)"
+        );
+    }
+    eprint!(
+        "{}\nKeep this broadcast to {many} customers? It starts sending as planned. [y/N] ",
+        when_done(dry)
+    );
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    match answer.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Ok(()),
+        _ => anyhow::bail!(
+            "not kept: the broadcast was not confirmed (--yes keeps it without asking)"
+        ),
     }
 }
 
@@ -285,30 +361,23 @@ fn past(control: Control) -> &'static str {
 }
 
 /// What a create would do, with nothing kept.
-fn dry(b: &NewBroadcast, headroom: Option<u64>, json: bool) -> anyhow::Result<()> {
-    let dry = DryRun::of(b, headroom);
+fn dry(dry: &DryRun, b: &NewBroadcast, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(&dry)?);
+        println!("{}", serde_json::to_string(dry)?);
         return Ok(());
     }
     println!(
-        "{} would get {:?} ({}) from {}: {} of {} rows, about {} at {} a second",
-        dry.to_send,
+        "{} would get {:?} ({}) from {}: {} of {} rows",
+        thousands(dry.to_send as u64),
         b.template,
         b.language,
         b.business,
-        dry.to_send,
-        dry.recipients,
-        humantime::format_duration(Duration::from_secs(dry.takes_ms.unsigned_abs() / 1000)),
-        b.rate
+        thousands(dry.to_send as u64),
+        thousands(dry.recipients as u64),
     );
-    if dry.wait_for_headroom > 0 {
-        println!(
-            "  {} wait for Meta's messaging limit (whatsapp.messaging_limit): {} more customers \
-             can be reached in these 24 hours; the rest go as it frees up",
-            dry.wait_for_headroom,
-            dry.headroom.unwrap_or(0)
-        );
+    println!("  {}", when_done(dry));
+    for note in &dry.notes {
+        println!("  {note}");
     }
     for s in &dry.skipped {
         println!(
@@ -321,18 +390,102 @@ fn dry(b: &NewBroadcast, headroom: Option<u64>, json: bool) -> anyhow::Result<()
     Ok(())
 }
 
-/// Redraws one line a second (a line per change when not on a terminal) until the broadcast
-/// ends.
-async fn watch(config: &Config, id: i64) -> anyhow::Result<()> {
+/// "18,000 recipients at 250 customers a day: 72 days, the last on 2027-02-14 18:00 UTC".
+fn when_done(dry: &DryRun) -> String {
+    let last = checks::rfc3339(At::from_millis(dry.finishes_at));
+    let limit = match dry.messaging_limit.source {
+        LimitSource::Meta => "Meta's messaging limit for this business",
+        LimitSource::Setting => "whatsapp.messaging_limit",
+    };
+    if dry.days > 1 {
+        return format!(
+            "{} recipients at {} customers a day ({limit}): {} days, the last on {last}",
+            thousands(dry.to_send as u64),
+            thousands(dry.per_day),
+            dry.days,
+        );
+    }
+    let takes = Duration::from_secs(u64::try_from(dry.takes_ms).unwrap_or(0).div_ceil(1000));
+    format!(
+        "{} recipients at {} a second: about {}, the last at {last}",
+        thousands(dry.to_send as u64),
+        dry.rate,
+        humantime::format_duration(takes),
+    )
+}
+
+/// 18000 as 18,000.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Why `b`'s recipients wait now, by Meta's messaging limit as [`limit`] reads it.
+async fn waiting(
+    config: &Config,
+    store: &dyn Store,
+    b: &BroadcastView,
+) -> anyhow::Result<Option<Waiting>> {
+    let limit = limit(config, &b.business).await?;
+    let now = SystemClock.now();
+    let reach = Reach::read(store, limit.per_day, now).await?;
+    Ok(plan::waiting(b, now, reach))
+}
+
+/// Meta's messaging limit for `business`, or the setting's in sandbox.
+async fn limit(config: &Config, business: &str) -> anyhow::Result<Limit> {
+    let preflight = Preflight::from_config(config)?;
+    let limit = plan::messaging_limit(
+        preflight.as_ref(),
+        business,
+        config.whatsapp.messaging_limit,
+    )
+    .await
+    .context("Meta's messaging limit")?;
+    Ok(limit)
+}
+
+/// A broadcast as JSON with why its recipients wait (`waiting`, null when none do).
+fn with_waiting(b: &BroadcastView, waits: &Option<Waiting>) -> anyhow::Result<serde_json::Value> {
+    let mut value = serde_json::to_value(b)?;
+    value["waiting"] = serde_json::to_value(waits)?;
+    Ok(value)
+}
+
+/// Redraws one line a second (a line per change when not on a terminal, a JSON object a line
+/// with `json`) until the broadcast ends.
+async fn watch(config: &Config, id: i64, json: bool) -> anyhow::Result<()> {
     let store = store::open(config).await?;
-    let terminal = std::io::stdout().is_terminal();
+    let terminal = !json && std::io::stdout().is_terminal();
+    let limit = limit(
+        config,
+        &store
+            .broadcast(id)
+            .await?
+            .context("no broadcast has this id")?
+            .business,
+    )
+    .await?;
     let mut last = String::new();
     loop {
         let b = store
             .broadcast(id)
             .await?
             .context("no broadcast has this id")?;
-        let line = progress(&b);
+        let now = SystemClock.now();
+        let reach = Reach::read(store.as_ref(), limit.per_day, now).await?;
+        let waits = plan::waiting(&b, now, reach);
+        let line = match json {
+            true => serde_json::to_string(&with_waiting(&b, &waits)?)?,
+            false => progress(&b, waits.as_ref()),
+        };
         if line != last {
             match terminal {
                 true => print!("\r\x1b[2K{line}"),
@@ -352,7 +505,7 @@ async fn watch(config: &Config, id: i64) -> anyhow::Result<()> {
 }
 
 /// `[#########...........]  45% 2250/5000 sent, 12 failed, 30 left out  running`
-fn progress(b: &BroadcastView) -> String {
+fn progress(b: &BroadcastView, waits: Option<&Waiting>) -> String {
     const WIDTH: u64 = 30;
     let n = |state: &str| b.counts.get(state).copied().unwrap_or(0);
     let sent = n("accepted") + n("delivered") + n("read");
@@ -362,9 +515,10 @@ fn progress(b: &BroadcastView) -> String {
     let bar: String = (0..WIDTH)
         .map(|i| if i < filled { '#' } else { '.' })
         .collect();
-    let state = match &b.paused_because {
-        Some(why) => format!("paused: {}", shown(why)),
-        None => b.state.to_string(),
+    let state = match (waits, &b.paused_because) {
+        (Some(w), _) => format!("{}: waiting, {}", b.state, shown(&w.message)),
+        (None, Some(why)) => format!("paused: {}", shown(why)),
+        (None, None) => b.state.to_string(),
     };
     format!(
         "[{bar}] {percent:>3}% {sent}/{} sent, {} failed, {} unknown, {} left out, {} held  {state}",

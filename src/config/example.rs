@@ -81,7 +81,7 @@ const SETTINGS: &[Setting] = &[
     ),
     set(
         "whatsapp.messaging_limit",
-        "Meta's messaging limit for your business: unique customers broadcasts may reach in a rolling 24 hours (250, 2000, 10000, 100000 or \"unlimited\"); the rest of a broadcast waits for headroom.",
+        "Meta's messaging limit for your business: unique customers broadcasts may reach in a rolling 24 hours (250, 2000, 10000, 100000 or \"unlimited\"); the rest of a broadcast waits for headroom. With an access token and business_account_id, the tier Meta answers for the number comes first.",
     ),
     set(
         "whatsapp.pair_spacing",

@@ -1419,6 +1419,7 @@ impl Config {
             cooldown: self.broadcast.cooldown,
             max_holds: self.broadcast.max_holds,
             messaging_limit: self.whatsapp.messaging_limit,
+            number_rate: self.whatsapp.outbound_rate,
         }
     }
 

@@ -55,6 +55,9 @@ pub struct BroadcastSettings {
     /// Holds for Meta's marketing limit per user (131049) before a recipient fails.
     pub max_holds: u32,
     pub messaging_limit: MessagingLimit,
+    /// The number's pace, messages a second, which broadcasts share with replies: a broadcast
+    /// asked to go faster goes at this.
+    pub number_rate: u32,
 }
 
 /// Meta's messaging limit: how many unique customers business-initiated messages may reach in

@@ -4,7 +4,10 @@
 //!   [{"to", "params", "tz"}]` or `"audience_csv"` with `"params"` naming its columns (and
 //!   `"phone_column"` when its header is not a usual phone header), `"country",
 //!   "at", "until", "quiet_hours", "tz", "rate", "key", "dry_run"}`: keeps it (once per key),
-//!   or with `dry_run` says who would get it and who is left out, keeping nothing;
+//!   or with `dry_run` says who would get it, who is left out, and when the last goes, keeping
+//!   nothing. What Meta would refuse on the day (a template name or language code it does not
+//!   take, a phone number as `from`, a rate of 0, a past `at` or `until`) is refused with 422
+//!   naming the field; a rate above the number's pace is capped, saying so in `notes`;
 //! - `GET /admin/broadcasts`, `GET /admin/broadcasts/{id}`;
 //! - `GET /admin/broadcasts/{id}/recipients?state=&limit=`, `GET /admin/broadcasts/{id}/report`;
 //! - `POST /admin/broadcasts/{id}/pause` `{"reason"}`, `.../resume`, `.../cancel`.
@@ -16,9 +19,11 @@ use serde_json::{Value, json};
 
 use super::{ApiError, AppState};
 use crate::broadcast::audience;
+use crate::broadcast::checks::{self, Mistake};
 use crate::broadcast::plan::{self, DryRun, Refused};
 use crate::broadcast::report::{self, Prices};
 use crate::clock::At;
+use crate::config::BroadcastSettings;
 use crate::store::{self, Control, NewBroadcast, RecipientState, When};
 
 #[derive(Debug, Deserialize)]
@@ -121,6 +126,9 @@ pub(super) async fn create(
             });
         }
     };
+    let settings = state.admin.broadcasts;
+    let pace =
+        checks::pace(c.rate.unwrap_or(DEFAULT_RATE), settings.number_rate).map_err(invalid)?;
     let now = state.clock.now();
     let mut broadcast = NewBroadcast {
         key: c.key,
@@ -131,11 +139,12 @@ pub(super) async fn create(
         now,
         start_at: now,
         until: None,
-        rate: c.rate.unwrap_or(DEFAULT_RATE).max(1),
+        rate: pace.rate,
         body: None,
         hours: None,
         recipients: rows.into_iter().map(plan::recipient).collect(),
     };
+    plan::check_names(&broadcast).map_err(invalid)?;
     let asked = plan::Asked {
         at: c.at.map(|t| t.when("at")).transpose()?,
         until: c.until.map(|t| t.when("until")).transpose()?,
@@ -146,25 +155,49 @@ pub(super) async fn create(
         field: e.field,
         why: e.why,
     })?;
-    if let Some(preflight) = &state.admin.preflight {
-        preflight.check(&mut broadcast).await.map_err(|e| match e {
-            // Meta could not be asked: try again later.
-            Refused::Graph(_) => {
-                ApiError::Store(store::Error::Unavailable(format!("the template {e}")))
-            }
-            _ => ApiError::Invalid {
-                field: "template",
-                why: e.to_string(),
-            },
-        })?;
+    let preflight = state.admin.preflight.as_ref();
+    if let Some(preflight) = preflight {
+        preflight.check(&mut broadcast).await.map_err(refused)?;
     }
-    let settings = &state.admin.broadcasts;
-    let headroom = plan::leave_out(state.store.as_ref(), settings, &mut broadcast).await?;
+    let limit = plan::messaging_limit(preflight, &broadcast.business, settings.messaging_limit)
+        .await
+        .map_err(refused)?;
+    let settings = BroadcastSettings {
+        messaging_limit: limit.per_day,
+        ..settings
+    };
+    let headroom = plan::leave_out(state.store.as_ref(), &settings, &mut broadcast).await?;
+    let notes: Vec<String> = pace.note().into_iter().collect();
     if c.dry_run {
-        return Ok(Json(json!(DryRun::of(&broadcast, headroom))));
+        let frees_at = plan::frees_at(state.store.as_ref(), broadcast.now).await?;
+        let mut dry = DryRun::of(&broadcast, headroom, frees_at, limit);
+        dry.notes = notes;
+        return Ok(Json(json!(dry)));
     }
     let (made, created) = state.store.create_broadcast(broadcast).await?;
-    Ok(Json(json!({ "created": created, "broadcast": made })))
+    Ok(Json(
+        json!({ "created": created, "broadcast": made, "notes": notes }),
+    ))
+}
+
+fn invalid(m: Mistake) -> ApiError {
+    ApiError::Invalid {
+        field: m.field,
+        why: m.why,
+    }
+}
+
+fn refused(e: Refused) -> ApiError {
+    match e {
+        // Meta could not be asked: try again later.
+        Refused::Graph(_) => {
+            ApiError::Store(store::Error::Unavailable(format!("the broadcast {e}")))
+        }
+        _ => ApiError::Invalid {
+            field: "template",
+            why: e.to_string(),
+        },
+    }
 }
 
 pub(super) async fn report(

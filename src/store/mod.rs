@@ -1037,6 +1037,12 @@ pub trait Broadcasts: Send + Sync + 'static {
     /// How many customers broadcasts reached after `since`, or are being sent to: what Meta's
     /// messaging limit counts.
     async fn reached(&self, since: At) -> Result<u64>;
+
+    /// The earliest latest broadcast send, after `since`, among the customers [`reached`]
+    /// counts: a day after it the messaging limit frees a place. `None` when nobody was sent one.
+    ///
+    /// [`reached`]: Broadcasts::reached
+    async fn first_reached(&self, since: At) -> Result<Option<At>>;
 }
 
 /// Everything Sabi holds about one customer: what their right of access gives them.

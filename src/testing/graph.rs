@@ -83,6 +83,8 @@ struct Behaviour {
     media: HashMap<String, (String, Vec<u8>)>,
     /// Message templates as `GET /{account}/message_templates` lists them.
     templates: Vec<Value>,
+    /// The portfolio's messaging limit as `GET /{phone-number-id}` answers it; none by default.
+    messaging_limit: Option<Value>,
 }
 
 struct Shared {
@@ -253,6 +255,11 @@ impl FakeGraph {
         {
             t["category"] = json!(category);
         }
+    }
+
+    /// Answers `tier` (like `"TIER_2K"`) as the business numbers' messaging limit.
+    pub fn set_messaging_limit(&self, tier: &str) {
+        lock(&self.shared.behaviour).messaging_limit = Some(json!(tier));
     }
 
     /// Serves `bytes` as media `id`.
@@ -630,13 +637,22 @@ async fn templates(
         .into_response()
 }
 
+/// `GET /{version}/{id}` is both a media object and, when `fields=` asks for its messaging
+/// limit, a business number.
 async fn media_info(
     State(shared): State<Arc<Shared>>,
     Path((_version, media)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
     if !authorised(&shared, &headers) {
         return error(401, 190, "Error validating access token");
+    }
+    if query
+        .get("fields")
+        .is_some_and(|f| f.contains("messaging_limit"))
+    {
+        return number_fields(&shared, &media);
     }
     if media == "me" {
         return Json(json!({"id": "100000000000009", "name": "Sabi system user"})).into_response();
@@ -654,6 +670,15 @@ async fn media_info(
         .into_response(),
         None => error(400, 100, "unknown media id"),
     }
+}
+
+/// A business number's fields: its id, and the portfolio's messaging limit when a test set it.
+fn number_fields(shared: &Shared, id: &str) -> Response {
+    let mut answer = json!({"id": id});
+    if let Some(limit) = lock(&shared.behaviour).messaging_limit.clone() {
+        answer["whatsapp_business_manager_messaging_limit"] = limit;
+    }
+    Json(answer).into_response()
 }
 
 async fn download(

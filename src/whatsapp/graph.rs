@@ -11,6 +11,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::config::MessagingLimit;
 pub use crate::config::Template;
 
 /// What goes out.
@@ -528,6 +529,87 @@ fn urlencode(segment: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// The fields of a business number that say its messaging limit: the portfolio's, which Meta
+/// sets since October 2025 and shares between the portfolio's numbers, and the number's own
+/// tier, which older accounts still answer.
+const LIMIT_FIELDS: &str = "whatsapp_business_manager_messaging_limit,messaging_limit_tier";
+
+impl Graph {
+    /// Meta's messaging limit for the business `phone_number_id` belongs to: how many customers
+    /// business-initiated messages may reach in 24 hours. `None` when Meta answers neither
+    /// field (a test number, an account not yet rated).
+    ///
+    /// # Errors
+    /// [`GraphError`].
+    pub async fn messaging_limit(
+        &self,
+        phone_number_id: &str,
+    ) -> Result<Option<MessagingLimit>, GraphError> {
+        #[derive(Deserialize)]
+        struct Answer {
+            whatsapp_business_manager_messaging_limit: Option<Value>,
+            messaging_limit_tier: Option<Value>,
+        }
+        let url = url::Url::parse_with_params(
+            &format!("{}/{}", self.base, urlencode(phone_number_id)),
+            [("fields", LIMIT_FIELDS)],
+        )
+        .map_err(|e| GraphError::NotSent(format!("the number's address: {e}")))?;
+        let answer: Answer = self.call(self.http.get(url)).await?;
+        Ok(answer
+            .whatsapp_business_manager_messaging_limit
+            .as_ref()
+            .and_then(tier)
+            .or_else(|| answer.messaging_limit_tier.as_ref().and_then(tier)))
+    }
+}
+
+/// A messaging limit as Meta writes it: `TIER_250`, `TIER_2K`, `TIER_10K`, `TIER_100K`,
+/// `TIER_UNLIMITED` (and the older `TIER_50`, `TIER_1K`), or a count as a number or text.
+fn tier(value: &Value) -> Option<MessagingLimit> {
+    if let Some(n) = value.as_u64() {
+        return Some(MessagingLimit(Some(n)));
+    }
+    let text = value.as_str()?.trim().to_ascii_uppercase();
+    let count = text.strip_prefix("TIER_").unwrap_or(&text);
+    if count == "UNLIMITED" {
+        return Some(MessagingLimit(None));
+    }
+    let (digits, times) = match count.strip_suffix('K') {
+        Some(thousands) => (thousands, 1_000),
+        None => (count, 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .map(|n| MessagingLimit(Some(n * times)))
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn metas_tiers_read_as_customers_a_day() {
+        for (written, limit) in [
+            (json!("TIER_250"), Some(250)),
+            (json!("TIER_2K"), Some(2_000)),
+            (json!("TIER_10K"), Some(10_000)),
+            (json!("TIER_100K"), Some(100_000)),
+            (json!("TIER_1K"), Some(1_000)),
+            (json!("10000"), Some(10_000)),
+            (json!(2000), Some(2_000)),
+        ] {
+            assert_eq!(tier(&written), Some(MessagingLimit(limit)), "{written}");
+        }
+        assert_eq!(tier(&json!("TIER_UNLIMITED")), Some(MessagingLimit(None)));
+        assert_eq!(tier(&json!("TIER_SOON")), None);
+        assert_eq!(tier(&json!(null)), None);
+    }
 }
 
 #[cfg(test)]

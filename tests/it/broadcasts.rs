@@ -794,11 +794,17 @@ async fn the_template_is_checked_with_meta_before_anything_is_kept() {
         }
     };
 
+    sabi.fake.set_messaging_limit("TIER_2K");
     let (status, dry) = create("diwali_offer", "en", true).await;
     assert_eq!(status, 200, "{dry}");
     assert_eq!(
         (dry["to_send"].as_u64(), dry["template_checked"].as_bool()),
         (Some(1), Some(true))
+    );
+    assert_eq!(
+        dry["messaging_limit"],
+        json!({"per_day": 2000, "source": "meta"}),
+        "the business's tier as Meta answers it, not the setting's 250"
     );
     assert_eq!(dry["skipped"][0]["to"], "2348032222222");
     assert_eq!(dry["skipped"][0]["reason"], "invalid");
@@ -899,8 +905,56 @@ async fn the_messaging_limit_holds_a_broadcast_back_and_the_cooldown_skips() {
     assert_eq!(dry["wait_for_headroom"], 2, "{dry}");
     assert_eq!(dry["skipped"][0]["to"], a, "{dry}");
     assert_eq!(dry["skipped"][0]["reason"], "cooldown", "{dry}");
+    let day = 24 * 3_600_000;
+    let first_sent = sabi
+        .store
+        .broadcast_recipients(id, Some(RecipientState::Accepted), 10)
+        .await
+        .expect("read")
+        .iter()
+        .filter_map(|r| r.sent_at)
+        .min()
+        .expect("sent");
+    // Nobody more today: the two go when the first customer's place frees, a day after the
+    // first send, at 20 a second.
+    assert_eq!(
+        dry["finishes_at"].as_i64(),
+        Some(first_sent.millis() + day + 100),
+        "{dry}"
+    );
+    assert_eq!(
+        (dry["per_day"].as_u64(), dry["days"].as_u64()),
+        (Some(2), Some(1)),
+        "{dry}"
+    );
     let sent = sabi.fake.accepted().len();
     assert_eq!(sent, 2);
+
+    let shown = crate::helpers::sabi_command(sabi.dir())
+        .env("SABI_MESSAGING_LIMIT", "2")
+        .args(["broadcast", "show", &id.to_string(), "--json"])
+        .output()
+        .expect("sabi runs");
+    let said = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    let shown: Value = serde_json::from_str(said.trim()).expect("json");
+    let waiting = &shown["waiting"];
+    assert_eq!(waiting["reason"], "messaging_limit", "{shown}");
+    assert_eq!(
+        waiting["next_at"].as_i64(),
+        Some(first_sent.millis() + day),
+        "{shown}"
+    );
+    assert!(
+        waiting["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("2 customers reached in the last 24 hours, of 2 a day")),
+        "{shown}"
+    );
 }
 
 /// The report: who got it, read it, answered it or opted out after it, the replies minute by
@@ -1242,4 +1296,277 @@ async fn a_bare_stop_after_a_broadcast_opts_out_even_when_a_question_came_before
     );
     let out = sabi.store.opted_out(&[ada.to_owned()]).await.expect("read");
     assert!(out.contains(ada));
+}
+
+/// In sandbox too, what Meta would refuse on the day is refused before anything is kept: a
+/// template name Meta does not allow, a language that is not one of its codes, a phone number
+/// where the phone-number id goes, a rate of 0, and a start or deadline already past. A rate
+/// above the number's pace is capped, saying so.
+#[test]
+fn a_broadcast_that_cannot_go_as_asked_is_refused_before_anything_is_kept() {
+    use crate::helpers::{json_lines, sabi_command};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let csv = dir.path().join("audience.csv");
+    std::fs::write(&csv, "phone\n+2348031234567\n+2348037654321\n").expect("written");
+    let audience = csv.to_str().expect("utf-8");
+    let create = |changed: &[&str]| {
+        let mut args = vec![
+            "broadcast",
+            "create",
+            "--name",
+            "Diwali",
+            "--template",
+            "diwali_offer",
+            "--language",
+            "en",
+            "--from",
+            "100000000000001",
+            "--audience",
+            audience,
+        ];
+        for pair in changed.chunks(2) {
+            match args.iter().position(|a| *a == pair[0]) {
+                Some(i) => args[i + 1] = pair[1],
+                None => args.extend_from_slice(pair),
+            }
+        }
+        sabi_command(dir.path())
+            .args(&args)
+            .output()
+            .expect("sabi runs")
+    };
+    for (changed, says) in [
+        (
+            &["--template", ""][..],
+            "--template: the template's name is empty",
+        ),
+        (&["--template", "Diwali Offer"], "like \"diwali_offer\""),
+        (
+            &["--language", "english"],
+            "--language: \"english\" is not one of Meta's template language codes; English is en",
+        ),
+        (
+            &["--from", "+234 803 000 0000"],
+            "--from: \"+234 803 000 0000\" is a phone number; --from takes the phone-number id from WhatsApp Manager",
+        ),
+        (
+            &["--rate", "0"],
+            "--rate: 0 messages a second sends nothing",
+        ),
+        (
+            &["--at", "2020-11-11T18:00:00Z"],
+            "--at: the start (2020-11-11 18:00 UTC) was",
+        ),
+        (
+            &["--until", "2020-11-12T18:00:00Z"],
+            "--until: the deadline (2020-11-12 18:00 UTC) was",
+        ),
+    ] {
+        let output = create(changed);
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{changed:?} was kept");
+        assert!(said.contains(says), "{changed:?}: {said}");
+    }
+    assert!(
+        json_lines(dir.path(), &["broadcast", "ls", "--json"]).is_empty(),
+        "nothing kept"
+    );
+
+    let fast = create(&["--rate", "1000", "--dry-run", "--json"]);
+    let dry: serde_json::Value = serde_json::from_slice(&fast.stdout).expect("json");
+    assert_eq!(dry["rate"], 80, "the number's pace, whatsapp.outbound_rate");
+    assert!(
+        dry["notes"][0]
+            .as_str()
+            .is_some_and(|n| n.contains("1000 a second is above the number's pace")),
+        "{dry}"
+    );
+
+    // Kept inside its quiet hours: `show` says they end, and when.
+    let hour = 3_600_000;
+    let now = SystemClock.now().millis();
+    let this_hour = now / hour * hour;
+    let h = this_hour / hour % 24;
+    let quiet = format!("{h:02}:00-{:02}:00", (h + 2) % 24);
+    let kept = create(&["--quiet-hours", &quiet, "--tz", "UTC", "--json", "--yes"]);
+    assert!(
+        kept.status.success(),
+        "{}",
+        String::from_utf8_lossy(&kept.stderr)
+    );
+    let kept: serde_json::Value = serde_json::from_slice(&kept.stdout).expect("json");
+    let shown = json_lines(
+        dir.path(),
+        &["broadcast", "show", &kept["id"].to_string(), "--json"],
+    );
+    assert_eq!(shown[0]["waiting"]["reason"], "quiet_hours", "{shown:?}");
+    assert_eq!(
+        shown[0]["waiting"]["next_at"],
+        this_hour + 2 * hour,
+        "{shown:?}"
+    );
+}
+
+/// Meta's messaging limit, told honestly: 1,200 customers at 250 a day take five days, and the
+/// dry run says when the last goes. More than 1,000 customers are kept only when confirmed:
+/// with no terminal to ask on, --yes does it. `watch --json` prints the broadcast as a JSON
+/// line until it ends; `show` says why a scheduled one waits.
+#[test]
+fn a_large_broadcast_says_when_it_ends_and_is_kept_only_when_confirmed() {
+    use crate::helpers::{json_lines, sabi_command};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let csv = dir.path().join("audience.csv");
+    let rows: String = (0..1_200).map(|n| format!("+234803{n:07}\n")).collect();
+    std::fs::write(&csv, format!("phone\n{rows}")).expect("written");
+    let args = |extra: &[&'static str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "broadcast",
+            "create",
+            "--name",
+            "Diwali",
+            "--template",
+            "diwali_offer",
+            "--language",
+            "en",
+            "--from",
+            "100000000000001",
+            "--rate",
+            "20",
+            "--audience",
+        ]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+        args.push(csv.to_str().expect("utf-8").to_owned());
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        args
+    };
+    let run = |extra: &[&'static str]| {
+        sabi_command(dir.path())
+            .args(args(extra))
+            .output()
+            .expect("sabi runs")
+    };
+
+    let before = sabi::clock::SystemClock.now().millis();
+    let dry = run(&["--dry-run", "--json"]);
+    let dry: serde_json::Value = serde_json::from_slice(&dry.stdout).expect("json");
+    assert_eq!(
+        (dry["per_day"].as_u64(), dry["days"].as_u64()),
+        (Some(250), Some(5)),
+        "{dry}"
+    );
+    assert_eq!(dry["messaging_limit"]["source"], "setting", "{dry}");
+    // The fifth day's 200 go at 20 a second: 10 s after four days.
+    let last = before + 4 * 24 * 3_600_000 + 10_000;
+    let finishes = dry["finishes_at"].as_i64().expect("finishes_at");
+    assert!((last..last + 60_000).contains(&finishes), "{dry}");
+    let text = run(&["--dry-run"]);
+    let said = String::from_utf8_lossy(&text.stdout);
+    let day = sabi::broadcast::checks::rfc3339(sabi::clock::At::from_millis(finishes));
+    assert!(
+        said.contains(&format!(
+            "1,200 recipients at 250 customers a day (whatsapp.messaging_limit): 5 days, the last on {}",
+            &day[..10]
+        )),
+        "{said}"
+    );
+
+    let unasked = run(&[]);
+    assert!(!unasked.status.success());
+    let said = String::from_utf8_lossy(&unasked.stderr);
+    assert!(
+        said.contains("goes to 1,200 customers") && said.contains("add --yes"),
+        "{said}"
+    );
+    assert!(json_lines(dir.path(), &["broadcast", "ls", "--json"]).is_empty());
+
+    let kept = run(&["--yes", "--json", "--at", "2099-01-01T09:00:00Z"]);
+    assert!(
+        kept.status.success(),
+        "{}",
+        String::from_utf8_lossy(&kept.stderr)
+    );
+    let kept: serde_json::Value = serde_json::from_slice(&kept.stdout).expect("json");
+    let id = kept["id"].to_string();
+    let shown = json_lines(dir.path(), &["broadcast", "show", &id, "--json"]);
+    assert_eq!(shown[0]["waiting"]["reason"], "start", "{shown:?}");
+    assert_eq!(
+        shown[0]["waiting"]["next_at"], 4_070_941_200_000_i64,
+        "{shown:?}"
+    );
+
+    json_lines(dir.path(), &["broadcast", "cancel", &id, "--json"]);
+    let watched = json_lines(dir.path(), &["broadcast", "watch", &id, "--json"]);
+    assert_eq!(watched.len(), 1, "an ended broadcast: one line, then done");
+    assert_eq!(watched[0]["state"], "cancelled");
+    assert_eq!(watched[0]["counts"]["cancelled"], 1_200);
+    assert!(watched[0]["waiting"].is_null(), "{watched:?}");
+}
+
+/// The admin API refuses what the command line refuses, naming the field, and keeps nothing:
+/// a past start or deadline, a language that is not Meta's code, a phone number as `from`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_refuses_a_broadcast_that_cannot_go_as_asked() {
+    use serde_json::{Value, json};
+    const ADMIN: &str = "admin-token-for-checks";
+    let sabi = Sending::start(Arc::new(Parts(1)), &[("SABI_ADMIN_TOKEN", ADMIN)]).await;
+    let create = |changed: Value| {
+        let mut body = json!({
+            "name": "Diwali eve", "template": {"name": "diwali_offer", "language": "en"},
+            "from": "100000000000001", "recipients": [{"to": "2348031111111"}],
+        });
+        for (field, value) in changed.as_object().expect("fields") {
+            body[field] = value.clone();
+        }
+        let request = sabi
+            .client
+            .post(format!("{}/admin/broadcasts", sabi.url))
+            .bearer_auth(ADMIN)
+            .json(&body);
+        async move {
+            let response = request.send().await.expect("answered");
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.expect("json"),
+            )
+        }
+    };
+    let past = SystemClock.now().millis() - 60_000;
+    for (changed, says) in [
+        (json!({"at": past}), "the start"),
+        (
+            json!({"until": "2020-11-11T18:00:00Z"}),
+            "the deadline (2020-11-11 18:00 UTC) was",
+        ),
+        (
+            json!({"template": {"name": "diwali_offer", "language": "english"}}),
+            "English is en",
+        ),
+        (json!({"from": "+234 803 000 0000"}), "is a phone number"),
+        (json!({"rate": 0}), "sends nothing"),
+    ] {
+        let (status, refused) = create(changed.clone()).await;
+        assert_eq!(status, 422, "{changed}: {refused}");
+        assert!(
+            refused["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(says)),
+            "{changed}: {refused}"
+        );
+    }
+    assert!(
+        sabi.store.broadcasts(10).await.expect("listed").is_empty(),
+        "nothing kept"
+    );
+
+    let (status, made) = create(json!({"rate": 500})).await;
+    assert_eq!(status, 200, "{made}");
+    assert_eq!(made["broadcast"]["rate"], 80, "{made}");
+    assert!(
+        made["notes"][0]
+            .as_str()
+            .is_some_and(|n| n.contains("whatsapp.outbound_rate")),
+        "{made}"
+    );
 }

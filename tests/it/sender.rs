@@ -107,6 +107,11 @@ impl Sending {
         }
     }
 
+    /// Where its store is: the CLI run with `sabi_command(dir)` reads the same.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// A customer's text message, sent `age_s` seconds ago.
     pub async fn customer_writes(&self, id: &str, from: &str, text: &str, age_s: i64) {
         let body = text_webhook_at(id, from, text, now_s() - age_s);

@@ -414,6 +414,18 @@ pub(super) async fn reached(conn: &mut PgConnection, since: At) -> Result<u64> {
     Ok(u64::try_from(reached).unwrap_or(0))
 }
 
+pub(super) async fn first_reached(pool: &PgPool, since: At) -> Result<Option<At>> {
+    sqlx::query_scalar(
+        "SELECT min(last) FROM (
+             SELECT max(sent_at) AS last FROM broadcast_recipients WHERE sent_at > $1
+             GROUP BY recipient) latest",
+    )
+    .bind(since)
+    .fetch_one(pool)
+    .await
+    .map_err(unavailable)
+}
+
 pub(super) async fn sent_since(
     pool: &PgPool,
     customers: &[String],

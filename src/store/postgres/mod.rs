@@ -525,6 +525,9 @@ impl Broadcasts for PgStore {
         let mut conn = self.pool.acquire().await.map_err(unavailable)?;
         categories::category(&mut conn, name, language).await
     }
+    async fn first_reached(&self, since: At) -> Result<Option<At>> {
+        broadcasts::first_reached(&self.pool, since).await
+    }
 }
 
 #[async_trait]

@@ -933,6 +933,10 @@ impl Broadcasts for RedisStore {
         self.call("broadcast_reach", json!({ "since": since }))
             .await
     }
+    async fn first_reached(&self, since: At) -> Result<Option<At>> {
+        self.call("broadcast_first_reach", json!({ "since": since }))
+            .await
+    }
     async fn opted_out(&self, customers: &[String]) -> Result<HashSet<String>> {
         let asked = OptOuts::ask(&self.marks, customers);
         let found = self

@@ -370,6 +370,16 @@ pub(super) fn reached(conn: &Connection, since: At) -> Result<u64> {
     .map_err(unavailable)
 }
 
+pub(super) fn first_reached(conn: &Connection, since: At) -> Result<Option<At>> {
+    conn.prepare_cached(
+        "SELECT min(last) FROM (
+             SELECT max(sent_at) AS last FROM broadcast_recipients WHERE sent_at > ?1
+             GROUP BY recipient)",
+    )
+    .and_then(|mut s| s.query_row(params![since], |r| r.get(0)))
+    .map_err(unavailable)
+}
+
 pub(super) fn sent_since(
     conn: &Connection,
     customers: &[String],

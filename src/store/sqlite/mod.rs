@@ -611,6 +611,10 @@ impl Broadcasts for SqliteStore {
         self.read(move |conn| broadcasts::reached(conn, since))
             .await
     }
+    async fn first_reached(&self, since: At) -> Result<Option<At>> {
+        self.read(move |conn| broadcasts::first_reached(conn, since))
+            .await
+    }
 }
 
 #[async_trait]

@@ -697,6 +697,16 @@ pub async fn the_cooldown_skips_and_the_messaging_limit_holds_back(store: Arc<dy
         .await
         .expect("claimed");
     assert_eq!(jobs.len(), 1, "one customer of headroom");
+    let first_reached = |now: At| {
+        let store = store.clone();
+        async move {
+            store
+                .first_reached(now - ms(DAY))
+                .await
+                .expect("first reached")
+        }
+    };
+    assert_eq!(first_reached(T0).await, None, "being sent has no time yet");
     assert!(
         store
             .claim_recipients(within(T0, 10, 1))
@@ -706,6 +716,8 @@ pub async fn the_cooldown_skips_and_the_messaging_limit_holds_back(store: Arc<dy
         "the one being sent counts"
     );
     record(&store, &jobs[0], T0 + ms(10), accepted("wamid.c1")).await;
+    // The place it took frees a day after the send.
+    assert_eq!(first_reached(T0 + ms(DAY - 1_000)).await, Some(T0 + ms(10)));
     assert!(
         store
             .claim_recipients(within(T0 + ms(DAY - 1_000), 10, 1))
@@ -726,6 +738,11 @@ pub async fn the_cooldown_skips_and_the_messaging_limit_holds_back(store: Arc<dy
         accepted("wamid.c2"),
     )
     .await;
+    assert_eq!(
+        first_reached(T0 + ms(DAY + 2_000)).await,
+        Some(T0 + ms(DAY + 1_100)),
+        "the first send's day is over"
+    );
     assert_eq!(
         store
             .broadcast(first.id)

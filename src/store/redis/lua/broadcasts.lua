@@ -319,6 +319,16 @@ local function broadcast_reach(a)
   return reach(a.since)
 end
 
+-- The earliest latest send after `since` (cjson's null when none).
+local function broadcast_first_reach(a)
+  local first = redis.call('ZRANGEBYSCORE', k('brsent'), '(' .. a.since, '+inf', 'WITHSCORES',
+    'LIMIT', 0, 1)
+  if first[2] then
+    return tonumber(first[2])
+  end
+  return cjson.null
+end
+
 -- Running broadcasts with nobody waiting or being sent are finished.
 local function broadcasts_finish(a)
   for _, id in ipairs(redis.call('ZRANGE', k('bclive'), 0, -1)) do

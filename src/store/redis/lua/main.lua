@@ -33,6 +33,7 @@ local OPS = {
   recipients_lapsed = recipients_lapsed, recipients_due = recipients_due,
   broadcasts_finish = broadcasts_finish, recipients_for_statuses = recipients_for_statuses,
   consents = consents, consent_save = consent_save, broadcast_reach = broadcast_reach,
+  broadcast_first_reach = broadcast_first_reach,
   sent_since = sent_since, last_broadcast = last_broadcast,
   customer_export = customer_export, customer_keys = customer_keys, forget = forget,
   marker_names = marker_names, rekey_markers = rekey_markers, customer_wamids = customer_wamids,
