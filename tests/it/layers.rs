@@ -94,10 +94,18 @@ fn imports(module: &Module, code: &str) -> BTreeSet<Vec<String>> {
     // What is not a `use` statement, for the inline `crate::` paths.
     let mut body = String::new();
     for statement in code.split(';') {
-        let at = statement.find("use ").filter(|&at| {
-            let before = &statement[..at];
-            before.trim().is_empty() || before.trim_end().ends_with("pub") || before.contains('\n')
-        });
+        // `use` as a word starting a line or after `pub`, never inside one (`Pause =>`).
+        let at = statement
+            .match_indices("use ")
+            .map(|(at, _)| at)
+            .find(|&at| {
+                let before = &statement[..at];
+                let word_starts = before.ends_with(char::is_whitespace) || before.is_empty();
+                word_starts
+                    && (before.trim().is_empty()
+                        || before.trim_end().ends_with("pub")
+                        || before.trim_end_matches([' ', '\t']).ends_with('\n'))
+            });
         let Some(at) = at else {
             body.push_str(statement);
             body.push(';');
