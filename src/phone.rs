@@ -42,7 +42,8 @@ pub fn e164(written: &str, country: Option<&str>) -> Result<String, String> {
             (Some(local), Some(code)) => format!("{code}{local}"),
             (Some(_), None) => {
                 return Err(format!(
-                    "{written:?} has no country code (write it as +<country><number>)"
+                    "{written:?} is a local number: give its country with --country (like 234) \
+                     or whatsapp.default_country"
                 ));
             }
             (None, _) => digits.to_owned(),

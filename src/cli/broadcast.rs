@@ -12,7 +12,9 @@ use clap::{Args, Subcommand};
 use super::shown;
 use crate::broadcast::audience;
 use crate::broadcast::checks;
-use crate::broadcast::plan::{self, DryRun, Limit, LimitSource, Preflight, Reach, Waiting};
+use crate::broadcast::plan::{
+    self, DryRun, LeftOut, Limit, LimitSource, Preflight, Reach, Waiting,
+};
 use crate::broadcast::report::{self, Prices, Report};
 use crate::clock::{At, Clock, SystemClock};
 use crate::config::{BroadcastSettings, Config};
@@ -252,6 +254,11 @@ async fn create(config: &Config, mut c: Create) -> anyhow::Result<()> {
             eprintln!("{note}");
         }
     }
+    anyhow::ensure!(
+        dry_run.to_send > 0 || broadcast.recipients.is_empty(),
+        "not kept: every one of the {} rows is left out; --dry-run lists them with why",
+        thousands(broadcast.recipients.len() as u64)
+    );
     if !yes && dry_run.to_send > CONFIRM_ABOVE {
         confirm(&dry_run)?;
     }
@@ -379,7 +386,7 @@ fn dry(dry: &DryRun, b: &NewBroadcast, json: bool) -> anyhow::Result<()> {
     for note in &dry.notes {
         println!("  {note}");
     }
-    for s in &dry.skipped {
+    for s in dry.skipped.iter().take(LEFT_OUT_SHOWN) {
         println!(
             "  left out, line {}: {} ({})",
             s.line.map_or_else(String::new, |l| l.to_string()),
@@ -387,11 +394,42 @@ fn dry(dry: &DryRun, b: &NewBroadcast, json: bool) -> anyhow::Result<()> {
             s.reason
         );
     }
+    if let Some(more) = dry
+        .skipped
+        .len()
+        .checked_sub(LEFT_OUT_SHOWN)
+        .filter(|&n| n > 0)
+    {
+        println!(
+            "  ... and {} more left out ({}); --json lists every one",
+            thousands(more as u64),
+            reasons(&dry.skipped[LEFT_OUT_SHOWN..])
+        );
+    }
     Ok(())
+}
+
+/// The left-out rows a dry run's text lists one by one; the rest are counted by reason.
+const LEFT_OUT_SHOWN: usize = 10;
+
+/// "17,990 invalid, 26 duplicate".
+fn reasons(skipped: &[LeftOut]) -> String {
+    let mut counts = std::collections::BTreeMap::<String, u64>::new();
+    for s in skipped {
+        *counts.entry(s.reason.to_string()).or_default() += 1;
+    }
+    let counted: Vec<String> = counts
+        .iter()
+        .map(|(reason, n)| format!("{} {reason}", thousands(*n)))
+        .collect();
+    counted.join(", ")
 }
 
 /// "18,000 recipients at 250 customers a day: 72 days, the last on 2027-02-14 18:00 UTC".
 fn when_done(dry: &DryRun) -> String {
+    if dry.to_send == 0 {
+        return "nobody would get it: every row is left out".into();
+    }
     let last = checks::rfc3339(At::from_millis(dry.finishes_at));
     let limit = match dry.messaging_limit.source {
         LimitSource::Meta => "Meta's messaging limit for this business",

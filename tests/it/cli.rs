@@ -371,3 +371,53 @@ fn an_audience_file_as_a_spreadsheet_exports_it_makes_a_broadcast() {
     );
     assert_eq!(sent(dry_run(&renamed, &["--phone-column", "Number"])), 1);
 }
+
+#[test]
+fn local_numbers_without_a_country_are_named_and_nothing_is_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let audience = dir.path().join("local.csv");
+    let rows: String = (0..30).map(|n| format!("0803 123 {n:04}\n")).collect();
+    std::fs::write(&audience, format!("phone\n{rows}")).expect("written");
+    let create = |extra: &[&str]| {
+        sabi_command(dir.path())
+            .args(["broadcast", "create", "--name", "Diwali", "--template"])
+            .args([
+                "diwali_offer",
+                "--language",
+                "en",
+                "--from",
+                "100000000000001",
+            ])
+            .arg("--audience")
+            .arg(&audience)
+            .args(extra)
+            .output()
+            .expect("sabi runs")
+    };
+    let dry = create(&["--dry-run"]);
+    assert!(dry.status.success());
+    let said = String::from_utf8_lossy(&dry.stdout);
+    assert!(said.contains("nobody would get it"), "{said}");
+    assert!(
+        said.contains("is a local number: give its country with --country"),
+        "{said}"
+    );
+    assert_eq!(said.matches("left out, line").count(), 10, "{said}");
+    assert!(
+        said.contains("... and 20 more left out (20 invalid)"),
+        "{said}"
+    );
+
+    let kept = create(&[]);
+    assert!(!kept.status.success());
+    let said = String::from_utf8_lossy(&kept.stderr);
+    assert!(
+        said.contains("not kept: every one of the 30 rows is left out"),
+        "{said}"
+    );
+    let listed = sabi_command(dir.path())
+        .args(["broadcast", "ls"])
+        .output()
+        .expect("sabi runs");
+    assert!(listed.stdout.is_empty(), "nothing was kept");
+}
