@@ -24,7 +24,9 @@ pub fn country_code(written: &str) -> Result<String, String> {
 /// # Errors
 /// Why it is not a phone number, in words.
 pub fn e164(written: &str, country: Option<&str>) -> Result<String, String> {
+    // "+44 (0)20 ..." writes the trunk 0 that a call from abroad leaves out.
     let kept: String = written
+        .replace("(0)", "")
         .chars()
         .filter(|c| !matches!(c, ' ' | '-' | '.' | '(' | ')' | '\u{a0}'))
         .collect();
@@ -49,7 +51,7 @@ pub fn e164(written: &str, country: Option<&str>) -> Result<String, String> {
             (None, _) => digits.to_owned(),
         },
     };
-    if international.starts_with('0') || !(8..=15).contains(&international.len()) {
+    if international.starts_with('0') || !(7..=15).contains(&international.len()) {
         return Err(format!("{written:?} is not an international number"));
     }
     Ok(international)
@@ -69,6 +71,8 @@ mod tests {
             ("(0803) 123.4567", "2348031234567"),
             ("2348031234567", "2348031234567"),
             ("+44 20 7946 0958", "442079460958"),
+            ("+44 (0)20 7946 0958", "442079460958"),
+            ("+683 4123", "6834123"),
         ] {
             assert_eq!(e164(written, ng).as_deref(), Ok(want), "{written}");
         }

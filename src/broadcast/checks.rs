@@ -280,6 +280,15 @@ pub fn pace(asked: u32, number: u32) -> Result<Pace, Mistake> {
 /// # Errors
 /// A [`Mistake`] of `field` saying how long ago it was.
 pub fn not_past(field: &'static str, when: At, now: At) -> Result<(), Mistake> {
+    if when.unix_seconds() > LAST_SECOND {
+        return Err(mistake(
+            field,
+            format!(
+                "{} ms since the epoch is after the year 9999",
+                when.millis()
+            ),
+        ));
+    }
     if when >= now {
         return Ok(());
     }
@@ -310,9 +319,12 @@ fn roughly(span: std::time::Duration) -> String {
     }
 }
 
+/// 9999-12-31T23:59:59Z, the last second a calendar date is written for.
+const LAST_SECOND: i64 = 253_402_300_799;
+
 /// A time as people read it, to the minute, in UTC.
 pub fn rfc3339(at: At) -> String {
-    let secs = u64::try_from(at.unix_seconds()).unwrap_or(0);
+    let secs = u64::try_from(at.unix_seconds().min(LAST_SECOND)).unwrap_or(0);
     let text = humantime::format_rfc3339_seconds(
         std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
     )

@@ -129,8 +129,15 @@ pub fn schedule(b: &mut NewBroadcast, asked: Asked<'_>) -> Result<(), Unschedule
         Some(When::At(t)) => Some(t),
         _ => span.until,
     };
-    if let Some(When::At(t)) = at {
-        checks::not_past("at", t, b.now)?;
+    match at {
+        Some(When::At(t)) => checks::not_past("at", t, b.now)?,
+        // A wall-clock start is refused only once it has passed on every recipient's clock.
+        Some(When::Local(_)) => {
+            if let Some(last) = span.last_start {
+                checks::not_past("at", last, b.now)?;
+            }
+        }
+        None => {}
     }
     if let Some(deadline) = b.until {
         checks::not_past("until", deadline, b.now)?;
@@ -180,18 +187,11 @@ pub async fn leave_out(
     let Some(limit) = settings.messaging_limit.0 else {
         return Ok(None);
     };
-    let reached = store.reached(b.now - broadcast::LIMIT_SPAN).await?;
+    // The day before the broadcast starts, not before now: a start days ahead has the whole
+    // limit.
+    let start = b.start_at.max(b.now);
+    let reached = store.reached(start - broadcast::LIMIT_SPAN).await?;
     Ok(Some(limit.saturating_sub(reached)))
-}
-
-/// When the earliest customer broadcasts reached in the last 24 hours frees its place under
-/// Meta's messaging limit; `None` when nobody was reached.
-///
-/// # Errors
-/// When the store cannot say.
-pub async fn frees_at(store: &dyn Broadcasts, now: At) -> store::Result<Option<At>> {
-    let first = store.first_reached(now - broadcast::LIMIT_SPAN).await?;
-    Ok(first.map(|t| t + broadcast::LIMIT_SPAN))
 }
 
 /// Checks a broadcast's template with Meta before anything is kept or sent.
@@ -282,47 +282,47 @@ impl Preflight {
         Ok(())
     }
 
-    /// The business's messaging limit as Meta has it for the number `business`, else
-    /// `configured` (`whatsapp.messaging_limit`).
+    /// The business's messaging limit as Meta has it for the number `business`: `None` when
+    /// Meta does not say.
     ///
     /// # Errors
-    /// [`Refused::Graph`] when Meta could not be asked.
-    pub async fn messaging_limit(
-        &self,
-        business: &str,
-        configured: MessagingLimit,
-    ) -> Result<Limit, Refused> {
-        Ok(match self.graph.messaging_limit(business).await? {
-            Some(per_day) => Limit {
-                per_day,
-                source: LimitSource::Meta,
-            },
-            None => Limit::configured(configured),
-        })
+    /// When Meta could not be asked.
+    pub async fn metas_limit(&self, business: &str) -> Result<Option<MessagingLimit>, GraphError> {
+        self.graph.messaging_limit(business).await
     }
 }
 
-/// The messaging limit for a broadcast from `business`: Meta's when it can be asked
-/// (`preflight`), else the setting's.
-///
-/// # Errors
-/// [`Refused::Graph`] when Meta could not be asked.
+/// The messaging limit a broadcast from `business` goes at: the broadcaster sends at most
+/// `configured` (`whatsapp.messaging_limit`) a day, and Meta refuses beyond its own tier, so the
+/// lower of the two, with Meta's tier read when it can be (`preflight`). When Meta could not
+/// be asked, the setting's, saying so.
 pub async fn messaging_limit(
     preflight: Option<&Preflight>,
     business: &str,
     configured: MessagingLimit,
-) -> Result<Limit, Refused> {
-    match preflight {
-        Some(p) => p.messaging_limit(business, configured).await,
-        None => Ok(Limit::configured(configured)),
+) -> Limit {
+    let Some(preflight) = preflight else {
+        return Limit::configured(configured);
+    };
+    match preflight.metas_limit(business).await {
+        Ok(meta) => Limit::of(configured, meta),
+        Err(e) => Limit {
+            unread: Some(e.to_string()),
+            ..Limit::configured(configured)
+        },
     }
 }
 
-/// Meta's messaging limit a broadcast is planned with, and where it was read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// The messaging limit a broadcast is planned with, and where it comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Limit {
     pub per_day: MessagingLimit,
     pub source: LimitSource,
+    /// Meta's tier for the business, as the Graph API answered (`None`: not asked, or not
+    /// said).
+    pub meta: Option<MessagingLimit>,
+    /// Why Meta's tier could not be read, when it could not.
+    pub unread: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -339,7 +339,72 @@ impl Limit {
         Limit {
             per_day,
             source: LimitSource::Setting,
+            meta: None,
+            unread: None,
         }
+    }
+
+    /// The lower of the setting and Meta's tier.
+    pub fn of(configured: MessagingLimit, meta: Option<MessagingLimit>) -> Limit {
+        let metas_is_lower = meta.is_some_and(|m| below(m, configured));
+        Limit {
+            per_day: if metas_is_lower { meta } else { None }.unwrap_or(configured),
+            source: match metas_is_lower {
+                true => LimitSource::Meta,
+                false => LimitSource::Setting,
+            },
+            meta,
+            unread: None,
+        }
+    }
+
+    /// What a person should know when the setting and Meta's tier differ, or Meta could not
+    /// be asked.
+    pub fn note(&self, configured: MessagingLimit) -> Option<String> {
+        if let Some(why) = &self.unread {
+            return Some(format!(
+                "Meta's messaging limit could not be read ({why}): planned with \
+                 whatsapp.messaging_limit ({})",
+                per_day(configured)
+            ));
+        }
+        let meta = self.meta?;
+        if below(meta, configured) {
+            return Some(format!(
+                "Meta lets this business reach {} a day, fewer than whatsapp.messaging_limit \
+                 ({}): planned with Meta's; set whatsapp.messaging_limit = {} so the \
+                 broadcaster keeps to it",
+                per_day(meta),
+                per_day(configured),
+                meta
+            ));
+        }
+        below(configured, meta).then(|| {
+            format!(
+                "Meta lets this business reach {} a day; the broadcaster keeps to \
+                 whatsapp.messaging_limit ({}): set it to {} to go faster",
+                per_day(meta),
+                per_day(configured),
+                meta
+            )
+        })
+    }
+}
+
+/// Whether limit `a` lets fewer customers through than `b` (`None` is unlimited).
+fn below(a: MessagingLimit, b: MessagingLimit) -> bool {
+    match (a.0, b.0) {
+        (Some(a), Some(b)) => a < b,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+/// "250 customers" or "unlimited customers".
+fn per_day(limit: MessagingLimit) -> String {
+    match limit.0 {
+        Some(n) => format!("{n} customers"),
+        None => "unlimited customers".into(),
     }
 }
 
@@ -388,16 +453,15 @@ pub struct Timeline {
     pub days: u64,
 }
 
-/// `to_send` recipients from `start` at `rate` a second, `headroom` of them now and
-/// `per_day` more each day after (Meta's window is a rolling 24 hours: those reached free
-/// their place a day later). With no headroom now, the next go when the earliest reached
-/// frees its place (`frees_at`); customers reached together free their places together.
+/// `to_send` recipients from `start` at `rate` a second, `headroom` of them at once and
+/// `per_day` more each day after. Meta's window is a rolling 24 hours: the places taken in the
+/// day before `start` free one by one as their day ends, by `start` + 24 h at the latest, so
+/// the finish is the latest it can be, never a promise the limit breaks.
 pub fn timeline(
     to_send: u64,
     start: At,
     rate: u32,
     headroom: Option<u64>,
-    frees_at: Option<At>,
     per_day: MessagingLimit,
 ) -> Timeline {
     let rate = u64::from(rate.max(1));
@@ -410,41 +474,26 @@ pub fn timeline(
         return Timeline {
             finishes_at: start + at_rate(first),
             per_day: daily.min(to_send),
-            days: u64::from(to_send > 0),
+            // The rate alone can spread a large audience over days.
+            days: first.div_ceil(by_rate),
         };
     }
     let more_days = rest.div_ceil(daily);
     let last_day = rest - (more_days - 1) * daily;
-    let next = match (first, frees_at) {
-        (0, Some(frees)) => frees.max(start),
-        _ => start + broadcast::LIMIT_SPAN,
-    };
-    let days_after = u32::try_from(more_days - 1).unwrap_or(u32::MAX);
+    let days_after = u32::try_from(more_days).unwrap_or(u32::MAX);
     Timeline {
-        finishes_at: next + broadcast::LIMIT_SPAN.saturating_mul(days_after) + at_rate(last_day),
+        finishes_at: start + broadcast::LIMIT_SPAN.saturating_mul(days_after) + at_rate(last_day),
         per_day: daily,
         days: more_days + u64::from(first > 0),
     }
 }
 
 impl DryRun {
-    /// `headroom` as [`leave_out`] gives it; `frees_at` as [`frees_at`] does.
-    pub fn of(
-        b: &NewBroadcast,
-        headroom: Option<u64>,
-        frees_at: Option<At>,
-        limit: Limit,
-    ) -> DryRun {
+    /// `headroom` as [`leave_out`] gives it.
+    pub fn of(b: &NewBroadcast, headroom: Option<u64>, limit: Limit) -> DryRun {
         let to_send = b.recipients.iter().filter(|r| r.skipped.is_none()).count();
         let start = b.start_at.max(b.now);
-        let line = timeline(
-            to_send as u64,
-            start,
-            b.rate,
-            headroom,
-            frees_at,
-            limit.per_day,
-        );
+        let line = timeline(to_send as u64, start, b.rate, headroom, limit.per_day);
         let now = headroom.map_or(to_send, |h| {
             to_send.min(usize::try_from(h).unwrap_or(usize::MAX))
         });
@@ -586,14 +635,7 @@ mod tests {
     #[test]
     fn an_audience_beyond_the_limit_takes_a_day_per_limit() {
         let start = At::from_millis(1_800_000_000_000);
-        let line = timeline(
-            18_000,
-            start,
-            20,
-            Some(250),
-            None,
-            MessagingLimit(Some(250)),
-        );
+        let line = timeline(18_000, start, 20, Some(250), MessagingLimit(Some(250)));
         assert_eq!(line.days, 72);
         assert_eq!(line.per_day, 250);
         assert_eq!(
@@ -605,41 +647,32 @@ mod tests {
     #[test]
     fn within_the_limit_the_rate_decides() {
         let start = At::from_millis(0);
-        let line = timeline(
-            2_000,
-            start,
-            80,
-            Some(10_000),
-            None,
-            MessagingLimit(Some(10_000)),
-        );
+        let line = timeline(2_000, start, 80, Some(10_000), MessagingLimit(Some(10_000)));
         assert_eq!(line.days, 1);
         assert_eq!(line.per_day, 2_000);
         assert_eq!(line.finishes_at, start + Duration::from_secs(25));
-        let unlimited = timeline(2_000, start, 80, None, None, MessagingLimit(None));
+        let unlimited = timeline(2_000, start, 80, None, MessagingLimit(None));
         assert_eq!(unlimited, line);
+        // A day at one a second is 86,400: the rate alone spreads 200,000 over three days.
+        let slow = timeline(200_000, start, 1, None, MessagingLimit(None));
+        assert_eq!((slow.days, slow.per_day), (3, 86_400));
+        assert_eq!(slow.finishes_at, start + Duration::from_secs(200_000));
     }
 
     #[test]
     fn headroom_used_today_pushes_the_rest_to_tomorrow() {
         let start = At::from_millis(0);
-        let line = timeline(300, start, 10, Some(0), None, MessagingLimit(Some(250)));
+        let line = timeline(300, start, 10, Some(0), MessagingLimit(Some(250)));
         assert_eq!(line.days, 2);
         assert_eq!(line.finishes_at, start + DAY * 2 + Duration::from_secs(5));
         assert_eq!(
-            timeline(0, start, 10, Some(0), None, MessagingLimit(Some(250))).days,
+            timeline(0, start, 10, Some(0), MessagingLimit(Some(250))).days,
             0
         );
-        // Those reached this morning free their places tonight, not a day from now.
-        let tonight = start + Duration::from_secs(9 * 3_600);
-        let sooner = timeline(
-            300,
-            start,
-            10,
-            Some(0),
-            Some(tonight),
-            MessagingLimit(Some(250)),
-        );
-        assert_eq!(sooner.finishes_at, tonight + DAY + Duration::from_secs(5));
+        // 100 places free now: they go at once, the next 250 within the day, the last 50 the
+        // day after; the places taken yesterday free by the end of today at the latest.
+        let some = timeline(400, start, 10, Some(100), MessagingLimit(Some(250)));
+        assert_eq!(some.days, 3);
+        assert_eq!(some.finishes_at, start + DAY * 2 + Duration::from_secs(5));
     }
 }

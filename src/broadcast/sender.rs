@@ -85,6 +85,10 @@ pub struct Broadcaster {
     rates: Mutex<HashMap<i64, Arc<Pacer>>>,
     /// When this node last asked Meta's template list about a template, by name.
     asked: Mutex<HashMap<String, At>>,
+    /// When the Marketing Messages API last refused a template from a number (131055), by
+    /// number, name and language: its sends go straight to `/messages` for [`ASK_AGAIN`]
+    /// rather than being refused once each.
+    refused: Mutex<HashMap<(String, String, String), At>>,
 }
 
 impl Broadcaster {
@@ -107,6 +111,7 @@ impl Broadcaster {
             metrics,
             rates: Mutex::new(HashMap::new()),
             asked: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
         })
     }
 
@@ -295,6 +300,21 @@ impl Broadcaster {
         template: &Template,
     ) -> Result<String, GraphError> {
         let graph = replies.graph();
+        let key = (
+            envelope.from.to_owned(),
+            template.name.clone(),
+            template.language.clone(),
+        );
+        let now = self.clock.now();
+        let recently_refused = {
+            let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+            refused
+                .get(&key)
+                .is_some_and(|at| now.since(*at) < ASK_AGAIN)
+        };
+        if recently_refused {
+            return graph.send(envelope, Message::Template(template)).await;
+        }
         match graph
             .send_marketing(envelope, template, self.marketing.ttl_seconds)
             .await
@@ -307,6 +327,10 @@ impl Broadcaster {
                     error.message = %error,
                     "Meta does not take this template through the Marketing Messages API; it goes through /messages"
                 );
+                self.refused
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key, now);
                 graph.send(envelope, Message::Template(template)).await
             }
             sent => sent,

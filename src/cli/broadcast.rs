@@ -216,6 +216,16 @@ const CONFIRM_ABOVE: usize = 1_000;
 
 async fn create(config: &Config, mut c: Create) -> anyhow::Result<()> {
     let (json, yes, dry_only) = (c.json, c.yes, c.dry_run);
+    // A run again with the key gets what the first kept, whatever has changed since (the
+    // start passed, its customers reached).
+    if let Some(key) = c.key.as_deref().filter(|_| !dry_only)
+        && let Some(made) = store::open(config).await?.keyed_broadcast(key).await?
+    {
+        if !json {
+            println!("a broadcast with this key exists already:");
+        }
+        return print(&made, json);
+    }
     c.country = c
         .country
         .or_else(|| config.whatsapp.default_country.clone());
@@ -235,17 +245,18 @@ async fn create(config: &Config, mut c: Create) -> anyhow::Result<()> {
         &broadcast.business,
         config.whatsapp.messaging_limit,
     )
-    .await
-    .context("Meta's messaging limit")?;
+    .await;
     let store = store::open(config).await?;
     let settings = BroadcastSettings {
         messaging_limit: limit.per_day,
         ..config.broadcast_settings()
     };
     let headroom = plan::leave_out(store.as_ref(), &settings, &mut broadcast).await?;
-    let frees_at = plan::frees_at(store.as_ref(), broadcast.now).await?;
-    let mut dry_run = DryRun::of(&broadcast, headroom, frees_at, limit);
-    dry_run.notes.extend(pace.note());
+    let limit_note = limit.note(config.whatsapp.messaging_limit);
+    let mut dry_run = DryRun::of(&broadcast, headroom, limit);
+    dry_run
+        .notes
+        .extend(pace.note().into_iter().chain(limit_note));
     if dry_only {
         return dry(&dry_run, &broadcast, json);
     }
@@ -425,7 +436,7 @@ fn reasons(skipped: &[LeftOut]) -> String {
     counted.join(", ")
 }
 
-/// "18,000 recipients at 250 customers a day: 72 days, the last on 2027-02-14 18:00 UTC".
+/// "18,000 recipients at 250 customers a day: 72 days, the last by 2027-02-14 18:00 UTC".
 fn when_done(dry: &DryRun) -> String {
     if dry.to_send == 0 {
         return "nobody would get it: every row is left out".into();
@@ -437,7 +448,7 @@ fn when_done(dry: &DryRun) -> String {
     };
     if dry.days > 1 {
         return format!(
-            "{} recipients at {} customers a day ({limit}): {} days, the last on {last}",
+            "{} recipients at {} customers a day ({limit}): {} days, the last by {last}",
             thousands(dry.to_send as u64),
             thousands(dry.per_day),
             dry.days,
@@ -477,7 +488,7 @@ async fn waiting(
     Ok(plan::waiting(b, now, reach))
 }
 
-/// Meta's messaging limit for `business`, or the setting's in sandbox.
+/// The messaging limit broadcasts from `business` go at (see [`plan::messaging_limit`]).
 async fn limit(config: &Config, business: &str) -> anyhow::Result<Limit> {
     let preflight = Preflight::from_config(config)?;
     let limit = plan::messaging_limit(
@@ -485,8 +496,7 @@ async fn limit(config: &Config, business: &str) -> anyhow::Result<Limit> {
         business,
         config.whatsapp.messaging_limit,
     )
-    .await
-    .context("Meta's messaging limit")?;
+    .await;
     Ok(limit)
 }
 
@@ -529,7 +539,7 @@ async fn watch(config: &Config, id: i64, json: bool) -> anyhow::Result<()> {
                 true => print!("\r\x1b[2K{line}"),
                 false => println!("{line}"),
             }
-            std::io::stdout().flush()?;
+            super::pipe::stdout().flush()?;
             last = line;
         }
         if !b.state.live() {
@@ -602,6 +612,19 @@ fn print_report(r: &Report) -> anyhow::Result<()> {
             n => format!("; {n} recipients in countries without a price in broadcast.prices"),
         }
     );
+    let by_category: Vec<String> = c
+        .by_category
+        .iter()
+        .map(|(category, charged)| {
+            format!(
+                "{category} {} ({:.2} {})",
+                charged.messages, charged.cost, c.currency
+            )
+        })
+        .collect();
+    if !by_category.is_empty() {
+        println!("  charged by Meta's category: {}", by_category.join(", "));
+    }
     Ok(())
 }
 

@@ -425,7 +425,7 @@ fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
 async fn inbox(config: &Config, as_json: bool, query: InboxQuery) -> anyhow::Result<()> {
     let store = store::open(config).await?;
     let items = store.inbox(query).await?;
-    let mut out = std::io::stdout().lock();
+    let mut out = pipe::stdout();
     for item in &items {
         if as_json {
             writeln!(out, "{}", export::item_json(item))?;
@@ -449,7 +449,7 @@ async fn inbox(config: &Config, as_json: bool, query: InboxQuery) -> anyhow::Res
 
 async fn outbox(config: &Config, as_json: bool) -> anyhow::Result<()> {
     let store = store::open(config).await?;
-    let mut out = std::io::stdout().lock();
+    let mut out = pipe::stdout();
     for entry in store.outbox(None).await? {
         let c = &entry.conversation;
         if as_json {
@@ -652,7 +652,7 @@ async fn review(config: &Config, action: ReviewAction) -> anyhow::Result<()> {
 }
 
 fn list_review(items: Vec<ReviewEntry>, as_json: bool) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = pipe::stdout();
     for item in items {
         if as_json {
             writeln!(out, "{}", crate::ingress::review_json(&item))?;
@@ -675,7 +675,7 @@ fn list_review(items: Vec<ReviewEntry>, as_json: bool) -> anyhow::Result<()> {
 
 async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {
     let store = store::open(config).await?;
-    let mut out = std::io::stdout().lock();
+    let mut out = pipe::stdout();
     for q in store.quarantine(None).await? {
         if as_json {
             let line = json!({
@@ -735,7 +735,7 @@ fn route(
     let started = Instant::now();
     let router = Router::trained(&source)?;
     let trained = started.elapsed();
-    let mut out = std::io::stdout().lock();
+    let mut out = pipe::stdout();
     if jsonl {
         for line in std::io::stdin().lines() {
             let line = line.context("reading stdin")?;
@@ -789,7 +789,7 @@ async fn export_unsure_turns(config: &Config, since: Duration, limit: usize) -> 
     // Read further than the limit: repeated texts are listed once.
     let read = limit.saturating_mul(4).max(1_000);
     let turns = store.routed_turns(SystemClock.now() - since, read).await?;
-    let mut out = std::io::stdout().lock();
+    let mut out = pipe::stdout();
     for line in router::learning::unsure(&router, turns, limit) {
         writeln!(out, "{}", serde_json::to_string(&line)?)?;
     }

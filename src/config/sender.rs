@@ -65,6 +65,16 @@ pub struct BroadcastSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessagingLimit(pub Option<u64>);
 
+/// As `sabi.toml` writes it: `250`, or `"unlimited"`.
+impl std::fmt::Display for MessagingLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(n) => write!(f, "{n}"),
+            None => f.write_str("\"unlimited\""),
+        }
+    }
+}
+
 impl Serialize for MessagingLimit {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self.0 {

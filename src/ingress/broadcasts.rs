@@ -90,6 +90,15 @@ pub(super) async fn create(
     State(state): State<AppState>,
     Json(c): Json<Create>,
 ) -> Result<Json<Value>, ApiError> {
+    // A retry with the key gets what the first try kept, whatever has changed since (the
+    // start passed, its customers reached).
+    if let Some(key) = c.key.as_deref().filter(|_| !c.dry_run)
+        && let Some(made) = state.store.keyed_broadcast(key).await?
+    {
+        return Ok(Json(
+            json!({ "created": false, "broadcast": made, "notes": [] }),
+        ));
+    }
     let country = c
         .country
         .as_deref()
@@ -159,18 +168,27 @@ pub(super) async fn create(
     if let Some(preflight) = preflight {
         preflight.check(&mut broadcast).await.map_err(refused)?;
     }
-    let limit = plan::messaging_limit(preflight, &broadcast.business, settings.messaging_limit)
-        .await
-        .map_err(refused)?;
+    let configured = settings.messaging_limit;
+    let limit = plan::messaging_limit(preflight, &broadcast.business, configured).await;
     let settings = BroadcastSettings {
         messaging_limit: limit.per_day,
         ..settings
     };
     let headroom = plan::leave_out(state.store.as_ref(), &settings, &mut broadcast).await?;
-    let notes: Vec<String> = pace.note().into_iter().collect();
+    if !c.dry_run && broadcast.recipients.iter().all(|r| r.skipped.is_some()) {
+        return Err(ApiError::Invalid {
+            field: "recipients",
+            why: "every recipient is left out: nothing to send (a dry run lists them with why)"
+                .into(),
+        });
+    }
+    let notes: Vec<String> = pace
+        .note()
+        .into_iter()
+        .chain(limit.note(configured))
+        .collect();
     if c.dry_run {
-        let frees_at = plan::frees_at(state.store.as_ref(), broadcast.now).await?;
-        let mut dry = DryRun::of(&broadcast, headroom, frees_at, limit);
+        let mut dry = DryRun::of(&broadcast, headroom, limit);
         dry.notes = notes;
         return Ok(Json(json!(dry)));
     }

@@ -961,6 +961,9 @@ pub trait Broadcasts: Send + Sync + 'static {
 
     async fn broadcast(&self, id: i64) -> Result<Option<BroadcastView>>;
 
+    /// The broadcast created with `key`, if one was.
+    async fn keyed_broadcast(&self, key: &str) -> Result<Option<BroadcastView>>;
+
     /// A broadcast's recipients in audience order, only those in `state` when given.
     async fn broadcast_recipients(
         &self,

@@ -581,10 +581,8 @@ fn tier(value: &Value) -> Option<MessagingLimit> {
         Some(thousands) => (thousands, 1_000),
         None => (count, 1),
     };
-    digits
-        .parse::<u64>()
-        .ok()
-        .map(|n| MessagingLimit(Some(n * times)))
+    let n = digits.parse::<u64>().ok()?.checked_mul(times)?;
+    Some(MessagingLimit(Some(n)))
 }
 
 #[cfg(test)]

@@ -803,9 +803,29 @@ async fn the_template_is_checked_with_meta_before_anything_is_kept() {
     );
     assert_eq!(
         dry["messaging_limit"],
-        json!({"per_day": 2000, "source": "meta"}),
-        "the business's tier as Meta answers it, not the setting's 250"
+        json!({"per_day": 250, "source": "setting", "meta": 2000, "unread": null}),
+        "the broadcaster keeps to the setting's 250 below Meta's tier"
     );
+    assert!(
+        dry["notes"]
+            .to_string()
+            .contains("set it to 2000 to go faster"),
+        "{dry}"
+    );
+    sabi.fake.set_messaging_limit("TIER_50");
+    let (_, lower) = create("diwali_offer", "en", true).await;
+    assert_eq!(
+        lower["messaging_limit"],
+        json!({"per_day": 50, "source": "meta", "meta": 50, "unread": null}),
+        "Meta refuses beyond its tier, whatever the setting says"
+    );
+    assert!(
+        lower["notes"]
+            .to_string()
+            .contains("set whatsapp.messaging_limit = 50"),
+        "{lower}"
+    );
+    sabi.fake.set_messaging_limit("TIER_2K");
     assert_eq!(dry["skipped"][0]["to"], "2348032222222");
     assert_eq!(dry["skipped"][0]["reason"], "invalid");
     assert!(
@@ -915,11 +935,12 @@ async fn the_messaging_limit_holds_a_broadcast_back_and_the_cooldown_skips() {
         .filter_map(|r| r.sent_at)
         .min()
         .expect("sent");
-    // Nobody more today: the two go when the first customer's place frees, a day after the
-    // first send, at 20 a second.
-    assert_eq!(
-        dry["finishes_at"].as_i64(),
-        Some(first_sent.millis() + day + 100),
+    // Nobody more today: the two go as the places taken free, by a day after the dry run at
+    // the latest (a day after the first send at the earliest), at 20 a second.
+    let finishes = dry["finishes_at"].as_i64().expect("finishes_at");
+    let latest = SystemClock.now().millis() + day + 100;
+    assert!(
+        (first_sent.millis() + day + 100..=latest).contains(&finishes),
         "{dry}"
     );
     assert_eq!(
@@ -1466,7 +1487,7 @@ fn a_large_broadcast_says_when_it_ends_and_is_kept_only_when_confirmed() {
     let day = sabi::broadcast::checks::rfc3339(sabi::clock::At::from_millis(finishes));
     assert!(
         said.contains(&format!(
-            "1,200 recipients at 250 customers a day (whatsapp.messaging_limit): 5 days, the last on {}",
+            "1,200 recipients at 250 customers a day (whatsapp.messaging_limit): 5 days, the last by {}",
             &day[..10]
         )),
         "{said}"
@@ -1545,6 +1566,19 @@ async fn the_admin_api_refuses_a_broadcast_that_cannot_go_as_asked() {
         ),
         (json!({"from": "+234 803 000 0000"}), "is a phone number"),
         (json!({"rate": 0}), "sends nothing"),
+        // Nine o'clock on 2020-01-01 has passed on every clock.
+        (
+            json!({"at": "2020-01-01T09:00", "tz": "Africa/Lagos"}),
+            "the start",
+        ),
+        (
+            json!({"at": 300_000_000_000_000_i64}),
+            "after the year 9999",
+        ),
+        (
+            json!({"recipients": [{"to": "0803 111 1111"}]}),
+            "every recipient is left out",
+        ),
     ] {
         let (status, refused) = create(changed.clone()).await;
         assert_eq!(status, 422, "{changed}: {refused}");
@@ -1560,7 +1594,7 @@ async fn the_admin_api_refuses_a_broadcast_that_cannot_go_as_asked() {
         "nothing kept"
     );
 
-    let (status, made) = create(json!({"rate": 500})).await;
+    let (status, made) = create(json!({"rate": 500, "key": "diwali-2027"})).await;
     assert_eq!(status, 200, "{made}");
     assert_eq!(made["broadcast"]["rate"], 80, "{made}");
     assert!(
@@ -1569,4 +1603,9 @@ async fn the_admin_api_refuses_a_broadcast_that_cannot_go_as_asked() {
             .is_some_and(|n| n.contains("whatsapp.outbound_rate")),
         "{made}"
     );
+    // A retry with the key gets what was kept, even once what it asks could no longer be.
+    let (status, again) = create(json!({"at": past, "key": "diwali-2027"})).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["created"], false, "{again}");
+    assert_eq!(again["broadcast"]["id"], made["broadcast"]["id"], "{again}");
 }

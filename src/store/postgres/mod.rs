@@ -455,6 +455,18 @@ impl Broadcasts for PgStore {
         let mut conn = self.pool.acquire().await.map_err(unavailable)?;
         broadcasts::view(&mut conn, id).await
     }
+    async fn keyed_broadcast(&self, key: &str) -> Result<Option<BroadcastView>> {
+        let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+        let id: Option<i64> = sqlx::query_scalar("SELECT id FROM broadcasts WHERE key = $1")
+            .bind(key)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        match id {
+            Some(id) => broadcasts::view(&mut conn, id).await,
+            None => Ok(None),
+        }
+    }
     async fn broadcast_recipients(
         &self,
         id: i64,

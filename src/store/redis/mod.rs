@@ -768,6 +768,11 @@ impl Broadcasts for RedisStore {
         let raw: Option<RawBroadcast> = self.call("broadcast", args).await?;
         raw.map(RawBroadcast::into_view).transpose()
     }
+    async fn keyed_broadcast(&self, key: &str) -> Result<Option<BroadcastView>> {
+        let args = json!({"key": key, "states": recipient_states()});
+        let raw: Option<RawBroadcast> = self.call("keyed_broadcast", args).await?;
+        raw.map(RawBroadcast::into_view).transpose()
+    }
     async fn broadcast_recipients(
         &self,
         id: i64,

@@ -204,8 +204,10 @@ impl LocalHours {
             t.map(|t| seen.iter().filter_map(|z| instant(t, z)).collect())
                 .unwrap_or_default()
         };
+        let starts = over(self.start);
         Span {
-            start: over(self.start).into_iter().min(),
+            start: starts.iter().min().copied(),
+            last_start: starts.into_iter().max(),
             until: over(self.until).into_iter().max(),
         }
     }
@@ -214,7 +216,10 @@ impl LocalHours {
 /// The instants a broadcast's wall-clock times span.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Span {
+    /// The start on the earliest recipient's clock...
     pub start: Option<At>,
+    /// ...and on the latest's: once it has passed, the start has passed for everyone.
+    pub last_start: Option<At>,
     pub until: Option<At>,
 }
 

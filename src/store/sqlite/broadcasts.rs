@@ -20,15 +20,19 @@ use crate::store::{
     RecipientView, Result, Speaker, recipient_counts,
 };
 
+pub(super) fn keyed(conn: &Connection, key: &str) -> Result<Option<BroadcastView>> {
+    let id: Option<i64> = conn
+        .prepare_cached("SELECT id FROM broadcasts WHERE key = ?1")
+        .and_then(|mut s| s.query_row(params![key], |r| r.get(0)).optional())
+        .map_err(unavailable)?;
+    id.map_or(Ok(None), |id| view(conn, id))
+}
+
 pub(super) fn create(conn: &Connection, b: &NewBroadcast) -> Result<(BroadcastView, bool)> {
-    if let Some(key) = &b.key {
-        let existing: Option<i64> = conn
-            .prepare_cached("SELECT id FROM broadcasts WHERE key = ?1")
-            .and_then(|mut s| s.query_row(params![key], |r| r.get(0)).optional())
-            .map_err(unavailable)?;
-        if let Some(id) = existing {
-            return Ok((view(conn, id)?.ok_or(Error::NotFound)?, false));
-        }
+    if let Some(key) = &b.key
+        && let Some(existing) = keyed(conn, key)?
+    {
+        return Ok((existing, false));
     }
     let state = broadcast::initial(b.now, b.start_at);
     let id: i64 = conn

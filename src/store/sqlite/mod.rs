@@ -537,6 +537,10 @@ impl Broadcasts for SqliteStore {
     async fn broadcast(&self, id: i64) -> Result<Option<BroadcastView>> {
         self.read(move |conn| broadcasts::view(conn, id)).await
     }
+    async fn keyed_broadcast(&self, key: &str) -> Result<Option<BroadcastView>> {
+        let key = key.to_owned();
+        self.read(move |conn| broadcasts::keyed(conn, &key)).await
+    }
     async fn broadcast_recipients(
         &self,
         id: i64,

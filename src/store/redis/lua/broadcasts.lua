@@ -76,6 +76,14 @@ local function broadcast(a)
   return broadcast_view(a.id, a.states)
 end
 
+local function keyed_broadcast(a)
+  local id = redis.call('HGET', k('bckey'), a.key)
+  if not id then
+    return nil
+  end
+  return broadcast_view(id, a.states)
+end
+
 -- A recipient as a listing shows it.
 local function recipient_view(rid)
   local r = get(k('br', rid), 'to', 'params', 'line', 'state', 'skipped', 'error',
