@@ -41,10 +41,14 @@ pub fn subject(
     Subject::parse(channel, &number)
 }
 
-/// Unix milliseconds as an RFC 3339 time, to the millisecond.
+/// 9999-12-31T23:59:59.999Z, the last instant a calendar date is written for.
+pub const LAST_MILLI: i64 = 253_402_300_799_999;
+
+/// Unix milliseconds as an RFC 3339 time, to the millisecond; times past the year 9999 (which
+/// RFC 3339 cannot write) as its last instant.
 pub fn rfc3339(at: At) -> String {
-    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(at.millis()).unwrap_or_default());
-    humantime::format_rfc3339_millis(at).to_string()
+    let millis = u64::try_from(at.millis().min(LAST_MILLI)).unwrap_or_default();
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(millis)).to_string()
 }
 
 /// The normalised facts of an item, with the store's own columns beside them.

@@ -4,6 +4,7 @@
 //! or deadline already past. Pure: each check returns the field and why.
 
 use crate::clock::At;
+use crate::export;
 
 /// A field of a broadcast's request, and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -280,7 +281,7 @@ pub fn pace(asked: u32, number: u32) -> Result<Pace, Mistake> {
 /// # Errors
 /// A [`Mistake`] of `field` saying how long ago it was.
 pub fn not_past(field: &'static str, when: At, now: At) -> Result<(), Mistake> {
-    if when.unix_seconds() > LAST_SECOND {
+    if when.millis() > export::LAST_MILLI {
         return Err(mistake(
             field,
             format!(
@@ -319,17 +320,10 @@ fn roughly(span: std::time::Duration) -> String {
     }
 }
 
-/// 9999-12-31T23:59:59Z, the last second a calendar date is written for.
-const LAST_SECOND: i64 = 253_402_300_799;
-
 /// A time as people read it, to the minute, in UTC.
 pub fn rfc3339(at: At) -> String {
-    let secs = u64::try_from(at.unix_seconds().min(LAST_SECOND)).unwrap_or(0);
-    let text = humantime::format_rfc3339_seconds(
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
-    )
-    .to_string();
-    // 2027-02-14T18:00:00Z -> 2027-02-14 18:00 UTC
+    let text = export::rfc3339(at);
+    // 2027-02-14T18:00:00.000Z -> 2027-02-14 18:00 UTC
     format!("{} {} UTC", &text[..10], &text[11..16])
 }
 

@@ -18,6 +18,7 @@ use crate::broadcast::plan::{
 use crate::broadcast::report::{self, Prices, Report};
 use crate::clock::{At, Clock, SystemClock};
 use crate::config::{BroadcastSettings, Config};
+use crate::plan::words::thousands;
 use crate::store::{self, BroadcastView, Control, NewBroadcast, RecipientState, Store, When};
 
 #[derive(Debug, Subcommand)]
@@ -461,19 +462,6 @@ fn when_done(dry: &DryRun) -> String {
         dry.rate,
         humantime::format_duration(takes),
     )
-}
-
-/// 18000 as 18,000.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Why `b`'s recipients wait now, by Meta's messaging limit as [`limit`] reads it.

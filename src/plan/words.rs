@@ -298,7 +298,12 @@ fn section(out: &mut String, title: &str, lines: &[String]) {
 
 /// A whole number with thousands separators: `18,000`.
 pub fn count(n: f64) -> String {
-    let digits = format!("{:.0}", n.max(0.0));
+    thousands(n.max(0.0).round() as u64)
+}
+
+/// 18000 as `18,000`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i) % 3 == 0 {

@@ -73,6 +73,15 @@ async fn send(sabi: &Sending, b: NewBroadcast) -> BroadcastView {
 }
 
 /// The template sends the fake took, for the broadcast's recipients from `first`.
+/// The requests `/marketing_messages` refused.
+fn refusals(sabi: &Sending) -> usize {
+    sabi.fake
+        .received()
+        .into_iter()
+        .filter(|r| r.marketing && r.wamid.is_none())
+        .count()
+}
+
 fn taken(sabi: &Sending, first: usize, count: usize) -> Vec<Received> {
     let to: Vec<String> = (first..first + count)
         .map(|n| format!("23480700000{n:02}"))
@@ -306,12 +315,7 @@ async fn a_template_the_marketing_messages_api_refuses_goes_through_messages() {
     sabi.store.keep_category(stale).await.expect("kept");
     let b = send(&sabi, broadcast("stale", 0, 12)).await;
     assert_eq!(b.counts["accepted"], 12, "{b:?}");
-    let refused = sabi
-        .fake
-        .received()
-        .into_iter()
-        .filter(|r| r.marketing && r.wamid.is_none())
-        .count();
+    let refused = refusals(&sabi);
     // The refusal is remembered: only sends already under way when it came are refused too.
     assert!((1..12).contains(&refused), "{refused} refusals");
     let sent = taken(&sabi, 0, 12);
@@ -334,12 +338,7 @@ async fn a_template_not_yet_synced_for_marketing_is_tried_again() {
     sabi.fake.fail_next(&[(400, 131_009)]);
     let b = send(&sabi, broadcast("new-template", 0, 3)).await;
     assert_eq!(b.counts["accepted"], 3, "{b:?}");
-    let refused = sabi
-        .fake
-        .received()
-        .into_iter()
-        .filter(|r| r.marketing && r.wamid.is_none())
-        .count();
+    let refused = refusals(&sabi);
     assert_eq!(refused, 1, "one refusal");
     let sent = taken(&sabi, 0, 3);
     assert_eq!(sent.len(), 3, "each once");
