@@ -100,41 +100,34 @@ pub const SANDBOX_APP_SECRET: &str = "sabi-sandbox-secret";
 /// The longest batch window a channel may have.
 const MAX_WINDOW: Duration = Duration::from_secs(300);
 
+/// Every channel's default `batch_max_wait`.
+const BATCH_MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// The default time a whole agent turn may take: the built-in agent's `llm.turn_timeout`, and
+/// an external agent's `timeout`.
+const TURN_TIMEOUT: Duration = Duration::from_secs(120);
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Address the HTTP server listens on.
-    #[serde(default = "defaults::listen")]
     pub listen: SocketAddr,
     /// Where state lives: `sqlite://PATH` (embedded, the default) or `postgres://...`.
-    #[serde(default)]
     pub store: StoreConfig,
-    #[serde(default)]
     pub whatsapp: WhatsappConfig,
-    #[serde(default)]
     pub webchat: WebchatConfig,
-    #[serde(default)]
     pub llm: LlmConfig,
     /// Your own agent instead of the built-in one (`[external_agent]`).
     pub external_agent: Option<ExternalAgentConfig>,
-    #[serde(default)]
     pub engine: EngineConfig,
-    #[serde(default)]
     pub ingress: IngressConfig,
-    #[serde(default)]
     pub admin: AdminConfig,
-    #[serde(default)]
     pub router: RouterConfig,
-    #[serde(default)]
     pub broadcast: BroadcastConfig,
-    #[serde(default)]
     pub retention: RetentionConfig,
-    #[serde(default)]
     pub privacy: PrivacyConfig,
-    #[serde(default)]
     pub logging: LoggingConfig,
     /// The business's HTTP tools, for reply templates and the agent (`[[tools]]`).
-    #[serde(default)]
     pub tools: Vec<ToolConfig>,
     /// Signs every tool request (`X-Sabi-Signature-256`), so the business's API can trust the
     /// customer it names in `X-Sabi-Customer`.
@@ -142,15 +135,36 @@ pub struct Config {
     pub tools_secret: Option<SecretString>,
 }
 
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            store: StoreConfig::default(),
+            whatsapp: WhatsappConfig::default(),
+            webchat: WebchatConfig::default(),
+            llm: LlmConfig::default(),
+            external_agent: None,
+            engine: EngineConfig::default(),
+            ingress: IngressConfig::default(),
+            admin: AdminConfig::default(),
+            router: RouterConfig::default(),
+            broadcast: BroadcastConfig::default(),
+            retention: RetentionConfig::default(),
+            privacy: PrivacyConfig::default(),
+            logging: LoggingConfig::default(),
+            tools: Vec::new(),
+            tools_secret: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct LoggingConfig {
     /// `text` (the default) or `json`, one object per line.
-    #[serde(default)]
     pub format: LogFormat,
     /// Put customers' phone numbers and message text in the logs (off: a short hash names the
     /// conversation instead).
-    #[serde(default)]
     pub customer_data: bool,
 }
 
@@ -163,16 +177,14 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RouterConfig {
     /// Answer routine messages locally; off sends every batch to the agent.
-    #[serde(default = "defaults::enabled")]
     pub enabled: bool,
     /// The intents file; the built-in Nigerian banking and retail set when unset.
     pub intents_file: Option<PathBuf>,
     /// The share of local answers that may be wrong: `sabi route --calibrate` chooses each
     /// intent's thresholds to stay within it.
-    #[serde(default = "defaults::max_wrong_rate")]
     pub max_wrong_rate: f64,
 }
 
@@ -181,7 +193,7 @@ impl Default for RouterConfig {
         RouterConfig {
             enabled: true,
             intents_file: None,
-            max_wrong_rate: defaults::max_wrong_rate(),
+            max_wrong_rate: 0.02,
         }
     }
 }
@@ -309,7 +321,7 @@ impl TryFrom<StoreSpec> for StoreConfig {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct WhatsappConfig {
     /// The Meta app's secret: webhooks are signed with it. Unset in sandbox mode means a fixed
     /// sandbox secret that `sabi send` also uses.
@@ -328,51 +340,41 @@ pub struct WhatsappConfig {
     /// anything is sent.
     pub business_account_id: Option<String>,
     /// Graph API base URL, with its version.
-    #[serde(default = "defaults::api_base")]
     pub api_base: String,
     /// A conversation's batch is due this long after its latest message (0 to 300 s).
-    #[serde(default = "defaults::whatsapp_window", with = "duration")]
+    #[serde(with = "duration")]
     pub batch_window: Duration,
     /// ...and never later than this long after its first (at least the window).
-    #[serde(default = "defaults::max_wait", with = "duration")]
+    #[serde(with = "duration")]
     pub batch_max_wait: Duration,
     /// Messages per second per business number.
-    #[serde(default = "defaults::outbound_rate", deserialize_with = "number::u32")]
+    #[serde(deserialize_with = "number::u32")]
     pub outbound_rate: u32,
     /// Meta's messaging limit for the business: unique customers that broadcasts may reach in
     /// a rolling 24 hours; beyond it, the rest of a broadcast waits.
-    #[serde(default = "defaults::messaging_limit")]
     pub messaging_limit: MessagingLimit,
     /// The least time between two messages to one customer. Meta's pair limit is about one
     /// per 6 s with bursts allowed; a reply's few parts fit in the burst.
-    #[serde(default = "defaults::pair_spacing", with = "duration")]
+    #[serde(with = "duration")]
     pub pair_spacing: Duration,
     /// How long one Graph API call may take.
-    #[serde(default = "defaults::send_timeout", with = "duration")]
+    #[serde(with = "duration")]
     pub send_timeout: Duration,
     /// A send whose answer was lost waits this long for a status webhook, then goes to review.
-    #[serde(default = "defaults::unknown_outcome_wait", with = "duration")]
+    #[serde(with = "duration")]
     pub unknown_outcome_wait: Duration,
     /// Failed tries of one send before it goes to review (throttling does not count).
-    #[serde(
-        default = "defaults::send_max_failures",
-        deserialize_with = "number::u32"
-    )]
+    #[serde(deserialize_with = "number::u32")]
     pub send_max_failures: u32,
     /// The wait after a failed send, doubled after each further failure.
-    #[serde(default = "defaults::send_retry_base", with = "duration")]
+    #[serde(with = "duration")]
     pub send_retry_base: Duration,
     /// Sends in flight at once on one node.
-    #[serde(
-        default = "defaults::sends_in_flight",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub sends_in_flight: usize,
     /// Mark the customer's message read, with the typing indicator, while a turn works.
-    #[serde(default = "defaults::enabled")]
     pub typing_indicator: bool,
     /// A reply's first part quotes the customer's latest message.
-    #[serde(default)]
     pub quote_replies: bool,
     /// Sent instead of a reply once the 24-hour window has closed; such replies go to review
     /// when unset.
@@ -380,12 +382,12 @@ pub struct WhatsappConfig {
     /// Send MARKETING templates through Meta's Marketing Messages API
     /// (`/{phone-number-id}/marketing_messages`); every other send keeps to `/messages`. Off
     /// until the business has accepted Meta's terms for it: Meta refuses the endpoint before.
-    #[serde(default, deserialize_with = "flag::parse")]
+    #[serde(deserialize_with = "flag::parse")]
     pub marketing_messages: bool,
     /// How long Meta keeps trying to deliver a marketing message sent through the Marketing
     /// Messages API, in seconds (Meta's `message_send_ttl_seconds`: 43200 to 2592000, 12 hours
     /// to 30 days). Unset: Meta's default, 30 days.
-    #[serde(default, deserialize_with = "number::option_u32")]
+    #[serde(deserialize_with = "number::option_u32")]
     pub message_send_ttl_seconds: Option<u32>,
     /// The country calling code (like 234) of numbers people write the local way (0803 ...):
     /// in audience files, and naming a customer to export or forget. Unset: such numbers are
@@ -401,17 +403,17 @@ impl Default for WhatsappConfig {
             verify_token: None,
             access_token: None,
             business_account_id: None,
-            api_base: defaults::api_base(),
-            batch_window: defaults::whatsapp_window(),
-            batch_max_wait: defaults::max_wait(),
-            outbound_rate: defaults::outbound_rate(),
-            messaging_limit: defaults::messaging_limit(),
-            pair_spacing: defaults::pair_spacing(),
-            send_timeout: defaults::send_timeout(),
-            unknown_outcome_wait: defaults::unknown_outcome_wait(),
-            send_max_failures: defaults::send_max_failures(),
-            send_retry_base: defaults::send_retry_base(),
-            sends_in_flight: defaults::sends_in_flight(),
+            api_base: "https://graph.facebook.com/v23.0".into(),
+            batch_window: Duration::from_secs(20),
+            batch_max_wait: BATCH_MAX_WAIT,
+            outbound_rate: 80,
+            messaging_limit: MessagingLimit(Some(250)),
+            pair_spacing: Duration::from_secs(1),
+            send_timeout: Duration::from_secs(15),
+            unknown_outcome_wait: Duration::from_secs(2 * 60),
+            send_max_failures: 6,
+            send_retry_base: Duration::from_secs(2),
+            sends_in_flight: 32,
             typing_indicator: true,
             quote_replies: false,
             window_template: None,
@@ -445,46 +447,39 @@ impl WhatsappConfig {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct WebchatConfig {
     /// Web chat answers each question at once by default.
-    #[serde(default, with = "duration")]
+    #[serde(with = "duration")]
     pub batch_window: Duration,
-    #[serde(default = "defaults::max_wait", with = "duration")]
+    #[serde(with = "duration")]
     pub batch_max_wait: Duration,
     /// The business side of web-chat conversations (one site per Sabi by default).
-    #[serde(default = "defaults::site")]
     pub site: String,
     /// How long a job's result can be fetched (the history keeps answers longer).
-    #[serde(default = "defaults::result_ttl", with = "duration")]
+    #[serde(with = "duration")]
     pub result_ttl: Duration,
     /// Questions waiting beyond this: new ones are refused with 503 and Retry-After.
-    #[serde(default = "defaults::max_queue", deserialize_with = "number::usize")]
+    #[serde(deserialize_with = "number::usize")]
     pub max_queue: usize,
     /// Questions one session may ask per minute before it gets 429.
-    #[serde(default = "defaults::session_rate", deserialize_with = "number::usize")]
+    #[serde(deserialize_with = "number::usize")]
     pub per_session_per_minute: usize,
     /// Questions from one address (the client behind `ingress.trusted_proxies`) per minute, in
     /// bursts of as many, before it gets 429: a family behind one router never meets it, a
     /// script at once. 0: no limit.
-    #[serde(default = "defaults::address_rate", deserialize_with = "number::usize")]
+    #[serde(deserialize_with = "number::usize")]
     pub per_address_per_minute: usize,
     /// New sessions (a session id's first question) from one address per hour, in bursts of as
     /// many: a script that takes a new session per question meets it. 0: no limit.
-    #[serde(
-        default = "defaults::address_sessions",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub new_sessions_per_address_per_hour: usize,
     /// Anonymous requests for a person from one address per hour, in bursts of as many: each
     /// is a desk item someone must read. 0: no limit.
-    #[serde(
-        default = "defaults::address_handoffs",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub handoffs_per_address_per_hour: usize,
     /// Event streams open at once on one node; more get 503 (browsers then poll).
-    #[serde(default = "defaults::max_streams", deserialize_with = "number::usize")]
+    #[serde(deserialize_with = "number::usize")]
     pub max_streams: usize,
     /// Your site signs its signed-in user's id with this (`user_hash`, hex HMAC-SHA256 of
     /// `user_id`), so a visitor cannot claim to be someone else. Unset: every visitor is
@@ -493,7 +488,6 @@ pub struct WebchatConfig {
     pub identity_secret: Option<SecretString>,
     /// Who may frame the chat page (a Content-Security-Policy `frame-ancestors` list, like
     /// `https://www.example.com`); `*` lets any site embed it.
-    #[serde(default = "defaults::frame_ancestors")]
     pub frame_ancestors: String,
 }
 
@@ -501,23 +495,23 @@ impl Default for WebchatConfig {
     fn default() -> Self {
         WebchatConfig {
             batch_window: Duration::ZERO,
-            batch_max_wait: defaults::max_wait(),
-            site: defaults::site(),
-            result_ttl: defaults::result_ttl(),
-            max_queue: defaults::max_queue(),
-            per_session_per_minute: defaults::session_rate(),
-            per_address_per_minute: defaults::address_rate(),
-            new_sessions_per_address_per_hour: defaults::address_sessions(),
-            handoffs_per_address_per_hour: defaults::address_handoffs(),
-            max_streams: defaults::max_streams(),
+            batch_max_wait: BATCH_MAX_WAIT,
+            site: "web".into(),
+            result_ttl: Duration::from_secs(24 * 3600),
+            max_queue: 1000,
+            per_session_per_minute: 20,
+            per_address_per_minute: 30,
+            new_sessions_per_address_per_hour: 30,
+            handoffs_per_address_per_hour: 5,
+            max_streams: 10_000,
             identity_secret: None,
-            frame_ancestors: defaults::frame_ancestors(),
+            frame_ancestors: "*".into(),
         }
     }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
     /// OpenAI-compatible base URL (`https://api.openai.com/v1`, a local vLLM, ...). Unset: no
     /// agent; the sandbox acknowledgement answers what the router does not.
@@ -528,19 +522,18 @@ pub struct LlmConfig {
     /// A second provider, tried when the first is out of tries.
     pub fallback: Option<FallbackLlm>,
     /// What the agent is told about the business and how to answer.
-    #[serde(default = "defaults::system_prompt")]
     pub system_prompt: String,
     /// How long one model call may take.
-    #[serde(default = "defaults::llm_timeout", with = "duration")]
+    #[serde(with = "duration")]
     pub timeout: Duration,
     /// How long a whole agent turn may take (every call and tool).
-    #[serde(default = "defaults::turn_timeout", with = "duration")]
+    #[serde(with = "duration")]
     pub turn_timeout: Duration,
     /// Tries per provider and call (429, 5xx and timeouts are retried).
-    #[serde(default = "defaults::llm_attempts", deserialize_with = "number::u32")]
+    #[serde(deserialize_with = "number::u32")]
     pub attempts: u32,
     /// The wait after a failed call, doubled after each further one.
-    #[serde(default = "defaults::llm_backoff", with = "duration")]
+    #[serde(with = "duration")]
     pub backoff: Duration,
     /// This node's budget of the provider: calls in flight at once, and requests and tokens per
     /// minute (unset: not paced). Each node keeps its own: give each its share of your tier's
@@ -548,53 +541,34 @@ pub struct LlmConfig {
     #[serde(flatten)]
     pub budget: LlmBudget,
     /// Rounds of tool calls before the agent must answer.
-    #[serde(default = "defaults::tool_rounds", deserialize_with = "number::u32")]
+    #[serde(deserialize_with = "number::u32")]
     pub max_tool_rounds: u32,
     /// Roughly how many tokens of earlier conversation go to the model.
-    #[serde(
-        default = "defaults::history_tokens",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub history_tokens: usize,
     /// Tool calls run in one round; the model's further calls in that round are not run and
     /// are answered with an error it reads.
-    #[serde(
-        default = "defaults::max_tool_calls",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub max_tool_calls: usize,
     /// A tool's answer (or error) is cut to this many bytes before the model reads it.
-    #[serde(
-        default = "defaults::max_tool_answer_bytes",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub max_tool_answer_bytes: usize,
     /// Estimated prompt tokens (about 4 characters each) all of a turn's model calls may send
     /// together; a turn that would send more goes to a person instead.
-    #[serde(
-        default = "defaults::turn_prompt_tokens",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub turn_prompt_tokens: usize,
     /// The most characters a string argument of a tool may have when its `parameters` schema
     /// gives no `maxLength` (the model is offered the bound, and the call is checked).
-    #[serde(
-        default = "defaults::max_argument_chars",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub max_argument_chars: usize,
     /// Hosts an answer may link to (each with its subdomains, like `example.com`); an answer
     /// with any other link, or a `javascript:` one, is not sent. Empty: no links at all.
-    #[serde(default)]
     pub allowed_link_hosts: Vec<String>,
     /// Mask phone and account numbers before text leaves for the model.
-    #[serde(default)]
     pub redact: bool,
     /// Price per million prompt tokens, for `sabi stats`'s cost estimate.
-    #[serde(default)]
     pub prompt_price: f64,
     /// Price per million completion tokens.
-    #[serde(default)]
     pub completion_price: f64,
     /// Speech-to-text base URL; the LLM's when unset.
     pub transcribe_base_url: Option<String>,
@@ -602,36 +576,26 @@ pub struct LlmConfig {
     #[serde(skip_serializing)]
     pub transcribe_api_key: Option<SecretString>,
     /// The speech-to-text model.
-    #[serde(default = "defaults::transcribe_model")]
     pub transcribe_model: String,
     /// The largest voice note downloaded for transcription (Meta allows 16 MB).
-    #[serde(
-        default = "defaults::media_max_bytes",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub media_max_bytes: usize,
     /// Sampling temperature; 0 for tool use (the same question gets the same tool decision).
     /// Unset: the provider's default.
-    #[serde(default)]
     pub temperature: Option<f64>,
     /// Nucleus sampling; unset: the provider's default.
-    #[serde(default)]
     pub top_p: Option<f64>,
     /// The most tokens one answer may have; an answer cut off there is never sent.
-    #[serde(default)]
     pub max_tokens: Option<u32>,
     /// A fixed seed, for providers that make sampling repeatable with one.
-    #[serde(default)]
     pub seed: Option<u64>,
     /// Merged into every chat request's body: a provider's own options.
-    #[serde(default, skip_serializing_if = "toml::Table::is_empty")]
+    #[serde(skip_serializing_if = "toml::Table::is_empty")]
     pub extra: toml::Table,
     /// The voice notes' language (ISO-639-1, like `en`), passed to the transcription; unset:
     /// detected.
-    #[serde(default)]
     pub transcribe_language: Option<String>,
     /// Whisper's `prompt`: the business's words and spellings (Pidgin too), to bias what it hears.
-    #[serde(default)]
     pub transcribe_prompt: Option<String>,
 }
 
@@ -642,26 +606,32 @@ impl Default for LlmConfig {
             api_key: None,
             model: None,
             fallback: None,
-            system_prompt: defaults::system_prompt(),
-            timeout: defaults::llm_timeout(),
-            turn_timeout: defaults::turn_timeout(),
-            attempts: defaults::llm_attempts(),
-            backoff: defaults::llm_backoff(),
+            system_prompt: "You are the customer support assistant of this business on WhatsApp \
+                            and web chat. Answer briefly and kindly, in the customer's own \
+                            language or Pidgin. Use the tools to look things up; never invent \
+                            balances, orders or policies. If you cannot help, say a person will \
+                            follow up."
+                .into(),
+            // Two tries of 20 s (and a 1 s wait) on each of two providers fit in the turn's 120 s.
+            timeout: Duration::from_secs(20),
+            turn_timeout: TURN_TIMEOUT,
+            attempts: 2,
+            backoff: Duration::from_secs(1),
             budget: LlmBudget::default(),
-            max_tool_rounds: defaults::tool_rounds(),
-            history_tokens: defaults::history_tokens(),
-            max_tool_calls: defaults::max_tool_calls(),
-            max_tool_answer_bytes: defaults::max_tool_answer_bytes(),
-            turn_prompt_tokens: defaults::turn_prompt_tokens(),
-            max_argument_chars: defaults::max_argument_chars(),
+            max_tool_rounds: 4,
+            history_tokens: 2000,
+            max_tool_calls: 8,
+            max_tool_answer_bytes: 32 * 1024,
+            turn_prompt_tokens: 100_000,
+            max_argument_chars: 1000,
             allowed_link_hosts: Vec::new(),
             redact: false,
             prompt_price: 0.0,
             completion_price: 0.0,
             transcribe_base_url: None,
             transcribe_api_key: None,
-            transcribe_model: defaults::transcribe_model(),
-            media_max_bytes: defaults::media_max_bytes(),
+            transcribe_model: "whisper-1".into(),
+            media_max_bytes: 16 * 1024 * 1024,
             temperature: None,
             top_p: None,
             max_tokens: None,
@@ -681,8 +651,14 @@ pub struct ExternalAgentConfig {
     /// Signs every request (`X-Sabi-Signature-256`), so the agent can check it came from Sabi.
     #[serde(skip_serializing)]
     pub secret: SecretString,
-    #[serde(default = "defaults::turn_timeout", with = "duration")]
+    #[serde(default = "turn_timeout", with = "duration")]
     pub timeout: Duration,
+}
+
+/// The external agent's default `timeout`: its table has required keys, so it has no
+/// `Default` to fill a missing one from.
+fn turn_timeout() -> Duration {
+    TURN_TIMEOUT
 }
 
 /// The fallback provider.
@@ -699,22 +675,20 @@ pub struct FallbackLlm {
 
 /// How much of a model provider Sabi may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default)]
 pub struct LlmBudget {
-    #[serde(
-        default = "defaults::llm_max_concurrent",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub max_concurrent: usize,
-    #[serde(default, deserialize_with = "number::option_u32")]
+    #[serde(deserialize_with = "number::option_u32")]
     pub requests_per_minute: Option<u32>,
-    #[serde(default, deserialize_with = "number::option_u32")]
+    #[serde(deserialize_with = "number::option_u32")]
     pub tokens_per_minute: Option<u32>,
 }
 
 impl Default for LlmBudget {
     fn default() -> Self {
         LlmBudget {
-            max_concurrent: defaults::llm_max_concurrent(),
+            max_concurrent: 16,
             requests_per_minute: None,
             tokens_per_minute: None,
         }
@@ -722,161 +696,144 @@ impl Default for LlmBudget {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct EngineConfig {
     /// How long a claimed batch is held; renewed every quarter of it.
-    #[serde(default = "defaults::lease", with = "duration")]
+    #[serde(with = "duration")]
     pub lease: Duration,
     /// A batch whose first message reached Sabi this much after the customer sent it (an
     /// outage, Meta's retries) goes to review instead of an automatic reply.
-    #[serde(default = "defaults::review_after", with = "duration")]
+    #[serde(with = "duration")]
     pub review_after: Duration,
     /// A batch that waited in Sabi's own queue longer than this (a surge) goes to review;
     /// unset, it is answered however long it waited.
-    #[serde(
-        default,
-        with = "duration::option",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(with = "duration::option", skip_serializing_if = "Option::is_none")]
     pub queued_review_after: Option<Duration>,
     /// A WhatsApp customer whose turn is expected further off than this gets one short holding
     /// message with the expected wait, and the answer follows; 0: never. `sabi plan` sizes for
     /// it.
-    #[serde(default = "defaults::hold_after", with = "duration")]
+    #[serde(with = "duration")]
     pub hold_after: Duration,
     /// The holding message; `{wait}` becomes the expected wait, like "about 5 minutes".
-    #[serde(default = "defaults::hold_message")]
     pub hold_message: String,
     /// How long running work may take to finish at shutdown.
-    #[serde(default = "defaults::shutdown_grace", with = "duration")]
+    #[serde(with = "duration")]
     pub shutdown_grace: Duration,
     /// Turns at once on one node: they mostly wait on I/O, and the model budget bounds the
     /// calls they make.
-    #[serde(
-        default = "defaults::turns_per_node",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub turns_per_node: usize,
     /// Tries of a turn before its batch goes to review.
-    #[serde(default = "defaults::max_attempts", deserialize_with = "number::u32")]
+    #[serde(deserialize_with = "number::u32")]
     pub max_attempts: u32,
     /// The wait after a failed turn, doubled after each further failure.
-    #[serde(default = "defaults::retry_base", with = "duration")]
+    #[serde(with = "duration")]
     pub retry_base: Duration,
     /// How often a worker asks the store for work other nodes stored.
-    #[serde(default = "defaults::poll_interval", with = "duration")]
+    #[serde(with = "duration")]
     pub poll_interval: Duration,
     /// Sandbox mode's acknowledgement waits this long, to stand in for an agent's thinking.
-    #[serde(default, with = "duration")]
+    #[serde(with = "duration")]
     pub sandbox_reply_delay: Duration,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            lease: defaults::lease(),
-            review_after: defaults::review_after(),
+            lease: Duration::from_secs(120),
+            review_after: Duration::from_secs(15 * 60),
             queued_review_after: None,
-            hold_after: defaults::hold_after(),
-            hold_message: defaults::hold_message(),
-            shutdown_grace: defaults::shutdown_grace(),
-            turns_per_node: defaults::turns_per_node(),
-            max_attempts: defaults::max_attempts(),
-            retry_base: defaults::retry_base(),
-            poll_interval: defaults::poll_interval(),
+            hold_after: Duration::from_secs(60),
+            hold_message: "Thanks for your message! Many people are writing to us right now: we \
+                           will answer you in {wait}."
+                .into(),
+            shutdown_grace: Duration::from_secs(10),
+            // Turns mostly wait on the model or a tool: a node runs many, and the model budget
+            // (`llm.max_concurrent` and the per-minute limits) bounds what reaches the provider.
+            turns_per_node: 32,
+            max_attempts: 4,
+            retry_base: Duration::from_secs(5),
+            poll_interval: Duration::from_secs(1),
             sandbox_reply_delay: Duration::ZERO,
         }
     }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct IngressConfig {
     /// Largest request body accepted (Meta sends up to 3 MB).
-    #[serde(default = "defaults::max_body", deserialize_with = "number::usize")]
+    #[serde(deserialize_with = "number::usize")]
     pub max_body_bytes: usize,
     /// Networks the WhatsApp webhook accepts requests from (CIDR, like Meta's published
     /// ranges); empty accepts any. A valid signature is still required.
-    #[serde(default)]
     pub webhook_allow: Vec<ipnet::IpNet>,
     /// Proxies whose `X-Forwarded-For` is believed (CIDR); from anyone else it is ignored.
-    #[serde(default)]
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// A client must send a request's headers within this (slower ones are dropped).
-    #[serde(default = "defaults::header_timeout", with = "duration")]
+    #[serde(with = "duration")]
     pub header_timeout: Duration,
     /// ...and its whole body within this (408 otherwise; Meta sends at once).
-    #[serde(default = "defaults::body_timeout", with = "duration")]
+    #[serde(with = "duration")]
     pub body_timeout: Duration,
     /// Connections open at once on one node (kept within the open-file limit); new ones are
     /// closed beyond it.
-    #[serde(
-        default = "defaults::max_connections",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub max_connections: usize,
     /// Bodies over 64 KiB (or of unknown length) read at once by the webhook, and as many
     /// again by every other route; more get 503 at once.
-    #[serde(
-        default = "defaults::max_large_bodies",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub max_large_bodies: usize,
     /// A client that reads nothing of its answer for this long is dropped (one that pipelines
     /// requests and never reads the answers would otherwise hold its connection for good).
-    #[serde(default = "defaults::write_timeout", with = "duration")]
+    #[serde(with = "duration")]
     pub write_timeout: Duration,
     /// A connection this old takes no new request and closes once its answer is written
     /// (cut off if that takes `engine.shutdown_grace` more); event streams are exempt.
-    #[serde(default = "defaults::max_connection_age", with = "duration")]
+    #[serde(with = "duration")]
     pub max_connection_age: Duration,
     /// Requests one connection carries (pipelined or one after another); the last answer
     /// closes it.
-    #[serde(
-        default = "defaults::max_requests_per_connection",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub max_requests_per_connection: usize,
     /// Connections open at once from one client address (an IPv6 client's /64), within
     /// `max_connections`; new ones beyond are closed at once. A peer in `trusted_proxies`
     /// speaks for many clients and is not capped: the proxy's own per-client limit applies.
-    #[serde(
-        default = "defaults::max_connections_per_address",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub max_connections_per_address: usize,
     /// Bytes of request bodies being read at once for one client address (the client behind
     /// `trusted_proxies`; an IPv6 client's /64), small bodies included: each counts its
     /// declared length (or the route's limit when none is declared) until read; more get 503
     /// at once. The admin API's bodies, read only once its token is checked, do not count.
-    #[serde(
-        default = "defaults::max_body_bytes_per_address",
-        deserialize_with = "number::usize"
-    )]
+    #[serde(deserialize_with = "number::usize")]
     pub max_body_bytes_per_address: usize,
 }
 
 impl Default for IngressConfig {
     fn default() -> Self {
+        // Meta's 3 MB plus room for headers of the JSON around it.
+        let max_body_bytes = 3 * 1024 * 1024 + 512 * 1024;
         IngressConfig {
-            max_body_bytes: defaults::max_body(),
+            max_body_bytes,
             webhook_allow: Vec::new(),
             trusted_proxies: Vec::new(),
-            header_timeout: defaults::header_timeout(),
-            body_timeout: defaults::body_timeout(),
-            max_connections: defaults::max_connections(),
-            max_large_bodies: defaults::max_large_bodies(),
-            write_timeout: defaults::write_timeout(),
-            max_connection_age: defaults::max_connection_age(),
-            max_requests_per_connection: defaults::max_requests_per_connection(),
-            max_connections_per_address: defaults::max_connections_per_address(),
-            max_body_bytes_per_address: defaults::max_body_bytes_per_address(),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            max_connections: 10_000,
+            max_large_bodies: 16,
+            write_timeout: Duration::from_secs(30),
+            max_connection_age: Duration::from_secs(300),
+            max_requests_per_connection: 1_000,
+            max_connections_per_address: 256,
+            // Two of Meta's largest webhooks at once, of the default body limit: a configured
+            // `max_body_bytes` does not move it (validation asks that it hold at least one).
+            max_body_bytes_per_address: 2 * max_body_bytes,
         }
     }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     /// Bearer token of the admin API; unset means the admin API is off.
     #[serde(skip_serializing)]
@@ -887,85 +844,86 @@ pub struct AdminConfig {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct BroadcastConfig {
     /// Told once to a customer who writes STOP (or its equivalents) and is opted out.
-    #[serde(default = "defaults::stop_reply")]
     pub stop_reply: String,
     /// Told once to a customer who writes START and is opted back in.
-    #[serde(default = "defaults::start_reply")]
     pub start_reply: String,
     /// Offered (with a "Stop offers" button) after a bare STOP that may have answered the
     /// assistant's question: the answer comes first, and the opt-out is the customer's choice.
     /// Must not end with a question mark.
-    #[serde(default = "defaults::stop_offer")]
     pub stop_offer: String,
     /// A customer sent a broadcast this recently is skipped by the next.
-    #[serde(default = "defaults::cooldown", with = "duration")]
+    #[serde(with = "duration")]
     pub cooldown: Duration,
     /// Holds for Meta's marketing limit per user (131049, at least 24 h each) before a
     /// recipient fails.
-    #[serde(default = "defaults::max_holds", deserialize_with = "number::u32")]
+    #[serde(deserialize_with = "number::u32")]
     pub max_holds: u32,
     /// What Meta charges for one template message, by the recipient's country prefix (the
     /// longest that matches): a broadcast's cost before it goes and after.
-    #[serde(default)]
     pub prices: BTreeMap<String, f64>,
     /// The currency of `prices`.
-    #[serde(default = "defaults::currency")]
     pub currency: String,
 }
 
 impl Default for BroadcastConfig {
     fn default() -> Self {
         BroadcastConfig {
-            stop_reply: defaults::stop_reply(),
-            start_reply: defaults::start_reply(),
-            stop_offer: defaults::stop_offer(),
-            cooldown: defaults::cooldown(),
-            max_holds: defaults::max_holds(),
+            stop_reply: "You will get no more offers or updates from us. You can still write to \
+                         us any time, and reply START to get them again."
+                .into(),
+            start_reply:
+                "You will get our offers and updates again. Reply STOP any time to stop them."
+                    .into(),
+            stop_offer: "If you want no more offers or updates from us, tap Stop offers.".into(),
+            cooldown: Duration::from_secs(24 * 60 * 60),
+            max_holds: 3,
             prices: BTreeMap::new(),
-            currency: defaults::currency(),
+            currency: "USD".into(),
         }
     }
 }
 
 /// How long Sabi keeps what it holds (`store::rules::retention` has the rules).
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RetentionConfig {
     /// Customer messages, reply bodies, settled review items, web-chat history and jobs.
-    #[serde(default = "defaults::keep_messages", with = "duration")]
+    #[serde(with = "duration")]
     pub messages: Duration,
     /// Delivery and read statuses, and the other recorded items.
-    #[serde(default = "defaults::keep_statuses", with = "duration")]
+    #[serde(with = "duration")]
     pub statuses: Duration,
     /// Quarantined raw bodies.
-    #[serde(default = "defaults::keep_quarantine", with = "duration")]
+    #[serde(with = "duration")]
     pub quarantine: Duration,
     /// How long a message's deduplication key (a hash) outlives its content.
-    #[serde(default = "defaults::keep_keys", with = "duration")]
+    #[serde(with = "duration")]
     pub dedupe: Duration,
     /// How often the sweeper looks for what is past its horizon.
-    #[serde(default = "defaults::sweep_every", with = "duration")]
+    #[serde(with = "duration")]
     pub sweep_every: Duration,
 }
 
 impl Default for RetentionConfig {
     fn default() -> Self {
+        // The horizons' own defaults are the store rules' (`Horizons::default`).
+        let horizons = Horizons::default();
         RetentionConfig {
-            messages: defaults::keep_messages(),
-            statuses: defaults::keep_statuses(),
-            quarantine: defaults::keep_quarantine(),
-            dedupe: defaults::keep_keys(),
-            sweep_every: defaults::sweep_every(),
+            messages: horizons.messages,
+            statuses: horizons.statuses,
+            quarantine: horizons.quarantine,
+            dedupe: horizons.dedupe,
+            sweep_every: Duration::from_secs(60),
         }
     }
 }
 
 /// What erasure leaves behind is keyed (`store::rules::erasure::Marks`).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct PrivacyConfig {
     /// Keys the do-not-contact markers and erased messages' hashes (HMAC-SHA256), so a copy of
     /// the store alone cannot tell whom they stand for. Keep it outside the store and its
@@ -975,7 +933,7 @@ pub struct PrivacyConfig {
     pub marker_secret: Option<SecretString>,
     /// The secrets used before `marker_secret`, oldest first: a store made under them moves to
     /// the new one at start, and they stay needed to find its markers.
-    #[serde(default, skip_serializing)]
+    #[serde(skip_serializing)]
     pub previous_marker_secrets: Vec<SecretString>,
 }
 
@@ -1465,239 +1423,6 @@ impl WebchatConfig {
     }
 }
 
-mod defaults {
-    use std::net::SocketAddr;
-    use std::time::Duration;
-
-    use crate::domain::Horizons;
-
-    use super::MessagingLimit;
-
-    pub(super) fn listen() -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], 8080))
-    }
-    pub(super) fn api_base() -> String {
-        "https://graph.facebook.com/v23.0".into()
-    }
-    pub(super) fn whatsapp_window() -> Duration {
-        Duration::from_secs(20)
-    }
-    pub(super) fn max_wait() -> Duration {
-        Duration::from_secs(60)
-    }
-    pub(super) fn outbound_rate() -> u32 {
-        80
-    }
-    pub(super) fn system_prompt() -> String {
-        "You are the customer support assistant of this business on WhatsApp and web chat. \
-         Answer briefly and kindly, in the customer's own language or Pidgin. Use the tools to \
-         look things up; never invent balances, orders or policies. If you cannot help, say a \
-         person will follow up."
-            .into()
-    }
-    // Two tries of 20 s (and a 1 s wait) on each of two providers fit in the turn's 120 s.
-    pub(super) fn llm_timeout() -> Duration {
-        Duration::from_secs(20)
-    }
-    pub(super) fn turn_timeout() -> Duration {
-        Duration::from_secs(120)
-    }
-    pub(super) fn llm_max_concurrent() -> usize {
-        16
-    }
-    pub(super) fn llm_attempts() -> u32 {
-        2
-    }
-    pub(super) fn llm_backoff() -> Duration {
-        Duration::from_secs(1)
-    }
-    pub(super) fn tool_rounds() -> u32 {
-        4
-    }
-    pub(super) fn history_tokens() -> usize {
-        2000
-    }
-    pub(super) fn max_tool_calls() -> usize {
-        8
-    }
-    pub(super) fn max_tool_answer_bytes() -> usize {
-        32 * 1024
-    }
-    pub(super) fn turn_prompt_tokens() -> usize {
-        100_000
-    }
-    pub(super) fn max_argument_chars() -> usize {
-        1000
-    }
-    pub(super) fn transcribe_model() -> String {
-        "whisper-1".into()
-    }
-    pub(super) fn media_max_bytes() -> usize {
-        16 * 1024 * 1024
-    }
-    pub(super) fn pair_spacing() -> Duration {
-        Duration::from_secs(1)
-    }
-    pub(super) fn send_timeout() -> Duration {
-        Duration::from_secs(15)
-    }
-    pub(super) fn unknown_outcome_wait() -> Duration {
-        Duration::from_secs(2 * 60)
-    }
-    pub(super) fn send_max_failures() -> u32 {
-        6
-    }
-    pub(super) fn send_retry_base() -> Duration {
-        Duration::from_secs(2)
-    }
-    pub(super) fn sends_in_flight() -> usize {
-        32
-    }
-    pub(super) fn lease() -> Duration {
-        Duration::from_secs(120)
-    }
-    pub(super) fn hold_after() -> Duration {
-        Duration::from_secs(60)
-    }
-    pub(super) fn hold_message() -> String {
-        "Thanks for your message! Many people are writing to us right now: we will answer you \
-         in {wait}."
-            .into()
-    }
-    pub(super) fn review_after() -> Duration {
-        Duration::from_secs(15 * 60)
-    }
-    pub(super) fn shutdown_grace() -> Duration {
-        Duration::from_secs(10)
-    }
-    pub(super) fn site() -> String {
-        "web".into()
-    }
-    pub(super) fn result_ttl() -> Duration {
-        Duration::from_secs(24 * 3600)
-    }
-    pub(super) fn max_queue() -> usize {
-        1000
-    }
-    pub(super) fn max_streams() -> usize {
-        10_000
-    }
-    pub(super) fn session_rate() -> usize {
-        20
-    }
-    pub(super) fn enabled() -> bool {
-        true
-    }
-    /// Turns mostly wait on the model or a tool: a node runs many, and the model budget
-    /// (`llm.max_concurrent` and the per-minute limits) bounds what reaches the provider.
-    pub(super) fn turns_per_node() -> usize {
-        32
-    }
-    pub(super) fn max_attempts() -> u32 {
-        4
-    }
-    pub(super) fn retry_base() -> Duration {
-        Duration::from_secs(5)
-    }
-    pub(super) fn messaging_limit() -> MessagingLimit {
-        MessagingLimit(Some(250))
-    }
-    pub(super) fn keep_messages() -> Duration {
-        Horizons::default().messages
-    }
-    pub(super) fn keep_statuses() -> Duration {
-        Horizons::default().statuses
-    }
-    pub(super) fn keep_quarantine() -> Duration {
-        Horizons::default().quarantine
-    }
-    pub(super) fn keep_keys() -> Duration {
-        Horizons::default().dedupe
-    }
-    pub(super) fn sweep_every() -> Duration {
-        Duration::from_secs(60)
-    }
-    pub(super) fn cooldown() -> Duration {
-        Duration::from_secs(24 * 60 * 60)
-    }
-    pub(super) fn max_holds() -> u32 {
-        3
-    }
-    pub(super) fn currency() -> String {
-        "USD".into()
-    }
-    pub(super) fn stop_reply() -> String {
-        "You will get no more offers or updates from us. You can still write to us any time, \
-         and reply START to get them again."
-            .into()
-    }
-    pub(super) fn start_reply() -> String {
-        "You will get our offers and updates again. Reply STOP any time to stop them.".into()
-    }
-    pub(super) fn stop_offer() -> String {
-        "If you want no more offers or updates from us, tap Stop offers.".into()
-    }
-    pub(super) fn poll_interval() -> Duration {
-        Duration::from_secs(1)
-    }
-    pub(super) fn address_rate() -> usize {
-        30
-    }
-
-    pub(super) fn max_wrong_rate() -> f64 {
-        0.02
-    }
-
-    pub(super) fn address_sessions() -> usize {
-        30
-    }
-
-    pub(super) fn address_handoffs() -> usize {
-        5
-    }
-
-    pub(super) fn frame_ancestors() -> String {
-        "*".into()
-    }
-
-    pub(super) fn header_timeout() -> Duration {
-        Duration::from_secs(10)
-    }
-
-    pub(super) fn body_timeout() -> Duration {
-        Duration::from_secs(10)
-    }
-
-    pub(super) fn max_connections() -> usize {
-        10_000
-    }
-
-    pub(super) fn max_large_bodies() -> usize {
-        16
-    }
-    pub(super) fn write_timeout() -> Duration {
-        Duration::from_secs(30)
-    }
-    pub(super) fn max_connection_age() -> Duration {
-        Duration::from_secs(300)
-    }
-    pub(super) fn max_requests_per_connection() -> usize {
-        1_000
-    }
-    pub(super) fn max_connections_per_address() -> usize {
-        256
-    }
-    pub(super) fn max_body_bytes_per_address() -> usize {
-        // Two of Meta's largest webhooks at once.
-        2 * max_body()
-    }
-
-    pub(super) fn max_body() -> usize {
-        // Meta's 3 MB plus room for headers of the JSON around it.
-        3 * 1024 * 1024 + 512 * 1024
-    }
-}
-
 /// Durations written like `250ms`, `20s`, `15m`, or a number of seconds.
 pub(crate) mod duration {
     use std::time::Duration;
@@ -1849,6 +1574,42 @@ mod tests {
         assert_eq!(c.engine.review_after, Duration::from_secs(900));
         assert_eq!(c.whatsapp.outbound_rate, 80);
         assert!(c.whatsapp.sandbox());
+    }
+
+    /// Each default is written once, in a `Default` impl that serde fills missing keys from:
+    /// a file without a section, one with the section empty, and the code's `Default` agree.
+    #[test]
+    fn an_empty_file_and_empty_sections_read_as_the_defaults() {
+        let read = |table: toml::Table| {
+            Config::deserialize(toml::Value::Table(table)).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let want = format!("{:#?}", Config::default());
+        assert_eq!(format!("{:#?}", read(toml::Table::new())), want);
+        let defaults = toml::Table::try_from(Config::default()).expect("serialise");
+        let sections: Vec<&String> = defaults
+            .iter()
+            .filter(|(_, value)| value.is_table())
+            .map(|(name, _)| name)
+            .collect();
+        assert!(sections.iter().any(|s| *s == "llm"), "{sections:?}");
+        for section in sections {
+            let mut table = toml::Table::new();
+            table.insert(section.clone(), toml::Value::Table(toml::Table::new()));
+            assert_eq!(format!("{:#?}", read(table)), want, "[{section}]");
+        }
+        // The tables with required keys take the same defaults as the rest.
+        let c = read(
+            "[llm.fallback]\nbase_url = \"u\"\nmodel = \"m\"\n\
+             [external_agent]\nurl = \"u\"\nsecret = \"s\"\n"
+                .parse()
+                .expect("toml"),
+        );
+        assert_eq!(
+            c.llm.fallback.expect("fallback").budget,
+            LlmBudget::default()
+        );
+        let agent = c.external_agent.expect("external agent");
+        assert_eq!(agent.timeout, LlmConfig::default().turn_timeout);
     }
 
     #[test]
