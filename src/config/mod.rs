@@ -1856,35 +1856,25 @@ mod tests {
     fn store_as_a_table() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("sabi.toml");
-        std::fs::write(
-            &file,
-            "store = { kind = \"sqlite\", path = \"data/s.db\" }\n",
-        )
-        .expect("write");
-        let c = Config::load(Some(&file), env(&[])).expect("valid");
+        let load = |text: &str| {
+            std::fs::write(&file, text).expect("write");
+            Config::load(Some(&file), env(&[])).map(|c| c.store)
+        };
+        let sqlite = load("store = { kind = \"sqlite\", path = \"data/s.db\" }\n");
         assert_eq!(
-            c.store,
+            sqlite.expect("valid"),
             StoreConfig::Sqlite {
                 path: "data/s.db".into()
             }
         );
-        std::fs::write(
-            &file,
-            "store = { kind = \"redis\", url = \"redis://cache:6379/0?prefix=shop\" }\n",
-        )
-        .expect("write");
-        let c = Config::load(Some(&file), env(&[])).expect("valid");
+        let redis =
+            load("store = { kind = \"redis\", url = \"redis://cache:6379/0?prefix=shop\" }\n");
         assert_eq!(
-            c.store,
+            redis.expect("valid"),
             StoreConfig::Redis {
                 url: "redis://cache:6379/0?prefix=shop".into()
             }
         );
-        std::fs::write(
-            &file,
-            "store = { kind = \"redis\", url = \"postgres://db/sabi\" }\n",
-        )
-        .expect("write");
-        assert!(Config::load(Some(&file), env(&[])).is_err());
+        assert!(load("store = { kind = \"redis\", url = \"postgres://db/sabi\" }\n").is_err());
     }
 }
