@@ -257,7 +257,7 @@ async fn after_forget_and_a_clean_stop_the_erased_words_are_in_no_sqlite_file() 
         let lines = String::from_utf8_lossy(&inbox.stdout).into_owned();
         lines.lines().count() == 2 && lines.lines().all(|l| l.contains(r#""state":"answered""#))
     };
-    eventually(answered).await;
+    eventually("both messages answered", || async { answered() }).await;
     assert!(
         holds(&files_of(dir.path()), "22233344455"),
         "the words are on disk before"
@@ -304,7 +304,7 @@ async fn a_node_with_short_horizons_forgets_on_its_own_and_takes_no_retry_in() {
         let inbox = inbox_json(dir.path());
         inbox.len() == 1 && inbox[0]["state"] == "answered"
     };
-    eventually(answered).await;
+    eventually("the message answered", || async { answered() }).await;
     assert_eq!(
         json_lines(dir.path(), &["outbox", "--json"]).len(),
         1,
@@ -312,7 +312,7 @@ async fn a_node_with_short_horizons_forgets_on_its_own_and_takes_no_retry_in() {
     );
 
     // Past the horizon the sweeper takes the message, its turn and its reply.
-    eventually(|| {
+    eventually("the sweeper to take the message and its reply", || async {
         inbox_json(dir.path()).is_empty()
             && json_lines(dir.path(), &["outbox", "--json"]).is_empty()
     })

@@ -172,9 +172,7 @@ impl TestApp {
 
     /// Posts `body` signed with the test secret.
     pub async fn post_whatsapp_webhook(&self, body: impl Into<Vec<u8>>) -> reqwest::Response {
-        let body = body.into();
-        let signature = signature(&body);
-        self.post_raw_webhook(body, Some(&signature)).await
+        post_webhook(&self.client, &self.url(""), body).await
     }
 
     /// Posts `body` with the given signature header (or none).
@@ -209,6 +207,29 @@ impl Drop for TestApp {
 
 pub fn signature(body: &[u8]) -> String {
     sign(&SecretString::from(SECRET.to_owned()), body)
+}
+
+/// A POST of `body` to the WhatsApp webhook of the Sabi at `base` (`http://host:port`), signed
+/// with the test secret as Meta signs it; the caller may add headers before it sends.
+pub fn webhook_request(
+    client: &reqwest::Client,
+    base: &str,
+    body: impl Into<Vec<u8>>,
+) -> reqwest::RequestBuilder {
+    sabi::testing::webhook::signed(client, &format!("{base}/webhook/whatsapp"), SECRET, body)
+}
+
+/// Posts `body`, signed with the test secret, to the WhatsApp webhook of the Sabi at `base`;
+/// the response (the test fails if the request cannot be sent at all).
+pub async fn post_webhook(
+    client: &reqwest::Client,
+    base: &str,
+    body: impl Into<Vec<u8>>,
+) -> reqwest::Response {
+    webhook_request(client, base, body)
+        .send()
+        .await
+        .expect("webhook sent")
 }
 
 /// A realistic one-text-message webhook in wire format, sent at the clock's start.
@@ -494,14 +515,62 @@ pub fn ms(millis: u64) -> std::time::Duration {
     std::time::Duration::from_millis(millis)
 }
 
-/// Waits until `holds` is true, polling; gives up (fails the test) after half a minute.
-pub async fn eventually(holds: impl Fn() -> bool) {
+/// How long [`eventually`] waits before it fails the test.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until `holds` answers true, asking again and again (every 10 ms at first, every
+/// 200 ms at most); after half a minute the test fails, saying it waited for `what`.
+pub async fn eventually<F, Fut>(what: &str, mut holds: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    eventually_some(what, PATIENCE, || {
+        let holds = holds();
+        async move { holds.await.then_some(()) }
+    })
+    .await;
+}
+
+/// Waits until `found` answers `Some` and returns what it found, asking as [`eventually`]
+/// does; fails the test, saying it waited for `what`, once `patience` has passed.
+pub async fn eventually_some<T, F, Fut>(
+    what: &str,
+    patience: std::time::Duration,
+    mut found: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_seen(what, patience, || {
+        let found = found();
+        async move { found.await.ok_or_else(|| "not yet".to_owned()) }
+    })
+    .await
+}
+
+/// The one polling loop of the tests: asks `seen` until it answers `Ok` and returns that; an
+/// `Err` says what it saw instead, and the last one is in the failure once `patience` has
+/// passed. Asks every 10 ms at first, then less often (every 200 ms at most), so that a slow
+/// question (a CLI run, a scrape) does not crowd out what it waits for.
+pub async fn eventually_seen<T, F, Fut>(what: &str, patience: std::time::Duration, mut seen: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
     let start = std::time::Instant::now();
-    while !holds() {
+    let mut pause = std::time::Duration::from_millis(10);
+    loop {
+        let instead = match seen().await {
+            Ok(found) => return found,
+            Err(instead) => instead,
+        };
         assert!(
-            start.elapsed() < std::time::Duration::from_secs(30),
-            "gave up waiting"
+            start.elapsed() < patience,
+            "gave up after {patience:?} waiting for {what}; seen: {instead}"
         );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(200));
     }
 }
