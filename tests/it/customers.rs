@@ -207,13 +207,8 @@ fn text_sent_now(id: &str, from: &str, text: &str) -> Vec<u8> {
 
 /// Posts a signed webhook to the node; the status it answered.
 async fn post_webhook(client: &reqwest::Client, sabi: &SabiProcess, body: &[u8]) -> u16 {
-    client
-        .post(sabi.url("/webhook/whatsapp"))
-        .header("x-hub-signature-256", crate::helpers::signature(body))
-        .body(body.to_vec())
-        .send()
+    crate::helpers::post_webhook(client, &sabi.url(""), body)
         .await
-        .expect("posted")
         .status()
         .as_u16()
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::helpers::{TestApp, signature, text_webhook};
+use crate::helpers::{TestApp, text_webhook};
 
 const TOKEN: &str = "edge-admin-token-0123456789";
 
@@ -351,16 +351,7 @@ async fn stalled_admin_uploads_leave_the_webhook_its_large_body_places() {
     // A signed webhook of 70 KB is large too, and has places of its own.
     let mut body = text_webhook("wamid.edge-large", "2348031234567", "hello");
     body.resize(70 * 1024, b' ');
-    let response = app
-        .client
-        .post(app.url("/webhook/whatsapp"))
-        .header("content-type", "application/json")
-        .header("x-hub-signature-256", signature(&body))
-        .body(body)
-        .send()
-        .await
-        .expect("sent");
-    assert_eq!(response.status(), 200);
+    assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
     drop(first);
 }
 

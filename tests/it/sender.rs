@@ -12,10 +12,10 @@ use sabi::clock::{At, Clock, ManualClock, SystemClock};
 use sabi::config::SenderSettings;
 use sabi::domain::{Batch, BatchPolicy, ReplyPart};
 use sabi::sender::Sender;
-use sabi::store::ReviewQuery;
 use sabi::store::{
     self, Ending, Ingest, OutboxEntry, SendClaim, SendResult, SqliteStore, Store, send_callback,
 };
+use sabi::store::{BroadcastView, ReviewQuery};
 use sabi::testing::graph::{FakeGraph, Received, Webhooks};
 use sabi::turn::{TurnError, TurnHandler, TurnOutcome};
 use sabi::whatsapp::graph::Graph;
@@ -151,6 +151,25 @@ impl Sending {
             }
         })
         .await;
+    }
+
+    /// Waits until broadcast `id` is as `done` says and returns it; the test fails after
+    /// `patience`, showing the broadcast as it last was.
+    pub async fn broadcast_when(
+        &self,
+        id: i64,
+        patience: Duration,
+        done: impl Fn(&BroadcastView) -> bool,
+    ) -> BroadcastView {
+        eventually_seen("the broadcast", patience, || async {
+            let b = self.store.broadcast(id).await.expect("read").expect("kept");
+            if done(&b) {
+                Ok(b)
+            } else {
+                Err(format!("{b:?}"))
+            }
+        })
+        .await
     }
 
     pub async fn metrics(&self) -> String {
