@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{SabiProcess, TestApp, post_webhook, text_webhook, webhook_request};
+use crate::helpers::{
+    SabiProcess, TestApp, eventually_seen, post_webhook, text_webhook, webhook_request,
+};
 use crate::sender::{Says, Sending, customer};
 
 const TOKEN: &str = "admin-secret-token";
@@ -150,14 +152,15 @@ async fn review_ids(sabi: &Sending) -> Vec<i64> {
 
 /// Waits until the queue has `n` items.
 async fn wait_for_review(sabi: &Sending, n: usize) -> Vec<i64> {
-    for _ in 0..200 {
+    eventually_seen("the review queue", Duration::from_secs(5), || async {
         let ids = review_ids(sabi).await;
         if ids.len() == n {
-            return ids;
+            Ok(ids)
+        } else {
+            Err(format!("{} items, not {n}", ids.len()))
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the review queue never had {n} items");
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,6 +243,7 @@ async fn people_reply_requeue_and_close_review_items() {
     )
     .await;
     assert!(review_ids(&sabi).await.is_empty());
+    // A closed item sends nothing: no event to wait for, a short quiet is the proof.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let texts: Vec<String> = sabi
         .fake
@@ -331,13 +335,15 @@ async fn logged_turn(env: &[(&str, &str)]) -> Vec<String> {
     );
     let response = post_webhook(&reqwest::Client::new(), &sabi.url(""), body).await;
     assert_eq!(response.status(), 200);
-    for _ in 0..200 {
-        if sabi.logs().iter().any(|l| l.contains("turn ended")) {
-            return sabi.logs();
+    eventually_seen("a turn to end", Duration::from_secs(5), || async {
+        let logs = sabi.logs();
+        if logs.iter().any(|l| l.contains("turn ended")) {
+            Ok(logs)
+        } else {
+            Err(format!("{logs:?}"))
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("no turn ended: {:?}", sabi.logs());
+    })
+    .await
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::helpers::{TestApp, text_webhook};
+use crate::helpers::{TestApp, eventually_some, text_webhook};
 
 const TOKEN: &str = "edge-admin-token-0123456789";
 
@@ -86,20 +86,13 @@ async fn health_from(app: &TestApp, from: Ipv4Addr) -> Option<String> {
 
 /// Polls `health_from` until it is answered 200; fails the test after `patience`.
 async fn served_within(app: &TestApp, from: Ipv4Addr, patience: Duration) {
-    let started = Instant::now();
-    loop {
-        if health_from(app, from)
+    eventually_some(&format!("an answer to {from}"), patience, || async {
+        health_from(app, from)
             .await
             .is_some_and(|status| status.starts_with("HTTP/1.1 200"))
-        {
-            return;
-        }
-        assert!(
-            started.elapsed() < patience,
-            "no answer from {from} within {patience:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
