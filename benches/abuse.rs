@@ -17,6 +17,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use sabi::testing::webhook::signed;
 use secrecy::SecretString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -109,11 +110,11 @@ fn cpu_seconds(node: &Node) -> f64 {
     ticks / 100.0
 }
 
-fn webhook(id: &str) -> (Vec<u8>, String) {
+fn webhook(id: &str) -> Vec<u8> {
     webhook_from(id, "2348031234567")
 }
 
-fn webhook_from(id: &str, from: &str) -> (Vec<u8>, String) {
+fn webhook_from(id: &str, from: &str) -> Vec<u8> {
     let value = sabi::whatsapp::wire::text_webhook(
         "100000000000001",
         from,
@@ -124,9 +125,7 @@ fn webhook_from(id: &str, from: &str) -> (Vec<u8>, String) {
             .map_or(0, |d| d.as_secs()),
         "hello",
     );
-    let body = sabi::whatsapp::wire::encode(&value).into_bytes();
-    let signature = sabi::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
-    (body, signature)
+    sabi::whatsapp::wire::encode(&value).into_bytes()
 }
 
 /// Signed webhooks every 100 ms until `stop`; their latencies, and how many were not 200.
@@ -142,14 +141,9 @@ async fn sample_webhooks(
     let mut n = 0;
     while !stop.is_cancelled() {
         n += 1;
-        let (body, signature) = webhook(&format!("wamid.sample{n}-{}", rand_id()));
+        let body = webhook(&format!("wamid.sample{n}-{}", rand_id()));
         let started = Instant::now();
-        let sent = client
-            .post(&url)
-            .header("x-hub-signature-256", signature)
-            .body(body)
-            .send()
-            .await;
+        let sent = signed(&client, &url, SECRET, body).send().await;
         match sent {
             Ok(r) if r.status() == 200 => latencies.push(started.elapsed()),
             _ => failed += 1,
@@ -386,12 +380,9 @@ async fn whatsapp_behind_a_full_web_chat(questions: usize) {
             .expect("asked");
         assert_eq!(asked.status(), 202);
     }
-    let (body, signature) = webhook("wamid.behind-the-queue");
+    let body = webhook("wamid.behind-the-queue");
     let started = Instant::now();
-    let sent = client
-        .post(node.url("/webhook/whatsapp"))
-        .header("x-hub-signature-256", signature)
-        .body(body)
+    let sent = signed(&client, &node.url("/webhook/whatsapp"), SECRET, body)
         .send()
         .await
         .expect("webhook");
@@ -492,11 +483,8 @@ async fn whatsapp_load(url: String, rate: usize, stop: tokio_util::sync::Cancell
     while !stop.is_cancelled() {
         tick.tick().await;
         let from = format!("23480{:08}", sent % 3_000);
-        let (body, signature) = webhook_from(&format!("wamid.load{sent}-{}", rand_id()), &from);
-        let request = client
-            .post(&url)
-            .header("x-hub-signature-256", signature)
-            .body(body);
+        let body = webhook_from(&format!("wamid.load{sent}-{}", rand_id()), &from);
+        let request = signed(&client, &url, SECRET, body);
         tokio::spawn(request.send());
         sent += 1;
     }
@@ -692,14 +680,10 @@ async fn admin_uploads_beside_the_webhook(uploads: usize, window: Duration) {
     let mut n = 0;
     while started.elapsed() < window {
         n += 1;
-        let (mut body, _) = webhook(&format!("wamid.large{n}-{}", rand_id()));
+        let mut body = webhook(&format!("wamid.large{n}-{}", rand_id()));
         body.resize(70 * 1024, b' ');
-        let signature = sabi::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
         let sent = Instant::now();
-        let answer = client
-            .post(node.url("/webhook/whatsapp"))
-            .header("x-hub-signature-256", signature)
-            .body(body)
+        let answer = signed(&client, &node.url("/webhook/whatsapp"), SECRET, body)
             .send()
             .await;
         match answer {
@@ -819,15 +803,16 @@ timeout = "5s"
         llm.base_url()
     );
     let node = node("all", &config, &[]);
-    let (body, signature) = webhook("wamid.fan-out");
-    let sent = reqwest::Client::new()
-        .post(node.url("/webhook/whatsapp"))
-        .header("content-type", "application/json")
-        .header("x-hub-signature-256", signature)
-        .body(body)
-        .send()
-        .await
-        .expect("webhook");
+    let body = webhook("wamid.fan-out");
+    let sent = signed(
+        &reqwest::Client::new(),
+        &node.url("/webhook/whatsapp"),
+        SECRET,
+        body,
+    )
+    .send()
+    .await
+    .expect("webhook");
     assert_eq!(sent.status(), 200);
     let started = Instant::now();
     // The turn ends with a second model call, or with a person when that call's prompt would
