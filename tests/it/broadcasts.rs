@@ -511,21 +511,16 @@ async fn customers_opt_out_by_keyword_by_meta_and_by_refusal_and_back_in() {
     sabi.post_webhook(body).await;
 
     // A dry run through the admin API leaves both out, saying why.
-    let dry: serde_json::Value = sabi
-        .client
-        .post(format!("{}/admin/broadcasts", sabi.url))
-        .bearer_auth(ADMIN)
-        .json(&serde_json::json!({
-            "name": "Diwali eve", "template": {"name": "diwali_offer", "language": "en"},
-            "from": "100000000000001", "recipients": [{"to": ada}, {"to": bola}, {"to": chi}],
-            "dry_run": true,
-        }))
-        .send()
-        .await
-        .expect("dry run")
-        .json()
-        .await
-        .expect("json");
+    let (_, dry) = sabi
+        .post_broadcast(
+            ADMIN,
+            serde_json::json!({
+                "name": "Diwali eve", "template": {"name": "diwali_offer", "language": "en"},
+                "from": "100000000000001", "recipients": [{"to": ada}, {"to": bola}, {"to": chi}],
+                "dry_run": true,
+            }),
+        )
+        .await;
     assert_eq!(dry["to_send"], 1, "{dry}");
     let left_out: Vec<(&str, &str)> = dry["skipped"]
         .as_array()
@@ -690,7 +685,7 @@ async fn a_paused_template_pauses_the_broadcast_and_its_approval_resumes_it() {
 /// take is left out; the body is kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_template_is_checked_with_meta_before_anything_is_kept() {
-    use serde_json::{Value, json};
+    use serde_json::json;
     const ADMIN: &str = "admin-token-for-preflight";
     const BODY: &str = "Happy Diwali, {{1}}! {{2}} off tonight only.";
     let sabi = Sending::start(
@@ -706,25 +701,15 @@ async fn the_template_is_checked_with_meta_before_anything_is_kept() {
     sabi.fake
         .add_template("diwali_offer_v2", "en", "PAUSED", BODY);
     let create = |template: &str, language: &str, dry_run: bool| {
-        let request = sabi
-            .client
-            .post(format!("{}/admin/broadcasts", sabi.url))
-            .bearer_auth(ADMIN)
-            .json(&json!({
-                "name": "Diwali eve", "template": {"name": template, "language": language},
-                "from": "100000000000001", "dry_run": dry_run,
-                "recipients": [
-                    {"to": "2348031111111", "params": ["Ada", "20%"]},
-                    {"to": "2348032222222", "params": ["Bola"]},
-                ],
-            }));
-        async move {
-            let response = request.send().await.expect("answered");
-            (
-                response.status().as_u16(),
-                response.json::<Value>().await.expect("json"),
-            )
-        }
+        let body = json!({
+            "name": "Diwali eve", "template": {"name": template, "language": language},
+            "from": "100000000000001", "dry_run": dry_run,
+            "recipients": [
+                {"to": "2348031111111", "params": ["Ada", "20%"]},
+                {"to": "2348032222222", "params": ["Bola"]},
+            ],
+        });
+        sabi.post_broadcast(ADMIN, body)
     };
 
     sabi.fake.set_messaging_limit("TIER_2K");
@@ -809,23 +794,12 @@ async fn the_messaging_limit_holds_a_broadcast_back_and_the_cooldown_skips() {
             .iter()
             .map(|t| json!({"to": t, "params": ["x"]}))
             .collect();
-        let request = sabi
-            .client
-            .post(format!("{}/admin/broadcasts", sabi.url))
-            .bearer_auth(ADMIN)
-            .json(&json!({
-                "name": "Diwali eve", "template": {"name": "diwali_offer", "language": "en"},
-                "from": "100000000000001", "dry_run": dry_run, "recipients": recipients,
-            }));
-        async move {
-            request
-                .send()
-                .await
-                .expect("answered")
-                .json::<Value>()
-                .await
-                .expect("json")
-        }
+        let body = json!({
+            "name": "Diwali eve", "template": {"name": "diwali_offer", "language": "en"},
+            "from": "100000000000001", "dry_run": dry_run, "recipients": recipients,
+        });
+        let created = sabi.post_broadcast(ADMIN, body);
+        async move { created.await.1 }
     };
     let (a, b, c, d) = (
         "2348031111111",
@@ -1445,18 +1419,7 @@ async fn the_admin_api_refuses_a_broadcast_that_cannot_go_as_asked() {
         for (field, value) in changed.as_object().expect("fields") {
             body[field] = value.clone();
         }
-        let request = sabi
-            .client
-            .post(format!("{}/admin/broadcasts", sabi.url))
-            .bearer_auth(ADMIN)
-            .json(&body);
-        async move {
-            let response = request.send().await.expect("answered");
-            (
-                response.status().as_u16(),
-                response.json::<Value>().await.expect("json"),
-            )
-        }
+        sabi.post_broadcast(ADMIN, body)
     };
     let past = SystemClock.now().millis() - 60_000;
     for (changed, says) in [

@@ -8,20 +8,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::helpers::{TestApp, eventually_some, text_webhook};
+use crate::helpers::{TestApp, app_with_ingress, eventually_some, text_webhook, until_closed};
 
 const TOKEN: &str = "edge-admin-token-0123456789";
-
-/// A test app with these `[ingress]` settings and environment.
-async fn app_with(ingress: &str, env: &[(&str, &str)]) -> TestApp {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("sabi.toml"),
-        format!("[ingress]\n{ingress}\n"),
-    )
-    .expect("sabi.toml");
-    TestApp::spawn_in(dir, None, env).await
-}
 
 /// A connection to `app` from the loopback address `from` (127.0.0.x: each is another client).
 async fn connect_from(app: &TestApp, from: Ipv4Addr) -> TcpStream {
@@ -34,28 +23,6 @@ async fn connect_from(app: &TestApp, from: Ipv4Addr) -> TcpStream {
 
 const HOME: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 const NEIGHBOUR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
-
-/// Everything the server sends until it closes the connection; the test fails if it never
-/// does within `patience`.
-async fn until_closed(stream: &mut TcpStream, patience: Duration) -> String {
-    let mut seen = Vec::new();
-    let read = tokio::time::timeout(patience, async {
-        let mut buffer = [0u8; 16 * 1024];
-        loop {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => seen.extend_from_slice(&buffer[..n]),
-            }
-        }
-    })
-    .await;
-    assert!(
-        read.is_ok(),
-        "the server kept the connection open: {}",
-        String::from_utf8_lossy(&seen)
-    );
-    String::from_utf8_lossy(&seen).into_owned()
-}
 
 /// Whether the server still holds `stream` open after `wait` (whatever it sends meanwhile).
 async fn still_open_after(stream: &mut TcpStream, wait: Duration) -> bool {
@@ -97,7 +64,7 @@ async fn served_within(app: &TestApp, from: Ipv4Addr, patience: Duration) {
 
 #[tokio::test]
 async fn a_client_that_pipelines_requests_and_never_reads_loses_its_connection() {
-    let app = app_with(
+    let app = app_with_ingress(
         "max_connections = 1\nwrite_timeout = \"1s\"\nheader_timeout = \"60s\"\n\
          max_requests_per_connection = 100000",
         &[],
@@ -132,7 +99,7 @@ async fn a_client_that_pipelines_requests_and_never_reads_loses_its_connection()
 
 #[tokio::test]
 async fn a_connection_past_its_age_takes_no_new_request() {
-    let app = app_with("max_connection_age = \"1s\"\nheader_timeout = \"60s\"", &[]).await;
+    let app = app_with_ingress("max_connection_age = \"1s\"\nheader_timeout = \"60s\"", &[]).await;
     let mut stream = connect_from(&app, HOME).await;
     let started = Instant::now();
     let mut answered = 0;
@@ -162,7 +129,7 @@ async fn a_connection_past_its_age_takes_no_new_request() {
 #[tokio::test]
 async fn an_event_stream_outlives_the_connection_age() {
     // A connection past its age gets the grace to finish what it is answering: 1 s here.
-    let app = app_with(
+    let app = app_with_ingress(
         "max_connection_age = \"1s\"\nheader_timeout = \"60s\"\n\
          [engine]\nshutdown_grace = \"1s\"",
         &[],
@@ -208,7 +175,7 @@ async fn an_event_stream_outlives_the_connection_age() {
 
 #[tokio::test]
 async fn pipelined_requests_beyond_the_limit_close_the_connection() {
-    let app = app_with("max_requests_per_connection = 3", &[]).await;
+    let app = app_with_ingress("max_requests_per_connection = 3", &[]).await;
     let mut stream = connect_from(&app, HOME).await;
     stream
         .write_all(&b"GET /healthz HTTP/1.1\r\nHost: sabi\r\n\r\n".repeat(5))
@@ -224,7 +191,7 @@ async fn pipelined_requests_beyond_the_limit_close_the_connection() {
 
 #[tokio::test]
 async fn one_address_gets_its_share_of_connections_and_a_trusted_proxy_is_not_capped() {
-    let app = app_with(
+    let app = app_with_ingress(
         "max_connections_per_address = 2\nheader_timeout = \"60s\"",
         &[],
     )
@@ -240,7 +207,7 @@ async fn one_address_gets_its_share_of_connections_and_a_trusted_proxy_is_not_ca
     drop(first);
     served_within(&app, HOME, Duration::from_secs(10)).await;
 
-    let behind_proxy = app_with(
+    let behind_proxy = app_with_ingress(
         "max_connections_per_address = 2\nheader_timeout = \"60s\"\n\
          trusted_proxies = [\"127.0.0.1/32\"]",
         &[],
@@ -256,7 +223,7 @@ async fn one_address_gets_its_share_of_connections_and_a_trusted_proxy_is_not_ca
 #[tokio::test]
 async fn small_bodies_that_stall_count_against_their_addresss_budget() {
     // The smallest budget allowed: the largest body (3.5 MiB); 61 bodies of 60,000 bytes.
-    let app = app_with(
+    let app = app_with_ingress(
         "max_body_bytes_per_address = 3670016\nbody_timeout = \"60s\"",
         &[],
     )
@@ -309,7 +276,7 @@ async fn small_bodies_that_stall_count_against_their_addresss_budget() {
 
 #[tokio::test]
 async fn the_admin_api_checks_its_token_before_reading_a_body() {
-    let app = app_with("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let app = app_with_ingress("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
     let mut stream = connect_from(&app, HOME).await;
     stream
         .write_all(
@@ -325,7 +292,7 @@ async fn the_admin_api_checks_its_token_before_reading_a_body() {
 
 #[tokio::test]
 async fn stalled_admin_uploads_leave_the_webhook_its_large_body_places() {
-    let app = app_with(
+    let app = app_with_ingress(
         "max_large_bodies = 1\nbody_timeout = \"60s\"",
         &[("SABI_ADMIN_TOKEN", TOKEN)],
     )
@@ -350,7 +317,7 @@ async fn stalled_admin_uploads_leave_the_webhook_its_large_body_places() {
 
 #[tokio::test]
 async fn broadcast_parameters_meta_would_refuse_are_refused_when_the_audience_is_read() {
-    let app = app_with("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let app = app_with_ingress("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
     let app = &app;
     let post = |body: serde_json::Value| async move {
         let response = app
@@ -413,7 +380,7 @@ async fn broadcast_parameters_meta_would_refuse_are_refused_when_the_audience_is
 
 #[tokio::test]
 async fn a_customers_export_comes_a_page_at_a_time() {
-    let app = app_with("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let app = app_with_ingress("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
     let customer = "2348031234567";
     for n in 0..5 {
         let sent = app

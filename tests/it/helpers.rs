@@ -219,6 +219,43 @@ pub fn webhook_request(
     sabi::testing::webhook::signed(client, &format!("{base}/webhook/whatsapp"), SECRET, body)
 }
 
+/// A test app with these `[ingress]` settings (in a `sabi.toml` of its own) and environment.
+pub async fn app_with_ingress(ingress: &str, env: &[(&str, &str)]) -> TestApp {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("sabi.toml"),
+        format!("[ingress]\n{ingress}\n"),
+    )
+    .expect("sabi.toml");
+    TestApp::spawn_in(dir, None, env).await
+}
+
+/// Everything the server sends on `stream` until it closes the connection; the test fails if
+/// it never does within `patience`.
+pub async fn until_closed(
+    stream: &mut tokio::net::TcpStream,
+    patience: std::time::Duration,
+) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut seen = Vec::new();
+    let read = tokio::time::timeout(patience, async {
+        let mut buffer = [0u8; 16 * 1024];
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buffer[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "the server kept the connection open: {}",
+        String::from_utf8_lossy(&seen)
+    );
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
 /// Posts `body`, signed with the test secret, to the WhatsApp webhook of the Sabi at `base`;
 /// the response (the test fails if the request cannot be sent at all).
 pub async fn post_webhook(

@@ -172,6 +172,24 @@ impl Sending {
         .await
     }
 
+    /// `POST /admin/broadcasts` with the admin `token`: the status and the JSON answer.
+    pub async fn post_broadcast(
+        &self,
+        token: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let response = self
+            .client
+            .post(format!("{}/admin/broadcasts", self.url))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .expect("answered");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("json"))
+    }
+
     pub async fn metrics(&self) -> String {
         self.client
             .get(format!("{}/metrics", self.url))
