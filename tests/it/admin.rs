@@ -152,7 +152,7 @@ async fn review_ids(sabi: &Sending) -> Vec<i64> {
 
 /// Waits until the queue has `n` items.
 async fn wait_for_review(sabi: &Sending, n: usize) -> Vec<i64> {
-    eventually_seen("the review queue", Duration::from_secs(5), || async {
+    eventually_seen("the review queue", Duration::from_secs(10), || async {
         let ids = review_ids(sabi).await;
         if ids.len() == n {
             Ok(ids)
@@ -335,7 +335,7 @@ async fn logged_turn(env: &[(&str, &str)]) -> Vec<String> {
     );
     let response = post_webhook(&reqwest::Client::new(), &sabi.url(""), body).await;
     assert_eq!(response.status(), 200);
-    eventually_seen("a turn to end", Duration::from_secs(5), || async {
+    eventually_seen("a turn to end", Duration::from_secs(10), || async {
         let logs = sabi.logs();
         if logs.iter().any(|l| l.contains("turn ended")) {
             Ok(logs)

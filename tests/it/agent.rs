@@ -417,7 +417,7 @@ async fn a_web_chat_question_shows_the_agent_s_stage_while_it_works() {
     let turn = tokio::spawn(async move { scheduler.drain().await });
     eventually_some(
         "the stage shown while the model works",
-        ms(2000),
+        ms(5000),
         || async {
             let view: Value = app
                 .client

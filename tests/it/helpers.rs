@@ -11,10 +11,8 @@ use sabi::clock::{At, ManualClock};
 use sabi::config::Config;
 use sabi::store::{InboxQuery, Store, StoredItem};
 use sabi::turn::TurnHandler;
-use sabi::whatsapp::sign;
 use sabi::worker::Scheduler;
 use sabi::worker::holder::Holder;
-use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
 pub const SECRET: &str = "it-app-secret";
@@ -205,8 +203,9 @@ impl Drop for TestApp {
     }
 }
 
+/// The signature Meta would send with `body`, under the test secret.
 pub fn signature(body: &[u8]) -> String {
-    sign(&SecretString::from(SECRET.to_owned()), body)
+    sabi::testing::webhook::signature(SECRET, body)
 }
 
 /// A POST of `body` to the WhatsApp webhook of the Sabi at `base` (`http://host:port`), signed

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use crate::conformance::{PgDatabase, RedisPrefix};
 use crate::helpers::{
-    SabiProcess, eventually, eventually_seen, eventually_some, ms, sabi_command, text_webhook_at,
-    webhook_request,
+    PATIENCE, SabiProcess, eventually, eventually_seen, eventually_some, ms, sabi_command,
+    text_webhook_at, webhook_request,
 };
 use crate::services::{self, Cable};
 use sabi::clock::At;
@@ -58,7 +58,7 @@ fn random_below(n: u64) -> u64 {
 /// Posts to the first node that acknowledges; a killed node's refusals are not acknowledgements.
 async fn deliver(client: &reqwest::Client, urls: &[String], body: Vec<u8>) {
     let mut attempt = 0;
-    eventually_some("a node to acknowledge a webhook", ms(2500), || {
+    eventually_some("a node to acknowledge a webhook", PATIENCE, || {
         let url = &urls[attempt % urls.len()];
         attempt += 1;
         // A killed node's refusals are not acknowledgements.
@@ -71,7 +71,7 @@ async fn deliver(client: &reqwest::Client, urls: &[String], body: Vec<u8>) {
 async fn ask(client: &reqwest::Client, urls: &[String], n: usize) {
     let body = json!({"session_id": format!("s-{n}-0123456789abcdef01234"), "message_id": "m-1", "question": "hello"});
     let mut attempt = 0;
-    eventually_some("a node to accept a question", ms(2500), || {
+    eventually_some("a node to accept a question", PATIENCE, || {
         let url = &urls[attempt % urls.len()];
         attempt += 1;
         let sent = client.post(format!("{url}/chat")).json(&body).send();

@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conformance::message;
 use crate::helpers::{
-    SECRET, StoreLock, config, eventually, eventually_seen, eventually_some, ms, post_webhook,
-    text_webhook_at,
+    PATIENCE, SECRET, StoreLock, config, eventually, eventually_seen, eventually_some, ms,
+    post_webhook, text_webhook_at,
 };
 
 const TOKEN: &str = "it-graph-token";
@@ -530,8 +530,18 @@ async fn an_expired_token_halts_the_number_loses_nothing_and_raises_the_alert() 
     }
     sabi.wait_for(Duration::from_secs(30), |outbox| outbox.len() == 15)
         .await;
-    eventually("the number halted on its dead token", || async {
-        sabi.metrics().await.contains("sabi_halted_numbers 1")
+    // Halted: the alert raised and every part back in the queue.
+    eventually_seen("the number halted on its dead token", PATIENCE, || async {
+        let outbox = sabi.outbox().await;
+        let halted = sabi.metrics().await.contains("sabi_halted_numbers 1");
+        if halted && outbox.iter().all(|e| e.state == "queued") {
+            Ok(())
+        } else {
+            Err(format!(
+                "halted: {halted}, outbox states {:?}",
+                states(&outbox)
+            ))
+        }
     })
     .await;
     let tried = sabi

@@ -523,7 +523,7 @@ async fn event_streams_are_bounded_and_a_closed_one_frees_its_place() {
     let second = app.client.get(&url).send().await.expect("refused");
     assert_eq!(second.status(), 503, "one stream per node here");
     drop(first);
-    eventually_some("a closed stream to free its place", ms(2000), || async {
+    eventually_some("a closed stream to free its place", ms(5000), || async {
         let reopened = app.client.get(&url).send().await.expect("stream");
         (reopened.status() == 200).then_some(())
     })
