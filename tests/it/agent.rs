@@ -12,7 +12,7 @@ use sabi::testing::graph::FakeGraph;
 use sabi::testing::llm::{Answer, FakeLlm};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, eventually_some, ms, text_webhook};
+use crate::helpers::{TestApp, eventually_some, get_json, ms, text_webhook};
 
 pub(crate) const PROMPT: &str = "You are Ada, the assistant of Sabi Bank.";
 
@@ -419,17 +419,8 @@ async fn a_web_chat_question_shows_the_agent_s_stage_while_it_works() {
         "the stage shown while the model works",
         ms(5000),
         || async {
-            let view: Value = app
-                .client
-                .get(app.url(&format!(
-                    "/chat/{id}?session_id=s-stage-0123456789abcdef01234"
-                )))
-                .send()
-                .await
-                .expect("got")
-                .json()
-                .await
-                .expect("json");
+            let path = format!("/chat/{id}?session_id=s-stage-0123456789abcdef01234");
+            let view = get_json(&app, &path).await;
             (view["status"] == "started" && view["stage"] == "writing the answer").then_some(())
         },
     )

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::helpers::{TestApp, app_with_ingress, eventually_some, text_webhook, until_closed};
+use crate::helpers::{
+    TestApp, app_with_ingress, eventually_some, post_broadcast, text_webhook, until_closed,
+};
 
 const TOKEN: &str = "edge-admin-token-0123456789";
 
@@ -319,21 +321,8 @@ async fn stalled_admin_uploads_leave_the_webhook_its_large_body_places() {
 async fn broadcast_parameters_meta_would_refuse_are_refused_when_the_audience_is_read() {
     let app = app_with_ingress("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
     let app = &app;
-    let post = |body: serde_json::Value| async move {
-        let response = app
-            .client
-            .post(app.url("/admin/broadcasts"))
-            .bearer_auth(TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .expect("posted");
-        let status = response.status().as_u16();
-        (
-            status,
-            response.json::<serde_json::Value>().await.expect("json"),
-        )
-    };
+    let base = app.url("");
+    let post = |body: serde_json::Value| post_broadcast(&app.client, &base, TOKEN, body);
     let template = serde_json::json!({"name": "diwali_offer", "language": "en"});
     let (status, said) = post(serde_json::json!({
         "name": "From a file", "template": template, "from": "100000000000001",

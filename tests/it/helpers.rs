@@ -218,6 +218,37 @@ pub fn webhook_request(
     sabi::testing::webhook::signed(client, &format!("{base}/webhook/whatsapp"), SECRET, body)
 }
 
+/// `POST /admin/broadcasts` to the Sabi at `base` with the admin `token`: the status and the
+/// JSON answer.
+pub async fn post_broadcast(
+    client: &reqwest::Client,
+    base: &str,
+    token: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let response = client
+        .post(format!("{base}/admin/broadcasts"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .expect("answered");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("json"))
+}
+
+/// The JSON answer to `GET path` on the test app.
+pub async fn get_json(app: &TestApp, path: &str) -> serde_json::Value {
+    app.client
+        .get(app.url(path))
+        .send()
+        .await
+        .expect("got")
+        .json()
+        .await
+        .expect("json")
+}
+
 /// A test app with these `[ingress]` settings (in a `sabi.toml` of its own) and environment.
 pub async fn app_with_ingress(ingress: &str, env: &[(&str, &str)]) -> TestApp {
     let dir = tempfile::tempdir().expect("tempdir");

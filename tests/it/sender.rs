@@ -178,16 +178,7 @@ impl Sending {
         token: &str,
         body: serde_json::Value,
     ) -> (u16, serde_json::Value) {
-        let response = self
-            .client
-            .post(format!("{}/admin/broadcasts", self.url))
-            .bearer_auth(token)
-            .json(&body)
-            .send()
-            .await
-            .expect("answered");
-        let status = response.status().as_u16();
-        (status, response.json().await.expect("json"))
+        crate::helpers::post_broadcast(&self.client, &self.url, token, body).await
     }
 
     pub async fn metrics(&self) -> String {
