@@ -17,6 +17,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use sabi::testing::webhook::signed;
 use secrecy::SecretString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -109,11 +110,11 @@ fn cpu_seconds(node: &Node) -> f64 {
     ticks / 100.0
 }
 
-fn webhook(id: &str) -> (Vec<u8>, String) {
+fn webhook(id: &str) -> Vec<u8> {
     webhook_from(id, "2348031234567")
 }
 
-fn webhook_from(id: &str, from: &str) -> (Vec<u8>, String) {
+fn webhook_from(id: &str, from: &str) -> Vec<u8> {
     let value = sabi::whatsapp::wire::text_webhook(
         "100000000000001",
         from,
@@ -124,15 +125,40 @@ fn webhook_from(id: &str, from: &str) -> (Vec<u8>, String) {
             .map_or(0, |d| d.as_secs()),
         "hello",
     );
-    let body = sabi::whatsapp::wire::encode(&value).into_bytes();
-    let signature = sabi::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
-    (body, signature)
+    sabi::whatsapp::wire::encode(&value).into_bytes()
+}
+
+/// Signed webhooks sent beside an attack, every 100 ms from its start until
+/// [`Sampler::summary`], each padded (with spaces, as JSON allows) to `bytes`.
+struct Sampler {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<(Vec<Duration>, usize)>,
+}
+
+impl Sampler {
+    fn start(node: &Node, bytes: usize) -> Sampler {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(sample_webhooks(
+            node.url("/webhook/whatsapp"),
+            stop.clone(),
+            bytes,
+        ));
+        Sampler { stop, task }
+    }
+
+    /// Stops the sampling; what the webhooks met meanwhile.
+    async fn summary(self) -> String {
+        self.stop.cancel();
+        let (mut latencies, failed) = self.task.await.expect("sampler");
+        summary(&mut latencies, failed)
+    }
 }
 
 /// Signed webhooks every 100 ms until `stop`; their latencies, and how many were not 200.
 async fn sample_webhooks(
     url: String,
     stop: tokio_util::sync::CancellationToken,
+    bytes: usize,
 ) -> (Vec<Duration>, usize) {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(20))
@@ -142,14 +168,12 @@ async fn sample_webhooks(
     let mut n = 0;
     while !stop.is_cancelled() {
         n += 1;
-        let (body, signature) = webhook(&format!("wamid.sample{n}-{}", rand_id()));
+        let mut body = webhook(&format!("wamid.sample{n}-{}", rand_id()));
+        if body.len() < bytes {
+            body.resize(bytes, b' ');
+        }
         let started = Instant::now();
-        let sent = client
-            .post(&url)
-            .header("x-hub-signature-256", signature)
-            .body(body)
-            .send()
-            .await;
+        let sent = signed(&client, &url, SECRET, body).send().await;
         match sent {
             Ok(r) if r.status() == 200 => latencies.push(started.elapsed()),
             _ => failed += 1,
@@ -202,8 +226,7 @@ async fn closed_after(
 
 async fn stalled_bodies(connections: usize, timeouts: &str) {
     let node = node("all", &format!("[ingress]\n{timeouts}"), &[]);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
+    let sampler = Sampler::start(&node, 0);
     let started = Instant::now();
     let mut attackers = tokio::task::JoinSet::new();
     for _ in 0..connections {
@@ -234,19 +257,17 @@ async fn stalled_bodies(connections: usize, timeouts: &str) {
         }
     }
     let all_closed = started.elapsed();
-    stop.cancel();
-    let (mut latencies, failed) = sampler.await.expect("sampler");
+    let meanwhile = sampler.summary().await;
     println!(
         "stalled bodies: {connections} connections x 3 MB that stop: peak RSS {peak_rss:.0} MB, all closed within {:.1} s; {}",
         all_closed.as_secs_f64(),
-        summary(&mut latencies, failed)
+        meanwhile
     );
 }
 
 async fn dribbled_headers(connections: usize, timeouts: &str) {
     let node = node("all", &format!("[ingress]\n{timeouts}"), &[]);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
+    let sampler = Sampler::start(&node, 0);
     let started = Instant::now();
     let mut attackers = tokio::task::JoinSet::new();
     for _ in 0..connections {
@@ -274,12 +295,11 @@ async fn dribbled_headers(connections: usize, timeouts: &str) {
             last = last.max(at);
         }
     }
-    stop.cancel();
-    let (mut latencies, failed) = sampler.await.expect("sampler");
+    let meanwhile = sampler.summary().await;
     println!(
         "dribbled headers: {connections} connections, {closed} closed by Sabi, the last after {:.1} s; {}",
         last.as_secs_f64(),
-        summary(&mut latencies, failed)
+        meanwhile
     );
 }
 
@@ -321,18 +341,16 @@ async fn event_streams(sessions: usize, window: Duration) {
             streams.push(stream);
         }
     }
-    let stop = tokio_util::sync::CancellationToken::new();
-    let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
+    let sampler = Sampler::start(&node, 0);
     let (cpu_before, wall) = (cpu_seconds(&node), Instant::now());
     tokio::time::sleep(window).await;
     let cpu = (cpu_seconds(&node) - cpu_before) / wall.elapsed().as_secs_f64();
-    stop.cancel();
-    let (mut latencies, failed) = sampler.await.expect("sampler");
+    let meanwhile = sampler.summary().await;
     println!(
         "event streams: {} open ({sessions} sessions from {sessions} addresses, 3 each, queued jobs): {:.1} % of a core; {}",
         streams.len(),
         cpu * 100.0,
-        summary(&mut latencies, failed)
+        meanwhile
     );
 }
 
@@ -386,12 +404,9 @@ async fn whatsapp_behind_a_full_web_chat(questions: usize) {
             .expect("asked");
         assert_eq!(asked.status(), 202);
     }
-    let (body, signature) = webhook("wamid.behind-the-queue");
+    let body = webhook("wamid.behind-the-queue");
     let started = Instant::now();
-    let sent = client
-        .post(node.url("/webhook/whatsapp"))
-        .header("x-hub-signature-256", signature)
-        .body(body)
+    let sent = signed(&client, &node.url("/webhook/whatsapp"), SECRET, body)
         .send()
         .await
         .expect("webhook");
@@ -492,11 +507,8 @@ async fn whatsapp_load(url: String, rate: usize, stop: tokio_util::sync::Cancell
     while !stop.is_cancelled() {
         tick.tick().await;
         let from = format!("23480{:08}", sent % 3_000);
-        let (body, signature) = webhook_from(&format!("wamid.load{sent}-{}", rand_id()), &from);
-        let request = client
-            .post(&url)
-            .header("x-hub-signature-256", signature)
-            .body(body);
+        let body = webhook_from(&format!("wamid.load{sent}-{}", rand_id()), &from);
+        let request = signed(&client, &url, SECRET, body);
         tokio::spawn(request.send());
         sent += 1;
     }
@@ -578,8 +590,7 @@ async fn watch<T: 'static>(
 /// sending until Sabi closes it; when did it?
 async fn slow_readers(connections: usize, edge: &str) {
     let node = node("all", &format!("[ingress]\n{edge}"), &[]);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
+    let sampler = Sampler::start(&node, 0);
     let started = Instant::now();
     let mut attackers = tokio::task::JoinSet::new();
     let from = std::net::Ipv4Addr::new(127, 0, 0, 2);
@@ -605,8 +616,7 @@ async fn slow_readers(connections: usize, edge: &str) {
         });
     }
     let (peak_rss, peak_files, closed) = watch(&node, attackers).await;
-    stop.cancel();
-    let (mut latencies, failed) = sampler.await.expect("sampler");
+    let meanwhile = sampler.summary().await;
     let at_once = closed
         .iter()
         .filter(|c| c.is_some_and(|at| at < Duration::from_secs(2)))
@@ -618,7 +628,7 @@ async fn slow_readers(connections: usize, edge: &str) {
         closed.len(),
         last.as_secs_f64(),
         started.elapsed().as_secs_f64(),
-        summary(&mut latencies, failed)
+        meanwhile
     );
 }
 
@@ -626,8 +636,7 @@ async fn slow_readers(connections: usize, edge: &str) {
 /// the end (finding: 9,000 of them held 760 MB).
 async fn small_stalled_bodies(connections: usize, edge: &str) {
     let node = node("all", &format!("[ingress]\n{edge}"), &[]);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let sampler = tokio::spawn(sample_webhooks(node.url("/webhook/whatsapp"), stop.clone()));
+    let sampler = Sampler::start(&node, 0);
     let mut attackers = tokio::task::JoinSet::new();
     let from = std::net::Ipv4Addr::new(127, 0, 0, 2);
     for _ in 0..connections {
@@ -652,8 +661,7 @@ async fn small_stalled_bodies(connections: usize, edge: &str) {
         });
     }
     let (peak_rss, peak_files, answers) = watch(&node, attackers).await;
-    stop.cancel();
-    let (mut latencies, failed) = sampler.await.expect("sampler");
+    let meanwhile = sampler.summary().await;
     let count = |what: &str| answers.iter().filter(|a| **a == what).count();
     println!(
         "small stalled bodies: {connections} x 60 KB declared from one address: {} closed unanswered, {} refused 503, {} read until the body timeout (408), {} still open; node peak {peak_files} open files, RSS {peak_rss:.0} MB, {:.0} MB after; {}",
@@ -662,7 +670,7 @@ async fn small_stalled_bodies(connections: usize, edge: &str) {
         count("408"),
         count("open"),
         rss_mb(&node),
-        summary(&mut latencies, failed)
+        meanwhile
     );
 }
 
@@ -683,35 +691,13 @@ async fn admin_uploads_beside_the_webhook(uploads: usize, window: Duration) {
             stalled.push(stream);
         }
     }
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .expect("client");
-    let (mut latencies, mut failed) = (Vec::new(), 0);
-    let started = Instant::now();
-    let mut n = 0;
-    while started.elapsed() < window {
-        n += 1;
-        let (mut body, _) = webhook(&format!("wamid.large{n}-{}", rand_id()));
-        body.resize(70 * 1024, b' ');
-        let signature = sabi::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
-        let sent = Instant::now();
-        let answer = client
-            .post(node.url("/webhook/whatsapp"))
-            .header("x-hub-signature-256", signature)
-            .body(body)
-            .send()
-            .await;
-        match answer {
-            Ok(r) if r.status() == 200 => latencies.push(sent.elapsed()),
-            _ => failed += 1,
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let sampler = Sampler::start(&node, 70 * 1024);
+    tokio::time::sleep(window).await;
+    let meanwhile = sampler.summary().await;
     println!(
         "admin uploads: {} stalled 16 MB uploads with the token; signed 70 KB {}",
         stalled.len(),
-        summary(&mut latencies, failed)
+        meanwhile
     );
 }
 
@@ -819,15 +805,16 @@ timeout = "5s"
         llm.base_url()
     );
     let node = node("all", &config, &[]);
-    let (body, signature) = webhook("wamid.fan-out");
-    let sent = reqwest::Client::new()
-        .post(node.url("/webhook/whatsapp"))
-        .header("content-type", "application/json")
-        .header("x-hub-signature-256", signature)
-        .body(body)
-        .send()
-        .await
-        .expect("webhook");
+    let body = webhook("wamid.fan-out");
+    let sent = signed(
+        &reqwest::Client::new(),
+        &node.url("/webhook/whatsapp"),
+        SECRET,
+        body,
+    )
+    .send()
+    .await
+    .expect("webhook");
     assert_eq!(sent.status(), 200);
     let started = Instant::now();
     // The turn ends with a second model call, or with a person when that call's prompt would

@@ -22,8 +22,8 @@ use sabi::config::Config;
 use sabi::domain::{Batch, ReplyPart};
 use sabi::store::{Limits, NewBroadcast, NewRecipient, Outcome, RecipientClaim, Store};
 use sabi::testing::graph::FakeGraph;
+use sabi::testing::webhook::signed;
 use sabi::turn::{TurnError, TurnHandler, TurnOutcome};
-use secrecy::SecretString;
 
 #[path = "support/stores.rs"]
 mod stores;
@@ -180,7 +180,6 @@ async fn reply_latency(writers: usize, audience_size: usize) -> (u128, u128) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let client = reqwest::Client::new();
-    let secret = SecretString::from(SECRET.to_owned());
     let mut wrote = Vec::with_capacity(writers);
     for n in 0..writers {
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -195,12 +194,8 @@ async fn reply_latency(writers: usize, audience_size: usize) -> (u128, u128) {
             "hello",
         );
         let body = sabi::whatsapp::wire::encode(&body).into_bytes();
-        let signature = sabi::whatsapp::signature::sign(&secret, &body);
         let started = tokio::time::Instant::now();
-        let response = client
-            .post(&url)
-            .header("x-hub-signature-256", signature)
-            .body(body)
+        let response = signed(&client, &url, SECRET, body)
             .send()
             .await
             .expect("posted");

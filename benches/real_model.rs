@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 
 use sabi::agent::grounding::Ground;
 use sabi::testing::graph::FakeGraph;
+use sabi::testing::webhook::signed;
 
 #[path = "support/node.rs"]
 #[allow(dead_code, reason = "each bench uses part of the shared node")]
@@ -601,11 +602,7 @@ fn voice_webhook(customer: &str, n: usize, media: &str) -> Value {
 
 async fn post(client: &reqwest::Client, node: &Node, body: Value) {
     let body = sabi::whatsapp::wire::encode(&body).into_bytes();
-    let signature = sabi::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
-    let response = client
-        .post(node.url("/webhook/whatsapp"))
-        .header("x-hub-signature-256", signature)
-        .body(body)
+    let response = signed(client, &node.url("/webhook/whatsapp"), SECRET, body)
         .send()
         .await
         .expect("webhook");

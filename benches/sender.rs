@@ -20,14 +20,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use secrecy::SecretString;
-
 use sabi::clock::{At, Clock, SystemClock, UnixSeconds};
 use sabi::config::SenderSettings;
 use sabi::domain::{BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, ReplyPart};
 use sabi::sender::Sender;
 use sabi::store::{Ending, Ingest, SqliteStore, Store};
 use sabi::testing::graph::FakeGraph;
+use sabi::testing::webhook::signed;
 use sabi::whatsapp::graph::{Envelope, Graph, Message};
 use tokio_util::sync::CancellationToken;
 
@@ -95,12 +94,7 @@ async fn receipts(customers: usize) {
             "hello",
         );
         let body = sabi::whatsapp::wire::encode(&value).into_bytes();
-        let signature = sabi::whatsapp::sign(&SecretString::from(SECRET.to_owned()), &body);
-        let response = client
-            .post(node.url("/webhook/whatsapp"))
-            .header("x-hub-signature-256", signature)
-            .header("content-type", "application/json")
-            .body(body)
+        let response = signed(&client, &node.url("/webhook/whatsapp"), SECRET, body)
             .send()
             .await
             .expect("webhook");

@@ -18,11 +18,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::whatsapp::{sign, wire};
+use crate::whatsapp::wire;
 
 /// One request the fake received.
 #[derive(Debug, Clone)]
@@ -68,9 +67,9 @@ pub struct Webhooks {
 
 #[derive(Default)]
 struct Behaviour {
-    throttle_until: Option<Instant>,
-    /// Throttle with HTTP 429 and no code, instead of 400 + 130429.
-    throttle_http: bool,
+    /// Throttling periods back to back: each ends at its instant, and throttles with HTTP 429
+    /// and no code when its flag is set, with 400 + 130429 when not.
+    throttle: Vec<(Instant, bool)>,
     failures: VecDeque<(u16, i64)>,
     stall_next: usize,
     /// How long accepted sends take to be answered.
@@ -170,9 +169,20 @@ impl FakeGraph {
 
     /// Answers every message send with a throttling error for `duration`.
     pub fn throttle_for(&self, duration: Duration, http_429: bool) {
-        let mut b = lock(&self.shared.behaviour);
-        b.throttle_until = Some(Instant::now() + duration);
-        b.throttle_http = http_429;
+        self.throttle_storm(&[(duration, http_429)]);
+    }
+
+    /// Throttles message sends for each `(duration, http_429)` in turn, from now: a storm that
+    /// changes its kind of refusal on the fake's own time, not the test's.
+    pub fn throttle_storm(&self, periods: &[(Duration, bool)]) {
+        let mut until = Instant::now();
+        lock(&self.shared.behaviour).throttle = periods
+            .iter()
+            .map(|&(duration, http_429)| {
+                until += duration;
+                (until, http_429)
+            })
+            .collect();
     }
 
     /// The next message sends fail with (HTTP status, Meta code), in order.
@@ -357,8 +367,9 @@ enum Plan {
 
 fn plan(shared: &Shared, body: &Value) -> Plan {
     let mut b = lock(&shared.behaviour);
-    if b.throttle_until.is_some_and(|until| Instant::now() < until) {
-        return Plan::Refuse(if b.throttle_http {
+    let now = Instant::now();
+    if let Some(&(_, http_429)) = b.throttle.iter().find(|(until, _)| now < *until) {
+        return Plan::Refuse(if http_429 {
             (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, "1")]).into_response()
         } else {
             error(400, 130_429, "Rate limit hit")
@@ -591,19 +602,11 @@ async fn post_status(shared: &Shared, sent: &Sent<'_>, status: &str) {
             "statuses": [item],
         }}]}],
     }));
-    let signature = sign(
-        &SecretString::from(hooks.app_secret.clone()),
-        body.as_bytes(),
-    );
     for _ in 0..20 {
-        let sent = shared
-            .http
-            .post(&hooks.url)
-            .header(header::CONTENT_TYPE, "application/json")
-            .header("X-Hub-Signature-256", &signature)
-            .body(body.clone())
-            .send()
-            .await;
+        let sent =
+            super::webhook::signed(&shared.http, &hooks.url, &hooks.app_secret, body.clone())
+                .send()
+                .await;
         if sent.is_ok_and(|r| r.status() == StatusCode::OK) {
             return;
         }

@@ -7,38 +7,11 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::helpers::{TestApp, text_webhook};
+use crate::helpers::{TestApp, app_with_ingress, text_webhook, until_closed};
 
 /// A test app with these `[ingress]` settings.
 async fn app_with(ingress: &str) -> TestApp {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("sabi.toml"),
-        format!("[ingress]\n{ingress}\n"),
-    )
-    .expect("sabi.toml");
-    TestApp::spawn_in(dir, None, &[]).await
-}
-
-/// Everything the server sends until it closes the connection; the test fails if it never
-/// does within `patience`.
-async fn until_closed(stream: &mut TcpStream, patience: Duration) -> String {
-    let mut seen = Vec::new();
-    let read = tokio::time::timeout(patience, async {
-        let mut buffer = [0u8; 4096];
-        loop {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => seen.extend_from_slice(&buffer[..n]),
-            }
-        }
-    })
-    .await;
-    assert!(
-        read.is_ok(),
-        "the server kept the connection open: {seen:?}"
-    );
-    String::from_utf8_lossy(&seen).into_owned()
+    app_with_ingress(ingress, &[]).await
 }
 
 async fn connect(app: &TestApp) -> TcpStream {

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{SabiProcess, TestApp, text_webhook};
+use crate::helpers::{
+    SabiProcess, TestApp, eventually_seen, post_webhook, text_webhook, webhook_request,
+};
 use crate::sender::{Says, Sending, customer};
 
 const TOKEN: &str = "admin-secret-token";
@@ -150,14 +152,15 @@ async fn review_ids(sabi: &Sending) -> Vec<i64> {
 
 /// Waits until the queue has `n` items.
 async fn wait_for_review(sabi: &Sending, n: usize) -> Vec<i64> {
-    for _ in 0..200 {
+    eventually_seen("the review queue", Duration::from_secs(10), || async {
         let ids = review_ids(sabi).await;
         if ids.len() == n {
-            return ids;
+            Ok(ids)
+        } else {
+            Err(format!("{} items, not {n}", ids.len()))
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the review queue never had {n} items");
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,6 +243,7 @@ async fn people_reply_requeue_and_close_review_items() {
     )
     .await;
     assert!(review_ids(&sabi).await.is_empty());
+    // A closed item sends nothing: no event to wait for, a short quiet is the proof.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let texts: Vec<String> = sabi
         .fake
@@ -285,14 +289,9 @@ async fn the_webhook_allow_list_refuses_outsiders_even_with_a_valid_signature() 
     let config = config.to_str().expect("utf-8 path").to_owned();
     let sabi = SabiProcess::start_with(dir.path(), &[("SABI_CONFIG", config.as_str())]);
     let body = text_webhook("wamid.allow1", "2348031234567", "hello");
-    let signature = crate::helpers::signature(&body);
     let client = reqwest::Client::new();
     for forwarded in [None, Some("31.13.24.9")] {
-        let mut request = client
-            .post(sabi.url("/webhook/whatsapp"))
-            .header("content-type", "application/json")
-            .header("x-hub-signature-256", &signature)
-            .body(body.clone());
+        let mut request = webhook_request(&client, &sabi.url(""), body.clone());
         if let Some(ip) = forwarded {
             // A spoofed header from an untrusted peer changes nothing.
             request = request.header("x-forwarded-for", ip);
@@ -334,22 +333,17 @@ async fn logged_turn(env: &[(&str, &str)]) -> Vec<String> {
         "Abeg wetin be my balance for 0123456789?",
         now,
     );
-    let response = reqwest::Client::new()
-        .post(sabi.url("/webhook/whatsapp"))
-        .header("content-type", "application/json")
-        .header("x-hub-signature-256", crate::helpers::signature(&body))
-        .body(body)
-        .send()
-        .await
-        .expect("sent");
+    let response = post_webhook(&reqwest::Client::new(), &sabi.url(""), body).await;
     assert_eq!(response.status(), 200);
-    for _ in 0..200 {
-        if sabi.logs().iter().any(|l| l.contains("turn ended")) {
-            return sabi.logs();
+    eventually_seen("a turn to end", Duration::from_secs(10), || async {
+        let logs = sabi.logs();
+        if logs.iter().any(|l| l.contains("turn ended")) {
+            Ok(logs)
+        } else {
+            Err(format!("{logs:?}"))
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("no turn ended: {:?}", sabi.logs());
+    })
+    .await
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use sabi::testing::graph::FakeGraph;
 use sabi::testing::llm::{Answer, FakeLlm};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, ms, text_webhook};
+use crate::helpers::{TestApp, eventually_some, get_json, ms, text_webhook};
 
 pub(crate) const PROMPT: &str = "You are Ada, the assistant of Sabi Bank.";
 
@@ -415,26 +415,16 @@ async fn a_web_chat_question_shows_the_agent_s_stage_while_it_works() {
     let id = posted["job_id"].as_str().expect("job id").to_owned();
     let scheduler = app.scheduler.clone();
     let turn = tokio::spawn(async move { scheduler.drain().await });
-    let mut seen = None;
-    for _ in 0..100 {
-        let view: Value = app
-            .client
-            .get(app.url(&format!(
-                "/chat/{id}?session_id=s-stage-0123456789abcdef01234"
-            )))
-            .send()
-            .await
-            .expect("got")
-            .json()
-            .await
-            .expect("json");
-        if view["status"] == "started" && view["stage"] == "writing the answer" {
-            seen = Some(view);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(seen.is_some(), "the stage was shown while the model worked");
+    eventually_some(
+        "the stage shown while the model works",
+        ms(5000),
+        || async {
+            let path = format!("/chat/{id}?session_id=s-stage-0123456789abcdef01234");
+            let view = get_json(&app, &path).await;
+            (view["status"] == "started" && view["stage"] == "writing the answer").then_some(())
+        },
+    )
+    .await;
     turn.await.expect("turn task").expect("drained");
 }
 

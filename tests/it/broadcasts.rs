@@ -9,6 +9,7 @@ use std::time::Duration;
 use sabi::clock::{Clock, SystemClock};
 use sabi::store::{BroadcastState, NewBroadcast, NewRecipient, RecipientState};
 
+use crate::helpers::{PATIENCE, eventually_seen, eventually_some};
 use crate::sender::{Parts, Sending, customer};
 
 const RECIPIENTS: usize = 60;
@@ -51,29 +52,21 @@ async fn each_recipient_gets_the_template_once_at_the_rate_and_replies_still_go(
         .expect("kept");
     assert!(created);
     let start = tokio::time::Instant::now();
-    while sabi.fake.accepted().len() < 5 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the broadcast did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually_some(
+        "the broadcast to start",
+        Duration::from_secs(10),
+        || async { (sabi.fake.accepted().len() >= 5).then_some(()) },
+    )
+    .await;
     sabi.customer_writes("wamid.in1", &customer(1), "hello", 0)
         .await;
-    let ended = loop {
-        let now = sabi
-            .store
-            .broadcast(b.id)
-            .await
-            .expect("read")
-            .expect("kept");
-        if now.state == BroadcastState::Running && now.counts["queued"] + now.counts["sending"] == 0
-        {
-            break now;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{now:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let patience = Duration::from_secs(30).saturating_sub(start.elapsed());
+    let ended = sabi
+        .broadcast_when(b.id, patience, |now| {
+            now.state == BroadcastState::Running
+                && now.counts["queued"] + now.counts["sending"] == 0
+        })
+        .await;
     assert_eq!(
         (
             ended.counts["accepted"],
@@ -473,18 +466,15 @@ fn texts_to(sabi: &Sending, to: &str) -> Vec<String> {
 }
 
 async fn wait_for_texts(sabi: &Sending, to: &str, count: usize) -> Vec<String> {
-    let start = tokio::time::Instant::now();
-    loop {
+    eventually_seen("the texts", PATIENCE, || async {
         let texts = texts_to(sabi, to);
         if texts.len() >= count {
-            return texts;
+            Ok(texts)
+        } else {
+            Err(format!("{to} got {texts:?}"))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{to} got {texts:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 /// Opting out three ways (a stop keyword, Meta's `user_preferences`, Meta's 131050 refusal) keeps
@@ -518,33 +508,19 @@ async fn customers_opt_out_by_keyword_by_meta_and_by_refusal_and_back_in() {
     );
 
     let body = preference_webhook(bola, "stop");
-    let response = sabi
-        .client
-        .post(format!("{}/webhook/whatsapp", sabi.url))
-        .header("content-type", "application/json")
-        .header("x-hub-signature-256", crate::helpers::signature(&body))
-        .body(body)
-        .send()
-        .await
-        .expect("webhook sent");
-    assert_eq!(response.status(), 200);
+    sabi.post_webhook(body).await;
 
     // A dry run through the admin API leaves both out, saying why.
-    let dry: serde_json::Value = sabi
-        .client
-        .post(format!("{}/admin/broadcasts", sabi.url))
-        .bearer_auth(ADMIN)
-        .json(&serde_json::json!({
-            "name": "Diwali eve", "template": {"name": "diwali_offer", "language": "en"},
-            "from": "100000000000001", "recipients": [{"to": ada}, {"to": bola}, {"to": chi}],
-            "dry_run": true,
-        }))
-        .send()
-        .await
-        .expect("dry run")
-        .json()
-        .await
-        .expect("json");
+    let (_, dry) = sabi
+        .post_broadcast(
+            ADMIN,
+            serde_json::json!({
+                "name": "Diwali eve", "template": {"name": "diwali_offer", "language": "en"},
+                "from": "100000000000001", "recipients": [{"to": ada}, {"to": bola}, {"to": chi}],
+                "dry_run": true,
+            }),
+        )
+        .await;
     assert_eq!(dry["to_send"], 1, "{dry}");
     let left_out: Vec<(&str, &str)> = dry["skipped"]
         .as_array()
@@ -582,20 +558,7 @@ async fn customers_opt_out_by_keyword_by_meta_and_by_refusal_and_back_in() {
         })
         .await
         .expect("kept");
-    let start = tokio::time::Instant::now();
-    let ended = loop {
-        let b = sabi
-            .store
-            .broadcast(b.id)
-            .await
-            .expect("read")
-            .expect("kept");
-        if b.state == BroadcastState::Finished {
-            break b;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{b:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let ended = wait_for_state(&sabi, b.id, BroadcastState::Finished).await;
     assert_eq!((ended.counts["skipped"], ended.counts["failed"]), (2, 1));
     let skipped = sabi
         .store
@@ -632,34 +595,13 @@ async fn customers_opt_out_by_keyword_by_meta_and_by_refusal_and_back_in() {
     assert_eq!(templates, 1, "only Chi's send was tried");
 }
 
-/// Posts a body to the webhook, signed as Meta signs it.
-async fn post_webhook(sabi: &Sending, body: Vec<u8>) {
-    let response = sabi
-        .client
-        .post(format!("{}/webhook/whatsapp", sabi.url))
-        .header("content-type", "application/json")
-        .header("x-hub-signature-256", crate::helpers::signature(&body))
-        .body(body)
-        .send()
-        .await
-        .expect("webhook sent");
-    assert_eq!(response.status(), 200);
-}
-
 async fn wait_for_state(
     sabi: &Sending,
     id: i64,
     state: BroadcastState,
 ) -> sabi::store::BroadcastView {
-    let start = tokio::time::Instant::now();
-    loop {
-        let b = sabi.store.broadcast(id).await.expect("read").expect("kept");
-        if b.state == state {
-            return b;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{b:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sabi.broadcast_when(id, PATIENCE, |b| b.state == state)
+        .await
 }
 
 /// Meta refuses the template mid-broadcast (132015, paused): the broadcast pauses with nobody
@@ -676,19 +618,11 @@ async fn a_paused_template_pauses_the_broadcast_and_its_approval_resumes_it() {
     let paused = wait_for_state(&sabi, b.id, BroadcastState::Paused).await;
     assert_eq!(paused.paused_by, Some(sabi::store::PausedBy::Template));
     // The few sends claimed with the refused one end as they may; then nothing goes.
-    loop {
-        let now = sabi
-            .store
-            .broadcast(b.id)
-            .await
-            .expect("read")
-            .expect("kept");
-        if now.counts["sending"] == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sabi.broadcast_when(b.id, PATIENCE, |now| now.counts["sending"] == 0)
+        .await;
     let sent_while_paused = sabi.fake.accepted().len();
+    // A paused broadcast sends nothing, so there is no event to wait for: quiet for longer
+    // than the broadcaster's pace is the proof.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(
         sabi.fake.accepted().len(),
@@ -711,23 +645,17 @@ async fn a_paused_template_pauses_the_broadcast_and_its_approval_resumes_it() {
                 "message_template_name": "diwali_offer", "message_template_language": "en",
                 "reason": "NONE", "message_template_category": "MARKETING"}}]}],
     });
-    post_webhook(&sabi, sabi::whatsapp::wire::encode(&approved).into_bytes()).await;
-    let ended = loop {
-        let now = sabi
-            .store
-            .broadcast(b.id)
-            .await
-            .expect("read")
-            .expect("kept");
-        if now.counts["queued"] + now.counts["sending"] == 0 {
-            break now;
-        }
-        assert!(
-            now.state != BroadcastState::Paused || now.paused_by.is_none(),
-            "{now:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    sabi.post_webhook(sabi::whatsapp::wire::encode(&approved).into_bytes())
+        .await;
+    let ended = sabi
+        .broadcast_when(b.id, PATIENCE, |now| {
+            assert!(
+                now.state != BroadcastState::Paused || now.paused_by.is_none(),
+                "{now:?}"
+            );
+            now.counts["queued"] + now.counts["sending"] == 0
+        })
+        .await;
     assert_eq!(ended.counts["accepted"], RECIPIENTS as u64, "{ended:?}");
     let metrics = sabi.metrics().await;
     assert!(metrics.contains("sabi_broadcasts_paused 0"), "{metrics}");
@@ -757,7 +685,7 @@ async fn a_paused_template_pauses_the_broadcast_and_its_approval_resumes_it() {
 /// take is left out; the body is kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_template_is_checked_with_meta_before_anything_is_kept() {
-    use serde_json::{Value, json};
+    use serde_json::json;
     const ADMIN: &str = "admin-token-for-preflight";
     const BODY: &str = "Happy Diwali, {{1}}! {{2}} off tonight only.";
     let sabi = Sending::start(
@@ -773,25 +701,15 @@ async fn the_template_is_checked_with_meta_before_anything_is_kept() {
     sabi.fake
         .add_template("diwali_offer_v2", "en", "PAUSED", BODY);
     let create = |template: &str, language: &str, dry_run: bool| {
-        let request = sabi
-            .client
-            .post(format!("{}/admin/broadcasts", sabi.url))
-            .bearer_auth(ADMIN)
-            .json(&json!({
-                "name": "Diwali eve", "template": {"name": template, "language": language},
-                "from": "100000000000001", "dry_run": dry_run,
-                "recipients": [
-                    {"to": "2348031111111", "params": ["Ada", "20%"]},
-                    {"to": "2348032222222", "params": ["Bola"]},
-                ],
-            }));
-        async move {
-            let response = request.send().await.expect("answered");
-            (
-                response.status().as_u16(),
-                response.json::<Value>().await.expect("json"),
-            )
-        }
+        let body = json!({
+            "name": "Diwali eve", "template": {"name": template, "language": language},
+            "from": "100000000000001", "dry_run": dry_run,
+            "recipients": [
+                {"to": "2348031111111", "params": ["Ada", "20%"]},
+                {"to": "2348032222222", "params": ["Bola"]},
+            ],
+        });
+        sabi.post_broadcast(ADMIN, body)
     };
 
     sabi.fake.set_messaging_limit("TIER_2K");
@@ -876,23 +794,12 @@ async fn the_messaging_limit_holds_a_broadcast_back_and_the_cooldown_skips() {
             .iter()
             .map(|t| json!({"to": t, "params": ["x"]}))
             .collect();
-        let request = sabi
-            .client
-            .post(format!("{}/admin/broadcasts", sabi.url))
-            .bearer_auth(ADMIN)
-            .json(&json!({
-                "name": "Diwali eve", "template": {"name": "diwali_offer", "language": "en"},
-                "from": "100000000000001", "dry_run": dry_run, "recipients": recipients,
-            }));
-        async move {
-            request
-                .send()
-                .await
-                .expect("answered")
-                .json::<Value>()
-                .await
-                .expect("json")
-        }
+        let body = json!({
+            "name": "Diwali eve", "template": {"name": "diwali_offer", "language": "en"},
+            "from": "100000000000001", "dry_run": dry_run, "recipients": recipients,
+        });
+        let created = sabi.post_broadcast(ADMIN, body);
+        async move { created.await.1 }
     };
     let (a, b, c, d) = (
         "2348031111111",
@@ -903,15 +810,12 @@ async fn the_messaging_limit_holds_a_broadcast_back_and_the_cooldown_skips() {
     let first = create(&[a, b, c], false).await;
     let id = first["broadcast"]["id"].as_i64().expect("id");
     // Two reached: the third waits for headroom.
-    let start = tokio::time::Instant::now();
-    loop {
-        let now = sabi.store.broadcast(id).await.expect("read").expect("kept");
-        if now.counts["accepted"] == 2 {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "{now:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sabi.broadcast_when(id, Duration::from_secs(20), |now| {
+        now.counts["accepted"] == 2
+    })
+    .await;
+    // The third is not sent: there is no event to wait for, so quiet for longer than the
+    // broadcaster's pace is the proof.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let now = sabi.store.broadcast(id).await.expect("read").expect("kept");
     assert_eq!(
@@ -1025,19 +929,10 @@ async fn the_report_counts_replies_opt_outs_and_cost() {
         .await
         .expect("kept");
     let start = tokio::time::Instant::now();
-    loop {
-        let now = sabi
-            .store
-            .broadcast(b.id)
-            .await
-            .expect("read")
-            .expect("kept");
-        if now.counts["delivered"] == 10 {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "{now:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sabi.broadcast_when(b.id, Duration::from_secs(20), |now| {
+        now.counts["delivered"] == 10
+    })
+    .await;
     for (n, text) in ["Is it for shoes too?", "hi", "how much", "STOP"]
         .iter()
         .enumerate()
@@ -1045,7 +940,8 @@ async fn the_report_counts_replies_opt_outs_and_cost() {
         sabi.customer_writes(&format!("wamid.reply{n}"), &customers[n], text, 0)
             .await;
     }
-    let report = loop {
+    let patience = Duration::from_secs(20).saturating_sub(start.elapsed());
+    let report = eventually_seen("the opt-out in the report", patience, || async {
         let report: Value = sabi
             .client
             .get(format!("{}/admin/broadcasts/{}/report", sabi.url, b.id))
@@ -1057,11 +953,12 @@ async fn the_report_counts_replies_opt_outs_and_cost() {
             .await
             .expect("json");
         if report["rates"]["opted_out"] == 0.1 {
-            break report;
+            Ok(report)
+        } else {
+            Err(report.to_string())
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "{report}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     assert_eq!(report["sent"], 10, "{report}");
     assert_eq!(report["rates"]["delivered"], 1.0, "{report}");
     assert_eq!(report["rates"]["replied"], 0.4, "{report}");
@@ -1129,20 +1026,11 @@ async fn five_thousand_recipients_keep_the_rate_and_replies_go_first() {
         sabi.customer_writes(&format!("wamid.during{n}"), &who, "hello", 0)
             .await;
     }
-    let start = tokio::time::Instant::now();
-    let ended = loop {
-        let now = sabi
-            .store
-            .broadcast(b.id)
-            .await
-            .expect("read")
-            .expect("kept");
-        if now.counts["queued"] + now.counts["sending"] == 0 {
-            break now;
-        }
-        assert!(start.elapsed() < Duration::from_secs(180), "{now:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let ended = sabi
+        .broadcast_when(b.id, Duration::from_secs(180), |now| {
+            now.counts["queued"] + now.counts["sending"] == 0
+        })
+        .await;
     assert_eq!(ended.counts["accepted"], RECIPIENTS as u64, "{ended:?}");
 
     let received = sabi.fake.received();
@@ -1217,15 +1105,19 @@ async fn a_sandbox_broadcast_runs_every_rule_and_records_its_sends() {
     );
     let id = created[0]["id"].as_i64().expect("id").to_string();
     let _sabi = SabiProcess::start(dir.path());
-    let start = tokio::time::Instant::now();
-    let shown = loop {
-        let shown = json_lines(dir.path(), &["broadcast", "show", &id, "--json"]);
-        if shown[0]["state"] == "finished" {
-            break shown;
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "{shown:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let shown = eventually_seen(
+        "the broadcast finished",
+        Duration::from_secs(20),
+        || async {
+            let shown = json_lines(dir.path(), &["broadcast", "show", &id, "--json"]);
+            if shown[0]["state"] == "finished" {
+                Ok(shown)
+            } else {
+                Err(format!("{shown:?}"))
+            }
+        },
+    )
+    .await;
     assert_eq!(shown[0]["counts"]["accepted"], 3, "{shown:?}");
     assert_eq!(shown[0]["counts"]["skipped"], 1, "{shown:?}");
     let sent = json_lines(
@@ -1292,21 +1184,8 @@ async fn a_bare_stop_after_a_broadcast_opts_out_even_when_a_question_came_before
         })
         .await
         .expect("kept");
-    let start = tokio::time::Instant::now();
-    loop {
-        let b = sabi
-            .store
-            .broadcast(b.id)
-            .await
-            .expect("read")
-            .expect("kept");
-        if b.state == BroadcastState::Finished {
-            assert_eq!(b.counts.get("accepted"), Some(&1), "{b:?}");
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{b:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let ended = wait_for_state(&sabi, b.id, BroadcastState::Finished).await;
+    assert_eq!(ended.counts.get("accepted"), Some(&1), "{ended:?}");
 
     sabi.customer_writes("wamid.t2", ada, "STOP", 0).await;
     let texts = wait_for_texts(&sabi, ada, 3).await;
@@ -1540,18 +1419,7 @@ async fn the_admin_api_refuses_a_broadcast_that_cannot_go_as_asked() {
         for (field, value) in changed.as_object().expect("fields") {
             body[field] = value.clone();
         }
-        let request = sabi
-            .client
-            .post(format!("{}/admin/broadcasts", sabi.url))
-            .bearer_auth(ADMIN)
-            .json(&body);
-        async move {
-            let response = request.send().await.expect("answered");
-            (
-                response.status().as_u16(),
-                response.json::<Value>().await.expect("json"),
-            )
-        }
+        sabi.post_broadcast(ADMIN, body)
     };
     let past = SystemClock.now().millis() - 60_000;
     for (changed, says) in [

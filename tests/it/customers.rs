@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::helpers::{
-    SabiProcess, TestApp, eventually, inbox_json, json_lines, run_to_success, sabi_command,
-    text_webhook_at,
+    SabiProcess, TestApp, eventually, inbox_json, json_lines, post_webhook, run_to_success,
+    sabi_command, text_webhook_at,
 };
 
 const TOKEN: &str = "admin-secret-token";
@@ -205,19 +205,6 @@ fn text_sent_now(id: &str, from: &str, text: &str) -> Vec<u8> {
     text_webhook_at(id, from, text, i64::try_from(now).expect("time"))
 }
 
-/// Posts a signed webhook to the node; the status it answered.
-async fn post_webhook(client: &reqwest::Client, sabi: &SabiProcess, body: &[u8]) -> u16 {
-    client
-        .post(sabi.url("/webhook/whatsapp"))
-        .header("x-hub-signature-256", crate::helpers::signature(body))
-        .body(body.to_vec())
-        .send()
-        .await
-        .expect("posted")
-        .status()
-        .as_u16()
-}
-
 /// Every byte of every file in `dir`.
 fn files_of(dir: &Path) -> Vec<u8> {
     let mut bytes = Vec::new();
@@ -246,7 +233,10 @@ async fn after_forget_and_a_clean_stop_the_erased_words_are_in_no_sqlite_file() 
     let client = reqwest::Client::new();
     for (id, from, text) in [("wamid.s1", ADA, SECRET), ("wamid.s2", BO, "hello Sabi")] {
         let body = text_sent_now(id, from, text);
-        assert_eq!(post_webhook(&client, &sabi, &body).await, 200);
+        assert_eq!(
+            post_webhook(&client, &sabi.url(""), body).await.status(),
+            200
+        );
     }
     let answered = || {
         let inbox = sabi_command(dir.path())
@@ -257,7 +247,7 @@ async fn after_forget_and_a_clean_stop_the_erased_words_are_in_no_sqlite_file() 
         let lines = String::from_utf8_lossy(&inbox.stdout).into_owned();
         lines.lines().count() == 2 && lines.lines().all(|l| l.contains(r#""state":"answered""#))
     };
-    eventually(answered).await;
+    eventually("both messages answered", || async { answered() }).await;
     assert!(
         holds(&files_of(dir.path()), "22233344455"),
         "the words are on disk before"
@@ -299,12 +289,17 @@ async fn a_node_with_short_horizons_forgets_on_its_own_and_takes_no_retry_in() {
     let sabi = SabiProcess::start_with(dir.path(), &env);
     let client = reqwest::Client::new();
     let body = text_sent_now("wamid.r1", ADA, SECRET);
-    assert_eq!(post_webhook(&client, &sabi, &body).await, 200);
+    assert_eq!(
+        post_webhook(&client, &sabi.url(""), body.clone())
+            .await
+            .status(),
+        200
+    );
     let answered = || {
         let inbox = inbox_json(dir.path());
         inbox.len() == 1 && inbox[0]["state"] == "answered"
     };
-    eventually(answered).await;
+    eventually("the message answered", || async { answered() }).await;
     assert_eq!(
         json_lines(dir.path(), &["outbox", "--json"]).len(),
         1,
@@ -312,13 +307,16 @@ async fn a_node_with_short_horizons_forgets_on_its_own_and_takes_no_retry_in() {
     );
 
     // Past the horizon the sweeper takes the message, its turn and its reply.
-    eventually(|| {
+    eventually("the sweeper to take the message and its reply", || async {
         inbox_json(dir.path()).is_empty()
             && json_lines(dir.path(), &["outbox", "--json"]).is_empty()
     })
     .await;
     // Meta's retry is acknowledged and known: nothing is stored, nothing answered.
-    assert_eq!(post_webhook(&client, &sabi, &body).await, 200);
+    assert_eq!(
+        post_webhook(&client, &sabi.url(""), body).await.status(),
+        200
+    );
     assert!(
         inbox_json(dir.path()).is_empty(),
         "the retry was not taken in"

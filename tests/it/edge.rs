@@ -8,20 +8,11 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::helpers::{TestApp, signature, text_webhook};
+use crate::helpers::{
+    TestApp, app_with_ingress, eventually_some, post_broadcast, text_webhook, until_closed,
+};
 
 const TOKEN: &str = "edge-admin-token-0123456789";
-
-/// A test app with these `[ingress]` settings and environment.
-async fn app_with(ingress: &str, env: &[(&str, &str)]) -> TestApp {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("sabi.toml"),
-        format!("[ingress]\n{ingress}\n"),
-    )
-    .expect("sabi.toml");
-    TestApp::spawn_in(dir, None, env).await
-}
 
 /// A connection to `app` from the loopback address `from` (127.0.0.x: each is another client).
 async fn connect_from(app: &TestApp, from: Ipv4Addr) -> TcpStream {
@@ -34,28 +25,6 @@ async fn connect_from(app: &TestApp, from: Ipv4Addr) -> TcpStream {
 
 const HOME: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 const NEIGHBOUR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
-
-/// Everything the server sends until it closes the connection; the test fails if it never
-/// does within `patience`.
-async fn until_closed(stream: &mut TcpStream, patience: Duration) -> String {
-    let mut seen = Vec::new();
-    let read = tokio::time::timeout(patience, async {
-        let mut buffer = [0u8; 16 * 1024];
-        loop {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => seen.extend_from_slice(&buffer[..n]),
-            }
-        }
-    })
-    .await;
-    assert!(
-        read.is_ok(),
-        "the server kept the connection open: {}",
-        String::from_utf8_lossy(&seen)
-    );
-    String::from_utf8_lossy(&seen).into_owned()
-}
 
 /// Whether the server still holds `stream` open after `wait` (whatever it sends meanwhile).
 async fn still_open_after(stream: &mut TcpStream, wait: Duration) -> bool {
@@ -86,25 +55,18 @@ async fn health_from(app: &TestApp, from: Ipv4Addr) -> Option<String> {
 
 /// Polls `health_from` until it is answered 200; fails the test after `patience`.
 async fn served_within(app: &TestApp, from: Ipv4Addr, patience: Duration) {
-    let started = Instant::now();
-    loop {
-        if health_from(app, from)
+    eventually_some(&format!("an answer to {from}"), patience, || async {
+        health_from(app, from)
             .await
             .is_some_and(|status| status.starts_with("HTTP/1.1 200"))
-        {
-            return;
-        }
-        assert!(
-            started.elapsed() < patience,
-            "no answer from {from} within {patience:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_client_that_pipelines_requests_and_never_reads_loses_its_connection() {
-    let app = app_with(
+    let app = app_with_ingress(
         "max_connections = 1\nwrite_timeout = \"1s\"\nheader_timeout = \"60s\"\n\
          max_requests_per_connection = 100000",
         &[],
@@ -139,7 +101,7 @@ async fn a_client_that_pipelines_requests_and_never_reads_loses_its_connection()
 
 #[tokio::test]
 async fn a_connection_past_its_age_takes_no_new_request() {
-    let app = app_with("max_connection_age = \"1s\"\nheader_timeout = \"60s\"", &[]).await;
+    let app = app_with_ingress("max_connection_age = \"1s\"\nheader_timeout = \"60s\"", &[]).await;
     let mut stream = connect_from(&app, HOME).await;
     let started = Instant::now();
     let mut answered = 0;
@@ -169,7 +131,7 @@ async fn a_connection_past_its_age_takes_no_new_request() {
 #[tokio::test]
 async fn an_event_stream_outlives_the_connection_age() {
     // A connection past its age gets the grace to finish what it is answering: 1 s here.
-    let app = app_with(
+    let app = app_with_ingress(
         "max_connection_age = \"1s\"\nheader_timeout = \"60s\"\n\
          [engine]\nshutdown_grace = \"1s\"",
         &[],
@@ -215,7 +177,7 @@ async fn an_event_stream_outlives_the_connection_age() {
 
 #[tokio::test]
 async fn pipelined_requests_beyond_the_limit_close_the_connection() {
-    let app = app_with("max_requests_per_connection = 3", &[]).await;
+    let app = app_with_ingress("max_requests_per_connection = 3", &[]).await;
     let mut stream = connect_from(&app, HOME).await;
     stream
         .write_all(&b"GET /healthz HTTP/1.1\r\nHost: sabi\r\n\r\n".repeat(5))
@@ -231,7 +193,7 @@ async fn pipelined_requests_beyond_the_limit_close_the_connection() {
 
 #[tokio::test]
 async fn one_address_gets_its_share_of_connections_and_a_trusted_proxy_is_not_capped() {
-    let app = app_with(
+    let app = app_with_ingress(
         "max_connections_per_address = 2\nheader_timeout = \"60s\"",
         &[],
     )
@@ -247,7 +209,7 @@ async fn one_address_gets_its_share_of_connections_and_a_trusted_proxy_is_not_ca
     drop(first);
     served_within(&app, HOME, Duration::from_secs(10)).await;
 
-    let behind_proxy = app_with(
+    let behind_proxy = app_with_ingress(
         "max_connections_per_address = 2\nheader_timeout = \"60s\"\n\
          trusted_proxies = [\"127.0.0.1/32\"]",
         &[],
@@ -263,7 +225,7 @@ async fn one_address_gets_its_share_of_connections_and_a_trusted_proxy_is_not_ca
 #[tokio::test]
 async fn small_bodies_that_stall_count_against_their_addresss_budget() {
     // The smallest budget allowed: the largest body (3.5 MiB); 61 bodies of 60,000 bytes.
-    let app = app_with(
+    let app = app_with_ingress(
         "max_body_bytes_per_address = 3670016\nbody_timeout = \"60s\"",
         &[],
     )
@@ -316,7 +278,7 @@ async fn small_bodies_that_stall_count_against_their_addresss_budget() {
 
 #[tokio::test]
 async fn the_admin_api_checks_its_token_before_reading_a_body() {
-    let app = app_with("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let app = app_with_ingress("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
     let mut stream = connect_from(&app, HOME).await;
     stream
         .write_all(
@@ -332,7 +294,7 @@ async fn the_admin_api_checks_its_token_before_reading_a_body() {
 
 #[tokio::test]
 async fn stalled_admin_uploads_leave_the_webhook_its_large_body_places() {
-    let app = app_with(
+    let app = app_with_ingress(
         "max_large_bodies = 1\nbody_timeout = \"60s\"",
         &[("SABI_ADMIN_TOKEN", TOKEN)],
     )
@@ -351,38 +313,16 @@ async fn stalled_admin_uploads_leave_the_webhook_its_large_body_places() {
     // A signed webhook of 70 KB is large too, and has places of its own.
     let mut body = text_webhook("wamid.edge-large", "2348031234567", "hello");
     body.resize(70 * 1024, b' ');
-    let response = app
-        .client
-        .post(app.url("/webhook/whatsapp"))
-        .header("content-type", "application/json")
-        .header("x-hub-signature-256", signature(&body))
-        .body(body)
-        .send()
-        .await
-        .expect("sent");
-    assert_eq!(response.status(), 200);
+    assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
     drop(first);
 }
 
 #[tokio::test]
 async fn broadcast_parameters_meta_would_refuse_are_refused_when_the_audience_is_read() {
-    let app = app_with("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let app = app_with_ingress("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
     let app = &app;
-    let post = |body: serde_json::Value| async move {
-        let response = app
-            .client
-            .post(app.url("/admin/broadcasts"))
-            .bearer_auth(TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .expect("posted");
-        let status = response.status().as_u16();
-        (
-            status,
-            response.json::<serde_json::Value>().await.expect("json"),
-        )
-    };
+    let base = app.url("");
+    let post = |body: serde_json::Value| post_broadcast(&app.client, &base, TOKEN, body);
     let template = serde_json::json!({"name": "diwali_offer", "language": "en"});
     let (status, said) = post(serde_json::json!({
         "name": "From a file", "template": template, "from": "100000000000001",
@@ -429,7 +369,7 @@ async fn broadcast_parameters_meta_would_refuse_are_refused_when_the_audience_is
 
 #[tokio::test]
 async fn a_customers_export_comes_a_page_at_a_time() {
-    let app = app_with("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    let app = app_with_ingress("", &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
     let customer = "2348031234567";
     for n in 0..5 {
         let sent = app

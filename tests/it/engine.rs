@@ -14,7 +14,9 @@ use sabi::worker::TickOutcome;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{START_MS, StoreLock, TestApp, ms, text_webhook_at};
+use crate::helpers::{
+    START_MS, StoreLock, TestApp, eventually, eventually_some, ms, text_webhook_at,
+};
 
 const CUSTOMER: &str = "2348031234567";
 
@@ -453,13 +455,14 @@ async fn shutdown_past_the_grace_leaves_the_lease_to_lapse() {
     shutdown.cancel();
     // The grace starts when the scheduler stops claiming, which on a loaded machine may be
     // after any fixed wait: move its clock past a grace until it has stopped.
-    for _ in 0..20 {
-        if run.is_finished() {
-            break;
+    eventually("the scheduler to stop", || async {
+        let stopped = run.is_finished();
+        if !stopped {
+            app.clock.advance(Duration::from_secs(11));
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        app.clock.advance(Duration::from_secs(11));
-    }
+        stopped
+    })
+    .await;
     run.await.expect("scheduler stopped");
     assert!(app.store.outbox(None).await.expect("outbox").is_empty());
     assert_eq!(
@@ -721,24 +724,17 @@ async fn a_flooded_web_chat_never_takes_every_slot_from_whatsapp() {
     let worker = tokio::spawn(app.scheduler.clone().run(stop.clone()));
     post(&app, "wamid.fair1", "hello", START_MS / 1000).await;
     app.clock.advance(Duration::from_secs(30));
-    let mut answered = false;
-    for _ in 0..400 {
+    let answer = "the WhatsApp customer answered while web chat held its slots";
+    eventually_some(answer, Duration::from_secs(20), || async {
         // The scheduler sleeps on the manual clock: nudge it as a stored message would.
         app.scheduler.wakeup().due_at(At::default());
         let inbox = app.store.inbox(InboxQuery::default()).await.expect("inbox");
-        if inbox
+        inbox
             .iter()
             .any(|i| i.item.dedupe_key == "wamid.fair1" && i.state == "answered")
-        {
-            answered = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        answered,
-        "the WhatsApp customer was answered while web chat held its slots"
-    );
+            .then_some(())
+    })
+    .await;
     release.add_permits(100);
     stop.cancel();
     worker.await.expect("scheduler");

@@ -11,10 +11,8 @@ use sabi::clock::{At, ManualClock};
 use sabi::config::Config;
 use sabi::store::{InboxQuery, Store, StoredItem};
 use sabi::turn::TurnHandler;
-use sabi::whatsapp::sign;
 use sabi::worker::Scheduler;
 use sabi::worker::holder::Holder;
-use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
 pub const SECRET: &str = "it-app-secret";
@@ -172,9 +170,7 @@ impl TestApp {
 
     /// Posts `body` signed with the test secret.
     pub async fn post_whatsapp_webhook(&self, body: impl Into<Vec<u8>>) -> reqwest::Response {
-        let body = body.into();
-        let signature = signature(&body);
-        self.post_raw_webhook(body, Some(&signature)).await
+        post_webhook(&self.client, &self.url(""), body).await
     }
 
     /// Posts `body` with the given signature header (or none).
@@ -207,8 +203,100 @@ impl Drop for TestApp {
     }
 }
 
+/// The signature Meta would send with `body`, under the test secret.
 pub fn signature(body: &[u8]) -> String {
-    sign(&SecretString::from(SECRET.to_owned()), body)
+    sabi::testing::webhook::signature(SECRET, body)
+}
+
+/// A POST of `body` to the WhatsApp webhook of the Sabi at `base` (`http://host:port`), signed
+/// with the test secret as Meta signs it; the caller may add headers before it sends.
+pub fn webhook_request(
+    client: &reqwest::Client,
+    base: &str,
+    body: impl Into<Vec<u8>>,
+) -> reqwest::RequestBuilder {
+    sabi::testing::webhook::signed(client, &format!("{base}/webhook/whatsapp"), SECRET, body)
+}
+
+/// `POST /admin/broadcasts` to the Sabi at `base` with the admin `token`: the status and the
+/// JSON answer.
+pub async fn post_broadcast(
+    client: &reqwest::Client,
+    base: &str,
+    token: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let response = client
+        .post(format!("{base}/admin/broadcasts"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .expect("answered");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("json"))
+}
+
+/// The JSON answer to `GET path` on the test app.
+pub async fn get_json(app: &TestApp, path: &str) -> serde_json::Value {
+    app.client
+        .get(app.url(path))
+        .send()
+        .await
+        .expect("got")
+        .json()
+        .await
+        .expect("json")
+}
+
+/// A test app with these `[ingress]` settings (in a `sabi.toml` of its own) and environment.
+pub async fn app_with_ingress(ingress: &str, env: &[(&str, &str)]) -> TestApp {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("sabi.toml"),
+        format!("[ingress]\n{ingress}\n"),
+    )
+    .expect("sabi.toml");
+    TestApp::spawn_in(dir, None, env).await
+}
+
+/// Everything the server sends on `stream` until it closes the connection; the test fails if
+/// it never does within `patience`.
+pub async fn until_closed(
+    stream: &mut tokio::net::TcpStream,
+    patience: std::time::Duration,
+) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut seen = Vec::new();
+    let read = tokio::time::timeout(patience, async {
+        let mut buffer = [0u8; 16 * 1024];
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buffer[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "the server kept the connection open: {}",
+        String::from_utf8_lossy(&seen)
+    );
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+/// Posts `body`, signed with the test secret, to the WhatsApp webhook of the Sabi at `base`;
+/// the response (the test fails if the request cannot be sent at all).
+pub async fn post_webhook(
+    client: &reqwest::Client,
+    base: &str,
+    body: impl Into<Vec<u8>>,
+) -> reqwest::Response {
+    webhook_request(client, base, body)
+        .send()
+        .await
+        .expect("webhook sent")
 }
 
 /// A realistic one-text-message webhook in wire format, sent at the clock's start.
@@ -494,14 +582,62 @@ pub fn ms(millis: u64) -> std::time::Duration {
     std::time::Duration::from_millis(millis)
 }
 
-/// Waits until `holds` is true, polling; gives up (fails the test) after half a minute.
-pub async fn eventually(holds: impl Fn() -> bool) {
+/// How long [`eventually`] waits before it fails the test.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until `holds` answers true, asking again and again (every 10 ms at first, every
+/// 200 ms at most); after half a minute the test fails, saying it waited for `what`.
+pub async fn eventually<F, Fut>(what: &str, mut holds: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    eventually_some(what, PATIENCE, || {
+        let holds = holds();
+        async move { holds.await.then_some(()) }
+    })
+    .await;
+}
+
+/// Waits until `found` answers `Some` and returns what it found, asking as [`eventually`]
+/// does; fails the test, saying it waited for `what`, once `patience` has passed.
+pub async fn eventually_some<T, F, Fut>(
+    what: &str,
+    patience: std::time::Duration,
+    mut found: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_seen(what, patience, || {
+        let found = found();
+        async move { found.await.ok_or_else(|| "not yet".to_owned()) }
+    })
+    .await
+}
+
+/// The one polling loop of the tests: asks `seen` until it answers `Ok` and returns that; an
+/// `Err` says what it saw instead, and the last one is in the failure once `patience` has
+/// passed. Asks every 10 ms at first, then less often (every 200 ms at most), so that a slow
+/// question (a CLI run, a scrape) does not crowd out what it waits for.
+pub async fn eventually_seen<T, F, Fut>(what: &str, patience: std::time::Duration, mut seen: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
     let start = std::time::Instant::now();
-    while !holds() {
+    let mut pause = std::time::Duration::from_millis(10);
+    loop {
+        let instead = match seen().await {
+            Ok(found) => return found,
+            Err(instead) => instead,
+        };
         assert!(
-            start.elapsed() < std::time::Duration::from_secs(30),
-            "gave up waiting"
+            start.elapsed() < patience,
+            "gave up after {patience:?} waiting for {what}; seen: {instead}"
         );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(200));
     }
 }

@@ -5,13 +5,13 @@
 //! `template_category_update` webhook. On the store `SABI_TEST_STORE` names (SQLite by default).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use sabi::clock::{Clock, SystemClock};
 use sabi::domain::ItemKind;
 use sabi::store::{BroadcastView, InboxQuery, NewBroadcast, NewRecipient, TemplateCategory};
 use sabi::testing::graph::Received;
 
+use crate::helpers::{PATIENCE, eventually_seen};
 use crate::sender::{Parts, Sending};
 
 const ACCOUNT: &str = "240011223344556";
@@ -56,20 +56,10 @@ const ON: (&str, &str) = ("SABI_WHATSAPP_MARKETING_MESSAGES", "true");
 /// Creates the broadcast and waits until none of its recipients waits or is being sent.
 async fn send(sabi: &Sending, b: NewBroadcast) -> BroadcastView {
     let (b, _) = sabi.store.create_broadcast(b).await.expect("kept");
-    let start = tokio::time::Instant::now();
-    loop {
-        let now = sabi
-            .store
-            .broadcast(b.id)
-            .await
-            .expect("read")
-            .expect("kept");
-        if now.counts["queued"] + now.counts["sending"] == 0 {
-            return now;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "{now:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sabi.broadcast_when(b.id, PATIENCE, |now| {
+        now.counts["queued"] + now.counts["sending"] == 0
+    })
+    .await
 }
 
 /// The template sends the fake took, for the broadcast's recipients from `first`.
@@ -106,19 +96,6 @@ fn category_webhook(previous: &str, new: &str) -> Vec<u8> {
     sabi::whatsapp::wire::encode(&body).into_bytes()
 }
 
-async fn post_webhook(sabi: &Sending, body: Vec<u8>) {
-    let response = sabi
-        .client
-        .post(format!("{}/webhook/whatsapp", sabi.url))
-        .header("content-type", "application/json")
-        .header("x-hub-signature-256", crate::helpers::signature(&body))
-        .body(body)
-        .send()
-        .await
-        .expect("webhook sent");
-    assert_eq!(response.status(), 200);
-}
-
 /// With the setting on, a MARKETING template goes to `/marketing_messages` with its
 /// time-to-live, Meta prices it `marketing_lite`, and the report counts it so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,8 +126,7 @@ async fn a_marketing_broadcast_goes_to_the_marketing_messages_api_priced_marketi
     assert_eq!(kept.as_deref(), Some("MARKETING"), "kept from Meta's list");
 
     // Meta's delivered statuses price each message marketing_lite.
-    let start = tokio::time::Instant::now();
-    let report = loop {
+    let report = eventually_seen("every message priced", PATIENCE, || async {
         let prices = sabi::broadcast::report::Prices {
             by_prefix: &[("234".to_owned(), 0.05)].into_iter().collect(),
             currency: "USD",
@@ -160,11 +136,12 @@ async fn a_marketing_broadcast_goes_to_the_marketing_messages_api_priced_marketi
             .expect("read")
             .expect("kept");
         if report.cost.awaiting_pricing == 0 {
-            break report;
+            Ok(report)
+        } else {
+            Err(format!("{report:?}"))
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "{report:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     let lite = &report.cost.by_category["marketing_lite"];
     assert_eq!(lite.messages, 6, "{:?}", report.cost);
     assert!((lite.cost - 0.30).abs() < 1e-9, "{:?}", report.cost);
@@ -252,7 +229,8 @@ async fn a_template_category_update_changes_where_the_next_send_goes() {
                 "correct_category": "MARKETING", "new_category": "UTILITY",
                 "category_update_timestamp": SystemClock.now().unix_seconds() + 86_400}}]}],
     });
-    post_webhook(&sabi, sabi::whatsapp::wire::encode(&impending).into_bytes()).await;
+    sabi.post_webhook(sabi::whatsapp::wire::encode(&impending).into_bytes())
+        .await;
     let kept = sabi
         .store
         .template_category(TEMPLATE, "en")
@@ -265,7 +243,8 @@ async fn a_template_category_update_changes_where_the_next_send_goes() {
     );
 
     sabi.fake.recategorise(TEMPLATE, "MARKETING");
-    post_webhook(&sabi, category_webhook("UTILITY", "MARKETING")).await;
+    sabi.post_webhook(category_webhook("UTILITY", "MARKETING"))
+        .await;
     let kept = sabi
         .store
         .template_category(TEMPLATE, "en")
@@ -291,7 +270,8 @@ async fn a_template_category_update_changes_where_the_next_send_goes() {
     );
 
     sabi.fake.recategorise(TEMPLATE, "UTILITY");
-    post_webhook(&sabi, category_webhook("MARKETING", "UTILITY")).await;
+    sabi.post_webhook(category_webhook("MARKETING", "UTILITY"))
+        .await;
     send(&sabi, broadcast("third", 20, 3)).await;
     assert!(
         taken(&sabi, 20, 3).iter().all(|r| !r.marketing),

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::conformance::{PgDatabase, RedisPrefix};
-use crate::helpers::{SabiProcess, ms, sabi_command, signature, text_webhook_at};
+use crate::helpers::{
+    PATIENCE, SabiProcess, eventually, eventually_seen, eventually_some, ms, sabi_command,
+    text_webhook_at, webhook_request,
+};
 use crate::services::{self, Cable};
 use sabi::clock::At;
 
@@ -54,33 +57,27 @@ fn random_below(n: u64) -> u64 {
 
 /// Posts to the first node that acknowledges; a killed node's refusals are not acknowledgements.
 async fn deliver(client: &reqwest::Client, urls: &[String], body: Vec<u8>) {
-    for attempt in 0..50 {
+    let mut attempt = 0;
+    eventually_some("a node to acknowledge a webhook", PATIENCE, || {
         let url = &urls[attempt % urls.len()];
-        let sent = client
-            .post(format!("{url}/webhook/whatsapp"))
-            .header("x-hub-signature-256", signature(&body))
-            .body(body.clone())
-            .send()
-            .await;
-        if sent.is_ok_and(|r| r.status() == 200) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no node acknowledged a webhook");
+        attempt += 1;
+        // A killed node's refusals are not acknowledgements.
+        let sent = webhook_request(client, url, body.clone()).send();
+        async move { sent.await.is_ok_and(|r| r.status() == 200).then_some(()) }
+    })
+    .await;
 }
 
 async fn ask(client: &reqwest::Client, urls: &[String], n: usize) {
     let body = json!({"session_id": format!("s-{n}-0123456789abcdef01234"), "message_id": "m-1", "question": "hello"});
-    for attempt in 0..50 {
+    let mut attempt = 0;
+    eventually_some("a node to accept a question", PATIENCE, || {
         let url = &urls[attempt % urls.len()];
-        let sent = client.post(format!("{url}/chat")).json(&body).send().await;
-        if sent.is_ok_and(|r| r.status() == 202) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no node accepted a question");
+        attempt += 1;
+        let sent = client.post(format!("{url}/chat")).json(&body).send();
+        async move { sent.await.is_ok_and(|r| r.status() == 202).then_some(()) }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,15 +160,19 @@ async fn nodes_lose_nothing_and_answer_once_while_killed(store: &str) {
 
     // Everything acknowledged is stored, and answered.
     let expected = total + QUESTIONS;
-    let start = Instant::now();
-    let inbox = loop {
+    let inbox = eventually_seen("every message answered", ms(90_000), || async {
         let inbox = json_lines(dir.path(), store, &["inbox", "--json"]);
         let answered = inbox.iter().filter(|i| i["state"] == "answered").count();
-        if answered == expected || start.elapsed() > Duration::from_secs(90) {
-            break inbox;
+        if answered == expected {
+            Ok(inbox)
+        } else {
+            Err(format!(
+                "{answered} of {expected} answered, {} stored",
+                inbox.len()
+            ))
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    })
+    .await;
     assert_eq!(
         inbox.len(),
         expected,
@@ -406,11 +407,7 @@ async fn store_down_then_back(store: &str, cli_store: &str, mut outage: impl Out
     let client = reqwest::Client::new();
     let post = |id: &str| {
         let body = text_webhook_at(id, "2348031234567", "hello", now_s());
-        client
-            .post(sabi.url("/webhook/whatsapp"))
-            .header("x-hub-signature-256", signature(&body))
-            .body(body)
-            .send()
+        webhook_request(&client, &sabi.url(""), body).send()
     };
     assert_eq!(post("wamid.up1").await.expect("sent").status(), 200);
 
@@ -424,35 +421,26 @@ async fn store_down_then_back(store: &str, cli_store: &str, mut outage: impl Out
         .await
         .expect("readyz");
     assert_eq!(ready.status(), 503);
-    // Long enough for the worker to try its store and pause.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    eventually("the worker to try its store and pause", || async {
+        sabi.logs().iter().any(|l| l.contains("claiming failed"))
+    })
+    .await;
 
     outage.up();
     // Meta retries; now it is kept, and both messages are answered.
-    let start = Instant::now();
-    loop {
-        if post("wamid.down1").await.is_ok_and(|r| r.status() == 200) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the store never came back"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let start = Instant::now();
-    loop {
+    eventually("the store to come back", || async {
+        post("wamid.down1").await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    eventually_seen("both messages answered", ms(30_000), || async {
         let inbox = json_lines(dir.path(), cli_store, &["inbox", "--json"]);
         if inbox.len() == 2 && inbox.iter().all(|i| i["state"] == "answered") {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{inbox:?}\nlogs:\n{}", sabi.logs().join("\n")))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "not resumed: {inbox:?}\nlogs:\n{}",
-            sabi.logs().join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
     assert!(
         sabi.logs().iter().any(|l| l.contains("claiming failed")),
         "the worker paused and said so"

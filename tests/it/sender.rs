@@ -12,17 +12,20 @@ use sabi::clock::{At, Clock, ManualClock, SystemClock};
 use sabi::config::SenderSettings;
 use sabi::domain::{Batch, BatchPolicy, ReplyPart};
 use sabi::sender::Sender;
-use sabi::store::ReviewQuery;
 use sabi::store::{
     self, Ending, Ingest, OutboxEntry, SendClaim, SendResult, SqliteStore, Store, send_callback,
 };
+use sabi::store::{BroadcastView, ReviewQuery};
 use sabi::testing::graph::{FakeGraph, Received, Webhooks};
 use sabi::turn::{TurnError, TurnHandler, TurnOutcome};
 use sabi::whatsapp::graph::Graph;
 use tokio_util::sync::CancellationToken;
 
 use crate::conformance::message;
-use crate::helpers::{SECRET, StoreLock, config, ms, signature, text_webhook_at};
+use crate::helpers::{
+    PATIENCE, SECRET, StoreLock, config, eventually, eventually_seen, eventually_some, ms,
+    post_webhook, text_webhook_at,
+};
 
 const TOKEN: &str = "it-graph-token";
 
@@ -127,16 +130,9 @@ impl Sending {
             .await;
     }
 
-    async fn post_webhook(&self, body: Vec<u8>) {
-        let response = self
-            .client
-            .post(format!("{}/webhook/whatsapp", self.url))
-            .header("content-type", "application/json")
-            .header("x-hub-signature-256", signature(&body))
-            .body(body)
-            .send()
-            .await
-            .expect("webhook sent");
+    /// Posts `body`, signed as Meta signs it; Sabi must acknowledge it.
+    pub async fn post_webhook(&self, body: Vec<u8>) {
+        let response = post_webhook(&self.client, &self.url, body).await;
         assert_eq!(response.status(), 200);
     }
 
@@ -146,19 +142,43 @@ impl Sending {
 
     /// Waits until `done` holds for the outbox (or fails after `limit`).
     pub async fn wait_for(&self, limit: Duration, done: impl Fn(&[OutboxEntry]) -> bool) {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
+        eventually_seen("the outbox", limit, || async {
             let outbox = self.outbox().await;
             if done(&outbox) {
-                return;
+                Ok(())
+            } else {
+                Err(format!("outbox states {:?}", states(&outbox)))
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "gave up waiting; outbox states: {:?}",
-                states(&outbox)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
+    }
+
+    /// Waits until broadcast `id` is as `done` says and returns it; the test fails after
+    /// `patience`, showing the broadcast as it last was.
+    pub async fn broadcast_when(
+        &self,
+        id: i64,
+        patience: Duration,
+        done: impl Fn(&BroadcastView) -> bool,
+    ) -> BroadcastView {
+        eventually_seen("the broadcast", patience, || async {
+            let b = self.store.broadcast(id).await.expect("read").expect("kept");
+            if done(&b) {
+                Ok(b)
+            } else {
+                Err(format!("{b:?}"))
+            }
+        })
+        .await
+    }
+
+    /// `POST /admin/broadcasts` with the admin `token`: the status and the JSON answer.
+    pub async fn post_broadcast(
+        &self,
+        token: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        crate::helpers::post_broadcast(&self.client, &self.url, token, body).await
     }
 
     pub async fn metrics(&self) -> String {
@@ -292,9 +312,10 @@ async fn a_throttling_storm_delays_but_loses_and_doubles_nothing() {
     })
     .await;
     // Meta's 130429, then plain HTTP 429 with Retry-After.
-    sabi.fake.throttle_for(Duration::from_secs(1), false);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    sabi.fake.throttle_for(Duration::from_secs(1), true);
+    sabi.fake.throttle_storm(&[
+        (Duration::from_secs(1), false),
+        (Duration::from_secs(1), true),
+    ]);
     sabi.wait_for(Duration::from_secs(120), all_accepted(customers * parts))
         .await;
     let sends = sabi
@@ -500,7 +521,20 @@ async fn an_expired_token_halts_the_number_loses_nothing_and_raises_the_alert() 
     }
     sabi.wait_for(Duration::from_secs(30), |outbox| outbox.len() == 15)
         .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Halted: the alert raised and every part back in the queue.
+    eventually_seen("the number halted on its dead token", PATIENCE, || async {
+        let outbox = sabi.outbox().await;
+        let halted = sabi.metrics().await.contains("sabi_halted_numbers 1");
+        if halted && outbox.iter().all(|e| e.state == "queued") {
+            Ok(())
+        } else {
+            Err(format!(
+                "halted: {halted}, outbox states {:?}",
+                states(&outbox)
+            ))
+        }
+    })
+    .await;
     let tried = sabi
         .fake
         .received()
@@ -519,6 +553,8 @@ async fn an_expired_token_halts_the_number_loses_nothing_and_raises_the_alert() 
         "{:?}",
         states(&outbox)
     );
+    // Nothing happens for a halted number, so there is nothing to wait for: a second of quiet
+    // is the proof that no send is tried.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
         sabi.fake
@@ -579,7 +615,10 @@ async fn without_the_typing_indicator_messages_are_still_marked_read() {
     sabi.wait_for(Duration::from_secs(30), all_accepted(1))
         .await;
     let marked = |r: &Received| !r.is_message() && r.body["message_id"] == "wamid.quiet";
-    crate::helpers::eventually(|| sabi.fake.received().iter().any(marked)).await;
+    eventually("the read receipt", || async {
+        sabi.fake.received().iter().any(marked)
+    })
+    .await;
     let receipt = sabi
         .fake
         .received()
@@ -617,15 +656,19 @@ async fn every_answered_message_is_marked_read_while_replies_keep_the_number() {
             .filter_map(|r| r.body["message_id"].as_str().map(str::to_owned))
             .collect()
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while read(&sabi.fake.received()).len() < customers {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {customers} messages marked read",
-            read(&sabi.fake.received()).len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_seen(
+        "every message marked read",
+        Duration::from_secs(120),
+        || async {
+            let marked = read(&sabi.fake.received()).len();
+            if marked < customers {
+                Err(format!("{marked} of {customers} messages marked read"))
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
     // While replies still waited (from the first reply to the last), receipts kept to their
     // share of the number's calls.
     let received = sabi.fake.received();
@@ -662,28 +705,30 @@ async fn a_busy_number_never_holds_back_another_numbers_read_receipts() {
             .await;
     }
     // Their receipts wait behind the busy number's replies, a slot in ten.
-    let read = |id: &str| {
+    let receipt = |id: &str| {
         sabi.fake
             .received()
             .iter()
-            .any(|r| !r.is_message() && r.body["message_id"] == id)
+            .position(|r| !r.is_message() && r.body["message_id"] == id)
     };
-    crate::helpers::eventually(|| sabi.fake.accepted().len() >= 2).await;
+    eventually("two of the busy number's replies", || async {
+        sabi.fake.accepted().len() >= 2
+    })
+    .await;
     sabi.customer_writes_to("100000000000002", "wamid.other", &customer(99), "hello")
         .await;
     // The other number is idle: its customer's message is marked read as soon as it is
     // answered, not after the busy number's 30 receipts (about five minutes at its share).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !read("wamid.other") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the other number's customer waited behind the busy number's receipts"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // What counts is the order of the receipts, not how long a loaded machine took.
+    let other = eventually_some(
+        "the other number's receipt",
+        Duration::from_secs(120),
+        || async { receipt("wamid.other") },
+    )
+    .await;
     assert!(
-        !read("wamid.busy29"),
-        "the busy number's last receipt still waits behind its replies"
+        receipt("wamid.busy29").is_none_or(|busy| busy > other),
+        "the other number's customer waited behind the busy number's receipts"
     );
 }
 
@@ -907,17 +952,14 @@ async fn an_answer_that_comes_while_the_store_is_away_is_recorded_when_it_is_bac
     sabi.fake.answer_after(Duration::from_millis(500));
     sabi.customer_writes("wamid.in1", &customer(1), "hello", 0)
         .await;
-    let start = tokio::time::Instant::now();
-    while sabi.fake.accepted().is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "nothing was sent"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually_some("a send", Duration::from_secs(10), || async {
+        (!sabi.fake.accepted().is_empty()).then_some(())
+    })
+    .await;
 
     // Meta has the send; the store is locked before its answer comes, for longer than the
-    // store waits for a lock, so the first record fails.
+    // store waits for a lock, so the first record fails. A failed write leaves no trace to
+    // wait for: the lock is held for a fixed time past the store's wait.
     let lock = StoreLock::take(sabi.dir.path());
     tokio::time::sleep(Duration::from_millis(6500)).await;
     lock.release();
@@ -1014,11 +1056,10 @@ impl LoneSender {
     async fn stop_while_sending(&self) -> tokio::task::JoinHandle<()> {
         let stop = CancellationToken::new();
         let run = tokio::spawn(self.sender.clone().run(stop.clone()));
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while self.fake.request_count() == 0 {
-            assert!(tokio::time::Instant::now() < deadline, "nothing was sent");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually_some("a send", Duration::from_secs(10), || async {
+            (self.fake.request_count() > 0).then_some(())
+        })
+        .await;
         stop.cancel();
         run
     }
@@ -1048,15 +1089,11 @@ async fn at_shutdown_a_send_in_flight_past_the_grace_is_stopped() {
     sabi.fake.stall_next(1);
     let run = sabi.stop_while_sending().await;
     // The grace runs on the sender's clock: move it on until the sender has stopped.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !run.is_finished() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the sender did not stop"
-        );
+    eventually_some("the sender to stop", Duration::from_secs(10), || async {
         sabi.clock.advance(Duration::from_secs(11));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        run.is_finished().then_some(())
+    })
+    .await;
     run.await.expect("sender");
     assert_eq!(
         sabi.state().await,

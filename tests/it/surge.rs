@@ -13,7 +13,7 @@ use sabi::testing::llm::{Answer, FakeLlm};
 use sabi::store::ReviewQuery;
 
 use crate::helpers::{
-    START_MS, SabiProcess, TestApp, eventually, json_lines, sabi_command, signature,
+    START_MS, SabiProcess, TestApp, eventually, json_lines, post_webhook, sabi_command,
     text_webhook_at,
 };
 
@@ -67,10 +67,13 @@ async fn a_429_pauses_every_turn_together_for_its_retry_after() {
         })
     };
     let first = ask(llm.clone(), "first");
-    eventually(|| fake.completions().len() == 1).await;
+    eventually("the first call", || async { fake.completions().len() == 1 }).await;
     // The 429 came back: the provider is paused for 30 s, for the first turn's retry and for
     // turns that had not called yet.
-    eventually(|| metrics.encode().contains("sabi_llm_paused 1")).await;
+    eventually("the provider paused", || async {
+        metrics.encode().contains("sabi_llm_paused 1")
+    })
+    .await;
     let others: Vec<_> = ["second", "third"]
         .into_iter()
         .map(|text| ask(llm.clone(), text))
@@ -501,17 +504,10 @@ async fn sabi_plan_reads_what_this_store_measured() {
             "hi",
             now_s,
         );
-        let response = client
-            .post(sabi.url("/webhook/whatsapp"))
-            .header("content-type", "application/json")
-            .header("x-hub-signature-256", signature(&body))
-            .body(body)
-            .send()
-            .await
-            .expect("posted");
+        let response = post_webhook(&client, &sabi.url(""), body).await;
         assert_eq!(response.status(), 200);
     }
-    eventually(|| {
+    eventually("the measured local share", || async {
         let measured = plan(&["--local-share", "auto"]);
         measured.status.success()
             && serde_json::from_slice::<serde_json::Value>(&measured.stdout)
@@ -633,28 +629,21 @@ async fn a_routine_turn_never_waits_behind_model_turns() {
     app.clock.advance(Duration::from_secs(20));
     // Time goes on while the test waits: a worker whose due work could not all be claimed
     // looks again a tenth of a poll later.
-    let started = std::time::Instant::now();
-    while answered(&app).await.is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "never answered"
-        );
+    eventually("the first answer", || async {
         app.clock.advance(Duration::from_millis(100));
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        !answered(&app).await.is_empty()
+    })
+    .await;
     assert_eq!(
         answered(&app).await,
         ["2348031230199"],
         "the model turns still wait"
     );
     gate.add_permits(3);
-    while answered(&app).await.len() < 4 {
+    eventually("the model turns to end", || async {
         app.clock.advance(Duration::from_millis(100));
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the model turns never ended"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        answered(&app).await.len() >= 4
+    })
+    .await;
     stop.cancel();
 }

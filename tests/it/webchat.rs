@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{TestApp, run_to_success};
+use crate::helpers::{TestApp, eventually_some, ms, run_to_success};
 
 async fn ask(
     app: &TestApp,
@@ -523,22 +523,11 @@ async fn event_streams_are_bounded_and_a_closed_one_frees_its_place() {
     let second = app.client.get(&url).send().await.expect("refused");
     assert_eq!(second.status(), 503, "one stream per node here");
     drop(first);
-    let mut reopened = 0;
-    for _ in 0..100 {
-        reopened = app
-            .client
-            .get(&url)
-            .send()
-            .await
-            .expect("stream")
-            .status()
-            .as_u16();
-        if reopened == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(reopened, 200, "a closed stream frees its place");
+    eventually_some("a closed stream to free its place", ms(5000), || async {
+        let reopened = app.client.get(&url).send().await.expect("stream");
+        (reopened.status() == 200).then_some(())
+    })
+    .await;
 }
 
 /// Hands every turn to a person, and counts the turns.

@@ -3,7 +3,9 @@
 use sabi::clock::At;
 use sabi::domain::ItemKind;
 
-use crate::helpers::{START_MS, StoreLock, TestApp, VERIFY_TOKEN, signature, text_webhook};
+use crate::helpers::{
+    START_MS, StoreLock, TestApp, VERIFY_TOKEN, signature, text_webhook, webhook_request,
+};
 
 #[tokio::test]
 async fn verification_echoes_the_challenge_byte_for_byte() {
@@ -188,20 +190,8 @@ async fn twenty_concurrent_duplicates_store_one_copy() {
     let body = text_webhook("wamid.dup", "2348000000009", "same");
     let mut requests = tokio::task::JoinSet::new();
     for _ in 0..20 {
-        let (client, url, body) = (
-            app.client.clone(),
-            app.url("/webhook/whatsapp"),
-            body.clone(),
-        );
-        requests.spawn(async move {
-            let sig = signature(&body);
-            client
-                .post(url)
-                .header("x-hub-signature-256", sig)
-                .body(body)
-                .send()
-                .await
-        });
+        let request = webhook_request(&app.client, &app.url(""), body.clone());
+        requests.spawn(request.send());
     }
     while let Some(response) = requests.join_next().await {
         assert_eq!(response.expect("task").expect("sent").status(), 200);
