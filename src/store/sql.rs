@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 use super::rules::batch::{self, BatchState, Lease};
 use super::rules::item::{self, ItemState};
 use super::rules::part::PartState;
+use super::rules::review::ReviewState;
 use super::rules::sql_list;
 use super::{Error, Result};
 use crate::clock::At;
@@ -58,11 +59,11 @@ pub(super) fn answered(ended: BatchState) -> ItemState {
 }
 
 /// The state a reply part is written in, as an SQL expression over its conversation's
-/// `channel`, `sandbox` naming the parameter that says whether Sabi runs in sandbox mode:
+/// `channel` column, `sandbox` naming the parameter that says whether Sabi runs in sandbox mode:
 /// served to the web page, only kept in sandbox mode, queued for the sender otherwise.
-pub(super) fn first_state(sandbox: &str) -> String {
+pub(super) fn first_state(channel: &str, sandbox: &str) -> String {
     format!(
-        "CASE WHEN channel = '{webchat}' THEN '{served}' WHEN {sandbox} THEN '{kept}' \
+        "CASE WHEN {channel} = '{webchat}' THEN '{served}' WHEN {sandbox} THEN '{kept}' \
          ELSE '{queued}' END",
         webchat = Channel::Webchat.as_str(),
         served = PartState::Served,
@@ -70,6 +71,40 @@ pub(super) fn first_state(sandbox: &str) -> String {
         queued = PartState::Queued,
     )
 }
+
+/// The gauges' counts of work in each state, as SQL scalar subqueries in [`Gauges`]'s order
+/// after `due`: running and waiting batches, open review items, sends queued (a closed window's
+/// included) and sends of unknown outcome.
+pub(super) fn gauge_counts() -> [String; 5] {
+    let count = |table: &str, states: &[&str]| {
+        let states: Vec<String> = states.iter().map(|s| format!("'{s}'")).collect();
+        format!(
+            "(SELECT count(*) FROM {table} WHERE state IN ({}))",
+            states.join(", ")
+        )
+    };
+    [
+        count("batches", &[BatchState::Running.as_str()]),
+        count("batches", &[BatchState::Waiting.as_str()]),
+        count("review", &[ReviewState::Open.as_str()]),
+        count(
+            "outbox",
+            &[PartState::Queued.as_str(), PartState::WindowClosed.as_str()],
+        ),
+        count("outbox", &[PartState::Unknown.as_str()]),
+    ]
+}
+
+/// Web-chat questions waiting for their turn, as an SQL condition on `inbox`: the condition of
+/// the partial index both stores keep for it (`inbox_webchat_pending`), written out in full
+/// so a query with it may use the index.
+pub(super) static WEBCHAT_WAITING_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "state = '{pending}' AND channel = '{webchat}'",
+        pending = ItemState::Pending,
+        webchat = Channel::Webchat.as_str(),
+    )
+});
 
 /// The reply parts a conversation's history leaves out, as an SQL list: the customer never
 /// read them (failed, with a person, or stopped by a closed window).

@@ -421,7 +421,7 @@ async fn write_reply(
              SELECT $1, $2, channel, business, customer, $3, {first_state}, $5, id, $7, $8, $5
              FROM conversations WHERE id = $6
              ON CONFLICT (batch_id, part) DO NOTHING",
-            first_state = sql::first_state("$4"),
+            first_state = sql::first_state("channel", "$4"),
         )))
         .bind(batch)
         .bind(i32::try_from(index).unwrap_or(i32::MAX))
@@ -592,12 +592,12 @@ pub(super) async fn set_stage(pool: &PgPool, batch: i64, stage: &str) -> Result<
         "UPDATE batches SET stage = $2 WHERE id = $1 AND state = '{running}'",
         running = BatchState::Running,
     )))
-        .bind(batch)
-        .bind(stage)
-        .execute(pool)
-        .await
-        .map(drop)
-        .map_err(unavailable)
+    .bind(batch)
+    .bind(stage)
+    .execute(pool)
+    .await
+    .map(drop)
+    .map_err(unavailable)
 }
 
 pub(super) async fn add_usage(pool: &PgPool, batch: i64, usage: TurnUsage) -> Result<()> {

@@ -95,7 +95,9 @@ pub fn lease_ends_sql() -> Vec<String> {
         .iter()
         .filter_map(|state| {
             let column = state.until_column()?;
-            Some(format!("SELECT min({column}) FROM batches WHERE state = '{state}'"))
+            Some(format!(
+                "SELECT min({column}) FROM batches WHERE state = '{state}'"
+            ))
         })
         .collect()
 }
@@ -231,7 +233,10 @@ mod tests {
             }
         }
         let now = At::from_millis(100);
-        let sql = format!("SELECT id FROM batches b WHERE {} ORDER BY id", reclaimable_sql("?1"));
+        let sql = format!(
+            "SELECT id FROM batches b WHERE {} ORDER BY id",
+            reclaimable_sql("?1")
+        );
         let picked: Vec<i64> = db
             .prepare(&sql)
             .and_then(|mut s| s.query_map([now], |r| r.get(0))?.collect())

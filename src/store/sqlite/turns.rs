@@ -316,10 +316,23 @@ pub(super) fn finish(
             ),
             params![batch, at, error],
         ),
-        Ending::Review { reason, error } => to_review(conn, batch, conversation, now, *reason, error.as_deref()),
-        Ending::Handoff { parts, sandbox, note } => {
+        Ending::Review { reason, error } => {
+            to_review(conn, batch, conversation, now, *reason, error.as_deref())
+        }
+        Ending::Handoff {
+            parts,
+            sandbox,
+            note,
+        } => {
             write_reply(conn, batch, conversation, now, parts, *sandbox, 0)?;
-            to_review(conn, batch, conversation, now, ReviewReason::HandoffAsked, Some(note))
+            to_review(
+                conn,
+                batch,
+                conversation,
+                now,
+                ReviewReason::HandoffAsked,
+                Some(note),
+            )
         }
     }
 }
@@ -357,7 +370,10 @@ fn check_token(conn: &Connection, batch: i64, token: LeaseToken) -> Result<i64> 
 /// A batch's lease and conversation.
 fn load_lease(conn: &Connection, batch: i64) -> Result<Option<(Lease, i64)>> {
     let row: Option<(String, i64, Option<At>, i64)> = conn
-        .prepare_cached(&format!("SELECT {} FROM batches WHERE id = ?1", sql::LEASE_COLUMNS))
+        .prepare_cached(&format!(
+            "SELECT {} FROM batches WHERE id = ?1",
+            sql::LEASE_COLUMNS
+        ))
         .and_then(|mut s| {
             s.query_row(params![batch], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
@@ -365,8 +381,10 @@ fn load_lease(conn: &Connection, batch: i64) -> Result<Option<(Lease, i64)>> {
             .optional()
         })
         .map_err(unavailable)?;
-    row.map(|(state, token, until, conversation)| Ok((sql::lease(&state, token, until)?, conversation)))
-        .transpose()
+    row.map(|(state, token, until, conversation)| {
+        Ok((sql::lease(&state, token, until)?, conversation))
+    })
+    .transpose()
 }
 
 /// Writes `parts` to the outbox, numbered from `first`.
@@ -395,7 +413,7 @@ fn write_reply(
                     ?5, id, ?7, ?8, ?5
              FROM conversations WHERE id = ?6
              ON CONFLICT (batch_id, part) DO NOTHING",
-                first_state = sql::first_state("?4"),
+                first_state = sql::first_state("channel", "?4"),
             ),
             params![batch, index, part.text, sandbox, now, conversation, options, part.quote],
         )?;
@@ -404,7 +422,13 @@ fn write_reply(
 }
 
 /// Ends a batch for good and lets its conversation's next batch be claimed.
-fn close(conn: &Connection, batch: i64, conversation: i64, now: At, state: BatchState) -> Result<()> {
+fn close(
+    conn: &Connection,
+    batch: i64,
+    conversation: i64,
+    now: At,
+    state: BatchState,
+) -> Result<()> {
     execute(
         conn,
         "UPDATE batches SET state = ?2, lease_until = NULL, finished_at = ?3 WHERE id = ?1",
