@@ -12,6 +12,7 @@ mod items;
 mod postgres;
 mod redis;
 pub mod rules;
+mod sql;
 mod sqlite;
 
 use std::collections::{BTreeMap, HashSet};

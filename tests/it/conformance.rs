@@ -9,6 +9,7 @@
 //! The modules below hold the cases for the rest of each role's methods, so that every method
 //! of every role is held to one behaviour on every backend.
 
+mod batches;
 mod broadcasts;
 mod categories;
 mod customers;
@@ -36,6 +37,7 @@ use sabi::store::{
 };
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
+use self::batches::every_transition_of_a_batch_follows_the_rulebook;
 use self::broadcasts::{
     a_broadcast_is_kept_once_per_key_with_its_audience,
     a_stopped_template_pauses_its_broadcasts_and_its_approval_resumes_them,
@@ -236,6 +238,7 @@ macro_rules! cases {
             a_batch_is_in_the_order_sent,
             the_inbox_keeps_a_deliverys_order_across_conversations,
             every_transition_of_a_reply_part_follows_the_rulebook,
+            every_transition_of_a_batch_follows_the_rulebook,
             due_is_the_window_after_the_last_but_never_past_the_cap,
             one_claimer_wins,
             a_lapsed_lease_is_taken_over_with_a_new_token,

@@ -23,6 +23,7 @@ mod layers;
 mod markers;
 mod marketing;
 mod metrics;
+mod names;
 mod nodes;
 mod openapi;
 mod postgres;

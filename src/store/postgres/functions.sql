@@ -70,7 +70,7 @@ BEGIN
                        media_id, provider_ts, received_at, state, content_hash, facts)
     VALUES (COALESCE(p_seq, nextval('inbox_seq_seq'::regclass)), p_channel, p_key,
             'message', p_business, p_customer, p_type, p_text, p_media, p_provider_ts,
-            p_received, 'pending', p_hash, p_facts)
+            p_received, '{pending}', p_hash, p_facts)
     ON CONFLICT (channel, dedupe_key) DO NOTHING
     RETURNING inbox.seq INTO stored;
     IF stored IS NULL OR sabi_drop_if_erased_v1(stored, p_key_hash) THEN

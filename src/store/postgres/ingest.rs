@@ -21,6 +21,7 @@ use crate::store::rules::erasure::Marks;
 use crate::store::rules::item::ItemState;
 use crate::store::rules::review::{self, Destination, ReviewState};
 use crate::store::rules::{broadcast, category, consent};
+use crate::store::sql;
 use crate::store::{
     ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission, Error, InboxQuery, Ingest,
     IngestReceipt, JobStatus, PersonLine, REPLY_SPAN, Result, StoredItem, StoredQuarantine,
@@ -147,11 +148,7 @@ async fn ingest_in(
             }
             continue;
         }
-        let state = if item.kind == ItemKind::Message {
-            "skipped"
-        } else {
-            "recorded"
-        };
+        let state = crate::store::rules::item::arrived(item.kind, false).as_str();
         // functions.sql: stored once, and not at all when erased since.
         let seq: Option<i64> = sqlx::query_scalar(
             "SELECT sabi_ingest_item_v1(
@@ -255,9 +252,11 @@ fn lock_order(items: &[InboundItem]) -> Vec<usize> {
 async fn amend(conn: &mut PgConnection, channel: Channel, change: &Amendment<'_>) -> Result<()> {
     let original = change.original();
     if let Some(text) = change.text() {
-        sqlx::query(
-            "UPDATE inbox SET text = $3 WHERE channel = $1 AND dedupe_key = $2 AND state = 'pending'",
-        )
+        sqlx::query(AssertSqlSafe(format!(
+            "UPDATE inbox SET text = $3
+             WHERE channel = $1 AND dedupe_key = $2 AND state = '{pending}'",
+            pending = ItemState::Pending,
+        )))
         .bind(channel.as_str())
         .bind(original)
         .bind(text)
@@ -266,22 +265,26 @@ async fn amend(conn: &mut PgConnection, channel: Channel, change: &Amendment<'_>
         .map_err(unavailable)?;
         return Ok(());
     }
-    let conversation: Option<Option<i64>> = sqlx::query_scalar(
-        "UPDATE inbox SET state = 'withdrawn'
-         WHERE channel = $1 AND dedupe_key = $2 AND state = 'pending' RETURNING conversation_id",
-    )
+    let conversation: Option<Option<i64>> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "UPDATE inbox SET state = '{withdrawn}'
+         WHERE channel = $1 AND dedupe_key = $2 AND state = '{pending}'
+         RETURNING conversation_id",
+        withdrawn = ItemState::Withdrawn,
+        pending = ItemState::Pending,
+    )))
     .bind(channel.as_str())
     .bind(original)
     .fetch_optional(&mut *conn)
     .await
     .map_err(unavailable)?;
     if let Some(Some(conversation)) = conversation {
-        sqlx::query(
-            "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL,
-                    model_pending = false
+        sqlx::query(AssertSqlSafe(format!(
+            "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL,
+                    due_at = NULL, model_pending = false
              WHERE id = $1
-               AND NOT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = $1 AND state = 'pending')",
-        )
+               AND NOT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = $1 AND state = '{pending}')",
+            pending = ItemState::Pending,
+        )))
         .bind(conversation)
         .execute(&mut *conn)
         .await
@@ -674,10 +677,11 @@ pub(super) async fn chat_job(pool: &PgPool, job_id: &str, now: At) -> Result<Opt
 }
 
 async fn queued_ahead(pool: &PgPool, seq: i64) -> Result<u64> {
-    let n: i64 = sqlx::query_scalar(
+    let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT count(*) FROM (SELECT 1 FROM inbox
-         WHERE state = 'pending' AND channel = 'webchat' AND seq < $1 LIMIT $2) ahead",
-    )
+         WHERE {waiting} AND seq < $1 LIMIT $2) ahead",
+        waiting = *sql::WEBCHAT_WAITING_SQL,
+    )))
     .bind(seq)
     .bind(POSITION_CAP)
     .fetch_one(pool)
@@ -751,9 +755,10 @@ pub(super) async fn chat_history(
 }
 
 pub(super) async fn queue_depth<'e, E: sqlx::PgExecutor<'e>>(executor: E) -> Result<u64> {
-    let n: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM inbox WHERE state = 'pending' AND channel = 'webchat'",
-    )
+    let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT count(*) FROM inbox WHERE {}",
+        *sql::WEBCHAT_WAITING_SQL
+    )))
     .fetch_one(executor)
     .await
     .map_err(unavailable)?;

@@ -24,13 +24,15 @@ mod review;
 mod turns;
 
 use std::collections::HashSet;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::{PgConnection, PgPool};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 
 use super::rules::category::TemplateCategory;
 use super::rules::erasure::{Marks, OptOuts};
+use super::rules::item::ItemState;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
     ConversationView, CustomerRecord, Customers, Ending, Erased, Error, ExportPage, Gauges, Health,
@@ -64,8 +66,11 @@ const MIGRATIONS: &[&str] = &[
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
-/// Server-side functions: replaced at every start, so they always match this build.
-const FUNCTIONS: &str = include_str!("functions.sql");
+/// Server-side functions: replaced at every start, so they always match this build; the
+/// rulebook's names are written into them (`'{pending}'`).
+static FUNCTIONS: LazyLock<String> = LazyLock::new(|| {
+    include_str!("functions.sql").replace("{pending}", ItemState::Pending.as_str())
+});
 /// Any constant: the advisory lock nodes take to migrate the schema one at a time.
 const MIGRATION_LOCK: i64 = 0x5ab1_5ab1;
 
@@ -168,7 +173,7 @@ async fn migrate(pool: &PgPool, marks: &Marks) -> Result<()> {
             .ok()
             .and_then(|applied| MIGRATIONS.get(applied));
         let Some(&sql) = next else {
-            sqlx::raw_sql(FUNCTIONS)
+            sqlx::raw_sql(AssertSqlSafe(FUNCTIONS.as_str()))
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| Error::Schema(format!("creating the functions failed: {e}")))?;

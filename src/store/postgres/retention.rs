@@ -221,14 +221,15 @@ async fn sweep_conversations(conn: &mut PgConnection, touched: &[i64], before: A
     if touched.is_empty() {
         return Ok(0);
     }
-    sqlx::query(
+    sqlx::query(AssertSqlSafe(format!(
         "DELETE FROM conversations c
          WHERE c.id = ANY($1) AND c.due_at IS NULL AND c.open_batch_id IS NULL
            AND coalesce(c.last_inbound_at, 0) < $2
            AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.conversation_id = c.id)
            AND NOT EXISTS (SELECT 1 FROM inbox i
-                           WHERE i.conversation_id = c.id AND i.state = 'pending')",
-    )
+                           WHERE i.conversation_id = c.id AND i.state = '{pending}')",
+        pending = ItemState::Pending,
+    )))
     .bind(touched)
     .bind(before)
     .execute(&mut *conn)

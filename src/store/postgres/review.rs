@@ -9,8 +9,10 @@ use super::{channel, limit, unavailable};
 use crate::clock::At;
 use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::items::known;
+use crate::store::rules::item::ItemState;
 use crate::store::rules::part::Event;
 use crate::store::rules::review::{self, ReviewState};
+use crate::store::sql;
 use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
 
 const COLUMNS: &str = "r.id, r.batch_id, r.reason, r.error, r.created_at, r.outbox_id, r.state";
@@ -149,22 +151,23 @@ async fn person_reply(
         .map_err(unavailable)?;
     // Also orders two people's replies to one batch: the second numbers its part after the first.
     lock_conversation(conn, conversation).await?;
-    sqlx::query(
-        "UPDATE inbox SET state = 'answered' WHERE batch_id = $1 AND channel = 'webchat' AND kind = 'message'",
-    )
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE inbox SET state = '{answered}'
+         WHERE batch_id = $1 AND channel = 'webchat' AND kind = 'message'",
+        answered = ItemState::Answered,
+    )))
     .bind(batch)
     .execute(&mut *conn)
     .await
     .map_err(unavailable)?;
-    sqlx::query(
+    sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
                              conversation_id, updated_at, by_person)
          SELECT b.id, COALESCE((SELECT max(part) + 1 FROM outbox WHERE batch_id = b.id), 0),
-                c.channel, c.business, c.customer, $3,
-                CASE WHEN c.channel = 'webchat' THEN 'served' WHEN $4 THEN 'sandbox' ELSE 'queued' END,
-                $2, c.id, $2, true
+                c.channel, c.business, c.customer, $3, {first_state}, $2, c.id, $2, true
          FROM batches b JOIN conversations c ON c.id = b.conversation_id WHERE b.id = $1",
-    )
+        first_state = sql::first_state("c.channel", "$4"),
+    )))
     .bind(batch)
     .bind(now)
     .bind(text)
@@ -176,9 +179,11 @@ async fn person_reply(
 }
 
 async fn requeue_batch(conn: &mut PgConnection, batch: i64, now: At) -> Result<()> {
-    sqlx::query(
-        "UPDATE inbox SET state = 'pending', batch_id = NULL WHERE batch_id = $1 AND kind = 'message'",
-    )
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE inbox SET state = '{pending}', batch_id = NULL
+         WHERE batch_id = $1 AND kind = 'message'",
+        pending = ItemState::Pending,
+    )))
     .bind(batch)
     .execute(&mut *conn)
     .await
@@ -225,15 +230,12 @@ pub(super) async fn conversations(
 }
 
 pub(super) async fn gauges(pool: &PgPool, now: At) -> Result<Gauges> {
-    let row = sqlx::query(
+    let row = sqlx::query(AssertSqlSafe(format!(
         "SELECT
              (SELECT count(*) FROM conversations WHERE due_at <= $1 AND open_batch_id IS NULL),
-             (SELECT count(*) FROM batches WHERE state = 'running'),
-             (SELECT count(*) FROM batches WHERE state = 'waiting'),
-             (SELECT count(*) FROM review WHERE state = 'open'),
-             (SELECT count(*) FROM outbox WHERE state IN ('queued', 'window_closed')),
-             (SELECT count(*) FROM outbox WHERE state = 'unknown')",
-    )
+             {}",
+        sql::gauge_counts().join(", ")
+    )))
     .bind(now)
     .fetch_one(pool)
     .await

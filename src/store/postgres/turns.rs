@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
 use super::{channel, limit, unavailable};
 use crate::clock::At;
@@ -11,7 +11,10 @@ use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
 use crate::store::items::known;
-use crate::store::rules::batch::{BatchState, answered_by};
+use crate::store::rules::batch::{self, BatchState, Lease, answered_by};
+use crate::store::rules::item::ItemState;
+use crate::store::rules::review::ReviewState;
+use crate::store::sql;
 use crate::store::{
     Ending, Error, HOLD_PART, HistoryEntry, Lane, Result, RouteGuess, RoutedTurn, Speaker,
     TurnStats, TurnUsage,
@@ -80,18 +83,19 @@ async fn reclaim(
     count: usize,
     channel: Option<&str>,
 ) -> Result<Vec<Claim>> {
-    let rows = sqlx::query(
-        "UPDATE batches SET state = 'running', token = token + 1, attempts = attempts + 1,
+    let rows = sqlx::query(AssertSqlSafe(format!(
+        "UPDATE batches SET state = '{running}', token = token + 1, attempts = attempts + 1,
                 lease_until = $2, next_attempt_at = NULL, started_at = $1
          WHERE id IN (SELECT b.id FROM batches b
-                      WHERE ((b.state = 'running' AND b.lease_until <= $1)
-                             OR (b.state = 'waiting' AND b.next_attempt_at <= $1))
+                      WHERE {reclaimable}
                         AND ($4::text IS NULL OR EXISTS (
                             SELECT 1 FROM conversations c
                             WHERE c.id = b.conversation_id AND c.channel = $4))
                       ORDER BY b.due_at LIMIT $3 FOR UPDATE OF b SKIP LOCKED)
          RETURNING id, token, attempts, requeued",
-    )
+        running = BatchState::Running,
+        reclaimable = batch::reclaimable_sql("$1"),
+    )))
     .bind(now)
     .bind(now + lease)
     .bind(limit(Some(count)))
@@ -117,15 +121,17 @@ async fn reclaim(
 
 /// A held batch's first run (see [`hold`]): what the customer wrote while it was held joins it.
 async fn take_pending(conn: &mut PgConnection, batch: i64) -> Result<()> {
-    sqlx::query(
+    sqlx::query(AssertSqlSafe(format!(
         "WITH batch AS (SELECT conversation_id AS conversation FROM batches WHERE id = $1),
               messages AS (
-                  UPDATE inbox SET state = 'batched', batch_id = $1
-                  WHERE state = 'pending' AND conversation_id = (SELECT conversation FROM batch))
+                  UPDATE inbox SET state = '{batched}', batch_id = $1
+                  WHERE state = '{pending}' AND conversation_id = (SELECT conversation FROM batch))
          UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL,
                 model_pending = false
          WHERE id = (SELECT conversation FROM batch)",
-    )
+        batched = ItemState::Batched,
+        pending = ItemState::Pending,
+    )))
     .bind(batch)
     .execute(&mut *conn)
     .await
@@ -176,24 +182,27 @@ async fn open_batches(
         let (conversation, due_at, requeued): (i64, i64, bool) =
             (row.get(0), row.get(1), row.get(2));
         // The batch, its messages and the conversation's open batch, in one statement.
-        let batch: i64 = sqlx::query_scalar(
+        let batch: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
             "WITH batch AS (
                  INSERT INTO batches (conversation_id, state, token, attempts, lease_until, due_at,
                                       created_at, started_at, requeued)
-                 VALUES ($1, 'running', 1, 1, $2, $3, $4,
+                 VALUES ($1, '{running}', 1, 1, $2, $3, $4,
                          GREATEST($4, (SELECT max(finished_at) FROM batches WHERE conversation_id = $1)),
                          $5)
                  RETURNING id),
              messages AS (
-                 UPDATE inbox SET state = 'batched', batch_id = (SELECT id FROM batch)
-                 WHERE conversation_id = $1 AND state = 'pending'),
+                 UPDATE inbox SET state = '{batched}', batch_id = (SELECT id FROM batch)
+                 WHERE conversation_id = $1 AND state = '{pending}'),
              opened AS (
                  UPDATE conversations SET open_batch_id = (SELECT id FROM batch),
                         first_pending_at = NULL, last_pending_at = NULL, due_at = NULL,
                         requeued = false, model_pending = false
                  WHERE id = $1)
              SELECT id FROM batch",
-        )
+            running = BatchState::Running,
+            batched = ItemState::Batched,
+            pending = ItemState::Pending,
+        )))
         .bind(conversation)
         .bind(now + lease)
         .bind(due_at)
@@ -265,21 +274,24 @@ pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch
     })
 }
 
-/// The conversation of a running batch whose latest token is `token`, locked for this
-/// transaction; anything else is a lost lease.
+/// The conversation of the batch a write carrying `token` speaks for (see [`sql::fenced`]),
+/// locked for this transaction.
 async fn check_token(conn: &mut PgConnection, batch: i64, token: LeaseToken) -> Result<i64> {
-    let row =
-        sqlx::query("SELECT token, state, conversation_id FROM batches WHERE id = $1 FOR UPDATE")
-            .bind(batch)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-    match row {
-        Some(row) if row.get::<i64, _>(0) == token.0 && row.get::<String, _>(1) == "running" => {
-            Ok(row.get(2))
-        }
-        _ => Err(Error::LeaseLost),
-    }
+    sql::fenced(load_lease(conn, batch).await?, token)
+}
+
+/// A batch's lease and conversation, locked for this transaction.
+async fn load_lease(conn: &mut PgConnection, batch: i64) -> Result<Option<(Lease, i64)>> {
+    let row = sqlx::query(AssertSqlSafe(format!(
+        "SELECT {} FROM batches WHERE id = $1 FOR UPDATE",
+        sql::LEASE_COLUMNS
+    )))
+    .bind(batch)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(unavailable)?;
+    row.map(|row| Ok((sql::lease(row.get(0), row.get(1), row.get(2))?, row.get(3))))
+        .transpose()
 }
 
 pub(super) async fn renew(
@@ -290,12 +302,12 @@ pub(super) async fn renew(
     lease: Duration,
 ) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
-    check_token(&mut tx, batch, token).await?;
+    let renewed = sql::renewed(load_lease(&mut tx, batch).await?, token, now, lease)?;
     exec(
         &mut tx,
         "UPDATE batches SET lease_until = $2 WHERE id = $1",
         batch,
-        now + lease,
+        renewed.until,
     )
     .await?;
     tx.commit().await.map_err(unavailable)
@@ -330,11 +342,12 @@ pub(super) async fn hold(
     } in opened
     {
         write_reply(&mut tx, batch, conversation, now, parts, sandbox, HOLD_PART).await?;
-        sqlx::query(
-            "UPDATE batches SET state = 'waiting', attempts = 0, lease_until = NULL,
+        sqlx::query(AssertSqlSafe(format!(
+            "UPDATE batches SET state = '{waiting}', attempts = 0, lease_until = NULL,
                     next_attempt_at = due_at
              WHERE id = $1",
-        )
+            waiting = BatchState::Waiting,
+        )))
         .bind(batch)
         .execute(&mut *tx)
         .await
@@ -357,13 +370,14 @@ pub(super) async fn finish(
     match ending {
         Ending::Replied { parts, sandbox } => {
             write_reply(&mut tx, batch, conversation, now, parts, *sandbox, 0).await?;
-            close(&mut tx, batch, conversation, now, "done", "answered").await?;
+            close(&mut tx, batch, conversation, now, batch::ended(ending)).await?;
         }
         Ending::RetryAt { at, error } => {
-            sqlx::query(
-                "UPDATE batches SET state = 'waiting', lease_until = NULL, next_attempt_at = $2,
+            sqlx::query(AssertSqlSafe(format!(
+                "UPDATE batches SET state = '{waiting}', lease_until = NULL, next_attempt_at = $2,
                         last_error = $3 WHERE id = $1",
-            )
+                waiting = batch::ended(ending),
+            )))
             .bind(batch)
             .bind(at)
             .bind(error)
@@ -401,15 +415,14 @@ async fn write_reply(
     for (index, part) in (first..).zip(parts) {
         let options = (!part.options.is_empty())
             .then(|| serde_json::to_string(&part.options).unwrap_or_default());
-        sqlx::query(
+        sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
                                  conversation_id, options, reply_to, updated_at)
-             SELECT $1, $2, channel, business, customer, $3,
-                    CASE WHEN channel = 'webchat' THEN 'served' WHEN $4 THEN 'sandbox' ELSE 'queued' END,
-                    $5, id, $7, $8, $5
+             SELECT $1, $2, channel, business, customer, $3, {first_state}, $5, id, $7, $8, $5
              FROM conversations WHERE id = $6
              ON CONFLICT (batch_id, part) DO NOTHING",
-        )
+            first_state = sql::first_state("channel", "$4"),
+        )))
         .bind(batch)
         .bind(i32::try_from(index).unwrap_or(i32::MAX))
         .bind(&part.text)
@@ -444,9 +457,11 @@ async fn to_review(
     reason: ReviewReason,
     error: Option<&str>,
 ) -> Result<()> {
-    sqlx::query(
-        "INSERT INTO review (batch_id, reason, error, state, created_at) VALUES ($1, $2, $3, 'open', $4)",
-    )
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO review (batch_id, reason, error, state, created_at)
+         VALUES ($1, $2, $3, '{open}', $4)",
+        open = ReviewState::Open,
+    )))
     .bind(batch)
     .bind(reason.as_str())
     .bind(error)
@@ -460,7 +475,7 @@ async fn to_review(
         .execute(&mut *conn)
         .await
         .map_err(unavailable)?;
-    close(conn, batch, conversation, now, "review", "review").await
+    close(conn, batch, conversation, now, BatchState::Review).await
 }
 
 /// Ends a batch for good and lets its conversation's next batch be claimed, in one statement.
@@ -469,8 +484,7 @@ async fn close(
     batch: i64,
     conversation: i64,
     now: At,
-    state: &str,
-    messages: &str,
+    state: BatchState,
 ) -> Result<()> {
     sqlx::query(
         "WITH ended AS (
@@ -480,9 +494,9 @@ async fn close(
          UPDATE conversations SET open_batch_id = NULL WHERE id = $5 AND open_batch_id = $1",
     )
     .bind(batch)
-    .bind(state)
+    .bind(state.as_str())
     .bind(now)
-    .bind(messages)
+    .bind(sql::answered(state).as_str())
     .bind(conversation)
     .execute(&mut *conn)
     .await
@@ -502,12 +516,16 @@ async fn exec(conn: &mut PgConnection, sql: &'static str, id: i64, value: At) ->
 }
 
 pub(super) async fn next_due(pool: &PgPool) -> Result<Option<At>> {
-    sqlx::query_scalar(
+    let lease_ends: Vec<String> = batch::lease_ends_sql()
+        .iter()
+        .map(|end| format!("({end})"))
+        .collect();
+    sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT LEAST(
              (SELECT min(due_at) FROM conversations WHERE open_batch_id IS NULL AND due_at IS NOT NULL),
-             (SELECT min(lease_until) FROM batches WHERE state = 'running'),
-             (SELECT min(next_attempt_at) FROM batches WHERE state = 'waiting'))",
-    )
+             {})",
+        lease_ends.join(", ")
+    )))
     .fetch_one(pool)
     .await
     .map_err(unavailable)
@@ -534,7 +552,7 @@ pub(super) async fn conversation_history(
     before: i64,
     turns: usize,
 ) -> Result<Vec<HistoryEntry>> {
-    let rows = sqlx::query(
+    let rows = sqlx::query(AssertSqlSafe(format!(
         "WITH recent AS (
              SELECT id FROM batches WHERE conversation_id = $3 AND id < $1
              ORDER BY id DESC LIMIT $2)
@@ -542,12 +560,13 @@ pub(super) async fn conversation_history(
                 batch_id, COALESCE(provider_ts, 0), seq
              FROM inbox WHERE batch_id IN (SELECT id FROM recent)
          UNION ALL SELECT created_at, 1, body, batch_id, id, 0 FROM outbox
-             WHERE batch_id IN (SELECT id FROM recent) AND state NOT IN ('failed', 'review', 'window_closed')
+             WHERE batch_id IN (SELECT id FROM recent) AND state NOT IN {unsaid}
          UNION ALL SELECT created_at, 2, 'handed to a person (' || reason || ')' || COALESCE(': ' || error, ''),
                 batch_id, id, 0
              FROM review WHERE batch_id IN (SELECT id FROM recent) AND outbox_id IS NULL
          ORDER BY 4, 2, 5, 6",
-    )
+        unsaid = *sql::UNSAID_SQL,
+    )))
     .bind(before)
     .bind(limit(Some(turns)))
     .bind(conversation)
@@ -569,13 +588,16 @@ pub(super) async fn conversation_history(
 }
 
 pub(super) async fn set_stage(pool: &PgPool, batch: i64, stage: &str) -> Result<()> {
-    sqlx::query("UPDATE batches SET stage = $2 WHERE id = $1 AND state = 'running'")
-        .bind(batch)
-        .bind(stage)
-        .execute(pool)
-        .await
-        .map(drop)
-        .map_err(unavailable)
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE batches SET stage = $2 WHERE id = $1 AND state = '{running}'",
+        running = BatchState::Running,
+    )))
+    .bind(batch)
+    .bind(stage)
+    .execute(pool)
+    .await
+    .map(drop)
+    .map_err(unavailable)
 }
 
 pub(super) async fn add_usage(pool: &PgPool, batch: i64, usage: TurnUsage) -> Result<()> {
@@ -663,14 +685,16 @@ pub(super) async fn routed(pool: &PgPool, since: At, limit: usize) -> Result<Vec
 }
 
 pub(super) async fn stats(pool: &PgPool, since: At) -> Result<TurnStats> {
-    let row = sqlx::query(
-        "SELECT count(*) FILTER (WHERE state = 'done' AND prompt_tokens IS NULL),
-                count(*) FILTER (WHERE state = 'done' AND prompt_tokens IS NOT NULL),
-                count(*) FILTER (WHERE state = 'review'),
+    let row = sqlx::query(AssertSqlSafe(format!(
+        "SELECT count(*) FILTER (WHERE state = '{done}' AND prompt_tokens IS NULL),
+                count(*) FILTER (WHERE state = '{done}' AND prompt_tokens IS NOT NULL),
+                count(*) FILTER (WHERE state = '{review}'),
                 COALESCE(sum(prompt_tokens), 0)::BIGINT, COALESCE(sum(completion_tokens), 0)::BIGINT,
                 COALESCE(sum(cost), 0)::DOUBLE PRECISION
          FROM batches WHERE finished_at >= $1",
-    )
+        done = BatchState::Done,
+        review = BatchState::Review,
+    )))
     .bind(since)
     .fetch_one(pool)
     .await

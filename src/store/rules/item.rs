@@ -3,6 +3,7 @@
 
 use super::batch::BatchState;
 use super::named;
+use crate::domain::ItemKind;
 use crate::store::JobStatus;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -46,6 +47,16 @@ pub enum Event {
     Requeued,
     /// A person replied to it (the web chat shows the reply as its answer).
     PersonReplied,
+}
+
+/// The state an inbound item is stored in: a message that asks for a turn (`turn`) waits for
+/// it; one that does not is skipped; anything else is only recorded.
+pub fn arrived(kind: ItemKind, turn: bool) -> ItemState {
+    match (kind, turn) {
+        (ItemKind::Message, true) => ItemState::Pending,
+        (ItemKind::Message, false) => ItemState::Skipped,
+        _ => ItemState::Recorded,
+    }
 }
 
 /// The state after `event`, or `None` when the event does not apply (nothing changes).

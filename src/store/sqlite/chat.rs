@@ -15,6 +15,7 @@ use crate::store::items::{
 };
 
 use crate::store::rules::review::{self, Destination, ReviewState};
+use crate::store::sql;
 use crate::store::{
     ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission, Error, Ingest, JobStatus,
     PersonLine, Result, Submitted,
@@ -272,10 +273,11 @@ fn stage_of(conn: &Connection, batch: i64) -> Result<Option<String>> {
 /// Questions ahead, counted up to [`POSITION_CAP`]: past it the exact figure tells a person
 /// nothing more, and counting further would cost every poll a longer scan.
 fn queued_ahead(conn: &Connection, seq: i64) -> Result<u64> {
-    conn.prepare_cached(
+    conn.prepare_cached(&format!(
         "SELECT count(*) FROM (SELECT 1 FROM inbox INDEXED BY inbox_webchat_pending
-         WHERE state = 'pending' AND channel = 'webchat' AND seq < ?1 LIMIT ?2)",
-    )
+         WHERE {waiting} AND seq < ?1 LIMIT ?2)",
+        waiting = *sql::WEBCHAT_WAITING_SQL,
+    ))
     .and_then(|mut st| st.query_row(params![seq, POSITION_CAP], |r| r.get(0)))
     .map_err(unavailable)
 }
@@ -337,9 +339,10 @@ pub(super) fn history(
 }
 
 pub(super) fn queue_depth(conn: &Connection) -> Result<u64> {
-    conn.prepare_cached(
-        "SELECT count(*) FROM inbox INDEXED BY inbox_webchat_pending WHERE state = 'pending' AND channel = 'webchat'",
-    )
+    conn.prepare_cached(&format!(
+        "SELECT count(*) FROM inbox INDEXED BY inbox_webchat_pending WHERE {}",
+        *sql::WEBCHAT_WAITING_SQL
+    ))
     .and_then(|mut st| st.query_row([], |r| r.get(0)))
     .map_err(unavailable)
 }

@@ -824,15 +824,22 @@ fn amend(conn: &Connection, channel: Channel, change: &Amendment<'_>) -> Result<
     if let Some(text) = change.text() {
         return turns::execute(
             conn,
-            "UPDATE inbox SET text = ?3 WHERE channel = ?1 AND dedupe_key = ?2 AND state = 'pending'",
+            &format!(
+                "UPDATE inbox SET text = ?3
+                 WHERE channel = ?1 AND dedupe_key = ?2 AND state = '{pending}'",
+                pending = ItemState::Pending,
+            ),
             params![channel.as_str(), original, text],
         );
     }
     let conversation: Option<i64> = conn
-        .prepare_cached(
-            "UPDATE inbox SET state = 'withdrawn'
-             WHERE channel = ?1 AND dedupe_key = ?2 AND state = 'pending' RETURNING conversation_id",
-        )
+        .prepare_cached(&format!(
+            "UPDATE inbox SET state = '{withdrawn}'
+             WHERE channel = ?1 AND dedupe_key = ?2 AND state = '{pending}'
+             RETURNING conversation_id",
+            withdrawn = ItemState::Withdrawn,
+            pending = ItemState::Pending,
+        ))
         .and_then(|mut s| {
             s.query_row(params![channel.as_str(), original], |r| r.get(0))
                 .optional()
@@ -841,10 +848,13 @@ fn amend(conn: &Connection, channel: Channel, change: &Amendment<'_>) -> Result<
     match conversation {
         Some(conversation) => turns::execute(
             conn,
-            "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL, due_at = NULL,
-                    model_pending = 0
-             WHERE id = ?1
-               AND NOT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = ?1 AND state = 'pending')",
+            &format!(
+                "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL,
+                        due_at = NULL, model_pending = 0
+                 WHERE id = ?1
+                   AND NOT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = ?1 AND state = '{pending}')",
+                pending = ItemState::Pending,
+            ),
             params![conversation],
         ),
         None => Ok(()),
@@ -882,11 +892,7 @@ fn insert_item(
     conversation: Option<i64>,
     received_at: At,
 ) -> Result<()> {
-    let state = match (item.kind, conversation) {
-        (ItemKind::Message, Some(_)) => "pending",
-        (ItemKind::Message, None) => "skipped",
-        _ => "recorded",
-    };
+    let state = super::rules::item::arrived(item.kind, conversation.is_some());
     conn.prepare_cached(
         "INSERT INTO inbox (channel, dedupe_key, kind, business, customer, item_type, text, media_id,
                             provider_ts, received_at, state, conversation_id, content_hash, facts)

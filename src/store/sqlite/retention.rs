@@ -83,11 +83,14 @@ pub(super) fn sweep(
     for conversation in touched {
         swept.conversations += count(
             conn,
-            "DELETE FROM conversations
-             WHERE id = ?1 AND due_at IS NULL AND open_batch_id IS NULL
-               AND coalesce(last_inbound_at, 0) < ?2
-               AND NOT EXISTS (SELECT 1 FROM batches WHERE conversation_id = ?1)
-               AND NOT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = ?1 AND state = 'pending')",
+            &format!(
+                "DELETE FROM conversations
+                 WHERE id = ?1 AND due_at IS NULL AND open_batch_id IS NULL
+                   AND coalesce(last_inbound_at, 0) < ?2
+                   AND NOT EXISTS (SELECT 1 FROM batches WHERE conversation_id = ?1)
+                   AND NOT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = ?1 AND state = '{pending}')",
+                pending = ItemState::Pending,
+            ),
             params![conversation, cut.messages],
         )?;
     }

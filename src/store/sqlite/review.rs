@@ -8,8 +8,10 @@ use super::turns::{conversation_history, execute, load_batch};
 use super::{limit_param, unavailable};
 use crate::clock::At;
 use crate::domain::{ConversationKey, ReviewReason};
+use crate::store::rules::item::ItemState;
 use crate::store::rules::part::Event;
 use crate::store::rules::review::{self, ReviewState};
+use crate::store::sql;
 use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
 
 type Row = (
@@ -57,8 +59,9 @@ pub(super) fn queue(conn: &Connection, query: &ReviewQuery) -> Result<Vec<Review
         .prepare_cached(&format!(
             "SELECT {COLUMNS} FROM review r JOIN batches b ON b.id = r.batch_id
              JOIN conversations c ON c.id = b.conversation_id
-             WHERE r.state = 'open' AND (?1 IS NULL OR r.reason = ?1) AND (?2 IS NULL OR c.customer = ?2)
-             ORDER BY c.channel = 'webchat', r.id LIMIT ?3"
+             WHERE r.state = '{open}' AND (?1 IS NULL OR r.reason = ?1) AND (?2 IS NULL OR c.customer = ?2)
+             ORDER BY c.channel = 'webchat', r.id LIMIT ?3",
+            open = ReviewState::Open,
         ))
         .and_then(|mut s| {
             s.query_map(
@@ -142,19 +145,23 @@ pub(super) fn resolve(conn: &Connection, id: i64, now: At, resolution: &Resoluti
 fn person_reply(conn: &Connection, batch: i64, now: At, text: &str, sandbox: bool) -> Result<()> {
     execute(
         conn,
-        "UPDATE inbox SET state = 'answered'
-         WHERE batch_id = ?1 AND channel = 'webchat' AND kind = 'message'",
+        &format!(
+            "UPDATE inbox SET state = '{answered}'
+             WHERE batch_id = ?1 AND channel = 'webchat' AND kind = 'message'",
+            answered = ItemState::Answered,
+        ),
         params![batch],
     )?;
     execute(
         conn,
-        "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
-                             conversation_id, updated_at, by_person)
-         SELECT b.id, coalesce((SELECT max(part) + 1 FROM outbox WHERE batch_id = b.id), 0),
-                c.channel, c.business, c.customer, ?3,
-                CASE WHEN c.channel = 'webchat' THEN 'served' WHEN ?4 THEN 'sandbox' ELSE 'queued' END,
-                ?2, c.id, ?2, 1
-         FROM batches b JOIN conversations c ON c.id = b.conversation_id WHERE b.id = ?1",
+        &format!(
+            "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
+                                 conversation_id, updated_at, by_person)
+             SELECT b.id, coalesce((SELECT max(part) + 1 FROM outbox WHERE batch_id = b.id), 0),
+                    c.channel, c.business, c.customer, ?3, {first_state}, ?2, c.id, ?2, 1
+             FROM batches b JOIN conversations c ON c.id = b.conversation_id WHERE b.id = ?1",
+            first_state = sql::first_state("c.channel", "?4"),
+        ),
         params![batch, now, text, sandbox],
     )
 }
@@ -164,7 +171,11 @@ fn person_reply(conn: &Connection, batch: i64, now: At, text: &str, sandbox: boo
 fn requeue_batch(conn: &Connection, batch: i64, now: At) -> Result<()> {
     execute(
         conn,
-        "UPDATE inbox SET state = 'pending', batch_id = NULL WHERE batch_id = ?1 AND kind = 'message'",
+        &format!(
+            "UPDATE inbox SET state = '{pending}', batch_id = NULL
+             WHERE batch_id = ?1 AND kind = 'message'",
+            pending = ItemState::Pending,
+        ),
         params![batch],
     )?;
     execute(
@@ -211,6 +222,7 @@ pub(super) fn conversations(
 }
 
 pub(super) fn gauges(conn: &Connection, now: At) -> Result<Gauges> {
+    let [running, waiting, review, queued, unknown] = sql::gauge_counts();
     let count = |sql: &str| -> Result<u64> {
         conn.prepare_cached(sql)
             .and_then(|mut s| s.query_row(params![now], |r| r.get(0)))
@@ -220,12 +232,10 @@ pub(super) fn gauges(conn: &Connection, now: At) -> Result<Gauges> {
         due: count(
             "SELECT count(*) FROM conversations WHERE due_at <= ?1 AND open_batch_id IS NULL",
         )?,
-        running: count("SELECT count(*) + 0 * ?1 FROM batches WHERE state = 'running'")?,
-        waiting: count("SELECT count(*) + 0 * ?1 FROM batches WHERE state = 'waiting'")?,
-        review: count("SELECT count(*) + 0 * ?1 FROM review WHERE state = 'open'")?,
-        queued_sends: count(
-            "SELECT count(*) + 0 * ?1 FROM outbox WHERE state IN ('queued', 'window_closed')",
-        )?,
-        unknown_sends: count("SELECT count(*) + 0 * ?1 FROM outbox WHERE state = 'unknown'")?,
+        running: count(&format!("SELECT {running} + 0 * ?1"))?,
+        waiting: count(&format!("SELECT {waiting} + 0 * ?1"))?,
+        review: count(&format!("SELECT {review} + 0 * ?1"))?,
+        queued_sends: count(&format!("SELECT {queued} + 0 * ?1"))?,
+        unknown_sends: count(&format!("SELECT {unknown} + 0 * ?1"))?,
     })
 }

@@ -11,7 +11,10 @@ use crate::clock::At;
 use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
 };
-use crate::store::rules::batch::{BatchState, answered_by};
+use crate::store::rules::batch::{self, BatchState, Lease, answered_by};
+use crate::store::rules::item::ItemState;
+use crate::store::rules::review::ReviewState;
+use crate::store::sql;
 use crate::store::{
     Ending, Error, HOLD_PART, HistoryEntry, Lane, Result, RouteGuess, RoutedTurn, Speaker,
     TurnStats, TurnUsage,
@@ -76,13 +79,12 @@ fn reclaim(
     channel: Option<&str>,
 ) -> Result<Vec<Claim>> {
     let ids: Vec<i64> = conn
-        .prepare_cached(
+        .prepare_cached(&format!(
             "SELECT b.id FROM batches b JOIN conversations c ON c.id = b.conversation_id
-             WHERE ((b.state = 'running' AND b.lease_until <= ?1)
-                    OR (b.state = 'waiting' AND b.next_attempt_at <= ?1))
-               AND (?3 IS NULL OR c.channel = ?3)
+             WHERE {reclaimable} AND (?3 IS NULL OR c.channel = ?3)
              ORDER BY b.due_at LIMIT ?2",
-        )
+            reclaimable = batch::reclaimable_sql("?1"),
+        ))
         .and_then(|mut s| {
             s.query_map(params![now, limit_param(limit), channel], |r| r.get(0))?
                 .collect()
@@ -91,11 +93,12 @@ fn reclaim(
     let mut claims = Vec::with_capacity(ids.len());
     for id in ids {
         let (token, attempts, requeued): (i64, u32, bool) = conn
-            .prepare_cached(
-                "UPDATE batches SET state = 'running', token = token + 1, attempts = attempts + 1,
+            .prepare_cached(&format!(
+                "UPDATE batches SET state = '{running}', token = token + 1, attempts = attempts + 1,
                         lease_until = ?2, next_attempt_at = NULL, started_at = ?3
                  WHERE id = ?1 RETURNING token, attempts, requeued",
-            )
+                running = BatchState::Running,
+            ))
             .and_then(|mut s| {
                 s.query_row(params![id, now + lease, now], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
@@ -119,9 +122,13 @@ fn reclaim(
 fn take_pending(conn: &Connection, batch: i64) -> Result<()> {
     execute(
         conn,
-        "UPDATE inbox SET state = 'batched', batch_id = ?1
-         WHERE state = 'pending'
-           AND conversation_id = (SELECT conversation_id FROM batches WHERE id = ?1)",
+        &format!(
+            "UPDATE inbox SET state = '{batched}', batch_id = ?1
+             WHERE state = '{pending}'
+               AND conversation_id = (SELECT conversation_id FROM batches WHERE id = ?1)",
+            batched = ItemState::Batched,
+            pending = ItemState::Pending,
+        ),
         params![batch],
     )?;
     execute(
@@ -177,17 +184,23 @@ fn open_batches(
     let mut opened = Vec::with_capacity(conversations.len());
     for (conversation, due_at, requeued) in conversations {
         let batch: i64 = conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "INSERT INTO batches (conversation_id, state, token, attempts, lease_until, due_at, created_at, started_at, requeued)
-                 VALUES (?1, 'running', 1, 1, ?2, ?3, ?4,
+                 VALUES (?1, '{running}', 1, 1, ?2, ?3, ?4,
                          max(?4, coalesce((SELECT max(finished_at) FROM batches WHERE conversation_id = ?1), ?4)),
                          ?5) RETURNING id",
-            )
+                running = BatchState::Running,
+            ))
             .and_then(|mut s| s.query_row(params![conversation, now + lease, due_at, now, requeued], |r| r.get(0)))
             .map_err(unavailable)?;
         execute(
             conn,
-            "UPDATE inbox SET state = 'batched', batch_id = ?1 WHERE conversation_id = ?2 AND state = 'pending'",
+            &format!(
+                "UPDATE inbox SET state = '{batched}', batch_id = ?1
+                 WHERE conversation_id = ?2 AND state = '{pending}'",
+                batched = ItemState::Batched,
+                pending = ItemState::Pending,
+            ),
             params![batch, conversation],
         )?;
         execute(
@@ -272,11 +285,11 @@ pub(super) fn renew(
     now: At,
     lease: Duration,
 ) -> Result<()> {
-    check_token(conn, batch, token)?;
+    let renewed = sql::renewed(load_lease(conn, batch)?, token, now, lease)?;
     execute(
         conn,
         "UPDATE batches SET lease_until = ?2 WHERE id = ?1",
-        params![batch, now + lease],
+        params![batch, renewed.until],
     )
 }
 
@@ -291,18 +304,35 @@ pub(super) fn finish(
     match ending {
         Ending::Replied { parts, sandbox } => {
             write_reply(conn, batch, conversation, now, parts, *sandbox, 0)?;
-            close(conn, batch, conversation, now, "done", "answered")
+            close(conn, batch, conversation, now, batch::ended(ending))
         }
         Ending::RetryAt { at, error } => execute(
             conn,
-            "UPDATE batches SET state = 'waiting', lease_until = NULL, next_attempt_at = ?2, last_error = ?3
-             WHERE id = ?1",
+            &format!(
+                "UPDATE batches SET state = '{waiting}', lease_until = NULL, next_attempt_at = ?2,
+                        last_error = ?3
+                 WHERE id = ?1",
+                waiting = batch::ended(ending),
+            ),
             params![batch, at, error],
         ),
-        Ending::Review { reason, error } => to_review(conn, batch, conversation, now, *reason, error.as_deref()),
-        Ending::Handoff { parts, sandbox, note } => {
+        Ending::Review { reason, error } => {
+            to_review(conn, batch, conversation, now, *reason, error.as_deref())
+        }
+        Ending::Handoff {
+            parts,
+            sandbox,
+            note,
+        } => {
             write_reply(conn, batch, conversation, now, parts, *sandbox, 0)?;
-            to_review(conn, batch, conversation, now, ReviewReason::HandoffAsked, Some(note))
+            to_review(
+                conn,
+                batch,
+                conversation,
+                now,
+                ReviewReason::HandoffAsked,
+                Some(note),
+            )
         }
     }
 }
@@ -317,7 +347,11 @@ fn to_review(
 ) -> Result<()> {
     execute(
         conn,
-        "INSERT INTO review (batch_id, reason, error, state, created_at) VALUES (?1, ?2, ?3, 'open', ?4)",
+        &format!(
+            "INSERT INTO review (batch_id, reason, error, state, created_at)
+             VALUES (?1, ?2, ?3, '{open}', ?4)",
+            open = ReviewState::Open,
+        ),
         params![batch, reason.as_str(), error, now],
     )?;
     execute(
@@ -325,24 +359,32 @@ fn to_review(
         "UPDATE batches SET last_error = coalesce(?2, last_error) WHERE id = ?1",
         params![batch, error],
     )?;
-    close(conn, batch, conversation, now, "review", "review")
+    close(conn, batch, conversation, now, BatchState::Review)
 }
 
-/// The conversation of a running batch whose latest token is `token`; anything else is a lost lease.
+/// The conversation of the batch a write carrying `token` speaks for (see [`sql::fenced`]).
 fn check_token(conn: &Connection, batch: i64, token: LeaseToken) -> Result<i64> {
-    let row: Option<(i64, String, i64)> = conn
-        .prepare_cached("SELECT token, state, conversation_id FROM batches WHERE id = ?1")
+    sql::fenced(load_lease(conn, batch)?, token)
+}
+
+/// A batch's lease and conversation.
+fn load_lease(conn: &Connection, batch: i64) -> Result<Option<(Lease, i64)>> {
+    let row: Option<(String, i64, Option<At>, i64)> = conn
+        .prepare_cached(&format!(
+            "SELECT {} FROM batches WHERE id = ?1",
+            sql::LEASE_COLUMNS
+        ))
         .and_then(|mut s| {
-            s.query_row(params![batch], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()
+            s.query_row(params![batch], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()
         })
         .map_err(unavailable)?;
-    match row {
-        Some((latest, state, conversation)) if latest == token.0 && state == "running" => {
-            Ok(conversation)
-        }
-        _ => Err(Error::LeaseLost),
-    }
+    row.map(|(state, token, until, conversation)| {
+        Ok((sql::lease(&state, token, until)?, conversation))
+    })
+    .transpose()
 }
 
 /// Writes `parts` to the outbox, numbered from `first`.
@@ -363,13 +405,16 @@ fn write_reply(
         // mode, are only kept).
         execute(
             conn,
+            &format!(
             "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
                                  conversation_id, options, reply_to, updated_at)
              SELECT ?1, ?2, channel, business, customer, ?3,
-                    CASE WHEN channel = 'webchat' THEN 'served' WHEN ?4 THEN 'sandbox' ELSE 'queued' END,
+                    {first_state},
                     ?5, id, ?7, ?8, ?5
              FROM conversations WHERE id = ?6
              ON CONFLICT (batch_id, part) DO NOTHING",
+                first_state = sql::first_state("channel", "?4"),
+            ),
             params![batch, index, part.text, sandbox, now, conversation, options, part.quote],
         )?;
     }
@@ -382,8 +427,7 @@ fn close(
     batch: i64,
     conversation: i64,
     now: At,
-    state: &str,
-    messages: &str,
+    state: BatchState,
 ) -> Result<()> {
     execute(
         conn,
@@ -393,7 +437,7 @@ fn close(
     execute(
         conn,
         "UPDATE inbox SET state = ?2 WHERE batch_id = ?1",
-        params![batch, messages],
+        params![batch, sql::answered(state)],
     )?;
     execute(
         conn,
@@ -431,9 +475,12 @@ pub(super) fn hold(
         write_reply(conn, batch, conversation, now, parts, sandbox, HOLD_PART)?;
         execute(
             conn,
-            "UPDATE batches SET state = 'waiting', attempts = 0, lease_until = NULL,
-                    next_attempt_at = due_at
-             WHERE id = ?1",
+            &format!(
+                "UPDATE batches SET state = '{waiting}', attempts = 0, lease_until = NULL,
+                        next_attempt_at = due_at
+                 WHERE id = ?1",
+                waiting = BatchState::Waiting,
+            ),
             params![batch],
         )?;
         held.push(batch);
@@ -442,12 +489,12 @@ pub(super) fn hold(
 }
 
 pub(super) fn next_due(conn: &Connection) -> Result<Option<At>> {
-    conn.prepare_cached(
+    conn.prepare_cached(&format!(
         "SELECT min(t) FROM (
              SELECT min(due_at) AS t FROM conversations WHERE open_batch_id IS NULL AND due_at IS NOT NULL
-             UNION ALL SELECT min(lease_until) FROM batches WHERE state = 'running'
-             UNION ALL SELECT min(next_attempt_at) FROM batches WHERE state = 'waiting')",
-    )
+             UNION ALL {lease_ends})",
+        lease_ends = batch::lease_ends_sql().join(" UNION ALL "),
+    ))
     .and_then(|mut s| s.query_row([], |r| r.get(0)))
     .map_err(unavailable)
 }
@@ -479,7 +526,7 @@ pub(super) fn conversation_history(
     before: i64,
     turns: usize,
 ) -> Result<Vec<HistoryEntry>> {
-    conn.prepare_cached(
+    conn.prepare_cached(&format!(
         "WITH recent AS (
              SELECT id FROM batches WHERE conversation_id = ?3 AND id < ?1
              ORDER BY id DESC LIMIT ?2)
@@ -487,12 +534,13 @@ pub(super) fn conversation_history(
                 batch_id, coalesce(provider_ts, 0), seq
              FROM inbox WHERE batch_id IN (SELECT id FROM recent)
          UNION ALL SELECT created_at, 1, body, batch_id, id, 0 FROM outbox
-             WHERE batch_id IN (SELECT id FROM recent) AND state NOT IN ('failed', 'review', 'window_closed')
+             WHERE batch_id IN (SELECT id FROM recent) AND state NOT IN {unsaid}
          UNION ALL SELECT created_at, 2, 'handed to a person (' || reason || ')' || coalesce(': ' || error, ''),
                 batch_id, id, 0
              FROM review WHERE batch_id IN (SELECT id FROM recent) AND outbox_id IS NULL
          ORDER BY 4, 2, 5, 6",
-    )
+        unsaid = *sql::UNSAID_SQL,
+    ))
     .and_then(|mut s| {
         s.query_map(params![before, limit_param(turns), conversation], |r| {
             let speaker = match r.get::<_, i64>(1)? {
@@ -514,7 +562,10 @@ pub(super) fn conversation_history(
 pub(super) fn set_stage(conn: &Connection, batch: i64, stage: &str) -> Result<()> {
     execute(
         conn,
-        "UPDATE batches SET stage = ?2 WHERE id = ?1 AND state = 'running'",
+        &format!(
+            "UPDATE batches SET stage = ?2 WHERE id = ?1 AND state = '{running}'",
+            running = BatchState::Running,
+        ),
         params![batch, stage],
     )
 }
@@ -612,14 +663,16 @@ pub(super) fn routed(conn: &Connection, since: At, limit: usize) -> Result<Vec<R
 }
 
 pub(super) fn stats(conn: &Connection, since: At) -> Result<TurnStats> {
-    conn.prepare_cached(
-        "SELECT count(*) FILTER (WHERE state = 'done' AND prompt_tokens IS NULL),
-                count(*) FILTER (WHERE state = 'done' AND prompt_tokens IS NOT NULL),
-                count(*) FILTER (WHERE state = 'review'),
+    conn.prepare_cached(&format!(
+        "SELECT count(*) FILTER (WHERE state = '{done}' AND prompt_tokens IS NULL),
+                count(*) FILTER (WHERE state = '{done}' AND prompt_tokens IS NOT NULL),
+                count(*) FILTER (WHERE state = '{review}'),
                 coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0),
                 coalesce(sum(cost), 0.0)
          FROM batches WHERE finished_at >= ?1",
-    )
+        done = BatchState::Done,
+        review = BatchState::Review,
+    ))
     .and_then(|mut s| {
         s.query_row(params![since], |r| {
             Ok(TurnStats {
