@@ -15,6 +15,7 @@
 
 mod broadcasts;
 mod categories;
+mod chat;
 mod connect;
 mod customers;
 mod ingest;
@@ -395,17 +396,17 @@ impl Reviews for PgStore {
 #[async_trait]
 impl WebChat for PgStore {
     async fn submit_chat(&self, submission: ChatSubmission) -> Result<Submitted> {
-        retrying(|| ingest::submit_chat(&self.pool, &submission, &self.marks)).await
+        retrying(|| chat::submit(&self.pool, &submission, &self.marks)).await
     }
     async fn chat_job_for_message(
         &self,
         session_id: &str,
         message_id: &str,
     ) -> Result<Option<String>> {
-        ingest::job_for_message(&self.pool, session_id, message_id).await
+        chat::job_for_message(&self.pool, session_id, message_id).await
     }
     async fn chat_job(&self, job_id: &str, now: At) -> Result<Option<ChatJob>> {
-        ingest::chat_job(&self.pool, job_id, now).await
+        chat::job(&self.pool, job_id, now).await
     }
     async fn chat_history(
         &self,
@@ -413,16 +414,16 @@ impl WebChat for PgStore {
         before: Option<i64>,
         limit: usize,
     ) -> Result<Vec<ChatExchange>> {
-        ingest::chat_history(&self.pool, session_id, before, limit).await
+        chat::history(&self.pool, session_id, before, limit).await
     }
     async fn chat_session_owner(&self, session_id: &str) -> Result<Option<String>> {
-        ingest::chat_owner(&self.pool, session_id).await
+        chat::owner(&self.pool, session_id).await
     }
     async fn chat_queue_depth(&self) -> Result<u64> {
-        ingest::queue_depth(&self.pool).await
+        chat::queue_depth(&self.pool).await
     }
     async fn chat_feed(&self, session_id: &str, after: i64, limit: usize) -> Result<ChatFeed> {
-        ingest::chat_feed(&self.pool, session_id, after, limit).await
+        chat::feed(&self.pool, session_id, after, limit).await
     }
 }
 

@@ -92,7 +92,7 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission, marks: &Marks) -> Re
         routine: Default::default(),
         pair_spacing: std::time::Duration::ZERO,
     };
-    let receipt = ingest(
+    let receipt = ingest::ingest(
         conn,
         &delivery,
         std::slice::from_ref(&encoded),

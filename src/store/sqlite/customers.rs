@@ -6,9 +6,10 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::broadcasts::{RECIPIENT_COLUMNS, choice_of, recipient_view};
+use super::execute;
+use super::ingest::{ITEM_COLUMNS, stored_items};
 use super::outbox::entries;
-use super::turns::execute;
-use super::{ITEM_COLUMNS, stored_items, unavailable};
+use super::unavailable;
 use crate::clock::At;
 use crate::domain::{Channel, ItemKind};
 use crate::store::rules::batch::BatchState;

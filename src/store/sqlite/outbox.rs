@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::turns::execute;
+use super::execute;
 use super::{limit_param, unavailable};
 use crate::clock::At;
 use crate::domain::{ConversationKey, ReviewReason};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::customers::{count, drop_item};
-use super::turns::execute;
+use super::execute;
 use super::unavailable;
 use crate::clock::At;
 use crate::domain::{Channel, ItemKind};

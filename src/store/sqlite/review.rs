@@ -3,8 +3,9 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::execute;
 use super::outbox;
-use super::turns::{conversation_history, execute, load_batch};
+use super::turns::{conversation_history, load_batch};
 use super::{limit_param, unavailable};
 use crate::clock::At;
 use crate::domain::{ConversationKey, ReviewReason};

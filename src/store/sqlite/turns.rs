@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{limit_param, unavailable};
+use super::{execute, limit_param, unavailable};
 use crate::clock::At;
 use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
@@ -497,13 +497,6 @@ pub(super) fn next_due(conn: &Connection) -> Result<Option<At>> {
     ))
     .and_then(|mut s| s.query_row([], |r| r.get(0)))
     .map_err(unavailable)
-}
-
-pub(super) fn execute(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<()> {
-    conn.prepare_cached(sql)
-        .and_then(|mut s| s.execute(params))
-        .map(drop)
-        .map_err(unavailable)
 }
 
 pub(super) fn history(conn: &Connection, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
