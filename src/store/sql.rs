@@ -95,6 +95,36 @@ pub(super) fn gauge_counts() -> [String; 5] {
     ]
 }
 
+/// A batch just opened, under its first token.
+pub(super) struct Opened {
+    pub batch: i64,
+    pub conversation: i64,
+    pub requeued: bool,
+}
+
+/// The columns where an erasure marker stands in for a forgotten customer: moved with the
+/// marker secret (`rekey`).
+pub(super) const MARKED: [(&str, &str); 2] = [
+    ("consents", "customer"),
+    ("broadcast_recipients", "recipient"),
+];
+
+/// The markers a [`MARKED`] column holds.
+pub(super) fn markers_sql(table: &str, column: &str) -> String {
+    format!("SELECT DISTINCT {column} FROM {table} WHERE {column} LIKE 'erased:%'")
+}
+
+/// Says what a rekey moved, when it moved anything.
+pub(super) fn rekeyed(markers: u64, erased_keys: usize) {
+    if markers + erased_keys as u64 > 0 {
+        tracing::info!(
+            markers,
+            erased_keys,
+            "erasure markers and erased keys moved under the marker secret"
+        );
+    }
+}
+
 /// Web-chat questions waiting for their turn, as an SQL condition on `inbox`: the condition of
 /// the partial index both stores keep for it (`inbox_webchat_pending`), written out in full
 /// so a query with it may use the index.

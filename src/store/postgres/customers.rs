@@ -19,6 +19,7 @@ use crate::store::rules::erasure::{self, Erased, Marks, Subject};
 use crate::store::rules::part::PartState;
 use crate::store::rules::review::ReviewState;
 use crate::store::rules::sql_list;
+use crate::store::sql;
 use crate::store::{BroadcastSend, CustomerRecord, Error, ExportPage, Result, ReviewRecord};
 
 /// The turns of the subject's conversations, joined as `b` (with `c`, the conversation).
@@ -446,16 +447,12 @@ pub(super) async fn rekey(conn: &mut PgConnection, marks: &Marks) -> Result<()> 
         .map_err(Error::Schema)?;
     if !rekey.is_empty() {
         let mut moved = 0u64;
-        for (table, column) in [
-            ("consents", "customer"),
-            ("broadcast_recipients", "recipient"),
-        ] {
-            let names: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
-                "SELECT DISTINCT {column} FROM {table} WHERE {column} LIKE 'erased:%'"
-            )))
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?;
+        for (table, column) in sql::MARKED {
+            let names: Vec<String> =
+                sqlx::query_scalar(AssertSqlSafe(sql::markers_sql(table, column)))
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(unavailable)?;
             let (old, new): (Vec<String>, Vec<String>) = names
                 .iter()
                 .filter_map(|old| Some((old.clone(), rekey.marker(old)?)))
@@ -485,13 +482,7 @@ pub(super) async fn rekey(conn: &mut PgConnection, marks: &Marks) -> Result<()> 
         .execute(&mut *conn)
         .await
         .map_err(unavailable)?;
-        if moved + old.len() as u64 > 0 {
-            tracing::info!(
-                markers = moved,
-                erased_keys = old.len(),
-                "erasure markers and erased keys moved under the marker secret"
-            );
-        }
+        sql::rekeyed(moved, old.len());
     }
     sqlx::query(
         "INSERT INTO marker_key (id, fingerprint) VALUES (1, $1)

@@ -14,7 +14,7 @@ use crate::store::items::known;
 use crate::store::rules::batch::{self, BatchState, Lease, answered_by};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::review::ReviewState;
-use crate::store::sql;
+use crate::store::sql::{self, Opened};
 use crate::store::{
     Ending, Error, HOLD_PART, HistoryEntry, Lane, Result, RouteGuess, RoutedTurn, Speaker,
     TurnStats, TurnUsage,
@@ -218,13 +218,6 @@ async fn open_batches(
         });
     }
     Ok(opened)
-}
-
-/// A batch just opened, under its first token.
-struct Opened {
-    batch: i64,
-    conversation: i64,
-    requeued: bool,
 }
 
 pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch> {

@@ -17,6 +17,7 @@ use crate::store::rules::broadcast::{RecipientState, SkipReason};
 use crate::store::rules::consent::Source;
 use crate::store::rules::erasure::{self, Erased, Marks, Subject};
 use crate::store::rules::part::PartState;
+use crate::store::sql;
 use crate::store::{BroadcastSend, CustomerRecord, Error, ExportPage, Result, ReviewRecord};
 
 /// The turns of the subject's conversations, joined as `b` (with `c`, the conversation).
@@ -363,14 +364,9 @@ pub(super) fn rekey(conn: &Connection, marks: &Marks) -> Result<()> {
         .map_err(Error::Schema)?;
     if !rekey.is_empty() {
         let mut moved = 0u64;
-        for (table, column) in [
-            ("consents", "customer"),
-            ("broadcast_recipients", "recipient"),
-        ] {
+        for (table, column) in sql::MARKED {
             let names: Vec<String> = conn
-                .prepare(&format!(
-                    "SELECT DISTINCT {column} FROM {table} WHERE {column} LIKE 'erased:%'"
-                ))
+                .prepare(&sql::markers_sql(table, column))
                 .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
                 .map_err(unavailable)?;
             for old in names {
@@ -394,13 +390,7 @@ pub(super) fn rekey(conn: &Connection, marks: &Marks) -> Result<()> {
                 params![old, rekey.key_hash(old)],
             )?;
         }
-        if moved + hashes.len() as u64 > 0 {
-            tracing::info!(
-                markers = moved,
-                erased_keys = hashes.len(),
-                "erasure markers and erased keys moved under the marker secret"
-            );
-        }
+        sql::rekeyed(moved, hashes.len());
     }
     execute(
         conn,
