@@ -4,16 +4,19 @@
 
 use std::time::Duration;
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use super::rules::batch::{self, BatchState, Lease};
+use super::rules::broadcast;
+use super::rules::hours::{LocalHours, Turn};
 use super::rules::item::{self, ItemState};
 use super::rules::part::PartState;
-use super::rules::review::ReviewState;
+use super::rules::review::{self, ReviewState};
 use super::rules::sql_list;
-use super::{Error, Result};
+use super::{ChatSubmission, Error, Ingest, Resolution, Result};
 use crate::clock::At;
-use crate::domain::{Channel, LeaseToken};
+use crate::domain::{Channel, InboundItem, LeaseToken};
 
 /// The columns [`fenced`] reads from a `batches` row, in its order: the state, the latest token,
 /// the instant the state runs until, and the conversation.
@@ -100,6 +103,47 @@ pub(super) struct Opened {
     pub batch: i64,
     pub conversation: i64,
     pub requeued: bool,
+}
+
+/// A due broadcast recipient: its id, broadcast and zone, and whether its customer opted out
+/// or is inside the cooldown.
+pub(super) type Due = (i64, i64, Option<String>, bool, bool);
+
+/// What a claim does to a due recipient at `now`: its broadcast's hours (`hours`, by broadcast,
+/// as the claim read them) and its customer's choices decide (see [`broadcast::on_claim`]).
+pub(super) fn claim_event(
+    hours: &HashMap<i64, Option<LocalHours>>,
+    (_, broadcast_id, tz, opted_out, in_cooldown): &Due,
+    now: At,
+    lease: Duration,
+) -> broadcast::Event<'static> {
+    let turn = hours
+        .get(broadcast_id)
+        .and_then(Option::as_ref)
+        .map_or(Turn::Go, |h| h.turn(tz.as_deref(), now));
+    broadcast::on_claim(turn, *opted_out, *in_cooldown, lease)
+}
+
+/// A web-chat question as a delivery of its own: web chat has slots of its own, not the
+/// routine lane, and no pairing.
+pub(super) fn chat_delivery(item: InboundItem, s: &ChatSubmission) -> Ingest {
+    Ingest {
+        items: vec![item],
+        quarantined: Vec::new(),
+        received_at: s.now,
+        policy: s.policy,
+        routine: Default::default(),
+        pair_spacing: Duration::ZERO,
+    }
+}
+
+/// The state a person's `resolution` leaves a review item in, read from its row (`state`, and
+/// the `channel` of its conversation); `NotFound` when the item is settled already.
+pub(super) fn settled(state: &str, channel: &str, resolution: &Resolution) -> Result<ReviewState> {
+    let line = review::line(channel);
+    ReviewState::parse(state)
+        .and_then(|s| review::settle(s, resolution, line))
+        .ok_or(Error::NotFound)
 }
 
 /// The columns where an erasure marker stands in for a forgotten customer: moved with the

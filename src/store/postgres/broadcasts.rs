@@ -15,8 +15,9 @@ use crate::store::rules::broadcast::{
     RecipientState, SkipReason, Step, TemplateNews, WAITING_SQL,
 };
 use crate::store::rules::consent::{self, Choice, Source};
-use crate::store::rules::hours::{LocalHours, Turn};
+use crate::store::rules::hours::LocalHours;
 use crate::store::rules::part::Delivery;
+use crate::store::sql::{self, Due};
 use crate::store::{
     BroadcastView, Error, HistoryEntry, NewBroadcast, REPLY_SPAN, RecipientClaim, RecipientJob,
     RecipientView, Result, Speaker, recipient_counts,
@@ -337,12 +338,8 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
         if due.is_empty() {
             break;
         }
-        for (id, broadcast_id, tz, opted_out, in_cooldown) in due {
-            let turn = hours
-                .get(&broadcast_id)
-                .and_then(Option::as_ref)
-                .map_or(Turn::Go, |h| h.turn(tz.as_deref(), c.now));
-            let event = broadcast::on_claim(turn, opted_out, in_cooldown, c.lease);
+        for due in due {
+            let (id, event) = (due.0, sql::claim_event(&hours, &due, c.now, c.lease));
             let stepped = step(&mut tx, id, &event, c.now, Limits::NONE).await?;
             if let Event::Claim { .. } = event {
                 jobs.push(job(&mut tx, id, stepped.recipient.attempts).await?);
@@ -356,10 +353,6 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
     tx.commit().await.map_err(unavailable)?;
     Ok(jobs)
 }
-
-/// A due recipient: its id, broadcast and zone, and whether its customer opted out or is
-/// inside the cooldown.
-type Due = (i64, i64, Option<String>, bool, bool);
 
 /// Up to `limit` recipients that may go at `now`, of running broadcasts not sent from a halted
 /// number, in order; rows another claimer holds are skipped.

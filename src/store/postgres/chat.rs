@@ -18,8 +18,8 @@ use crate::store::rules::item::ItemState;
 use crate::store::rules::review::{self, Destination, ReviewState};
 use crate::store::sql;
 use crate::store::{
-    ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission, Error, Ingest, JobStatus,
-    PersonLine, Result, Submitted,
+    ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission, Error, JobStatus, PersonLine,
+    Result, Submitted,
 };
 
 pub(super) async fn submit(pool: &PgPool, s: &ChatSubmission, marks: &Marks) -> Result<Submitted> {
@@ -90,15 +90,7 @@ pub(super) async fn submit(pool: &PgPool, s: &ChatSubmission, marks: &Marks) -> 
         item.turn = None;
     }
     let encoded = Encoded::of(&item);
-    let delivery = Ingest {
-        items: vec![item],
-        quarantined: Vec::new(),
-        received_at: s.now,
-        policy: s.policy,
-        // Web chat has slots of its own, not the routine lane.
-        routine: Default::default(),
-        pair_spacing: std::time::Duration::ZERO,
-    };
+    let delivery = sql::chat_delivery(item, s);
     let erased = marks.key_hash(delivery.items[0].channel, &delivery.items[0].dedupe_key);
     let receipt = ingest::ingest_in(
         &mut tx,

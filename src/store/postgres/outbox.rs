@@ -117,12 +117,7 @@ pub(super) async fn record_send(
     now: At,
     result: &SendResult,
 ) -> Result<()> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
-    let event = Event::Outcome { attempt, result };
-    if step(&mut tx, id, &event, now).await?.is_none() {
-        return Err(Error::LeaseLost);
-    }
-    tx.commit().await.map_err(unavailable)
+    stepped(pool, id, &Event::Outcome { attempt, result }, now).await
 }
 
 pub(super) async fn depart(
@@ -132,9 +127,13 @@ pub(super) async fn depart(
     now: At,
     lease: Duration,
 ) -> Result<()> {
+    stepped(pool, id, &Event::Depart { attempt, lease }, now).await
+}
+
+/// [`step`] in a transaction of its own; a refused event is a lost lease.
+async fn stepped(pool: &PgPool, id: i64, event: &Event<'_>, now: At) -> Result<()> {
     let mut tx = pool.begin().await.map_err(unavailable)?;
-    let event = Event::Depart { attempt, lease };
-    if step(&mut tx, id, &event, now).await?.is_none() {
+    if step(&mut tx, id, event, now).await?.is_none() {
         return Err(Error::LeaseLost);
     }
     tx.commit().await.map_err(unavailable)

@@ -11,7 +11,7 @@ use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::items::known;
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::Event;
-use crate::store::rules::review::{self, ReviewState};
+use crate::store::rules::review::ReviewState;
 use crate::store::sql;
 use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
 
@@ -91,11 +91,7 @@ pub(super) async fn resolve(
     };
     let (batch, outbox, state, channel): (i64, Option<i64>, String, String) =
         (held.get(0), held.get(1), held.get(2), held.get(3));
-    let line = review::line(&channel);
-    let settled = ReviewState::parse(&state).and_then(|s| review::settle(s, resolution, line));
-    let Some(settled) = settled else {
-        return Err(Error::NotFound);
-    };
+    let settled = sql::settled(&state, &channel, resolution)?;
     let note = match resolution {
         Resolution::Reply { text, sandbox } => {
             person_reply(&mut tx, batch, now, text, *sandbox).await?;

@@ -14,7 +14,8 @@ use crate::store::rules::broadcast::{
     RecipientState, Step, TemplateNews, WAITING_SQL,
 };
 use crate::store::rules::consent::{self, Choice, Source};
-use crate::store::rules::hours::{LocalHours, Turn};
+use crate::store::rules::hours::LocalHours;
+use crate::store::sql::{self, Due};
 use crate::store::{
     BroadcastView, Error, HistoryEntry, NewBroadcast, REPLY_SPAN, RecipientClaim, RecipientJob,
     RecipientView, Result, Speaker, recipient_counts,
@@ -295,12 +296,8 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
         if due.is_empty() {
             break;
         }
-        for (id, broadcast_id, tz, opted_out, in_cooldown) in due {
-            let turn = hours
-                .get(&broadcast_id)
-                .and_then(Option::as_ref)
-                .map_or(Turn::Go, |h| h.turn(tz.as_deref(), c.now));
-            let event = broadcast::on_claim(turn, opted_out, in_cooldown, c.lease);
+        for due in due {
+            let (id, event) = (due.0, sql::claim_event(&hours, &due, c.now, c.lease));
             let stepped = step(conn, id, &event, c.now, Limits::NONE)?;
             if let Event::Claim { .. } = event {
                 jobs.push(job(conn, id, stepped.recipient.attempts)?);
@@ -313,10 +310,6 @@ pub(super) fn claim(conn: &Connection, c: &RecipientClaim) -> Result<Vec<Recipie
     finish(conn)?;
     Ok(jobs)
 }
-
-/// A due recipient: its id, broadcast and zone, and whether its customer opted out or is
-/// inside the cooldown.
-type Due = (i64, i64, Option<String>, bool, bool);
 
 /// Up to `limit` recipients that may go at `now`, of running broadcasts not sent from a halted
 /// number, in order.

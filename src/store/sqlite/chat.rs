@@ -17,8 +17,8 @@ use crate::store::items::{
 use crate::store::rules::review::{self, Destination, ReviewState};
 use crate::store::sql;
 use crate::store::{
-    ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission, Error, Ingest, JobStatus,
-    PersonLine, Result, Submitted,
+    ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission, Error, JobStatus, PersonLine,
+    Result, Submitted,
 };
 
 pub(super) fn submit(conn: &Connection, s: &ChatSubmission, marks: &Marks) -> Result<Submitted> {
@@ -83,15 +83,7 @@ pub(super) fn submit(conn: &Connection, s: &ChatSubmission, marks: &Marks) -> Re
     }
     let encoded = Encoded::of(&item);
     let erased = marks.key_hash(item.channel, &item.dedupe_key);
-    let delivery = Ingest {
-        items: vec![item],
-        quarantined: Vec::new(),
-        received_at: s.now,
-        policy: s.policy,
-        // Web chat has slots of its own, not the routine lane.
-        routine: Default::default(),
-        pair_spacing: std::time::Duration::ZERO,
-    };
+    let delivery = sql::chat_delivery(item, s);
     let receipt = ingest::ingest(
         conn,
         &delivery,

@@ -11,7 +11,7 @@ use crate::clock::At;
 use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::Event;
-use crate::store::rules::review::{self, ReviewState};
+use crate::store::rules::review::ReviewState;
 use crate::store::sql;
 use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
 
@@ -104,11 +104,7 @@ pub(super) fn resolve(conn: &Connection, id: i64, now: At, resolution: &Resoluti
     let Some((batch, outbox, state, channel)) = held else {
         return Err(Error::NotFound);
     };
-    let line = review::line(&channel);
-    let settled = ReviewState::parse(&state).and_then(|s| review::settle(s, resolution, line));
-    let Some(settled) = settled else {
-        return Err(Error::NotFound);
-    };
+    let settled = sql::settled(&state, &channel, resolution)?;
     let note = match resolution {
         Resolution::Reply { text, sandbox } => {
             person_reply(conn, batch, now, text, *sandbox)?;
