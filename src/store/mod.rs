@@ -30,10 +30,11 @@ pub use self::rules::category::TemplateCategory;
 pub use self::rules::consent::Choice;
 pub use self::rules::erasure::{Erased, Marks, Subject};
 pub use self::rules::hours::{LocalHours, QuietHours, When};
-pub use self::rules::item::ItemState;
-pub use self::rules::part::{Delivery, PartKind, PartState, WINDOW_CLOSED};
+pub use self::rules::item::{ItemState, JobStatus};
+pub use self::rules::part::{Delivery, PartKind, PartState, SendResult, WINDOW_CLOSED};
 pub use self::rules::retention::{Horizons, Swept};
-pub use self::rules::review::ReviewState;
+pub use self::rules::review::{Resolution, ReviewState};
+pub use self::rules::turn::Ending;
 pub use self::sqlite::SqliteStore;
 use crate::clock::{At, SharedClock};
 use crate::config::{Config, StoreConfig};
@@ -202,29 +203,6 @@ pub struct StoredQuarantine {
     pub quarantined: Quarantined,
 }
 
-/// How a turn ends. Written with the lease's token, atomically.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Ending {
-    /// The reply goes to the outbox: held there in sandbox mode, queued for sending otherwise.
-    Replied {
-        parts: Vec<ReplyPart>,
-        sandbox: bool,
-    },
-    /// The turn failed; the batch may be claimed again from `at`.
-    RetryAt { at: At, error: String },
-    /// A person takes it from here.
-    Review {
-        reason: ReviewReason,
-        error: Option<String>,
-    },
-    /// A person takes it from here, and the customer is told so with `parts`.
-    Handoff {
-        parts: Vec<ReplyPart>,
-        sandbox: bool,
-        note: String,
-    },
-}
-
 /// One reply part in the outbox.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxEntry {
@@ -294,41 +272,6 @@ pub struct SendClaim {
     pub limit: usize,
     /// Business numbers that must not send now (their token expired).
     pub halted: Vec<String>,
-}
-
-/// How a send ended. Written with the send's attempt, atomically.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SendResult {
-    /// Meta took it; the recipient's next part may go from `next_send_at`.
-    Accepted {
-        wamid: String,
-        template: bool,
-        next_send_at: At,
-    },
-    /// Try again from `at`. `failure` counts it against the part's tries; a throttling
-    /// answer does not. `recipient_after` holds back every part to this recipient.
-    Retry {
-        at: At,
-        failure: bool,
-        code: Option<i64>,
-        error: String,
-        recipient_after: Option<At>,
-    },
-    /// Not tried at all (its number is halted): back to the queue. Its attempt number stays
-    /// spent, so a late write of this outcome can never settle a later claim of the part.
-    Untried,
-    /// Meta refused the text because the customer service window had closed: from now on
-    /// only the template may go for this part, at once.
-    WindowClosed { code: Option<i64>, error: String },
-    /// The request may have left: never resent; a status webhook naming it settles it, or it
-    /// goes to review after `wait_until`.
-    Unknown { error: String, wait_until: At },
-    /// For a person: Meta refused it for good, it ran out of tries, or the window had closed.
-    Review {
-        reason: ReviewReason,
-        code: Option<i64>,
-        error: String,
-    },
 }
 
 /// A batch waiting for a person.
@@ -580,18 +523,6 @@ pub struct ReviewQuery {
     pub limit: Option<usize>,
 }
 
-/// How a person settles a review item.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Resolution {
-    /// A person's reply to the customer, through the outbox and all its rules.
-    Reply { text: String, sandbox: bool },
-    /// Back to the automatic path: a batch's messages become pending again for a new turn; a
-    /// failed or unknown send is queued again (the person accepts it may arrive twice).
-    Requeue,
-    /// Nothing more to do.
-    Close,
-}
-
 /// A conversation and what was said in it, for people.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConversationView {
@@ -667,15 +598,6 @@ pub struct ChatReceipt {
     /// False when the same message was submitted before: nothing new was stored.
     pub created: bool,
     pub earliest_due: Option<At>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum JobStatus {
-    Queued,
-    Started,
-    Finished,
-    Failed,
 }
 
 /// A web-chat job as its browser sees it.

@@ -2,9 +2,9 @@
 //! lease whose fencing token every write carries; a conversation has at most one batch open.
 
 use super::named;
+use super::turn::Ending;
 use crate::clock::At;
 use crate::domain::LeaseToken;
-use crate::store::Ending;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BatchState {
