@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use super::named;
+use super::turn::Ending;
 use crate::clock::At;
 use crate::domain::LeaseToken;
-use crate::store::Ending;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BatchState {

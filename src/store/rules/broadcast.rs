@@ -13,7 +13,7 @@ use super::hours::Turn;
 use super::named;
 use super::part::{Delivery, Status};
 use crate::clock::At;
-use crate::store::{InboundItem, ItemKind};
+use crate::domain::{InboundItem, ItemKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RecipientState {

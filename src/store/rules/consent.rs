@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::named;
 use crate::clock::{At, UnixSeconds};
-use crate::store::{InboundItem, ItemKind};
+use crate::domain::{InboundItem, ItemKind};
 
 /// Where a choice came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -4,7 +4,6 @@
 use super::batch::BatchState;
 use super::named;
 use crate::domain::ItemKind;
-use crate::store::JobStatus;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ItemState {
@@ -81,6 +80,15 @@ pub fn job_status(state: ItemState) -> JobStatus {
         ItemState::Answered => JobStatus::Finished,
         _ => JobStatus::Failed,
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    Queued,
+    Started,
+    Finished,
+    Failed,
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod item;
 pub mod part;
 pub mod retention;
 pub mod review;
+pub mod turn;
 
 /// Names an enum's variants: `ALL`, `as_str`, `parse`, `Display`, serialising as the name, and
 /// comparison with a name.

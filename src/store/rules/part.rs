@@ -18,7 +18,6 @@ use std::time::Duration;
 use super::{named, sql_list};
 use crate::clock::At;
 use crate::domain::ReviewReason;
-use crate::store::SendResult;
 
 /// Meta's error code for a message sent outside the customer service window: a text part that
 /// fails with it goes again as the configured template.
@@ -704,6 +703,41 @@ fn requeue(part: &Part) -> Result<Step, Refused> {
         until: None,
         ..part.clone()
     })
+}
+
+/// How a send ended. Written with the send's attempt, atomically.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SendResult {
+    /// Meta took it; the recipient's next part may go from `next_send_at`.
+    Accepted {
+        wamid: String,
+        template: bool,
+        next_send_at: At,
+    },
+    /// Try again from `at`. `failure` counts it against the part's tries; a throttling
+    /// answer does not. `recipient_after` holds back every part to this recipient.
+    Retry {
+        at: At,
+        failure: bool,
+        code: Option<i64>,
+        error: String,
+        recipient_after: Option<At>,
+    },
+    /// Not tried at all (its number is halted): back to the queue. Its attempt number stays
+    /// spent, so a late write of this outcome can never settle a later claim of the part.
+    Untried,
+    /// Meta refused the text because the customer service window had closed: from now on
+    /// only the template may go for this part, at once.
+    WindowClosed { code: Option<i64>, error: String },
+    /// The request may have left: never resent; a status webhook naming it settles it, or it
+    /// goes to review after `wait_until`.
+    Unknown { error: String, wait_until: At },
+    /// For a person: Meta refused it for good, it ran out of tries, or the window had closed.
+    Review {
+        reason: ReviewReason,
+        code: Option<i64>,
+        error: String,
+    },
 }
 
 #[cfg(test)]

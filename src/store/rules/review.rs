@@ -6,7 +6,6 @@
 
 use super::item::ItemState;
 use super::named;
-use crate::store::Resolution;
 
 /// Whether the customer waits on the other end for a person's next word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +83,18 @@ pub fn arriving(destination: Destination) -> ItemState {
         Destination::Turn => ItemState::Pending,
         Destination::Person => ItemState::Review,
     }
+}
+
+/// How a person settles a review item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolution {
+    /// A person's reply to the customer, through the outbox and all its rules.
+    Reply { text: String, sandbox: bool },
+    /// Back to the automatic path: a batch's messages become pending again for a new turn; a
+    /// failed or unknown send is queued again (the person accepts it may arrive twice).
+    Requeue,
+    /// Nothing more to do.
+    Close,
 }
 
 #[cfg(test)]

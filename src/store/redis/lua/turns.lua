@@ -218,6 +218,15 @@ local function to_review(batch, conv, now, reason, err)
   close(batch, conv, now, BATCH.review, ITEM.review)
 end
 
+-- Puts a batch back to wait, leaseless, until `at`, with `fields` written alongside.
+local function to_waiting(batch, at, fields)
+  fields.state, fields.next = BATCH.waiting, at
+  put(k('b', batch), fields)
+  redis.call('HDEL', k('b', batch), 'lease')
+  redis.call('ZREM', k('running'), int(batch))
+  redis.call('ZADD', k('waiting'), int(at), int(batch))
+end
+
 local function finish(a)
   local conv = holder(a.batch, a.token)
   if not conv then
@@ -228,10 +237,7 @@ local function finish(a)
     write_reply(batch, conv, now, e.parts, e.sandbox)
     close(batch, conv, now, BATCH.done, ITEM.answered)
   elseif e.kind == 'retry' then
-    put(k('b', batch), {state = BATCH.waiting, next = e.at, err = e.error})
-    redis.call('HDEL', k('b', batch), 'lease')
-    redis.call('ZREM', k('running'), int(batch))
-    redis.call('ZADD', k('waiting'), int(e.at), int(batch))
+    to_waiting(batch, e.at, {err = e.error})
   elseif e.kind == 'review' then
     to_review(batch, conv, now, e.reason, e.error)
   else
@@ -254,10 +260,7 @@ local function hold(a)
         a.sandbox)
     end
     local due = tonumber(redis.call('HGET', k('b', id), 'due'))
-    put(k('b', id), {state = BATCH.waiting, attempts = 0, next = due})
-    redis.call('HDEL', k('b', id), 'lease')
-    redis.call('ZREM', k('running'), int(id))
-    redis.call('ZADD', k('waiting'), int(due), int(id))
+    to_waiting(id, due, {attempts = 0})
     held[#held + 1] = id
   end
   return held

@@ -1,0 +1,96 @@
+//! A customer's data: export and erasure on request, and their consent.
+
+use super::*;
+
+/// Everything Sabi holds about one customer: what their right of access gives them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CustomerRecord {
+    /// What came from them or about them (messages, statuses), in arrival order.
+    pub items: Vec<StoredItem>,
+    /// Replies to them, Sabi's and people's, with how their sending went, oldest first.
+    pub replies: Vec<OutboxEntry>,
+    /// Their turns that went to a person, and how each was settled, oldest first.
+    pub reviews: Vec<ReviewRecord>,
+    /// Broadcasts addressed to them, oldest first.
+    pub broadcasts: Vec<BroadcastSend>,
+    /// Their latest choice about broadcasts.
+    pub consent: Option<Choice>,
+}
+
+/// One page of a customer's record: the items and the replies after these (arrival order, ids
+/// from the previous page), at most `limit` of each; hand-offs, broadcasts and the choice
+/// whole on every page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportPage {
+    pub items_after: i64,
+    pub replies_after: i64,
+    pub limit: usize,
+}
+
+impl ExportPage {
+    /// The whole record at once.
+    pub const ALL: ExportPage = ExportPage {
+        items_after: 0,
+        replies_after: 0,
+        limit: usize::MAX,
+    };
+
+    /// What follows `record`, read as this page, or `None` when it was the last.
+    pub fn next(&self, record: &CustomerRecord) -> Option<ExportPage> {
+        let full = record.items.len() >= self.limit || record.replies.len() >= self.limit;
+        full.then(|| ExportPage {
+            items_after: record.items.last().map_or(self.items_after, |i| i.seq),
+            replies_after: record.replies.last().map_or(self.replies_after, |r| r.id),
+            limit: self.limit,
+        })
+    }
+}
+
+/// A hand-off to a person and how it was settled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReviewRecord {
+    pub id: i64,
+    pub batch_id: i64,
+    pub reason: ReviewReason,
+    pub state: ReviewState,
+    pub error: Option<String>,
+    pub created_at: At,
+    pub resolved_at: Option<At>,
+    /// The person's reply, when they wrote one.
+    pub note: Option<String>,
+}
+
+/// A broadcast addressed to a customer, and what became of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BroadcastSend {
+    pub broadcast_id: i64,
+    pub name: String,
+    pub template: String,
+    pub recipient: RecipientView,
+}
+
+/// A customer's data as a whole: everything about them, and forgetting it
+/// ([`rules::erasure`] has the rules).
+#[async_trait]
+pub trait Customers: Send + Sync + 'static {
+    /// Everything held about the customer; empty for one Sabi does not know.
+    async fn export_customer(&self, subject: &Subject) -> Result<CustomerRecord>;
+
+    /// One page of [`Customers::export_customer`]. A backend that cannot page reads the whole
+    /// record and returns the page of it.
+    async fn export_page(&self, subject: &Subject, page: ExportPage) -> Result<CustomerRecord> {
+        let mut record = self.export_customer(subject).await?;
+        record.items.retain(|i| i.seq > page.items_after);
+        record.items.truncate(page.limit);
+        record.replies.retain(|r| r.id > page.replies_after);
+        record.replies.truncate(page.limit);
+        Ok(record)
+    }
+
+    /// Erases the customer, in one transaction on every backend, and says what it removed.
+    /// Running it again removes nothing more.
+    ///
+    /// # Errors
+    /// [`Error::Busy`] while a turn or a send for them is under way.
+    async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased>;
+}
