@@ -331,6 +331,7 @@ impl App {
         );
         let holder = Holder::new(
             store.clone(),
+            store.clone(),
             clock.clone(),
             config.hold_settings(),
             metrics.clone(),
