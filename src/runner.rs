@@ -309,7 +309,11 @@ mod tests {
         assert_eq!(count(), 2, "the clock's advance runs the next");
         clock.advance(every * 3);
         settle().await;
-        assert_eq!(count(), 3, "one round however late: the next is `every` after it");
+        assert_eq!(
+            count(),
+            3,
+            "one round however late: the next is `every` after it"
+        );
         shutdown.cancel();
         running.await.expect("the loop ends at shutdown");
     }
