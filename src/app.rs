@@ -299,7 +299,7 @@ impl App {
             started: config.broadcast.start_reply.clone(),
             offer: config.broadcast.stop_offer.clone(),
         };
-        let handler = Consent::new(handler, store.clone(), replies);
+        let handler = Consent::new(handler, store.clone(), store.clone(), replies);
         // Every answered message is marked read, with the typing indicator or without.
         let handler = match &sender {
             Some(sender) => {
@@ -330,6 +330,7 @@ impl App {
             metrics.clone(),
         );
         let holder = Holder::new(
+            store.clone(),
             store.clone(),
             clock.clone(),
             config.hold_settings(),

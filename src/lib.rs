@@ -10,15 +10,22 @@
 //! Browser ── POST /chat ─────────────► ingress::webchat (validation, backpressure)
 //!                                        │
 //!                                        ▼
-//!             store::Store::ingest / submit_chat (append, dedupe, schedule; durable) ─► 200 / 202
+//!             store::Intake::ingest / WebChat::submit_chat (append, dedupe, schedule; durable) ─► 200 / 202
 //!                                        │
-//! worker::Scheduler ◄── store::Store::claim (due batch, lease + fencing token)
-//!    turn: router::RouterHandler: local answer | hand-off to a person | the agent
-//!          (the sandbox acknowledgement stands in for the agent until it is configured)
-//!    └─► store::Store::finish (reply to the outbox | retry with backoff | review)
-//! sender::Sender ◄── store::Store::claim_sends (oldest unsettled part per recipient) ─► Graph API
-//! Meta status webhooks ─► store::Store::ingest reconciles the outbox
-//! Browser ── GET /chat/{id}, /chat/{id}/events ─► store::Store::chat_job (any node)
+//! worker::Scheduler ◄── store::Turns::claim (due batch, lease + fencing token)
+//!    turn: broadcast::Consent (stop / start) ─► router::RouterHandler: local answer |
+//!          hand-off to a person | the agent (the sandbox acknowledgement stands in for the
+//!          agent until it is configured)
+//!    └─► store::Turns::finish (reply to the outbox | retry with backoff | review)
+//! worker::Holder ── every 5 s: store::Inspection::gauges, Turns::hold (under a surge, a
+//!    WhatsApp customer whose turn is far off is told how long; the answer follows)
+//! sender::Sender ◄── store::Sending::claim_sends (oldest unsettled part per recipient) ─► Graph API
+//! broadcast::Broadcaster ◄── store::Broadcasts::claim_recipients (paced, quiet hours, the
+//!    messaging limit) ─► Graph API templates
+//! Meta status webhooks ─► store::Intake::ingest reconciles the outbox and broadcast recipients
+//! Browser ── GET /chat/{id}, /chat/{id}/events ─► store::WebChat::chat_job (any node)
+//! sweeper::Sweeper ── every retention.sweep_every: store::Retention::sweep (what is past its
+//!    horizon, under a lease: one node at a time)
 //! ```
 //!
 //! Modules, from the bottom up (`src/layers.txt` holds the layers; a test keeps every import
@@ -33,7 +40,8 @@
 //! - [`whatsapp`]: Meta's API as Sabi speaks it: the Graph client, signatures, the wire format.
 //! - [`export`]: what Sabi shows of what it holds: items, replies, a customer's whole record.
 //! - [`turn`]: the turn-handler contract the router, the agent and the worker share.
-//! - `runner`: the one loop the scheduler and the sender run in.
+//! - `runner`: the one loop every background stage runs in: the scheduler, the sender and the
+//!   broadcaster claim jobs in it; the holder and the sweeper run their rounds in it.
 //! - [`sender`]: the outbox's delivery: pacing, retries, the window.
 //! - [`tools`]: the business's HTTP endpoints, declared in configuration.
 //! - [`broadcast`]: template campaigns: audiences, consent, the paced sender, reports.

@@ -1,4 +1,5 @@
-//! The runner of a background loop (the scheduler's turns, the sender's sends): it claims jobs
+//! The runner of every background loop (the scheduler's turns, the sender's sends, the
+//! broadcaster's recipients; the holder's looks and the sweeper's passes, see [`Periodic`]): it claims jobs
 //! from the store up to its free slots, runs each on a task of its own, and between claims
 //! sleeps until this process stores work, a job ends, or the next due time comes (never later
 //! than the next poll, for work that other nodes stored). A store that cannot claim pauses the
@@ -8,7 +9,7 @@
 //! What is claimed and how a job runs belong to the loop ([`Work`]). Every wait is on the
 //! injected clock, so tests drive the loops with a manual one.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -42,6 +43,60 @@ pub(crate) trait Work: Send + Sync + 'static {
     /// store, so the loop claims again at once while slots are free: a full claim may have.
     fn claim_again(&self, asked: usize, claimed: usize) -> bool {
         asked > 0 && claimed == asked
+    }
+}
+
+/// Work done now and then rather than claimed (the holder's look at the queue, the sweeper's
+/// pass over what is past its retention): the runner does it at start, then `every` after the
+/// last one ended, one at a time.
+#[async_trait::async_trait]
+pub(crate) trait Periodic: Send + Sync + 'static {
+    /// What the loop's log lines call its rounds ("looks", "sweeps").
+    const JOBS: &'static str;
+
+    /// One round; it logs its own failures.
+    async fn round(&self);
+}
+
+/// A [`Periodic`] as the runner's [`Work`]: a round is due at `next`.
+struct Every<P> {
+    periodic: Arc<P>,
+    clock: SharedClock,
+    every: Duration,
+    next: Mutex<At>,
+}
+
+impl<P> Every<P> {
+    fn next(&self) -> At {
+        // A poisoned lock still holds a valid instant: a round panicked after setting it.
+        *self.next.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[async_trait::async_trait]
+impl<P: Periodic> Work for Every<P> {
+    type Job = ();
+
+    const JOBS: &'static str = P::JOBS;
+
+    async fn claim(&self, free: usize) -> store::Result<Vec<()>> {
+        let due = free > 0 && self.clock.now() >= self.next();
+        Ok(if due { vec![()] } else { Vec::new() })
+    }
+
+    async fn perform(self: Arc<Self>, (): ()) {
+        self.periodic.round().await;
+        let next = self.clock.now() + self.every;
+        *self.next.lock().unwrap_or_else(|e| e.into_inner()) = next;
+    }
+
+    async fn next_wake(&self) -> At {
+        self.next()
+    }
+
+    async fn stored(&self) {
+        // Nothing stored wakes a periodic loop: it keeps its own time.
+        std::future::pending().await
     }
 }
 
@@ -81,6 +136,23 @@ impl Runner {
             self.wait(&*work, &slots, &mut running, &shutdown).await;
         }
         self.drain(running, W::JOBS).await;
+    }
+
+    /// Runs `periodic`'s rounds, the first now and each next `every` after the last ended,
+    /// until `shutdown`; a round under way then has the grace to end.
+    pub(crate) async fn every<P: Periodic>(
+        self,
+        every: Duration,
+        periodic: Arc<P>,
+        shutdown: CancellationToken,
+    ) {
+        let work = Arc::new(Every {
+            periodic,
+            clock: self.clock.clone(),
+            every,
+            next: Mutex::new(self.clock.now()),
+        });
+        self.run(work, shutdown).await;
     }
 
     /// Until the loop should look at the store again: a job ends (its slot is free), or, while
@@ -190,7 +262,61 @@ pub(crate) fn wake_time(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+    use crate::clock::ManualClock;
+
+    struct Rounds(AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl Periodic for Rounds {
+        const JOBS: &'static str = "rounds";
+
+        async fn round(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Lets the loop's task run until it waits again.
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_periodic_loop_runs_at_start_and_then_as_the_clock_moves() {
+        let clock = ManualClock::new(at(1_000));
+        let rounds = Arc::new(Rounds(AtomicUsize::new(0)));
+        let shutdown = CancellationToken::new();
+        let runner = Runner {
+            clock: clock.clone(),
+            slots: 1,
+            poll_interval: Duration::from_secs(1),
+            shutdown_grace: Duration::ZERO,
+        };
+        let every = Duration::from_secs(60);
+        let running = tokio::spawn(runner.every(every, rounds.clone(), shutdown.clone()));
+        let count = || rounds.0.load(Ordering::SeqCst);
+        settle().await;
+        assert_eq!(count(), 1, "the first round at start");
+        clock.advance(every - Duration::from_millis(1));
+        settle().await;
+        assert_eq!(count(), 1, "not before its time");
+        clock.advance(Duration::from_millis(1));
+        settle().await;
+        assert_eq!(count(), 2, "the clock's advance runs the next");
+        clock.advance(every * 3);
+        settle().await;
+        assert_eq!(
+            count(),
+            3,
+            "one round however late: the next is `every` after it"
+        );
+        shutdown.cancel();
+        running.await.expect("the loop ends at shutdown");
+    }
 
     fn at(millis: i64) -> At {
         At::from_millis(millis)

@@ -4,16 +4,19 @@
 //! sized to take about [`TARGET`] of the store's time, and the sweeper waits twice as long as
 //! a call took before the next, so it has a third of the store's time at most. One node sweeps
 //! at a time, under a lease it renews before each batch; another takes over when it stops.
+//! Its passes run in the runner's periodic loop ([`crate::runner::Periodic`]), on the injected
+//! clock like every wait of its own.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
 use crate::metrics::{self, Metrics};
+use crate::runner::{Periodic, Runner};
 use crate::store::rules::retention::LEASE;
-use crate::store::{self, Horizons, Store, Swept};
+use crate::store::{self, Horizons, Retention, Swept};
 
 /// How long one store call should take: what ingest may wait behind it.
 const TARGET: Duration = Duration::from_millis(20);
@@ -22,20 +25,24 @@ const FIRST_BATCH: usize = 50;
 const BATCHES: std::ops::RangeInclusive<usize> = 10..=2_000;
 /// The shortest wait between two calls.
 const PAUSE: Duration = Duration::from_millis(10);
+/// How long a pass under way at shutdown may go on: it stops between two calls, so one call.
+const GRACE: Duration = Duration::from_secs(5);
 
 pub struct Sweeper {
-    store: Arc<dyn Store>,
+    store: Arc<dyn Retention>,
     clock: SharedClock,
     horizons: Horizons,
     every: Duration,
     /// This node's name on the lease.
     holder: String,
     metrics: Arc<Metrics>,
+    /// This node's shutdown, once it runs: a pass stops between two calls when it comes.
+    stopping: OnceLock<CancellationToken>,
 }
 
 impl Sweeper {
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn Retention>,
         clock: SharedClock,
         horizons: Horizons,
         every: Duration,
@@ -49,22 +56,21 @@ impl Sweeper {
             every,
             holder,
             metrics,
+            stopping: OnceLock::new(),
         })
     }
 
     /// Sweeps every `sweep_every` until `shutdown`, then lets the lease go, so that another
     /// node sweeps next without waiting for it to lapse.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        loop {
-            if let Err(e) = self.sweep(&shutdown).await {
-                tracing::warn!(error.message = %e, "sweeping what is past its retention failed; trying again later");
-            }
-            let next = self.clock.now() + self.every;
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                () = self.clock.sleep_until(next) => {}
-            }
-        }
+        let _ = self.stopping.set(shutdown.clone());
+        let runner = Runner {
+            clock: self.clock.clone(),
+            slots: 1,
+            poll_interval: self.every,
+            shutdown_grace: GRACE,
+        };
+        runner.every(self.every, self.clone(), shutdown).await;
         // Held until now: lapsed for every other node (and taken by none if another holds it).
         let now = self.clock.now();
         if let Err(e) = self
@@ -110,19 +116,25 @@ impl Sweeper {
             let took_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
             tracing::debug!(batch, took_ms, "swept a batch");
             batch = next_batch(batch, took);
-            tokio::time::sleep(PAUSE.max(took * 2)).await;
+            self.pause(took).await;
         }
         while !total.is_empty() && !stop.is_cancelled() {
             let started = Instant::now();
             if !self.store.reclaim_space().await? {
                 break;
             }
-            tokio::time::sleep(PAUSE.max(started.elapsed() * 2)).await;
+            self.pause(started.elapsed()).await;
         }
         if !total.is_empty() {
             tracing::info!(swept = ?total, "deleted what was past its retention");
         }
         Ok(Some(total))
+    }
+
+    /// Twice as long as a call took, so the sweeper has a third of the store's time at most.
+    async fn pause(&self, took: Duration) {
+        let until = self.clock.now() + PAUSE.max(took * 2);
+        self.clock.sleep_until(until).await;
     }
 
     fn count(&self, swept: &Swept) {
@@ -137,6 +149,18 @@ impl Sweeper {
                     .get_or_create(&metrics::Swept { kind })
                     .inc_by(n);
             }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Periodic for Sweeper {
+    const JOBS: &'static str = "sweeps";
+
+    async fn round(&self) {
+        let stop = self.stopping.get().cloned().unwrap_or_default();
+        if let Err(e) = self.sweep(&stop).await {
+            tracing::warn!(error.message = %e, "sweeping what is past its retention failed; trying again later");
         }
     }
 }

@@ -26,7 +26,7 @@ use unicode_normalization::char::is_combining_mark;
 use crate::clock::At;
 use crate::domain::{Batch, Channel, ReplyPart};
 use crate::store::rules::consent::Source;
-use crate::store::{Choice, Speaker, Store};
+use crate::store::{Broadcasts, Choice, Speaker, Turns};
 use crate::turn::{TurnError, TurnHandler, TurnOutcome};
 
 /// What a customer asked of broadcasts.
@@ -176,19 +176,24 @@ pub struct Replies {
 /// The turn handler that hears stop and start requests before `inner` answers.
 pub struct Consent {
     inner: Arc<dyn TurnHandler>,
-    store: Arc<dyn Store>,
+    /// Where a customer's choice is kept: [`Broadcasts::choose`].
+    choices: Arc<dyn Broadcasts>,
+    /// What the customer was sent last (a reply, a broadcast), to read a bare "stop" against.
+    turns: Arc<dyn Turns>,
     replies: Replies,
 }
 
 impl Consent {
     pub fn new(
         inner: Arc<dyn TurnHandler>,
-        store: Arc<dyn Store>,
+        choices: Arc<dyn Broadcasts>,
+        turns: Arc<dyn Turns>,
         replies: Replies,
     ) -> Arc<Consent> {
         Arc::new(Consent {
             inner,
-            store,
+            choices,
+            turns,
             replies,
         })
     }
@@ -207,7 +212,7 @@ impl Consent {
             at,
         };
         let changed = self
-            .store
+            .choices
             .choose(customer, choice)
             .await
             .map_err(|e| TurnError(format!("keeping a stop or start request: {e}")))?;
@@ -220,7 +225,7 @@ impl Consent {
 
     async fn opted_out(&self, customer: &str) -> Result<bool, TurnError> {
         let out = self
-            .store
+            .choices
             .opted_out(&[customer.to_owned()])
             .await
             .map_err(|e| TurnError(format!("reading whether the customer opted out: {e}")))?;
@@ -231,7 +236,7 @@ impl Consent {
     /// a question: a broadcast sent since makes a bare "stop" the opt-out it usually is.
     async fn asked_a_question(&self, batch: &Batch) -> Result<bool, TurnError> {
         let failed = |e: crate::store::Error| TurnError(format!("reading the last reply: {e}"));
-        let history = self.store.history(batch.id, 1).await.map_err(failed)?;
+        let history = self.turns.history(batch.id, 1).await.map_err(failed)?;
         let Some(reply) = history
             .iter()
             .rev()
@@ -243,7 +248,7 @@ impl Consent {
         // Up to when the batch fell due: WhatsApp's send times are whole seconds, and a
         // broadcast that crossed the customer's message makes it an opt-out all the more.
         let broadcast = self
-            .store
+            .turns
             .last_broadcast(
                 &batch.conversation,
                 reply.at,

@@ -17,7 +17,7 @@ use crate::plan::{
     self, Asked, Curve, Inputs, MessagePrice, Pace, Pricing, Recommended, Row, Scenario, Sizing,
     shown, words,
 };
-use crate::store::{self, BroadcastState, Store};
+use crate::store::{self, BroadcastState, Inspection, Store};
 
 /// What `sabi plan` takes.
 #[derive(Debug, Args)]
@@ -365,7 +365,7 @@ async fn latest_report(store: &dyn Store) -> anyhow::Result<Value> {
 }
 
 /// The share of the last week's turns the router answered without the model.
-async fn measured_local_share(store: &dyn Store) -> anyhow::Result<f64> {
+async fn measured_local_share(store: &dyn Inspection) -> anyhow::Result<f64> {
     let since = SystemClock.now() - Duration::from_secs(7 * 24 * 3_600);
     let stats = store.turn_stats(At::max(since, At::default())).await?;
     let answered = stats.local + stats.agent;

@@ -28,7 +28,13 @@ const BROADCASTS_SHOWN: usize = 50;
 /// Prometheus text exposition (OpenMetrics) of this process's metrics, with the pipeline's
 /// counts read from the store (left as they were when it cannot be read).
 pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    match holder::queue(state.store.as_ref(), state.clock.now()).await {
+    match holder::queue(
+        state.store.as_ref(),
+        state.store.as_ref(),
+        state.clock.now(),
+    )
+    .await
+    {
         Ok(queue) => {
             state.metrics.observe_store(&queue.gauges);
             state

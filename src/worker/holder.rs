@@ -5,6 +5,7 @@
 //! the answer and keeps the number's pacing. Web chat shows its queue position instead.
 //!
 //! Every node may run it: a conversation is held by one of them, whichever gets there first.
+//! Its looks run in the runner's periodic loop ([`crate::runner::Periodic`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,8 @@ use crate::clock::{At, SharedClock};
 use crate::config::HoldSettings;
 use crate::domain::ReplyPart;
 use crate::metrics::Metrics;
-use crate::store::{self, Gauges, Store};
+use crate::runner::{Periodic, Runner};
+use crate::store::{self, Gauges, Inspection, Turns};
 
 /// How often the queue is looked at.
 const EVERY: Duration = Duration::from_secs(5);
@@ -24,9 +26,14 @@ const EVERY: Duration = Duration::from_secs(5);
 const PER_LOOK: usize = 200;
 /// Conversations told one wait, in queue order.
 const CHUNK: usize = 50;
+/// How long a look under way at shutdown may go on.
+const GRACE: Duration = Duration::from_secs(5);
 
 pub struct Holder {
-    store: Arc<dyn Store>,
+    /// Where the holding messages go: [`Turns::hold`].
+    turns: Arc<dyn Turns>,
+    /// What the queue looks like.
+    inspection: Arc<dyn Inspection>,
     clock: SharedClock,
     settings: HoldSettings,
     metrics: Arc<Metrics>,
@@ -34,13 +41,15 @@ pub struct Holder {
 
 impl Holder {
     pub fn new(
-        store: Arc<dyn Store>,
+        turns: Arc<dyn Turns>,
+        inspection: Arc<dyn Inspection>,
         clock: SharedClock,
         settings: HoldSettings,
         metrics: Arc<Metrics>,
     ) -> Arc<Holder> {
         Arc::new(Holder {
-            store,
+            turns,
+            inspection,
             clock,
             settings,
             metrics,
@@ -52,16 +61,13 @@ impl Holder {
         if self.settings.after.is_zero() {
             return;
         }
-        loop {
-            if let Err(e) = self.look().await {
-                tracing::warn!(error.message = %e, "could not hold the queue's customers");
-            }
-            let next = self.clock.now() + EVERY;
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = self.clock.sleep_until(next) => {}
-            }
-        }
+        let runner = Runner {
+            clock: self.clock.clone(),
+            slots: 1,
+            poll_interval: EVERY,
+            shutdown_grace: GRACE,
+        };
+        runner.every(EVERY, self.clone(), shutdown).await;
     }
 
     /// Tells the customers expected to wait past `after` how long, by their place in the
@@ -71,7 +77,7 @@ impl Holder {
     /// When the store cannot be read or written.
     pub async fn look(&self) -> store::Result<usize> {
         let now = self.clock.now();
-        let queue = queue(self.store.as_ref(), now).await?;
+        let queue = queue(self.inspection.as_ref(), self.turns.as_ref(), now).await?;
         self.metrics
             .expected_wait_seconds
             .set(i64::try_from(queue.expected.as_secs()).unwrap_or(i64::MAX));
@@ -98,7 +104,7 @@ impl Holder {
             let skip = usize::try_from(skip).unwrap_or(usize::MAX);
             let parts = vec![ReplyPart::text(text)];
             let chunk = self
-                .store
+                .turns
                 .hold(now, skip, CHUNK, parts, self.settings.sandbox)
                 .await?;
             held += chunk.len();
@@ -113,6 +119,17 @@ impl Holder {
             tracing::info!(held, expected_wait_s, "customers told to wait");
         }
         Ok(held)
+    }
+}
+
+#[async_trait::async_trait]
+impl Periodic for Holder {
+    const JOBS: &'static str = "looks";
+
+    async fn round(&self) {
+        if let Err(e) = self.look().await {
+            tracing::warn!(error.message = %e, "could not hold the queue's customers");
+        }
     }
 }
 
@@ -132,10 +149,14 @@ pub struct Queue {
 ///
 /// # Errors
 /// When the store cannot be read.
-pub async fn queue(store: &dyn Store, now: At) -> store::Result<Queue> {
-    let gauges = store.gauges(now).await?;
-    let ended = store.turn_stats(now - Duration::from_secs(60)).await?;
-    let oldest = store.next_due().await?.filter(|at| *at <= now);
+pub async fn queue(
+    inspection: &dyn Inspection,
+    turns: &dyn Turns,
+    now: At,
+) -> store::Result<Queue> {
+    let gauges = inspection.gauges(now).await?;
+    let ended = inspection.turn_stats(now - Duration::from_secs(60)).await?;
+    let oldest = turns.next_due().await?.filter(|at| *at <= now);
     let ended_last_minute = ended.agent + ended.people;
     let queued = gauges.due + gauges.waiting;
     let expected = policy::expected_wait(queued, ended_last_minute, oldest, now);
