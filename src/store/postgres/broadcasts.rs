@@ -6,7 +6,6 @@ use std::collections::{HashMap, HashSet};
 
 use sqlx::{PgConnection, PgPool, Row};
 
-use super::unavailable;
 use crate::clock::At;
 use crate::domain::{ConversationKey, InboundItem};
 use crate::store::items::{RecipientStatus, broadcast_status, known};
@@ -24,7 +23,7 @@ use crate::store::{
 };
 
 pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(BroadcastView, bool)> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     let state = broadcast::initial(b.now, b.start_at);
     let id: Option<i64> = sqlx::query_scalar(
         "INSERT INTO broadcasts (key, name, template, language, business, state, created_at,
@@ -49,17 +48,15 @@ pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(Broadcast
     .bind(b.hours.as_ref().and_then(LocalHours::start_text))
     .bind(b.hours.as_ref().and_then(LocalHours::until_text))
     .fetch_optional(&mut *tx)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let Some(id) = id else {
         // The key was taken, by now committed: that broadcast is the answer.
         drop(tx);
         let id: i64 = sqlx::query_scalar("SELECT id FROM broadcasts WHERE key = $1")
             .bind(&b.key)
             .fetch_one(pool)
-            .await
-            .map_err(unavailable)?;
-        let mut conn = pool.acquire().await.map_err(unavailable)?;
+            .await?;
+        let mut conn = pool.acquire().await?;
         return Ok((view(&mut conn, id).await?.ok_or(Error::NotFound)?, false));
     };
     let mut states = Vec::with_capacity(b.recipients.len());
@@ -104,10 +101,9 @@ pub(super) async fn create(pool: &PgPool, b: &NewBroadcast) -> Result<(Broadcast
     .bind(&errors)
     .bind(&zones)
     .execute(&mut *tx)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let made = view(&mut tx, id).await?.ok_or(Error::NotFound)?;
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await?;
     Ok((made, true))
 }
 
@@ -115,9 +111,8 @@ pub(super) async fn list(pool: &PgPool, limit: usize) -> Result<Vec<BroadcastVie
     let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM broadcasts ORDER BY id DESC LIMIT $1")
         .bind(super::limit(Some(limit)))
         .fetch_all(pool)
-        .await
-        .map_err(unavailable)?;
-    let mut conn = pool.acquire().await.map_err(unavailable)?;
+        .await?;
+    let mut conn = pool.acquire().await?;
     let mut views = Vec::with_capacity(ids.len());
     for id in ids {
         views.extend(view(&mut conn, id).await?);
@@ -131,8 +126,7 @@ pub(super) async fn view(conn: &mut PgConnection, id: i64) -> Result<Option<Broa
     )
     .bind(id)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let mut counts = Vec::with_capacity(counted.len());
     for r in counted {
         let n: i64 = r.get(1);
@@ -149,8 +143,7 @@ pub(super) async fn view(conn: &mut PgConnection, id: i64) -> Result<Option<Broa
     )
     .bind(id)
     .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let Some(r) = row else {
         return Ok(None);
     };
@@ -196,8 +189,7 @@ pub(super) async fn recipients(
     .bind(state.map(RecipientState::as_str))
     .bind(super::limit(Some(limit)))
     .fetch_all(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     rows.iter().map(recipient_view).collect()
 }
 
@@ -238,13 +230,12 @@ pub(super) async fn control(
     control: Control,
     reason: Option<&str>,
 ) -> Result<BroadcastView> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     let state: Option<String> =
         sqlx::query_scalar("SELECT state FROM broadcasts WHERE id = $1 FOR UPDATE")
             .bind(id)
             .fetch_optional(&mut *tx)
-            .await
-            .map_err(unavailable)?;
+            .await?;
     let state = known(BroadcastState::parse, &state.ok_or(Error::NotFound)?)?;
     let next = broadcast::control(state, control).ok_or(Error::NotFound)?;
     let reason = (control == Control::Pause).then_some(reason).flatten();
@@ -254,7 +245,7 @@ pub(super) async fn control(
         cancel_waiting(&mut tx, id).await?;
     }
     let after = view(&mut tx, id).await?.ok_or(Error::NotFound)?;
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await?;
     Ok(after)
 }
 
@@ -271,8 +262,7 @@ pub(super) async fn hear_template(
     )))
     .bind(&news.name)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let mut moved = Vec::new();
     for row in live {
         let id: i64 = row.get(0);
@@ -308,16 +298,15 @@ async fn set_state(
     .bind(paused_because)
     .bind(paused_by.map(PausedBy::as_str))
     .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 /// In one transaction: time moves the broadcasts on (see [`broadcast::at_time`]), lapsed sends
 /// become unknown, and the due recipients are claimed through the rulebook; rows another node
 /// holds are skipped.
 pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<RecipientJob>> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     let hours = advance(&mut tx, c.now).await?;
     let lapsed: Vec<i64> = sqlx::query_scalar(
         "SELECT id FROM broadcast_recipients WHERE state = $1 AND lease_until <= $2
@@ -326,8 +315,7 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
     .bind(RecipientState::Sending.as_str())
     .bind(c.now)
     .fetch_all(&mut *tx)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     for id in lapsed {
         step(&mut tx, id, &Event::LeaseLapsed, c.now, Limits::NONE).await?;
     }
@@ -350,7 +338,7 @@ pub(super) async fn claim(pool: &PgPool, c: &RecipientClaim) -> Result<Vec<Recip
         }
     }
     finish(&mut tx).await?;
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await?;
     Ok(jobs)
 }
 
@@ -378,7 +366,7 @@ async fn due(conn: &mut PgConnection, c: &RecipientClaim, limit: usize) -> Resul
     .bind(c.now - c.cooldown)
     .fetch_all(&mut *conn)
     .await
-    .map_err(unavailable)
+    .map_err(Error::from)
 }
 
 /// How many more customers may be sent to now under the messaging limit.
@@ -402,8 +390,7 @@ pub(super) async fn reached(conn: &mut PgConnection, since: At) -> Result<u64> {
     .bind(since)
     .bind(RecipientState::Sending.as_str())
     .fetch_one(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(u64::try_from(reached).unwrap_or(0))
 }
 
@@ -416,7 +403,7 @@ pub(super) async fn first_reached(pool: &PgPool, since: At) -> Result<Option<At>
     .bind(since)
     .fetch_one(pool)
     .await
-    .map_err(unavailable)
+    .map_err(Error::from)
 }
 
 pub(super) async fn sent_since(
@@ -431,8 +418,7 @@ pub(super) async fn sent_since(
     .bind(customers)
     .bind(since)
     .fetch_all(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(found.into_iter().collect())
 }
 
@@ -444,7 +430,7 @@ pub(super) async fn record(
     outcome: &Outcome,
     limits: Limits,
 ) -> Result<()> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     step(
         &mut tx,
         id,
@@ -453,7 +439,7 @@ pub(super) async fn record(
         limits,
     )
     .await?;
-    tx.commit().await.map_err(unavailable)
+    tx.commit().await.map_err(Error::from)
 }
 
 /// A status of a broadcast message moves its recipient by the rulebook, in the ingest's
@@ -477,18 +463,18 @@ pub(super) async fn reconcile_status(
         sqlx::query_scalar("SELECT id FROM broadcast_recipients WHERE wamid = $1")
             .bind(wamid)
             .fetch_optional(&mut *conn)
-            .await
-            .map_err(unavailable)?;
+            .await?;
     let id = match (by_wamid, named) {
         (Some(id), _) => Some(id),
-        (None, Some((id, attempt))) => sqlx::query_scalar(
-            "SELECT id FROM broadcast_recipients WHERE id = $1 AND attempts = $2",
-        )
-        .bind(id)
-        .bind(i32::try_from(attempt).unwrap_or(i32::MAX))
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(unavailable)?,
+        (None, Some((id, attempt))) => {
+            sqlx::query_scalar(
+                "SELECT id FROM broadcast_recipients WHERE id = $1 AND attempts = $2",
+            )
+            .bind(id)
+            .bind(i32::try_from(attempt).unwrap_or(i32::MAX))
+            .fetch_optional(&mut *conn)
+            .await?
+        }
         (None, None) => None,
     };
     let Some(id) = id else {
@@ -505,8 +491,7 @@ pub(super) async fn reconcile_status(
         .bind(billed)
         .bind(pricing)
         .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     }
     match step(conn, id, &Event::Status(status), now, Limits::NONE).await {
         Ok(_) | Err(Error::LeaseLost) => Ok(()),
@@ -523,8 +508,7 @@ async fn advance(conn: &mut PgConnection, now: At) -> Result<HashMap<i64, Option
         *LIVE_SQL
     )))
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let mut hours = HashMap::new();
     for row in live {
         let id: i64 = row.get(0);
@@ -541,8 +525,7 @@ async fn advance(conn: &mut PgConnection, now: At) -> Result<HashMap<i64, Option
             .bind(id)
             .bind(next.as_str())
             .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
+            .await?;
         if next == BroadcastState::Cancelled {
             cancel_waiting(conn, id).await?;
         }
@@ -560,9 +543,8 @@ async fn cancel_waiting(conn: &mut PgConnection, id: i64) -> Result<()> {
         .bind(id)
         .bind(RecipientState::Cancelled.as_str())
         .execute(&mut *conn)
-        .await
-        .map(drop)
-        .map_err(unavailable)
+        .await?;
+    Ok(())
 }
 
 async fn finish(conn: &mut PgConnection) -> Result<()> {
@@ -577,9 +559,8 @@ async fn finish(conn: &mut PgConnection) -> Result<()> {
         .bind(BroadcastState::Running.as_str())
         .bind(RecipientState::Sending.as_str())
         .execute(&mut *conn)
-        .await
-        .map(drop)
-        .map_err(unavailable)
+        .await?;
+    Ok(())
 }
 
 /// Loads a recipient under its row lock, asks the rulebook, and saves what it says; a refusal
@@ -599,8 +580,7 @@ async fn step(
             sqlx::query_scalar("SELECT recipient FROM broadcast_recipients WHERE id = $1")
                 .bind(id)
                 .fetch_one(&mut *conn)
-                .await
-                .map_err(unavailable)?;
+                .await?;
         let choice = Choice {
             opted_out: true,
             source: Source::Refused,
@@ -636,8 +616,7 @@ pub(super) async fn choose(
     .bind(new.source.as_str())
     .bind(new.at)
     .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(written.rows_affected() > 0)
 }
 
@@ -654,8 +633,7 @@ pub(super) async fn choice_of(
     )))
     .bind(customer)
     .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?
+    .await?
     .map(|r| {
         Ok(Choice {
             opted_out: r.get(0),
@@ -671,8 +649,7 @@ pub(super) async fn opted_out(pool: &PgPool, customers: &[String]) -> Result<Has
         sqlx::query_scalar("SELECT customer FROM consents WHERE opted_out AND customer = ANY($1)")
             .bind(customers)
             .fetch_all(pool)
-            .await
-            .map_err(unavailable)?;
+            .await?;
     Ok(found.into_iter().collect())
 }
 
@@ -684,8 +661,7 @@ async fn load(conn: &mut PgConnection, id: i64) -> Result<Option<Recipient>> {
     )
     .bind(id)
     .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let Some(r) = row else {
         return Ok(None);
     };
@@ -734,9 +710,8 @@ async fn save(conn: &mut PgConnection, id: i64, r: &Recipient) -> Result<()> {
     .bind(r.until)
     .bind(r.sent_at)
     .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 async fn job(conn: &mut PgConnection, id: i64, attempt: u32) -> Result<RecipientJob> {
@@ -746,8 +721,7 @@ async fn job(conn: &mut PgConnection, id: i64, attempt: u32) -> Result<Recipient
     )
     .bind(id)
     .fetch_one(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let params: String = r.get(2);
     Ok(RecipientJob {
         id,
@@ -776,9 +750,8 @@ pub(super) async fn note_reply(conn: &mut PgConnection, customer: &str, at: At) 
     .bind(at)
     .bind(at - REPLY_SPAN)
     .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 /// The latest broadcast sent to the conversation's customer from its business in (`since`,
@@ -800,8 +773,7 @@ pub(super) async fn last_to(
     .bind(since)
     .bind(until)
     .fetch_optional(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(found.map(|r| {
         let params: Vec<String> = serde_json::from_str(r.get(3)).unwrap_or_default();
         HistoryEntry {

@@ -3,9 +3,8 @@
 
 use sqlx::PgConnection;
 
-use super::unavailable;
-use crate::store::Result;
 use crate::store::rules::category::TemplateCategory;
+use crate::store::{Error, Result};
 
 pub(super) async fn keep(conn: &mut PgConnection, c: &TemplateCategory) -> Result<()> {
     sqlx::query(
@@ -20,9 +19,8 @@ pub(super) async fn keep(conn: &mut PgConnection, c: &TemplateCategory) -> Resul
     .bind(&c.category)
     .bind(c.heard_at.millis())
     .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 pub(super) async fn category(
@@ -35,5 +33,5 @@ pub(super) async fn category(
         .bind(language)
         .fetch_optional(&mut *conn)
         .await
-        .map_err(unavailable)
+        .map_err(Error::from)
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::clock::At;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
-use super::ingest::{self};
-use super::{limit, unavailable};
+use super::ingest;
+use super::limit;
 use crate::store::items::{
     Encoded, POSITION_CAP, message_key, question_item, session_retry_after, status_of,
 };
@@ -24,13 +24,12 @@ use crate::store::{
 
 pub(super) async fn submit(pool: &PgPool, s: &ChatSubmission, marks: &Marks) -> Result<Submitted> {
     let key = message_key(&s.session_id, s.message_id.as_deref().unwrap_or(&s.job_id));
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     // One session's submissions take turns, so its count and its insert are one step.
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('sabi.chat.' || $1))")
         .bind(&s.session_id)
         .execute(&mut *tx)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     // Before the resend's lookup: another's message id names nothing here.
     match (owner(&mut *tx, &s.session_id).await?, &s.user_id) {
         (Some(owner), Some(user)) if owner == *user => {}
@@ -43,8 +42,7 @@ pub(super) async fn submit(pool: &PgPool, s: &ChatSubmission, marks: &Marks) -> 
             .bind(user)
             .bind(s.now)
             .execute(&mut *tx)
-            .await
-            .map_err(unavailable)?;
+            .await?;
         }
         (None, None) => {}
     }
@@ -67,8 +65,7 @@ pub(super) async fn submit(pool: &PgPool, s: &ChatSubmission, marks: &Marks) -> 
         .bind(since)
         .bind(i64::try_from(recent - s.per_minute).unwrap_or(i64::MAX))
         .fetch_optional(&mut *tx)
-        .await
-        .map_err(unavailable)?;
+        .await?;
         return Ok(Submitted::TooFast {
             retry_after: session_retry_after(freeing, s.now),
         });
@@ -77,8 +74,7 @@ pub(super) async fn submit(pool: &PgPool, s: &ChatSubmission, marks: &Marks) -> 
     // queue's count and the insert are one step.
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('sabi.chat-queue'))")
         .execute(&mut *tx)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     if queue_depth(&mut *tx).await? >= s.max_queue {
         return Ok(Submitted::QueueFull);
     }
@@ -110,8 +106,7 @@ pub(super) async fn submit(pool: &PgPool, s: &ChatSubmission, marks: &Marks) -> 
         .bind(review::arriving(destination).as_str())
         .bind(batch)
         .execute(&mut *tx)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     }
     let made: Option<String> = sqlx::query_scalar(
         "INSERT INTO chat_jobs (job_id, session_id, message_key, inbox_seq, created_at, expires_at)
@@ -124,8 +119,7 @@ pub(super) async fn submit(pool: &PgPool, s: &ChatSubmission, marks: &Marks) -> 
     .bind(s.now)
     .bind(s.now + s.keep)
     .fetch_optional(&mut *tx)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let outcome = match made {
         Some(job_id) => ChatReceipt {
             job_id,
@@ -139,7 +133,7 @@ pub(super) async fn submit(pool: &PgPool, s: &ChatSubmission, marks: &Marks) -> 
             earliest_due: None,
         },
     };
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await?;
     Ok(Submitted::Job(outcome))
 }
 
@@ -159,8 +153,7 @@ async fn latest_review(
     .bind(business)
     .bind(session_id)
     .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(found.and_then(|(state, batch)| Some((ReviewState::parse(&state)?, batch))))
 }
 
@@ -171,7 +164,7 @@ pub(super) async fn feed(
     after: i64,
     max: usize,
 ) -> Result<ChatFeed> {
-    let mut conn = pool.acquire().await.map_err(unavailable)?;
+    let mut conn = pool.acquire().await?;
     let rows: Vec<(i64, Option<String>, At)> = sqlx::query_as(
         "SELECT o.id, o.body, o.created_at FROM outbox o
          WHERE o.by_person AND o.id > $2 AND o.conversation_id IN
@@ -182,8 +175,7 @@ pub(super) async fn feed(
     .bind(after)
     .bind(limit(Some(max)))
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     // Held exactly when the visitor's next message would go to a person: by the latest item.
     let latest: Option<String> = sqlx::query_scalar(
         "SELECT r.state FROM conversations c JOIN batches b ON b.conversation_id = c.id
@@ -193,8 +185,7 @@ pub(super) async fn feed(
     )
     .bind(session_id)
     .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let held =
         review::destination(latest.as_deref().and_then(ReviewState::parse)) == Destination::Person;
     let lines = rows
@@ -213,7 +204,7 @@ async fn job_for_key(conn: &mut PgConnection, key: &str) -> Result<Option<String
         .bind(key)
         .fetch_optional(&mut *conn)
         .await
-        .map_err(unavailable)
+        .map_err(Error::from)
 }
 
 pub(super) async fn job_for_message(
@@ -221,7 +212,7 @@ pub(super) async fn job_for_message(
     session_id: &str,
     message_id: &str,
 ) -> Result<Option<String>> {
-    let mut conn = pool.acquire().await.map_err(unavailable)?;
+    let mut conn = pool.acquire().await?;
     job_for_key(&mut conn, &message_key(session_id, message_id)).await
 }
 
@@ -232,8 +223,7 @@ pub(super) async fn job(pool: &PgPool, job_id: &str, now: At) -> Result<Option<C
     )
     .bind(job_id)
     .fetch_optional(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let Some(row) = row else {
         return Ok(None);
     };
@@ -256,8 +246,7 @@ pub(super) async fn job(pool: &PgPool, job_id: &str, now: At) -> Result<Option<C
             sqlx::query_scalar::<_, Option<String>>("SELECT stage FROM batches WHERE id = $1")
                 .bind(batch)
                 .fetch_optional(pool)
-                .await
-                .map_err(unavailable)?
+                .await?
                 .flatten()
         }
         _ => None,
@@ -282,8 +271,7 @@ async fn queued_ahead(pool: &PgPool, seq: i64) -> Result<u64> {
     .bind(seq)
     .bind(POSITION_CAP)
     .fetch_one(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
@@ -292,8 +280,7 @@ async fn answer_of(pool: &PgPool, batch: i64) -> Result<Option<String>> {
         sqlx::query_scalar("SELECT body FROM outbox WHERE batch_id = $1 ORDER BY part")
             .bind(batch)
             .fetch_all(pool)
-            .await
-            .map_err(unavailable)?;
+            .await?;
     Ok((!parts.is_empty()).then(|| parts.join("\n\n")))
 }
 
@@ -306,7 +293,7 @@ pub(super) async fn owner<'e, E: sqlx::PgExecutor<'e>>(
         .bind(session_id)
         .fetch_optional(executor)
         .await
-        .map_err(unavailable)
+        .map_err(Error::from)
 }
 
 pub(super) async fn history(
@@ -325,8 +312,7 @@ pub(super) async fn history(
     .bind(limit(Some(count)))
     .bind(before.unwrap_or(i64::MAX))
     .fetch_all(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let mut exchanges = Vec::with_capacity(rows.len());
     for row in rows.iter().rev() {
         let status = status_of(row.get(2));
@@ -353,8 +339,7 @@ pub(super) async fn queue_depth<'e, E: sqlx::PgExecutor<'e>>(executor: E) -> Res
         *sql::WEBCHAT_WAITING_SQL
     )))
     .fetch_one(executor)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
@@ -365,7 +350,6 @@ async fn session_recent(conn: &mut PgConnection, session_id: &str, since: At) ->
     .bind(session_id)
     .bind(since)
     .fetch_one(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(u64::try_from(n).unwrap_or(0))
 }

@@ -8,7 +8,6 @@ use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 use super::broadcasts::{RECIPIENT_COLUMNS, choice_of, recipient_view};
 use super::ingest::{ITEM_COLUMNS, stored_item};
 use super::outbox::{ENTRY_SELECT, entry};
-use super::unavailable;
 use crate::clock::At;
 use crate::domain::{Channel, ItemKind, ReviewReason};
 use crate::store::items::known;
@@ -31,14 +30,13 @@ pub(super) async fn export(
     who: &Subject,
     page: ExportPage,
 ) -> Result<CustomerRecord> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     // One snapshot: the parts agree with each other.
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(&mut *tx)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     let record = read_record(&mut tx, who, page).await?;
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await?;
     Ok(record)
 }
 
@@ -115,7 +113,7 @@ async fn their_rows(conn: &mut PgConnection, who: &Subject, sql: String) -> Resu
         .bind(&who.customer)
         .fetch_all(&mut *conn)
         .await
-        .map_err(unavailable)
+        .map_err(Error::from)
 }
 
 fn review_record(r: &PgRow) -> Result<ReviewRecord> {
@@ -139,8 +137,7 @@ async fn broadcasts(conn: &mut PgConnection, customer: &str) -> Result<Vec<Broad
     )))
     .bind(customer)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     rows.iter()
         .map(|r| {
             Ok(BroadcastSend {
@@ -155,7 +152,7 @@ async fn broadcasts(conn: &mut PgConnection, customer: &str) -> Result<Vec<Broad
 
 /// Erases the subject (see [`erasure`]) in one transaction.
 pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks) -> Result<Erased> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     // Their conversations first, as every claim and turn write takes them: a claim skips them
     // until this commits, and a turn under way is seen below.
     sqlx::query(
@@ -164,8 +161,7 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks)
     .bind(who.channel.as_str())
     .bind(&who.customer)
     .fetch_all(&mut *tx)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     if let Some(why) = erasure::busy(
         turn_running(&mut tx, who).await?,
         send_under_way(&mut tx, who).await?,
@@ -197,8 +193,7 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks)
             .bind(who.channel.as_str())
             .bind(&who.customer)
             .fetch_all(&mut *tx)
-            .await
-            .map_err(unavailable)?;
+            .await?;
     let theirs: Vec<i64> = mentioning
         .into_iter()
         .filter(|(_, raw)| erasure::sent_by(raw, &who.customer))
@@ -207,13 +202,12 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks)
     erased.quarantined = sqlx::query("UPDATE quarantine SET raw = '' WHERE id = ANY($1)")
         .bind(&theirs)
         .execute(&mut *tx)
-        .await
-        .map_err(unavailable)?
+        .await?
         .rows_affected();
     if who.channel == Channel::Whatsapp {
         forget_broadcasts(&mut tx, who, now, marks, &mut erased).await?;
     }
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await?;
     Ok(erased)
 }
 
@@ -275,8 +269,7 @@ async fn forget_items(
     .bind(who.channel.as_str())
     .bind(&who.customer)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let hashes: Vec<String> = found
         .iter()
         .map(|(key, _)| marks.key_hash(who.channel, key))
@@ -311,8 +304,7 @@ async fn keep_status_hashes(
     .bind(who.channel.as_str())
     .bind(&who.customer)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let hashes: Vec<String> = wamids.iter().flat_map(|w| marks.status_hashes(w)).collect();
     keep_key_hashes(conn, &hashes, now).await
 }
@@ -331,9 +323,8 @@ pub(super) async fn keep_key_hashes(
     .bind(hashes)
     .bind(now)
     .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 /// Their conversations keep their turns' counts under a name that is no one's; what the turns
@@ -368,8 +359,7 @@ async fn forget_turns(
     .bind(&who.customer)
     .bind(now)
     .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     erased.conversations = count(
         conn,
         "UPDATE conversations
@@ -428,8 +418,7 @@ async fn forget_broadcasts(
     .bind(Source::Erased.as_str())
     .bind(now)
     .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(())
 }
 
@@ -440,8 +429,7 @@ pub(super) async fn rekey(conn: &mut PgConnection, marks: &Marks) -> Result<()> 
     let recorded: Option<String> =
         sqlx::query_scalar("SELECT fingerprint FROM marker_key WHERE id = 1")
             .fetch_optional(&mut *conn)
-            .await
-            .map_err(unavailable)?;
+            .await?;
     let rekey = marks
         .rekey_from(recorded.as_deref())
         .map_err(Error::Schema)?;
@@ -451,8 +439,7 @@ pub(super) async fn rekey(conn: &mut PgConnection, marks: &Marks) -> Result<()> 
             let names: Vec<String> =
                 sqlx::query_scalar(AssertSqlSafe(sql::markers_sql(table, column)))
                     .fetch_all(&mut *conn)
-                    .await
-                    .map_err(unavailable)?;
+                    .await?;
             let (old, new): (Vec<String>, Vec<String>) = names
                 .iter()
                 .filter_map(|old| Some((old.clone(), rekey.marker(old)?)))
@@ -464,14 +451,12 @@ pub(super) async fn rekey(conn: &mut PgConnection, marks: &Marks) -> Result<()> 
             .bind(&old)
             .bind(&new)
             .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?
+            .await?
             .rows_affected();
         }
         let old: Vec<String> = sqlx::query_scalar("SELECT key_hash FROM erased_keys")
             .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?;
+            .await?;
         let new: Vec<String> = old.iter().map(|h| rekey.key_hash(h)).collect();
         sqlx::query(
             "UPDATE erased_keys e SET key_hash = m.new
@@ -480,8 +465,7 @@ pub(super) async fn rekey(conn: &mut PgConnection, marks: &Marks) -> Result<()> 
         .bind(&old)
         .bind(&new)
         .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
         sql::rekeyed(moved, old.len());
     }
     sqlx::query(
@@ -490,9 +474,8 @@ pub(super) async fn rekey(conn: &mut PgConnection, marks: &Marks) -> Result<()> 
     )
     .bind(marks.fingerprint())
     .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 /// Whether `sql`, a `SELECT EXISTS`, with `binds` as $1, $2, ..., finds a row.
@@ -501,7 +484,7 @@ async fn exists(conn: &mut PgConnection, sql: &str, binds: &[&str]) -> Result<bo
     for bind in binds {
         query = query.bind(*bind);
     }
-    query.fetch_one(&mut *conn).await.map_err(unavailable)
+    query.fetch_one(&mut *conn).await.map_err(Error::from)
 }
 
 /// The subject as most statements here bind it: $1 their channel, $2 their id.
@@ -519,5 +502,5 @@ async fn count(conn: &mut PgConnection, sql: &str, binds: &[&str]) -> Result<u64
         .execute(&mut *conn)
         .await
         .map(|done| done.rows_affected())
-        .map_err(unavailable)
+        .map_err(Error::from)
 }

@@ -8,7 +8,7 @@
 use crate::clock::{At, millis};
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
-use super::{broadcasts, categories, channel, limit, outbox, unavailable};
+use super::{broadcasts, categories, channel, limit, outbox};
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 use crate::store::items::known;
 use crate::store::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at};
@@ -41,9 +41,9 @@ pub(super) async fn ingest(
             return ingest_message(pool, delivery, item, key, (encoded, erased)).await;
         }
     }
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     let receipt = ingest_in(&mut tx, delivery, &encoded, &erased).await?;
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await?;
     Ok(receipt)
 }
 
@@ -63,7 +63,7 @@ async fn ingest_message(
             receipt.earliest_due = Some(due);
         }
         None => {
-            let mut conn = pool.acquire().await.map_err(unavailable)?;
+            let mut conn = pool.acquire().await?;
             count_redelivery(&mut conn, item, &encoded.hash, &mut receipt).await?;
         }
     }
@@ -111,8 +111,7 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     .bind(!delivery.routine.contains(&item.dedupe_key))
     .bind(erased)
     .fetch_optional(executor)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(stored.map(|(_, due)| due))
 }
 
@@ -161,8 +160,7 @@ pub(super) async fn ingest_in(
         .bind(seq)
         .bind(&erased[index])
         .fetch_one(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
         if seq.is_none() {
             count_redelivery(conn, item, hash, &mut receipt).await?;
             continue;
@@ -210,8 +208,7 @@ async fn arrival_seqs(conn: &mut PgConnection, order: &[usize]) -> Result<Option
     )
     .bind(i32::try_from(order.len()).unwrap_or(i32::MAX))
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(Some(seqs))
 }
 
@@ -252,8 +249,7 @@ async fn amend(conn: &mut PgConnection, channel: Channel, change: &Amendment<'_>
         .bind(original)
         .bind(text)
         .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
         return Ok(());
     }
     let conversation: Option<Option<i64>> = sqlx::query_scalar(AssertSqlSafe(format!(
@@ -266,8 +262,7 @@ async fn amend(conn: &mut PgConnection, channel: Channel, change: &Amendment<'_>
     .bind(channel.as_str())
     .bind(original)
     .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     if let Some(Some(conversation)) = conversation {
         sqlx::query(AssertSqlSafe(format!(
             "UPDATE conversations SET first_pending_at = NULL, last_pending_at = NULL,
@@ -278,8 +273,7 @@ async fn amend(conn: &mut PgConnection, channel: Channel, change: &Amendment<'_>
         )))
         .bind(conversation)
         .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     }
     Ok(())
 }
@@ -295,8 +289,7 @@ async fn count_redelivery(
             .bind(item.channel.as_str())
             .bind(&item.dedupe_key)
             .fetch_optional(&mut *conn)
-            .await
-            .map_err(unavailable)?;
+            .await?;
     // Not stored and not taken: a retry of an item erased since, known by its key's hash.
     let Some(stored) = stored else {
         receipt.duplicates += 1;
@@ -326,8 +319,7 @@ async fn keep_quarantined(conn: &mut PgConnection, q: &Quarantined, at: At) -> R
     .bind(&q.raw)
     .bind(quarantine_hash(q))
     .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(usize::try_from(done.rows_affected()).unwrap_or(0))
 }
 
@@ -342,8 +334,7 @@ pub(super) async fn inbox(pool: &PgPool, query: &InboxQuery) -> Result<Vec<Store
     .bind(query.channel.map(Channel::as_str))
     .bind(limit(query.limit))
     .fetch_all(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     rows.iter().map(stored_item).collect()
 }
 
@@ -387,8 +378,7 @@ pub(super) async fn quarantine(
     )
     .bind(limit(count))
     .fetch_all(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     rows.iter()
         .map(|r| {
             Ok(StoredQuarantine {

@@ -105,8 +105,7 @@ pub(super) async fn probe(url: &str) -> Result<String> {
                 (SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl)",
     )
     .fetch_one(&mut conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let reached = match tls {
         Some(protocol) => format!(
             "PostgreSQL {server}, over {protocol} (sslmode={})",
@@ -116,13 +115,11 @@ pub(super) async fn probe(url: &str) -> Result<String> {
     };
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('sabi_schema') IS NOT NULL")
         .fetch_one(&mut conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     let version: Option<i32> = if exists {
         sqlx::query_scalar("SELECT max(version) FROM sabi_schema")
             .fetch_one(&mut conn)
-            .await
-            .map_err(unavailable)?
+            .await?
     } else {
         None
     };
@@ -165,7 +162,7 @@ fn ssl_mode_name(mode: sqlx::postgres::PgSslMode) -> &'static str {
 /// database at the version before it.
 async fn migrate(pool: &PgPool, marks: &Marks) -> Result<()> {
     loop {
-        let mut tx = pool.begin().await.map_err(unavailable)?;
+        let mut tx = pool.begin().await?;
         let version = lock_schema(&mut tx).await?;
         if version > VERSION {
             return Err(Error::Schema(too_new(version)));
@@ -179,10 +176,10 @@ async fn migrate(pool: &PgPool, marks: &Marks) -> Result<()> {
                 .await
                 .map_err(|e| Error::Schema(format!("creating the functions failed: {e}")))?;
             customers::rekey(&mut tx, marks).await?;
-            return tx.commit().await.map_err(unavailable);
+            return tx.commit().await.map_err(Error::from);
         };
         apply(&mut tx, version + 1, sql).await?;
-        tx.commit().await.map_err(unavailable)?;
+        tx.commit().await?;
         tracing::info!(version = version + 1, "PostgreSQL schema migrated");
     }
 }
@@ -192,16 +189,13 @@ async fn lock_schema(tx: &mut PgConnection) -> Result<i32> {
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK)
         .execute(&mut *tx)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     sqlx::query("CREATE TABLE IF NOT EXISTS sabi_schema (version INTEGER NOT NULL)")
         .execute(&mut *tx)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     let version: Option<i32> = sqlx::query_scalar("SELECT max(version) FROM sabi_schema")
         .fetch_one(&mut *tx)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     Ok(version.unwrap_or(0))
 }
 
@@ -211,8 +205,7 @@ async fn apply(tx: &mut PgConnection, version: i32, sql: &'static str) -> Result
     // sized for a webhook's patience, not for that.
     sqlx::query("SET LOCAL statement_timeout = 0")
         .execute(&mut *tx)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     sqlx::raw_sql(sql)
         .execute(&mut *tx)
         .await
@@ -220,9 +213,8 @@ async fn apply(tx: &mut PgConnection, version: i32, sql: &'static str) -> Result
     sqlx::query("INSERT INTO sabi_schema (version) VALUES ($1)")
         .bind(version)
         .execute(&mut *tx)
-        .await
-        .map(drop)
-        .map_err(unavailable)
+        .await?;
+    Ok(())
 }
 
 /// A stored channel name read back.
@@ -230,16 +222,20 @@ pub(super) fn channel(name: &str) -> Result<Channel> {
     Channel::parse(name).ok_or_else(|| Error::Schema(format!("unknown channel {name:?}")))
 }
 
-pub(super) fn unavailable(e: sqlx::Error) -> Error {
-    connect::note_read_only(&e);
-    let conflict = e
-        .as_database_error()
-        .and_then(|d| d.code())
-        .is_some_and(|code| code == "40P01" || code == "40001");
-    if conflict {
-        Error::Unavailable(format!("{CONFLICT}{e}"))
-    } else {
-        Error::Unavailable(e.to_string())
+/// A driver error read as the store's: the server may be away, or aborted a transaction that
+/// may simply run again; `?` in this backend goes through here.
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        connect::note_read_only(&e);
+        let conflict = e
+            .as_database_error()
+            .and_then(|d| d.code())
+            .is_some_and(|code| code == "40P01" || code == "40001");
+        if conflict {
+            Error::Unavailable(format!("{CONFLICT}{e}"))
+        } else {
+            Error::Unavailable(e.to_string())
+        }
     }
 }
 
@@ -343,9 +339,8 @@ impl Turns for PgStore {
         .bind(external_id)
         .bind(text)
         .execute(&self.pool)
-        .await
-        .map(drop)
-        .map_err(unavailable)
+        .await?;
+        Ok(())
     }
     async fn set_stage(&self, batch: i64, stage: &str) -> Result<()> {
         turns::set_stage(&self.pool, batch, stage).await
@@ -458,16 +453,15 @@ impl Broadcasts for PgStore {
         broadcasts::list(&self.pool, limit).await
     }
     async fn broadcast(&self, id: i64) -> Result<Option<BroadcastView>> {
-        let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+        let mut conn = self.pool.acquire().await?;
         broadcasts::view(&mut conn, id).await
     }
     async fn keyed_broadcast(&self, key: &str) -> Result<Option<BroadcastView>> {
-        let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+        let mut conn = self.pool.acquire().await?;
         let id: Option<i64> = sqlx::query_scalar("SELECT id FROM broadcasts WHERE key = $1")
             .bind(key)
             .fetch_optional(&mut *conn)
-            .await
-            .map_err(unavailable)?;
+            .await?;
         match id {
             Some(id) => broadcasts::view(&mut conn, id).await,
             None => Ok(None),
@@ -504,18 +498,18 @@ impl Broadcasts for PgStore {
     }
     async fn hear_template(&self, news: TemplateNews) -> Result<Vec<i64>> {
         retrying(|| async {
-            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let mut tx = self.pool.begin().await?;
             let moved = broadcasts::hear_template(&mut tx, &news).await?;
-            tx.commit().await.map_err(unavailable)?;
+            tx.commit().await?;
             Ok(moved)
         })
         .await
     }
     async fn choose(&self, customer: &str, choice: Choice) -> Result<bool> {
         retrying(|| async {
-            let mut tx = self.pool.begin().await.map_err(unavailable)?;
+            let mut tx = self.pool.begin().await?;
             let changed = broadcasts::choose(&mut tx, customer, &choice).await?;
-            tx.commit().await.map_err(unavailable)?;
+            tx.commit().await?;
             Ok(changed)
         })
         .await
@@ -529,18 +523,18 @@ impl Broadcasts for PgStore {
         broadcasts::sent_since(&self.pool, customers, since).await
     }
     async fn reached(&self, since: At) -> Result<u64> {
-        let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+        let mut conn = self.pool.acquire().await?;
         broadcasts::reached(&mut conn, since).await
     }
     async fn keep_category(&self, category: TemplateCategory) -> Result<()> {
         retrying(|| async {
-            let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+            let mut conn = self.pool.acquire().await?;
             categories::keep(&mut conn, &category).await
         })
         .await
     }
     async fn template_category(&self, name: &str, language: &str) -> Result<Option<String>> {
-        let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+        let mut conn = self.pool.acquire().await?;
         categories::category(&mut conn, name, language).await
     }
     async fn first_reached(&self, since: At) -> Result<Option<At>> {
@@ -581,8 +575,7 @@ impl Health for PgStore {
     async fn ready(&self) -> Result<()> {
         let version: Option<i32> = sqlx::query_scalar("SELECT max(version) FROM sabi_schema")
             .fetch_one(&self.pool)
-            .await
-            .map_err(unavailable)?;
+            .await?;
         match version {
             Some(VERSION) => Ok(()),
             other => Err(Error::Schema(format!(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
-use super::{channel, limit, unavailable};
+use super::{channel, limit};
 use crate::clock::At;
 use crate::domain::{ConversationKey, InboundItem, ReviewReason};
 use crate::store::items::known;
@@ -20,7 +20,7 @@ use crate::store::{
 };
 
 pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<SendClaims> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     let unknown = settle_lapsed(&mut tx, claim).await?;
     let rows = sqlx::query(AssertSqlSafe(format!(
         "WITH heads AS (
@@ -46,9 +46,8 @@ pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Send
     .bind(limit(Some(claim.limit)))
     .bind(claim.now + claim.lease)
     .fetch_all(&mut *tx)
-    .await
-    .map_err(unavailable)?;
-    tx.commit().await.map_err(unavailable)?;
+    .await?;
+    tx.commit().await?;
     let mut jobs = rows
         .iter()
         .map(|r| {
@@ -98,8 +97,7 @@ async fn settle_lapsed(conn: &mut PgConnection, claim: &SendClaim) -> Result<Vec
                 .bind(state.as_str())
                 .bind(claim.now)
                 .fetch_all(&mut *conn)
-                .await
-                .map_err(unavailable)?;
+                .await?;
         for id in due {
             let moved = step(conn, id, &event, claim.now).await?;
             if state == PartState::Sending && moved == Some(PartState::Unknown) {
@@ -132,11 +130,11 @@ pub(super) async fn depart(
 
 /// [`step`] in a transaction of its own; a refused event is a lost lease.
 async fn stepped(pool: &PgPool, id: i64, event: &Event<'_>, now: At) -> Result<()> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     if step(&mut tx, id, event, now).await?.is_none() {
         return Err(Error::LeaseLost);
     }
-    tx.commit().await.map_err(unavailable)
+    tx.commit().await.map_err(Error::from)
 }
 
 /// Moves part `id` by the rulebook, under its row lock: loads it, asks [`part::next`], writes
@@ -163,8 +161,7 @@ pub(super) async fn step(
         .bind(held.conversation)
         .bind(until)
         .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     }
     if let Some((reason, error)) = &step.effects.review {
         review(conn, held.batch, id, *reason, Some(error), now).await?;
@@ -180,8 +177,7 @@ pub(super) async fn step(
         .bind(part::SETTLED_BY_STATUS)
         .bind(ReviewState::Open.as_str())
         .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     }
     Ok(Some(step.part.state))
 }
@@ -201,8 +197,7 @@ async fn load(conn: &mut PgConnection, id: i64) -> Result<Option<Held>> {
     )
     .bind(id)
     .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let Some(r) = row else { return Ok(None) };
     let count = |i: usize| u32::try_from(r.get::<i32, _>(i)).unwrap_or(0);
     let name = |i: usize| -> String { r.get(i) };
@@ -249,9 +244,8 @@ async fn save(conn: &mut PgConnection, id: i64, part: &Part, now: At) -> Result<
     .bind(part.sent_at)
     .bind(now)
     .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 /// Opens the part's review item, or opens it again (a person requeued it and it failed anew).
@@ -278,9 +272,8 @@ async fn review(
     .bind(ReviewState::Open.as_str())
     .bind(now)
     .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 /// A status of a message Sabi sent settles its outbox row, in the ingest's transaction.
@@ -324,8 +317,7 @@ async fn find_sent(
     let by_wamid = sqlx::query_scalar("SELECT id FROM outbox WHERE wamid = $1")
         .bind(wamid)
         .fetch_optional(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     if by_wamid.is_some() {
         return Ok(by_wamid);
     }
@@ -341,7 +333,7 @@ async fn find_sent(
     .bind(wamid)
     .fetch_optional(&mut *conn)
     .await
-    .map_err(unavailable)
+    .map_err(Error::from)
 }
 
 pub(super) async fn next_send_due(pool: &PgPool, skip: &[String]) -> Result<Option<At>> {
@@ -359,7 +351,7 @@ pub(super) async fn next_send_due(pool: &PgPool, skip: &[String]) -> Result<Opti
     .bind(skip)
     .fetch_one(pool)
     .await
-    .map_err(unavailable)
+    .map_err(Error::from)
 }
 
 pub(super) async fn outbox(pool: &PgPool, count: Option<usize>) -> Result<Vec<OutboxEntry>> {
@@ -368,8 +360,7 @@ pub(super) async fn outbox(pool: &PgPool, count: Option<usize>) -> Result<Vec<Ou
     )))
     .bind(limit(count))
     .fetch_all(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     rows.iter().map(entry).collect()
 }
 

@@ -11,10 +11,8 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 
 use super::customers::keep_key_hashes;
-use super::unavailable;
 use crate::clock::At;
 use crate::domain::{Channel, ItemKind};
-use crate::store::Result;
 use crate::store::items::known;
 use crate::store::rules::batch::BatchState;
 use crate::store::rules::erasure::Marks;
@@ -23,6 +21,7 @@ use crate::store::rules::part::PartState;
 use crate::store::rules::retention::{self, Horizons, Swept, TURNLESS};
 use crate::store::rules::review::ReviewState;
 use crate::store::rules::sql_list;
+use crate::store::{Error, Result};
 
 pub(super) async fn hold_lease(
     pool: &PgPool,
@@ -31,21 +30,19 @@ pub(super) async fn hold_lease(
     now: At,
     ttl: Duration,
 ) -> Result<bool> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     // A first take by two nodes at once meets in the insert: one of them finds the row.
     sqlx::query(
         "INSERT INTO leases (name, holder, until) VALUES ($1, '', 0) ON CONFLICT DO NOTHING",
     )
     .bind(lease)
     .execute(&mut *tx)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let (by, until): (String, At) =
         sqlx::query_as("SELECT holder, until FROM leases WHERE name = $1 FOR UPDATE")
             .bind(lease)
             .fetch_one(&mut *tx)
-            .await
-            .map_err(unavailable)?;
+            .await?;
     let free = by.is_empty() || retention::may_hold(Some((&by, until)), holder, now);
     if free {
         sqlx::query("UPDATE leases SET holder = $2, until = $3 WHERE name = $1")
@@ -53,10 +50,9 @@ pub(super) async fn hold_lease(
             .bind(holder)
             .bind(now + ttl)
             .execute(&mut *tx)
-            .await
-            .map_err(unavailable)?;
+            .await?;
     }
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await?;
     Ok(free)
 }
 
@@ -70,7 +66,7 @@ pub(super) async fn sweep(
 ) -> Result<Swept> {
     let cut = horizons.cutoffs(now);
     let limit = i64::try_from(batch).unwrap_or(i64::MAX);
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     let mut swept = Swept::default();
     let (turns, mut touched) = ended_turns(&mut tx, cut.messages, limit).await?;
     sweep_turns(&mut tx, &turns, now, marks, &mut swept).await?;
@@ -105,7 +101,7 @@ pub(super) async fn sweep(
     )
     .await?;
     swept.conversations = sweep_conversations(&mut tx, &touched, cut.messages).await?;
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await?;
     Ok(swept)
 }
 
@@ -129,8 +125,7 @@ async fn ended_turns(
     .bind(before)
     .bind(limit)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(rows.into_iter().unzip())
 }
 
@@ -157,8 +152,7 @@ async fn sweep_turns(
         sqlx::query_as("DELETE FROM inbox WHERE batch_id = ANY($1) RETURNING channel, dedupe_key")
             .bind(turns)
             .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?;
+            .await?;
     swept.messages += keep_keys(conn, &items, now, marks).await?;
     swept.replies = ids(conn, "DELETE FROM outbox WHERE batch_id = ANY($1)", turns).await?;
     swept.reviews = ids(conn, "DELETE FROM review WHERE batch_id = ANY($1)", turns).await?;
@@ -189,8 +183,7 @@ async fn sweep_turnless(
     .bind(before)
     .bind(limit)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let (keys, conversations): (Vec<(String, String)>, Vec<Option<i64>>) = found
         .into_iter()
         .map(|(channel, key, conversation)| ((channel, key), conversation))
@@ -235,7 +228,7 @@ async fn sweep_conversations(conn: &mut PgConnection, touched: &[i64], before: A
     .execute(&mut *conn)
     .await
     .map(|done| done.rows_affected())
-    .map_err(unavailable)
+    .map_err(Error::from)
 }
 
 /// Makes the space of the rows a pass deleted free for new rows now, rather than at
@@ -247,9 +240,8 @@ pub(super) async fn vacuum(pool: &PgPool) -> Result<()> {
          quarantine, erased_keys",
     )
     .execute(pool)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 /// Rows `sql` changed, with the ids as $1.
@@ -259,7 +251,7 @@ async fn ids(conn: &mut PgConnection, sql: &'static str, ids: &[i64]) -> Result<
         .execute(&mut *conn)
         .await
         .map(|done| done.rows_affected())
-        .map_err(unavailable)
+        .map_err(Error::from)
 }
 
 /// Rows `sql` changed, with a time as $1 and a row limit as $2.
@@ -270,5 +262,5 @@ async fn count(conn: &mut PgConnection, sql: &str, before: At, limit: i64) -> Re
         .execute(&mut *conn)
         .await
         .map(|done| done.rows_affected())
-        .map_err(unavailable)
+        .map_err(Error::from)
 }

@@ -5,7 +5,7 @@ use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
 use super::outbox;
 use super::turns::{conversation_history, load_batch, lock_conversation};
-use super::{channel, limit, unavailable};
+use super::{channel, limit};
 use crate::clock::At;
 use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::items::known;
@@ -40,7 +40,7 @@ async fn entries(
 }
 
 pub(super) async fn queue(pool: &PgPool, query: &ReviewQuery) -> Result<Vec<ReviewEntry>> {
-    let mut conn = pool.acquire().await.map_err(unavailable)?;
+    let mut conn = pool.acquire().await?;
     let rows = sqlx::query(AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM review r JOIN batches b ON b.id = r.batch_id
          JOIN conversations c ON c.id = b.conversation_id
@@ -53,20 +53,18 @@ pub(super) async fn queue(pool: &PgPool, query: &ReviewQuery) -> Result<Vec<Revi
     .bind(&query.customer)
     .bind(limit(query.limit))
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     entries(&mut conn, rows).await
 }
 
 pub(super) async fn item(pool: &PgPool, id: i64) -> Result<Option<ReviewEntry>> {
-    let mut conn = pool.acquire().await.map_err(unavailable)?;
+    let mut conn = pool.acquire().await?;
     let rows = sqlx::query(AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM review r WHERE r.id = $1"
     )))
     .bind(id)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(entries(&mut conn, rows).await?.pop())
 }
 
@@ -76,7 +74,7 @@ pub(super) async fn resolve(
     now: At,
     resolution: &Resolution,
 ) -> Result<()> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     let held = sqlx::query(
         "SELECT r.batch_id, r.outbox_id, r.state, c.channel FROM review r
          JOIN batches b ON b.id = r.batch_id JOIN conversations c ON c.id = b.conversation_id
@@ -84,8 +82,7 @@ pub(super) async fn resolve(
     )
     .bind(id)
     .fetch_optional(&mut *tx)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let Some(held) = held else {
         return Err(Error::NotFound);
     };
@@ -115,9 +112,8 @@ pub(super) async fn resolve(
             .bind(id)
             .bind(note)
             .execute(&mut *tx)
-            .await
-            .map_err(unavailable)?;
-        return tx.commit().await.map_err(unavailable);
+            .await?;
+        return tx.commit().await.map_err(Error::from);
     }
     sqlx::query(
         "UPDATE review SET state = $2, resolved_at = $3, resolution = $2, resolution_note = $4
@@ -128,9 +124,8 @@ pub(super) async fn resolve(
     .bind(now)
     .bind(note)
     .execute(&mut *tx)
-    .await
-    .map_err(unavailable)?;
-    tx.commit().await.map_err(unavailable)
+    .await?;
+    tx.commit().await.map_err(Error::from)
 }
 
 async fn person_reply(
@@ -143,8 +138,7 @@ async fn person_reply(
     let conversation: i64 = sqlx::query_scalar("SELECT conversation_id FROM batches WHERE id = $1")
         .bind(batch)
         .fetch_one(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     // Also orders two people's replies to one batch: the second numbers its part after the first.
     lock_conversation(conn, conversation).await?;
     sqlx::query(AssertSqlSafe(format!(
@@ -154,8 +148,7 @@ async fn person_reply(
     )))
     .bind(batch)
     .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO outbox (batch_id, part, channel, business, customer, body, state, created_at,
                              conversation_id, updated_at, by_person)
@@ -169,9 +162,8 @@ async fn person_reply(
     .bind(text)
     .bind(sandbox)
     .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 async fn requeue_batch(conn: &mut PgConnection, batch: i64, now: At) -> Result<()> {
@@ -182,8 +174,7 @@ async fn requeue_batch(conn: &mut PgConnection, batch: i64, now: At) -> Result<(
     )))
     .bind(batch)
     .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     sqlx::query(
         "UPDATE conversations SET first_pending_at = COALESCE(first_pending_at, $2),
                 last_pending_at = $2, due_at = $2, requeued = true, model_pending = true
@@ -192,9 +183,8 @@ async fn requeue_batch(conn: &mut PgConnection, batch: i64, now: At) -> Result<(
     .bind(batch)
     .bind(now)
     .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 pub(super) async fn conversations(
@@ -208,8 +198,7 @@ pub(super) async fn conversations(
     )
     .bind(customer)
     .fetch_all(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let mut views = Vec::with_capacity(rows.len());
     for r in rows {
         views.push(ConversationView {
@@ -234,8 +223,7 @@ pub(super) async fn gauges(pool: &PgPool, now: At) -> Result<Gauges> {
     )))
     .bind(now)
     .fetch_one(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let n = |i: usize| u64::try_from(row.get::<i64, _>(i)).unwrap_or(0);
     Ok(Gauges {
         due: n(0),

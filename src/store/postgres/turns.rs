@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
-use super::{channel, limit, unavailable};
+use super::{channel, limit};
 use crate::clock::At;
 use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
@@ -29,13 +29,13 @@ pub(super) async fn claim(
     channel: Option<Channel>,
 ) -> Result<Vec<Claim>> {
     let channel = channel.map(Channel::as_str);
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     let mut claims = reclaim(&mut tx, now, lease, count, channel).await?;
     if claims.len() < count {
         let room = (0, count - claims.len());
         claims.extend(claim_opened(&mut tx, now, lease, room, channel, Lane::Any).await?);
     }
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await?;
     Ok(claims)
 }
 
@@ -46,10 +46,10 @@ pub(super) async fn claim_routine(
     lease: Duration,
     count: usize,
 ) -> Result<Vec<Claim>> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     let whatsapp = Some(Channel::Whatsapp.as_str());
     let claims = claim_opened(&mut tx, now, lease, (0, count), whatsapp, Lane::Routine).await?;
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await?;
     Ok(claims)
 }
 
@@ -101,8 +101,7 @@ async fn reclaim(
     .bind(limit(Some(count)))
     .bind(channel)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let mut claims = Vec::with_capacity(rows.len());
     for row in rows {
         let attempts: i32 = row.get(2);
@@ -134,9 +133,8 @@ async fn take_pending(conn: &mut PgConnection, batch: i64) -> Result<()> {
     )))
     .bind(batch)
     .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 /// New batches: every pending message of each due conversation that has no batch open; a
@@ -175,8 +173,7 @@ async fn open_batches(
         .bind(channel)
         .bind(limit(Some(skip)))
         .fetch_all(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     let mut opened = Vec::with_capacity(due.len());
     for row in due {
         let (conversation, due_at, requeued): (i64, i64, bool) =
@@ -209,8 +206,7 @@ async fn open_batches(
         .bind(now)
         .bind(requeued)
         .fetch_one(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
         opened.push(Opened {
             batch,
             conversation,
@@ -227,8 +223,7 @@ pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch
     )
     .bind(id)
     .fetch_one(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let conversation = ConversationKey {
         channel: channel(row.get(0))?,
         business: row.get(1),
@@ -244,8 +239,7 @@ pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch
     )
     .bind(id)
     .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?
+    .await?
     .iter()
     .map(|r| BatchMessage {
         seq: r.get(0),
@@ -281,8 +275,7 @@ async fn load_lease(conn: &mut PgConnection, batch: i64) -> Result<Option<(Lease
     )))
     .bind(batch)
     .fetch_optional(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     row.map(|row| Ok((sql::lease(row.get(0), row.get(1), row.get(2))?, row.get(3))))
         .transpose()
 }
@@ -294,7 +287,7 @@ pub(super) async fn renew(
     now: At,
     lease: Duration,
 ) -> Result<()> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     let renewed = sql::renewed(load_lease(&mut tx, batch).await?, token, now, lease)?;
     exec(
         &mut tx,
@@ -303,7 +296,7 @@ pub(super) async fn renew(
         renewed.until,
     )
     .await?;
-    tx.commit().await.map_err(unavailable)
+    tx.commit().await.map_err(Error::from)
 }
 
 /// See [`crate::store::Turns::hold`]: new batches, their holding parts, and back to the queue
@@ -315,7 +308,7 @@ pub(super) async fn hold(
     parts: &[ReplyPart],
     sandbox: bool,
 ) -> Result<Vec<i64>> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     let whatsapp = Some(Channel::Whatsapp.as_str());
     // Routine turns are claimed first: only the model's lane queues.
     let opened = open_batches(
@@ -343,11 +336,10 @@ pub(super) async fn hold(
         )))
         .bind(batch)
         .execute(&mut *tx)
-        .await
-        .map_err(unavailable)?;
+        .await?;
         held.push(batch);
     }
-    tx.commit().await.map_err(unavailable)?;
+    tx.commit().await?;
     Ok(held)
 }
 
@@ -358,7 +350,7 @@ pub(super) async fn finish(
     now: At,
     ending: &Ending,
 ) -> Result<()> {
-    let mut tx = pool.begin().await.map_err(unavailable)?;
+    let mut tx = pool.begin().await?;
     let conversation = check_token(&mut tx, batch, token).await?;
     match ending {
         Ending::Replied { parts, sandbox } => {
@@ -375,8 +367,7 @@ pub(super) async fn finish(
             .bind(at)
             .bind(error)
             .execute(&mut *tx)
-            .await
-            .map_err(unavailable)?;
+            .await?;
         }
         Ending::Review { reason, error } => {
             to_review(&mut tx, batch, conversation, now, *reason, error.as_deref()).await?;
@@ -391,7 +382,7 @@ pub(super) async fn finish(
             to_review(&mut tx, batch, conversation, now, reason, Some(note)).await?;
         }
     }
-    tx.commit().await.map_err(unavailable)
+    tx.commit().await.map_err(Error::from)
 }
 
 /// Writes `parts` to the outbox, numbered from `first`.
@@ -425,8 +416,7 @@ async fn write_reply(
         .bind(options)
         .bind(&part.quote)
         .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     }
     Ok(())
 }
@@ -437,9 +427,8 @@ pub(super) async fn lock_conversation(conn: &mut PgConnection, conversation: i64
     sqlx::query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE")
         .bind(conversation)
         .execute(&mut *conn)
-        .await
-        .map(drop)
-        .map_err(unavailable)
+        .await?;
+    Ok(())
 }
 
 async fn to_review(
@@ -460,14 +449,12 @@ async fn to_review(
     .bind(error)
     .bind(now)
     .execute(&mut *conn)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     sqlx::query("UPDATE batches SET last_error = COALESCE($2, last_error) WHERE id = $1")
         .bind(batch)
         .bind(error)
         .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     close(conn, batch, conversation, now, BatchState::Review).await
 }
 
@@ -492,9 +479,8 @@ async fn close(
     .bind(sql::answered(state).as_str())
     .bind(conversation)
     .execute(&mut *conn)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 /// `UPDATE ... WHERE id = $1` with one more value.
@@ -503,9 +489,8 @@ async fn exec(conn: &mut PgConnection, sql: &'static str, id: i64, value: At) ->
         .bind(id)
         .bind(value)
         .execute(&mut *conn)
-        .await
-        .map(drop)
-        .map_err(unavailable)
+        .await?;
+    Ok(())
 }
 
 pub(super) async fn next_due(pool: &PgPool) -> Result<Option<At>> {
@@ -521,7 +506,7 @@ pub(super) async fn next_due(pool: &PgPool) -> Result<Option<At>> {
     )))
     .fetch_one(pool)
     .await
-    .map_err(unavailable)
+    .map_err(Error::from)
 }
 
 pub(super) async fn history(pool: &PgPool, batch: i64, turns: usize) -> Result<Vec<HistoryEntry>> {
@@ -529,8 +514,7 @@ pub(super) async fn history(pool: &PgPool, batch: i64, turns: usize) -> Result<V
         sqlx::query_scalar("SELECT conversation_id FROM batches WHERE id = $1")
             .bind(batch)
             .fetch_optional(pool)
-            .await
-            .map_err(unavailable)?;
+            .await?;
     match conversation {
         Some(conversation) => conversation_history(pool, conversation, batch, turns).await,
         None => Ok(Vec::new()),
@@ -564,8 +548,7 @@ pub(super) async fn conversation_history(
     .bind(limit(Some(turns)))
     .bind(conversation)
     .fetch_all(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     Ok(rows
         .iter()
         .map(|r| HistoryEntry {
@@ -588,9 +571,8 @@ pub(super) async fn set_stage(pool: &PgPool, batch: i64, stage: &str) -> Result<
     .bind(batch)
     .bind(stage)
     .execute(pool)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 pub(super) async fn add_usage(pool: &PgPool, batch: i64, usage: TurnUsage) -> Result<()> {
@@ -606,9 +588,8 @@ pub(super) async fn add_usage(pool: &PgPool, batch: i64, usage: TurnUsage) -> Re
     .bind(tokens(usage.completion_tokens))
     .bind(usage.cost)
     .execute(pool)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 pub(super) async fn set_route(pool: &PgPool, batch: i64, guess: &RouteGuess) -> Result<()> {
@@ -621,9 +602,8 @@ pub(super) async fn set_route(pool: &PgPool, batch: i64, guess: &RouteGuess) -> 
     .bind(guess.confidence)
     .bind(guess.local)
     .execute(pool)
-    .await
-    .map(drop)
-    .map_err(unavailable)
+    .await?;
+    Ok(())
 }
 
 /// A person's label; refused for a batch that does not exist.
@@ -632,8 +612,7 @@ pub(super) async fn label(pool: &PgPool, batch: i64, intent: &str) -> Result<()>
         .bind(batch)
         .bind(intent)
         .execute(pool)
-        .await
-        .map_err(unavailable)?;
+        .await?;
     if done.rows_affected() == 0 {
         return Err(Error::NotFound);
     }
@@ -653,8 +632,7 @@ pub(super) async fn routed(pool: &PgPool, since: At, limit: usize) -> Result<Vec
     .bind(since)
     .bind(super::limit(Some(limit)))
     .fetch_all(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let mut turns = Vec::new();
     for r in rows {
         let state = known(BatchState::parse, r.get(4))?;
@@ -690,8 +668,7 @@ pub(super) async fn stats(pool: &PgPool, since: At) -> Result<TurnStats> {
     )))
     .bind(since)
     .fetch_one(pool)
-    .await
-    .map_err(unavailable)?;
+    .await?;
     let n = |i: usize| u64::try_from(row.get::<i64, _>(i)).unwrap_or(0);
     Ok(TurnStats {
         local: n(0),
