@@ -26,7 +26,9 @@ use sabi::domain::{
     Batch, BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
     ReplyPart,
 };
-use sabi::store::{self, Ending, HistoryEntry, Ingest, RouteGuess, Store, TurnUsage, Turns};
+use sabi::store::{
+    self, Ending, HistoryEntry, Holding, Ingest, RouteGuess, Store, TurnUsage, Turns,
+};
 use sabi::turn::{TurnError, TurnHandler, TurnOutcome};
 use sabi::worker::Scheduler;
 use tokio_util::sync::CancellationToken;
@@ -347,16 +349,9 @@ impl Turns for CountingStore {
         self.count();
         self.inner.finish(batch, token, now, ending).await
     }
-    async fn hold(
-        &self,
-        now: At,
-        skip: usize,
-        limit: usize,
-        parts: Vec<ReplyPart>,
-        sandbox: bool,
-    ) -> store::Result<Vec<i64>> {
+    async fn hold(&self, now: At, holding: Holding) -> store::Result<Vec<i64>> {
         self.count();
-        self.inner.hold(now, skip, limit, parts, sandbox).await
+        self.inner.hold(now, holding).await
     }
     async fn next_due(&self) -> store::Result<Option<At>> {
         self.count();

@@ -59,6 +59,19 @@ pub struct TurnStats {
     pub cost: f64,
 }
 
+/// Whom [`Turns::hold`] tells that their answer will take a while, and what it tells them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Holding {
+    /// The longest due conversations left out: they will be answered soon.
+    pub skip: usize,
+    /// Conversations held at the most.
+    pub limit: usize,
+    /// The holding message, numbered from [`HOLD_PART`].
+    pub parts: Vec<ReplyPart>,
+    /// Kept and shown, not sent (sandbox mode).
+    pub sandbox: bool,
+}
+
 /// What the scheduler and turn handlers do with batches: claim under a lease, end a turn, and what a turn reads and notes on the way.
 #[async_trait]
 pub trait Turns: Send + Sync + 'static {
@@ -94,21 +107,13 @@ pub trait Turns: Send + Sync + 'static {
     /// [`Error::LeaseLost`] when `token` is stale: nothing is written.
     async fn finish(&self, batch: i64, token: LeaseToken, now: At, ending: Ending) -> Result<()>;
 
-    /// Tells the customers of up to `limit` due WhatsApp conversations of the model's lane
-    /// (the router's are claimed first and never wait), after the `skip` longest due (they will
-    /// be answered soon), that their answer will take a while: each gets
-    /// a batch of its pending messages, `parts` go to its outbox ahead of the reply (numbered
-    /// from [`HOLD_PART`]), and the batch waits in the queue at its own due time, no attempt
+    /// Tells the customers of up to `holding.limit` due WhatsApp conversations of the model's
+    /// lane (the router's are claimed first and never wait), after the `holding.skip` longest
+    /// due (they will be answered soon), that their answer will take a while: each gets a batch
+    /// of its pending messages, the holding message goes to its outbox ahead of the reply, and the batch waits in the queue at its own due time, no attempt
     /// spent; what the customer writes meanwhile joins it when it runs. Only conversations with
     /// no batch open are held, so a batch is held at most once. The held batches' ids.
-    async fn hold(
-        &self,
-        now: At,
-        skip: usize,
-        limit: usize,
-        parts: Vec<ReplyPart>,
-        sandbox: bool,
-    ) -> Result<Vec<i64>>;
+    async fn hold(&self, now: At, holding: Holding) -> Result<Vec<i64>>;
 
     /// The earliest time at which something may become claimable, if anything is waiting.
     async fn next_due(&self) -> Result<Option<At>>;

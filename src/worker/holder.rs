@@ -18,7 +18,7 @@ use crate::config::HoldSettings;
 use crate::domain::ReplyPart;
 use crate::metrics::Metrics;
 use crate::runner::{Periodic, Runner};
-use crate::store::{self, Gauges, Inspection, Turns};
+use crate::store::{self, Gauges, Holding, Inspection, Turns};
 
 /// How often the queue is looked at.
 const EVERY: Duration = Duration::from_secs(5);
@@ -101,12 +101,13 @@ impl Holder {
                 .settings
                 .message
                 .replace("{wait}", &about(wait.max(after)));
-            let skip = usize::try_from(skip).unwrap_or(usize::MAX);
-            let parts = vec![ReplyPart::text(text)];
-            let chunk = self
-                .turns
-                .hold(now, skip, CHUNK, parts, self.settings.sandbox)
-                .await?;
+            let holding = Holding {
+                skip: usize::try_from(skip).unwrap_or(usize::MAX),
+                limit: CHUNK,
+                parts: vec![ReplyPart::text(text)],
+                sandbox: self.settings.sandbox,
+            };
+            let chunk = self.turns.hold(now, holding).await?;
             held += chunk.len();
             ahead += chunk.len() as u64;
             if chunk.len() < CHUNK {

@@ -37,14 +37,14 @@ use super::rules::item::ItemState;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
     ConversationView, CustomerRecord, Customers, Ending, Erased, Error, ExportPage, Gauges, Health,
-    HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
+    HistoryEntry, Holding, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
     NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState,
     RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
     RoutedTurn, SendClaim, SendClaims, SendResult, Sending, StoredItem, StoredQuarantine, Subject,
     Submitted, Swept, TemplateNews, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
-use crate::domain::{Channel, Claim, ConversationKey, LeaseToken, ReplyPart};
+use crate::domain::{Channel, Claim, ConversationKey, LeaseToken};
 
 /// The schema's versions in order: the Nth takes a database at version N - 1 to N. A released
 /// migration never changes: databases it already ran on would not run it again.
@@ -307,15 +307,8 @@ impl Turns for PgStore {
     async fn finish(&self, batch: i64, token: LeaseToken, now: At, ending: Ending) -> Result<()> {
         retrying(|| turns::finish(&self.pool, batch, token, now, &ending)).await
     }
-    async fn hold(
-        &self,
-        now: At,
-        skip: usize,
-        limit: usize,
-        parts: Vec<ReplyPart>,
-        sandbox: bool,
-    ) -> Result<Vec<i64>> {
-        retrying(|| turns::hold(&self.pool, now, (skip, limit), &parts, sandbox)).await
+    async fn hold(&self, now: At, holding: Holding) -> Result<Vec<i64>> {
+        retrying(|| turns::hold(&self.pool, now, &holding)).await
     }
     async fn next_due(&self) -> Result<Option<At>> {
         turns::next_due(&self.pool).await

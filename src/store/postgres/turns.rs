@@ -16,7 +16,7 @@ use crate::store::rules::item::ItemState;
 use crate::store::rules::review::ReviewState;
 use crate::store::sql::{self, Opened};
 use crate::store::{
-    Ending, Error, HOLD_PART, HistoryEntry, Lane, Result, RouteGuess, RoutedTurn, Speaker,
+    Ending, Error, HOLD_PART, HistoryEntry, Holding, Lane, Result, RouteGuess, RoutedTurn, Speaker,
     TurnStats, TurnUsage,
 };
 
@@ -301,13 +301,7 @@ pub(super) async fn renew(
 
 /// See [`crate::store::Turns::hold`]: new batches, their holding parts, and back to the queue
 /// at their own due time with the attempt given back, in one transaction.
-pub(super) async fn hold(
-    pool: &PgPool,
-    now: At,
-    (skip, limit): (usize, usize),
-    parts: &[ReplyPart],
-    sandbox: bool,
-) -> Result<Vec<i64>> {
+pub(super) async fn hold(pool: &PgPool, now: At, holding: &Holding) -> Result<Vec<i64>> {
     let mut tx = pool.begin().await?;
     let whatsapp = Some(Channel::Whatsapp.as_str());
     // Routine turns are claimed first: only the model's lane queues.
@@ -315,7 +309,7 @@ pub(super) async fn hold(
         &mut tx,
         now,
         Duration::ZERO,
-        (skip, limit),
+        (holding.skip, holding.limit),
         whatsapp,
         Lane::Model,
     )
@@ -327,7 +321,16 @@ pub(super) async fn hold(
         ..
     } in opened
     {
-        write_reply(&mut tx, batch, conversation, now, parts, sandbox, HOLD_PART).await?;
+        write_reply(
+            &mut tx,
+            batch,
+            conversation,
+            now,
+            &holding.parts,
+            holding.sandbox,
+            HOLD_PART,
+        )
+        .await?;
         sqlx::query(AssertSqlSafe(format!(
             "UPDATE batches SET state = '{waiting}', attempts = 0, lease_until = NULL,
                     next_attempt_at = due_at

@@ -44,14 +44,14 @@ use super::rules::hours::{LocalHours, Turn};
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission,
     Choice, Control, ConversationView, CustomerRecord, Customers, Ending, Error, ExportPage,
-    Gauges, HOLD_PART, Health, HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt,
+    Gauges, HOLD_PART, Health, HistoryEntry, Holding, Horizons, InboxQuery, Ingest, IngestReceipt,
     Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob,
     RecipientState, RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery,
     Reviews, RouteGuess, RoutedTurn, SendClaim, SendClaims, SendResult, Sending, Speaker,
     StoredItem, StoredQuarantine, Submitted, Swept, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, millis};
-use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken, ReplyPart};
+use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken};
 use crate::store::items::question_item;
 
 /// Every operation's script, the rulebook's names rendered in (`names.rs`).
@@ -444,17 +444,10 @@ impl Turns for RedisStore {
         let _: bool = self.call("finish", args).await?;
         Ok(())
     }
-    async fn hold(
-        &self,
-        now: At,
-        skip: usize,
-        limit: usize,
-        parts: Vec<ReplyPart>,
-        sandbox: bool,
-    ) -> Result<Vec<i64>> {
+    async fn hold(&self, now: At, h: Holding) -> Result<Vec<i64>> {
         let args = json!({
-            "now": now, "skip": count(skip), "limit": count(limit), "ch": Channel::Whatsapp.as_str(),
-            "parts": wire::parts(&parts), "sandbox": sandbox, "first": HOLD_PART,
+            "now": now, "skip": count(h.skip), "limit": count(h.limit), "ch": Channel::Whatsapp.as_str(),
+            "parts": wire::parts(&h.parts), "sandbox": h.sandbox, "first": HOLD_PART,
         });
         let held: List<i64> = self.call("hold", args).await?;
         Ok(held.0)

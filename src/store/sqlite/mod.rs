@@ -40,16 +40,14 @@ use super::rules::review::ReviewState;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
     ConversationView, CustomerRecord, Customers, Ending, Error, ExportPage, Gauges, Health,
-    HistoryEntry, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
+    HistoryEntry, Holding, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
     NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientView, Resolution,
     Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim,
     SendClaims, SendResult, Sending, StoredItem, StoredQuarantine, Submitted, Swept, TurnStats,
     TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
-use crate::domain::{
-    Channel, Claim, ConversationKey, ItemKind, LeaseToken, ReplyPart, ReviewReason,
-};
+use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken, ReviewReason};
 
 /// Schema versions, applied in order; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[
@@ -352,16 +350,9 @@ impl Turns for SqliteStore {
             .write(move |conn| turns::finish(conn, batch, token, now, &ending))
             .await
     }
-    async fn hold(
-        &self,
-        now: At,
-        skip: usize,
-        limit: usize,
-        parts: Vec<ReplyPart>,
-        sandbox: bool,
-    ) -> Result<Vec<i64>> {
+    async fn hold(&self, now: At, holding: Holding) -> Result<Vec<i64>> {
         self.writer
-            .write(move |conn| turns::hold(conn, now, (skip, limit), &parts, sandbox))
+            .write(move |conn| turns::hold(conn, now, &holding))
             .await
     }
     async fn next_due(&self) -> Result<Option<At>> {

@@ -16,7 +16,7 @@ use crate::store::rules::item::ItemState;
 use crate::store::rules::review::ReviewState;
 use crate::store::sql::{self, Opened};
 use crate::store::{
-    Ending, Error, HOLD_PART, HistoryEntry, Lane, Result, RouteGuess, RoutedTurn, Speaker,
+    Ending, Error, HOLD_PART, HistoryEntry, Holding, Lane, Result, RouteGuess, RoutedTurn, Speaker,
     TurnStats, TurnUsage,
 };
 
@@ -441,20 +441,14 @@ fn close(
 
 /// See [`crate::store::Turns::hold`]: new batches, their holding parts, and back to the queue
 /// at their own due time with the attempt given back.
-pub(super) fn hold(
-    conn: &Connection,
-    now: At,
-    (skip, limit): (usize, usize),
-    parts: &[ReplyPart],
-    sandbox: bool,
-) -> Result<Vec<i64>> {
+pub(super) fn hold(conn: &Connection, now: At, holding: &Holding) -> Result<Vec<i64>> {
     let whatsapp = Some(Channel::Whatsapp.as_str());
     // Routine turns are claimed first: only the model's lane queues.
     let opened = open_batches(
         conn,
         now,
         Duration::ZERO,
-        (skip, limit),
+        (holding.skip, holding.limit),
         whatsapp,
         Lane::Model,
     )?;
@@ -465,7 +459,15 @@ pub(super) fn hold(
         ..
     } in opened
     {
-        write_reply(conn, batch, conversation, now, parts, sandbox, HOLD_PART)?;
+        write_reply(
+            conn,
+            batch,
+            conversation,
+            now,
+            &holding.parts,
+            holding.sandbox,
+            HOLD_PART,
+        )?;
         execute(
             conn,
             &format!(

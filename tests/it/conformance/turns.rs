@@ -8,8 +8,8 @@ use futures_util::future::join_all;
 use sabi::clock::At;
 use sabi::domain::{BatchMessage, Channel, InboundItem, ReplyPart, ReviewReason};
 use sabi::store::{
-    Ending, HOLD_PART, HistoryEntry, JobStatus, Resolution, SendClaim, SendResult, Speaker, Store,
-    TurnStats, TurnUsage,
+    Ending, HOLD_PART, HistoryEntry, Holding, JobStatus, Resolution, SendClaim, SendResult,
+    Speaker, Store, TurnStats, TurnUsage,
 };
 
 use super::fixtures::{accept, claim_only, open_reviews, replied_to, turn, voice};
@@ -473,11 +473,10 @@ pub async fn a_held_batch_keeps_its_place_and_its_holding_message_goes_first(
         .await
         .expect("submitted");
     let now = T0 + ms(60_000);
-    let hold = || vec![ReplyPart::text("We will answer you in about 5 minutes.")];
     // The longest due will be answered soon: the next one is held first.
-    let second = store.hold(now, 1, 1, hold(), false).await.expect("held");
+    let second = store.hold(now, holding(1, 1)).await.expect("held");
     assert_eq!(second.len(), 1);
-    let rest = store.hold(now, 0, 10, hold(), false).await.expect("held");
+    let rest = store.hold(now, holding(0, 10)).await.expect("held");
     assert_eq!(rest.len(), 2, "a batch is held once; web chat never");
     let outbox = store.outbox(None).await.expect("outbox");
     assert_eq!(outbox.len(), 3);
@@ -485,7 +484,7 @@ pub async fn a_held_batch_keeps_its_place_and_its_holding_message_goes_first(
     // What h1 writes while held joins its batch when it runs: answered together, not held again.
     let more = message("wamid.h9", "h1", "the blue one", now);
     ingest(&store, vec![more], now).await;
-    let none = store.hold(now + ms(60_000), 0, 10, hold(), false).await;
+    let none = store.hold(now + ms(60_000), holding(0, 10)).await;
     assert_eq!(none.expect("held"), Vec::<i64>::new());
     // The held batches are claimed in their order, their first attempt, messages kept.
     let mut claims = Vec::new();
@@ -551,8 +550,7 @@ pub async fn routine_turns_are_claimed_first_and_never_held(store: Arc<dyn Store
     let quick = message("wamid.l5", "r2", "hi", at(3));
     ingest_lanes(&store, vec![quick], at(3), routine(&["wamid.l5"])).await;
     let now = at(60);
-    let hold = vec![ReplyPart::text("We will answer you in about 5 minutes.")];
-    let held = store.hold(now, 0, 10, hold, false).await.expect("held");
+    let held = store.hold(now, holding(0, 10)).await.expect("held");
     assert_eq!(
         held.len(),
         2,
@@ -655,7 +653,6 @@ pub async fn holders_and_claimers_at_once_take_each_customer_once(store: Arc<dyn
     }
     let now = T0 + ms(60_000);
     let lease = ms(30_000);
-    let hold = || vec![ReplyPart::text("We will answer you in about 5 minutes.")];
     let (mut claimed, mut held) = (Vec::new(), Vec::new());
     for _ in 0..40 {
         if claimed.len() == customers.len() {
@@ -663,7 +660,7 @@ pub async fn holders_and_claimers_at_once_take_each_customer_once(store: Arc<dyn
         }
         let claims = join_all((0..3).map(|_| store.claim(now, lease, 3, Some(Channel::Whatsapp))));
         let routine = join_all((0..2).map(|_| store.claim_routine(now, lease, 2)));
-        let holds = join_all((0..2).map(|_| store.hold(now, 1, 4, hold(), false)));
+        let holds = join_all((0..2).map(|_| store.hold(now, holding(1, 4))));
         let (claims, routine, holds) = tokio::join!(claims, routine, holds);
         for c in claims.into_iter().chain(routine) {
             claimed.extend(c.expect("claimed"));
@@ -692,4 +689,15 @@ pub async fn holders_and_claimers_at_once_take_each_customer_once(store: Arc<dyn
     distinct.sort_unstable();
     distinct.dedup();
     assert_eq!(distinct.len(), held.len(), "a batch is held once");
+}
+
+/// A holding message for the `limit` due conversations after the `skip` longest due.
+fn holding(skip: usize, limit: usize) -> Holding {
+    let parts = vec![ReplyPart::text("We will answer you in about 5 minutes.")];
+    Holding {
+        skip,
+        limit,
+        parts,
+        sandbox: false,
+    }
 }
