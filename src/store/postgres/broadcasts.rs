@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use sqlx::{PgConnection, PgPool, Row};
 
+use super::named;
 use crate::clock::At;
 use crate::domain::{ConversationKey, InboundItem};
 use crate::store::items::{RecipientStatus, broadcast_status, known};
@@ -156,10 +157,7 @@ pub(super) async fn view(conn: &mut PgConnection, id: i64) -> Result<Option<Broa
         business: r.get(4),
         state: known(BroadcastState::parse, r.get(5))?,
         paused_because: r.get(6),
-        paused_by: r
-            .get::<Option<&str>, _>(11)
-            .map(|by| known(PausedBy::parse, by))
-            .transpose()?,
+        paused_by: named(&r, 11, PausedBy::parse)?,
         body: r.get(12),
         quiet_hours: r.get(13),
         tz: r.get(14),
@@ -209,10 +207,7 @@ pub(super) fn recipient_view(r: &sqlx::postgres::PgRow) -> Result<RecipientView>
             .get::<Option<i64>, _>(3)
             .and_then(|l| u64::try_from(l).ok()),
         state: known(RecipientState::parse, r.get(4))?,
-        skipped: r
-            .get::<Option<&str>, _>(5)
-            .map(|s| known(SkipReason::parse, s))
-            .transpose()?,
+        skipped: named(r, 5, SkipReason::parse)?,
         error: r.get(6),
         error_code: r.get(7),
         wamid: r.get(8),
@@ -270,10 +265,7 @@ pub(super) async fn hear_template(
             continue;
         }
         let state = known(BroadcastState::parse, row.get(1))?;
-        let by = row
-            .get::<Option<&str>, _>(2)
-            .map(|by| known(PausedBy::parse, by))
-            .transpose()?;
+        let by = named(&row, 2, PausedBy::parse)?;
         if let Some((next, by)) = broadcast::on_template(state, by, news.approved) {
             let why = by.map(|_| news.why.as_str());
             set_state(conn, id, next, why, by).await?;
@@ -672,14 +664,8 @@ async fn load(conn: &mut PgConnection, id: i64) -> Result<Option<Recipient>> {
         failures: count(2),
         holds: count(3),
         wamid: r.get(4),
-        delivery: r
-            .get::<Option<&str>, _>(5)
-            .map(|d| known(Delivery::parse, d))
-            .transpose()?,
-        skipped: r
-            .get::<Option<&str>, _>(6)
-            .map(|s| known(SkipReason::parse, s))
-            .transpose()?,
+        delivery: named(&r, 5, Delivery::parse)?,
+        skipped: named(&r, 6, SkipReason::parse)?,
         error_code: r.get(7),
         error: r.get(8),
         next_attempt_at: r.get(9),

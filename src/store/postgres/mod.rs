@@ -29,8 +29,10 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::{AssertSqlSafe, PgConnection, PgPool};
+use sqlx::postgres::PgRow;
+use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
+use super::items::known;
 use super::rules::category::TemplateCategory;
 use super::rules::erasure::{Marks, OptOuts};
 use super::rules::item::ItemState;
@@ -220,6 +222,23 @@ async fn apply(tx: &mut PgConnection, version: i32, sql: &'static str) -> Result
 /// A stored channel name read back.
 pub(super) fn channel(name: &str) -> Result<Channel> {
     Channel::parse(name).ok_or_else(|| Error::Schema(format!("unknown channel {name:?}")))
+}
+
+/// The conversation named by columns `first`, `first + 1` and `first + 2` (channel, business,
+/// customer) of a row.
+pub(super) fn conversation_at(r: &PgRow, first: usize) -> Result<ConversationKey> {
+    Ok(ConversationKey {
+        channel: channel(r.get(first))?,
+        business: r.get(first + 1),
+        customer: r.get(first + 2),
+    })
+}
+
+/// A rulebook name stored in column `i`, if one is, read back with `parse`.
+pub(super) fn named<T>(r: &PgRow, i: usize, parse: fn(&str) -> Option<T>) -> Result<Option<T>> {
+    r.get::<Option<&str>, _>(i)
+        .map(|name| known(parse, name))
+        .transpose()
 }
 
 /// A driver error read as the store's: the server may be away, or aborted a transaction that

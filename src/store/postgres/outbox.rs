@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
-use super::{channel, limit};
+use super::{conversation_at, limit, named};
 use crate::clock::At;
-use crate::domain::{ConversationKey, InboundItem, ReviewReason};
+use crate::domain::{InboundItem, ReviewReason};
 use crate::store::items::known;
 use crate::store::rules::part::{
     self, CLAIMABLE_SQL, Delivery, Event, HELD_BACK_SQL, Part, PartKind, PartState, Status,
@@ -57,11 +57,7 @@ pub(super) async fn claim_sends(pool: &PgPool, claim: &SendClaim) -> Result<Send
                 id: r.get(0),
                 batch_id: r.get(1),
                 part: count(2),
-                conversation: ConversationKey {
-                    channel: channel(r.get(3))?,
-                    business: r.get(4),
-                    customer: r.get(5),
-                },
+                conversation: conversation_at(r, 3)?,
                 text: r.get(6),
                 options: options
                     .and_then(|o| serde_json::from_str(&o).ok())
@@ -378,11 +374,7 @@ pub(super) fn entry(r: &sqlx::postgres::PgRow) -> Result<OutboxEntry> {
         id: r.get(0),
         batch_id: r.get(1),
         part: count(2),
-        conversation: ConversationKey {
-            channel: channel(r.get(3))?,
-            business: r.get(4),
-            customer: r.get(5),
-        },
+        conversation: conversation_at(r, 3)?,
         text: r.get(6),
         state: known(PartState::parse, r.get(7))?,
         created_at: r.get(8),
@@ -391,10 +383,7 @@ pub(super) fn entry(r: &sqlx::postgres::PgRow) -> Result<OutboxEntry> {
         kind: known(PartKind::parse, r.get(11))?,
         attempts: count(12),
         wamid: r.get(13),
-        delivery: r
-            .get::<Option<&str>, _>(14)
-            .map(|d| known(Delivery::parse, d))
-            .transpose()?,
+        delivery: named(r, 14, Delivery::parse)?,
         error_code: r.get(15),
         error: r.get(16),
         sent_at: r.get(17),

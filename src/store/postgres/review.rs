@@ -5,9 +5,9 @@ use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
 use super::outbox;
 use super::turns::{conversation_history, load_batch, lock_conversation};
-use super::{channel, limit};
+use super::{conversation_at, limit};
 use crate::clock::At;
-use crate::domain::{ConversationKey, ReviewReason};
+use crate::domain::ReviewReason;
 use crate::store::items::known;
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::Event;
@@ -202,11 +202,7 @@ pub(super) async fn conversations(
     let mut views = Vec::with_capacity(rows.len());
     for r in rows {
         views.push(ConversationView {
-            conversation: ConversationKey {
-                channel: channel(r.get(1))?,
-                business: r.get(2),
-                customer: r.get(3),
-            },
+            conversation: conversation_at(&r, 1)?,
             last_inbound_at: r.get(4),
             history: conversation_history(pool, r.get(0), i64::MAX, turns).await?,
         });

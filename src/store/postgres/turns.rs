@@ -5,11 +5,9 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
-use super::{channel, limit};
+use super::{conversation_at, limit};
 use crate::clock::At;
-use crate::domain::{
-    Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
-};
+use crate::domain::{Batch, BatchMessage, Channel, Claim, LeaseToken, ReplyPart, ReviewReason};
 use crate::store::items::known;
 use crate::store::rules::batch::{self, BatchState, Lease, answered_by};
 use crate::store::rules::item::ItemState;
@@ -224,11 +222,7 @@ pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch
     .bind(id)
     .fetch_one(&mut *conn)
     .await?;
-    let conversation = ConversationKey {
-        channel: channel(row.get(0))?,
-        business: row.get(1),
-        customer: row.get(2),
-    };
+    let conversation = conversation_at(&row, 0)?;
     // In the order sent, unknown times first as SQLite and history order them (PostgreSQL
     // would put NULLs last); arrival order breaks ties.
     let messages = sqlx::query(

@@ -294,6 +294,19 @@ fn limit_param(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
+/// The conversation named by columns `first`, `first + 1` and `first + 2` (channel, business,
+/// customer) of a row.
+pub(super) fn conversation_at(
+    r: &rusqlite::Row,
+    first: usize,
+) -> rusqlite::Result<ConversationKey> {
+    Ok(ConversationKey {
+        channel: r.get(first)?,
+        business: r.get(first + 1)?,
+        customer: r.get(first + 2)?,
+    })
+}
+
 pub(super) fn unavailable(e: rusqlite::Error) -> Error {
     Error::Unavailable(e.to_string())
 }

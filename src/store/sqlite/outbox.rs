@@ -11,9 +11,9 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::execute;
-use super::{limit_param, unavailable};
+use super::{conversation_at, limit_param, unavailable};
 use crate::clock::At;
-use crate::domain::{ConversationKey, ReviewReason};
+use crate::domain::ReviewReason;
 use crate::store::rules::part::{
     self, CLAIMABLE_SQL, Delivery, Event, HELD_BACK_SQL, Part, PartKind, PartState, Status,
 };
@@ -98,11 +98,7 @@ fn take(conn: &Connection, id: i64, until: At) -> Result<SendJob> {
                 id: r.get(0)?,
                 batch_id: r.get(1)?,
                 part: r.get(2)?,
-                conversation: ConversationKey {
-                    channel: r.get(3)?,
-                    business: r.get(4)?,
-                    customer: r.get(5)?,
-                },
+                conversation: conversation_at(r, 3)?,
                 text: r.get(6)?,
                 options: options
                     .and_then(|o| serde_json::from_str(&o).ok())
@@ -383,11 +379,7 @@ pub(super) fn entries(
                 id: r.get(0)?,
                 batch_id: r.get(1)?,
                 part: r.get(2)?,
-                conversation: ConversationKey {
-                    channel: r.get(3)?,
-                    business: r.get(4)?,
-                    customer: r.get(5)?,
-                },
+                conversation: conversation_at(r, 3)?,
                 text: r.get(6)?,
                 state: r.get(7)?,
                 created_at: r.get(8)?,

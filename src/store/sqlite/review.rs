@@ -6,7 +6,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::execute;
 use super::outbox;
 use super::turns::{conversation_history, load_batch};
-use super::{limit_param, unavailable};
+use super::{conversation_at, limit_param, unavailable};
 use crate::clock::At;
 use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::rules::item::ItemState;
@@ -196,11 +196,7 @@ pub(super) fn conversations(
         )
         .and_then(|mut s| {
             s.query_map(params![customer], |r| {
-                let key = ConversationKey {
-                    channel: r.get(1)?,
-                    business: r.get(2)?,
-                    customer: r.get(3)?,
-                };
+                let key = conversation_at(r, 1)?;
                 Ok((r.get(0)?, key, r.get(4)?))
             })?
             .collect()

@@ -6,11 +6,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{execute, limit_param, unavailable};
+use super::{conversation_at, execute, limit_param, unavailable};
 use crate::clock::At;
-use crate::domain::{
-    Batch, BatchMessage, Channel, Claim, ConversationKey, LeaseToken, ReplyPart, ReviewReason,
-};
+use crate::domain::{Batch, BatchMessage, Channel, Claim, LeaseToken, ReplyPart, ReviewReason};
 use crate::store::rules::batch::{self, BatchState, Lease, answered_by};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::review::ReviewState;
@@ -227,11 +225,7 @@ pub(super) fn load_batch(conn: &Connection, id: i64) -> Result<Batch> {
         )
         .and_then(|mut s| {
             s.query_row(params![id], |r| {
-                let key = ConversationKey {
-                    channel: r.get(0)?,
-                    business: r.get(1)?,
-                    customer: r.get(2)?,
-                };
+                let key = conversation_at(r, 0)?;
                 Ok((key, r.get(3)?))
             })
         })
