@@ -2,10 +2,9 @@
 //! the rulebook's types. SQLite (`sqlite/`) and PostgreSQL (`postgres/`) load a row with their
 //! driver, hand the values here, and ask the rulebook (`rules`) what follows.
 
-use std::time::Duration;
-
 use std::collections::HashMap;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use super::rules::batch::{self, BatchState, Lease};
 use super::rules::broadcast;
@@ -75,7 +74,7 @@ pub(super) fn first_state(channel: &str, sandbox: &str) -> String {
     )
 }
 
-/// The gauges' counts of work in each state, as SQL scalar subqueries in [`Gauges`]'s order
+/// The gauges' counts of work in each state, as SQL scalar subqueries in [`Gauges`](super::Gauges)'s order
 /// after `due`: running and waiting batches, open review items, sends queued (a closed window's
 /// included) and sends of unknown outcome.
 pub(super) fn gauge_counts() -> [String; 5] {

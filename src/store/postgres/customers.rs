@@ -51,45 +51,23 @@ async fn read_record(
         Err(_) => "ALL".to_owned(),
     };
     let (items_after, replies_after) = (page.items_after, page.replies_after);
-    let items = their_rows(
-        conn,
-        who,
-        format!(
-            "SELECT {ITEM_COLUMNS} FROM inbox WHERE channel = $1 AND customer = $2
-             AND seq > {items_after} ORDER BY seq LIMIT {limit}"
-        ),
-    )
-    .await?
-    .iter()
-    .map(stored_item)
-    .collect::<Result<_>>()?;
-    let replies = their_rows(
-        conn,
-        who,
-        format!(
-            "{ENTRY_SELECT} JOIN conversations c ON c.id = b.conversation_id
-             WHERE c.channel = $1 AND c.customer = $2 AND o.id > {replies_after}
-             ORDER BY o.id LIMIT {limit}"
-        ),
-    )
-    .await?
-    .iter()
-    .map(entry)
-    .collect::<Result<_>>()?;
-    let reviews = their_rows(
-        conn,
-        who,
-        "SELECT r.id, r.batch_id, r.reason, r.state, r.error, r.created_at, r.resolved_at,
-                r.resolution_note
-         FROM review r JOIN batches b ON b.id = r.batch_id
-              JOIN conversations c ON c.id = b.conversation_id
-         WHERE c.channel = $1 AND c.customer = $2 ORDER BY r.id"
-            .to_owned(),
-    )
-    .await?
-    .iter()
-    .map(review_record)
-    .collect::<Result<_>>()?;
+    let items = format!(
+        "SELECT {ITEM_COLUMNS} FROM inbox WHERE channel = $1 AND customer = $2
+         AND seq > {items_after} ORDER BY seq LIMIT {limit}"
+    );
+    let replies = format!(
+        "{ENTRY_SELECT} JOIN conversations c ON c.id = b.conversation_id
+         WHERE c.channel = $1 AND c.customer = $2 AND o.id > {replies_after}
+         ORDER BY o.id LIMIT {limit}"
+    );
+    let reviews = "SELECT r.id, r.batch_id, r.reason, r.state, r.error, r.created_at,
+                          r.resolved_at, r.resolution_note
+                   FROM review r JOIN batches b ON b.id = r.batch_id
+                        JOIN conversations c ON c.id = b.conversation_id
+                   WHERE c.channel = $1 AND c.customer = $2 ORDER BY r.id";
+    let items = their_rows(conn, who, stored_item, items).await?;
+    let replies = their_rows(conn, who, entry, replies).await?;
+    let reviews = their_rows(conn, who, review_record, reviews.to_owned()).await?;
     let (broadcasts, consent) = match who.channel {
         Channel::Whatsapp => (
             broadcasts(conn, &who.customer).await?,
@@ -106,14 +84,19 @@ async fn read_record(
     })
 }
 
-/// The rows `sql` selects for the subject ($1 their channel, $2 their id).
-async fn their_rows(conn: &mut PgConnection, who: &Subject, sql: String) -> Result<Vec<PgRow>> {
-    sqlx::query(AssertSqlSafe(sql))
+/// The rows `sql` selects for the subject ($1 their channel, $2 their id), each read by `read`.
+async fn their_rows<T>(
+    conn: &mut PgConnection,
+    who: &Subject,
+    read: fn(&PgRow) -> Result<T>,
+    sql: String,
+) -> Result<Vec<T>> {
+    let rows = sqlx::query(AssertSqlSafe(sql))
         .bind(who.channel.as_str())
         .bind(&who.customer)
         .fetch_all(&mut *conn)
-        .await
-        .map_err(Error::from)
+        .await?;
+    rows.iter().map(read).collect()
 }
 
 fn review_record(r: &PgRow) -> Result<ReviewRecord> {

@@ -13,7 +13,7 @@ use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined
 use crate::store::items::known;
 use crate::store::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at};
 use crate::store::rules::erasure::Marks;
-use crate::store::rules::item::ItemState;
+use crate::store::rules::item::{ItemState, arrived};
 use crate::store::rules::{broadcast, category, consent};
 use crate::store::{
     Error, InboxQuery, Ingest, IngestReceipt, REPLY_SPAN, Result, StoredItem, StoredQuarantine,
@@ -138,7 +138,7 @@ pub(super) async fn ingest_in(
             }
             continue;
         }
-        let state = crate::store::rules::item::arrived(item.kind, false).as_str();
+        let state = arrived(item.kind, false).as_str();
         // functions.sql: stored once, and not at all when erased since.
         let seq: Option<i64> = sqlx::query_scalar(
             "SELECT sabi_ingest_item_v1(

@@ -179,13 +179,13 @@ pub(super) async fn step(
 }
 
 /// A part as the rulebook reads it, with the batch and conversation it belongs to.
-struct Held {
+struct Loaded {
     part: Part,
     batch: i64,
     conversation: i64,
 }
 
-async fn load(conn: &mut PgConnection, id: i64) -> Result<Option<Held>> {
+async fn load(conn: &mut PgConnection, id: i64) -> Result<Option<Loaded>> {
     let row = sqlx::query(
         "SELECT state, attempts, failures, window_closed, wamid, kind, delivery, error_code,
                 error, next_attempt_at, send_until, sent_at, batch_id, conversation_id
@@ -199,7 +199,7 @@ async fn load(conn: &mut PgConnection, id: i64) -> Result<Option<Held>> {
     let name = |i: usize| -> String { r.get(i) };
     let unknown = |what: &str| Error::Schema(format!("outbox {id}: unknown {what}"));
     let delivery: Option<String> = r.get(6);
-    Ok(Some(Held {
+    Ok(Some(Loaded {
         part: Part {
             state: PartState::parse(&name(0)).ok_or_else(|| unknown("state"))?,
             attempts: count(1),

@@ -11,7 +11,7 @@ use crate::store::items::{Amendment, Encoded, amendment, quarantine_hash, sent_a
 use crate::store::rules::broadcast::{self};
 use crate::store::rules::category::{self};
 use crate::store::rules::consent::{self};
-use crate::store::rules::item::ItemState;
+use crate::store::rules::item::{ItemState, arrived};
 use crate::store::{InboxQuery, Ingest, IngestReceipt, Result, StoredItem, StoredQuarantine};
 
 use super::{broadcasts, categories, decode, execute, limit_param, outbox, unavailable};
@@ -216,7 +216,7 @@ fn insert_item(
     conversation: Option<i64>,
     received_at: At,
 ) -> Result<()> {
-    let state = crate::store::rules::item::arrived(item.kind, conversation.is_some());
+    let state = arrived(item.kind, conversation.is_some());
     conn.prepare_cached(
         "INSERT INTO inbox (channel, dedupe_key, kind, business, customer, item_type, text, media_id,
                             provider_ts, received_at, state, conversation_id, content_hash, facts)

@@ -185,13 +185,13 @@ pub(super) fn step(
 }
 
 /// A part as the rulebook reads it, with the batch and conversation it belongs to.
-struct Held {
+struct Loaded {
     part: Part,
     batch: i64,
     conversation: i64,
 }
 
-fn load(conn: &Connection, id: i64) -> Result<Option<Held>> {
+fn load(conn: &Connection, id: i64) -> Result<Option<Loaded>> {
     conn.prepare_cached(
         "SELECT state, attempts, failures, window_closed, wamid, kind, delivery, error_code,
                 error, next_attempt_at, send_until, sent_at, batch_id, conversation_id
@@ -208,7 +208,7 @@ fn load(conn: &Connection, id: i64) -> Result<Option<Held>> {
                 )
             };
             let delivery: Option<String> = r.get(6)?;
-            Ok(Held {
+            Ok(Loaded {
                 part: Part {
                     state: PartState::parse(&name(0)?).ok_or_else(|| bad(0))?,
                     attempts: r.get(1)?,
