@@ -1,6 +1,18 @@
 //! Broadcasts: a template sent to many recipients, planned, claimed and paced by the broadcaster.
 
-use super::*;
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::Result;
+use super::rules::broadcast::{
+    BroadcastState, Control, Limits, Outcome, PausedBy, RecipientState, SkipReason, TemplateNews,
+};
+use super::rules::category::TemplateCategory;
+use super::rules::consent::Choice;
+use super::rules::hours::LocalHours;
+use crate::clock::At;
 
 /// A broadcast as a person asks for it, with its audience.
 #[derive(Debug, Clone, PartialEq)]

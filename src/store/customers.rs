@@ -1,6 +1,13 @@
 //! A customer's data: export and erasure on request, and their consent.
 
-use super::*;
+use async_trait::async_trait;
+
+use super::rules::consent::Choice;
+use super::rules::erasure::{Erased, Subject};
+use super::rules::review::ReviewState;
+use super::{OutboxEntry, RecipientView, Result, StoredItem};
+use crate::clock::At;
+use crate::domain::ReviewReason;
 
 /// Everything Sabi holds about one customer: what their right of access gives them.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -1,6 +1,8 @@
 //! Whether the store answers, for the health endpoint and readiness.
 
-use super::*;
+use async_trait::async_trait;
+
+use super::Result;
 
 /// Whether the store can serve.
 #[async_trait]

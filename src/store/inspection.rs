@@ -1,6 +1,11 @@
 //! What people and the admin API read: the inbox, quarantine, conversations and gauges.
 
-use super::*;
+use async_trait::async_trait;
+
+use super::rules::item::ItemState;
+use super::{OutboxEntry, Result, RoutedTurn, TurnStats};
+use crate::clock::At;
+use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 
 /// Which stored items to list.
 #[derive(Debug, Clone, Default)]

@@ -1,6 +1,13 @@
 //! Where a delivery enters the store: a webhook's or the web chat's items kept in one atomic, durable step (the ingress acknowledges after it).
 
-use super::*;
+use std::collections::HashSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::Result;
+use crate::clock::At;
+use crate::domain::{BatchPolicy, InboundItem, Quarantined};
 
 /// One delivery to keep: everything in it is stored in one atomic, durable step.
 #[derive(Debug, Clone)]

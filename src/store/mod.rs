@@ -25,11 +25,8 @@ mod sqlite;
 mod turns;
 mod webchat;
 
-use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
-
-use async_trait::async_trait;
 
 pub use self::broadcasts::*;
 pub use self::customers::*;
@@ -59,10 +56,6 @@ pub use self::turns::*;
 pub use self::webchat::*;
 use crate::clock::{At, SharedClock};
 use crate::config::{Config, StoreConfig};
-use crate::domain::{
-    BatchMessage, BatchPolicy, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
-    Quarantined, ReplyPart, ReviewReason,
-};
 
 /// Errors every backend reports the same way.
 #[derive(Debug, thiserror::Error)]

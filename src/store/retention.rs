@@ -1,6 +1,12 @@
 //! The sweeper's role: what is past its horizon is deleted.
 
-use super::*;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::Result;
+use super::rules::retention::{Horizons, Swept};
+use crate::clock::At;
 
 /// Keeping data only as long as it is needed ([`rules::retention`] has the rules).
 #[async_trait]

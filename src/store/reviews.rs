@@ -1,6 +1,11 @@
 //! Review: what the automatic path hands to a person, and how a person settles it.
 
-use super::*;
+use async_trait::async_trait;
+
+use super::rules::review::{Resolution, ReviewState};
+use super::{ConversationView, Result};
+use crate::clock::At;
+use crate::domain::{BatchMessage, ConversationKey, ReviewReason};
 
 /// A batch waiting for a person.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,13 @@
 //! The sender: reply parts claimed from the outbox, paced per recipient, and each send's outcome written with its attempt.
 
-use super::*;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::Result;
+use super::rules::part::{Delivery, PartKind, PartState, SendResult};
+use crate::clock::At;
+use crate::domain::ConversationKey;
 
 /// One reply part in the outbox.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,14 @@
 //! The turn: the scheduler claims a conversation's due batch under a lease, the router or the agent answers it, and the turn ends with one fenced write.
 
-use super::*;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::rules::batch::AnsweredBy;
+use super::rules::turn::Ending;
+use super::{HistoryEntry, Result};
+use crate::clock::At;
+use crate::domain::{Channel, Claim, ConversationKey, LeaseToken, ReplyPart};
 
 /// Which due conversations a claim or a hold looks at (see [`Ingest::routine`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,13 @@
 //! The web chat: a browser's questions as jobs, their progress, and the conversation it reads back.
 
-use super::*;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::Result;
+use super::rules::item::JobStatus;
+use crate::clock::At;
+use crate::domain::BatchPolicy;
 
 /// A web-chat question to keep, with its job.
 #[derive(Debug, Clone)]
