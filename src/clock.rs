@@ -2,7 +2,7 @@
 //! one type every instant has.
 //!
 //! Production code never calls `SystemTime::now()` or sleeps on its own; it asks the [`Clock`]
-//! it was given. Tests give a [`ManualClock`] and move it forward by hand; moving it wakes every
+//! it was given. Tests give a `ManualClock` and move it forward by hand; moving it wakes every
 //! task sleeping until a time that has now come.
 //!
 //! An instant is an [`At`]; a span between instants is a [`Duration`]. A provider's timestamp

@@ -1,10 +1,10 @@
 //! The sweeper: every `retention.sweep_every` it deletes what is past its retention horizon
 //! (the rules are in [`crate::store::rules::retention`]), a batch of each kind per store call,
 //! then gives the freed space back. Ingest and turns never wait long behind it: each batch is
-//! sized to take about [`TARGET`] of the store's time, and the sweeper waits twice as long as
+//! sized to take about `TARGET` of the store's time, and the sweeper waits twice as long as
 //! a call took before the next, so it has a third of the store's time at most. One node sweeps
 //! at a time, under a lease it renews before each batch; another takes over when it stops.
-//! Its passes run in the runner's periodic loop ([`crate::runner::Periodic`]), on the injected
+//! Its passes run in the runner's periodic loop (`Periodic`), on the injected
 //! clock like every wait of its own.
 
 use std::sync::{Arc, OnceLock};

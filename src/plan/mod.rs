@@ -4,7 +4,7 @@
 //! A scenario is the audience, how many reply and when (the reply curve), how many turns a
 //! replying customer takes, how many the router answers alone, and how long a model turn takes
 //! within the provider's limits. [`plan`] plays it out for each number of turns at once
-//! ([`queue`]) and reports what customers would see: waits, the longest queue, holding
+//! (`queue`) and reports what customers would see: waits, the longest queue, holding
 //! messages, batches that would pass the review age, and the model calls and tokens a minute
 //! against the budget; then the smallest number of turns at once that keeps the 95th
 //! percentile wait within the holding threshold, and how long to take over the sends when even

@@ -8,7 +8,7 @@
 //!   unknown only its requests on the wire; what it had claimed goes to another sender when
 //!   the claim lapses;
 //! - per recipient, parts leave in order, one at a time, at least `pair_spacing` apart;
-//! - per business number, requests leave at most `rate` a second ([`pacer`]); throttling
+//! - per business number, requests leave at most `rate` a second (`pacer`); throttling
 //!   answers hold the number back, honouring Retry-After;
 //! - outside the 24-hour customer service window only the configured template goes, or the
 //!   part goes to review;

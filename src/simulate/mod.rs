@@ -3,7 +3,7 @@
 //! The nodes `sabi plan` sizes (`engine.turns_per_node` turns each) run as `sabi serve` would
 //! (ingress, scheduler, holder, sender, the router with the configured intents, the agent) on
 //! one temporary SQLite store. Their Graph API and model are
-//! local fakes ([`fakes`]): the model answers after a log-normal time with the scenario's
+//! local fakes (`fakes`): the model answers after a log-normal time with the scenario's
 //! median and 95th percentile and refuses calls over the provider's per-minute limits.
 //! Simulated customers ([`crowd`]) write through the signed webhook along the reply curve and
 //! write again after each answer.

@@ -104,7 +104,7 @@ pub struct RecipientView {
     pub replied_at: Option<At>,
     /// Its IANA time zone, when known (the broadcast's otherwise).
     pub tz: Option<String>,
-    /// Whether Meta charges for its message, once a status said (see [`rules::broadcast::billed`]).
+    /// Whether Meta charges for its message, once a status said (see [`rules::broadcast::billed`](super::rules::broadcast::billed)).
     pub billed: Option<bool>,
     /// Meta's pricing category for its message (`marketing`, or `marketing_lite` through the
     /// Marketing Messages API, ...), once a status said.
@@ -187,8 +187,8 @@ pub trait Broadcasts: Send + Sync + 'static {
     /// recipient still waiting, in the same step.
     ///
     /// # Errors
-    /// [`Error::NotFound`] when there is no such broadcast, or the control does not apply to
-    /// its state (see [`rules::broadcast::control`]).
+    /// [`Error::NotFound`](super::Error::NotFound) when there is no such broadcast, or the control does not apply to
+    /// its state (see [`rules::broadcast::control`](super::rules::broadcast::control)).
     async fn control_broadcast(
         &self,
         id: i64,
@@ -201,14 +201,14 @@ pub trait Broadcasts: Send + Sync + 'static {
     /// on: a scheduled one whose start came runs, one past its deadline is cancelled with its
     /// waiting recipients, a send whose lease lapsed becomes unknown (never sent again), and a
     /// running broadcast with nobody left to send to is finished. A due recipient whose customer
-    /// opted out, or is inside the cooldown, is skipped ([`rules::broadcast::left_out`]); none
-    /// is claimed beyond the messaging limit's headroom ([`rules::broadcast::headroom`]).
+    /// opted out, or is inside the cooldown, is skipped ([`rules::broadcast::left_out`](super::rules::broadcast::left_out)); none
+    /// is claimed beyond the messaging limit's headroom ([`rules::broadcast::headroom`](super::rules::broadcast::headroom)).
     async fn claim_recipients(&self, claim: RecipientClaim) -> Result<Vec<RecipientJob>>;
 
     /// Records how a send to a recipient ended, by the rulebook.
     ///
     /// # Errors
-    /// [`Error::LeaseLost`] when `attempt` is not the recipient's latest or it is no longer
+    /// [`Error::LeaseLost`](super::Error::LeaseLost) when `attempt` is not the recipient's latest or it is no longer
     /// being sent: nothing is written.
     async fn record_recipient(
         &self,
@@ -220,13 +220,13 @@ pub trait Broadcasts: Send + Sync + 'static {
     ) -> Result<()>;
 
     /// Meta's word on a template moves every broadcast sending it, by the rulebook
-    /// ([`rules::broadcast::on_template`]); the ids of those it moved. Stored webhooks about
+    /// ([`rules::broadcast::on_template`](super::rules::broadcast::on_template)); the ids of those it moved. Stored webhooks about
     /// templates are heard in the ingest's transaction on SQLite and PostgreSQL, and on Redis
     /// right after the ingest script kept them the first time.
     async fn hear_template(&self, news: TemplateNews) -> Result<Vec<i64>>;
 
     /// Keeps a template's category as Meta gave it, unless a newer word on it is kept
-    /// ([`rules::category::replaces`]). Stored `template_category_update` webhooks are kept in
+    /// ([`rules::category::replaces`](super::rules::category::replaces)). Stored `template_category_update` webhooks are kept in
     /// the ingest's transaction on SQLite and PostgreSQL, and on Redis right after the ingest
     /// script kept them the first time.
     async fn keep_category(&self, category: TemplateCategory) -> Result<()>;
@@ -236,7 +236,7 @@ pub trait Broadcasts: Send + Sync + 'static {
     async fn template_category(&self, name: &str, language: &str) -> Result<Option<String>>;
 
     /// Keeps a customer's choice about broadcasts by the rulebook
-    /// ([`rules::consent::apply`]); `true` when it changed their standing. A claim skips a
+    /// ([`rules::consent::apply`](super::rules::consent::apply)); `true` when it changed their standing. A claim skips a
     /// recipient whose customer opted out. Meta's word that a recipient opted out (131050) is
     /// kept with the recipient's step on SQLite and PostgreSQL, and right after it on Redis
     /// (lost there only if the node dies in between: the next refusal tells it again).

@@ -77,7 +77,7 @@ pub struct BroadcastSend {
 }
 
 /// A customer's data as a whole: everything about them, and forgetting it
-/// ([`rules::erasure`] has the rules).
+/// ([`rules::erasure`](super::rules::erasure) has the rules).
 #[async_trait]
 pub trait Customers: Send + Sync + 'static {
     /// Everything held about the customer; empty for one Sabi does not know.
@@ -98,6 +98,6 @@ pub trait Customers: Send + Sync + 'static {
     /// Running it again removes nothing more.
     ///
     /// # Errors
-    /// [`Error::Busy`] while a turn or a send for them is under way.
+    /// [`Error::Busy`](super::Error::Busy) while a turn or a send for them is under way.
     async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased>;
 }

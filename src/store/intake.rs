@@ -20,7 +20,7 @@ pub struct Ingest {
     pub policy: BatchPolicy,
     /// The messages (by dedupe key) the router answers alone. Any other message puts its
     /// conversation in the model's lane until a batch takes it; the others' turns are claimed
-    /// first ([`Turns::claim_routine`]).
+    /// first ([`Turns::claim_routine`](super::Turns::claim_routine)).
     pub routine: HashSet<String>,
     /// The least time between two messages to one customer (`whatsapp.pair_spacing`): a status
     /// that settles a send before its sender answered holds the customer that long.
@@ -49,6 +49,6 @@ pub trait Intake: Send + Sync + 'static {
     /// and quarantined parts, and schedules each conversation it wakes. Atomic and durable.
     ///
     /// # Errors
-    /// [`Error::Unavailable`] when nothing could be committed: nothing of the delivery is kept.
+    /// [`Error::Unavailable`](super::Error::Unavailable) when nothing could be committed: nothing of the delivery is kept.
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt>;
 }

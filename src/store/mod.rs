@@ -2,7 +2,7 @@
 //!
 //! One interface, several backends (SQLite embedded by default). Operations are at the level of
 //! the pipeline ("ingest this delivery", "list the inbox"), never rows or SQL, so that every
-//! backend can make each one atomic: an [`Store::ingest`] either keeps all of a delivery, with
+//! backend can make each one atomic: an [`Intake::ingest`] either keeps all of a delivery, with
 //! its deduplication and scheduling, or nothing, and returns only once the delivery is as
 //! durable as the backend makes it. That is what lets the ingress acknowledge after it.
 //!

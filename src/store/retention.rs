@@ -8,7 +8,7 @@ use super::Result;
 use super::rules::retention::{Horizons, Swept};
 use crate::clock::At;
 
-/// Keeping data only as long as it is needed ([`rules::retention`] has the rules).
+/// Keeping data only as long as it is needed ([`rules::retention`](super::rules::retention) has the rules).
 #[async_trait]
 pub trait Retention: Send + Sync + 'static {
     /// Takes `lease` for `holder` until `now + ttl`, or renews it; `false` while another

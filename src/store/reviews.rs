@@ -44,7 +44,7 @@ pub trait Reviews: Send + Sync + 'static {
     /// Settles an open review item, atomically with what it asks for.
     ///
     /// # Errors
-    /// [`Error::NotFound`] when no open item has this id.
+    /// [`Error::NotFound`](super::Error::NotFound) when no open item has this id.
     async fn resolve_review(&self, id: i64, now: At, resolution: Resolution) -> Result<()>;
 
     /// The conversations of a customer, with their history (the last `turns` turns).
@@ -54,6 +54,6 @@ pub trait Reviews: Send + Sync + 'static {
     /// a later label replaces an earlier one.
     ///
     /// # Errors
-    /// [`Error::NotFound`] when there is no such batch.
+    /// [`Error::NotFound`](super::Error::NotFound) when there is no such batch.
     async fn label_turn(&self, batch: i64, intent: &str) -> Result<()>;
 }

@@ -56,7 +56,7 @@ pub struct SendJob {
     pub text: String,
     pub options: Vec<String>,
     pub quote: Option<String>,
-    /// The fencing token of this send: [`Store::record_send`] must carry it.
+    /// The fencing token of this send: [`Store::record_send`](super::Sending::record_send) must carry it.
     pub attempt: u32,
     /// Failed tries so far (throttling not counted).
     pub failures: u32,
@@ -97,14 +97,14 @@ pub trait Sending: Send + Sync + 'static {
     /// under a send lease until `now + lease`.
     ///
     /// # Errors
-    /// [`Error::LeaseLost`] when `attempt` is not the part's latest or its claim lapsed: the
+    /// [`Error::LeaseLost`](super::Error::LeaseLost) when `attempt` is not the part's latest or its claim lapsed: the
     /// part must not be sent.
     async fn depart(&self, id: i64, attempt: u32, now: At, lease: Duration) -> Result<()>;
 
     /// Records how a send ended.
     ///
     /// # Errors
-    /// [`Error::LeaseLost`] when `attempt` is not the part's latest or it is no longer being
+    /// [`Error::LeaseLost`](super::Error::LeaseLost) when `attempt` is not the part's latest or it is no longer being
     /// sent (a status webhook settled it first): nothing is written.
     async fn record_send(&self, id: i64, attempt: u32, now: At, result: SendResult) -> Result<()>;
 

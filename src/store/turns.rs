@@ -10,7 +10,7 @@ use super::{HistoryEntry, Result};
 use crate::clock::At;
 use crate::domain::{Channel, Claim, ConversationKey, LeaseToken, ReplyPart};
 
-/// Which due conversations a claim or a hold looks at (see [`Ingest::routine`]).
+/// Which due conversations a claim or a hold looks at (see [`Ingest::routine`](super::Ingest::routine)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lane {
     Any,
@@ -67,14 +67,14 @@ pub struct TurnStats {
     pub cost: f64,
 }
 
-/// Whom [`Turns::hold`] tells that their answer will take a while, and what it tells them.
+/// Whom [`Turns::hold`](super::Turns::hold) tells that their answer will take a while, and what it tells them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Holding {
     /// The longest due conversations left out: they will be answered soon.
     pub skip: usize,
     /// Conversations held at the most.
     pub limit: usize,
-    /// The holding message, numbered from [`HOLD_PART`].
+    /// The holding message, numbered from [`HOLD_PART`](super::HOLD_PART).
     pub parts: Vec<ReplyPart>,
     /// Kept and shown, not sent (sandbox mode).
     pub sandbox: bool,
@@ -98,21 +98,21 @@ pub trait Turns: Send + Sync + 'static {
     ) -> Result<Vec<Claim>>;
 
     /// Up to `limit` new batches of due WhatsApp conversations whose pending messages the
-    /// router answers alone ([`Ingest::routine`]), the longest due first, under a lease like
-    /// [`Turns::claim`]'s. The scheduler takes these before any other turn, so that a turn
+    /// router answers alone ([`Ingest::routine`](super::Ingest::routine)), the longest due first, under a lease like
+    /// [`Turns::claim`](super::Turns::claim)'s. The scheduler takes these before any other turn, so that a turn
     /// without the model never waits behind model turns.
     async fn claim_routine(&self, now: At, lease: Duration, limit: usize) -> Result<Vec<Claim>>;
 
     /// Extends a lease.
     ///
     /// # Errors
-    /// [`Error::LeaseLost`] when `token` is stale.
+    /// [`Error::LeaseLost`](super::Error::LeaseLost) when `token` is stale.
     async fn renew(&self, batch: i64, token: LeaseToken, now: At, lease: Duration) -> Result<()>;
 
     /// Ends a turn: writes its reply, schedules its retry, or sends it to review.
     ///
     /// # Errors
-    /// [`Error::LeaseLost`] when `token` is stale: nothing is written.
+    /// [`Error::LeaseLost`](super::Error::LeaseLost) when `token` is stale: nothing is written.
     async fn finish(&self, batch: i64, token: LeaseToken, now: At, ending: Ending) -> Result<()>;
 
     /// Tells the customers of up to `holding.limit` due WhatsApp conversations of the model's

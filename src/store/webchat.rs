@@ -95,7 +95,7 @@ pub struct ChatExchange {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatFeed {
     /// A review item of the session is open: a person holds the conversation, and what the
-    /// visitor writes goes to them ([`rules::review::destination`]).
+    /// visitor writes goes to them ([`rules::review::destination`](super::rules::review::destination)).
     pub held: bool,
     /// People's replies after the id asked for, oldest first.
     pub lines: Vec<PersonLine>,
@@ -119,7 +119,7 @@ pub trait WebChat: Send + Sync + 'static {
     /// Keeps a web-chat question and its job in one atomic step; the same (session, message
     /// id) always gives the same job, also when two submissions race. While a review item of
     /// the session is open, the question joins that item's batch for the person and no turn is
-    /// scheduled ([`rules::review::destination`]). The session's
+    /// scheduled ([`rules::review::destination`](super::rules::review::destination)). The session's
     /// `per_minute` limit and the queue's `max_queue` are counted in the same step, so no burst
     /// slips past either. A session is bound to the first verified user whose question it
     /// keeps; from then on anyone else's submission (an anonymous one too, and a resend of one

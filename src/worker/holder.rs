@@ -5,7 +5,7 @@
 //! the answer and keeps the number's pacing. Web chat shows its queue position instead.
 //!
 //! Every node may run it: a conversation is held by one of them, whichever gets there first.
-//! Its looks run in the runner's periodic loop ([`crate::runner::Periodic`]).
+//! Its looks run in the runner's periodic loop (`Periodic`).
 
 use std::sync::Arc;
 use std::time::Duration;

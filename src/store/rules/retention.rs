@@ -14,7 +14,7 @@
 //! - **Conversations** left with nothing (no turn, no message) whose customer last wrote before
 //!   the `messages` horizon: the last place their number stays.
 //! - **Keys**: an expired or erased message's deduplication key stays as a hash
-//!   ([`super::erasure::key_hash`]) for `dedupe` after its content goes, so Meta's late retry
+//!   ([`Marks::key_hash`](super::erasure::Marks::key_hash)) for `dedupe` after its content goes, so Meta's late retry
 //!   of it is recognised and never answered again; then it goes too.
 //!
 //! One node sweeps at a time, under a lease ([`LEASE`]); two at once would only repeat work,
