@@ -714,18 +714,40 @@ fn route(
             .collect::<anyhow::Result<Vec<_>>>()?;
         let (reports, how) = if folds == 0 {
             let router = Router::trained(&source)?;
-            let reports = sets
+            let reports: Vec<router::eval::Report> = sets
                 .iter()
                 .map(|set| router::eval::evaluate(&router, set))
                 .collect();
             (reports, "as configured".to_owned())
         } else {
-            let reports = router::eval::cross_validate_each(&source, &sets, folds)?;
-            let how = match sets.len() {
-                1 => format!("{folds}-fold cross-validation"),
-                n => format!("{folds}-fold cross-validation over the {n} files together"),
-            };
-            (reports, how)
+            // The detail is leave-one-file-out's when there are several files (the figure a
+            // business should expect on its own customers' phrasing), cross-validated's for one.
+            let scores = router::eval::generalisation(&source, &sets, folds)?;
+            let names: Vec<String> = eval
+                .iter()
+                .map(|f| {
+                    f.file_name()
+                        .map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into())
+                })
+                .collect();
+            for (file, s) in eval.iter().zip(&scores) {
+                let (how, report) = match sets.len() {
+                    1 => (format!("{folds}-fold cross-validation"), &s.cross_validated),
+                    _ => (
+                        "leave-one-file-out: learned from the other files only".to_owned(),
+                        &s.leave_one_file_out,
+                    ),
+                };
+                println!("{} ({how})\n\n{report}", file.display());
+            }
+            let table: Vec<(String, &router::eval::FileScores)> =
+                names.into_iter().zip(&scores).collect();
+            println!(
+                "per file ({folds}-fold cross-validated over the files together; leave-one-file-out; \
+                 the fixed hold-out, routed by a router that learned from every file's other messages)\n"
+            );
+            print!("{}", router::eval::generalisation_table(&table));
+            return Ok(());
         };
         for (file, report) in eval.iter().zip(reports) {
             println!("{} ({how})\n\n{report}", file.display());
@@ -839,6 +861,8 @@ fn calibrate_router(
 fn read_samples(file: &std::path::Path) -> anyhow::Result<Vec<router::eval::Sample>> {
     #[derive(serde::Deserialize)]
     struct Line {
+        #[serde(default)]
+        id: String,
         text: String,
         intent: Option<String>,
         #[serde(default)]
@@ -857,6 +881,7 @@ fn read_samples(file: &std::path::Path) -> anyhow::Result<Vec<router::eval::Samp
             .with_context(|| format!("{} line {}", file.display(), i + 1))?;
         match line.intent {
             Some(intent) => samples.push(router::eval::Sample {
+                id: line.id,
                 text: line.text,
                 intent,
                 tags: line.tags,
