@@ -33,6 +33,15 @@ pub struct Guards {
     /// Cues that make the request right after them something already done.
     #[serde(default)]
     pub done: Vec<String>,
+    /// Cues that a clause asks for something: a clause with one that no intent's pattern
+    /// matched, beside one an intent did, sends the message to the agent.
+    #[serde(default)]
+    pub requests: Vec<String>,
+    /// Verbs and states that give a short message (two content words or fewer) its object:
+    /// without one, and unless an intent's whole-message pattern takes it, a fragment goes to
+    /// the agent.
+    #[serde(default)]
+    pub actions: Vec<String>,
     /// Content words the domain never uses that a routine request may still hold (a name, a
     /// place, a typo); with more, the message goes to the agent.
     #[serde(default = "default_max_unknown")]
@@ -49,6 +58,8 @@ impl Default for Guards {
             out_of_scope: Vec::new(),
             negation: Vec::new(),
             done: Vec::new(),
+            requests: Vec::new(),
+            actions: Vec::new(),
             max_unknown_words: default_max_unknown(),
         }
     }

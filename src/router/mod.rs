@@ -48,6 +48,8 @@ const MAX_ROUTABLE_BYTES: usize = 500;
 /// Room for the pattern set's lazy DFA, per thread that routes (it fills only as far as the
 /// messages seen need).
 const DFA_CACHE_BYTES: usize = 32 << 20;
+/// A message of at most this many content words is a fragment unless something is done or asked.
+const MAX_FRAGMENT_WORDS: usize = 2;
 /// Intents that accompany a request without being one.
 const PLEASANTRIES: &[&str] = &["greeting", "thanks_goodbye"];
 
@@ -76,6 +78,11 @@ pub enum Fallback {
     Unconfirmed,
     /// Words the domain never uses: the message is about something else.
     Unfamiliar,
+    /// A clause asks for something none of the intents covers, beside one they do (or a
+    /// pleasantry): answering the part it knows would ignore the rest.
+    Uncovered,
+    /// One or two content words with nothing done or asked about them ("order", "my card").
+    Fragment,
 }
 
 /// The router's decision for one message.
@@ -115,6 +122,12 @@ pub struct Router {
     out_of_scope: RegexSet,
     negations: Vec<Regex>,
     done: Vec<Regex>,
+    /// Cues that a clause asks for something ("can you", "I want to", an imperative).
+    requests: RegexSet,
+    /// Verbs and states that give a short message its object ("blocked", "not entered").
+    actions: RegexSet,
+    /// Patterns that take a whole message or clause (`^...$`): an intent's own bare form.
+    whole: Vec<bool>,
     classifier: Classifier,
     out_of_scope_index: Option<usize>,
     vocabulary: Vocabulary,
@@ -205,6 +218,17 @@ impl Router {
             .iter()
             .map(compile)
             .collect::<Result<Vec<_>, _>>()?;
+        for pattern in file.guards.requests.iter().chain(&file.guards.actions) {
+            compile(pattern)?;
+        }
+        let requests = ascii_set(&file.guards.requests)
+            .map_err(|e| intents::Error(format!("guards.requests: {e}")))?;
+        let actions = ascii_set(&file.guards.actions)
+            .map_err(|e| intents::Error(format!("guards.actions: {e}")))?;
+        let whole = pattern_intents
+            .iter()
+            .map(|(_, r)| r.as_str().starts_with('^') && r.as_str().ends_with('$'))
+            .collect();
 
         let mut examples: Vec<(String, usize)> = Vec::new();
         for (index, spec) in file.intents.iter().enumerate() {
@@ -257,6 +281,9 @@ impl Router {
             out_of_scope,
             negations,
             done,
+            requests,
+            actions,
+            whole,
             classifier,
             out_of_scope_index: index_of(OUT_OF_SCOPE),
             vocabulary,
@@ -280,7 +307,7 @@ impl Router {
         }
         let normalised = normalise(message, &self.lexicon);
         let text = normalised.text.as_str();
-        let decision = self.decide(text);
+        let decision = self.decide(text, &normalised.clauses);
         let (intent, confidence, tier, fallback, secondary) = decision;
         let local = fallback.is_none() && Some(intent) != self.out_of_scope_index;
         Routing {
@@ -358,12 +385,39 @@ impl Router {
     }
 
     /// (intent, confidence, tier, fallback reason, secondary intent)
-    fn decide(&self, text: &str) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
+    fn decide(
+        &self,
+        text: &str,
+        clauses: &[(usize, usize)],
+    ) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
+        let decision = self.decide_clauses(text, clauses);
+        // A bare fragment ("order", "my card") names a topic, not a request: unless an intent
+        // takes it whole (`^balance$`) or something is done or asked about it, the agent asks.
+        let pleasantry = PLEASANTRIES.contains(&self.intents[decision.0].name.as_str());
+        // A file that names no actions (one written before them) keeps its fragments.
+        if decision.3.is_none()
+            && !pleasantry
+            && !self.actions.is_empty()
+            && self.vocabulary.unknown(text).0 <= MAX_FRAGMENT_WORDS
+            && !self.takes_whole(text, clauses)
+            && !self.actions.is_match(text.as_bytes())
+        {
+            return (decision.0, decision.1, Tier::Fallback, Some(Fallback::Fragment), None);
+        }
+        decision
+    }
+
+    fn decide_clauses(
+        &self,
+        text: &str,
+        clauses: &[(usize, usize)],
+    ) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
         let oos = self.out_of_scope_index.unwrap_or(0);
         if text.trim().is_empty() {
             return (oos, 1.0, Tier::Fallback, Some(Fallback::Empty), None);
         }
-        let (candidates, negated) = self.candidates(text);
+        let found = self.candidates(text, clauses);
+        let (candidates, negated) = (&found.kept, found.negated);
         // The classifier runs at most once a message, and only when a decision needs it.
         let scores = std::cell::OnceCell::new();
         let probs = || {
@@ -371,6 +425,7 @@ impl Router {
                 .get_or_init(|| self.classifier.probabilities(text))
                 .as_slice()
         };
+        // A request for a person, in any clause, wins.
         let agent = candidates
             .iter()
             .find(|(i, _)| self.intents[*i].name == "agent_escalation");
@@ -390,6 +445,19 @@ impl Router {
         if self.unfamiliar(text) {
             let (intent, p) = top(probs());
             return (intent, p, Tier::Fallback, Some(Fallback::Unfamiliar), None);
+        }
+        // Beside what an intent covers (or a pleasantry), a clause that asks for something no
+        // intent matched: answering the known part would ignore the rest.
+        let uncovered = !candidates.is_empty()
+            && clauses
+                .iter()
+                .zip(&found.matched)
+                .any(|(&(from, to), matched)| {
+                    !matched && self.requests.is_match(&text.as_bytes()[from..to])
+                });
+        if uncovered {
+            let (intent, p) = top(probs());
+            return (intent, p, Tier::Fallback, Some(Fallback::Uncovered), None);
         }
         let requests: Vec<(usize, usize)> = candidates
             .iter()
@@ -414,6 +482,11 @@ impl Router {
                 let (intent, p) = top(probs());
                 (intent, p, Tier::Fallback, Some(Fallback::Negated), None)
             }
+            // A pleasantry gives way to anything beside it that no pattern read: "Hello,
+            // order 123 was due Friday" is not a greeting.
+            [] if pleasantry.is_some() && self.unread_clause(text, clauses, &found.matched) => {
+                self.classifier_decision(text, probs())
+            }
             [] => match pleasantry {
                 Some(intent) => match self.confirmed(probs(), intent, None) {
                     // "Hello, is this the customer service line?": the rest decides.
@@ -425,6 +498,27 @@ impl Router {
                 None => self.classifier_decision(text, probs()),
             },
         }
+    }
+
+    /// Whether a clause no pattern matched says something: a content word, not only
+    /// particles and pleasantry words ("ehen", "o", "abeg").
+    fn unread_clause(&self, text: &str, clauses: &[(usize, usize)], matched: &[bool]) -> bool {
+        clauses
+            .iter()
+            .zip(matched)
+            .any(|(&(from, to), matched)| !matched && self.vocabulary.unknown(&text[from..to]).0 > 0)
+    }
+
+    /// Whether a pattern written for a whole message or clause (`^balance( please)?$`) takes
+    /// the message whole: the intent's own bare form, which needs nothing around it.
+    fn takes_whole(&self, text: &str, clauses: &[(usize, usize)]) -> bool {
+        let whole = |span: &str| {
+            self.patterns
+                .matches(span.as_bytes())
+                .iter()
+                .any(|p| self.whole[p])
+        };
+        whole(text) || clauses.iter().any(|&(from, to)| whole(&text[from..to]))
     }
 
     /// More words the domain never uses than a routine request holds: beyond `max_unknown`,
@@ -488,31 +582,71 @@ impl Router {
     }
 
     /// Intents whose patterns match, each at its first position, in order of position; those
-    /// negated or overridden by another match removed. Also says whether any was negated.
-    fn candidates(&self, text: &str) -> (Vec<(usize, usize)>, bool) {
+    /// negated or overridden by another match removed. Patterns run over the whole message
+    /// (a pattern may join two clauses: "debited but not received") and, when it has several,
+    /// over each clause alone (a pattern for a whole clause: "thanks" in "Thanks, now my
+    /// balance?"). Negation and "done" cues count only inside the request's clause.
+    fn candidates(&self, text: &str, clauses: &[(usize, usize)]) -> Found {
+        let bytes = text.as_bytes();
+        let clause_of = |at: usize| {
+            clauses
+                .iter()
+                .rposition(|&(from, _)| from <= at)
+                .unwrap_or(0)
+        };
         let mut found: Vec<(usize, usize)> = Vec::new();
-        for pattern in self.patterns.matches(text.as_bytes()).iter() {
-            let (intent, regex) = &self.pattern_intents[pattern];
-            let Some(m) = regex.find(text.as_bytes()) else {
-                continue;
-            };
-            match found.iter_mut().find(|(i, _)| i == intent) {
-                Some(existing) => existing.1 = existing.1.min(m.start()),
-                None => found.push((*intent, m.start())),
+        let mut matched = vec![false; clauses.len()];
+        let mut spans = vec![(0, text.len())];
+        if clauses.len() > 1 {
+            spans.extend_from_slice(clauses);
+        }
+        for (from, to) in spans {
+            let span = &bytes[from..to];
+            for pattern in self.patterns.matches(span).iter() {
+                let (intent, regex) = &self.pattern_intents[pattern];
+                let Some(m) = regex.find(span) else {
+                    continue;
+                };
+                let at = from + m.start();
+                if let Some(c) = matched.get_mut(clause_of(at)) {
+                    *c = true;
+                }
+                match found.iter_mut().find(|(i, _)| i == intent) {
+                    Some(existing) => existing.1 = existing.1.min(at),
+                    None => found.push((*intent, at)),
+                }
             }
         }
+        let start_of = |at: usize| clauses.get(clause_of(at)).map_or(0, |c| c.0);
         let before = found.len();
-        found.retain(|(_, at)| !cue_before(&self.negations, text.as_bytes(), *at));
+        found.retain(|(_, at)| {
+            let start = start_of(*at);
+            !cue_before(&self.negations, bytes, start, *at) && !contrasted(bytes, start, *at)
+        });
         let negated = found.len() < before;
-        found.retain(|(_, at)| !cue_before(&self.done, text.as_bytes(), *at));
+        found.retain(|(_, at)| !cue_before(&self.done, bytes, start_of(*at), *at));
         let overridden: Vec<usize> = found
             .iter()
             .flat_map(|(i, _)| self.intents[*i].overrides.clone())
             .collect();
         found.retain(|(i, _)| !overridden.contains(i));
         found.sort_by_key(|(_, at)| *at);
-        (found, negated)
+        Found {
+            kept: found,
+            negated,
+            matched,
+        }
     }
+}
+
+/// The patterns that matched a message.
+struct Found {
+    /// (intent, first position), in order of position: negated, done and overridden removed.
+    kept: Vec<(usize, usize)>,
+    /// Whether a match was removed as negated.
+    negated: bool,
+    /// Per clause: whether any pattern matched in it (kept or not).
+    matched: Vec<bool>,
 }
 
 /// The most probable class and its probability.
@@ -542,11 +676,18 @@ fn ascii_set<I: IntoIterator<Item = S>, S: AsRef<str>>(
         .build()
 }
 
-/// One of `cues` stands in the few words just before `at` ("not want *to* check").
-fn cue_before(cues: &[Regex], text: &[u8], at: usize) -> bool {
-    let from = at.saturating_sub(NEGATION_REACH);
+/// One of `cues` stands in the few words just before `at` ("not want *to* check"), inside the
+/// clause that starts at `clause`: a cue never reaches into the next clause.
+fn cue_before(cues: &[Regex], text: &[u8], clause: usize, at: usize) -> bool {
+    let from = at.saturating_sub(NEGATION_REACH).max(clause);
     let window = text.get(from..at).unwrap_or_default();
     cues.iter().any(|n| n.is_match(window))
+}
+
+/// The request's clause opens with "not" ("my balance, *not* the loan one"): a contrast that
+/// negates everything after it in the clause.
+fn contrasted(text: &[u8], clause: usize, at: usize) -> bool {
+    text.get(clause..at).is_some_and(|c| c.starts_with(b"not "))
 }
 
 #[cfg(test)]
