@@ -84,11 +84,15 @@ pub struct Report {
     pub out_of_scope: usize,
     pub out_of_scope_to_agent: usize,
     /// Messages answered locally with the wrong intent, and out-of-scope ones kept local:
-    /// (text, true intent, routed intent).
+    /// (text, true intent, routed intent and tier).
     /// Held-out messages are left out: rules are not written from them.
     pub mistakes: Vec<(String, String, String)>,
     /// Wrong local answers among held-out messages, counted but not listed.
     pub hidden_mistakes: usize,
+    /// Local answers by a pattern (confirmed by the classifier), and the wrong ones.
+    pub by_pattern: (usize, usize),
+    /// Local answers by the classifier alone, and the wrong ones.
+    pub by_classifier: (usize, usize),
     decisions: Vec<Decision>,
     tags: BTreeMap<String, Slice>,
     /// Why in-scope messages went to the agent: fallback reason -> count.
@@ -111,6 +115,8 @@ impl Report {
             out_of_scope_to_agent: 0,
             mistakes: Vec::new(),
             hidden_mistakes: 0,
+            by_pattern: (0, 0),
+            by_classifier: (0, 0),
             decisions: Vec::new(),
             tags: BTreeMap::new(),
             held_back: BTreeMap::new(),
@@ -151,13 +157,19 @@ impl Report {
             self.in_scope_local += usize::from(routing.local);
         }
         if routing.local {
+            let tier = match routing.tier {
+                super::Tier::Classifier => &mut self.by_classifier,
+                _ => &mut self.by_pattern,
+            };
+            tier.0 += 1;
+            tier.1 += usize::from(t != p);
             self.local += 1;
             self.wrong_local += usize::from(t != p);
             if t != p && held_out(sample) {
                 self.hidden_mistakes += 1;
             } else if t != p {
-                self.mistakes
-                    .push((text.clone(), truth.to_owned(), routing.intent.clone()));
+                let routed = format!("{} [{:?}]", routing.intent, routing.tier);
+                self.mistakes.push((text.clone(), truth.to_owned(), routed));
             }
         }
     }
@@ -428,6 +440,11 @@ impl fmt::Display for Report {
             self.wrong_local_rate(),
             self.wrong_local,
             self.local
+        )?;
+        writeln!(
+            f,
+            "local by tier       pattern {} ({} wrong), classifier alone {} ({} wrong)",
+            self.by_pattern.0, self.by_pattern.1, self.by_classifier.0, self.by_classifier.1
         )?;
         writeln!(
             f,

@@ -42,6 +42,7 @@ pub struct Guards {
     /// the agent.
     #[serde(default)]
     pub actions: Vec<String>,
+
     /// Content words the domain never uses that a routine request may still hold (a name, a
     /// place, a typo); with more, the message goes to the agent.
     #[serde(default = "default_max_unknown")]
@@ -88,6 +89,11 @@ pub struct IntentSpec {
     pub examples: Vec<String>,
     #[serde(default)]
     pub overrides: Vec<String>,
+    /// The domain around the intent's domain word ("my account", "my card"): a message with a
+    /// word the domain never uses is answered as this intent only when one of these matches,
+    /// since the word is likely used in another sense ("my fridge shows a balance").
+    #[serde(default)]
+    pub anchors: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -50,6 +50,9 @@ const MAX_ROUTABLE_BYTES: usize = 500;
 const DFA_CACHE_BYTES: usize = 32 << 20;
 /// A message of at most this many content words is a fragment unless something is done or asked.
 const MAX_FRAGMENT_WORDS: usize = 2;
+/// Content words a clause needs to ask for something of its own ("send 5k to my sister"),
+/// not follow up on the request beside it ("send am give me").
+const UNCOVERED_WORDS: usize = 2;
 /// Intents that accompany a request without being one.
 const PLEASANTRIES: &[&str] = &["greeting", "thanks_goodbye"];
 
@@ -83,6 +86,12 @@ pub enum Fallback {
     Uncovered,
     /// One or two content words with nothing done or asked about them ("order", "my card").
     Fragment,
+    /// The classifier alone saw an intent, but the message asks for nothing and reports
+    /// nothing gone wrong.
+    NoRequest,
+    /// A word the domain never uses, and no domain around the domain word ("my account",
+    /// "my card"): the word is likely used in another sense.
+    Unanchored,
 }
 
 /// The router's decision for one message.
@@ -111,6 +120,9 @@ struct Intent {
     reply: Option<String>,
     options: Vec<String>,
     overrides: Vec<usize>,
+    /// The domain around the intent's domain word ("my account" for a balance): a message
+    /// with a word the domain never uses needs one of these to be answered as this intent.
+    anchors: Option<RegexSet>,
 }
 
 pub struct Router {
@@ -260,10 +272,25 @@ impl Router {
         vocabulary.learn_patterns(pattern_intents.iter().map(|(_, r)| r.as_str()));
         vocabulary.learn(file.lexicon.keys().map(String::as_str));
 
+        let mut anchors = Vec::with_capacity(file.intents.len());
+        for spec in &file.intents {
+            for pattern in &spec.anchors {
+                compile(pattern)?;
+            }
+            anchors.push(if spec.anchors.is_empty() {
+                None
+            } else {
+                Some(ascii_set(&spec.anchors).map_err(|e| {
+                    intents::Error(format!("{}: anchors: {e}", spec.name))
+                })?)
+            });
+        }
         let intents = file
             .intents
             .iter()
-            .map(|spec| Intent {
+            .zip(anchors)
+            .map(|(spec, anchors)| Intent {
+                anchors,
                 name: spec.name.clone(),
                 threshold: spec.threshold,
                 confirm: spec.confirm,
@@ -404,6 +431,15 @@ impl Router {
         {
             return (decision.0, decision.1, Tier::Fallback, Some(Fallback::Fragment), None);
         }
+        // A domain word in another sense ("my fridge shows a balance", "the loan app harasses
+        // me") comes with a word the domain never uses: then the domain itself must be there.
+        let unanchored = self.intents[decision.0]
+            .anchors
+            .as_ref()
+            .is_some_and(|anchors| !anchors.is_match(text.as_bytes()));
+        if decision.3.is_none() && unanchored && self.vocabulary.unknown(text).1 > 0 {
+            return (decision.0, decision.1, Tier::Fallback, Some(Fallback::Unanchored), None);
+        }
         decision
     }
 
@@ -442,7 +478,16 @@ impl Router {
                 None,
             );
         }
-        if self.unfamiliar(text) {
+        // Words the domain never uses point to another topic, unless a pattern named the
+        // request and the intent's own domain stands around it ("my account balance").
+        let anchored = match candidates.as_slice() {
+            [(intent, _)] => self.intents[*intent]
+                .anchors
+                .as_ref()
+                .is_some_and(|a| a.is_match(text.as_bytes())),
+            _ => false,
+        };
+        if !anchored && self.unfamiliar(text) {
             let (intent, p) = top(probs());
             return (intent, p, Tier::Fallback, Some(Fallback::Unfamiliar), None);
         }
@@ -453,7 +498,10 @@ impl Router {
                 .iter()
                 .zip(&found.matched)
                 .any(|(&(from, to), matched)| {
-                    !matched && self.requests.is_match(&text.as_bytes()[from..to])
+                    let clause = &text[from..to];
+                    !matched
+                        && self.vocabulary.unknown(clause).0 >= UNCOVERED_WORDS
+                        && self.requests.is_match(clause.as_bytes())
                 });
         if uncovered {
             let (intent, p) = top(probs());
@@ -570,6 +618,14 @@ impl Router {
             Some(Fallback::LowConfidence)
         } else if self.negations.iter().any(|n| n.is_match(text.as_bytes())) {
             Some(Fallback::Negated)
+        } else if !PLEASANTRIES.contains(&self.intents[intent].name.as_str())
+            && !self.actions.is_empty()
+            && !self.actions.is_match(text.as_bytes())
+            && !self.requests.is_match(text.as_bytes())
+        {
+            // No pattern, nothing asked and nothing gone wrong: a story ("the rider was rude
+            // when he delivered") that only the agent can answer.
+            Some(Fallback::NoRequest)
         } else {
             None
         };
