@@ -334,7 +334,7 @@ impl Router {
         }
         let normalised = normalise(message, &self.lexicon);
         let text = normalised.text.as_str();
-        let decision = self.decide(text, &normalised.clauses);
+        let decision = self.decide(text, &normalised.clauses, normalised.question);
         let (intent, confidence, tier, fallback, secondary) = decision;
         let local = fallback.is_none() && Some(intent) != self.out_of_scope_index;
         Routing {
@@ -416,8 +416,9 @@ impl Router {
         &self,
         text: &str,
         clauses: &[(usize, usize)],
+        question: bool,
     ) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
-        let decision = self.decide_clauses(text, clauses);
+        let decision = self.decide_clauses(text, clauses, question);
         // A bare fragment ("order", "my card") names a topic, not a request: unless an intent
         // takes it whole (`^balance$`) or something is done or asked about it, the agent asks.
         let pleasantry = PLEASANTRIES.contains(&self.intents[decision.0].name.as_str());
@@ -431,13 +432,13 @@ impl Router {
         {
             return (decision.0, decision.1, Tier::Fallback, Some(Fallback::Fragment), None);
         }
-        // A domain word in another sense ("my fridge shows a balance", "the loan app harasses
-        // me") comes with a word the domain never uses: then the domain itself must be there.
+        // A domain word may be used in another sense ("my fridge shows a balance", "the loan
+        // app harasses me"): an intent with anchors is answered only with its domain around.
         let unanchored = self.intents[decision.0]
             .anchors
             .as_ref()
             .is_some_and(|anchors| !anchors.is_match(text.as_bytes()));
-        if decision.3.is_none() && unanchored && self.vocabulary.unknown(text).1 > 0 {
+        if decision.3.is_none() && unanchored && !self.takes_whole(text, clauses) {
             return (decision.0, decision.1, Tier::Fallback, Some(Fallback::Unanchored), None);
         }
         decision
@@ -447,6 +448,7 @@ impl Router {
         &self,
         text: &str,
         clauses: &[(usize, usize)],
+        question: bool,
     ) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
         let oos = self.out_of_scope_index.unwrap_or(0);
         if text.trim().is_empty() {
@@ -533,17 +535,17 @@ impl Router {
             // A pleasantry gives way to anything beside it that no pattern read: "Hello,
             // order 123 was due Friday" is not a greeting.
             [] if pleasantry.is_some() && self.unread_clause(text, clauses, &found.matched) => {
-                self.classifier_decision(text, probs())
+                self.classifier_decision(text, probs(), question)
             }
             [] => match pleasantry {
                 Some(intent) => match self.confirmed(probs(), intent, None) {
                     // "Hello, is this the customer service line?": the rest decides.
                     (_, _, _, Some(Fallback::Unconfirmed), _) => {
-                        self.classifier_decision(text, probs())
+                        self.classifier_decision(text, probs(), question)
                     }
                     decision => decision,
                 },
-                None => self.classifier_decision(text, probs()),
+                None => self.classifier_decision(text, probs(), question),
             },
         }
     }
@@ -610,6 +612,7 @@ impl Router {
         &self,
         text: &str,
         probs: &[f32],
+        question: bool,
     ) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
         let (intent, p) = top(probs);
         let fallback = if Some(intent) == self.out_of_scope_index {
@@ -619,12 +622,14 @@ impl Router {
         } else if self.negations.iter().any(|n| n.is_match(text.as_bytes())) {
             Some(Fallback::Negated)
         } else if !PLEASANTRIES.contains(&self.intents[intent].name.as_str())
+            && !(question && owns(text))
             && !self.actions.is_empty()
             && !self.actions.is_match(text.as_bytes())
             && !self.requests.is_match(text.as_bytes())
         {
-            // No pattern, nothing asked and nothing gone wrong: a story ("the rider was rude
-            // when he delivered") that only the agent can answer.
+            // No pattern, nothing asked about the customer's own things and nothing gone
+            // wrong: a story ("the rider was rude when he delivered") or a question about the
+            // business ("do you open on Sundays?") that only the agent can answer.
             Some(Fallback::NoRequest)
         } else {
             None
@@ -703,6 +708,12 @@ struct Found {
     negated: bool,
     /// Per clause: whether any pattern matched in it (kept or not).
     matched: Vec<bool>,
+}
+
+/// The message speaks of the customer's own things ("my order"): a question about them is a
+/// request, one about the business is an FAQ.
+fn owns(text: &str) -> bool {
+    text.split(' ').any(|w| w == "my")
 }
 
 /// The most probable class and its probability.

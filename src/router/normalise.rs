@@ -63,6 +63,8 @@ pub(super) struct Normalised {
     /// word. A clause ends at a sentence or clause mark (`. , ; : ! ?`, a new line) and before
     /// a word that opens a new one ("but", "then", ...).
     pub(super) clauses: Vec<(usize, usize)>,
+    /// The message asks a question (a `?`, which the canonical text drops).
+    pub(super) question: bool,
 }
 
 /// Marks that end a clause. Amounts (`15,000`) are masked before the split.
@@ -106,6 +108,7 @@ pub(super) fn normalise(message: &str, lexicon: &Lexicon) -> Normalised {
         text,
         entities,
         clauses,
+        question: message.contains('?'),
     }
 }
 
