@@ -844,6 +844,157 @@ mod tests {
         assert_eq!(routing.intent, "agent_escalation");
     }
 
+    /// (intent, local) of each message.
+    fn routed(r: &Router, text: &str) -> (String, bool) {
+        let routing = r.route(text);
+        (routing.intent, routing.local)
+    }
+
+    // The rules of the clause structure (issue #37), each with messages of several shapes
+    // written for these tests: none is in the labelled files.
+
+    #[test]
+    fn a_person_asked_for_in_any_clause_wins() {
+        let r = router();
+        for text in [
+            "Oga I need person abeg, my order never come",
+            "my card don block since morning, make somebody call me",
+            "This refund matter don tire me. Give me a real person",
+            "I no want loan. I want talk to person",
+            "Abeg which person I fit talk to?",
+        ] {
+            assert_eq!(routed(&r, text), ("agent_escalation".into(), true), "{text}");
+        }
+    }
+
+    #[test]
+    fn pleasantries_give_way_to_a_request_beside_them() {
+        let r = router();
+        for (text, intent) in [
+            ("Thanks, e don enter. Now wetin be my balance?", "check_balance"),
+            ("Good morning, I want to check my balance", "check_balance"),
+            ("Thank you so much. Please how much remain for my wallet?", "check_balance"),
+            ("Ese o. Oya block my card, I lost it", "card_issue"),
+        ] {
+            assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
+        }
+        // Beside a pleasantry, something no intent reads: not a greeting, not a thank-you.
+        for text in [
+            "Thank you. Now send 5k to my sister",
+            "Hello, my parcel was due on Monday, any news from the warehouse people?",
+            "Good evening. I want to increase my daily transfer limit",
+        ] {
+            let routing = r.route(text);
+            assert!(
+                !(routing.local && PLEASANTRIES.contains(&routing.intent.as_str())),
+                "{text}: {routing:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_no_intent_covers_beside_one_it_does_goes_to_the_agent() {
+        let r = router();
+        for text in [
+            "Check my balance then transfer 10k to Tunde",
+            "Show me my statement, also increase my card limit to 500k",
+            "Block my card. Then move my savings to my wife account",
+            "Check my balance and buy me 1k airtime",
+        ] {
+            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
+        }
+        // A follow-up on the same request is not a second one.
+        assert_eq!(
+            routed(&r, "I wan open account for my shop, wetin I need bring?"),
+            ("account_opening".into(), true)
+        );
+    }
+
+    #[test]
+    fn negation_holds_in_its_clause_in_four_languages() {
+        let r = router();
+        // The negated request is not answered; the one in the next clause is.
+        for (text, intent) in [
+            ("Mi o fe loan o, elo lo ku ninu account mi?", "check_balance"),
+            ("Ba na son loan, ina son ganin balance", "check_balance"),
+            ("I no want loan but how much remain for my account", "check_balance"),
+            ("I don't want a new card, I want to check my balance", "check_balance"),
+            ("my balance abeg, not the loan one", "check_balance"),
+        ] {
+            assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
+        }
+        // Negated alone: never answered as the negated intent.
+        for (text, negated) in [
+            ("Emi o fe loan rara", "loan_inquiry"),
+            ("Achọghị m loan ọ bụla", "loan_inquiry"),
+            ("Bana son loan, na gode", "loan_inquiry"),
+            ("I never collect any loan from una", "loan_inquiry"),
+        ] {
+            let (intent, local) = routed(&r, text);
+            assert!(!(local && intent == negated), "{text}: {intent}");
+        }
+        // A negation does not reach into the next clause.
+        assert_eq!(
+            routed(&r, "No, I don't need airtime. Block my card"),
+            ("card_issue".into(), true)
+        );
+    }
+
+    #[test]
+    fn a_domain_word_in_another_sense_is_not_answered_as_the_domain() {
+        let r = router();
+        for text in [
+            "My fridge dey show balance error",
+            "The balance on my generator payment plan",
+            "That loan app dey harass my contacts",
+            "I still owe school fees balance",
+            "What does NIP charge on my statement mean?",
+            "The governor statement for TV today na lie",
+            "Explain this charge on my account",
+        ] {
+            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
+        }
+        // With the domain around the word, it is the domain.
+        for (text, intent) in [
+            ("abeg check my account balance", "check_balance"),
+            ("how much loan can I collect", "loan_inquiry"),
+            ("send my account statement for March", "transaction_history"),
+        ] {
+            assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_fragment_without_action_or_object_goes_to_the_agent() {
+        let r = router();
+        for text in ["order", "transfer", "my card", "card", "my money", "account", "my order"] {
+            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
+        }
+        // A service named outright, a figure or a state is a request.
+        for (text, intent) in [
+            ("balance?", "check_balance"),
+            ("refund 🙏", "refund_request"),
+            ("stmt pls", "transaction_history"),
+            ("loan?", "loan_inquiry"),
+            ("card blocked", "card_issue"),
+            ("airtime 1k", "airtime_data"),
+        ] {
+            assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_classifier_alone_answers_only_a_request() {
+        let r = router();
+        // A story about a domain, with nothing asked: the agent reads it.
+        for text in [
+            "The rider was very rude to me when he delivered my order",
+            "Do you people open on Sundays?",
+        ] {
+            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
+        }
+    }
+
     #[test]
     fn entities_come_back_and_digits_are_masked() {
         let routing = router().route("buy 2k airtime for 08031234567");
