@@ -98,9 +98,14 @@ enum Command {
         /// them, and with --write writes them into that intents file.
         #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["text", "jsonl", "eval"])]
         calibrate: Vec<PathBuf>,
-        /// With --calibrate: the intents file to write the thresholds into (the configured one,
-        /// or the built-in one's text, copied there).
-        #[arg(long, value_name = "INTENTS", requires = "calibrate")]
+        /// Recalibrate from exported, labelled turns (`--export-unsure`, each line's "intent"
+        /// set) plus the bundled messages: prints each file's scores before and after
+        /// (cross-validated, leave-one-file-out, hold-out); with --write writes the result.
+        #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with_all = ["text", "jsonl", "eval", "calibrate"])]
+        retrain: Vec<PathBuf>,
+        /// With --calibrate or --retrain: the intents file to write the thresholds into (the
+        /// configured one, or the built-in one's text, copied there).
+        #[arg(long, value_name = "INTENTS")]
         write: Option<PathBuf>,
         /// Print the intents file in use (the built-in one unless configured), to copy and extend.
         #[arg(long, conflicts_with_all = ["text", "jsonl", "eval"])]
@@ -335,6 +340,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 eval,
                 folds,
                 calibrate,
+                retrain,
                 write,
                 print_intents,
                 export_unsure,
@@ -350,6 +356,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 if !calibrate.is_empty() {
                     return calibrate_router(&config, &calibrate, folds, write.as_deref());
+                }
+                if !retrain.is_empty() {
+                    return retrain_router(&config, &retrain, folds, write.as_deref());
+                }
+                if write.is_some() {
+                    anyhow::bail!("--write goes with --calibrate or --retrain");
                 }
                 route(&config, text, jsonl, eval, folds)
             }
@@ -852,6 +864,63 @@ fn calibrate_router(
         let calibrated = router::eval::with_thresholds(&source, &thresholds)?;
         std::fs::write(path, calibrated).with_context(|| format!("writing {}", path.display()))?;
         println!("\nwritten into {}", shown(&path.display().to_string()));
+    }
+    Ok(())
+}
+
+/// `sabi route --retrain`: thresholds recalibrated on the bundled messages and the labelled
+/// turns, each file's scores before and after, and only then, with `--write`, the file.
+fn retrain_router(
+    config: &Config,
+    files: &[PathBuf],
+    folds: usize,
+    write: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let source = config.router.intents_source()?;
+    let mut names = Vec::new();
+    let mut sets = Vec::new();
+    if router::IntentsFile::parse(&source)?.bundled_examples {
+        names.push("bundled".to_owned());
+        sets.push(Router::bundled_samples());
+    }
+    for file in files {
+        names.push(file.display().to_string());
+        sets.push(read_samples(file)?);
+    }
+    let folds = folds.max(2);
+    let max_wrong = config.router.max_wrong_rate;
+    let retrained = router::eval::retrain(&source, &sets, folds, max_wrong)?;
+    let table = |scores: &[router::eval::FileScores]| {
+        let rows: Vec<(String, &router::eval::FileScores)> =
+            names.iter().cloned().zip(scores).collect();
+        router::eval::generalisation_table(&rows)
+    };
+    println!(
+        "before: the thresholds in use ({folds}-fold cross-validated; leave-one-file-out; hold-out)\n\n{}",
+        table(&retrained.before)
+    );
+    println!(
+        "after: recalibrated for at most {:.1} % wrong local answers on every file's messages outside the hold-out\n\n{}",
+        max_wrong * 100.0,
+        table(&retrained.after)
+    );
+    println!(
+        "{:<20} {:>8} {:>10} {:>7} {:>6}",
+        "intent", "confirm", "threshold", "local", "wrong"
+    );
+    for t in &retrained.thresholds {
+        println!(
+            "{:<20} {:>8.2} {:>10.2} {:>7} {:>6}",
+            t.intent, t.confirm, t.threshold, t.local, t.wrong
+        );
+    }
+    match write {
+        Some(path) => {
+            std::fs::write(path, &retrained.source)
+                .with_context(|| format!("writing {}", path.display()))?;
+            println!("\nwritten into {}", shown(&path.display().to_string()));
+        }
+        None => println!("\nnothing written: add --write INTENTS to keep the recalibrated file"),
     }
     Ok(())
 }

@@ -426,6 +426,11 @@ const SETTINGS: &[Setting] = &[
         "The intents file; the built-in one when unset (`sabi route --print-intents`).",
         "\"/etc/sabi/intents.toml\"",
     ),
+    opt(
+        "router.packs",
+        "The intent packs the business answers (the built-in file: bank, shop, telco), besides greetings, thanks and a person; the rest goes to the agent. Unset: every pack.",
+        "[\"shop\"]",
+    ),
     set(
         "router.max_wrong_rate",
         "The share of local answers that may be wrong; `sabi route --calibrate` sets thresholds to meet it.",

@@ -379,6 +379,47 @@ pub fn generalisation(
     Ok(scores)
 }
 
+/// A recalibration from labelled turns: the per-file scores before and after, and the
+/// intents file it would write.
+#[derive(Debug, Clone)]
+pub struct Retrained {
+    pub before: Vec<FileScores>,
+    pub after: Vec<FileScores>,
+    pub thresholds: Vec<Thresholds>,
+    /// `source` with the new thresholds.
+    pub source: String,
+}
+
+/// Recalibrates `source`'s thresholds on every set's messages outside the hold-out (the
+/// bundled ones and the exported, labelled turns), and scores each set before and after.
+/// Nothing is written: the caller shows both tables first.
+///
+/// # Errors
+/// As [`cross_validate`], and when the recalibrated file would not load.
+pub fn retrain(
+    source: &str,
+    sets: &[Vec<Sample>],
+    folds: usize,
+    max_wrong: f64,
+) -> Result<Retrained, intents::Error> {
+    let before = generalisation(source, sets, folds)?;
+    let tuning: Vec<Sample> = sets
+        .iter()
+        .flatten()
+        .filter(|s| !held_out(s))
+        .cloned()
+        .collect();
+    let thresholds = calibrate(source, &tuning, folds, max_wrong)?;
+    let retrained = with_thresholds(source, &thresholds)?;
+    let after = generalisation(&retrained, sets, folds)?;
+    Ok(Retrained {
+        before,
+        after,
+        thresholds,
+        source: retrained,
+    })
+}
+
 /// The per-file table of [`generalisation`]: wrong local answers, out-of-scope messages to the
 /// agent, and in-scope messages answered locally, each measured three ways.
 pub fn generalisation_table(files: &[(String, &FileScores)]) -> String {

@@ -12,6 +12,10 @@ pub struct IntentsFile {
     /// so does a copy of it).
     #[serde(default)]
     pub bundled_examples: bool,
+    /// The packs switched on (`router.packs` sets it): intents of other packs are left out and
+    /// their examples teach `out_of_scope`. Unset: every pack is on.
+    #[serde(default)]
+    pub packs: Option<Vec<String>>,
     /// Canonical word -> its spelling variants (single words or phrases).
     #[serde(default)]
     pub lexicon: BTreeMap<String, Vec<String>>,
@@ -89,6 +93,10 @@ pub struct IntentSpec {
     pub examples: Vec<String>,
     #[serde(default)]
     pub overrides: Vec<String>,
+    /// The pack the intent belongs to ("bank", "shop", "telco"); none: common to every
+    /// business (greetings, thanks, a person, out of scope).
+    #[serde(default)]
+    pub pack: Option<String>,
     /// The domain around the intent's domain word ("my account", "my card"): a message with a
     /// word the domain never uses is answered as this intent only when one of these matches,
     /// since the word is likely used in another sense ("my fridge shows a balance").
@@ -172,7 +180,44 @@ impl IntentsFile {
         if self.intents.is_empty() {
             return Err(Error("no [[intent]] defined".into()));
         }
+        let known = self.known_packs();
+        if let Some(unknown) = self
+            .packs
+            .iter()
+            .flatten()
+            .find(|p| !known.contains(&p.as_str()))
+        {
+            return Err(Error(format!(
+                "pack {unknown:?} is not in the intents file (its packs: {})",
+                known.join(", ")
+            )));
+        }
         Ok(())
+    }
+
+    /// Every pack some intent belongs to, in file order.
+    pub fn known_packs(&self) -> Vec<&str> {
+        let mut packs: Vec<&str> = Vec::new();
+        for pack in self.intents.iter().filter_map(|i| i.pack.as_deref()) {
+            if !packs.contains(&pack) {
+                packs.push(pack);
+            }
+        }
+        packs
+    }
+
+    /// Leaves out the intents of packs not switched on, and returns them: what they would
+    /// have answered is, for this business, out of scope.
+    pub fn select_packs(&mut self) -> Vec<IntentSpec> {
+        let Some(on) = &self.packs else {
+            return Vec::new();
+        };
+        let (kept, off): (Vec<IntentSpec>, Vec<IntentSpec>) =
+            self.intents.drain(..).partition(|i| {
+                i.pack.as_ref().is_none_or(|p| on.contains(p))
+            });
+        self.intents = kept;
+        off
     }
 }
 

@@ -187,12 +187,24 @@ impl Router {
         Router::from_source(source, &labelled)
     }
 
+    /// The labelled messages bundled with Sabi (what a file with `bundled_examples` learns
+    /// from), as samples to score or calibrate on.
+    pub fn bundled_samples() -> Vec<eval::Sample> {
+        BUILTIN_LABELLED
+            .lines()
+            .filter_map(|line| serde_json::from_str::<eval::Sample>(line).ok())
+            .collect()
+    }
+
     /// Builds a router from an intents file's text, learning also from `extra` examples.
     ///
     /// # Errors
     /// A file that does not parse or check, or a pattern that is not a valid regex (with its line).
     pub fn from_source(source: &str, extra: &[Labelled]) -> Result<Router, intents::Error> {
-        let file = IntentsFile::parse(source)?;
+        let mut file = IntentsFile::parse(source)?;
+        // Intents of packs switched off: their words teach the classifier what this business
+        // hands to the agent.
+        let off = file.select_packs();
         let mut lexicon = Lexicon::default();
         for (canonical, variants) in &file.lexicon {
             lexicon.add(canonical, variants);
@@ -250,8 +262,21 @@ impl Router {
                     .map(|e| (normalise(e, &lexicon).text, index)),
             );
         }
+        let oos = index_of(OUT_OF_SCOPE);
+        if let Some(oos) = oos {
+            for spec in &off {
+                examples.extend(
+                    spec.examples
+                        .iter()
+                        .map(|e| (normalise(e, &lexicon).text, oos)),
+                );
+            }
+        }
         for labelled in extra {
-            let index = index_of(&labelled.intent).ok_or_else(|| {
+            let switched_off = || off.iter().any(|spec| spec.name == labelled.intent);
+            let index = index_of(&labelled.intent)
+                .or_else(|| oos.filter(|_| switched_off()))
+                .ok_or_else(|| {
                 intents::Error(format!(
                     "example labelled with unknown intent {:?}",
                     labelled.intent
@@ -261,7 +286,6 @@ impl Router {
         }
         let classifier = Classifier::train(&examples, file.intents.len());
         // The domain's words: out-of-scope examples are, by definition, about something else.
-        let oos = index_of(OUT_OF_SCOPE);
         let mut vocabulary = Vocabulary::default();
         vocabulary.learn(
             examples
@@ -300,7 +324,7 @@ impl Router {
                 overrides: spec.overrides.iter().filter_map(|o| index_of(o)).collect(),
             })
             .collect();
-        Ok(Router {
+        let mut router = Router {
             intents,
             lexicon,
             patterns,
@@ -315,7 +339,23 @@ impl Router {
             out_of_scope_index: index_of(OUT_OF_SCOPE),
             vocabulary,
             max_unknown: file.guards.max_unknown_words,
-        })
+        };
+        if !off.is_empty() {
+            // A quick reply offers only what this business answers ("Check my balance" is no
+            // shop's button).
+            let kept: Vec<Vec<String>> = router
+                .intents
+                .iter()
+                .map(|i| {
+                    let offered = |o: &&String| router.route(o).local;
+                    i.options.iter().filter(offered).cloned().collect()
+                })
+                .collect();
+            for (intent, options) in router.intents.iter_mut().zip(kept) {
+                intent.options = options;
+            }
+        }
+        Ok(router)
     }
 
     /// Routes one message.
@@ -993,6 +1033,73 @@ mod tests {
         ] {
             assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
         }
+    }
+
+    /// The built-in file with only `packs` switched on, as `router.packs` gives it.
+    fn with_packs(packs: &str) -> Router {
+        let source = format!("packs = {packs}\n{}", crate::config::DEFAULT_INTENTS);
+        Router::trained(&source).expect("intents")
+    }
+
+    #[test]
+    fn a_shop_answers_its_pack_and_the_common_intents_only() {
+        let shop = with_packs(r#"["shop"]"#);
+        for (text, intent) in [
+            ("Where is my order? I ordered since Monday", "order_status"),
+            ("The blender came broken, I want refund", "refund_request"),
+            ("I want to return the shoes, they are too small", "refund_request"),
+            ("hello", "greeting"),
+            ("thank you", "thanks_goodbye"),
+            ("I wan talk to human", "agent_escalation"),
+        ] {
+            assert_eq!(routed(&shop, text), (intent.into(), true), "{text}");
+        }
+        // A bank's or a telco's request is not the shop's: the agent answers.
+        for text in ["I wan check my balance", "block my card, I lost it", "buy 1k airtime"] {
+            assert!(!shop.route(text).local, "{text}: {:?}", shop.route(text));
+        }
+        let labels = shop.labels();
+        assert!(!labels.contains(&"check_balance".to_owned()), "{labels:?}");
+        // Quick replies offer only what the shop answers.
+        let (_, _, options) = shop.action("greeting").expect("greeting");
+        assert!(options.iter().all(|o| !o.contains("balance")), "{options:?}");
+        assert!(options.iter().any(|o| o.contains("order")), "{options:?}");
+    }
+
+    #[test]
+    fn without_packs_every_pack_is_on_and_an_unknown_pack_is_refused() {
+        let all = router();
+        let every = with_packs(r#"["bank", "shop", "telco"]"#);
+        assert_eq!(all.labels(), every.labels());
+        for text in ["I wan check my balance", "Where is my order?", "buy 1k airtime"] {
+            assert!(all.route(text).local, "{text}");
+        }
+        let source = format!("packs = [\"pharmacy\"]\n{}", crate::config::DEFAULT_INTENTS);
+        let err = Router::trained(&source).err().expect("refused").to_string();
+        assert!(err.contains("pharmacy") && err.contains("shop"), "{err}");
+    }
+
+    #[test]
+    fn router_packs_in_the_configuration_select_the_packs() {
+        let mut config = crate::config::RouterConfig {
+            packs: Some(vec!["shop".into(), "telco".into()]),
+            ..Default::default()
+        };
+        let source = config.intents_source().expect("source");
+        let labels = Router::trained(&source).expect("intents").labels();
+        assert!(labels.contains(&"order_status".to_owned()), "{labels:?}");
+        assert!(labels.contains(&"airtime_data".to_owned()), "{labels:?}");
+        assert!(!labels.contains(&"loan_inquiry".to_owned()), "{labels:?}");
+        // A file written from that text (`--calibrate --write`) takes the configured packs.
+        let written = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(written.path(), &source).expect("written");
+        config.intents_file = Some(written.path().to_owned());
+        config.packs = Some(vec!["bank".into()]);
+        let labels = Router::trained(&config.intents_source().expect("source"))
+            .expect("intents")
+            .labels();
+        assert!(labels.contains(&"loan_inquiry".to_owned()), "{labels:?}");
+        assert!(!labels.contains(&"order_status".to_owned()), "{labels:?}");
     }
 
     #[test]

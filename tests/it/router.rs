@@ -601,4 +601,37 @@ async fn the_export_and_relabel_loop_end_to_end() {
         String::from_utf8_lossy(&calibrated.stderr)
     );
     assert!(String::from_utf8_lossy(&calibrated.stdout).contains("3 messages"));
+
+    // The loop closed: recalibrated from the labelled turns and the bundled messages, each
+    // file's scores before and after are shown, and nothing is written without --write.
+    let intents = app.dir.path().join("retrained.toml");
+    let retrain = |write: bool| {
+        let mut command = sabi_command(app.dir.path());
+        command
+            .args(["route", "--retrain"])
+            .arg(&export)
+            .args(["--folds", "2"]);
+        if write {
+            command.arg("--write").arg(&intents);
+        }
+        command.output().expect("sabi route runs")
+    };
+    let shown = retrain(false);
+    let out = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    let before = out.find("before:").expect("the table before");
+    let after = out.find("after:").expect("the table after");
+    assert!(before < after, "{out}");
+    assert!(out.contains("bundled") && out.contains("unsure.jsonl"), "{out}");
+    assert!(out.contains("leave-one-file-out"), "{out}");
+    assert!(out.contains("nothing written"), "{out}");
+    assert!(!intents.exists());
+    let written = retrain(true);
+    assert!(written.status.success());
+    let file = std::fs::read_to_string(&intents).expect("the recalibrated file");
+    Router::trained(&file).expect("the recalibrated file loads");
 }
