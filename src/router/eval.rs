@@ -420,6 +420,9 @@ pub fn retrain(
     })
 }
 
+/// One row of the per-file table: (what it counts, out of how many) in a report.
+type Measure = fn(&Report) -> (usize, usize);
+
 /// The per-file table of [`generalisation`]: wrong local answers, out-of-scope messages to the
 /// agent, and in-scope messages answered locally, each measured three ways.
 pub fn generalisation_table(files: &[(String, &FileScores)]) -> String {
@@ -429,7 +432,7 @@ pub fn generalisation_table(files: &[(String, &FileScores)]) -> String {
     );
     for (file, s) in files {
         let reports = [&s.cross_validated, &s.leave_one_file_out, &s.held_out];
-        let rows: [(&str, fn(&Report) -> (usize, usize)); 3] = [
+        let rows: [(&str, Measure); 3] = [
             ("wrong local", |r| (r.wrong_local, r.local)),
             ("out_of_scope->agent", |r| {
                 (r.out_of_scope_to_agent, r.out_of_scope)

@@ -212,10 +212,10 @@ impl IntentsFile {
         let Some(on) = &self.packs else {
             return Vec::new();
         };
-        let (kept, off): (Vec<IntentSpec>, Vec<IntentSpec>) =
-            self.intents.drain(..).partition(|i| {
-                i.pack.as_ref().is_none_or(|p| on.contains(p))
-            });
+        let (kept, off): (Vec<IntentSpec>, Vec<IntentSpec>) = self
+            .intents
+            .drain(..)
+            .partition(|i| i.pack.as_ref().is_none_or(|p| on.contains(p)));
         self.intents = kept;
         off
     }

@@ -277,11 +277,11 @@ impl Router {
             let index = index_of(&labelled.intent)
                 .or_else(|| oos.filter(|_| switched_off()))
                 .ok_or_else(|| {
-                intents::Error(format!(
-                    "example labelled with unknown intent {:?}",
-                    labelled.intent
-                ))
-            })?;
+                    intents::Error(format!(
+                        "example labelled with unknown intent {:?}",
+                        labelled.intent
+                    ))
+                })?;
             examples.push((normalise(&labelled.text, &lexicon).text, index));
         }
         let classifier = Classifier::train(&examples, file.intents.len());
@@ -304,9 +304,10 @@ impl Router {
             anchors.push(if spec.anchors.is_empty() {
                 None
             } else {
-                Some(ascii_set(&spec.anchors).map_err(|e| {
-                    intents::Error(format!("{}: anchors: {e}", spec.name))
-                })?)
+                Some(
+                    ascii_set(&spec.anchors)
+                        .map_err(|e| intents::Error(format!("{}: anchors: {e}", spec.name)))?,
+                )
             });
         }
         let intents = file
@@ -470,7 +471,13 @@ impl Router {
             && !self.takes_whole(text, clauses)
             && !self.actions.is_match(text.as_bytes())
         {
-            return (decision.0, decision.1, Tier::Fallback, Some(Fallback::Fragment), None);
+            return (
+                decision.0,
+                decision.1,
+                Tier::Fallback,
+                Some(Fallback::Fragment),
+                None,
+            );
         }
         // A domain word may be used in another sense ("my fridge shows a balance", "the loan
         // app harasses me"): an intent with anchors is answered only with its domain around.
@@ -479,7 +486,13 @@ impl Router {
             .as_ref()
             .is_some_and(|anchors| !anchors.is_match(text.as_bytes()));
         if decision.3.is_none() && unanchored && !self.takes_whole(text, clauses) {
-            return (decision.0, decision.1, Tier::Fallback, Some(Fallback::Unanchored), None);
+            return (
+                decision.0,
+                decision.1,
+                Tier::Fallback,
+                Some(Fallback::Unanchored),
+                None,
+            );
         }
         decision
     }
@@ -590,13 +603,23 @@ impl Router {
         }
     }
 
+    /// Whether a message the classifier alone read asks for something: a pleasantry, a
+    /// question about the customer's own things, an action or state, or a request cue (a file
+    /// that names no actions asks nothing more).
+    fn asks(&self, intent: usize, text: &str, question: bool) -> bool {
+        PLEASANTRIES.contains(&self.intents[intent].name.as_str())
+            || (question && owns(text))
+            || self.actions.is_empty()
+            || self.actions.is_match(text.as_bytes())
+            || self.requests.is_match(text.as_bytes())
+    }
+
     /// Whether a clause no pattern matched says something: a content word, not only
     /// particles and pleasantry words ("ehen", "o", "abeg").
     fn unread_clause(&self, text: &str, clauses: &[(usize, usize)], matched: &[bool]) -> bool {
-        clauses
-            .iter()
-            .zip(matched)
-            .any(|(&(from, to), matched)| !matched && self.vocabulary.unknown(&text[from..to]).0 > 0)
+        clauses.iter().zip(matched).any(|(&(from, to), matched)| {
+            !matched && self.vocabulary.unknown(&text[from..to]).0 > 0
+        })
     }
 
     /// Whether a pattern written for a whole message or clause (`^balance( please)?$`) takes
@@ -661,12 +684,7 @@ impl Router {
             Some(Fallback::LowConfidence)
         } else if self.negations.iter().any(|n| n.is_match(text.as_bytes())) {
             Some(Fallback::Negated)
-        } else if !PLEASANTRIES.contains(&self.intents[intent].name.as_str())
-            && !(question && owns(text))
-            && !self.actions.is_empty()
-            && !self.actions.is_match(text.as_bytes())
-            && !self.requests.is_match(text.as_bytes())
-        {
+        } else if !self.asks(intent, text, question) {
             // No pattern, nothing asked about the customer's own things and nothing gone
             // wrong: a story ("the rider was rude when he delivered") or a question about the
             // business ("do you open on Sundays?") that only the agent can answer.
@@ -903,7 +921,11 @@ mod tests {
             "I no want loan. I want talk to person",
             "Abeg which person I fit talk to?",
         ] {
-            assert_eq!(routed(&r, text), ("agent_escalation".into(), true), "{text}");
+            assert_eq!(
+                routed(&r, text),
+                ("agent_escalation".into(), true),
+                "{text}"
+            );
         }
     }
 
@@ -911,9 +933,15 @@ mod tests {
     fn pleasantries_give_way_to_a_request_beside_them() {
         let r = router();
         for (text, intent) in [
-            ("Thanks, e don enter. Now wetin be my balance?", "check_balance"),
+            (
+                "Thanks, e don enter. Now wetin be my balance?",
+                "check_balance",
+            ),
             ("Good morning, I want to check my balance", "check_balance"),
-            ("Thank you so much. Please how much remain for my wallet?", "check_balance"),
+            (
+                "Thank you so much. Please how much remain for my wallet?",
+                "check_balance",
+            ),
             ("Ese o. Oya block my card, I lost it", "card_issue"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
@@ -955,10 +983,19 @@ mod tests {
         let r = router();
         // The negated request is not answered; the one in the next clause is.
         for (text, intent) in [
-            ("Mi o fe loan o, elo lo ku ninu account mi?", "check_balance"),
+            (
+                "Mi o fe loan o, elo lo ku ninu account mi?",
+                "check_balance",
+            ),
             ("Ba na son loan, ina son ganin balance", "check_balance"),
-            ("I no want loan but how much remain for my account", "check_balance"),
-            ("I don't want a new card, I want to check my balance", "check_balance"),
+            (
+                "I no want loan but how much remain for my account",
+                "check_balance",
+            ),
+            (
+                "I don't want a new card, I want to check my balance",
+                "check_balance",
+            ),
             ("my balance abeg, not the loan one", "check_balance"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
@@ -1007,7 +1044,9 @@ mod tests {
     #[test]
     fn a_fragment_without_action_or_object_goes_to_the_agent() {
         let r = router();
-        for text in ["order", "transfer", "my card", "card", "my money", "account", "my order"] {
+        for text in [
+            "order", "transfer", "my card", "card", "my money", "account", "my order",
+        ] {
             assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
         }
         // A service named outright, a figure or a state is a request.
@@ -1047,7 +1086,10 @@ mod tests {
         for (text, intent) in [
             ("Where is my order? I ordered since Monday", "order_status"),
             ("The blender came broken, I want refund", "refund_request"),
-            ("I want to return the shoes, they are too small", "refund_request"),
+            (
+                "I want to return the shoes, they are too small",
+                "refund_request",
+            ),
             ("hello", "greeting"),
             ("thank you", "thanks_goodbye"),
             ("I wan talk to human", "agent_escalation"),
@@ -1055,14 +1097,21 @@ mod tests {
             assert_eq!(routed(&shop, text), (intent.into(), true), "{text}");
         }
         // A bank's or a telco's request is not the shop's: the agent answers.
-        for text in ["I wan check my balance", "block my card, I lost it", "buy 1k airtime"] {
+        for text in [
+            "I wan check my balance",
+            "block my card, I lost it",
+            "buy 1k airtime",
+        ] {
             assert!(!shop.route(text).local, "{text}: {:?}", shop.route(text));
         }
         let labels = shop.labels();
         assert!(!labels.contains(&"check_balance".to_owned()), "{labels:?}");
         // Quick replies offer only what the shop answers.
         let (_, _, options) = shop.action("greeting").expect("greeting");
-        assert!(options.iter().all(|o| !o.contains("balance")), "{options:?}");
+        assert!(
+            options.iter().all(|o| !o.contains("balance")),
+            "{options:?}"
+        );
         assert!(options.iter().any(|o| o.contains("order")), "{options:?}");
     }
 
@@ -1071,7 +1120,11 @@ mod tests {
         let all = router();
         let every = with_packs(r#"["bank", "shop", "telco"]"#);
         assert_eq!(all.labels(), every.labels());
-        for text in ["I wan check my balance", "Where is my order?", "buy 1k airtime"] {
+        for text in [
+            "I wan check my balance",
+            "Where is my order?",
+            "buy 1k airtime",
+        ] {
             assert!(all.route(text).local, "{text}");
         }
         let source = format!("packs = [\"pharmacy\"]\n{}", crate::config::DEFAULT_INTENTS);

@@ -36,11 +36,8 @@ fn generalised() -> (Vec<(&'static str, FileScores)>, String) {
     let files = ["dev.jsonl", "dev-hard.jsonl", "dev-wild.jsonl"];
     let sets: Vec<Vec<Sample>> = files.iter().map(|f| samples(f)).collect();
     let scores = generalisation(DEFAULT, &sets, 5).expect("router builds");
-    let table: Vec<(String, &FileScores)> = files
-        .iter()
-        .map(|f| f.to_string())
-        .zip(&scores)
-        .collect();
+    let table: Vec<(String, &FileScores)> =
+        files.iter().map(|f| f.to_string()).zip(&scores).collect();
     let table = generalisation_table(&table);
     (files.into_iter().zip(scores).collect(), table)
 }
@@ -90,8 +87,15 @@ fn each_file_cross_validated_and_left_out_of_learning() {
     assert!(s.leave_one_file_out.wrong_local_rate() <= 0.03, "{file}");
     // The hold-out is small (a quarter of each file): at most a couple of wrong answers each.
     for (file, s) in &scores {
-        assert!(s.held_out.wrong_local <= 1, "{file}: hold-out\n{}", s.held_out);
-        assert!(s.held_out.total >= 40, "{file}: a quarter of the file held out");
+        assert!(
+            s.held_out.wrong_local <= 1,
+            "{file}: hold-out\n{}",
+            s.held_out
+        );
+        assert!(
+            s.held_out.total >= 40,
+            "{file}: a quarter of the file held out"
+        );
     }
 }
 
@@ -626,7 +630,10 @@ async fn the_export_and_relabel_loop_end_to_end() {
     let before = out.find("before:").expect("the table before");
     let after = out.find("after:").expect("the table after");
     assert!(before < after, "{out}");
-    assert!(out.contains("bundled") && out.contains("unsure.jsonl"), "{out}");
+    assert!(
+        out.contains("bundled") && out.contains("unsure.jsonl"),
+        "{out}"
+    );
     assert!(out.contains("leave-one-file-out"), "{out}");
     assert!(out.contains("nothing written"), "{out}");
     assert!(!intents.exists());
