@@ -426,6 +426,11 @@ const SETTINGS: &[Setting] = &[
         "The intents file; the built-in one when unset (`sabi route --print-intents`).",
         "\"/etc/sabi/intents.toml\"",
     ),
+    opt(
+        "router.packs",
+        "The intent packs the business answers (the built-in file: bank, shop, telco), besides greetings, thanks and a person; the rest goes to the agent. Unset: every pack.",
+        "[\"shop\"]",
+    ),
     set(
         "router.max_wrong_rate",
         "The share of local answers that may be wrong; `sabi route --calibrate` sets thresholds to meet it.",
@@ -521,7 +526,7 @@ pub fn example() -> Result<String, Error> {
     let mut blocks: Vec<&Setting> = Vec::new();
     for setting in SETTINGS {
         let (head, key) = setting.path.split_once('.').unwrap_or(("", setting.path));
-        let head = if setting.unset.is_some_and(|u| u.starts_with('[')) && head.is_empty() {
+        let head = if setting.unset.is_some_and(is_block) && head.is_empty() {
             key
         } else {
             head
@@ -534,7 +539,7 @@ pub fn example() -> Result<String, Error> {
             }
         }
         match setting.unset {
-            Some(block) if block.starts_with('[') => blocks.push(setting),
+            Some(block) if is_block(block) => blocks.push(setting),
             unset => {
                 out.push_str(&doc_lines(setting));
                 let value = lookup(&table, setting.path);
@@ -553,6 +558,12 @@ pub fn example() -> Result<String, Error> {
     }
     flush(&mut out, &mut blocks);
     Ok(out)
+}
+
+/// An example that is a whole table (`[llm.fallback]` and its lines), not an array value
+/// (`["shop"]`).
+fn is_block(unset: &str) -> bool {
+    unset.starts_with('[') && unset.contains('\n')
 }
 
 fn flush(out: &mut String, blocks: &mut Vec<&Setting>) {

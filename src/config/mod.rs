@@ -25,6 +25,9 @@ pub use self::sender::{
 pub use self::tools::{ToolConfig, bounded_strings};
 use crate::domain::{BatchPolicy, Horizons};
 
+/// The comment above the `packs` line `router.packs` puts at the head of the intents file.
+const PACKS_HEADER: &str = "# router.packs\n";
+
 /// The router's built-in intents file: what Sabi answers with no `router.intents_file`.
 pub const DEFAULT_INTENTS: &str = include_str!("default_intents.toml");
 
@@ -186,6 +189,10 @@ pub struct RouterConfig {
     /// The share of local answers that may be wrong: `sabi route --calibrate` chooses each
     /// intent's thresholds to stay within it.
     pub max_wrong_rate: f64,
+    /// The intent packs the business answers (`["shop"]`; the built-in file has "bank",
+    /// "shop" and "telco"), besides the common intents (greeting, thanks, a person). What the
+    /// others would answer goes to the agent. Unset: every pack is on.
+    pub packs: Option<Vec<String>>,
 }
 
 impl Default for RouterConfig {
@@ -194,6 +201,7 @@ impl Default for RouterConfig {
             enabled: true,
             intents_file: None,
             max_wrong_rate: 0.02,
+            packs: None,
         }
     }
 }
@@ -204,15 +212,30 @@ impl RouterConfig {
     /// # Errors
     /// When the configured file cannot be read.
     pub fn intents_source(&self) -> Result<String, Error> {
-        match &self.intents_file {
-            None => Ok(DEFAULT_INTENTS.to_owned()),
+        let source = match &self.intents_file {
+            None => DEFAULT_INTENTS.to_owned(),
             Some(path) => std::fs::read_to_string(path).map_err(|e| {
                 Error(format!(
                     "router.intents_file: cannot read {}: {e}",
                     path.display()
                 ))
-            }),
-        }
+            })?,
+        };
+        Ok(match &self.packs {
+            None => source,
+            // A top-level key of the intents file, ahead of its tables; the file checks the
+            // names against its intents' packs when the router is built.
+            Some(packs) => {
+                let packs = serde_json::to_string(packs).map_err(|e| Error(e.to_string()))?;
+                // A file written from this text (`--calibrate --write`) carries the line
+                // already: the configuration's packs replace it.
+                let source = source
+                    .strip_prefix(PACKS_HEADER)
+                    .and_then(|rest| rest.split_once("\n\n"))
+                    .map_or(source.as_str(), |(_, rest)| rest);
+                format!("{PACKS_HEADER}packs = {packs}\n\n{source}")
+            }
+        })
     }
 }
 

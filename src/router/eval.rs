@@ -4,6 +4,11 @@
 //! the confidence needed rises, and the confusion matrix. With cross-validation, each fold is
 //! routed by a router that learned from the intents file plus the other folds, never from the
 //! messages it is scored on.
+//!
+//! Generalisation is measured three ways per file ([`generalisation`]): cross-validated (folds
+//! across every file), leave-one-file-out (a router that learned from the other files only,
+//! so none of this file's phrasing), and a fixed, seeded hold-out of each file ([`held_out`])
+//! that rules are never written from: its mistakes are counted but never listed.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -15,6 +20,9 @@ use super::{Labelled, OUT_OF_SCOPE, Router, Routing, intents};
 /// One labelled message (`{"text": ..., "intent": ...}`; other fields are ignored).
 #[derive(Debug, Clone, Deserialize)]
 pub struct Sample {
+    /// The message's id in its file (`nr-0001`); the hold-out is drawn from it.
+    #[serde(default)]
+    pub id: String,
     pub text: String,
     pub intent: String,
     #[serde(default)]
@@ -76,8 +84,15 @@ pub struct Report {
     pub out_of_scope: usize,
     pub out_of_scope_to_agent: usize,
     /// Messages answered locally with the wrong intent, and out-of-scope ones kept local:
-    /// (text, true intent, routed intent).
+    /// (text, true intent, routed intent and tier).
+    /// Held-out messages are left out: rules are not written from them.
     pub mistakes: Vec<(String, String, String)>,
+    /// Wrong local answers among held-out messages, counted but not listed.
+    pub hidden_mistakes: usize,
+    /// Local answers by a pattern (confirmed by the classifier), and the wrong ones.
+    pub by_pattern: (usize, usize),
+    /// Local answers by the classifier alone, and the wrong ones.
+    pub by_classifier: (usize, usize),
     decisions: Vec<Decision>,
     tags: BTreeMap<String, Slice>,
     /// Why in-scope messages went to the agent: fallback reason -> count.
@@ -99,6 +114,9 @@ impl Report {
             out_of_scope: 0,
             out_of_scope_to_agent: 0,
             mistakes: Vec::new(),
+            hidden_mistakes: 0,
+            by_pattern: (0, 0),
+            by_classifier: (0, 0),
             decisions: Vec::new(),
             tags: BTreeMap::new(),
             held_back: BTreeMap::new(),
@@ -139,11 +157,19 @@ impl Report {
             self.in_scope_local += usize::from(routing.local);
         }
         if routing.local {
+            let tier = match routing.tier {
+                super::Tier::Classifier => &mut self.by_classifier,
+                _ => &mut self.by_pattern,
+            };
+            tier.0 += 1;
+            tier.1 += usize::from(t != p);
             self.local += 1;
             self.wrong_local += usize::from(t != p);
-            if t != p {
-                self.mistakes
-                    .push((text.clone(), truth.to_owned(), routing.intent.clone()));
+            if t != p && held_out(sample) {
+                self.hidden_mistakes += 1;
+            } else if t != p {
+                let routed = format!("{} [{:?}]", routing.intent, routing.tier);
+                self.mistakes.push((text.clone(), truth.to_owned(), routed));
             }
         }
     }
@@ -279,6 +305,158 @@ pub fn cross_validate_each(
     Ok(reports)
 }
 
+/// The seed of the hold-out: fixed, so that the same messages stay out every time.
+const HOLD_OUT_SEED: &str = "sabi-router-hold-out-2026-12-04";
+/// The share of each file held out, in percent.
+const HOLD_OUT_PERCENT: u64 = 25;
+
+/// Whether a message is in its file's fixed hold-out: a seeded hash of its id (of its text
+/// when it has none) puts a quarter of every file there. Rules are written from the other
+/// messages only, so the hold-out scores the rules as well as the learning.
+pub fn held_out(sample: &Sample) -> bool {
+    use std::hash::Hasher;
+    let mut hash = super::vocabulary::Fnv::default();
+    hash.write(HOLD_OUT_SEED.as_bytes());
+    let key = if sample.id.is_empty() {
+        &sample.text
+    } else {
+        &sample.id
+    };
+    hash.write(key.as_bytes());
+    // FNV's low bits mix poorly on short keys: fold the high half in.
+    let h = hash.finish();
+    (h ^ (h >> 32)) % 100 < HOLD_OUT_PERCENT
+}
+
+/// One file's scores, measured three ways.
+#[derive(Debug, Clone)]
+pub struct FileScores {
+    /// K-fold cross-validation, the folds cut across every file.
+    pub cross_validated: Report,
+    /// Routed by a router that learned from the other files only.
+    pub leave_one_file_out: Report,
+    /// The file's hold-out, routed by a router that learned from every file's other messages.
+    pub held_out: Report,
+}
+
+/// Per file: cross-validated, leave-one-file-out, and on its never-tuned hold-out.
+///
+/// # Errors
+/// As [`cross_validate`].
+pub fn generalisation(
+    source: &str,
+    sets: &[Vec<Sample>],
+    folds: usize,
+) -> Result<Vec<FileScores>, intents::Error> {
+    let cross_validated = cross_validate_each(source, sets, folds)?;
+    let labelled = |s: &Sample| Labelled {
+        text: s.text.clone(),
+        intent: s.intent.clone(),
+    };
+    let tuning: Vec<Labelled> = sets
+        .iter()
+        .flatten()
+        .filter(|s| !held_out(s))
+        .map(labelled)
+        .collect();
+    let tuned = Router::from_source(source, &tuning)?;
+    let mut scores = Vec::with_capacity(sets.len());
+    for (i, (set, cross_validated)) in sets.iter().zip(cross_validated).enumerate() {
+        let others: Vec<Labelled> = sets
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .flat_map(|(_, s)| s.iter().map(labelled))
+            .collect();
+        let router = Router::from_source(source, &others)?;
+        let hold_out: Vec<Sample> = set.iter().filter(|s| held_out(s)).cloned().collect();
+        scores.push(FileScores {
+            cross_validated,
+            leave_one_file_out: evaluate(&router, set),
+            held_out: evaluate(&tuned, &hold_out),
+        });
+    }
+    Ok(scores)
+}
+
+/// A recalibration from labelled turns: the per-file scores before and after, and the
+/// intents file it would write.
+#[derive(Debug, Clone)]
+pub struct Retrained {
+    pub before: Vec<FileScores>,
+    pub after: Vec<FileScores>,
+    pub thresholds: Vec<Thresholds>,
+    /// `source` with the new thresholds.
+    pub source: String,
+}
+
+/// Recalibrates `source`'s thresholds on every set's messages outside the hold-out (the
+/// bundled ones and the exported, labelled turns), and scores each set before and after.
+/// Nothing is written: the caller shows both tables first.
+///
+/// # Errors
+/// As [`cross_validate`], and when the recalibrated file would not load.
+pub fn retrain(
+    source: &str,
+    sets: &[Vec<Sample>],
+    folds: usize,
+    max_wrong: f64,
+) -> Result<Retrained, intents::Error> {
+    let before = generalisation(source, sets, folds)?;
+    let tuning: Vec<Sample> = sets
+        .iter()
+        .flatten()
+        .filter(|s| !held_out(s))
+        .cloned()
+        .collect();
+    let thresholds = calibrate(source, &tuning, folds, max_wrong)?;
+    let retrained = with_thresholds(source, &thresholds)?;
+    let after = generalisation(&retrained, sets, folds)?;
+    Ok(Retrained {
+        before,
+        after,
+        thresholds,
+        source: retrained,
+    })
+}
+
+/// One row of the per-file table: (what it counts, out of how many) in a report.
+type Measure = fn(&Report) -> (usize, usize);
+
+/// The per-file table of [`generalisation`]: wrong local answers, out-of-scope messages to the
+/// agent, and in-scope messages answered locally, each measured three ways.
+pub fn generalisation_table(files: &[(String, &FileScores)]) -> String {
+    let mut out = format!(
+        "{:<18} {:<20} {:>18} {:>20} {:>18}\n",
+        "file", "", "cross-validated", "leave-one-file-out", "hold-out"
+    );
+    for (file, s) in files {
+        let reports = [&s.cross_validated, &s.leave_one_file_out, &s.held_out];
+        let rows: [(&str, Measure); 3] = [
+            ("wrong local", |r| (r.wrong_local, r.local)),
+            ("out_of_scope->agent", |r| {
+                (r.out_of_scope_to_agent, r.out_of_scope)
+            }),
+            ("answered locally", |r| (r.in_scope_local, r.in_scope)),
+        ];
+        for (i, (name, of)) in rows.iter().enumerate() {
+            let cells: Vec<String> = reports
+                .iter()
+                .map(|r| {
+                    let (a, b) = of(r);
+                    format!("{:.1} % {a}/{b}", 100.0 * ratio(a, b))
+                })
+                .collect();
+            let file = if i == 0 { file.as_str() } else { "" };
+            out.push_str(&format!(
+                "{file:<18} {name:<20} {:>18} {:>20} {:>18}\n",
+                cells[0], cells[1], cells[2]
+            ));
+        }
+    }
+    out
+}
+
 /// `a/b` with its share, or `-` for an empty slice.
 fn share(a: usize, b: usize) -> String {
     if b == 0 {
@@ -306,6 +484,11 @@ impl fmt::Display for Report {
             self.wrong_local_rate(),
             self.wrong_local,
             self.local
+        )?;
+        writeln!(
+            f,
+            "local by tier       pattern {} ({} wrong), classifier alone {} ({} wrong)",
+            self.by_pattern.0, self.by_pattern.1, self.by_classifier.0, self.by_classifier.1
         )?;
         writeln!(
             f,
@@ -357,6 +540,13 @@ impl fmt::Display for Report {
             for (text, truth, routed) in &self.mistakes {
                 writeln!(f, "  {truth} -> {routed}: {text}")?;
             }
+        }
+        if self.hidden_mistakes > 0 {
+            writeln!(
+                f,
+                "  and {} in the hold-out, not shown (rules are never written from it)",
+                self.hidden_mistakes
+            )?;
         }
         writeln!(
             f,

@@ -12,6 +12,10 @@ pub struct IntentsFile {
     /// so does a copy of it).
     #[serde(default)]
     pub bundled_examples: bool,
+    /// The packs switched on (`router.packs` sets it): intents of other packs are left out and
+    /// their examples teach `out_of_scope`. Unset: every pack is on.
+    #[serde(default)]
+    pub packs: Option<Vec<String>>,
     /// Canonical word -> its spelling variants (single words or phrases).
     #[serde(default)]
     pub lexicon: BTreeMap<String, Vec<String>>,
@@ -33,6 +37,16 @@ pub struct Guards {
     /// Cues that make the request right after them something already done.
     #[serde(default)]
     pub done: Vec<String>,
+    /// Cues that a clause asks for something: a clause with one that no intent's pattern
+    /// matched, beside one an intent did, sends the message to the agent.
+    #[serde(default)]
+    pub requests: Vec<String>,
+    /// Verbs and states that give a short message (two content words or fewer) its object:
+    /// without one, and unless an intent's whole-message pattern takes it, a fragment goes to
+    /// the agent.
+    #[serde(default)]
+    pub actions: Vec<String>,
+
     /// Content words the domain never uses that a routine request may still hold (a name, a
     /// place, a typo); with more, the message goes to the agent.
     #[serde(default = "default_max_unknown")]
@@ -49,6 +63,8 @@ impl Default for Guards {
             out_of_scope: Vec::new(),
             negation: Vec::new(),
             done: Vec::new(),
+            requests: Vec::new(),
+            actions: Vec::new(),
             max_unknown_words: default_max_unknown(),
         }
     }
@@ -77,6 +93,15 @@ pub struct IntentSpec {
     pub examples: Vec<String>,
     #[serde(default)]
     pub overrides: Vec<String>,
+    /// The pack the intent belongs to ("bank", "shop", "telco"); none: common to every
+    /// business (greetings, thanks, a person, out of scope).
+    #[serde(default)]
+    pub pack: Option<String>,
+    /// The domain around the intent's domain word ("my account", "my card"): a message with a
+    /// word the domain never uses is answered as this intent only when one of these matches,
+    /// since the word is likely used in another sense ("my fridge shows a balance").
+    #[serde(default)]
+    pub anchors: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -155,7 +180,44 @@ impl IntentsFile {
         if self.intents.is_empty() {
             return Err(Error("no [[intent]] defined".into()));
         }
+        let known = self.known_packs();
+        if let Some(unknown) = self
+            .packs
+            .iter()
+            .flatten()
+            .find(|p| !known.contains(&p.as_str()))
+        {
+            return Err(Error(format!(
+                "pack {unknown:?} is not in the intents file (its packs: {})",
+                known.join(", ")
+            )));
+        }
         Ok(())
+    }
+
+    /// Every pack some intent belongs to, in file order.
+    pub fn known_packs(&self) -> Vec<&str> {
+        let mut packs: Vec<&str> = Vec::new();
+        for pack in self.intents.iter().filter_map(|i| i.pack.as_deref()) {
+            if !packs.contains(&pack) {
+                packs.push(pack);
+            }
+        }
+        packs
+    }
+
+    /// Leaves out the intents of packs not switched on, and returns them: what they would
+    /// have answered is, for this business, out of scope.
+    pub fn select_packs(&mut self) -> Vec<IntentSpec> {
+        let Some(on) = &self.packs else {
+            return Vec::new();
+        };
+        let (kept, off): (Vec<IntentSpec>, Vec<IntentSpec>) = self
+            .intents
+            .drain(..)
+            .partition(|i| i.pack.as_ref().is_none_or(|p| on.contains(p)));
+        self.intents = kept;
+        off
     }
 }
 

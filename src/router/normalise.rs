@@ -59,15 +59,57 @@ impl Lexicon {
 pub(super) struct Normalised {
     pub(super) text: String,
     pub(super) entities: Entities,
+    /// The message's clauses, as byte ranges of `text`, in order; together they cover every
+    /// word. A clause ends at a sentence or clause mark (`. , ; : ! ?`, a new line) and before
+    /// a word that opens a new one ("but", "then", ...).
+    pub(super) clauses: Vec<(usize, usize)>,
+    /// The message asks a question (a `?`, which the canonical text drops).
+    pub(super) question: bool,
 }
+
+/// Marks that end a clause. Amounts (`15,000`) are masked before the split.
+fn ends_clause(c: char) -> bool {
+    matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | '\n' | '\u{2026}')
+}
+
+/// Canonical words that open a new clause ("I don't want a loan *but* how much is left").
+const CLAUSE_OPENERS: &[&str] = &["but", "however", "then", "oya", "also", "instead"];
 
 pub(super) fn normalise(message: &str, lexicon: &Lexicon) -> Normalised {
     let entities = super::entities::extract(message);
     let masked = mask(message, &entities.spans);
-    let folded = fold(&masked);
-    let tokens: Vec<&str> = folded.split_whitespace().collect();
-    let text = map_tokens(&tokens, lexicon).join(" ");
-    Normalised { text, entities }
+    let mut text = String::with_capacity(masked.len());
+    let mut clauses = Vec::new();
+    // Each piece is mapped on its own, so a lexicon phrase never spans two clauses.
+    for piece in masked.split(ends_clause) {
+        let folded = fold(piece);
+        let tokens: Vec<&str> = folded.split_whitespace().collect();
+        let mut start = None;
+        for word in map_tokens(&tokens, lexicon) {
+            if !text.is_empty() {
+                text.push(' ');
+            }
+            let at = text.len();
+            match start {
+                Some(from) if CLAUSE_OPENERS.contains(&word) => {
+                    clauses.push((from, at.saturating_sub(1)));
+                    start = Some(at);
+                }
+                None => start = Some(at),
+                Some(_) => {}
+            }
+            text.push_str(word);
+        }
+        if let Some(from) = start {
+            clauses.push((from, text.len()));
+        }
+    }
+    Normalised {
+        text,
+        entities,
+        clauses,
+        question: message.contains('?'),
+    }
 }
 
 /// Replaces each entity span with its placeholder word.
@@ -204,6 +246,20 @@ mod tests {
         assert_eq!(normalise("Ina kayana?", &l).text, "where kayana");
         assert_eq!(normalise("Barka da yamma", &l).text, "good evening");
         assert_eq!(normalise("barka", &l).text, "hello");
+    }
+
+    #[test]
+    fn clauses_end_at_marks_and_before_words_that_open_one() {
+        let n = normalise("Thanks, e don enter. Now wetin be my bal?", &lexicon());
+        assert_eq!(n.text, "thanks e don enter now what be my balance");
+        let clauses: Vec<&str> = n.clauses.iter().map(|&(a, b)| &n.text[a..b]).collect();
+        assert_eq!(clauses, ["thanks", "e don enter", "now what be my balance"]);
+        let n = normalise("I no want loan but how much remain", &lexicon());
+        let clauses: Vec<&str> = n.clauses.iter().map(|&(a, b)| &n.text[a..b]).collect();
+        assert_eq!(clauses, ["i no want loan", "but how much remain"]);
+        // A mark with no words beside it makes no clause; an amount's comma is no mark.
+        let n = normalise("?? send ₦15,000 !!", &lexicon());
+        assert_eq!(n.clauses.len(), 1, "{n:?}");
     }
 
     #[test]

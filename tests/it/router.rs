@@ -10,7 +10,8 @@ use std::time::Duration;
 use sabi::config::DEFAULT_INTENTS as DEFAULT;
 use sabi::router::Router;
 use sabi::router::eval::{
-    Report, Sample, calibrate, cross_validate, cross_validate_each, with_thresholds,
+    FileScores, Report, Sample, calibrate, cross_validate, generalisation, generalisation_table,
+    with_thresholds,
 };
 use serde_json::Value;
 
@@ -28,12 +29,17 @@ fn samples(file: &str) -> Vec<Sample> {
         .collect()
 }
 
-/// Dev and dev-hard, cross-validated together (folds across both), scored file by file.
-fn cross_validated() -> Vec<(&'static str, Report)> {
-    let files = ["dev.jsonl", "dev-hard.jsonl"];
+/// Every labelled file, measured three ways (cross-validated across the files,
+/// leave-one-file-out, and on each file's fixed hold-out), with the table `sabi route --eval`
+/// prints.
+fn generalised() -> (Vec<(&'static str, FileScores)>, String) {
+    let files = ["dev.jsonl", "dev-hard.jsonl", "dev-wild.jsonl"];
     let sets: Vec<Vec<Sample>> = files.iter().map(|f| samples(f)).collect();
-    let reports = cross_validate_each(DEFAULT, &sets, 5).expect("router builds");
-    files.into_iter().zip(reports).collect()
+    let scores = generalisation(DEFAULT, &sets, 5).expect("router builds");
+    let table: Vec<(String, &FileScores)> =
+        files.iter().map(|f| f.to_string()).zip(&scores).collect();
+    let table = generalisation_table(&table);
+    (files.into_iter().zip(scores).collect(), table)
 }
 
 /// Wrong local answers at most 2 % of local ones, out-of-scope messages to the agent at least
@@ -57,11 +63,40 @@ fn meets_targets(file: &str, report: &Report, min_local: f64) {
     );
 }
 
+/// Issue #37's discipline: each file scored cross-validated and leave-one-file-out (learned
+/// from the other files only: none of its author's phrasing). Dev and dev-hard meet every
+/// target both ways (in-scope answered locally: 60 % on ordinary messages, 50 % on hard ones).
+/// Dev-wild meets the out-of-scope target both ways and the precision target cross-validated;
+/// leave-one-file-out its wrong local answers and its local share are below target, held here
+/// as floors so that they only move up (BENCHMARKS.md, Router).
 #[test]
-fn cross_validated_targets_on_dev_and_on_the_messages_aimed_at_the_routers_mistakes() {
-    let reports = cross_validated();
-    meets_targets(reports[0].0, &reports[0].1, 0.55);
-    meets_targets(reports[1].0, &reports[1].1, 0.55);
+fn each_file_cross_validated_and_left_out_of_learning() {
+    let (scores, table) = generalised();
+    eprintln!("{table}");
+    let [dev, hard, wild] = [&scores[0], &scores[1], &scores[2]];
+    for (min_local, (file, s)) in [(0.60, dev), (0.50, hard)] {
+        meets_targets(file, &s.cross_validated, min_local);
+        meets_targets(file, &s.leave_one_file_out, min_local);
+    }
+    let (file, s) = wild;
+    for report in [&s.cross_validated, &s.leave_one_file_out] {
+        assert!(report.out_of_scope_recall() >= 0.97, "{file}\n{report}");
+        assert!(report.local_rate() >= 0.30, "{file}\n{report}");
+    }
+    assert!(s.cross_validated.wrong_local_rate() <= 0.02, "{file}");
+    assert!(s.leave_one_file_out.wrong_local_rate() <= 0.03, "{file}");
+    // The hold-out is small (a quarter of each file): at most a couple of wrong answers each.
+    for (file, s) in &scores {
+        assert!(
+            s.held_out.wrong_local <= 1,
+            "{file}: hold-out\n{}",
+            s.held_out
+        );
+        assert!(
+            s.held_out.total >= 40,
+            "{file}: a quarter of the file held out"
+        );
+    }
 }
 
 #[test]
@@ -570,4 +605,40 @@ async fn the_export_and_relabel_loop_end_to_end() {
         String::from_utf8_lossy(&calibrated.stderr)
     );
     assert!(String::from_utf8_lossy(&calibrated.stdout).contains("3 messages"));
+
+    // The loop closed: recalibrated from the labelled turns and the bundled messages, each
+    // file's scores before and after are shown, and nothing is written without --write.
+    let intents = app.dir.path().join("retrained.toml");
+    let retrain = |write: bool| {
+        let mut command = sabi_command(app.dir.path());
+        command
+            .args(["route", "--retrain"])
+            .arg(&export)
+            .args(["--folds", "2"]);
+        if write {
+            command.arg("--write").arg(&intents);
+        }
+        command.output().expect("sabi route runs")
+    };
+    let shown = retrain(false);
+    let out = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    let before = out.find("before:").expect("the table before");
+    let after = out.find("after:").expect("the table after");
+    assert!(before < after, "{out}");
+    assert!(
+        out.contains("bundled") && out.contains("unsure.jsonl"),
+        "{out}"
+    );
+    assert!(out.contains("leave-one-file-out"), "{out}");
+    assert!(out.contains("nothing written"), "{out}");
+    assert!(!intents.exists());
+    let written = retrain(true);
+    assert!(written.status.success());
+    let file = std::fs::read_to_string(&intents).expect("the recalibrated file");
+    Router::trained(&file).expect("the recalibrated file loads");
 }
