@@ -88,6 +88,7 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_TURNS", "engine.turns_per_node"),
     ("SABI_SANDBOX_REPLY_DELAY", "engine.sandbox_reply_delay"),
     ("SABI_INTENTS_FILE", "router.intents_file"),
+    ("SABI_ROUTER_PACKS", "router.packs"),
     ("SABI_RETENTION_MESSAGES", "retention.messages"),
     ("SABI_RETENTION_STATUSES", "retention.statuses"),
     ("SABI_RETENTION_QUARANTINE", "retention.quarantine"),
@@ -191,7 +192,9 @@ pub struct RouterConfig {
     pub max_wrong_rate: f64,
     /// The intent packs the business answers (`["shop"]`; the built-in file has "bank",
     /// "shop" and "telco"), besides the common intents (greeting, thanks, a person). What the
-    /// others would answer goes to the agent. Unset: every pack is on.
+    /// others would answer goes to the agent. Unset: every pack is on. From the environment:
+    /// `SABI_ROUTER_PACKS=shop,telco`.
+    #[serde(deserialize_with = "names::option_list")]
     pub packs: Option<Vec<String>>,
 }
 
@@ -1569,6 +1572,32 @@ mod number {
     }
 }
 
+/// Lists of names given as a list, or as one comma-separated string (from the environment).
+mod names {
+    use serde::{Deserialize, Deserializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Spec {
+        List(Vec<String>),
+        Text(String),
+    }
+
+    pub(super) fn option_list<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Vec<String>>, D::Error> {
+        Ok(Some(match Spec::deserialize(d)? {
+            Spec::List(names) => names,
+            Spec::Text(text) => text
+                .split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1597,6 +1626,21 @@ mod tests {
         assert_eq!(c.engine.review_after, Duration::from_secs(900));
         assert_eq!(c.whatsapp.outbound_rate, 80);
         assert!(c.whatsapp.sandbox());
+    }
+
+    #[test]
+    fn router_packs_come_as_a_list_or_from_the_environment_as_commas() {
+        let from_env =
+            Config::load(no_file(), env(&[("SABI_ROUTER_PACKS", " shop, telco,")])).expect("valid");
+        assert_eq!(
+            from_env.router.packs,
+            Some(vec!["shop".to_owned(), "telco".to_owned()])
+        );
+        let table: toml::Table = toml::from_str("[router]\npacks = [\"bank\"]").expect("toml");
+        let from_file = Config::deserialize(toml::Value::Table(table)).expect("valid");
+        assert_eq!(from_file.router.packs, Some(vec!["bank".to_owned()]));
+        let unset = Config::load(no_file(), env(&[])).expect("valid");
+        assert_eq!(unset.router.packs, None, "every pack on");
     }
 
     /// Each default is written once, in a `Default` impl that serde fills missing keys from:
