@@ -1250,6 +1250,13 @@ async fn next_feed_event(mut s: FeedState) -> Option<(Result<Event, Infallible>,
             }
         };
         s.store_failing = false;
+        // A person taking the chat is said before their lines, one letting it go after them,
+        // whichever look first sees the change: the order never depends on when the look ran.
+        let changed = s.held != Some(feed.held);
+        s.held = Some(feed.held);
+        if changed && feed.held {
+            s.queue.push_back(state_event(s.last_id, true));
+        }
         for line in feed.lines {
             s.last_id = line.id;
             let data = serde_json::to_string(&line).unwrap_or_default();
@@ -1260,16 +1267,18 @@ async fn next_feed_event(mut s: FeedState) -> Option<(Result<Event, Infallible>,
                     .data(data),
             );
         }
-        if s.held != Some(feed.held) {
-            s.held = Some(feed.held);
-            s.queue.push_back(
-                Event::default()
-                    .id(s.last_id.to_string())
-                    .event("state")
-                    .data(serde_json::json!({ "held": feed.held }).to_string()),
-            );
+        if changed && !feed.held {
+            s.queue.push_back(state_event(s.last_id, false));
         }
     }
+}
+
+/// A `state` event: whether a person holds the chat, as of the line `last_id`.
+fn state_event(last_id: i64, held: bool) -> Event {
+    Event::default()
+        .id(last_id.to_string())
+        .event("state")
+        .data(serde_json::json!({ "held": held }).to_string())
 }
 
 /// The web chat's API, described from the handlers and types above so it cannot drift.

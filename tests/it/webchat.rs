@@ -580,6 +580,30 @@ async fn open_items(app: &TestApp) -> Vec<sabi::store::ReviewEntry> {
         .expect("queue")
 }
 
+/// A stream opened after the person already wrote still says first that a person holds the
+/// chat, then their line: the order never depends on when the stream's first look ran.
+#[tokio::test]
+async fn a_stream_opened_after_the_persons_reply_says_the_hold_before_the_line() {
+    let handler = Arc::new(HandsOff(Default::default()));
+    let app = TestApp::spawn_with(Some(handler.clone()), &[("SABI_ADMIN_TOKEN", ADMIN)]).await;
+    let asked = ask_with_header(&app, "I want to talk to a person").await;
+    assert_eq!(asked.status(), 202);
+    app.scheduler.tick().await.expect("tick");
+    let item = open_items(&app).await.remove(0);
+    person_says(&app, item.id, "Hello, I am Ada.").await;
+    let stream = app
+        .client
+        .get(app.url("/chat/session/events"))
+        .header("x-sabi-session", LONG_SESSION)
+        .send()
+        .await
+        .expect("stream");
+    let events = read_events(stream, 2).await;
+    let seen: Vec<&str> = events.iter().map(|(_, e, _)| e.as_str()).collect();
+    assert_eq!(seen, ["state", "person"], "{events:?}");
+    assert_eq!(events[0].2["held"], true);
+}
+
 /// A visitor asks for a person (the session in the header only), the status URL works as
 /// returned, and the session's stream shows the person's reply, resumes after Last-Event-ID,
 /// and the polling fallback has it too.
