@@ -143,6 +143,7 @@ async fn agent_turns(fake: &FakeLlm, turns: usize) -> Vec<Duration> {
                 cap: Duration::ZERO,
             },
             pair_spacing: std::time::Duration::ZERO,
+            human_hold: std::time::Duration::ZERO,
         };
         store.ingest(delivery).await.expect("ingest");
         let claim = store

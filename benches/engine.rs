@@ -191,6 +191,7 @@ async fn ingest_all(
                         cap: Duration::from_secs(60),
                     },
                     pair_spacing: std::time::Duration::ZERO,
+                    human_hold: std::time::Duration::ZERO,
                 };
                 store
                     .inner

@@ -253,6 +253,7 @@ async fn fill_outbox(store: &Arc<dyn Store>, parts: usize) {
                 cap: Duration::ZERO,
             },
             pair_spacing: std::time::Duration::ZERO,
+            human_hold: std::time::Duration::ZERO,
         };
         store.ingest(delivery).await.expect("ingest");
     }

@@ -53,6 +53,9 @@ pub enum ItemKind {
     Status,
     ValueError,
     FieldEvent,
+    /// A message the business sent outside Sabi: typed by a person in the WhatsApp Business
+    /// app on the same number (coexistence). The business's reply, never a turn.
+    Echo,
 }
 
 impl ItemKind {
@@ -62,12 +65,13 @@ impl ItemKind {
             ItemKind::Status => "status",
             ItemKind::ValueError => "value_error",
             ItemKind::FieldEvent => "field_event",
+            ItemKind::Echo => "echo",
         }
     }
 
     pub fn parse(s: &str) -> Option<ItemKind> {
         use ItemKind::*;
-        [Message, Status, ValueError, FieldEvent]
+        [Message, Status, ValueError, FieldEvent, Echo]
             .into_iter()
             .find(|k| k.as_str() == s)
     }
@@ -200,6 +204,9 @@ pub struct Batch {
     pub messages: Vec<BatchMessage>,
     /// When the batch became due: the scheduling delay is measured from here.
     pub due_at: At,
+    /// Until when a person holds the conversation: they replied to the customer lately, and
+    /// the assistant stands down ([`rules::review::person_holds`](crate::store::rules::review::person_holds)).
+    pub held_until: Option<At>,
 }
 
 impl Batch {
@@ -322,10 +329,13 @@ pub enum ReviewReason {
     /// The model's answers were not fit to send (markup, JSON, cut off, ...), also after a
     /// corrective retry and the fallback provider.
     ModelOutput,
+    /// A person answered the customer lately (from the desk, the admin API or the WhatsApp
+    /// Business app): the assistant stands down, and what the customer writes goes to them.
+    PersonAnswering,
 }
 
 impl ReviewReason {
-    pub const ALL: [ReviewReason; 7] = [
+    pub const ALL: [ReviewReason; 8] = [
         ReviewReason::TooOld,
         ReviewReason::OutOfRetries,
         ReviewReason::HandoffAsked,
@@ -333,6 +343,7 @@ impl ReviewReason {
         ReviewReason::WindowClosed,
         ReviewReason::SendFailed,
         ReviewReason::ModelOutput,
+        ReviewReason::PersonAnswering,
     ];
 
     pub fn parse(name: &str) -> Option<ReviewReason> {
@@ -348,6 +359,7 @@ impl ReviewReason {
             ReviewReason::WindowClosed => "window_closed",
             ReviewReason::SendFailed => "send_failed",
             ReviewReason::ModelOutput => "model_output",
+            ReviewReason::PersonAnswering => "person_answering",
         }
     }
 }

@@ -228,7 +228,7 @@ pub enum ReviewAction {
     /// Open items, oldest first.
     Ls {
         /// Only this reason: too_old, out_of_retries, handoff_asked, unknown_outcome,
-        /// window_closed, send_failed, model_output.
+        /// window_closed, send_failed, model_output, person_answering.
         #[arg(long, value_parser = review_reason)]
         reason: Option<ReviewReason>,
         /// Only this customer.
@@ -648,6 +648,7 @@ async fn review(config: &Config, action: ReviewAction) -> anyhow::Result<()> {
                 Resolution::Reply {
                     text: text.trim().to_owned(),
                     sandbox: config.whatsapp.sandbox(),
+                    hold: config.engine.human_hold,
                 },
             )
         }

@@ -339,6 +339,10 @@ const SETTINGS: &[Setting] = &[
         "The holding message; {wait} becomes the expected wait, like \"about 5 minutes\".",
     ),
     set(
+        "engine.human_hold",
+        "After a person replies to a customer (the desk, the admin API, or the WhatsApp Business app on the same number), the assistant stands down in that conversation this long, renewed by each reply: what the customer writes meanwhile goes to the person.",
+    ),
+    set(
         "engine.shutdown_grace",
         "How long running work may take to finish at shutdown.",
     ),

@@ -71,6 +71,7 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_REVIEW_AFTER", "engine.review_after"),
     ("SABI_QUEUED_REVIEW_AFTER", "engine.queued_review_after"),
     ("SABI_HOLD_AFTER", "engine.hold_after"),
+    ("SABI_HUMAN_HOLD", "engine.human_hold"),
     ("SABI_ADMIN_TOKEN", "admin.token"),
     ("SABI_METRICS_TOKEN", "admin.metrics_token"),
     ("SABI_TOOLS_SECRET", "tools_secret"),
@@ -742,6 +743,11 @@ pub struct EngineConfig {
     pub hold_after: Duration,
     /// The holding message; `{wait}` becomes the expected wait, like "about 5 minutes".
     pub hold_message: String,
+    /// After a person replies to a customer (the desk, the admin API, or the WhatsApp Business
+    /// app on the same number), the assistant stands down in that conversation this long,
+    /// renewed by each of their replies: what the customer writes meanwhile goes to the person.
+    #[serde(with = "duration")]
+    pub human_hold: Duration,
     /// How long running work may take to finish at shutdown.
     #[serde(with = "duration")]
     pub shutdown_grace: Duration,
@@ -773,6 +779,7 @@ impl Default for EngineConfig {
             hold_message: "Thanks for your message! Many people are writing to us right now: we \
                            will answer you in {wait}."
                 .into(),
+            human_hold: Duration::from_secs(3600),
             shutdown_grace: Duration::from_secs(10),
             // Turns mostly wait on the model or a tool: a node runs many, and the model budget
             // (`llm.max_concurrent` and the per-minute limits) bounds what reaches the provider.

@@ -224,6 +224,7 @@ pub(super) async fn reply(
     let resolution = Resolution::Reply {
         text: text.to_owned(),
         sandbox: state.admin.sandbox,
+        hold: state.admin.human_hold,
     };
     settle(&state, id, resolution).await
 }

@@ -55,6 +55,8 @@ pub struct AdminSettings {
     pub token: Option<SecretString>,
     /// Replies are kept, never sent (no access token).
     pub sandbox: bool,
+    /// How long a person's reply holds the conversation (`engine.human_hold`).
+    pub human_hold: std::time::Duration,
     /// Set: `/metrics` needs it as a bearer token.
     pub metrics_token: Option<SecretString>,
     /// What a person may label a turn's messages as: the router's intents (none when the
@@ -100,6 +102,7 @@ impl Ingress {
             admin: AdminSettings {
                 token: config.admin.token.clone(),
                 sandbox: config.whatsapp.sandbox(),
+                human_hold: config.engine.human_hold,
                 metrics_token: config.admin.metrics_token.clone(),
                 intents: intents.as_ref().map(|r| r.labels()).unwrap_or_default(),
                 preflight: Preflight::from_config(config).unwrap_or_else(|e| {

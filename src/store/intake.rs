@@ -25,6 +25,10 @@ pub struct Ingest {
     /// The least time between two messages to one customer (`whatsapp.pair_spacing`): a status
     /// that settles a send before its sender answered holds the customer that long.
     pub pair_spacing: Duration,
+    /// How long a person's reply from the WhatsApp Business app (an
+    /// [`ItemKind::Echo`](crate::domain::ItemKind::Echo)) holds its conversation
+    /// (`engine.human_hold`, see [`person_holds`](super::rules::review::person_holds)).
+    pub human_hold: Duration,
 }
 
 /// What an ingest did.

@@ -102,6 +102,8 @@ pub(super) struct Opened {
     pub batch: i64,
     pub conversation: i64,
     pub requeued: bool,
+    /// Until when a person holds the conversation ([`rules::review::person_holds`]).
+    pub held_until: Option<At>,
 }
 
 /// A due broadcast recipient: its id, broadcast and zone, and whether its customer opted out
@@ -133,6 +135,8 @@ pub(super) fn chat_delivery(item: InboundItem, s: &ChatSubmission) -> Ingest {
         policy: s.policy,
         routine: Default::default(),
         pair_spacing: Duration::ZERO,
+        // A web page's person holds its chat through the open review item.
+        human_hold: Duration::ZERO,
     }
 }
 

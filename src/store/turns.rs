@@ -120,7 +120,9 @@ pub trait Turns: Send + Sync + 'static {
     /// due (they will be answered soon), that their answer will take a while: each gets a batch
     /// of its pending messages, the holding message goes to its outbox ahead of the reply, and the batch waits in the queue at its own due time, no attempt
     /// spent; what the customer writes meanwhile joins it when it runs. Only conversations with
-    /// no batch open are held, so a batch is held at most once. The held batches' ids.
+    /// no batch open are held, so a batch is held at most once. A conversation a person holds
+    /// ([`person_holds`](super::rules::review::person_holds)) gets its batch but no message:
+    /// the person answers it. The held batches' ids.
     async fn hold(&self, now: At, holding: Holding) -> Result<Vec<i64>>;
 
     /// The earliest time at which something may become claimable, if anything is waiting.

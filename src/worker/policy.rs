@@ -6,6 +6,7 @@ use crate::clock::At;
 use crate::config::EnginePolicy;
 use crate::domain::{Claim, ReviewReason};
 use crate::store::Ending;
+use crate::store::rules::review::person_holds;
 
 /// What a worker does with a batch it has just claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,14 +15,18 @@ pub enum Decision {
     Review(ReviewReason),
 }
 
-/// Decides before any work: a batch out of attempts (its workers kept dying) or too old for an
-/// automatic reply goes to a person, unless a person sent it back.
+/// Decides before any work: a batch of a conversation a person holds (they replied lately) goes
+/// to that person; one out of attempts (its workers kept dying) or too old for an automatic
+/// reply goes to a person, unless a person sent it back.
 ///
 /// Too old means it reached Sabi late (an outage, Meta's retries): an answer would come out of
 /// context. A batch that aged in Sabi's own queue (a surge) is answered however long it waited,
 /// unless `queued_review_after` says otherwise: a surge must not empty itself into the review
 /// queue.
 pub fn decide(claim: &Claim, now: At, policy: &EnginePolicy) -> Decision {
+    if person_holds(claim.batch.held_until, now) {
+        return Decision::Review(ReviewReason::PersonAnswering);
+    }
     if claim.attempt > policy.max_attempts {
         return Decision::Review(ReviewReason::OutOfRetries);
     }
@@ -117,11 +122,31 @@ mod tests {
                     address: None,
                 }],
                 due_at: At::from_millis(sent_at_s * 1000),
+                held_until: None,
             },
             token: LeaseToken(attempt.into()),
             attempt,
             requeued: false,
         }
+    }
+
+    #[test]
+    fn a_conversation_a_person_holds_goes_to_them_before_any_other_rule() {
+        let p = policy();
+        let sent = 1_781_000_000;
+        let now = At::from_millis(sent * 1000 + 60_000);
+        let mut held = claim(1, sent);
+        held.batch.held_until = Some(now + Duration::from_secs(1));
+        let to_person = Decision::Review(ReviewReason::PersonAnswering);
+        assert_eq!(decide(&held, now, &p), to_person);
+        held.requeued = true;
+        assert_eq!(
+            decide(&held, now, &p),
+            to_person,
+            "the hold outranks a requeue"
+        );
+        held.batch.held_until = Some(now);
+        assert_eq!(decide(&held, now, &p), Decision::Run, "the hold is over");
     }
 
     #[test]

@@ -143,7 +143,11 @@ async fn admin(sabi: &Sending, method: &str, path: &str, body: Option<Value>) ->
 }
 
 async fn review_ids(sabi: &Sending) -> Vec<i64> {
-    let queue = admin(sabi, "GET", "/admin/review?reason=too_old", None).await;
+    review_ids_for(sabi, "too_old").await
+}
+
+async fn review_ids_for(sabi: &Sending, reason: &str) -> Vec<i64> {
+    let queue = admin(sabi, "GET", &format!("/admin/review?reason={reason}"), None).await;
     queue["items"]
         .as_array()
         .map(|items| items.iter().filter_map(|i| i["id"].as_i64()).collect())
@@ -274,6 +278,80 @@ async fn people_reply_requeue_and_close_review_items() {
     .await;
     let history = &found["conversations"][0]["history"];
     assert_eq!(history[1]["text"], "Sorry for the wait, how can we help?");
+}
+
+/// What the owner typed in the WhatsApp Business app to `to`, as Meta echoes it (coexistence).
+fn echo_webhook(id: &str, to: &str, text: &str) -> Vec<u8> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let value = json!({
+        "object": "whatsapp_business_account",
+        "entry": [{
+            "id": "100000000000000",
+            "changes": [{
+                "field": "smb_message_echoes",
+                "value": {
+                    "messaging_product": "whatsapp",
+                    "metadata": {"display_phone_number": "15550000000", "phone_number_id": "100000000000001"},
+                    "message_echoes": [{
+                        "from": "15550000000", "to": to, "id": id,
+                        "timestamp": now.to_string(), "type": "text", "text": {"body": text}
+                    }]
+                }
+            }]
+        }]
+    });
+    sabi::whatsapp::wire::encode(&value).into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_owner_answers_from_the_app_the_assistant_stands_down_for_the_hold() {
+    let sabi = Sending::start(
+        Arc::new(Says("The agent's answer.".into())),
+        &[("SABI_ADMIN_TOKEN", TOKEN), ("SABI_PAIR_SPACING", "0")],
+    )
+    .await;
+    let (held, free) = (customer(1), customer(2));
+    sabi.post_webhook(echo_webhook(
+        "wamid.APP1",
+        &held,
+        "Na me, Tunde. Your order dey come today.",
+    ))
+    .await;
+    sabi.customer_writes("wamid.h1", &held, "Thank you! What time?", 0)
+        .await;
+    // Another customer of the number is answered as ever: the proof the turn ran.
+    sabi.customer_writes("wamid.f1", &free, "Hello", 0).await;
+    sabi.wait_for(Duration::from_secs(30), |outbox| {
+        outbox.iter().any(|e| e.state == "accepted")
+    })
+    .await;
+    let items = eventually_seen("the person's item", Duration::from_secs(10), || async {
+        match review_ids_for(&sabi, "person_answering").await.as_slice() {
+            [one] => Ok(*one),
+            other => Err(format!("items {other:?}")),
+        }
+    })
+    .await;
+    let shown = admin(&sabi, "GET", &format!("/admin/review/{items}"), None).await;
+    assert_eq!(shown["item"]["customer"], held.as_str());
+    let history = &shown["conversation"]["history"];
+    assert_eq!(history[0]["speaker"], "business", "{history}");
+    assert_eq!(
+        history[0]["text"],
+        "Na me, Tunde. Your order dey come today."
+    );
+    assert_eq!(history[1]["text"], "Thank you! What time?");
+    let sent: Vec<String> = sabi
+        .fake
+        .accepted()
+        .iter()
+        .filter(|r| r.is_message())
+        .filter_map(|r| r.recipient().map(str::to_owned))
+        .collect();
+    assert_eq!(sent, [free], "nothing automatic went to the held customer");
 }
 
 #[tokio::test]

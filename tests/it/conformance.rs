@@ -68,6 +68,7 @@ use self::inspection::{
 };
 use self::learning::routed_turns_keep_the_guess_who_answered_and_a_label;
 use self::people::{
+    a_persons_reply_holds_the_conversation_until_they_let_it_go,
     conversations_list_every_thread_of_a_customer, review_items_read_alike_open_or_settled,
 };
 use self::retention::{
@@ -279,6 +280,7 @@ macro_rules! cases {
             // Reviews
             review_items_read_alike_open_or_settled,
             conversations_list_every_thread_of_a_customer,
+            a_persons_reply_holds_the_conversation_until_they_let_it_go,
             // WebChat
             chat_history_and_queue_depth_follow_each_question,
             a_sessions_history_is_in_the_order_asked,
@@ -467,8 +469,10 @@ suite!(redis);
 
 /// The recipient spacing a delivery's statuses hold when they settle a send under way.
 pub const PAIR_SPACING: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a person's reply holds the conversation in these tests (`engine.human_hold`).
+pub const HUMAN_HOLD: std::time::Duration = std::time::Duration::from_secs(3600);
 pub const T0: At = At::from_millis(1_781_000_000_000);
-const POLICY: BatchPolicy = BatchPolicy {
+pub const POLICY: BatchPolicy = BatchPolicy {
     window: Duration::from_millis(10_000),
     cap: Duration::from_millis(12_000),
 };
@@ -509,6 +513,7 @@ pub(crate) async fn ingest(
         received_at: at,
         policy: POLICY,
         pair_spacing: PAIR_SPACING,
+        human_hold: HUMAN_HOLD,
     };
     store.ingest(delivery).await.expect("ingest")
 }
@@ -936,6 +941,7 @@ async fn review_items_are_settled_once(store: Arc<dyn Store>) {
     let answer = Resolution::Reply {
         text: "A person here.".into(),
         sandbox: false,
+        hold: HUMAN_HOLD,
     };
     let settled = join_all((0..5).map(|_| store.resolve_review(id, at, answer.clone()))).await;
     assert_eq!(
@@ -1181,6 +1187,7 @@ async fn crossing_deliveries_all_land(store: Arc<dyn Store>) {
                 received_at: T0,
                 policy: POLICY,
                 pair_spacing: std::time::Duration::ZERO,
+                human_hold: std::time::Duration::ZERO,
             };
             store.ingest(delivery).await
         }

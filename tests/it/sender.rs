@@ -1006,6 +1006,7 @@ impl LoneSender {
                 cap: Duration::ZERO,
             },
             pair_spacing: std::time::Duration::ZERO,
+            human_hold: std::time::Duration::ZERO,
         };
         store.ingest(delivery).await.expect("ingest");
         let claim = store.claim(now, ms(60_000), 1, None).await.expect("claim");

@@ -45,7 +45,7 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     };
     let said = store::probe(&config).await.expect("probe");
     assert!(
-        said.ends_with("schema version 1, this build upgrades it to 15 at start"),
+        said.ends_with("schema version 1, this build upgrades it to 16 at start"),
         "{said}"
     );
     let mut conn = PgConnection::connect(&db.url).await.expect("connect");
@@ -61,7 +61,7 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     let after: Vec<i32> = versions().fetch_all(&mut conn).await.expect("versions");
     assert_eq!(
         after,
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
         "each migration ran once"
     );
     let indexes: Vec<String> = sqlx::query_scalar(
@@ -287,6 +287,7 @@ async fn what_the_previous_build_stored_is_intact(store: &dyn Store) {
             cap: ms(12_000),
         },
         pair_spacing: std::time::Duration::ZERO,
+        human_hold: std::time::Duration::ZERO,
     };
     assert_eq!(store.ingest(again).await.expect("ingest").stored, 0);
 

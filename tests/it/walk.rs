@@ -300,6 +300,7 @@ impl Walk {
                 cap: Duration::ZERO,
             },
             pair_spacing: SPACING,
+            human_hold: std::time::Duration::ZERO,
         };
         self.store.ingest(delivery).await.expect("ingest");
     }

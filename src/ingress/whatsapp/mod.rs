@@ -35,6 +35,7 @@ pub struct Settings {
     verify_token: Option<SecretString>,
     policy: BatchPolicy,
     pair_spacing: std::time::Duration,
+    human_hold: std::time::Duration,
     max_body_bytes: usize,
     /// Tells which messages it answers alone, so their turns go first; `None` when it is off.
     router: Option<Arc<Router>>,
@@ -47,6 +48,7 @@ impl Settings {
             verify_token: config.whatsapp.verify_token.clone(),
             policy: config.whatsapp.batch_policy(),
             pair_spacing: config.whatsapp.pair_spacing,
+            human_hold: config.engine.human_hold,
             max_body_bytes: config.ingress.max_body_bytes,
             router,
         }
@@ -144,6 +146,7 @@ async fn store_delivery(
             received_at: state.clock.now(),
             policy: state.whatsapp.policy,
             pair_spacing: state.whatsapp.pair_spacing,
+            human_hold: state.whatsapp.human_hold,
         })
         .await?;
     tracing::debug!(?receipt, "webhook stored");

@@ -72,6 +72,9 @@ fn quarantined(reason: &str, raw: &str) -> Quarantined {
 }
 
 fn parse_change(entry: &Entry<'_>, change: &Change<'_>, out: &mut Parsed) {
+    if change.field == ECHOES {
+        return parse_echoes(entry, change, out);
+    }
     if change.field != "messages" {
         out.items.push(field_event(entry, change));
         return;
@@ -131,6 +134,76 @@ fn parse_change(entry: &Entry<'_>, change: &Change<'_>, out: &mut Parsed) {
                 .quarantined
                 .push(quarantined(&format!("error: {e}"), raw.get())),
         }
+    }
+}
+
+/// The field of what a person typed in the WhatsApp Business app on a number Sabi also serves
+/// (coexistence). `history` and `smb_app_state_sync` (the app's past and its contacts) are kept
+/// as field events like any other field, and never routed.
+const ECHOES: &str = "smb_message_echoes";
+
+/// The business's own messages from the app: each kept as an [`ItemKind::Echo`] of its
+/// conversation, never a turn.
+fn parse_echoes(entry: &Entry<'_>, change: &Change<'_>, out: &mut Parsed) {
+    let value: EchoesValue<'_> = match serde_json::from_str(change.value.get()) {
+        Ok(value) => value,
+        Err(e) => {
+            let reason = format!("{ECHOES} value of entry {}: {e}", entry.id);
+            out.quarantined
+                .push(quarantined(&reason, change.value.get()));
+            return;
+        }
+    };
+    let scope = Scope {
+        entry_id: &entry.id,
+        field: &change.field,
+        phone_number_id: value.metadata.as_ref().map(|m| m.phone_number_id.as_str()),
+    };
+    for raw in &value.message_echoes {
+        let parsed = serde_json::from_str::<Message>(raw.get())
+            .and_then(|m| Ok((m, serde_json::from_str::<EchoTo>(raw.get())?)));
+        match parsed {
+            Ok((message, to)) => out.items.push(echo_item(&scope, message, to)),
+            Err(e) => out
+                .quarantined
+                .push(quarantined(&format!("echo: {e}"), raw.get())),
+        }
+    }
+}
+
+fn echo_item(scope: &Scope<'_>, m: Message, to: EchoTo) -> InboundItem {
+    let to_number = non_empty(to.to);
+    let to_user_id = non_empty(to.to_user_id);
+    let content = Content::of(&m);
+    let mut facts = json!({
+        "kind": "echo",
+        "entry_id": scope.entry_id,
+        "field": scope.field,
+        "phone_number_id": scope.phone_number_id,
+        "id": m.id,
+        "from": non_empty(m.from.clone()),
+        "to": to_number,
+        "to_user_id": to_user_id,
+        "type": m.kind,
+        "timestamp": m.timestamp.0,
+    });
+    let map = facts
+        .as_object_mut()
+        .expect("json! of an object literal is an object");
+    content.add_facts(&m, map);
+    InboundItem {
+        kind: ItemKind::Echo,
+        channel: Channel::Whatsapp,
+        // Outbound ids live beside inbound ones: kept apart all the same.
+        dedupe_key: format!("echo:{}", m.id),
+        business: scope.phone_number_id.map(str::to_owned),
+        customer: to_number.or(to_user_id),
+        item_type: Some(m.kind),
+        text: content.text,
+        media_id: content.media_id,
+        provider_ts: Some(UnixSeconds(m.timestamp.0)),
+        turn: None,
+        facts,
     }
 }
 
@@ -526,6 +599,21 @@ struct MessagesValue<'a> {
 }
 
 #[derive(Deserialize)]
+struct EchoesValue<'a> {
+    #[serde(default)]
+    metadata: Option<Metadata>,
+    #[serde(borrow, default)]
+    message_echoes: Vec<&'a RawValue>,
+}
+
+/// Whom an echo went to.
+#[derive(Deserialize)]
+struct EchoTo {
+    to: Option<String>,
+    to_user_id: Option<String>,
+}
+
+#[derive(Deserialize)]
 struct Metadata {
     #[serde(deserialize_with = "lenient::string")]
     phone_number_id: String,
@@ -829,6 +917,55 @@ mod tests {
         format!(
             r#"{{"object":"whatsapp_business_account","entry":[{{"id":"1","changes":[{{"field":"messages","value":{value}}}]}}]}}"#
         )
+    }
+
+    #[test]
+    fn an_echo_of_the_owners_app_reply_is_the_businesss_never_a_turn() {
+        let body = r#"{"object":"whatsapp_business_account","entry":[{"id":"1","time":1781000500,"changes":[{"field":"smb_message_echoes","value":{"messaging_product":"whatsapp","metadata":{"display_phone_number":"2347000000001","phone_number_id":"9"},"message_echoes":[{"from":"2347000000001","to":"2348031234567","to_user_id":"NG.8812734650192837","id":"wamid.APP1","timestamp":"1781000490","type":"text","text":{"body":"Na me, Tunde. Your order dey come today \ud83d\ude4f"}},{"from":"2347000000001","to_user_id":"NG.77","id":"wamid.APP2","timestamp":"1781000495","type":"image","image":{"id":"55","mime_type":"image\/jpeg","caption":"receipt"}}]}}]}]}"#;
+        let parsed = parse(body.as_bytes()).expect("json");
+        assert!(parsed.quarantined.is_empty(), "{:?}", parsed.quarantined);
+        let [text, image] = parsed.items.as_slice() else {
+            panic!("two echoes: {:?}", parsed.items)
+        };
+        assert_eq!(text.kind, ItemKind::Echo);
+        assert_eq!(text.dedupe_key, "echo:wamid.APP1");
+        assert_eq!(text.business.as_deref(), Some("9"));
+        assert_eq!(text.customer.as_deref(), Some("2348031234567"));
+        assert_eq!(
+            text.text.as_deref(),
+            Some("Na me, Tunde. Your order dey come today \u{1f64f}")
+        );
+        assert_eq!(text.provider_ts, Some(UnixSeconds(1_781_000_490)));
+        assert_eq!(text.turn, None, "an echo never wakes a turn");
+        assert_eq!(text.facts["to_user_id"], "NG.8812734650192837");
+        assert_eq!(
+            image.customer.as_deref(),
+            Some("NG.77"),
+            "no number: the BSUID"
+        );
+        assert_eq!(image.text.as_deref(), Some("receipt"));
+        assert_eq!(image.media_id.as_deref(), Some("55"));
+    }
+
+    #[test]
+    fn the_apps_history_and_state_sync_are_kept_whole_and_never_routed() {
+        for field in ["history", "smb_app_state_sync"] {
+            let body = format!(
+                r#"{{"object":"whatsapp_business_account","entry":[{{"id":"1","changes":[{{"field":"{field}","value":{{"messaging_product":"whatsapp","metadata":{{"phone_number_id":"9"}},"history":[{{"threads":[{{"id":"2348031234567","messages":[{{"from":"2348031234567","id":"wamid.OLD","timestamp":"1780000000","type":"text","text":{{"body":"old"}}}}]}}]}}]}}}}]}}]}}"#
+            );
+            let item = one(&body);
+            assert_eq!(item.kind, ItemKind::FieldEvent, "{field}");
+            assert_eq!(item.turn, None);
+            assert_eq!(item.item_type.as_deref(), Some(field));
+        }
+    }
+
+    #[test]
+    fn a_malformed_echo_is_quarantined_alone() {
+        let body = r#"{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"smb_message_echoes","value":{"metadata":{"phone_number_id":"9"},"message_echoes":[{"to":"1","id":"wamid.A","timestamp":"5","type":"text","text":{"body":"ok"}},{"to":"1","id":7,"type":"text"}]}}]}]}"#;
+        let parsed = parse(body.as_bytes()).expect("json");
+        assert_eq!(parsed.items.len(), 1);
+        assert_eq!(parsed.quarantined.len(), 1);
     }
 
     #[test]

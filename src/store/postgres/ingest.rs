@@ -12,9 +12,10 @@ use super::{broadcasts, categories, channel, limit, outbox};
 use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 use crate::store::items::known;
 use crate::store::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at};
+use crate::store::rules::batch::BatchState;
 use crate::store::rules::erasure::Marks;
 use crate::store::rules::item::{ItemState, arrived};
-use crate::store::rules::{broadcast, category, consent};
+use crate::store::rules::{broadcast, category, consent, review};
 use crate::store::{
     Error, InboxQuery, Ingest, IngestReceipt, REPLY_SPAN, Result, StoredItem, StoredQuarantine,
 };
@@ -166,6 +167,9 @@ pub(super) async fn ingest_in(
             continue;
         }
         receipt.stored += 1;
+        if item.kind == ItemKind::Echo {
+            person_replied(conn, item, delivery).await?;
+        }
         if item.kind == ItemKind::Status {
             outbox::reconcile_status(conn, item, delivery.received_at, delivery.pair_spacing)
                 .await?;
@@ -193,6 +197,54 @@ pub(super) async fn ingest_in(
         receipt.quarantined += keep_quarantined(conn, q, delivery.received_at).await?;
     }
     Ok(receipt)
+}
+
+/// A person's reply from the WhatsApp Business app (an echo): it holds the conversation
+/// ([`review::person_holds`]), and takes its place in the conversation's history as the
+/// business's word, in a batch of its own that a person answered.
+async fn person_replied(
+    conn: &mut PgConnection,
+    item: &InboundItem,
+    delivery: &Ingest,
+) -> Result<()> {
+    let (Some(business), Some(customer)) = (&item.business, &item.customer) else {
+        return Ok(());
+    };
+    let at = sent_at(item, delivery.received_at);
+    let until = review::held_after_reply(at, delivery.human_hold);
+    let conversation: i64 = sqlx::query_scalar(
+        "INSERT INTO conversations (channel, business, customer, held_until) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (channel, business, customer) DO UPDATE SET
+             held_until = GREATEST(COALESCE(conversations.held_until, 0), excluded.held_until)
+         RETURNING id",
+    )
+    .bind(item.channel.as_str())
+    .bind(business)
+    .bind(customer)
+    .bind(until)
+    .fetch_one(&mut *conn)
+    .await?;
+    let batch: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "INSERT INTO batches (conversation_id, state, token, attempts, due_at, created_at, started_at,
+                              finished_at)
+         VALUES ($1, '{by_person}', 0, 0, $2, $3, $2, $3) RETURNING id",
+        by_person = BatchState::Review,
+    )))
+    .bind(conversation)
+    .bind(at)
+    .bind(delivery.received_at)
+    .fetch_one(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE inbox SET conversation_id = $3, batch_id = $4 WHERE channel = $1 AND dedupe_key = $2",
+    )
+    .bind(item.channel.as_str())
+    .bind(&item.dedupe_key)
+    .bind(conversation)
+    .bind(batch)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// Arrival-order seqs for a delivery stored out of its order (see [`lock_order`]), one per item

@@ -66,6 +66,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0013_marker_key.sql"),
     include_str!("migrations/0014_chat_owners.sql"),
     include_str!("migrations/0015_marketing_messages.sql"),
+    include_str!("migrations/0016_person_hold.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;

@@ -11,7 +11,7 @@ use crate::domain::ReviewReason;
 use crate::store::items::known;
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::Event;
-use crate::store::rules::review::ReviewState;
+use crate::store::rules::review::{self, ReviewState};
 use crate::store::sql;
 use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
 
@@ -90,7 +90,7 @@ pub(super) async fn resolve(
         (held.get(0), held.get(1), held.get(2), held.get(3));
     let settled = sql::settled(&state, &channel, resolution)?;
     let note = match resolution {
-        Resolution::Reply { text, sandbox } => {
+        Resolution::Reply { text, sandbox, .. } => {
             person_reply(&mut tx, batch, now, text, *sandbox).await?;
             Some(text.as_str())
         }
@@ -106,6 +106,7 @@ pub(super) async fn resolve(
         }
         Resolution::Close => None,
     };
+    hold(&mut tx, batch, review::hold_after(resolution, now)).await?;
     if settled == ReviewState::Open {
         // A person answering a live chat holds it: the item stays open, with their last word.
         sqlx::query("UPDATE review SET resolution_note = $2 WHERE id = $1")
@@ -126,6 +127,22 @@ pub(super) async fn resolve(
     .execute(&mut *tx)
     .await?;
     tx.commit().await.map_err(Error::from)
+}
+
+/// A person's hold on the batch's conversation after their step: renewed by a reply (never
+/// shortened), let go by closing or requeuing ([`review::hold_after`]).
+async fn hold(conn: &mut PgConnection, batch: i64, until: Option<At>) -> Result<()> {
+    sqlx::query(
+        "UPDATE conversations
+         SET held_until = CASE WHEN $2::BIGINT IS NULL THEN NULL
+                               ELSE GREATEST(COALESCE(held_until, 0), $2::BIGINT) END
+         WHERE id = (SELECT conversation_id FROM batches WHERE id = $1)",
+    )
+    .bind(batch)
+    .bind(until)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 async fn person_reply(

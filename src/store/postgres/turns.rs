@@ -7,11 +7,13 @@ use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
 use super::{conversation_at, limit};
 use crate::clock::At;
-use crate::domain::{Batch, BatchMessage, Channel, Claim, LeaseToken, ReplyPart, ReviewReason};
+use crate::domain::{
+    Batch, BatchMessage, Channel, Claim, ItemKind, LeaseToken, ReplyPart, ReviewReason,
+};
 use crate::store::items::known;
 use crate::store::rules::batch::{self, BatchState, Lease, answered_by};
 use crate::store::rules::item::ItemState;
-use crate::store::rules::review::ReviewState;
+use crate::store::rules::review::{self, ReviewState};
 use crate::store::sql::{self, Opened};
 use crate::store::{
     Ending, Error, HOLD_PART, HistoryEntry, Holding, Lane, Result, RouteGuess, RoutedTurn, Speaker,
@@ -148,18 +150,18 @@ async fn open_batches(
     // Written out, so that each lane's query may use its own index.
     let query = match lane {
         Lane::Any => {
-            "SELECT id, due_at, requeued FROM conversations
+            "SELECT id, due_at, requeued, held_until FROM conversations
              WHERE due_at <= $1 AND open_batch_id IS NULL AND ($3::text IS NULL OR channel = $3)
              ORDER BY due_at LIMIT $2 OFFSET $4 FOR UPDATE SKIP LOCKED"
         }
         Lane::Routine => {
-            "SELECT id, due_at, requeued FROM conversations
+            "SELECT id, due_at, requeued, held_until FROM conversations
              WHERE due_at <= $1 AND open_batch_id IS NULL AND ($3::text IS NULL OR channel = $3)
                AND NOT model_pending
              ORDER BY due_at LIMIT $2 OFFSET $4 FOR UPDATE SKIP LOCKED"
         }
         Lane::Model => {
-            "SELECT id, due_at, requeued FROM conversations
+            "SELECT id, due_at, requeued, held_until FROM conversations
              WHERE due_at <= $1 AND open_batch_id IS NULL AND ($3::text IS NULL OR channel = $3)
                AND model_pending
              ORDER BY due_at LIMIT $2 OFFSET $4 FOR UPDATE SKIP LOCKED"
@@ -174,8 +176,8 @@ async fn open_batches(
         .await?;
     let mut opened = Vec::with_capacity(due.len());
     for row in due {
-        let (conversation, due_at, requeued): (i64, i64, bool) =
-            (row.get(0), row.get(1), row.get(2));
+        let (conversation, due_at, requeued, held_until): (i64, i64, bool, Option<At>) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
         // The batch, its messages and the conversation's open batch, in one statement.
         let batch: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
             "WITH batch AS (
@@ -209,6 +211,7 @@ async fn open_batches(
             batch,
             conversation,
             requeued,
+            held_until,
         });
     }
     Ok(opened)
@@ -216,7 +219,7 @@ async fn open_batches(
 
 pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch> {
     let row = sqlx::query(
-        "SELECT c.channel, c.business, c.customer, b.due_at
+        "SELECT c.channel, c.business, c.customer, b.due_at, c.held_until
          FROM batches b JOIN conversations c ON c.id = b.conversation_id WHERE b.id = $1",
     )
     .bind(id)
@@ -252,6 +255,7 @@ pub(super) async fn load_batch(conn: &mut PgConnection, id: i64) -> Result<Batch
         conversation,
         messages,
         due_at: row.get(3),
+        held_until: row.get(4),
     })
 }
 
@@ -312,19 +316,24 @@ pub(super) async fn hold(pool: &PgPool, now: At, holding: &Holding) -> Result<Ve
     for Opened {
         batch,
         conversation,
+        held_until,
         ..
     } in opened
     {
-        write_reply(
-            &mut tx,
-            batch,
-            conversation,
-            now,
-            &holding.parts,
-            holding.sandbox,
-            HOLD_PART,
-        )
-        .await?;
+        // A person holding the conversation answers it: nobody is told to wait for the
+        // assistant (the batch goes to them when it is claimed).
+        if !review::person_holds(held_until, now) {
+            write_reply(
+                &mut tx,
+                batch,
+                conversation,
+                now,
+                &holding.parts,
+                holding.sandbox,
+                HOLD_PART,
+            )
+            .await?;
+        }
         sqlx::query(AssertSqlSafe(format!(
             "UPDATE batches SET state = '{waiting}', attempts = 0, lease_until = NULL,
                     next_attempt_at = due_at
@@ -530,7 +539,8 @@ pub(super) async fn conversation_history(
         "WITH recent AS (
              SELECT id FROM batches WHERE conversation_id = $3 AND id < $1
              ORDER BY id DESC LIMIT $2)
-         SELECT received_at, 0, COALESCE(text, '[' || COALESCE(item_type, 'message') || ']'),
+         SELECT received_at, CASE kind WHEN '{echo}' THEN 1 ELSE 0 END,
+                COALESCE(text, '[' || COALESCE(item_type, 'message') || ']'),
                 batch_id, COALESCE(provider_ts, 0), seq
              FROM inbox WHERE batch_id IN (SELECT id FROM recent)
          UNION ALL SELECT created_at, 1, body, batch_id, id, 0 FROM outbox
@@ -540,6 +550,7 @@ pub(super) async fn conversation_history(
              FROM review WHERE batch_id IN (SELECT id FROM recent) AND outbox_id IS NULL
          ORDER BY 4, 2, 5, 6",
         unsaid = *sql::UNSAID_SQL,
+        echo = ItemKind::Echo.as_str(),
     )))
     .bind(before)
     .bind(limit(Some(turns)))

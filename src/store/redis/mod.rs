@@ -565,7 +565,7 @@ impl Reviews for RedisStore {
         raw.map(RawReview::into_entry).transpose()
     }
     async fn resolve_review(&self, id: i64, now: At, resolution: Resolution) -> Result<()> {
-        let args = json!({"id": id, "now": now, "resolution": wire::resolution(&resolution)});
+        let args = json!({"id": id, "now": now, "resolution": wire::resolution(&resolution, now)});
         let _: bool = self.call("resolve_review", args).await?;
         Ok(())
     }

@@ -24,7 +24,7 @@ use crate::store::rules::erasure::Marks;
 use crate::store::rules::hours::{LocalHours, Turn};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::{Delivery, PartKind, PartState};
-use crate::store::rules::review::ReviewState;
+use crate::store::rules::review::{self, ReviewState};
 use crate::store::{
     BroadcastSend, BroadcastView, ChatExchange, ChatFeed, ChatJob, ConversationView,
     CustomerRecord, Ending, Error, Gauges, HistoryEntry, Ingest, OutboxEntry, PersonLine,
@@ -74,9 +74,14 @@ pub(super) fn delivery(d: &Ingest, marks: &Marks) -> Value {
         "window": millis(d.policy.window),
         "cap": millis(d.policy.cap),
         "spacing": millis(d.pair_spacing),
-        "items": d.items.iter()
-            .map(|i| item(i, d.received_at, !d.routine.contains(&i.dedupe_key), marks))
-            .collect::<Vec<_>>(),
+        "items": d.items.iter().map(|i| {
+            let mut kept = item(i, d.received_at, !d.routine.contains(&i.dedupe_key), marks);
+            if i.kind == ItemKind::Echo {
+                let at = sent_at(i, d.received_at);
+                kept["held_until"] = json!(review::held_after_reply(at, d.human_hold));
+            }
+            kept
+        }).collect::<Vec<_>>(),
         "quarantined": d.quarantined.iter().map(|q| json!({
             "ch": q.channel.as_str(),
             "reason": q.reason,
@@ -198,14 +203,17 @@ pub(super) fn send_result(r: &SendResult) -> Value {
     }
 }
 
-pub(super) fn resolution(r: &Resolution) -> Value {
-    match r {
-        Resolution::Reply { text, sandbox } => {
+/// A person's resolution at `now`, with the hold on the conversation it leaves.
+pub(super) fn resolution(r: &Resolution, now: At) -> Value {
+    let mut how = match r {
+        Resolution::Reply { text, sandbox, .. } => {
             json!({"kind": "reply", "text": text, "sandbox": sandbox})
         }
         Resolution::Requeue => json!({"kind": "requeue"}),
         Resolution::Close => json!({"kind": "close"}),
-    }
+    };
+    how["held_until"] = json!(review::hold_after(r, now));
+    how
 }
 
 #[derive(Deserialize)]
@@ -250,6 +258,8 @@ pub(super) struct RawBatch {
     biz: String,
     cust: String,
     due: At,
+    #[serde(default)]
+    held: Option<At>,
     messages: List<RawMessage>,
 }
 
@@ -279,6 +289,7 @@ impl RawBatch {
             conversation: conversation(&self.ch, self.biz, self.cust)?,
             messages,
             due_at: self.due,
+            held_until: self.held,
         })
     }
 }

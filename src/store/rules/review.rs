@@ -4,8 +4,11 @@
 //! person holds the conversation, and what the visitor writes meanwhile joins the item, until
 //! the person closes or requeues it.
 
+use std::time::Duration;
+
 use super::item::ItemState;
 use super::named;
+use crate::clock::At;
 
 /// Whether the customer waits on the other end for a person's next word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,11 +88,41 @@ pub fn arriving(destination: Destination) -> ItemState {
     }
 }
 
+/// Whether a person holds the conversation at `now`: they replied to the customer (from the
+/// desk, the admin API or the WhatsApp Business app) within their hold. Meanwhile the
+/// assistant stands down on every channel: a batch claimed then goes to the person
+/// ([`ReviewReason::PersonAnswering`](crate::domain::ReviewReason::PersonAnswering)), never to
+/// a turn.
+pub fn person_holds(held_until: Option<At>, now: At) -> bool {
+    held_until.is_some_and(|until| until > now)
+}
+
+/// A person's hold on the conversation after they replied at `at`: `hold`
+/// (`engine.human_hold`) from their latest reply, so each reply renews it.
+pub fn held_after_reply(at: At, hold: Duration) -> At {
+    at + hold
+}
+
+/// A person's hold after `resolution` at `now`: a reply holds the conversation (see
+/// [`held_after_reply`]); closing the item or sending it back gives the customer back to the
+/// assistant at once.
+pub fn hold_after(resolution: &Resolution, now: At) -> Option<At> {
+    match resolution {
+        Resolution::Reply { hold, .. } => Some(held_after_reply(now, *hold)),
+        Resolution::Requeue | Resolution::Close => None,
+    }
+}
+
 /// How a person settles a review item.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resolution {
-    /// A person's reply to the customer, through the outbox and all its rules.
-    Reply { text: String, sandbox: bool },
+    /// A person's reply to the customer, through the outbox and all its rules; the person then
+    /// holds the conversation for `hold` (`engine.human_hold`).
+    Reply {
+        text: String,
+        sandbox: bool,
+        hold: Duration,
+    },
     /// Back to the automatic path: a batch's messages become pending again for a new turn; a
     /// failed or unknown send is queued again (the person accepts it may arrive twice).
     Requeue,
@@ -106,10 +139,33 @@ mod tests {
             Resolution::Reply {
                 text: "on it".into(),
                 sandbox: false,
+                hold: HOUR,
             },
             Resolution::Requeue,
             Resolution::Close,
         ]
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn a_persons_reply_holds_the_conversation_and_leaving_it_gives_it_back() {
+        let now = At::from_millis(1_000_000);
+        let [reply, requeue, close] = resolutions();
+        let until = hold_after(&reply, now).expect("a reply holds");
+        assert_eq!(until, now + HOUR);
+        assert!(person_holds(Some(until), now));
+        assert!(person_holds(
+            Some(until),
+            now + HOUR - Duration::from_millis(1)
+        ));
+        assert!(!person_holds(Some(until), now + HOUR), "the hold ends");
+        assert!(!person_holds(None, now));
+        assert_eq!(hold_after(&requeue, now), None);
+        assert_eq!(hold_after(&close, now), None);
+        // Each reply renews it from its own time.
+        let later = now + HOUR / 2;
+        assert_eq!(held_after_reply(later, HOUR), later + HOUR);
     }
 
     #[test]

@@ -8,10 +8,12 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::clock::{At, millis};
 use crate::domain::{BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
 use crate::store::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at};
+use crate::store::rules::batch::BatchState;
 use crate::store::rules::broadcast::{self};
 use crate::store::rules::category::{self};
 use crate::store::rules::consent::{self};
 use crate::store::rules::item::{ItemState, arrived};
+use crate::store::rules::review::{self};
 use crate::store::{InboxQuery, Ingest, IngestReceipt, Result, StoredItem, StoredQuarantine};
 
 use super::{broadcasts, categories, decode, execute, limit_param, outbox, unavailable};
@@ -55,6 +57,9 @@ pub(super) fn ingest(
                 insert_item(conn, item, facts, hash, conversation, delivery.received_at)?;
                 if item.kind == ItemKind::Status {
                     reconcile_status(conn, item, delivery)?;
+                }
+                if item.kind == ItemKind::Echo {
+                    person_replied(conn, item, delivery)?;
                 }
                 for (customer, choice) in consent::preferences(item) {
                     broadcasts::choose(conn, &customer, &choice)?;
@@ -139,6 +144,49 @@ fn schedule(
         )
     })
     .map_err(unavailable)
+}
+
+/// A person's reply from the WhatsApp Business app (an echo): it holds the conversation
+/// ([`review::person_holds`]), and takes its place in the conversation's history as the
+/// business's word, in a batch of its own that a person answered.
+fn person_replied(conn: &Connection, item: &InboundItem, delivery: &Ingest) -> Result<()> {
+    let (Some(business), Some(customer)) = (&item.business, &item.customer) else {
+        return Ok(());
+    };
+    let at = sent_at(item, delivery.received_at);
+    let until = review::held_after_reply(at, delivery.human_hold);
+    let conversation: i64 = conn
+        .prepare_cached(
+            "INSERT INTO conversations (channel, business, customer, held_until) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (channel, business, customer) DO UPDATE SET
+                 held_until = max(coalesce(held_until, 0), excluded.held_until)
+             RETURNING id",
+        )
+        .and_then(|mut s| {
+            s.query_row(
+                params![item.channel.as_str(), business, customer, until],
+                |r| r.get(0),
+            )
+        })
+        .map_err(unavailable)?;
+    let batch: i64 = conn
+        .prepare_cached(&format!(
+            "INSERT INTO batches (conversation_id, state, token, attempts, due_at, created_at, started_at,
+                                  finished_at)
+             VALUES (?1, '{by_person}', 0, 0, ?2, ?3, ?2, ?3) RETURNING id",
+            by_person = BatchState::Review,
+        ))
+        .and_then(|mut s| {
+            s.query_row(params![conversation, at, delivery.received_at], |r| {
+                r.get(0)
+            })
+        })
+        .map_err(unavailable)?;
+    execute(
+        conn,
+        "UPDATE inbox SET conversation_id = ?3, batch_id = ?4 WHERE channel = ?1 AND dedupe_key = ?2",
+        params![item.channel.as_str(), item.dedupe_key, conversation, batch],
+    )
 }
 
 /// Applies a customer's deletion or edit to the message it names while that still waits for

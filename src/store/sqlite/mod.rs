@@ -72,6 +72,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0019_marker_key.sql"),
     include_str!("migrations/0020_chat_owners.sql"),
     include_str!("migrations/0021_marketing_messages.sql"),
+    include_str!("migrations/0022_person_hold.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.

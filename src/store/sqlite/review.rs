@@ -11,7 +11,7 @@ use crate::clock::At;
 use crate::domain::{ConversationKey, ReviewReason};
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::Event;
-use crate::store::rules::review::ReviewState;
+use crate::store::rules::review::{self, ReviewState};
 use crate::store::sql;
 use crate::store::{ConversationView, Error, Gauges, Resolution, Result, ReviewEntry, ReviewQuery};
 
@@ -105,8 +105,9 @@ pub(super) fn resolve(conn: &Connection, id: i64, now: At, resolution: &Resoluti
         return Err(Error::NotFound);
     };
     let settled = sql::settled(&state, &channel, resolution)?;
+    hold(conn, batch, review::hold_after(resolution, now))?;
     let note = match resolution {
-        Resolution::Reply { text, sandbox } => {
+        Resolution::Reply { text, sandbox, .. } => {
             person_reply(conn, batch, now, text, *sandbox)?;
             Some(text.as_str())
         }
@@ -133,6 +134,18 @@ pub(super) fn resolve(conn: &Connection, id: i64, now: At, resolution: &Resoluti
         "UPDATE review SET state = ?2, resolved_at = ?3, resolution = ?2, resolution_note = ?4
          WHERE id = ?1",
         params![id, settled.as_str(), now, note],
+    )
+}
+
+/// A person's hold on the batch's conversation after their step: renewed by a reply (never
+/// shortened), let go by closing or requeuing ([`review::hold_after`]).
+fn hold(conn: &Connection, batch: i64, until: Option<At>) -> Result<()> {
+    execute(
+        conn,
+        "UPDATE conversations
+         SET held_until = CASE WHEN ?2 IS NULL THEN NULL ELSE max(coalesce(held_until, 0), ?2) END
+         WHERE id = (SELECT conversation_id FROM batches WHERE id = ?1)",
+        params![batch, until],
     )
 }
 

@@ -8,10 +8,12 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{conversation_at, execute, limit_param, unavailable};
 use crate::clock::At;
-use crate::domain::{Batch, BatchMessage, Channel, Claim, LeaseToken, ReplyPart, ReviewReason};
+use crate::domain::{
+    Batch, BatchMessage, Channel, Claim, ItemKind, LeaseToken, ReplyPart, ReviewReason,
+};
 use crate::store::rules::batch::{self, BatchState, Lease, answered_by};
 use crate::store::rules::item::ItemState;
-use crate::store::rules::review::ReviewState;
+use crate::store::rules::review::{self, ReviewState};
 use crate::store::sql::{self, Opened};
 use crate::store::{
     Ending, Error, HOLD_PART, HistoryEntry, Holding, Lane, Result, RouteGuess, RoutedTurn, Speaker,
@@ -152,35 +154,35 @@ fn open_batches(
     // Written out, so that each lane's query may use its own index.
     let query = match lane {
         Lane::Any => {
-            "SELECT id, due_at, requeued FROM conversations
+            "SELECT id, due_at, requeued, held_until FROM conversations
              WHERE due_at <= ?1 AND open_batch_id IS NULL AND (?3 IS NULL OR channel = ?3)
              ORDER BY due_at LIMIT ?2 OFFSET ?4"
         }
         Lane::Routine => {
-            "SELECT id, due_at, requeued FROM conversations
+            "SELECT id, due_at, requeued, held_until FROM conversations
              WHERE due_at <= ?1 AND open_batch_id IS NULL AND (?3 IS NULL OR channel = ?3)
                AND model_pending = 0
              ORDER BY due_at LIMIT ?2 OFFSET ?4"
         }
         Lane::Model => {
-            "SELECT id, due_at, requeued FROM conversations
+            "SELECT id, due_at, requeued, held_until FROM conversations
              WHERE due_at <= ?1 AND open_batch_id IS NULL AND (?3 IS NULL OR channel = ?3)
                AND model_pending = 1
              ORDER BY due_at LIMIT ?2 OFFSET ?4"
         }
     };
-    let conversations: Vec<(i64, i64, bool)> = conn
+    let conversations: Vec<(i64, i64, bool, Option<At>)> = conn
         .prepare_cached(query)
         .and_then(|mut s| {
             let skip = limit_param(skip).max(0);
             s.query_map(params![now, limit_param(limit), channel, skip], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })?
             .collect()
         })
         .map_err(unavailable)?;
     let mut opened = Vec::with_capacity(conversations.len());
-    for (conversation, due_at, requeued) in conversations {
+    for (conversation, due_at, requeued, held_until) in conversations {
         let batch: i64 = conn
             .prepare_cached(&format!(
                 "INSERT INTO batches (conversation_id, state, token, attempts, lease_until, due_at, created_at, started_at, requeued)
@@ -212,21 +214,22 @@ fn open_batches(
             batch,
             conversation,
             requeued,
+            held_until,
         });
     }
     Ok(opened)
 }
 
 pub(super) fn load_batch(conn: &Connection, id: i64) -> Result<Batch> {
-    let (conversation, due_at) = conn
+    let (conversation, due_at, held_until) = conn
         .prepare_cached(
-            "SELECT c.channel, c.business, c.customer, b.due_at
+            "SELECT c.channel, c.business, c.customer, b.due_at, c.held_until
              FROM batches b JOIN conversations c ON c.id = b.conversation_id WHERE b.id = ?1",
         )
         .and_then(|mut s| {
             s.query_row(params![id], |r| {
                 let key = conversation_at(r, 0)?;
-                Ok((key, r.get(3)?))
+                Ok((key, r.get(3)?, r.get(4)?))
             })
         })
         .map_err(unavailable)?;
@@ -235,6 +238,7 @@ pub(super) fn load_batch(conn: &Connection, id: i64) -> Result<Batch> {
         conversation,
         messages: batch_messages(conn, id)?,
         due_at,
+        held_until,
     })
 }
 
@@ -450,18 +454,23 @@ pub(super) fn hold(conn: &Connection, now: At, holding: &Holding) -> Result<Vec<
     for Opened {
         batch,
         conversation,
+        held_until,
         ..
     } in opened
     {
-        write_reply(
-            conn,
-            batch,
-            conversation,
-            now,
-            &holding.parts,
-            holding.sandbox,
-            HOLD_PART,
-        )?;
+        // A person holding the conversation answers it: nobody is told to wait for the
+        // assistant (the batch goes to them when it is claimed).
+        if !review::person_holds(held_until, now) {
+            write_reply(
+                conn,
+                batch,
+                conversation,
+                now,
+                &holding.parts,
+                holding.sandbox,
+                HOLD_PART,
+            )?;
+        }
         execute(
             conn,
             &format!(
@@ -512,7 +521,8 @@ pub(super) fn conversation_history(
         "WITH recent AS (
              SELECT id FROM batches WHERE conversation_id = ?3 AND id < ?1
              ORDER BY id DESC LIMIT ?2)
-         SELECT received_at, 0, coalesce(text, '[' || coalesce(item_type, 'message') || ']'),
+         SELECT received_at, CASE kind WHEN '{echo}' THEN 1 ELSE 0 END,
+                coalesce(text, '[' || coalesce(item_type, 'message') || ']'),
                 batch_id, coalesce(provider_ts, 0), seq
              FROM inbox WHERE batch_id IN (SELECT id FROM recent)
          UNION ALL SELECT created_at, 1, body, batch_id, id, 0 FROM outbox
@@ -522,6 +532,7 @@ pub(super) fn conversation_history(
              FROM review WHERE batch_id IN (SELECT id FROM recent) AND outbox_id IS NULL
          ORDER BY 4, 2, 5, 6",
         unsaid = *sql::UNSAID_SQL,
+        echo = ItemKind::Echo.as_str(),
     ))
     .and_then(|mut s| {
         s.query_map(params![before, limit_param(turns), conversation], |r| {

@@ -72,6 +72,7 @@ async fn ada_and_bo(store: &Arc<dyn Store>) {
             policy: POLICY,
             routine: Default::default(),
             pair_spacing: std::time::Duration::ZERO,
+            human_hold: std::time::Duration::ZERO,
         })
         .await
         .expect("kept");
@@ -410,6 +411,7 @@ pub async fn after_forget_late_statuses_are_known_and_only_her_own_parts_are_emp
             policy: POLICY,
             routine: Default::default(),
             pair_spacing: std::time::Duration::ZERO,
+            human_hold: std::time::Duration::ZERO,
         })
         .await
         .expect("kept");

@@ -355,6 +355,7 @@ async fn keep(store: &Arc<dyn Store>, quarantined: Vec<Quarantined>, at: At) -> 
         received_at: at,
         policy: POLICY,
         pair_spacing: std::time::Duration::ZERO,
+        human_hold: std::time::Duration::ZERO,
     };
     store.ingest(delivery).await.expect("ingest").quarantined
 }

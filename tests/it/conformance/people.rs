@@ -3,16 +3,16 @@
 use std::sync::Arc;
 
 use sabi::clock::At;
-use sabi::domain::{Channel, ConversationKey, ReplyPart, ReviewReason};
+use sabi::domain::{Channel, ConversationKey, InboundItem, ItemKind, ReplyPart, ReviewReason};
 use sabi::store::{
-    ConversationView, Ending, Error, HistoryEntry, Resolution, ReviewEntry, ReviewQuery,
+    ConversationView, Ending, Error, HistoryEntry, Holding, Resolution, ReviewEntry, ReviewQuery,
     ReviewState, SendResult, Speaker, Store,
 };
 
 use super::fixtures::{
     BUSINESS, OTHER_BUSINESS, claim_only, message_to, open_reviews, replied, turn,
 };
-use super::{T0, ingest, message, reply};
+use super::{HUMAN_HOLD, POLICY, T0, ingest, message, reply};
 
 use crate::helpers::ms;
 
@@ -130,6 +130,7 @@ async fn settle_each(store: &Arc<dyn Store>, open: &[ReviewEntry], at: At) {
     let answer = Resolution::Reply {
         text: "Here I am.".into(),
         sandbox: true,
+        hold: HUMAN_HOLD,
     };
     let settled = [
         (Resolution::Close, ReviewState::Closed),
@@ -218,4 +219,140 @@ fn key(business: &str) -> ConversationKey {
         business: business.into(),
         customer: "c1".into(),
     }
+}
+
+/// What the business's owner typed in the WhatsApp Business app to `customer`, as the parser
+/// gives it.
+fn echo(id: &str, customer: &str, text: &str, sent: At) -> InboundItem {
+    InboundItem {
+        kind: ItemKind::Echo,
+        dedupe_key: format!("echo:{id}"),
+        turn: None,
+        facts: serde_json::json!({"kind": "echo", "id": id}),
+        ..message(id, customer, text, sent)
+    }
+}
+
+/// Claims the one batch due at `at` and hands it to a person as the worker does while a person
+/// holds the conversation: the hold it carried, and the review item it opened.
+async fn held_turn(store: &Arc<dyn Store>, at: At) -> (Option<At>, ReviewEntry) {
+    let claims = store.claim(at, ms(60_000), 10, None).await.expect("claim");
+    assert_eq!(claims.len(), 1, "one turn due");
+    let claim = &claims[0];
+    let to_person = Ending::Review {
+        reason: ReviewReason::PersonAnswering,
+        error: None,
+    };
+    store
+        .finish(claim.batch.id, claim.token, at, to_person)
+        .await
+        .expect("finish");
+    let open = open_reviews(store).await;
+    let item = open
+        .into_iter()
+        .find(|r| r.batch_id == claim.batch.id)
+        .expect("the person's item");
+    (claim.batch.held_until, item)
+}
+
+pub async fn a_persons_reply_holds_the_conversation_until_they_let_it_go(store: Arc<dyn Store>) {
+    // The owner writes first, from the app; the echo reaches Sabi a second later, twice.
+    let from_app = echo("wamid.app-1", "c9", "Your order is ready: come by 4pm", T0);
+    let first = ingest(&store, vec![from_app.clone()], T0 + ms(1_000)).await;
+    assert_eq!((first.stored, first.earliest_due), (1, None), "no turn");
+    let again = ingest(&store, vec![from_app], T0 + ms(2_000)).await;
+    assert_eq!(again.duplicates, 1);
+
+    // The customer answers: their batch carries the hold from the owner's message, and the
+    // owner's words are in its history as the business's, never among the customer's.
+    let sent = T0 + ms(60_000);
+    let answer = message("wamid.c9-1", "c9", "Thank you! Can I come at 5?", sent);
+    ingest(&store, vec![answer], sent).await;
+    let at = sent + POLICY.cap;
+    // A surge: the holder tells the model's waiting customers to wait, but not one a person
+    // answers (their batch still waits for its claim).
+    let holding = Holding {
+        skip: 0,
+        limit: 10,
+        parts: vec![ReplyPart::text("We will answer you soon.")],
+        sandbox: true,
+    };
+    assert_eq!(store.hold(at, holding).await.expect("hold").len(), 1);
+    assert_eq!(store.outbox(None).await.expect("outbox"), []);
+    let claims = store.claim(at, ms(60_000), 10, None).await.expect("claim");
+    let batch = &claims[0].batch;
+    assert_eq!(batch.held_until, Some(T0 + HUMAN_HOLD));
+    assert_eq!(batch.messages.len(), 1);
+    let history = store.history(batch.id, 10).await.expect("history");
+    assert_eq!(
+        history,
+        [line(
+            T0 + ms(1_000),
+            Speaker::Business,
+            "Your order is ready: come by 4pm"
+        )]
+    );
+    let to_person = Ending::Review {
+        reason: ReviewReason::PersonAnswering,
+        error: None,
+    };
+    store
+        .finish(batch.id, claims[0].token, at, to_person)
+        .await
+        .expect("finish");
+    let item = open_reviews(&store).await.remove(0);
+    assert_eq!(item.reason, ReviewReason::PersonAnswering);
+
+    // A person's reply from the desk renews the hold from its own time.
+    let replied_at = at + ms(5_000);
+    let desk = Resolution::Reply {
+        text: "5 is fine".into(),
+        sandbox: true,
+        hold: HUMAN_HOLD,
+    };
+    store
+        .resolve_review(item.id, replied_at, desk)
+        .await
+        .expect("replied");
+    let next = replied_at + ms(1_000);
+    ingest(
+        &store,
+        vec![message("wamid.c9-2", "c9", "Great", next)],
+        next,
+    )
+    .await;
+    let (held, item) = held_turn(&store, next + POLICY.cap).await;
+    assert_eq!(held, Some(replied_at + HUMAN_HOLD));
+
+    // Closing the item gives the customer back to the assistant.
+    store
+        .resolve_review(item.id, next + POLICY.cap, Resolution::Close)
+        .await
+        .expect("closed");
+    let last = next + POLICY.cap + ms(1_000);
+    ingest(
+        &store,
+        vec![message("wamid.c9-3", "c9", "Hello?", last)],
+        last,
+    )
+    .await;
+    let claims = store
+        .claim(last + POLICY.cap, ms(60_000), 10, None)
+        .await
+        .expect("claim");
+    assert_eq!(claims[0].batch.held_until, None);
+
+    // Another customer of the same number was never held.
+    let other = T0 + ms(3_000);
+    ingest(
+        &store,
+        vec![message("wamid.c8-1", "c8", "Hi", other)],
+        other,
+    )
+    .await;
+    let claims = store
+        .claim(other + POLICY.cap, ms(60_000), 10, None)
+        .await
+        .expect("claim");
+    assert!(claims.iter().all(|c| c.batch.held_until.is_none()));
 }

@@ -82,6 +82,7 @@ pub async fn what_is_past_its_horizon_goes_and_its_retry_stays_a_duplicate(store
             policy: POLICY,
             routine: Default::default(),
             pair_spacing: std::time::Duration::ZERO,
+            human_hold: std::time::Duration::ZERO,
         })
         .await
         .expect("kept");

@@ -633,6 +633,7 @@ async fn ingest_lanes(
         received_at: at,
         policy: POLICY,
         pair_spacing: std::time::Duration::ZERO,
+        human_hold: std::time::Duration::ZERO,
     };
     store.ingest(delivery).await.expect("ingest");
 }

@@ -10,7 +10,7 @@ use sabi::store::{
 };
 
 use super::fixtures::open_reviews;
-use super::{T0, ingest, message, question};
+use super::{HUMAN_HOLD, T0, ingest, message, question};
 
 use crate::helpers::ms;
 
@@ -138,6 +138,7 @@ pub async fn chat_history_and_queue_depth_follow_each_question(store: Arc<dyn St
     let person = Resolution::Reply {
         text: "Here I am.".into(),
         sandbox: false,
+        hold: HUMAN_HOLD,
     };
     store
         .resolve_review(item.id, T0 + ms(40), person)
@@ -226,6 +227,7 @@ pub async fn a_visitor_talks_to_the_person_holding_their_chat(store: Arc<dyn Sto
     let says = |text: &str| Resolution::Reply {
         text: text.into(),
         sandbox: false,
+        hold: HUMAN_HOLD,
     };
     store
         .resolve_review(item.id, T0 + ms(10), says("Ada here."))

@@ -75,6 +75,28 @@ local function note_reply(customer, d)
   end
 end
 
+-- A person's reply from the WhatsApp Business app (an echo): it holds the conversation until
+-- `it.held_until` (store::rules::review::person_holds), and takes its place in the
+-- conversation's history as the business's word, in a batch of its own that a person answered.
+local function person_replied(it, d, seq)
+  if not (it.biz and it.cust) then
+    return
+  end
+  local conv = conversation_of({ch = it.ch, biz = it.biz, cust = it.cust})
+  local held = tonumber(redis.call('HGET', k('c', conv), 'held')) or 0
+  put(k('c', conv), {held = math.max(held, it.held_until)})
+  local id = redis.call('HINCRBY', k('ids'), 'batch', 1)
+  put(k('b', id), {
+    conv = conv, state = BATCH.review, token = 0, attempts = 0, due = it.sent,
+    created = d.recv, started = it.sent, finished = d.recv,
+  })
+  count_turn({state = BATCH.review})
+  redis.call('ZADD', k('finished'), int(d.recv), int(id))
+  redis.call('ZADD', k('c', conv, 'batches'), int(id), int(id))
+  redis.call('ZADD', k('b', id, 'msgs'), int(seq), int(seq))
+  put(k('in', seq), {conv = conv, batch = id})
+end
+
 local function keep_item(it, d, receipt)
   local seq = redis.call('HINCRBY', k('ids'), 'inbox', 1)
   local state = ITEM.recorded
@@ -102,6 +124,9 @@ local function keep_item(it, d, receipt)
     if it.ch == 'webchat' then
       redis.call('ZADD', k('wc'), int(seq), int(seq))
     end
+  end
+  if it.kind == 'echo' then
+    person_replied(it, d, seq)
   end
   if it.status then
     reconcile(it.status, d.recv, d.spacing)

@@ -87,9 +87,17 @@ local function resolve_review(a)
     return fail('SABI_NOT_FOUND', 'no open review item has this id')
   end
   local how, state, note = a.resolution, REVIEW.closed, nil
+  -- A reply renews the person's hold on the conversation; closing or requeuing lets it go
+  -- (store::rules::review::hold_after).
+  local conv = redis.call('HGET', k('b', r.batch), 'conv')
+  if how.held_until then
+    local held = tonumber(redis.call('HGET', k('c', conv), 'held')) or 0
+    put(k('c', conv), {held = math.max(held, how.held_until)})
+  else
+    redis.call('HDEL', k('c', conv), 'held')
+  end
   if how.kind == 'reply' then
     person_reply(r.batch, a.now, how.text, how.sandbox)
-    local conv = redis.call('HGET', k('b', r.batch), 'conv')
     if redis.call('HGET', k('c', conv), 'ch') == 'webchat' then
       -- A person answering a live chat holds it: the item stays open, with their last word
       -- (store::rules::review::settle).

@@ -2,7 +2,7 @@
 
 local function load_batch(id)
   local b = get(k('b', id), 'conv', 'due')
-  local c = get(k('c', b.conv), 'ch', 'biz', 'cust')
+  local c = get(k('c', b.conv), 'ch', 'biz', 'cust', 'held')
   local messages = {}
   for _, seq in ipairs(redis.call('ZRANGE', k('b', id, 'msgs'), 0, -1)) do
     local m = get(k('in', seq), 'ch', 'key', 'type', 'text', 'media', 'pts', 'recv', 'facts')
@@ -19,7 +19,7 @@ local function load_batch(id)
   end
   return {
     id = tonumber(id), ch = c.ch, biz = c.biz, cust = c.cust, due = tonumber(b.due),
-    messages = messages,
+    held = tonumber(c.held), messages = messages,
   }
 end
 
@@ -254,10 +254,15 @@ local function hold(a)
   local held = {}
   -- Routine turns are claimed first: only the model's lane queues.
   for _, conv in ipairs(due_members('due', a.now, a.limit, a.ch, tonumber, a.skip, 'model')) do
-    local id = open_batch(tonumber(conv), a.now, 0).batch.id
-    for index, p in ipairs(a.parts) do
-      add_part(id, tonumber(conv), a.first + index - 1, p.text, p.options, p.quote, a.now,
-        a.sandbox)
+    local opened = open_batch(tonumber(conv), a.now, 0).batch
+    local id = opened.id
+    -- A person holding the conversation answers it: nobody is told to wait for the assistant
+    -- (store::rules::review::person_holds; the batch goes to them when it is claimed).
+    if not (opened.held and opened.held > a.now) then
+      for index, p in ipairs(a.parts) do
+        add_part(id, tonumber(conv), a.first + index - 1, p.text, p.options, p.quote, a.now,
+          a.sandbox)
+      end
     end
     local due = tonumber(redis.call('HGET', k('b', id), 'due'))
     to_waiting(id, due, {attempts = 0})
@@ -281,10 +286,12 @@ local function conversation_history(conv, before, turns)
     local batch = recent[i]
     local said = {}
     for _, seq in ipairs(redis.call('ZRANGE', k('b', batch, 'msgs'), 0, -1)) do
-      local m = get(k('in', seq), 'recv', 'text', 'type', 'pts')
+      local m = get(k('in', seq), 'recv', 'text', 'type', 'pts', 'kind')
       said[#said + 1] = {
         at = tonumber(m.recv), text = m.text or ('[' .. (m.type or 'message') .. ']'),
         pts = tonumber(m.pts) or 0, seq = tonumber(seq),
+        -- The business's own reply from the WhatsApp Business app.
+        speaker = m.kind == 'echo' and 'business' or 'customer',
       }
     end
     table.sort(said, function(x, y)
@@ -294,7 +301,7 @@ local function conversation_history(conv, before, turns)
       return x.seq < y.seq
     end)
     for _, m in ipairs(said) do
-      out[#out + 1] = {at = m.at, speaker = 'customer', text = m.text}
+      out[#out + 1] = {at = m.at, speaker = m.speaker, text = m.text}
     end
     -- In the order written: a holding message before the answer it announced.
     local parts = redis.call('ZRANGE', k('b', batch, 'parts'), 0, -1)
