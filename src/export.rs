@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::clock::At;
 use crate::domain::Channel;
 use crate::phone;
+use crate::store::rules::identity::is_bsuid;
 use crate::store::{
     BroadcastSend, CustomerRecord, Delivery, OutboxEntry, ReviewRecord, StoredItem, Subject,
 };
@@ -28,14 +29,15 @@ pub fn subject(
     country: Option<&str>,
     country_is_given_by: &str,
 ) -> Result<Subject, String> {
-    if channel != Channel::Whatsapp {
+    if channel != Channel::Whatsapp || is_bsuid(written.trim()) {
         return Subject::parse(channel, written);
     }
     let number = phone::e164(written, country).map_err(|_| {
         format!(
             "{written:?} is not a WhatsApp number: write it with its country code \
              (+234 803 123 4567), or the local way (0803 123 4567) with {country_is_given_by} \
-             (like 234) or whatsapp.default_country set"
+             (like 234) or whatsapp.default_country set, or their business-scoped user id \
+             (NG.8812734650192837)"
         )
     })?;
     Subject::parse(channel, &number)

@@ -491,14 +491,17 @@ async fn export_customer(
     as_json: bool,
 ) -> anyhow::Result<()> {
     let store = store::open(config).await?;
-    let record = store.export_customer(&who).await?;
+    let ids = store.linked_ids(&who).await?;
+    let record = store::export_linked(store.as_ref(), &who).await?;
     if as_json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&export::record_json(&who, &record))?
-        );
+        let mut document = export::record_json(&who, &record);
+        document["ids"] = json!(ids);
+        println!("{}", serde_json::to_string_pretty(&document)?);
     } else {
         print!("{}", export::record_text(&who, &record));
+        if ids.len() > 1 {
+            println!("Meta names them: {}", ids.join(", "));
+        }
     }
     Ok(())
 }
@@ -510,7 +513,7 @@ async fn forget(config: &Config, who: store::Subject, as_json: bool) -> anyhow::
     let store = store::open(config).await?;
     let started = Instant::now();
     let erased = loop {
-        match store.forget_customer(&who, SystemClock.now()).await {
+        match store::forget_linked(store.as_ref(), &who, SystemClock.now()).await {
             Err(store::Error::Busy(why)) if started.elapsed() < FORGET_PATIENCE => {
                 eprintln!("waiting: {why}");
                 tokio::time::sleep(Duration::from_secs(1)).await;

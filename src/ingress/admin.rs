@@ -44,6 +44,7 @@ use crate::export;
 use crate::ingress::ApiError;
 use crate::store::{
     ConversationView, ExportPage, Resolution, ReviewEntry, ReviewQuery, ReviewState, Subject,
+    forget_linked,
 };
 
 /// History turns shown with a review item or a conversation.
@@ -374,8 +375,15 @@ pub(super) async fn export_customer(
         replies_after: query.replies_after.unwrap_or(0),
         limit: query.limit.unwrap_or(EXPORT_PAGE).clamp(1, EXPORT_MAX_PAGE),
     };
-    let record = state.store.export_page(&who, page).await?;
-    let mut document = export::record_json(&who, &record);
+    // Paged under the customer's key, however the request named them.
+    let ids = state.store.linked_ids(&who).await?;
+    let keyed = Subject {
+        channel: who.channel,
+        customer: ids[0].clone(),
+    };
+    let record = state.store.export_page(&keyed, page).await?;
+    let mut document = export::record_json(&keyed, &record);
+    document["ids"] = json!(ids);
     document["next"] = page.next(&record).map_or(Value::Null, |next| {
         json!({
             "items_after": next.items_after,
@@ -392,7 +400,7 @@ pub(super) async fn forget_customer(
     Query(query): Query<ForgetQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let who = subject(&state, &channel, &id, query.country.as_deref())?;
-    let erased = state.store.forget_customer(&who, state.clock.now()).await?;
+    let erased = forget_linked(state.store.as_ref(), &who, state.clock.now()).await?;
     tracing::info!(
         channel = who.channel.as_str(),
         removed = erased.total(),

@@ -94,10 +94,57 @@ pub trait Customers: Send + Sync + 'static {
         Ok(record)
     }
 
-    /// Erases the customer, in one transaction on every backend, and says what it removed.
+    /// Erases the customer, in one transaction on every backend, and says what it removed,
+    /// with the links of its id to others ([`rules::identity`](super::rules::identity)).
     /// Running it again removes nothing more.
     ///
     /// # Errors
     /// [`Error::Busy`](super::Error::Busy) while a turn or a send for them is under way.
     async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased>;
+
+    /// Every id of the customer `subject` names, however Meta named them: the key their
+    /// conversations are under first, then the other ids linked to it
+    /// ([`rules::identity`](super::rules::identity)); the subject's own id alone when it has no
+    /// links.
+    async fn linked_ids(&self, subject: &Subject) -> Result<Vec<String>>;
+}
+
+/// The subject under each of the ids [`Customers::linked_ids`] gives, the key first.
+async fn linked(store: &dyn Customers, subject: &Subject) -> Result<Vec<Subject>> {
+    Ok(store
+        .linked_ids(subject)
+        .await?
+        .into_iter()
+        .map(|customer| Subject {
+            channel: subject.channel,
+            customer,
+        })
+        .collect())
+}
+
+/// Everything held about a customer named by any of their ids: what is under their key, then
+/// under each other id (what was kept before Meta showed the ids to be one customer's).
+pub async fn export_linked(store: &dyn Customers, subject: &Subject) -> Result<CustomerRecord> {
+    let mut whole = CustomerRecord::default();
+    for who in linked(store, subject).await? {
+        let record = store.export_customer(&who).await?;
+        whole.items.extend(record.items);
+        whole.replies.extend(record.replies);
+        whole.reviews.extend(record.reviews);
+        whole.broadcasts.extend(record.broadcasts);
+        whole.consent = whole.consent.or(record.consent);
+    }
+    whole.items.sort_by_key(|i| i.seq);
+    whole.replies.sort_by_key(|r| r.id);
+    Ok(whole)
+}
+
+/// Forgets a customer named by any of their ids: the other ids first, the key last, so that
+/// a forget cut short finds the rest again by any id.
+pub async fn forget_linked(store: &dyn Customers, subject: &Subject, now: At) -> Result<Erased> {
+    let mut erased = Erased::default();
+    for who in linked(store, subject).await?.iter().rev() {
+        erased += store.forget_customer(who, now).await?;
+    }
+    Ok(erased)
 }

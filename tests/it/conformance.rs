@@ -53,6 +53,7 @@ use self::broadcasts::{
 };
 use self::categories::template_categories_keep_meta_s_latest_word;
 use self::customers::{
+    a_customer_meta_names_by_number_and_bsuid_is_one_customer,
     a_forgotten_chat_session_leaves_no_history, a_forgotten_customer_is_sent_no_broadcast,
     a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
     after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied,
@@ -281,6 +282,7 @@ macro_rules! cases {
             review_items_read_alike_open_or_settled,
             conversations_list_every_thread_of_a_customer,
             a_persons_reply_holds_the_conversation_until_they_let_it_go,
+            a_customer_meta_names_by_number_and_bsuid_is_one_customer,
             // WebChat
             chat_history_and_queue_depth_follow_each_question,
             a_sessions_history_is_in_the_order_asked,

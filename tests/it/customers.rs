@@ -167,6 +167,74 @@ async fn a_customer_named_by_their_local_number_is_the_one_kept_under_the_e164_n
     assert!(app.inbox().await.is_empty(), "both customers are forgotten");
 }
 
+/// A 2026 webhook: a text from a customer Meta names by `number` (when it shows it) and BSUID.
+fn from_bsuid(id: &str, number: Option<&str>, bsuid: &str, text: &str) -> Vec<u8> {
+    let mut contact = serde_json::json!({"profile": {"name": "Amaka"}, "user_id": bsuid});
+    let mut message = serde_json::json!({
+        "from_user_id": bsuid, "id": id, "timestamp": "0", "type": "text", "text": {"body": text}
+    });
+    if let Some(number) = number {
+        contact["wa_id"] = number.into();
+        message["from"] = number.into();
+    }
+    let value = serde_json::json!({
+        "object": "whatsapp_business_account",
+        "entry": [{"id": "1", "changes": [{"field": "messages", "value": {
+            "messaging_product": "whatsapp",
+            "metadata": {"display_phone_number": "15550000000", "phone_number_id": "100000000000001"},
+            "contacts": [contact],
+            "messages": [message],
+        }}]}]
+    });
+    sabi::whatsapp::wire::encode(&value).into_bytes()
+}
+
+#[tokio::test]
+async fn a_customer_named_by_number_then_by_bsuid_alone_is_exported_and_forgotten_by_either() {
+    const BSUID: &str = "NG.5530912874410021";
+    let app = TestApp::spawn_with(None, &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
+    for body in [
+        from_bsuid("wamid.n1", Some(ADA), BSUID, "hello"),
+        from_bsuid("wamid.n2", None, BSUID, SECRET),
+    ] {
+        assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    }
+    app.clock.advance(Duration::from_secs(20));
+    app.scheduler.drain().await.expect("turns");
+
+    // One customer: the BSUID alone finds the number's conversation, and both ids are shown.
+    let (status, record) = call(
+        &app,
+        reqwest::Method::GET,
+        &format!("/admin/customers/whatsapp/{BSUID}"),
+    )
+    .await;
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(record["customer"], ADA);
+    assert_eq!(record["ids"], serde_json::json!([ADA, BSUID]));
+    let texts: Vec<&str> = record["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["text"].as_str())
+        .collect();
+    assert_eq!(texts, ["hello", SECRET]);
+    let mut export = sabi_command(app.dir.path());
+    export.args(["export", BSUID, "--json"]);
+    let exported: Value = serde_json::from_str(&run_to_success(export).await).expect("JSON");
+    assert_eq!(exported["ids"], serde_json::json!([ADA, BSUID]));
+
+    // Forgotten by the BSUID: the number's messages go too, and neither id is held any more.
+    let mut forget = sabi_command(app.dir.path());
+    forget.args(["forget", BSUID, "--json"]);
+    let forgot: Value = serde_json::from_str(&run_to_success(forget).await).expect("JSON");
+    assert_eq!(forgot["erased"]["messages"], 2, "{forgot}");
+    let inbox = format!("{:?}", app.inbox().await);
+    for word in ["22233344455", ADA, BSUID] {
+        assert!(!inbox.contains(word), "{word} in {inbox}");
+    }
+}
+
 #[test]
 fn the_cli_refuses_what_is_not_a_customer_and_says_when_it_held_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");

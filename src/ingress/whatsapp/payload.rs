@@ -244,6 +244,12 @@ fn message_item(scope: &Scope<'_>, contacts: &[Contact], m: Message) -> InboundI
     let map = facts
         .as_object_mut()
         .expect("json! of an object literal is an object");
+    // Only for linked portfolios: other messages' facts stay as they were.
+    put(
+        map,
+        "from_parent_user_id",
+        &non_empty(m.from_parent_user_id.clone()),
+    );
     content.add_facts(&m, map);
 
     let customer = from.clone().or_else(|| from_user_id.clone());
@@ -635,6 +641,7 @@ struct Profile {
 struct Message {
     from: Option<String>,
     from_user_id: Option<String>,
+    from_parent_user_id: Option<String>,
     id: String,
     timestamp: lenient::UnixSeconds,
     #[serde(rename = "type")]

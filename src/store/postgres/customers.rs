@@ -190,8 +190,35 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks)
     if who.channel == Channel::Whatsapp {
         forget_broadcasts(&mut tx, who, now, marks, &mut erased).await?;
     }
+    // The id's links to the customer's others name them too.
+    sqlx::query("DELETE FROM customer_ids WHERE channel = $1 AND (alias = $2 OR customer = $2)")
+        .bind(who.channel.as_str())
+        .bind(&who.customer)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(erased)
+}
+
+/// See [`Customers::linked_ids`](crate::store::Customers::linked_ids).
+pub(super) async fn linked_ids(pool: &PgPool, who: &Subject) -> Result<Vec<String>> {
+    let channel = who.channel.as_str();
+    let key: String =
+        sqlx::query_scalar("SELECT customer FROM customer_ids WHERE channel = $1 AND alias = $2")
+            .bind(channel)
+            .bind(&who.customer)
+            .fetch_optional(pool)
+            .await?
+            .unwrap_or_else(|| who.customer.clone());
+    let others: Vec<String> = sqlx::query_scalar(
+        "SELECT alias FROM customer_ids WHERE channel = $1 AND customer = $2 AND alias <> $2
+         ORDER BY alias",
+    )
+    .bind(channel)
+    .bind(&key)
+    .fetch_all(pool)
+    .await?;
+    Ok(std::iter::once(key).chain(others).collect())
 }
 
 async fn turn_running(conn: &mut PgConnection, who: &Subject) -> Result<bool> {

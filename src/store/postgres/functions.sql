@@ -19,7 +19,7 @@ $$;
 
 -- Any other item (a status, an error, a message that wakes no turn), stored in one round trip:
 -- its seq, or NULL when it was already stored or was erased since (`sabi_drop_if_erased_v1`).
--- `p_seq` as in `sabi_ingest_message_v5`.
+-- `p_seq` as in `sabi_ingest_message_v6`.
 CREATE OR REPLACE FUNCTION sabi_ingest_item_v1(
     p_channel TEXT, p_key TEXT, p_kind TEXT, p_business TEXT, p_customer TEXT, p_type TEXT,
     p_text TEXT, p_media TEXT, p_provider_ts BIGINT, p_received BIGINT, p_state TEXT,
@@ -42,6 +42,33 @@ BEGIN
 END;
 $$;
 
+-- The key of the WhatsApp customer `p_ids` name (phone numbers first), each id linked to it:
+-- store::rules::identity (`key`: the key of the first id that has one, else the first id;
+-- `unlinked`: only ids not yet linked to it are written, so a known customer costs one read).
+-- NULL for no ids.
+CREATE OR REPLACE FUNCTION sabi_identify_v1(p_channel TEXT, p_ids TEXT[], p_now BIGINT)
+RETURNS TEXT LANGUAGE plpgsql AS $$
+DECLARE
+    found TEXT;
+BEGIN
+    IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
+        RETURN NULL;
+    END IF;
+    SELECT c.customer INTO found
+    FROM unnest(p_ids) WITH ORDINALITY AS i(alias, n)
+    JOIN customer_ids c ON c.channel = p_channel AND c.alias = i.alias
+    ORDER BY i.n LIMIT 1;
+    found := COALESCE(found, p_ids[1]);
+    INSERT INTO customer_ids AS c (channel, alias, customer, linked_at)
+    SELECT p_channel, i.alias, found, p_now FROM unnest(p_ids) AS i(alias)
+    WHERE NOT EXISTS (SELECT 1 FROM customer_ids k
+                      WHERE k.channel = p_channel AND k.alias = i.alias AND k.customer = found)
+    ON CONFLICT (channel, alias) DO UPDATE SET customer = EXCLUDED.customer,
+                                               linked_at = EXCLUDED.linked_at;
+    RETURN found;
+END;
+$$;
+
 -- One customer message that wakes its conversation, stored and scheduled in one round trip:
 -- the message's unique key first, then the conversation's row (the order every ingest takes its
 -- locks in), so a racing copy waits on the key and schedules nothing. Due one window after the
@@ -54,17 +81,18 @@ $$;
 -- order, taken ahead for a delivery whose items are stored in another order than they came
 -- (see `lock_order`). The sequence is named, not looked up by `pg_get_serial_sequence`, which
 -- would cost a catalog read on every message.
-CREATE OR REPLACE FUNCTION sabi_ingest_message_v5(
+CREATE OR REPLACE FUNCTION sabi_ingest_message_v6(
     p_channel TEXT, p_key TEXT, p_business TEXT, p_customer TEXT, p_type TEXT, p_text TEXT,
     p_media TEXT, p_provider_ts BIGINT, p_received BIGINT, p_hash BYTEA, p_facts TEXT,
     p_conv_channel TEXT, p_conv_business TEXT, p_conv_customer TEXT,
     p_window BIGINT, p_cap BIGINT, p_sent_at BIGINT, p_seq BIGINT, p_reply_since BIGINT,
-    p_model BOOLEAN, p_key_hash TEXT)
+    p_model BOOLEAN, p_key_hash TEXT, p_ids TEXT[])
 RETURNS TABLE (seq BIGINT, due_at BIGINT) LANGUAGE plpgsql AS $$
 DECLARE
     stored BIGINT;
     conversation BIGINT;
     due BIGINT;
+    customer_key TEXT;
 BEGIN
     INSERT INTO inbox (seq, channel, dedupe_key, kind, business, customer, item_type, text,
                        media_id, provider_ts, received_at, state, content_hash, facts)
@@ -76,6 +104,9 @@ BEGIN
     IF stored IS NULL OR sabi_drop_if_erased_v1(stored, p_key_hash) THEN
         RETURN;
     END IF;
+    -- Under the customer's key, however this message names them (`p_ids`).
+    customer_key := sabi_identify_v1(p_channel, p_ids, p_received);
+    p_conv_customer := COALESCE(customer_key, p_conv_customer);
     INSERT INTO conversations AS c (channel, business, customer, first_pending_at,
                                     last_pending_at, due_at, last_inbound_at, model_pending)
     VALUES (p_conv_channel, p_conv_business, p_conv_customer, p_received, p_received,
@@ -88,7 +119,8 @@ BEGIN
         last_inbound_at = GREATEST(COALESCE(c.last_inbound_at, 0), EXCLUDED.last_inbound_at),
         model_pending = c.model_pending OR EXCLUDED.model_pending
     RETURNING c.id, c.due_at INTO conversation, due;
-    UPDATE inbox SET conversation_id = conversation WHERE inbox.seq = stored;
+    UPDATE inbox SET conversation_id = conversation, customer = COALESCE(customer_key, p_customer)
+    WHERE inbox.seq = stored;
     -- On WhatsApp, the reply to the broadcast the customer was last sent, if that came after
     -- p_reply_since and had none yet (broadcast reports count it).
     IF p_channel = 'whatsapp' THEN

@@ -15,7 +15,7 @@ use crate::store::items::{Amendment, Encoded, amendment, quarantine_hash, sent_a
 use crate::store::rules::batch::BatchState;
 use crate::store::rules::erasure::Marks;
 use crate::store::rules::item::{ItemState, arrived};
-use crate::store::rules::{broadcast, category, consent, review};
+use crate::store::rules::{broadcast, category, consent, identity, review};
 use crate::store::{
     Error, InboxQuery, Ingest, IngestReceipt, REPLY_SPAN, Result, StoredItem, StoredQuarantine,
 };
@@ -73,7 +73,7 @@ async fn ingest_message(
 
 /// Stores a customer message that wakes its conversation and schedules the conversation (due
 /// one window after the latest message, never later than the cap after the first), through
-/// `sabi_ingest_message_v5` (functions.sql): the message's unique key first, then the
+/// `sabi_ingest_message_v6` (functions.sql): the message's unique key first, then the
 /// conversation's row, so a racing copy waits on the key and schedules nothing. The
 /// conversation's due time when the message is new; `None` when it was already stored or was
 /// erased since.
@@ -86,9 +86,9 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     seq: Option<i64>,
 ) -> Result<Option<At>> {
     let stored: Option<(i64, At)> = sqlx::query_as(
-        "SELECT seq, due_at FROM sabi_ingest_message_v5(
+        "SELECT seq, due_at FROM sabi_ingest_message_v6(
              $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-             $19, $20, $21)",
+             $19, $20, $21, $22)",
     )
     .bind(item.channel.as_str())
     .bind(&item.dedupe_key)
@@ -111,6 +111,7 @@ async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
     .bind(delivery.received_at - REPLY_SPAN)
     .bind(!delivery.routine.contains(&item.dedupe_key))
     .bind(erased)
+    .bind(whatsapp_ids(item))
     .fetch_optional(executor)
     .await?;
     Ok(stored.map(|(_, due)| due))
@@ -139,6 +140,10 @@ pub(super) async fn ingest_in(
             }
             continue;
         }
+        let rekeyed = identify(conn, item, delivery.received_at).await?;
+        // Broadcasts went to the number Meta names, the key or not.
+        let named = item.customer.as_ref();
+        let item = rekeyed.as_ref().unwrap_or(item);
         let state = arrived(item.kind, false).as_str();
         // functions.sql: stored once, and not at all when erased since.
         let seq: Option<i64> = sqlx::query_scalar(
@@ -185,7 +190,7 @@ pub(super) async fn ingest_in(
             categories::keep(conn, &news).await?;
         }
         if let (ItemKind::Message, Channel::Whatsapp, Some(customer)) =
-            (item.kind, item.channel, &item.customer)
+            (item.kind, item.channel, named)
         {
             broadcasts::note_reply(conn, customer, delivery.received_at).await?;
         }
@@ -197,6 +202,34 @@ pub(super) async fn ingest_in(
         receipt.quarantined += keep_quarantined(conn, q, delivery.received_at).await?;
     }
     Ok(receipt)
+}
+
+/// The ids a WhatsApp item names its customer by ([`identity::ids`]); none on web chat.
+fn whatsapp_ids(item: &InboundItem) -> Vec<String> {
+    match item.channel {
+        Channel::Whatsapp => identity::ids(item),
+        Channel::Webchat => Vec::new(),
+    }
+}
+
+/// `item` under its customer's key when that is not the id it names them by, every id it names
+/// linked to the key (`sabi_identify_v1`, functions.sql).
+async fn identify(
+    conn: &mut PgConnection,
+    item: &InboundItem,
+    now: At,
+) -> Result<Option<InboundItem>> {
+    let ids = whatsapp_ids(item);
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    let key: Option<String> = sqlx::query_scalar("SELECT sabi_identify_v1($1, $2, $3)")
+        .bind(item.channel.as_str())
+        .bind(&ids)
+        .bind(now)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(key.and_then(|key| identity::rekeyed(item, &key)))
 }
 
 /// A person's reply from the WhatsApp Business app (an echo): it holds the conversation

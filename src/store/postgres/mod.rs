@@ -66,7 +66,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0013_marker_key.sql"),
     include_str!("migrations/0014_chat_owners.sql"),
     include_str!("migrations/0015_marketing_messages.sql"),
-    include_str!("migrations/0016_person_hold.sql"),
+    include_str!("migrations/0016_holds_and_ids.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -565,6 +565,9 @@ impl Customers for PgStore {
     }
     async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased> {
         retrying(|| customers::forget(&self.pool, subject, now, &self.marks)).await
+    }
+    async fn linked_ids(&self, subject: &Subject) -> Result<Vec<String>> {
+        customers::linked_ids(&self.pool, subject).await
     }
 }
 

@@ -969,6 +969,12 @@ impl Customers for RedisStore {
         raw.into_record()
     }
 
+    async fn linked_ids(&self, subject: &Subject) -> Result<Vec<String>> {
+        let args = json!({"ch": subject.channel.as_str(), "cust": subject.customer});
+        let ids: List<String> = self.call("linked_ids", args).await?;
+        Ok(ids.0)
+    }
+
     async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased> {
         let (ch, cust) = (subject.channel.as_str(), &subject.customer);
         let choice = RawChoice::of(&Choice {

@@ -22,6 +22,7 @@ use crate::store::rules::consent::{Choice, Source};
 use crate::store::rules::erasure::Erased;
 use crate::store::rules::erasure::Marks;
 use crate::store::rules::hours::{LocalHours, Turn};
+use crate::store::rules::identity;
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::{Delivery, PartKind, PartState};
 use crate::store::rules::review::{self, ReviewState};
@@ -110,6 +111,10 @@ pub(super) fn item(item: &InboundItem, received_at: At, model: bool, marks: &Mar
         // What stays of the key once erased: a retry finds it (store/rules/erasure.rs).
         "kh": marks.key_hash(item.channel, &item.dedupe_key),
         "facts": facts,
+        "ids": match item.channel {
+            Channel::Whatsapp => identity::ids(item),
+            Channel::Webchat => Vec::new(),
+        },
         "turn": item.turn.as_ref().map(|t| json!({
             "ch": t.channel.as_str(), "biz": t.business, "cust": t.customer, "model": model,
         })),

@@ -44,13 +44,16 @@ pub struct Subject {
 
 impl Subject {
     /// The customer `id` names on `channel`: a WhatsApp number as digits (`+234 803 123 4567`
-    /// is `2348031234567`), a web-chat session id as given.
+    /// is `2348031234567`) or a business-scoped user id (`NG.8812734650192837`), a web-chat
+    /// session id as given.
     ///
     /// # Errors
     /// A clear sentence when `id` cannot name a customer of that channel.
     pub fn parse(channel: Channel, id: &str) -> Result<Subject, String> {
         let id = id.trim();
         let customer = match channel {
+            // A customer who withholds their number is known by their BSUID alone.
+            Channel::Whatsapp if super::identity::is_bsuid(id) => id.to_owned(),
             Channel::Whatsapp => {
                 let digits: String = id
                     .strip_prefix('+')
@@ -64,7 +67,8 @@ impl Subject {
                 {
                     return Err(format!(
                         "{id:?} is not a WhatsApp number: {MIN_NUMBER_DIGITS} to \
-                         {MAX_NUMBER_DIGITS} digits with the country code, like 2348031234567"
+                         {MAX_NUMBER_DIGITS} digits with the country code, like 2348031234567, \
+                         or a business-scoped user id like NG.8812734650192837"
                     ));
                 }
                 digits
@@ -323,6 +327,20 @@ pub struct Erased {
     pub conversations: u64,
     /// Their opt-out choice, replaced by the marker.
     pub consents: u64,
+}
+
+impl std::ops::AddAssign for Erased {
+    fn add_assign(&mut self, other: Erased) {
+        self.messages += other.messages;
+        self.statuses += other.statuses;
+        self.replies += other.replies;
+        self.reviews += other.reviews;
+        self.chat_jobs += other.chat_jobs;
+        self.quarantined += other.quarantined;
+        self.broadcast_sends += other.broadcast_sends;
+        self.conversations += other.conversations;
+        self.consents += other.consents;
+    }
 }
 
 impl Erased {

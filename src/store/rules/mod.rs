@@ -13,6 +13,7 @@ pub mod category;
 pub mod consent;
 pub mod erasure;
 pub mod hours;
+pub mod identity;
 pub mod item;
 pub mod part;
 pub mod retention;

@@ -151,7 +151,34 @@ pub(super) fn forget(conn: &Connection, who: &Subject, now: At, marks: &Marks) -
     if who.channel == Channel::Whatsapp {
         forget_broadcasts(conn, who, now, marks, &mut erased)?;
     }
+    // The id's links to the customer's others name them too.
+    count(
+        conn,
+        "DELETE FROM customer_ids WHERE channel = ?1 AND (alias = ?2 OR customer = ?2)",
+        params![channel, customer],
+    )?;
     Ok(erased)
+}
+
+/// See [`Customers::linked_ids`](crate::store::Customers::linked_ids).
+pub(super) fn linked_ids(conn: &Connection, who: &Subject) -> Result<Vec<String>> {
+    let channel = who.channel.as_str();
+    let key: String = conn
+        .prepare_cached("SELECT customer FROM customer_ids WHERE channel = ?1 AND alias = ?2")
+        .and_then(|mut s| {
+            s.query_row(params![channel, who.customer], |r| r.get(0))
+                .optional()
+        })
+        .map_err(unavailable)?
+        .unwrap_or_else(|| who.customer.clone());
+    let others: Vec<String> = conn
+        .prepare_cached(
+            "SELECT alias FROM customer_ids WHERE channel = ?1 AND customer = ?2 AND alias <> ?2
+             ORDER BY alias",
+        )
+        .and_then(|mut s| s.query_map(params![channel, key], |r| r.get(0))?.collect())
+        .map_err(unavailable)?;
+    Ok(std::iter::once(key).chain(others).collect())
 }
 
 fn turn_running(conn: &Connection, who: &Subject) -> Result<bool> {

@@ -12,6 +12,7 @@ use crate::store::rules::batch::BatchState;
 use crate::store::rules::broadcast::{self};
 use crate::store::rules::category::{self};
 use crate::store::rules::consent::{self};
+use crate::store::rules::identity;
 use crate::store::rules::item::{ItemState, arrived};
 use crate::store::rules::review::{self};
 use crate::store::{InboxQuery, Ingest, IngestReceipt, Result, StoredItem, StoredQuarantine};
@@ -42,6 +43,10 @@ pub(super) fn ingest(
             // A retry of an item erased since: known, and nothing to keep.
             None if was_erased(conn, key_hash)? => receipt.duplicates += 1,
             None => {
+                let rekeyed = identify(conn, item, delivery.received_at)?;
+                // Broadcasts went to the number Meta names, the key or not.
+                let named = item.customer.as_ref();
+                let item = rekeyed.as_ref().unwrap_or(item);
                 let conversation = match &item.turn {
                     Some(key) => {
                         let sent_at = sent_at(item, delivery.received_at);
@@ -71,7 +76,7 @@ pub(super) fn ingest(
                     categories::keep(conn, &news)?;
                 }
                 if let (ItemKind::Message, Channel::Whatsapp, Some(customer)) =
-                    (item.kind, item.channel, &item.customer)
+                    (item.kind, item.channel, named)
                 {
                     broadcasts::note_reply(conn, customer, delivery.received_at)?;
                 }
@@ -94,6 +99,55 @@ pub(super) fn ingest(
         receipt.quarantined += inserted;
     }
     Ok(receipt)
+}
+
+/// `item` under its customer's key when that is not the id it names them by: every id a
+/// WhatsApp item names its customer by is linked to the key first ([`identity`]).
+fn identify(conn: &Connection, item: &InboundItem, now: At) -> Result<Option<InboundItem>> {
+    if item.channel != Channel::Whatsapp {
+        return Ok(None);
+    }
+    let ids = identity::ids(item);
+    let linked = linked(conn, item.channel, &ids)?;
+    let Some(key) = identity::key(&ids, &linked) else {
+        return Ok(None);
+    };
+    for id in identity::unlinked(&ids, &linked, &key) {
+        execute(
+            conn,
+            "INSERT INTO customer_ids (channel, alias, customer, linked_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (channel, alias) DO UPDATE SET customer = excluded.customer,
+                 linked_at = excluded.linked_at",
+            params![item.channel.as_str(), id, key, now],
+        )?;
+    }
+    Ok(identity::rekeyed(item, &key))
+}
+
+/// The links kept for any of `ids`: each id and the key it is linked to.
+pub(super) fn linked(
+    conn: &Connection,
+    channel: Channel,
+    ids: &[String],
+) -> Result<Vec<(String, String)>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let slots: Vec<String> = (2..ids.len() + 2).map(|i| format!("?{i}")).collect();
+    let sql = format!(
+        "SELECT alias, customer FROM customer_ids WHERE channel = ?1 AND alias IN ({})",
+        slots.join(", ")
+    );
+    let mut values: Vec<&str> = vec![channel.as_str()];
+    values.extend(ids.iter().map(String::as_str));
+    conn.prepare_cached(&sql)
+        .and_then(|mut s| {
+            s.query_map(rusqlite::params_from_iter(values), |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect()
+        })
+        .map_err(unavailable)
 }
 
 fn existing_hash(conn: &Connection, item: &InboundItem) -> Result<Option<Vec<u8>>> {

@@ -72,7 +72,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0019_marker_key.sql"),
     include_str!("migrations/0020_chat_owners.sql"),
     include_str!("migrations/0021_marketing_messages.sql"),
-    include_str!("migrations/0022_person_hold.sql"),
+    include_str!("migrations/0022_holds_and_ids.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -639,6 +639,11 @@ impl Customers for SqliteStore {
     async fn export_page(&self, subject: &Subject, page: ExportPage) -> Result<CustomerRecord> {
         let who = subject.clone();
         self.read(move |conn| customers::export(conn, &who, page))
+            .await
+    }
+    async fn linked_ids(&self, subject: &Subject) -> Result<Vec<String>> {
+        let who = subject.clone();
+        self.read(move |conn| customers::linked_ids(conn, &who))
             .await
     }
     async fn forget_customer(&self, subject: &Subject, now: At) -> Result<Erased> {

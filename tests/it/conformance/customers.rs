@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use futures_util::future::join_all;
 use sabi::clock::At;
-use sabi::domain::{Channel, Quarantined, ReplyPart};
+use sabi::domain::{Channel, InboundItem, Quarantined, ReplyPart};
 use sabi::store::rules::consent::Source;
 use sabi::store::{
     Choice, CustomerRecord, Ending, Erased, Error, Ingest, RecipientState, SendResult, SkipReason,
-    Store, Subject, Submitted,
+    Store, Subject, Submitted, export_linked, forget_linked,
 };
 
 use super::broadcasts::{diwali, sends};
@@ -523,4 +523,90 @@ pub async fn an_export_comes_a_page_at_a_time(store: Arc<dyn Store>) {
         whole.replies.iter().map(|r| r.id).collect::<Vec<_>>()
     );
     assert_eq!(pages, 4, "three full pages of replies, then an empty one");
+}
+
+/// A customer's message as a 2026 webhook gives it: under the number when Meta gave one, else
+/// the BSUID; the facts name both.
+fn named(id: &str, number: Option<&str>, bsuid: &str, text: &str, at: At) -> InboundItem {
+    let mut item = message(id, number.unwrap_or(bsuid), text, at);
+    item.facts = serde_json::json!({"id": id, "from": number, "from_user_id": bsuid});
+    item
+}
+
+/// The texts of a customer's conversations, whichever id names them, and how many there are.
+async fn threads(store: &Arc<dyn Store>, customer: &str) -> (usize, Vec<String>) {
+    let views = store
+        .conversations(customer, 50)
+        .await
+        .expect("conversations");
+    let texts = views
+        .iter()
+        .flat_map(|v| v.history.iter().map(|h| h.text.clone()))
+        .collect();
+    (views.len(), texts)
+}
+
+pub async fn a_customer_meta_names_by_number_and_bsuid_is_one_customer(store: Arc<dyn Store>) {
+    const NUMBER: &str = "2348031111111";
+    const BSUID: &str = "NG.5530912874410021";
+    // Named by both, then by the BSUID alone (they hid their number): one conversation,
+    // under the number.
+    let both = named("wamid.id-1", Some(NUMBER), BSUID, "hello", T0);
+    turn(&store, both, T0 + ms(20_000), reply("Hi!")).await;
+    let alone = named("wamid.id-2", None, BSUID, "my order?", T0 + ms(30_000));
+    turn(&store, alone, T0 + ms(50_000), reply("On its way.")).await;
+    let (count, texts) = threads(&store, NUMBER).await;
+    assert_eq!(count, 1);
+    assert_eq!(texts, ["hello", "Hi!", "my order?", "On its way."]);
+    assert_eq!(threads(&store, BSUID).await.0, 0, "no second customer");
+
+    // Known by the BSUID first (a username, no number), then by both: under the BSUID.
+    const FIRST: &str = "NG.77";
+    const LATER: &str = "2348032222222";
+    let first = named("wamid.id-3", None, FIRST, "hi", T0 + ms(60_000));
+    turn(&store, first, T0 + ms(80_000), reply("Hello.")).await;
+    let shown = named("wamid.id-4", Some(LATER), FIRST, "it's me", T0 + ms(90_000));
+    turn(&store, shown, T0 + ms(110_000), reply("Welcome back.")).await;
+    assert_eq!(threads(&store, FIRST).await.1.len(), 4);
+    assert_eq!(threads(&store, LATER).await.0, 0);
+
+    // They change number: the system message names their new BSUID, which then joins too.
+    const NEW: &str = "NG.88";
+    let mut changed = named("wamid.id-5", None, FIRST, "User changed", T0 + ms(120_000));
+    changed.item_type = Some("system".into());
+    changed.turn = None;
+    changed.facts["system_new_user_id"] = NEW.into();
+    ingest(&store, vec![changed], T0 + ms(120_000)).await;
+    let fresh = named("wamid.id-6", None, NEW, "new phone", T0 + ms(130_000));
+    turn(&store, fresh, T0 + ms(150_000), reply("Noted.")).await;
+    let (count, texts) = threads(&store, FIRST).await;
+    assert_eq!(
+        (count, texts.last().map(String::as_str)),
+        (1, Some("Noted."))
+    );
+
+    // Export and erasure by any of the ids cover all of them.
+    let by_number = whatsapp(LATER);
+    let ids = store.linked_ids(&by_number).await.expect("ids");
+    assert_eq!(ids, [FIRST, LATER, NEW]);
+    assert_eq!(store.linked_ids(&whatsapp(NEW)).await.expect("ids"), ids);
+    let record = export_linked(store.as_ref(), &whatsapp(NEW))
+        .await
+        .expect("export");
+    let said: Vec<&str> = record
+        .items
+        .iter()
+        .filter_map(|i| i.item.text.as_deref())
+        .collect();
+    assert_eq!(said, ["hi", "it's me", "User changed", "new phone"]);
+    let erased = forget_linked(store.as_ref(), &by_number, T0 + ms(160_000))
+        .await
+        .expect("forget");
+    assert_eq!((erased.messages, erased.conversations), (4, 1));
+    for id in [FIRST, LATER, NEW] {
+        assert_eq!(store.linked_ids(&whatsapp(id)).await.expect("ids"), [id]);
+        assert_eq!(threads(&store, id).await.0, 0);
+    }
+    // The first customer is untouched.
+    assert_eq!(threads(&store, NUMBER).await.0, 1);
 }

@@ -369,7 +369,31 @@ local function forget(a)
   if a.ch == 'whatsapp' then
     erase_broadcasts(a, erased)
   end
+  -- The id's links to the customer's others name them too (store::rules::identity).
+  local key = redis.call('HGET', k('cid'), a.ch .. '\n' .. a.cust)
+  if key then
+    redis.call('SREM', k('cids', a.ch, key), a.cust)
+    redis.call('HDEL', k('cid'), a.ch .. '\n' .. a.cust)
+  end
+  for _, alias in ipairs(redis.call('SMEMBERS', k('cids', a.ch, a.cust))) do
+    redis.call('HDEL', k('cid'), a.ch .. '\n' .. alias)
+  end
+  redis.call('DEL', k('cids', a.ch, a.cust))
   return {erased = erased}
+end
+
+-- Every id of the customer `a.cust` names: the key first, then the others linked to it.
+local function linked_ids(a)
+  local key = redis.call('HGET', k('cid'), a.ch .. '\n' .. a.cust) or a.cust
+  local others = {}
+  for _, alias in ipairs(redis.call('SMEMBERS', k('cids', a.ch, key))) do
+    if alias ~= key then
+      others[#others + 1] = alias
+    end
+  end
+  table.sort(others)
+  table.insert(others, 1, key)
+  return others
 end
 
 -- Which marker secrets the store is under (P:markerkey, a keyed fingerprint; none: unkeyed, as

@@ -97,7 +97,42 @@ local function person_replied(it, d, seq)
   put(k('in', seq), {conv = conv, batch = id})
 end
 
+-- store::rules::identity: every id a WhatsApp item names its customer by (`it.ids`, phone
+-- numbers first) is linked to one key, the key of the first id that has one, else the first
+-- id; the item is kept under the key. Only ids not yet linked to it are written.
+local function identify(it, d)
+  if not it.ids or #it.ids == 0 then
+    return
+  end
+  local key
+  for _, id in ipairs(it.ids) do
+    key = redis.call('HGET', k('cid'), it.ch .. '\n' .. id)
+    if key then
+      break
+    end
+  end
+  key = key or it.ids[1]
+  for _, id in ipairs(it.ids) do
+    local name = it.ch .. '\n' .. id
+    local was = redis.call('HGET', k('cid'), name)
+    if was ~= key then
+      if was then
+        redis.call('SREM', k('cids', it.ch, was), id)
+      end
+      redis.call('HSET', k('cid'), name, key)
+      redis.call('SADD', k('cids', it.ch, key), id)
+    end
+  end
+  it.cust = key
+  if it.turn then
+    it.turn.cust = key
+  end
+end
+
 local function keep_item(it, d, receipt)
+  -- Broadcasts went to the number Meta names, the key or not.
+  local named = it.cust
+  identify(it, d)
   local seq = redis.call('HINCRBY', k('ids'), 'inbox', 1)
   local state = ITEM.recorded
   if it.kind == 'message' then
@@ -116,8 +151,8 @@ local function keep_item(it, d, receipt)
   if it.kind == 'field_event' then
     receipt.events[#receipt.events + 1] = it.key
   end
-  if it.kind == 'message' and it.ch == 'whatsapp' and it.cust then
-    note_reply(it.cust, d)
+  if it.kind == 'message' and it.ch == 'whatsapp' and named then
+    note_reply(named, d)
   end
   if it.turn then
     receipt.due = earliest(receipt.due, schedule(it.turn, d, it.sent, seq))

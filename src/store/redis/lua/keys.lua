@@ -45,6 +45,9 @@
 --   P:aged:msg, P:aged:rec zset   inbox items that expire by their own age, by arrival time:
 --                                 messages without a turn, recorded items (retention.lua)
 --   P:lease:<name>         hash   who does a one-node-at-a-time job, and until when
+--   P:cid                  hash   "<channel>\n<id>" -> the customer's key, for every id Meta
+--                                 named them by; P:cids:<channel>:<key> set of those ids
+--                                 (store::rules::identity)
 
 local P = KEYS[1]
 

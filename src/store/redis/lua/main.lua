@@ -37,6 +37,7 @@ local OPS = {
   broadcast_first_reach = broadcast_first_reach,
   sent_since = sent_since, last_broadcast = last_broadcast,
   customer_export = customer_export, customer_keys = customer_keys, forget = forget,
+  linked_ids = linked_ids,
   marker_names = marker_names, rekey_markers = rekey_markers, customer_wamids = customer_wamids,
   sweep_keys = sweep_keys, sweep = sweep, hold_lease = hold_lease,
   category_keep = category_keep, category_get = category_get,
