@@ -265,7 +265,7 @@ impl App {
             None => None,
             Some(token) => Some(
                 Graph::new(
-                    &config.whatsapp.api_base,
+                    &config.whatsapp.graph_base(),
                     token.clone(),
                     config.whatsapp.send_timeout,
                 )

@@ -54,7 +54,7 @@ async fn check_graph(config: &Config, http: &reqwest::Client) -> Finding {
             "sandbox mode (no access token): replies are kept, never sent",
         );
     };
-    let url = format!("{}/me", whatsapp.api_base.trim_end_matches('/'));
+    let url = format!("{}/me", whatsapp.graph_base());
     match get(http, &url, Some(token)).await {
         Ok(200) => finding(
             "Graph API",

@@ -239,7 +239,7 @@ impl Preflight {
         else {
             return Ok(None);
         };
-        let graph = Graph::new(&whatsapp.api_base, token.clone(), whatsapp.send_timeout)?;
+        let graph = Graph::new(&whatsapp.graph_base(), token.clone(), whatsapp.send_timeout)?;
         Ok(Some(Preflight {
             graph,
             account: account.clone(),

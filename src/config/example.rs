@@ -66,7 +66,14 @@ const SETTINGS: &[Setting] = &[
         "Your WhatsApp Business Account id: a broadcast's template is checked through it (it exists, is APPROVED, takes the parameters given) before anything is sent.",
         "\"240011223344556\"",
     ),
-    set("whatsapp.api_base", "Graph API base URL, with its version."),
+    set(
+        "whatsapp.api_base",
+        "Graph API base URL; one that ends in a version (.../v23.0) is used as it is.",
+    ),
+    set(
+        "whatsapp.graph_version",
+        "The Graph API version Sabi speaks: Meta keeps each for about two years.",
+    ),
     set(
         "whatsapp.batch_window",
         "A conversation is answered this long after its latest message (0 to 300 s).",

@@ -39,6 +39,7 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_WHATSAPP_VERIFY_TOKEN", "whatsapp.verify_token"),
     ("SABI_WHATSAPP_ACCESS_TOKEN", "whatsapp.access_token"),
     ("SABI_WHATSAPP_API_BASE", "whatsapp.api_base"),
+    ("SABI_GRAPH_VERSION", "whatsapp.graph_version"),
     (
         "SABI_WHATSAPP_BUSINESS_ACCOUNT_ID",
         "whatsapp.business_account_id",
@@ -366,8 +367,12 @@ pub struct WhatsappConfig {
     /// The WhatsApp Business Account's id: broadcasts check their template through it before
     /// anything is sent.
     pub business_account_id: Option<String>,
-    /// Graph API base URL, with its version.
+    /// Graph API base URL. One that ends in a version (`.../v23.0`) is used as it is;
+    /// otherwise `graph_version` follows it.
     pub api_base: String,
+    /// The Graph API version Sabi speaks (`v24.0`): Meta keeps each for about two years, and
+    /// changes what webhooks carry between them.
+    pub graph_version: String,
     /// A conversation's batch is due this long after its latest message (0 to 300 s).
     #[serde(with = "duration")]
     pub batch_window: Duration,
@@ -422,6 +427,20 @@ pub struct WhatsappConfig {
     pub default_country: Option<String>,
 }
 
+/// A Graph API version as Meta writes it: `v` and two numbers, like `v24.0`.
+fn is_graph_version(text: &str) -> bool {
+    text.strip_prefix('v')
+        .and_then(|v| v.split_once('.'))
+        .is_some_and(|(major, minor)| {
+            !major.is_empty()
+                && !minor.is_empty()
+                && major
+                    .chars()
+                    .chain(minor.chars())
+                    .all(|c| c.is_ascii_digit())
+        })
+}
+
 impl Default for WhatsappConfig {
     fn default() -> Self {
         WhatsappConfig {
@@ -430,7 +449,8 @@ impl Default for WhatsappConfig {
             verify_token: None,
             access_token: None,
             business_account_id: None,
-            api_base: "https://graph.facebook.com/v23.0".into(),
+            api_base: "https://graph.facebook.com".into(),
+            graph_version: "v24.0".into(),
             batch_window: Duration::from_secs(20),
             batch_max_wait: BATCH_MAX_WAIT,
             outbound_rate: 80,
@@ -455,6 +475,18 @@ impl WhatsappConfig {
     /// Sandbox mode: no access token, so nothing is sent to Meta.
     pub fn sandbox(&self) -> bool {
         self.access_token.is_none()
+    }
+
+    /// The Graph API's base URL with its version: `api_base` as given when it names a
+    /// version, else `api_base/graph_version`.
+    pub fn graph_base(&self) -> String {
+        let base = self.api_base.trim_end_matches('/');
+        let last = base.rsplit('/').next().unwrap_or_default();
+        if is_graph_version(last) {
+            base.to_owned()
+        } else {
+            format!("{base}/{}", self.graph_version)
+        }
     }
 
     /// The secrets a webhook signature may be made with, current first.
@@ -1176,6 +1208,13 @@ impl Config {
                     .into(),
             ));
         }
+        if !is_graph_version(&self.whatsapp.graph_version) {
+            return Err(Error(format!(
+                "whatsapp.graph_version (SABI_GRAPH_VERSION): {:?} is not a Graph API version \
+                 like v24.0",
+                self.whatsapp.graph_version
+            )));
+        }
         if self.whatsapp.outbound_rate == 0 {
             return Err(Error(
                 "whatsapp.outbound_rate (SABI_OUTBOUND_RATE): must be at least 1".into(),
@@ -1717,6 +1756,23 @@ mod tests {
     }
 
     #[test]
+    fn the_graph_version_follows_the_base_unless_the_base_names_one() {
+        let mut whatsapp = WhatsappConfig::default();
+        assert_eq!(whatsapp.graph_base(), "https://graph.facebook.com/v24.0");
+        whatsapp.graph_version = "v25.0".into();
+        assert_eq!(whatsapp.graph_base(), "https://graph.facebook.com/v25.0");
+        // A base written with its version, as before the setting, keeps it.
+        whatsapp.api_base = "http://127.0.0.1:9/v23.0/".into();
+        assert_eq!(whatsapp.graph_base(), "http://127.0.0.1:9/v23.0");
+        for version in ["v24.0", "v3.2"] {
+            assert!(is_graph_version(version), "{version}");
+        }
+        for not in ["24.0", "v24", "vX.0", "v24.0.1", "v.1", "latest"] {
+            assert!(!is_graph_version(not), "{not}");
+        }
+    }
+
+    #[test]
     fn bad_values_name_the_setting() {
         let cases = [
             (
@@ -1741,6 +1797,10 @@ mod tests {
             (
                 vec![("SABI_OUTBOUND_RATE", "fast")],
                 "whatsapp.outbound_rate",
+            ),
+            (
+                vec![("SABI_GRAPH_VERSION", "latest")],
+                "whatsapp.graph_version (SABI_GRAPH_VERSION): \"latest\" is not a Graph API version",
             ),
             (vec![("SABI_BATCH_WINDOW", "301s")], "whatsapp.batch_window"),
             (

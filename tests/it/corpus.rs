@@ -1,7 +1,9 @@
 //! Every corpus webhook, signed as Meta signed it, posted to a running `sabi serve`; what
 //! `sabi inbox --json` then prints must carry every fact of the manifest.
 //!
-//! `SABI_WEBHOOK_CORPUS` points the test at another corpus of the same layout.
+//! `SABI_WEBHOOK_CORPUS` points the first test at another corpus of the same layout; the
+//! second reads the 2026 corpus (tests/data/webhooks-2026): owner echoes, BSUIDs without a
+//! number, a changed BSUID, per-message pricing, the app's history and state sync.
 
 use serde_json::Value;
 
@@ -17,8 +19,7 @@ struct Case {
     items: Vec<Value>,
 }
 
-fn cases() -> Vec<Case> {
-    let dir = corpus_dir();
+fn cases(dir: &std::path::Path) -> Vec<Case> {
     let manifest = std::fs::read_to_string(dir.join("expected.jsonl"))
         .unwrap_or_else(|e| panic!("reading {}/expected.jsonl: {e}", dir.display()));
     manifest
@@ -47,7 +48,17 @@ fn cases() -> Vec<Case> {
 
 #[tokio::test]
 async fn every_corpus_file_is_acknowledged_and_its_facts_stored() {
-    let cases = cases();
+    every_file_acknowledged_and_its_facts_stored(&corpus_dir()).await;
+}
+
+#[tokio::test]
+async fn every_2026_corpus_file_is_acknowledged_and_its_facts_stored() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/webhooks-2026");
+    every_file_acknowledged_and_its_facts_stored(&dir).await;
+}
+
+async fn every_file_acknowledged_and_its_facts_stored(dir: &std::path::Path) {
+    let cases = cases(dir);
     assert!(!cases.is_empty());
     let dir = tempfile::tempdir().expect("tempdir");
     let sabi = SabiProcess::start_with(dir.path(), &[("SABI_WHATSAPP_APP_SECRET", CORPUS_SECRET)]);
