@@ -8,6 +8,7 @@ use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 use super::broadcasts::{RECIPIENT_COLUMNS, choice_of, recipient_view};
 use super::ingest::{ITEM_COLUMNS, stored_item};
 use super::outbox::{ENTRY_SELECT, entry};
+use super::settle;
 use crate::clock::At;
 use crate::domain::{Channel, ItemKind, ReviewReason};
 use crate::store::items::known;
@@ -136,6 +137,12 @@ async fn broadcasts(conn: &mut PgConnection, customer: &str) -> Result<Vec<Broad
 /// Erases the subject (see [`erasure`]) in one transaction.
 pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks) -> Result<Erased> {
     let mut tx = pool.begin().await?;
+    let outcome = forget_in(&mut tx, who, now, marks).await;
+    settle(tx, outcome).await
+}
+
+/// [`forget`]'s work, in its transaction.
+async fn forget_in(tx: &mut PgConnection, who: &Subject, now: At, marks: &Marks) -> Result<Erased> {
     // Their conversations first, as every claim and turn write takes them: a claim skips them
     // until this commits, and a turn under way is seen below.
     sqlx::query(
@@ -146,25 +153,25 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks)
     .fetch_all(&mut *tx)
     .await?;
     if let Some(why) = erasure::busy(
-        turn_running(&mut tx, who).await?,
-        send_under_way(&mut tx, who).await?,
+        turn_running(&mut *tx, who).await?,
+        send_under_way(&mut *tx, who).await?,
     ) {
         return Err(Error::Busy(why));
     }
     let mut erased = Erased::default();
-    forget_items(&mut tx, who, now, marks, &mut erased).await?;
-    keep_status_hashes(&mut tx, who, now, marks).await?;
-    forget_turns(&mut tx, who, now, &mut erased).await?;
+    forget_items(&mut *tx, who, now, marks, &mut erased).await?;
+    keep_status_hashes(&mut *tx, who, now, marks).await?;
+    forget_turns(&mut *tx, who, now, &mut erased).await?;
     if who.channel == Channel::Webchat {
         erased.chat_jobs = count(
-            &mut tx,
+            &mut *tx,
             "DELETE FROM chat_jobs WHERE session_id = $1",
             &[&who.customer],
         )
         .await?;
         // The session's binding names its user: forgotten with it.
         count(
-            &mut tx,
+            &mut *tx,
             "DELETE FROM chat_owners WHERE session_id = $1",
             &[&who.customer],
         )
@@ -188,7 +195,7 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks)
         .await?
         .rows_affected();
     if who.channel == Channel::Whatsapp {
-        forget_broadcasts(&mut tx, who, now, marks, &mut erased).await?;
+        forget_broadcasts(&mut *tx, who, now, marks, &mut erased).await?;
     }
     // The id's links to the customer's others name them too.
     sqlx::query("DELETE FROM customer_ids WHERE channel = $1 AND (alias = $2 OR customer = $2)")
@@ -196,7 +203,6 @@ pub(super) async fn forget(pool: &PgPool, who: &Subject, now: At, marks: &Marks)
         .bind(&who.customer)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await?;
     Ok(erased)
 }
 

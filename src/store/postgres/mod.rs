@@ -269,6 +269,27 @@ const CONFLICT: &str = "transaction conflict, retried: ";
 /// would hold a scheduler's claim, and with it every turn of the node, for good.
 const OPERATION_DEADLINE: Duration = Duration::from_secs(20);
 
+/// Ends `tx` as `outcome` says: committed when the work succeeded, rolled back at once when it
+/// failed. A transaction that is only dropped is rolled back later, when the pool gets to its
+/// connection, and keeps its row locks until then: a claim coming first would skip the rows a
+/// refused write had locked (`FOR UPDATE SKIP LOCKED`), as if they were taken.
+pub(super) async fn settle<T>(
+    tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    outcome: Result<T>,
+) -> Result<T> {
+    match outcome {
+        Ok(value) => {
+            tx.commit().await?;
+            Ok(value)
+        }
+        Err(error) => {
+            // The work's error is the one to tell; a rollback that fails leaves it to the pool.
+            let _ = tx.rollback().await;
+            Err(error)
+        }
+    }
+}
+
 /// Runs a transaction again when PostgreSQL aborted it for a deadlock (transactions of several
 /// nodes may lock the same rows in other orders), up to a few times; gives up on a try that
 /// outlasts [`OPERATION_DEADLINE`] (its connection is dropped with it).

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
-use super::{conversation_at, limit, named};
+use super::{conversation_at, limit, named, settle};
 use crate::clock::At;
 use crate::domain::{InboundItem, ReviewReason};
 use crate::store::items::known;
@@ -127,10 +127,12 @@ pub(super) async fn depart(
 /// [`step`] in a transaction of its own; a refused event is a lost lease.
 async fn stepped(pool: &PgPool, id: i64, event: &Event<'_>, now: At) -> Result<()> {
     let mut tx = pool.begin().await?;
-    if step(&mut tx, id, event, now).await?.is_none() {
-        return Err(Error::LeaseLost);
-    }
-    tx.commit().await.map_err(Error::from)
+    let outcome = match step(&mut tx, id, event, now).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(Error::LeaseLost),
+        Err(error) => Err(error),
+    };
+    settle(tx, outcome).await
 }
 
 /// Moves part `id` by the rulebook, under its row lock: loads it, asks [`part::next`], writes

@@ -5,7 +5,7 @@ use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
 use super::outbox;
 use super::turns::{conversation_history, load_batch, lock_conversation};
-use super::{conversation_at, limit};
+use super::{conversation_at, limit, settle};
 use crate::clock::At;
 use crate::domain::ReviewReason;
 use crate::store::items::known;
@@ -75,6 +75,17 @@ pub(super) async fn resolve(
     resolution: &Resolution,
 ) -> Result<()> {
     let mut tx = pool.begin().await?;
+    let outcome = settle_item(&mut tx, id, now, resolution).await;
+    settle(tx, outcome).await
+}
+
+/// [`resolve`]'s work, in its transaction.
+async fn settle_item(
+    tx: &mut PgConnection,
+    id: i64,
+    now: At,
+    resolution: &Resolution,
+) -> Result<()> {
     let held = sqlx::query(
         "SELECT r.batch_id, r.outbox_id, r.state, c.channel FROM review r
          JOIN batches b ON b.id = r.batch_id JOIN conversations c ON c.id = b.conversation_id
@@ -91,22 +102,22 @@ pub(super) async fn resolve(
     let settled = sql::settled(&state, &channel, resolution)?;
     let note = match resolution {
         Resolution::Reply { text, sandbox, .. } => {
-            person_reply(&mut tx, batch, now, text, *sandbox).await?;
+            person_reply(&mut *tx, batch, now, text, *sandbox).await?;
             Some(text.as_str())
         }
         Resolution::Requeue => {
             match outbox {
                 // A person decided the part may go again: a fresh start, whatever happened.
-                Some(part) => outbox::step(&mut tx, part, &Event::Requeue, now)
+                Some(part) => outbox::step(&mut *tx, part, &Event::Requeue, now)
                     .await
                     .map(drop)?,
-                None => requeue_batch(&mut tx, batch, now).await?,
+                None => requeue_batch(&mut *tx, batch, now).await?,
             }
             None
         }
         Resolution::Close => None,
     };
-    hold(&mut tx, batch, review::hold_after(resolution, now)).await?;
+    hold(&mut *tx, batch, review::hold_after(resolution, now)).await?;
     if settled == ReviewState::Open {
         // A person answering a live chat holds it: the item stays open, with their last word.
         sqlx::query("UPDATE review SET resolution_note = $2 WHERE id = $1")
@@ -114,7 +125,7 @@ pub(super) async fn resolve(
             .bind(note)
             .execute(&mut *tx)
             .await?;
-        return tx.commit().await.map_err(Error::from);
+        return Ok(());
     }
     sqlx::query(
         "UPDATE review SET state = $2, resolved_at = $3, resolution = $2, resolution_note = $4
@@ -126,7 +137,7 @@ pub(super) async fn resolve(
     .bind(note)
     .execute(&mut *tx)
     .await?;
-    tx.commit().await.map_err(Error::from)
+    Ok(())
 }
 
 /// A person's hold on the batch's conversation after their step: renewed by a reply (never

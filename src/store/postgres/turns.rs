@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
-use super::{conversation_at, limit};
+use super::{conversation_at, limit, settle};
 use crate::clock::At;
 use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ItemKind, LeaseToken, ReplyPart, ReviewReason,
@@ -286,15 +286,18 @@ pub(super) async fn renew(
     lease: Duration,
 ) -> Result<()> {
     let mut tx = pool.begin().await?;
-    let renewed = sql::renewed(load_lease(&mut tx, batch).await?, token, now, lease)?;
-    exec(
-        &mut tx,
-        "UPDATE batches SET lease_until = $2 WHERE id = $1",
-        batch,
-        renewed.until,
-    )
-    .await?;
-    tx.commit().await.map_err(Error::from)
+    let outcome = async {
+        let renewed = sql::renewed(load_lease(&mut tx, batch).await?, token, now, lease)?;
+        exec(
+            &mut tx,
+            "UPDATE batches SET lease_until = $2 WHERE id = $1",
+            batch,
+            renewed.until,
+        )
+        .await
+    }
+    .await;
+    settle(tx, outcome).await
 }
 
 /// See [`crate::store::Turns::hold`]: new batches, their holding parts, and back to the queue
@@ -357,38 +360,42 @@ pub(super) async fn finish(
     ending: &Ending,
 ) -> Result<()> {
     let mut tx = pool.begin().await?;
-    let conversation = check_token(&mut tx, batch, token).await?;
-    match ending {
-        Ending::Replied { parts, sandbox } => {
-            write_reply(&mut tx, batch, conversation, now, parts, *sandbox, 0).await?;
-            close(&mut tx, batch, conversation, now, batch::ended(ending)).await?;
+    let outcome = async {
+        let conversation = check_token(&mut tx, batch, token).await?;
+        match ending {
+            Ending::Replied { parts, sandbox } => {
+                write_reply(&mut tx, batch, conversation, now, parts, *sandbox, 0).await?;
+                close(&mut tx, batch, conversation, now, batch::ended(ending)).await?;
+            }
+            Ending::RetryAt { at, error } => {
+                sqlx::query(AssertSqlSafe(format!(
+                    "UPDATE batches SET state = '{waiting}', lease_until = NULL, next_attempt_at = $2,
+                            last_error = $3 WHERE id = $1",
+                    waiting = batch::ended(ending),
+                )))
+                .bind(batch)
+                .bind(at)
+                .bind(error)
+                .execute(&mut *tx)
+                .await?;
+            }
+            Ending::Review { reason, error } => {
+                to_review(&mut tx, batch, conversation, now, *reason, error.as_deref()).await?;
+            }
+            Ending::Handoff {
+                parts,
+                sandbox,
+                note,
+            } => {
+                write_reply(&mut tx, batch, conversation, now, parts, *sandbox, 0).await?;
+                let reason = ReviewReason::HandoffAsked;
+                to_review(&mut tx, batch, conversation, now, reason, Some(note)).await?;
+            }
         }
-        Ending::RetryAt { at, error } => {
-            sqlx::query(AssertSqlSafe(format!(
-                "UPDATE batches SET state = '{waiting}', lease_until = NULL, next_attempt_at = $2,
-                        last_error = $3 WHERE id = $1",
-                waiting = batch::ended(ending),
-            )))
-            .bind(batch)
-            .bind(at)
-            .bind(error)
-            .execute(&mut *tx)
-            .await?;
-        }
-        Ending::Review { reason, error } => {
-            to_review(&mut tx, batch, conversation, now, *reason, error.as_deref()).await?;
-        }
-        Ending::Handoff {
-            parts,
-            sandbox,
-            note,
-        } => {
-            write_reply(&mut tx, batch, conversation, now, parts, *sandbox, 0).await?;
-            let reason = ReviewReason::HandoffAsked;
-            to_review(&mut tx, batch, conversation, now, reason, Some(note)).await?;
-        }
+        Ok(())
     }
-    tx.commit().await.map_err(Error::from)
+    .await;
+    settle(tx, outcome).await
 }
 
 /// Writes `parts` to the outbox, numbered from `first`.
