@@ -660,6 +660,10 @@ pub(super) struct JobView {
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub(super) struct Answer {
     text: Option<String>,
+    /// Choices offered under the answer: the page shows them as buttons, and a tap asks the
+    /// choice as the next question.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    options: Vec<String>,
 }
 
 impl JobView {
@@ -681,7 +685,12 @@ impl JobView {
                         .unwrap_or_else(|| "checking your message".into()),
                 );
             }
-            JobStatus::Finished => view.answer = Some(Answer { text: job.answer.clone() }),
+            JobStatus::Finished => {
+                view.answer = Some(Answer {
+                    text: job.answer.clone(),
+                    options: job.options.clone(),
+                });
+            }
             JobStatus::Failed => {
                 view.error = Some(
                     "Sorry, we could not answer this automatically. A person from our team will reply here.".into(),

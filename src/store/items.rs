@@ -33,6 +33,12 @@ impl Encoded {
     }
 }
 
+/// A reply part's quick replies as the stores keep them (a JSON list, or nothing).
+pub(crate) fn options_of(kept: Option<&str>) -> Vec<String> {
+    kept.and_then(|o| serde_json::from_str(o).ok())
+        .unwrap_or_default()
+}
+
 /// When the customer sent an item (see [`domain::sent_at`]): the 24-hour window starts there.
 pub(crate) fn sent_at(item: &InboundItem, received_at: At) -> At {
     domain::sent_at(item.provider_ts, received_at)

@@ -71,6 +71,9 @@ pub struct ChatJob {
     /// Questions ahead of this one, while queued.
     pub position: Option<u64>,
     pub answer: Option<String>,
+    /// The choices the answer offers (its last part's quick replies): the page shows them as
+    /// buttons, and a tap asks the choice as the next question.
+    pub options: Vec<String>,
     pub created_at: At,
 }
 

@@ -90,6 +90,62 @@ async fn a_person_asks_on_the_chat_page_and_sees_the_answer() {
     );
 }
 
+/// Offers two choices for "menu", and answers anything else by naming it.
+struct Chooser;
+
+#[async_trait]
+impl TurnHandler for Chooser {
+    async fn handle(&self, batch: &Batch) -> Result<TurnOutcome, TurnError> {
+        let question = batch
+            .messages
+            .iter()
+            .filter_map(|m| m.text.as_deref())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let part = match question.as_str() {
+            "menu" => ReplyPart {
+                options: vec!["Check my balance".into(), "Talk to a person".into()],
+                ..ReplyPart::text("What would you like to do?")
+            },
+            _ => ReplyPart::text(format!("Answer to: {question}")),
+        };
+        Ok(TurnOutcome::Reply(vec![part]))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tap_on_an_answers_choice_asks_it_like_typed_text() {
+    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let Some(prefix) = install_browser_tools(&browser_dir) else {
+        return;
+    };
+    let script = prefix.join("choices.mjs");
+    std::fs::copy(browser_dir.join("choices.mjs"), &script).expect("script copied");
+    let app = TestApp::spawn_with(Some(Arc::new(Chooser)), &[]).await;
+    let stop = CancellationToken::new();
+    let worker = tokio::spawn(app.scheduler.clone().run(stop.clone()));
+    let mut node = Command::new("node");
+    node.arg(script).arg(format!("http://{}", app.addr));
+    let stdout = run_to_success(node).await;
+    stop.cancel();
+    worker.await.expect("worker");
+    let seen: Value =
+        serde_json::from_str(stdout.trim().lines().last().unwrap_or("{}")).expect("one JSON line");
+    assert_eq!(
+        seen["buttons"],
+        serde_json::json!(["Check my balance", "Talk to a person"])
+    );
+    assert_eq!(
+        seen["mine"],
+        serde_json::json!(["menu", "Check my balance"])
+    );
+    assert_eq!(
+        seen["answers"],
+        serde_json::json!(["What would you like to do?", "Answer to: Check my balance"])
+    );
+    assert_eq!(seen["left"], 0, "a tap takes the choices away");
+}
+
 /// Hands a question that asks for a person to one, and answers the others.
 struct PersonOnRequest(std::sync::atomic::AtomicUsize);
 

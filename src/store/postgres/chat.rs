@@ -11,7 +11,7 @@ use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 use super::ingest;
 use super::limit;
 use crate::store::items::{
-    Encoded, POSITION_CAP, message_key, question_item, session_retry_after, status_of,
+    Encoded, POSITION_CAP, message_key, options_of, question_item, session_retry_after, status_of,
 };
 use crate::store::rules::erasure::Marks;
 use crate::store::rules::item::ItemState;
@@ -237,9 +237,9 @@ pub(super) async fn job(pool: &PgPool, job_id: &str, now: At) -> Result<Option<C
         JobStatus::Queued => Some(queued_ahead(pool, row.get(5)).await?),
         _ => None,
     };
-    let answer = match (status, batch) {
+    let (answer, options) = match (status, batch) {
         (JobStatus::Finished, Some(batch)) => answer_of(pool, batch).await?,
-        _ => None,
+        _ => (None, Vec::new()),
     };
     let stage = match (status, batch) {
         (JobStatus::Started, Some(batch)) => {
@@ -258,6 +258,7 @@ pub(super) async fn job(pool: &PgPool, job_id: &str, now: At) -> Result<Option<C
         stage,
         position,
         answer,
+        options,
         created_at: row.get(1),
     }))
 }
@@ -275,13 +276,17 @@ async fn queued_ahead(pool: &PgPool, seq: i64) -> Result<u64> {
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-async fn answer_of(pool: &PgPool, batch: i64) -> Result<Option<String>> {
-    let parts: Vec<String> =
-        sqlx::query_scalar("SELECT body FROM outbox WHERE batch_id = $1 ORDER BY part")
+/// The reply to the batch the question was answered in, its parts joined, and the choices its
+/// last part offers.
+async fn answer_of(pool: &PgPool, batch: i64) -> Result<(Option<String>, Vec<String>)> {
+    let parts: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT body, options FROM outbox WHERE batch_id = $1 ORDER BY part")
             .bind(batch)
             .fetch_all(pool)
             .await?;
-    Ok((!parts.is_empty()).then(|| parts.join("\n\n")))
+    let options = options_of(parts.last().and_then(|(_, o)| o.as_deref()));
+    let bodies: Vec<String> = parts.into_iter().map(|(body, _)| body).collect();
+    Ok(((!bodies.is_empty()).then(|| bodies.join("\n\n")), options))
 }
 
 /// The verified user the session is bound to, if any.
@@ -318,7 +323,7 @@ pub(super) async fn history(
         let status = status_of(row.get(2));
         let batch: Option<i64> = row.get(3);
         let answer = match (status, batch) {
-            (JobStatus::Finished, Some(batch)) => answer_of(pool, batch).await?,
+            (JobStatus::Finished, Some(batch)) => answer_of(pool, batch).await?.0,
             _ => None,
         };
         exchanges.push(ChatExchange {

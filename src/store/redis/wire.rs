@@ -12,7 +12,9 @@ use crate::domain::{
     Batch, BatchMessage, Channel, Claim, ConversationKey, InboundItem, ItemKind, LeaseToken,
     ReplyPart, ReviewReason,
 };
-use crate::store::items::{Encoded, amendment, known, quarantine_hash, sent_at, status_of};
+use crate::store::items::{
+    Encoded, amendment, known, options_of, quarantine_hash, sent_at, status_of,
+};
 use crate::store::rules::batch::{BatchState, answered_by};
 use crate::store::rules::broadcast::{
     self, BroadcastState, Event as RecipientEvent, Limits, PausedBy, Recipient, RecipientState,
@@ -925,6 +927,8 @@ pub(super) struct RawJob {
     state: String,
     position: Option<u64>,
     answer: Option<String>,
+    #[serde(default)]
+    options: Option<String>,
     stage: Option<String>,
 }
 
@@ -937,6 +941,7 @@ impl RawJob {
             stage: self.stage,
             position: self.position,
             answer: self.answer,
+            options: options_of(self.options.as_deref()),
             created_at: self.created,
         }
     }

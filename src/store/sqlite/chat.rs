@@ -11,7 +11,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{ingest, limit_param, unavailable};
 use crate::store::items::{
-    Encoded, POSITION_CAP, message_key, question_item, session_retry_after, status_of,
+    Encoded, POSITION_CAP, message_key, options_of, question_item, session_retry_after, status_of,
 };
 
 use crate::store::rules::review::{self, Destination, ReviewState};
@@ -236,9 +236,9 @@ pub(super) fn job(conn: &Connection, job_id: &str, now: At) -> Result<Option<Cha
         JobStatus::Queued => Some(queued_ahead(conn, seq)?),
         _ => None,
     };
-    let answer = match (status, batch) {
+    let (answer, options) = match (status, batch) {
         (JobStatus::Finished, Some(batch)) => answer_of(conn, batch)?,
-        _ => None,
+        _ => (None, Vec::new()),
     };
     let stage = match (status, batch) {
         (JobStatus::Started, Some(batch)) => stage_of(conn, batch)?,
@@ -251,6 +251,7 @@ pub(super) fn job(conn: &Connection, job_id: &str, now: At) -> Result<Option<Cha
         stage,
         position,
         answer,
+        options,
         created_at,
     }))
 }
@@ -274,13 +275,19 @@ fn queued_ahead(conn: &Connection, seq: i64) -> Result<u64> {
     .map_err(unavailable)
 }
 
-/// The reply to the batch the question was answered in, its parts joined.
-fn answer_of(conn: &Connection, batch: i64) -> Result<Option<String>> {
-    let parts: Vec<String> = conn
-        .prepare_cached("SELECT body FROM outbox WHERE batch_id = ?1 ORDER BY part")
-        .and_then(|mut st| st.query_map(params![batch], |r| r.get(0))?.collect())
+/// The reply to the batch the question was answered in, its parts joined, and the choices its
+/// last part offers.
+fn answer_of(conn: &Connection, batch: i64) -> Result<(Option<String>, Vec<String>)> {
+    let parts: Vec<(String, Option<String>)> = conn
+        .prepare_cached("SELECT body, options FROM outbox WHERE batch_id = ?1 ORDER BY part")
+        .and_then(|mut st| {
+            st.query_map(params![batch], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
         .map_err(unavailable)?;
-    Ok((!parts.is_empty()).then(|| parts.join("\n\n")))
+    let options = options_of(parts.last().and_then(|(_, o)| o.as_deref()));
+    let bodies: Vec<String> = parts.into_iter().map(|(body, _)| body).collect();
+    Ok(((!bodies.is_empty()).then(|| bodies.join("\n\n")), options))
 }
 
 /// The verified user the session is bound to, if any.
@@ -323,7 +330,7 @@ pub(super) fn history(
     let mut exchanges = Vec::with_capacity(rows.len());
     for (mut exchange, batch) in rows.into_iter().rev() {
         if let (JobStatus::Finished, Some(batch)) = (exchange.status, batch) {
-            exchange.answer = answer_of(conn, batch)?;
+            exchange.answer = answer_of(conn, batch)?.0;
         }
         exchanges.push(exchange);
     }

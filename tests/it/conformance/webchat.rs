@@ -66,11 +66,21 @@ async fn three_questions(store: &Arc<dyn Store>) {
     let two_parts = Ending::Replied {
         parts: vec![
             ReplyPart::text("It ships today."),
-            ReplyPart::text("Anything else?"),
+            ReplyPart {
+                options: vec!["No, thanks".into(), "Yes".into()],
+                ..ReplyPart::text("Anything else?")
+            },
         ],
         sandbox: false,
     };
     answer(store, T0, two_parts).await;
+    let first = store.chat_job("j1", T0 + ms(1)).await.expect("job");
+    let first = first.expect("kept");
+    assert_eq!(
+        first.options,
+        ["No, thanks", "Yes"],
+        "the last part's choices"
+    );
     assert_eq!(depth().await, 0, "a question in its turn waits no more");
     assert!(ask(store, "j2", "m2", "Can I talk to someone?", T0 + ms(10)).await);
     let handoff = Ending::Handoff {

@@ -82,13 +82,17 @@ local function job_for_message(a)
   return redis.call('HGET', k('jobkey'), a.key) or nil
 end
 
+-- The reply to the batch the question was answered in, its parts joined, and the choices its
+-- last part offers (as kept: a JSON list).
 local function answer_of(batch)
-  local bodies = {}
+  local bodies, options = {}, nil
   for _, id in ipairs(redis.call('ZRANGE', k('b', batch, 'parts'), 0, -1)) do
-    bodies[#bodies + 1] = redis.call('HGET', k('o', id), 'body')
+    local o = get(k('o', id), 'body', 'options')
+    bodies[#bodies + 1] = o.body
+    options = o.options
   end
   if #bodies > 0 then
-    return table.concat(bodies, '\n\n')
+    return table.concat(bodies, '\n\n'), options
   end
 end
 
@@ -102,7 +106,7 @@ local function chat_job(a)
   if i.state == ITEM.pending then
     view.position = math.min(redis.call('ZCOUNT', k('wc'), '-inf', '(' .. j.seq), POSITION_CAP)
   elseif i.state == ITEM.answered and i.batch then
-    view.answer = answer_of(i.batch)
+    view.answer, view.options = answer_of(i.batch)
   elseif i.state == ITEM.batched and i.batch then
     view.stage = redis.call('HGET', k('b', i.batch), 'stage') or nil
   end
