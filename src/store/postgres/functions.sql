@@ -44,9 +44,10 @@ $$;
 
 -- The key of the WhatsApp customer `p_ids` name (phone numbers first), each id linked to it:
 -- store::rules::identity (`key`: the key of the first id that has one, else the first id;
--- `unlinked`: only ids not yet linked to it are written, so a known customer costs one read).
--- NULL for no ids.
-CREATE OR REPLACE FUNCTION sabi_identify_v1(p_channel TEXT, p_ids TEXT[], p_now BIGINT)
+-- `unlinked`: only ids not yet linked to it are written, so a known customer costs one read;
+-- `links`: nothing is written unless `p_link`). NULL for no ids.
+CREATE OR REPLACE FUNCTION sabi_identify_v2(p_channel TEXT, p_ids TEXT[], p_now BIGINT,
+                                            p_link BOOLEAN)
 RETURNS TEXT LANGUAGE plpgsql AS $$
 DECLARE
     found TEXT;
@@ -59,6 +60,9 @@ BEGIN
     JOIN customer_ids c ON c.channel = p_channel AND c.alias = i.alias
     ORDER BY i.n LIMIT 1;
     found := COALESCE(found, p_ids[1]);
+    IF NOT p_link THEN
+        RETURN found;
+    END IF;
     INSERT INTO customer_ids AS c (channel, alias, customer, linked_at)
     SELECT p_channel, i.alias, found, p_now FROM unnest(p_ids) AS i(alias)
     WHERE NOT EXISTS (SELECT 1 FROM customer_ids k
@@ -105,7 +109,7 @@ BEGIN
         RETURN;
     END IF;
     -- Under the customer's key, however this message names them (`p_ids`).
-    customer_key := sabi_identify_v1(p_channel, p_ids, p_received);
+    customer_key := sabi_identify_v2(p_channel, p_ids, p_received, true);
     p_conv_customer := COALESCE(customer_key, p_conv_customer);
     INSERT INTO conversations AS c (channel, business, customer, first_pending_at,
                                     last_pending_at, due_at, last_inbound_at, model_pending)

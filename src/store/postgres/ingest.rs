@@ -213,7 +213,7 @@ fn whatsapp_ids(item: &InboundItem) -> Vec<String> {
 }
 
 /// `item` under its customer's key when that is not the id it names them by, every id it names
-/// linked to the key (`sabi_identify_v1`, functions.sql).
+/// linked to the key (`sabi_identify_v2`, functions.sql).
 async fn identify(
     conn: &mut PgConnection,
     item: &InboundItem,
@@ -223,10 +223,11 @@ async fn identify(
     if ids.is_empty() {
         return Ok(None);
     }
-    let key: Option<String> = sqlx::query_scalar("SELECT sabi_identify_v1($1, $2, $3)")
+    let key: Option<String> = sqlx::query_scalar("SELECT sabi_identify_v2($1, $2, $3, $4)")
         .bind(item.channel.as_str())
         .bind(&ids)
         .bind(now)
+        .bind(identity::links(item.kind))
         .fetch_one(&mut *conn)
         .await?;
     Ok(key.and_then(|key| identity::rekeyed(item, &key)))

@@ -214,21 +214,33 @@ async fn sweep_conversations(conn: &mut PgConnection, touched: &[i64], before: A
     if touched.is_empty() {
         return Ok(0);
     }
-    sqlx::query(AssertSqlSafe(format!(
+    let gone: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(format!(
         "DELETE FROM conversations c
          WHERE c.id = ANY($1) AND c.due_at IS NULL AND c.open_batch_id IS NULL
            AND coalesce(c.last_inbound_at, 0) < $2
            AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.conversation_id = c.id)
            AND NOT EXISTS (SELECT 1 FROM inbox i
-                           WHERE i.conversation_id = c.id AND i.state = '{pending}')",
+                           WHERE i.conversation_id = c.id AND i.state = '{pending}')
+         RETURNING c.channel, c.customer",
         pending = ItemState::Pending,
     )))
     .bind(touched)
     .bind(before)
-    .execute(&mut *conn)
-    .await
-    .map(|done| done.rows_affected())
-    .map_err(Error::from)
+    .fetch_all(&mut *conn)
+    .await?;
+    // A customer whose last conversation went: the ids Meta named them by go too.
+    for (channel, customer) in &gone {
+        sqlx::query(
+            "DELETE FROM customer_ids
+             WHERE channel = $1 AND (alias = $2 OR customer = $2)
+               AND NOT EXISTS (SELECT 1 FROM conversations WHERE channel = $1 AND customer = $2)",
+        )
+        .bind(channel)
+        .bind(customer)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(u64::try_from(gone.len()).unwrap_or(u64::MAX))
 }
 
 /// Makes the space of the rows a pass deleted free for new rows now, rather than at

@@ -117,6 +117,7 @@ pub(super) fn item(item: &InboundItem, received_at: At, model: bool, marks: &Mar
             Channel::Whatsapp => identity::ids(item),
             Channel::Webchat => Vec::new(),
         },
+        "link": identity::links(item.kind),
         "turn": item.turn.as_ref().map(|t| json!({
             "ch": t.channel.as_str(), "biz": t.business, "cust": t.customer, "model": model,
         })),

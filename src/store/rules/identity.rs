@@ -58,6 +58,14 @@ pub fn ids(item: &InboundItem) -> Vec<String> {
     ids
 }
 
+/// Whether an item of `kind` links the ids it names: a customer's own messages and the
+/// business's replies to them do; a status only reads the links. A broadcast's statuses would
+/// otherwise keep the ids of people who never wrote, which no conversation's retention removes
+/// (the links of a customer go with their last conversation).
+pub fn links(kind: ItemKind) -> bool {
+    matches!(kind, ItemKind::Message | ItemKind::Echo)
+}
+
 /// The key of a customer named by `ids` (as [`ids`] orders them), given the links already kept
 /// for any of them (`linked`: id and the key it is linked to): the key of the first id that has
 /// one; else the first id. `None` for no ids.
@@ -169,6 +177,12 @@ mod tests {
         let echo = item(ItemKind::Echo, Some("NG.7"), json!({"to_user_id": "NG.7"}));
         assert_eq!(ids(&echo), owned(&["NG.7"]));
         assert!(ids(&item(ItemKind::FieldEvent, None, json!({}))).is_empty());
+    }
+
+    #[test]
+    fn only_what_the_customer_and_business_say_links_ids() {
+        assert!(links(ItemKind::Message) && links(ItemKind::Echo));
+        assert!(!links(ItemKind::Status) && !links(ItemKind::FieldEvent));
     }
 
     #[test]

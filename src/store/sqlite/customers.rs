@@ -152,12 +152,18 @@ pub(super) fn forget(conn: &Connection, who: &Subject, now: At, marks: &Marks) -
         forget_broadcasts(conn, who, now, marks, &mut erased)?;
     }
     // The id's links to the customer's others name them too.
-    count(
+    unlink(conn, channel, customer)?;
+    Ok(erased)
+}
+
+/// Forgets the links of `id` ([`identity`](crate::store::rules::identity)): its own to its
+/// key, and every other id's to it.
+pub(super) fn unlink(conn: &Connection, channel: &str, id: &str) -> Result<()> {
+    execute(
         conn,
         "DELETE FROM customer_ids WHERE channel = ?1 AND (alias = ?2 OR customer = ?2)",
-        params![channel, customer],
-    )?;
-    Ok(erased)
+        params![channel, id],
+    )
 }
 
 /// See [`Customers::linked_ids`](crate::store::Customers::linked_ids).

@@ -112,7 +112,11 @@ fn identify(conn: &Connection, item: &InboundItem, now: At) -> Result<Option<Inb
     let Some(key) = identity::key(&ids, &linked) else {
         return Ok(None);
     };
-    for id in identity::unlinked(&ids, &linked, &key) {
+    let unlinked = match identity::links(item.kind) {
+        true => identity::unlinked(&ids, &linked, &key),
+        false => Vec::new(),
+    };
+    for id in unlinked {
         execute(
             conn,
             "INSERT INTO customer_ids (channel, alias, customer, linked_at) VALUES (?1, ?2, ?3, ?4)

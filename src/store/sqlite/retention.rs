@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::customers::{count, drop_item};
+use super::customers::{count, drop_item, unlink};
 use super::execute;
 use super::unavailable;
 use crate::clock::At;
@@ -81,20 +81,43 @@ pub(super) fn sweep(
     )?;
     sweep_aged(conn, &cut, limit, &mut swept)?;
     for conversation in touched {
-        swept.conversations += count(
-            conn,
-            &format!(
-                "DELETE FROM conversations
-                 WHERE id = ?1 AND due_at IS NULL AND open_batch_id IS NULL
-                   AND coalesce(last_inbound_at, 0) < ?2
-                   AND NOT EXISTS (SELECT 1 FROM batches WHERE conversation_id = ?1)
-                   AND NOT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = ?1 AND state = '{pending}')",
-                pending = ItemState::Pending,
-            ),
-            params![conversation, cut.messages],
-        )?;
+        swept.conversations += sweep_conversation(conn, conversation, cut.messages)?;
     }
     Ok(swept)
+}
+
+/// A conversation left with nothing, whose customer last wrote before `before`, goes: the
+/// last place their number stays, with the links of their ids when it was their last. 1 when
+/// it went.
+fn sweep_conversation(conn: &Connection, conversation: i64, before: At) -> Result<u64> {
+    let gone: Option<(String, String)> = conn
+        .prepare_cached(&format!(
+            "DELETE FROM conversations
+             WHERE id = ?1 AND due_at IS NULL AND open_batch_id IS NULL
+               AND coalesce(last_inbound_at, 0) < ?2
+               AND NOT EXISTS (SELECT 1 FROM batches WHERE conversation_id = ?1)
+               AND NOT EXISTS (SELECT 1 FROM inbox WHERE conversation_id = ?1 AND state = '{pending}')
+             RETURNING channel, customer",
+            pending = ItemState::Pending,
+        ))
+        .and_then(|mut s| {
+            s.query_row(params![conversation, before], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .map_err(unavailable)?;
+    let Some((channel, customer)) = gone else {
+        return Ok(0);
+    };
+    let last: bool = conn
+        .prepare_cached(
+            "SELECT NOT EXISTS (SELECT 1 FROM conversations WHERE channel = ?1 AND customer = ?2)",
+        )
+        .and_then(|mut s| s.query_row(params![channel, customer], |r| r.get(0)))
+        .map_err(unavailable)?;
+    if last {
+        unlink(conn, &channel, &customer)?;
+    }
+    Ok(1)
 }
 
 /// Turns that ended before `before` and hold nothing still under way: no open review, no

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sabi::clock::At;
 use sabi::domain::{Channel, Horizons, InboundItem, Quarantined, ReplyPart, ReviewReason};
 use sabi::store::{
-    Ending, Error, InboxQuery, Ingest, Resolution, ReviewQuery, Store, Submitted, Swept,
+    Ending, Error, InboxQuery, Ingest, Resolution, ReviewQuery, Store, Subject, Submitted, Swept,
 };
 
 use super::fixtures::{accept, claim_only, replied_to, status, turn};
@@ -17,6 +17,7 @@ use super::{POLICY, T0, ingest, message, question, reply};
 use crate::helpers::ms;
 
 const ADA: &str = "2348031234567";
+const ADA_BSUID: &str = "NG.4455667788";
 const BO: &str = "2348030000002";
 const HOUR: Duration = Duration::from_secs(3_600);
 
@@ -57,13 +58,13 @@ fn reaction(id: &str, customer: &str, at: At) -> InboundItem {
 pub async fn what_is_past_its_horizon_goes_and_its_retry_stays_a_duplicate(store: Arc<dyn Store>) {
     // Ada was answered and her reply delivered; she reacted; a raw part was quarantined; Bo's
     // message still waits for its turn.
-    let parts = replied_to(
-        &store,
-        message("wamid.ada-1", ADA, "my PIN is 4321", T0),
-        &["Never share your PIN."],
-        T0 + ms(20_000),
-    )
-    .await;
+    // Meta names her by number and BSUID: the two are linked.
+    let mut first = message("wamid.ada-1", ADA, "my PIN is 4321", T0);
+    first.facts = serde_json::json!({"id": "wamid.ada-1", "from": ADA, "from_user_id": ADA_BSUID});
+    let parts = replied_to(&store, first, &["Never share your PIN."], T0 + ms(20_000)).await;
+    let by_bsuid = Subject::parse(Channel::Whatsapp, ADA_BSUID).expect("a BSUID");
+    let linked = store.linked_ids(&by_bsuid).await.expect("ids");
+    assert_eq!(linked, [ADA, ADA_BSUID]);
     let job = claim_only(&store, parts[0], T0 + ms(21_000)).await;
     accept(&store, &job, "wamid.to-ada", T0 + ms(21_000)).await;
     store
@@ -112,6 +113,8 @@ pub async fn what_is_past_its_horizon_goes_and_its_retry_stays_a_duplicate(store
         ["wamid.bo-1"],
         "a waiting message stays"
     );
+    let linked = store.linked_ids(&by_bsuid).await.expect("ids");
+    assert_eq!(linked, [ADA_BSUID], "her ids go with her last conversation");
     assert!(store.outbox(None).await.expect("outbox").is_empty());
     assert!(store.quarantine(None).await.expect("quarantine").is_empty());
 

@@ -369,16 +369,8 @@ local function forget(a)
   if a.ch == 'whatsapp' then
     erase_broadcasts(a, erased)
   end
-  -- The id's links to the customer's others name them too (store::rules::identity).
-  local key = redis.call('HGET', k('cid'), a.ch .. '\n' .. a.cust)
-  if key then
-    redis.call('SREM', k('cids', a.ch, key), a.cust)
-    redis.call('HDEL', k('cid'), a.ch .. '\n' .. a.cust)
-  end
-  for _, alias in ipairs(redis.call('SMEMBERS', k('cids', a.ch, a.cust))) do
-    redis.call('HDEL', k('cid'), a.ch .. '\n' .. alias)
-  end
-  redis.call('DEL', k('cids', a.ch, a.cust))
+  -- The id's links to the customer's others name them too.
+  unlink(a.ch, a.cust)
   return {erased = erased}
 end
 

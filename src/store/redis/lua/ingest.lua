@@ -99,7 +99,8 @@ end
 
 -- store::rules::identity: every id a WhatsApp item names its customer by (`it.ids`, phone
 -- numbers first) is linked to one key, the key of the first id that has one, else the first
--- id; the item is kept under the key. Only ids not yet linked to it are written.
+-- id; the item is kept under the key. Only ids not yet linked to it are written, and only by
+-- what links them (`it.link`: a customer's message, an echo; a status only reads).
 local function identify(it, d)
   if not it.ids or #it.ids == 0 then
     return
@@ -112,7 +113,7 @@ local function identify(it, d)
     end
   end
   key = key or it.ids[1]
-  for _, id in ipairs(it.ids) do
+  for _, id in ipairs(it.link and it.ids or {}) do
     local name = it.ch .. '\n' .. id
     local was = redis.call('HGET', k('cid'), name)
     if was ~= key then

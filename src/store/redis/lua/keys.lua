@@ -266,3 +266,17 @@ local function unmark_due(conv)
   redis.call('ZREM', k('due'), pad(conv))
   redis.call('ZREM', k('routine'), pad(conv))
 end
+
+-- Forgets the links of `id` (store::rules::identity): its own to its key, and every other id's
+-- to it.
+local function unlink(ch, id)
+  local key = redis.call('HGET', k('cid'), ch .. '\n' .. id)
+  if key then
+    redis.call('SREM', k('cids', ch, key), id)
+    redis.call('HDEL', k('cid'), ch .. '\n' .. id)
+  end
+  for _, alias in ipairs(redis.call('SMEMBERS', k('cids', ch, id))) do
+    redis.call('HDEL', k('cid'), ch .. '\n' .. alias)
+  end
+  redis.call('DEL', k('cids', ch, id))
+end

@@ -110,7 +110,8 @@ local function sweep_turn(batch, a, swept)
 end
 
 -- A conversation left with nothing, whose customer last wrote before `before`, goes: the last
--- place their number stays. 1 when it went.
+-- place their number stays (with the links of their ids, when it was their last). 1 when it
+-- went.
 local function sweep_conversation(conv, before)
   local c = get(k('c', conv), 'ch', 'biz', 'cust', 'open', 'due', 'last_in')
   if not c.ch or c.open or c.due or (tonumber(c.last_in) or 0) >= before then
@@ -127,6 +128,10 @@ local function sweep_conversation(conv, before)
   redis.call('ZREM', k('heads'), pad(conv))
   redis.call('DEL', k('c', conv), k('c', conv, 'pend'), k('c', conv, 'batches'),
     k('c', conv, 'unsettled'))
+  -- Their last conversation gone, the ids Meta named them by go too.
+  if redis.call('ZCARD', k('cust', c.cust)) == 0 then
+    unlink(c.ch, c.cust)
+  end
   return 1
 end
 
