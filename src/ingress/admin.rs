@@ -200,8 +200,14 @@ pub(super) async fn show(
         .iter()
         .find(|c| c.conversation == item.conversation)
         .map(conversation_json);
+    // Every id Meta names the customer by: a person may know them by another.
+    let customer = Subject {
+        channel: item.conversation.channel,
+        customer: item.conversation.customer.clone(),
+    };
+    let ids = state.store.linked_ids(&customer).await?;
     Ok(Json(
-        json!({ "item": review_json(&item), "conversation": conversation }),
+        json!({ "item": review_json(&item), "conversation": conversation, "ids": ids }),
     ))
 }
 

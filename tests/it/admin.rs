@@ -337,6 +337,7 @@ async fn after_the_owner_answers_from_the_app_the_assistant_stands_down_for_the_
     .await;
     let shown = admin(&sabi, "GET", &format!("/admin/review/{items}"), None).await;
     assert_eq!(shown["item"]["customer"], held.as_str());
+    assert_eq!(shown["ids"], json!([held.as_str()]));
     let history = &shown["conversation"]["history"];
     assert_eq!(history[0]["speaker"], "business", "{history}");
     assert_eq!(
