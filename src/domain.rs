@@ -205,7 +205,7 @@ pub struct Batch {
     /// When the batch became due: the scheduling delay is measured from here.
     pub due_at: At,
     /// Until when a person holds the conversation: they replied to the customer lately, and
-    /// the assistant stands down ([`rules::review::person_holds`](crate::store::rules::review::person_holds)).
+    /// the assistant stands down (the store's rulebook, `rules::review::person_holds`).
     pub held_until: Option<At>,
 }
 

@@ -38,13 +38,9 @@ impl TurnHandler for Thoughtful {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_asks_on_the_chat_page_and_sees_the_answer() {
-    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
-    let Some(prefix) = install_browser_tools(&browser_dir) else {
+    let Some(script) = page_script("chat.mjs") else {
         return;
     };
-    // ES modules resolve packages next to the script: run it from beside node_modules.
-    let script = prefix.join("chat.mjs");
-    std::fs::copy(browser_dir.join("chat.mjs"), &script).expect("script copied");
     let app = TestApp::spawn_with(Some(Arc::new(Thoughtful)), &[]).await;
     let stop = CancellationToken::new();
     let worker = tokio::spawn(app.scheduler.clone().run(stop.clone()));
@@ -56,8 +52,7 @@ async fn a_person_asks_on_the_chat_page_and_sees_the_answer() {
     let stdout = run_to_success(node).await;
     stop.cancel();
     worker.await.expect("worker");
-    let seen: Value =
-        serde_json::from_str(stdout.trim().lines().last().unwrap_or("{}")).expect("one JSON line");
+    let seen: Value = last_line(&stdout);
 
     assert_eq!(
         seen["first"]["answers"][0],
@@ -115,12 +110,9 @@ impl TurnHandler for Chooser {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tap_on_an_answers_choice_asks_it_like_typed_text() {
-    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
-    let Some(prefix) = install_browser_tools(&browser_dir) else {
+    let Some(script) = page_script("choices.mjs") else {
         return;
     };
-    let script = prefix.join("choices.mjs");
-    std::fs::copy(browser_dir.join("choices.mjs"), &script).expect("script copied");
     let app = TestApp::spawn_with(Some(Arc::new(Chooser)), &[]).await;
     let stop = CancellationToken::new();
     let worker = tokio::spawn(app.scheduler.clone().run(stop.clone()));
@@ -129,8 +121,7 @@ async fn a_tap_on_an_answers_choice_asks_it_like_typed_text() {
     let stdout = run_to_success(node).await;
     stop.cancel();
     worker.await.expect("worker");
-    let seen: Value =
-        serde_json::from_str(stdout.trim().lines().last().unwrap_or("{}")).expect("one JSON line");
+    let seen: Value = last_line(&stdout);
     assert_eq!(
         seen["buttons"],
         serde_json::json!(["Check my balance", "Talk to a person"])
@@ -174,12 +165,9 @@ impl TurnHandler for PersonOnRequest {
 async fn a_persons_reply_reaches_the_open_chat_page_live() {
     use std::sync::atomic::Ordering;
     const TOKEN: &str = "desk-token-for-handoffs";
-    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
-    let Some(prefix) = install_browser_tools(&browser_dir) else {
+    let Some(script) = page_script("handoff.mjs") else {
         return;
     };
-    let script = prefix.join("handoff.mjs");
-    std::fs::copy(browser_dir.join("handoff.mjs"), &script).expect("script copied");
     let handler = Arc::new(PersonOnRequest(Default::default()));
     let app = TestApp::spawn_with(Some(handler.clone()), &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
     let stop = CancellationToken::new();
@@ -194,8 +182,7 @@ async fn a_persons_reply_reaches_the_open_chat_page_live() {
     let stdout = run_to_success(node).await;
     stop.cancel();
     worker.await.expect("worker");
-    let seen: Value =
-        serde_json::from_str(stdout.trim().lines().last().unwrap_or("{}")).expect("one JSON line");
+    let seen: Value = last_line(&stdout);
 
     assert!(
         seen["handedOff"]
@@ -251,12 +238,9 @@ async fn the_desk_shows_a_broadcasts_progress_and_pauses_it() {
     use sabi::clock::Clock;
     use sabi::store::{BroadcastState, NewBroadcast, NewRecipient, PausedBy};
     const TOKEN: &str = "desk-token-for-broadcasts";
-    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
-    let Some(prefix) = install_browser_tools(&browser_dir) else {
+    let Some(script) = page_script("desk.mjs") else {
         return;
     };
-    let script = prefix.join("desk.mjs");
-    std::fs::copy(browser_dir.join("desk.mjs"), &script).expect("script copied");
     let app = TestApp::spawn_with(None, &[("SABI_ADMIN_TOKEN", TOKEN)]).await;
     let now = app.clock.now();
     let (b, _) = app
@@ -293,8 +277,7 @@ async fn the_desk_shows_a_broadcasts_progress_and_pauses_it() {
         .arg(TOKEN)
         .arg(screenshot);
     let stdout = run_to_success(node).await;
-    let seen: Value =
-        serde_json::from_str(stdout.trim().lines().last().unwrap_or("{}")).expect("one JSON line");
+    let seen: Value = last_line(&stdout);
     assert_eq!(
         seen["before"]["progress"], "Diwali eve: 0 of 3 done",
         "{seen}"
@@ -321,6 +304,20 @@ async fn the_desk_shows_a_broadcasts_progress_and_pauses_it() {
 /// A directory whose `node_modules` has playwright-core (installed there with npm when
 /// missing), or `None` (the test skipped) where Chromium, Node.js or npm is not installed.
 /// Nothing is installed system-wide from here: `.ci/run` installs Chromium.
+/// `name` from tests/browser, copied beside the installed `node_modules` (ES modules resolve
+/// packages next to the script); `None` where the browser tools cannot be had (skipped).
+fn page_script(name: &str) -> Option<PathBuf> {
+    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let script = install_browser_tools(&browser_dir)?.join(name);
+    std::fs::copy(browser_dir.join(name), &script).expect("script copied");
+    Some(script)
+}
+
+/// What a page script saw: the one JSON line it printed last.
+fn last_line(stdout: &str) -> Value {
+    serde_json::from_str(stdout.trim().lines().last().unwrap_or("{}")).expect("one JSON line")
+}
+
 fn install_browser_tools(browser_dir: &Path) -> Option<PathBuf> {
     if !(services::program("chromium", "chromium")
         && services::program("node", "nodejs")

@@ -79,20 +79,10 @@ fn parse_change(entry: &Entry<'_>, change: &Change<'_>, out: &mut Parsed) {
         out.items.push(field_event(entry, change));
         return;
     }
-    let value: MessagesValue<'_> = match serde_json::from_str(change.value.get()) {
-        Ok(value) => value,
-        Err(e) => {
-            let reason = format!("messages value of entry {}: {e}", entry.id);
-            out.quarantined
-                .push(quarantined(&reason, change.value.get()));
-            return;
-        }
+    let Some(value) = change_value::<MessagesValue<'_>>(entry, change, out) else {
+        return;
     };
-    let scope = Scope {
-        entry_id: &entry.id,
-        field: &change.field,
-        phone_number_id: value.metadata.as_ref().map(|m| m.phone_number_id.as_str()),
-    };
+    let scope = Scope::of(entry, change, value.metadata.as_ref());
     // A sender profile of an odd shape only costs its name, never the messages.
     let contacts: Vec<Contact> = value
         .contacts
@@ -145,20 +135,10 @@ const ECHOES: &str = "smb_message_echoes";
 /// The business's own messages from the app: each kept as an [`ItemKind::Echo`] of its
 /// conversation, never a turn.
 fn parse_echoes(entry: &Entry<'_>, change: &Change<'_>, out: &mut Parsed) {
-    let value: EchoesValue<'_> = match serde_json::from_str(change.value.get()) {
-        Ok(value) => value,
-        Err(e) => {
-            let reason = format!("{ECHOES} value of entry {}: {e}", entry.id);
-            out.quarantined
-                .push(quarantined(&reason, change.value.get()));
-            return;
-        }
+    let Some(value) = change_value::<EchoesValue<'_>>(entry, change, out) else {
+        return;
     };
-    let scope = Scope {
-        entry_id: &entry.id,
-        field: &change.field,
-        phone_number_id: value.metadata.as_ref().map(|m| m.phone_number_id.as_str()),
-    };
+    let scope = Scope::of(entry, change, value.metadata.as_ref());
     for raw in &value.message_echoes {
         let parsed = serde_json::from_str::<Message>(raw.get())
             .and_then(|m| Ok((m, serde_json::from_str::<EchoTo>(raw.get())?)));
@@ -218,11 +198,38 @@ fn carries_more(value: &str) -> bool {
     })
 }
 
+/// A change's value read as `T`; a value of another shape is quarantined whole.
+fn change_value<'a, T: Deserialize<'a>>(
+    entry: &Entry<'_>,
+    change: &Change<'a>,
+    out: &mut Parsed,
+) -> Option<T> {
+    match serde_json::from_str(change.value.get()) {
+        Ok(value) => Some(value),
+        Err(e) => {
+            let reason = format!("{} value of entry {}: {e}", change.field, entry.id);
+            out.quarantined
+                .push(quarantined(&reason, change.value.get()));
+            None
+        }
+    }
+}
+
 /// Where an item sits in the delivery.
 struct Scope<'a> {
     entry_id: &'a str,
     field: &'a str,
     phone_number_id: Option<&'a str>,
+}
+
+impl<'a> Scope<'a> {
+    fn of(entry: &'a Entry<'_>, change: &'a Change<'_>, metadata: Option<&'a Metadata>) -> Self {
+        Scope {
+            entry_id: &entry.id,
+            field: &change.field,
+            phone_number_id: metadata.map(|m| m.phone_number_id.as_str()),
+        }
+    }
 }
 
 fn message_item(scope: &Scope<'_>, contacts: &[Contact], m: Message) -> InboundItem {

@@ -137,21 +137,19 @@ pub(super) fn linked(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let slots: Vec<String> = (2..ids.len() + 2).map(|i| format!("?{i}")).collect();
-    let sql = format!(
-        "SELECT alias, customer FROM customer_ids WHERE channel = ?1 AND alias IN ({})",
-        slots.join(", ")
-    );
-    let mut values: Vec<&str> = vec![channel.as_str()];
-    values.extend(ids.iter().map(String::as_str));
-    conn.prepare_cached(&sql)
-        .and_then(|mut s| {
-            s.query_map(rusqlite::params_from_iter(values), |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?
-            .collect()
-        })
-        .map_err(unavailable)
+    // One statement for any number of ids: the ids as a JSON list.
+    let ids = serde_json::to_string(ids).unwrap_or_default();
+    conn.prepare_cached(
+        "SELECT alias, customer FROM customer_ids
+         WHERE channel = ?1 AND alias IN (SELECT value FROM json_each(?2))",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![channel.as_str(), ids], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?
+        .collect()
+    })
+    .map_err(unavailable)
 }
 
 fn existing_hash(conn: &Connection, item: &InboundItem) -> Result<Option<Vec<u8>>> {

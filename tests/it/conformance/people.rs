@@ -233,18 +233,22 @@ fn echo(id: &str, customer: &str, text: &str, sent: At) -> InboundItem {
     }
 }
 
+/// How the worker ends a turn while a person holds the conversation.
+fn to_person() -> Ending {
+    Ending::Review {
+        reason: ReviewReason::PersonAnswering,
+        error: None,
+    }
+}
+
 /// Claims the one batch due at `at` and hands it to a person as the worker does while a person
 /// holds the conversation: the hold it carried, and the review item it opened.
 async fn held_turn(store: &Arc<dyn Store>, at: At) -> (Option<At>, ReviewEntry) {
     let claims = store.claim(at, ms(60_000), 10, None).await.expect("claim");
     assert_eq!(claims.len(), 1, "one turn due");
     let claim = &claims[0];
-    let to_person = Ending::Review {
-        reason: ReviewReason::PersonAnswering,
-        error: None,
-    };
     store
-        .finish(claim.batch.id, claim.token, at, to_person)
+        .finish(claim.batch.id, claim.token, at, to_person())
         .await
         .expect("finish");
     let open = open_reviews(store).await;
@@ -292,12 +296,8 @@ pub async fn a_persons_reply_holds_the_conversation_until_they_let_it_go(store: 
             "Your order is ready: come by 4pm"
         )]
     );
-    let to_person = Ending::Review {
-        reason: ReviewReason::PersonAnswering,
-        error: None,
-    };
     store
-        .finish(batch.id, claims[0].token, at, to_person)
+        .finish(batch.id, claims[0].token, at, to_person())
         .await
         .expect("finish");
     let item = open_reviews(&store).await.remove(0);

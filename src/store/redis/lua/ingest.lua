@@ -101,7 +101,7 @@ end
 -- numbers first) is linked to one key, the key of the first id that has one, else the first
 -- id; the item is kept under the key. Only ids not yet linked to it are written, and only by
 -- what links them (`it.link`: a customer's message, an echo; a status only reads).
-local function identify(it, d)
+local function identify(it)
   if not it.ids or #it.ids == 0 then
     return
   end
@@ -133,7 +133,7 @@ end
 local function keep_item(it, d, receipt)
   -- Broadcasts went to the number Meta names, the key or not.
   local named = it.cust
-  identify(it, d)
+  identify(it)
   local seq = redis.call('HINCRBY', k('ids'), 'inbox', 1)
   local state = ITEM.recorded
   if it.kind == 'message' then
