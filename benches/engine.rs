@@ -157,6 +157,7 @@ fn settings() -> EngineSettings {
         shutdown_grace: Duration::from_secs(10),
         sandbox: true,
         quote_replies: false,
+        max_reply_parts: 1,
         log_customer_data: false,
         policy: EnginePolicy {
             max_attempts: 4,

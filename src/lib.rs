@@ -39,6 +39,7 @@
 //!   several nodes); [`store::rules`] is its rulebook, every lifecycle written once.
 //! - [`whatsapp`]: Meta's API as Sabi speaks it: the Graph client, signatures, the wire format.
 //! - [`export`]: what Sabi shows of what it holds: items, replies, a customer's whole record.
+//! - [`billing`]: what Meta charges for the WhatsApp messages its statuses priced.
 //! - [`turn`]: the turn-handler contract the router, the agent and the worker share.
 //! - `runner`: the one loop every background stage runs in: the scheduler, the sender and the
 //!   broadcaster claim jobs in it; the holder and the sweeper run their rounds in it.
@@ -56,6 +57,7 @@
 
 pub mod agent;
 pub mod app;
+pub mod billing;
 pub mod broadcast;
 pub mod check;
 pub mod cli;

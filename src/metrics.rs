@@ -38,6 +38,14 @@ pub struct BroadcastRecipients {
     pub state: String,
 }
 
+/// Meta's pricing category and type of a message (`regular`, `free_customer_service`,
+/// `free_entry_point`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Priced {
+    pub category: String,
+    pub r#type: String,
+}
+
 /// `prompt` or `completion`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TokenKind {
@@ -118,6 +126,9 @@ pub struct Metrics {
     pub holding_messages: Counter,
     /// Rows past their retention horizon that the sweeper removed, by kind.
     pub swept: Family<Swept, Counter>,
+    /// WhatsApp messages Meta priced, by category and type: each once, at its first priced
+    /// status.
+    pub priced: Family<Priced, Counter>,
 }
 
 impl Metrics {
@@ -325,9 +336,16 @@ impl Metrics {
             "Rows past their retention horizon the sweeper removed, by kind",
             swept.clone(),
         );
+        let priced = Family::<Priced, Counter>::default();
+        registry.register(
+            "sabi_whatsapp_priced",
+            "WhatsApp messages Meta priced, by category and type (each once)",
+            priced.clone(),
+        );
         Arc::new(Metrics {
             registry,
             swept,
+            priced,
             llm_budget_wait_seconds,
             llm_in_flight,
             llm_paused,

@@ -19,6 +19,46 @@ use super::llm::{FunctionCall, ToolCall};
 /// person would send.
 pub const MAX_REPLY_CHARS: usize = 4096;
 
+/// How the model offers the customer choices: a last line `Choices: Delivery | Pickup`, shown
+/// as buttons (a list past three) on WhatsApp and on the web chat page.
+pub const CHOICES_FORMAT: &str = "When the customer should pick one of a few answers, end your \
+     reply with one line `Choices: first | second`, at most 10, each under 24 characters: they \
+     are shown as buttons to tap.";
+
+/// The most choices a reply carries (a WhatsApp list's rows).
+const MAX_CHOICES: usize = 10;
+
+/// The longest choice title a WhatsApp list row shows.
+const CHOICE_CHARS: usize = 24;
+
+/// A reply's text and the choices its last line offers ([`CHOICES_FORMAT`]); none when the last
+/// line offers none, or when nothing but the choices was written (a bare list is no reply).
+pub fn choices(reply: &str) -> (String, Vec<String>) {
+    let kept = || (reply.to_owned(), Vec::new());
+    let Some((body, last)) = reply.trim_end().rsplit_once('\n') else {
+        return kept();
+    };
+    let line = last.trim().trim_matches('*').trim();
+    let Some(offered) = line
+        .get(..8)
+        .filter(|head| head.eq_ignore_ascii_case("choices:"))
+        .map(|_| line[8..].trim_start_matches('*'))
+    else {
+        return kept();
+    };
+    let options: Vec<String> = offered
+        .split('|')
+        .map(|o| o.trim().trim_matches('`').trim())
+        .filter(|o| !o.is_empty())
+        .map(|o| o.chars().take(CHOICE_CHARS).collect())
+        .take(MAX_CHOICES)
+        .collect();
+    if options.is_empty() || body.trim().is_empty() {
+        return kept();
+    }
+    (body.trim_end().to_owned(), options)
+}
+
 /// Markup of chat templates and tool formats: never meant for a customer's eyes.
 const MARKUP: &[&str] = &[
     "<tool_call>",
@@ -383,6 +423,25 @@ mod tests {
                 .map(|c| (c.function.name.clone(), c.function.arguments.clone()))
                 .collect(),
             other => panic!("not calls: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_last_line_of_choices_becomes_buttons() {
+        let (text, options) = choices("We deliver or you pick up.\nChoices: Delivery | Pickup ");
+        assert_eq!(text, "We deliver or you pick up.");
+        assert_eq!(options, ["Delivery", "Pickup"]);
+        let (_, bold) = choices("Which one?\n**Choices:** Yes | No | A person");
+        assert_eq!(bold, ["Yes", "No", "A person"]);
+        let long = choices("Pick a size?\nchoices: Extra large family pack with drinks | Small");
+        assert_eq!(long.1[0].chars().count(), 24);
+        for kept in [
+            "No choices here.",
+            "Choices: Yes | No",
+            "Pay at the door.\nChoices:  |  ",
+            "The choices: many.\nThanks",
+        ] {
+            assert_eq!(choices(kept), (kept.to_owned(), Vec::new()), "{kept}");
         }
     }
 

@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use crate::app::{App, Role};
+use crate::billing;
 use crate::clock::{At, Clock, SystemClock};
 use crate::config::Config;
 use crate::domain::{Channel, ItemKind, ReviewReason};
@@ -558,6 +559,7 @@ async fn stats(config: &Config, since: Option<Duration>, as_json: bool) -> anyho
     let store = store::open(config).await?;
     let since = since.map_or(At::default(), |d| SystemClock.now() - d);
     let s = store.turn_stats(since).await?;
+    let whatsapp = billing::bill(&store.price_counts(since).await?, &config.message_prices()?);
     let turns = s.local + s.agent + s.people;
     let share = |n: u64| {
         if turns == 0 {
@@ -583,6 +585,7 @@ async fn stats(config: &Config, since: Option<Duration>, as_json: bool) -> anyho
             "completion_tokens": s.completion_tokens,
             "cost": s.cost,
             "cost_avoided": avoided,
+            "whatsapp": whatsapp,
         });
         println!("{line}");
     } else {
@@ -596,6 +599,7 @@ async fn stats(config: &Config, since: Option<Duration>, as_json: bool) -> anyho
         );
         println!("cost         {:.4}", s.cost);
         println!("avoided      {avoided:.4} (local turns at the agent's average of {average:.4})");
+        println!("whatsapp     {}", whatsapp.summary());
     }
     Ok(())
 }

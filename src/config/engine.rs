@@ -16,6 +16,8 @@ pub struct EngineSettings {
     pub sandbox: bool,
     /// A WhatsApp reply's first part quotes the customer's latest message.
     pub quote_replies: bool,
+    /// A WhatsApp reply in more parts than this is packed into as few messages as fit.
+    pub max_reply_parts: usize,
     /// The turn's log line names the customer and quotes their words (off: a short hash).
     pub log_customer_data: bool,
     pub policy: EnginePolicy,

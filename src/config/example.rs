@@ -134,6 +134,20 @@ const SETTINGS: &[Setting] = &[
         "Send MARKETING templates through Meta's Marketing Messages API (/marketing_messages); others keep to /messages. Turn on only once your business has accepted Meta's terms for it.",
     ),
     opt(
+        "whatsapp.prices",
+        "What Meta charges per message, by pricing category (marketing, marketing_lite, utility, authentication, authentication_international, service) and country prefix (the longest that matches; a BSUID's letters, like NG, for customers known by no number): sabi stats prices what Meta's statuses priced. broadcast.prices count as marketing prices.",
+        "[whatsapp.prices]\nutility = { \"234\" = 0.0067 }\nauthentication = { \"234\" = 0.0067 }",
+    ),
+    opt(
+        "whatsapp.currency",
+        "The currency of whatsapp.prices. Unset: broadcast.currency.",
+        "\"USD\"",
+    ),
+    set(
+        "whatsapp.max_reply_parts",
+        "A reply in more parts than this is packed into as few WhatsApp messages as fit (4096 characters each, 1024 above buttons): Meta bills each message.",
+    ),
+    opt(
         "whatsapp.message_send_ttl_seconds",
         "How long Meta keeps trying to deliver a marketing message sent through the Marketing Messages API: 43200 (12 hours) to 2592000 (30 days); Meta's default is 30 days.",
         "86400",

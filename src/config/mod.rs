@@ -48,6 +48,7 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_BATCH_MAX_WAIT", "whatsapp.batch_max_wait"),
     ("SABI_OUTBOUND_RATE", "whatsapp.outbound_rate"),
     ("SABI_PAIR_SPACING", "whatsapp.pair_spacing"),
+    ("SABI_MAX_REPLY_PARTS", "whatsapp.max_reply_parts"),
     ("SABI_MESSAGING_LIMIT", "whatsapp.messaging_limit"),
     ("SABI_DEFAULT_COUNTRY", "whatsapp.default_country"),
     ("SABI_BROADCAST_COOLDOWN", "broadcast.cooldown"),
@@ -425,6 +426,64 @@ pub struct WhatsappConfig {
     /// in audience files, and naming a customer to export or forget. Unset: such numbers are
     /// refused unless the command gives `--country`.
     pub default_country: Option<String>,
+    /// What Meta charges per message, by pricing category and the recipient's country prefix
+    /// (the longest that matches; a BSUID's two letters for a customer known by no number):
+    /// `sabi stats` prices the messages Meta's statuses priced with it. `broadcast.prices`
+    /// count as the `marketing` and `marketing_lite` prices.
+    pub prices: BTreeMap<String, BTreeMap<String, f64>>,
+    /// The currency of `prices`. Unset: `broadcast.currency`.
+    pub currency: Option<String>,
+    /// A reply in more parts than this is packed into as few messages as fit (each is billed
+    /// once Meta charges for service messages); at most this many are sent as written.
+    #[serde(deserialize_with = "number::usize")]
+    pub max_reply_parts: usize,
+}
+
+/// Meta's pricing categories, as the statuses' `pricing.category` names them (lower case).
+pub const PRICING_CATEGORIES: &[&str] = &[
+    "marketing",
+    "marketing_lite",
+    "utility",
+    "authentication",
+    "authentication_international",
+    "service",
+];
+
+/// What Meta charges per message: `whatsapp.prices` with `broadcast.prices` folded in.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MessagePrices {
+    /// Category -> country prefix (digits, or a BSUID's country letters) -> price.
+    pub by_category: BTreeMap<String, BTreeMap<String, f64>>,
+    pub currency: String,
+}
+
+impl MessagePrices {
+    /// The price of a message in `category` to a number starting `prefix`: the longest priced
+    /// prefix's.
+    pub fn of(&self, category: &str, prefix: &str) -> Option<f64> {
+        let prices = self.by_category.get(category)?;
+        (1..=prefix.len())
+            .rev()
+            .filter(|n| prefix.is_char_boundary(*n))
+            .find_map(|n| prices.get(&prefix[..n]).copied())
+    }
+}
+
+/// A price's prefix is a country calling code's first digits (at most 4) or a BSUID's
+/// country letters (`NG`), and the price is a number no less than zero.
+fn check_price(setting: &str, prefix: &str, price: f64) -> Result<(), Error> {
+    let digits = (1..=4).contains(&prefix.len()) && prefix.bytes().all(|b| b.is_ascii_digit());
+    let letters = prefix.len() == 2 && prefix.bytes().all(|b| b.is_ascii_uppercase());
+    if !digits && !letters {
+        return Err(Error(format!(
+            "{setting}: {prefix:?} is neither a country prefix (up to 4 digits, like 234) nor a \
+             country's two letters (like NG)"
+        )));
+    }
+    if !price.is_finite() || price < 0.0 {
+        return Err(Error(format!("{setting}.{prefix}: {price} is not a price")));
+    }
+    Ok(())
 }
 
 /// A Graph API version as Meta writes it: `v` and two numbers, like `v24.0`.
@@ -467,6 +526,9 @@ impl Default for WhatsappConfig {
             marketing_messages: false,
             message_send_ttl_seconds: None,
             default_country: None,
+            prices: BTreeMap::new(),
+            currency: None,
+            max_reply_parts: 1,
         }
     }
 }
@@ -1129,6 +1191,59 @@ impl Config {
         Ok(config)
     }
 
+    /// What Meta charges per message: `whatsapp.prices`, with `broadcast.prices` as the
+    /// marketing (and marketing_lite) prices.
+    ///
+    /// # Errors
+    /// An unknown category, a prefix that is neither digits nor a country's two letters, a
+    /// price below zero, or the two tables disagreeing on a price or a currency.
+    pub fn message_prices(&self) -> Result<MessagePrices, Error> {
+        let broadcast = &self.broadcast;
+        let currency = self
+            .whatsapp
+            .currency
+            .clone()
+            .unwrap_or_else(|| broadcast.currency.clone());
+        if currency != broadcast.currency && !broadcast.prices.is_empty() {
+            return Err(Error(format!(
+                "whatsapp.currency is {currency} and broadcast.currency {}: broadcast.prices \
+                 count as marketing prices, so the two must agree",
+                broadcast.currency
+            )));
+        }
+        let mut by_category = self.whatsapp.prices.clone();
+        for (category, prices) in &by_category {
+            if !PRICING_CATEGORIES.contains(&category.as_str()) {
+                return Err(Error(format!(
+                    "whatsapp.prices: {category:?} is not one of Meta's pricing categories ({})",
+                    PRICING_CATEGORIES.join(", ")
+                )));
+            }
+            for (prefix, price) in prices {
+                check_price(&format!("whatsapp.prices.{category}"), prefix, *price)?;
+            }
+        }
+        for (prefix, price) in &broadcast.prices {
+            check_price("broadcast.prices", prefix, *price)?;
+            for category in ["marketing", "marketing_lite"] {
+                let kept = by_category.entry(category.to_owned()).or_default();
+                match kept.insert(prefix.clone(), *price) {
+                    Some(other) if other != *price => {
+                        return Err(Error(format!(
+                            "whatsapp.prices.{category} gives {prefix} {other} and \
+                             broadcast.prices {price}: keep one"
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(MessagePrices {
+            by_category,
+            currency,
+        })
+    }
+
     fn validate(&self) -> Result<(), Error> {
         for (name, window, cap) in [
             (
@@ -1255,6 +1370,10 @@ impl Config {
             ));
         }
         check_marketing_ttl(self.whatsapp.message_send_ttl_seconds)?;
+        self.message_prices()?;
+        if self.whatsapp.max_reply_parts == 0 {
+            return Err(Error("whatsapp.max_reply_parts: must be at least 1".into()));
+        }
         if self.whatsapp.marketing_messages
             && !self.whatsapp.sandbox()
             && self.whatsapp.business_account_id.is_none()
@@ -1431,6 +1550,7 @@ impl Config {
             shutdown_grace: self.engine.shutdown_grace,
             sandbox: self.whatsapp.sandbox(),
             quote_replies: self.whatsapp.quote_replies,
+            max_reply_parts: self.whatsapp.max_reply_parts,
             log_customer_data: self.logging.customer_data,
             policy: EnginePolicy {
                 max_attempts: self.engine.max_attempts,
@@ -1687,6 +1807,46 @@ mod tests {
         assert_eq!(from_file.router.packs, Some(vec!["bank".to_owned()]));
         let unset = Config::load(no_file(), env(&[])).expect("valid");
         assert_eq!(unset.router.packs, None, "every pack on");
+    }
+
+    #[test]
+    fn broadcast_prices_count_as_marketing_prices_and_a_conflict_is_refused() {
+        let read = |text: &str| {
+            let table: toml::Table = toml::from_str(text).expect("toml");
+            Config::deserialize(toml::Value::Table(table))
+                .expect("valid")
+                .message_prices()
+        };
+        let prices = read(
+            "[whatsapp.prices]\nutility = { \"234\" = 0.0067 }\n\
+             [broadcast]\nprices = { \"234\" = 0.0516 }\ncurrency = \"USD\"",
+        )
+        .expect("valid");
+        assert_eq!(prices.of("marketing", "2348"), Some(0.0516));
+        assert_eq!(prices.of("marketing_lite", "2348"), Some(0.0516));
+        assert_eq!(prices.of("utility", "2348"), Some(0.0067));
+        assert_eq!(prices.of("utility", "4477"), None);
+        assert_eq!(prices.currency, "USD");
+        let refused = |text: &str, says: &str| {
+            let e = read(text).expect_err(text).to_string();
+            assert!(e.contains(says), "{e}");
+        };
+        refused(
+            "[whatsapp.prices]\nmarketing = { \"234\" = 0.05 }\n[broadcast]\nprices = { \"234\" = 0.0516 }",
+            "whatsapp.prices.marketing gives 234 0.05 and broadcast.prices 0.0516",
+        );
+        refused(
+            "[whatsapp.prices]\nutilty = { \"234\" = 0.05 }",
+            "\"utilty\" is not one of Meta's pricing categories",
+        );
+        refused(
+            "[whatsapp.prices]\nutility = { \"+234\" = 0.05 }",
+            "neither a country prefix",
+        );
+        refused(
+            "[whatsapp]\ncurrency = \"NGN\"\n[broadcast]\nprices = { \"234\" = 0.05 }",
+            "the two must agree",
+        );
     }
 
     /// Each default is written once, in a `Default` impl that serde fills missing keys from:

@@ -15,7 +15,7 @@
 //! - `POST /admin/review/{id}/label` `{"intent": "..."}`: what the item's messages asked, for
 //!   the router to learn from (`sabi route --export-unsure`);
 //! - `GET /admin/conversations?customer=`: a customer's conversations and history;
-//! - `GET /admin/stats?since=`: who answered, tokens and cost;
+//! - `GET /admin/stats?since=`: who answered, tokens and cost, and what Meta charged;
 //! - `GET /admin/customers/{channel}/{id}?limit=&items_after=&replies_after=&country=`:
 //!   everything held about a customer (`sabi export`), a page at a time (1,000 items and
 //!   replies by default, 5,000 at most; `next` names the following page); a WhatsApp number
@@ -37,6 +37,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::AppState;
+use crate::billing;
 use crate::clock::At;
 use crate::domain::Channel;
 use crate::domain::ReviewReason;
@@ -126,9 +127,33 @@ pub(super) async fn list(
         .await?;
     let mut shown = fold_repeats(&items);
     shown.truncate(limit);
+    name_every_id(&state, &mut shown).await?;
     Ok(Json(
         json!({ "items": shown, "intents": state.admin.intents }),
     ))
+}
+
+/// Each WhatsApp item shown gains `ids`, every id Meta names its customer by (a number and a
+/// BSUID): a person may know the customer by either. One read per customer shown.
+async fn name_every_id(state: &AppState, shown: &mut [Value]) -> Result<(), ApiError> {
+    let mut known: HashMap<String, Value> = HashMap::new();
+    for entry in shown.iter_mut() {
+        let (Some("whatsapp"), Some(customer)) =
+            (entry["channel"].as_str(), entry["customer"].as_str())
+        else {
+            continue;
+        };
+        if !known.contains_key(customer) {
+            let subject = Subject {
+                channel: Channel::Whatsapp,
+                customer: customer.to_owned(),
+            };
+            let ids = state.store.linked_ids(&subject).await?;
+            known.insert(customer.to_owned(), json!(ids));
+        }
+        entry["ids"] = known[customer].clone();
+    }
+    Ok(())
 }
 
 fn reason(name: &str) -> Result<ReviewReason, ApiError> {
@@ -425,10 +450,9 @@ pub(super) async fn stats(
     State(state): State<AppState>,
     Query(query): Query<StatsQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let s = state
-        .store
-        .turn_stats(query.since.unwrap_or_default())
-        .await?;
+    let since = query.since.unwrap_or_default();
+    let s = state.store.turn_stats(since).await?;
+    let priced = state.store.price_counts(since).await?;
     Ok(Json(json!({
         "local": s.local,
         "agent": s.agent,
@@ -436,6 +460,7 @@ pub(super) async fn stats(
         "prompt_tokens": s.prompt_tokens,
         "completion_tokens": s.completion_tokens,
         "cost": s.cost,
+        "whatsapp": billing::bill(&priced, &state.admin.message_prices),
     })))
 }
 

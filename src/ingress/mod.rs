@@ -71,6 +71,8 @@ pub struct AdminSettings {
     pub currency: String,
     /// The country code of numbers written the local way (`whatsapp.default_country`).
     pub default_country: Option<String>,
+    /// What Meta charges per WhatsApp message (`whatsapp.prices`).
+    pub message_prices: crate::config::MessagePrices,
 }
 
 pub type AppState = Arc<Ingress>;
@@ -113,6 +115,8 @@ impl Ingress {
                 prices: config.broadcast.prices.clone(),
                 currency: config.broadcast.currency.clone(),
                 default_country: config.whatsapp.default_country.clone(),
+                // Validated at start.
+                message_prices: config.message_prices().unwrap_or_default(),
             },
             source: SourcePolicy {
                 allow: config.ingress.webhook_allow.clone(),

@@ -87,6 +87,14 @@ pub struct IntentSpec {
     /// a list; a tap comes back as a message with the option's text).
     #[serde(default)]
     pub options: Vec<String>,
+    /// Up to three reply buttons under the reply, each title at most 20 characters (a tap
+    /// comes back as the title, routed like typed text); read into `options`.
+    #[serde(default)]
+    pub reply_buttons: Vec<String>,
+    /// Up to ten rows of a list under the reply, each title at most 24 characters; read into
+    /// `options` (three or fewer show as buttons, as WhatsApp shows them best).
+    #[serde(default)]
+    pub reply_list: Vec<String>,
     #[serde(default)]
     pub patterns: Vec<String>,
     #[serde(default)]
@@ -132,8 +140,15 @@ impl IntentsFile {
     /// TOML errors (with line and column), unknown keys, duplicate names, thresholds outside
     /// 0..1, overrides naming no intent, replies missing where the action needs one.
     pub fn parse(source: &str) -> Result<IntentsFile, Error> {
-        let file: IntentsFile = toml::from_str(source).map_err(|e| Error(e.to_string()))?;
+        let mut file: IntentsFile = toml::from_str(source).map_err(|e| Error(e.to_string()))?;
         file.check(source)?;
+        for intent in &mut file.intents {
+            for choices in [&mut intent.reply_buttons, &mut intent.reply_list] {
+                if !choices.is_empty() {
+                    intent.options = std::mem::take(choices);
+                }
+            }
+        }
         Ok(file)
     }
 
@@ -164,6 +179,9 @@ impl IntentsFile {
                     at(),
                     intent.name
                 )));
+            }
+            if let Some(why) = choices_flaw(intent) {
+                return Err(Error(format!("line {}: {}: {why}", at(), intent.name)));
             }
             if let Some(unknown) = intent
                 .overrides
@@ -221,6 +239,37 @@ impl IntentsFile {
     }
 }
 
+/// What is wrong with an intent's choices, as WhatsApp would refuse or cut them.
+fn choices_flaw(intent: &IntentSpec) -> Option<String> {
+    let given = [
+        ("options", &intent.options, 10, usize::MAX),
+        ("reply_buttons", &intent.reply_buttons, 3, 20),
+        ("reply_list", &intent.reply_list, 10, 24),
+    ];
+    let set: Vec<&str> = given
+        .iter()
+        .filter(|(_, c, ..)| !c.is_empty())
+        .map(|(name, ..)| *name)
+        .collect();
+    if set.len() > 1 {
+        return Some(format!("give one of {}, not both", set.join(" and ")));
+    }
+    for (name, choices, most, longest) in given {
+        if choices.len() > most {
+            return Some(format!("{name}: at most {most}, found {}", choices.len()));
+        }
+        if let Some(long) = choices.iter().find(|c| c.chars().count() > longest) {
+            return Some(format!(
+                "{name}: {long:?} is over {longest} characters, which WhatsApp cuts"
+            ));
+        }
+        if choices.iter().any(|c| c.trim().is_empty()) {
+            return Some(format!("{name}: a choice is empty"));
+        }
+    }
+    None
+}
+
 /// The 1-based line where `needle` first appears in `source` (0 when it does not).
 pub fn line_of(source: &str, needle: &str) -> usize {
     source
@@ -275,5 +324,36 @@ mod tests {
                 .to_string()
                 .contains("zzz")
         );
+    }
+
+    #[test]
+    fn reply_buttons_and_lists_are_choices_within_whatsapps_limits() {
+        let file = |choices: &str| {
+            IntentsFile::parse(&format!(
+                "[[intent]]\nname = \"hours\"\naction = \"reply\"\nreply = \"9 to 5.\"\n{choices}\n"
+            ))
+        };
+        let buttons = file("reply_buttons = [\"Directions\", \"Call us\"]").expect("valid");
+        assert_eq!(buttons.intents[0].options, ["Directions", "Call us"]);
+        let list = file("reply_list = [\"a\", \"b\", \"c\", \"d\"]").expect("valid");
+        assert_eq!(list.intents[0].options.len(), 4);
+        for (bad, says) in [
+            (
+                "reply_buttons = [\"a\", \"b\", \"c\", \"d\"]",
+                "reply_buttons: at most 3, found 4",
+            ),
+            (
+                "reply_buttons = [\"Talk to a person right now\"]",
+                "over 20 characters",
+            ),
+            ("reply_list = [\"\"]", "a choice is empty"),
+            (
+                "options = [\"a\"]\nreply_list = [\"b\"]",
+                "give one of options and reply_list",
+            ),
+        ] {
+            let err = file(bad).expect_err(bad).to_string();
+            assert!(err.contains(says) && err.contains("hours"), "{err}");
+        }
     }
 }

@@ -38,14 +38,15 @@ use self::receipts::Receipts;
 pub use self::typing::Typing;
 use crate::clock::{At, SharedClock};
 use crate::config::SenderSettings;
-use crate::domain::ReviewReason;
+use crate::domain::{Channel, ReviewReason};
 use crate::metrics::Metrics;
 use crate::runner::{self, Runner, Work};
-use crate::store::{self, SendClaim, SendJob, SendResult, Sending, send_callback};
+use crate::store::rules::identity;
+use crate::store::{self, SendClaim, SendJob, SendResult, Store, Subject, send_callback};
 use crate::whatsapp::graph::{Envelope, Graph, GraphError, Message};
 
 pub struct Sender {
-    store: Arc<dyn Sending>,
+    store: Arc<dyn Store>,
     clock: SharedClock,
     graph: Graph,
     settings: SenderSettings,
@@ -58,7 +59,7 @@ pub struct Sender {
 
 impl Sender {
     pub fn new(
-        store: Arc<dyn Sending>,
+        store: Arc<dyn Store>,
         clock: SharedClock,
         graph: Graph,
         settings: SenderSettings,
@@ -245,9 +246,10 @@ impl Sender {
             }
         };
         let callback = send_callback(job.id, job.attempt);
+        let linked = self.linked_ids(&job.conversation.customer).await;
         let envelope = Envelope {
             from: &job.conversation.business,
-            to: &job.conversation.customer,
+            to: identity::address(&job.conversation.customer, &linked),
             quote: job.quote.as_deref(),
             callback: Some(&callback),
         };
@@ -259,6 +261,26 @@ impl Sender {
             },
             Err(error) => self.after_error(job, &error, window_open),
         }
+    }
+
+    /// The ids linked to a customer keyed by a BSUID, among them the number Meta may have
+    /// shown since; nothing to read for one keyed by their number. A failed read sends to the
+    /// BSUID, which Meta takes too.
+    async fn linked_ids(&self, customer: &str) -> Vec<String> {
+        if !identity::is_bsuid(customer) {
+            return Vec::new();
+        }
+        let subject = Subject {
+            channel: Channel::Whatsapp,
+            customer: customer.to_owned(),
+        };
+        self.store
+            .linked_ids(&subject)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(error.message = %e, "reading a customer's linked ids failed; sending to their BSUID");
+                Vec::new()
+            })
     }
 
     fn after_error(&self, job: &SendJob, error: &GraphError, as_text: bool) -> SendResult {

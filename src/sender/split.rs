@@ -11,8 +11,8 @@ use crate::whatsapp::graph::{BUTTONS_BODY_LIMIT, MAX_OPTIONS};
 pub const TEXT_LIMIT: usize = 4096;
 
 /// The reply as it goes out: each part within the limits, quotes on the first piece of a part
-/// and quick replies under its last.
-pub fn for_whatsapp(parts: Vec<ReplyPart>) -> Vec<ReplyPart> {
+/// and quick replies under its last; in more than `max_parts` messages, packed ([`pack`]).
+pub fn for_whatsapp(parts: Vec<ReplyPart>, max_parts: usize) -> Vec<ReplyPart> {
     let mut out = Vec::with_capacity(parts.len());
     for part in parts {
         let mut pieces = split(&part.text, TEXT_LIMIT);
@@ -34,6 +34,35 @@ pub fn for_whatsapp(parts: Vec<ReplyPart>) -> Vec<ReplyPart> {
                 quote: if index == 0 { part.quote.clone() } else { None },
             });
         }
+    }
+    if out.len() > max_parts {
+        pack(out)
+    } else {
+        out
+    }
+}
+
+/// `parts` in as few messages as fit, as Meta bills each: neighbours joined with a blank line
+/// while the text stays within its limit (the buttons' body limit when the later one carries
+/// buttons). A part that quotes a message starts a new one, and one with quick replies ends
+/// its message, so quotes and buttons stay where they were.
+fn pack(parts: Vec<ReplyPart>) -> Vec<ReplyPart> {
+    let mut out: Vec<ReplyPart> = Vec::with_capacity(parts.len());
+    for part in parts {
+        if let Some(last) = out.last_mut() {
+            let limit = match (1..=3).contains(&part.options.len()) {
+                true => BUTTONS_BODY_LIMIT,
+                false => TEXT_LIMIT,
+            };
+            let fits = units(&last.text) + 2 + units(&part.text) <= limit;
+            if fits && last.options.is_empty() && part.quote.is_none() {
+                last.text.push_str("\n\n");
+                last.text.push_str(&part.text);
+                last.options = part.options;
+                continue;
+            }
+        }
+        out.push(part);
     }
     out
 }
@@ -176,7 +205,7 @@ mod tests {
             options: vec!["Yes".into(), "No".into()],
             quote: Some("wamid.1".into()),
         };
-        let parts = for_whatsapp(vec![part]);
+        let parts = for_whatsapp(vec![part], 1);
         assert!(parts.len() >= 2);
         assert_eq!(parts[0].quote.as_deref(), Some("wamid.1"));
         assert!(parts[1..].iter().all(|p| p.quote.is_none()));
@@ -187,6 +216,60 @@ mod tests {
                 .iter()
                 .all(|p| p.options.is_empty())
         );
+    }
+
+    fn part(text: &str, options: &[&str], quote: Option<&str>) -> ReplyPart {
+        ReplyPart {
+            text: text.into(),
+            options: options.iter().map(|o| (*o).to_owned()).collect(),
+            quote: quote.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_reply_in_more_parts_than_allowed_goes_in_as_few_messages_as_fit() {
+        let parts = vec![
+            part("Our hours: 9 to 5.", &[], Some("wamid.1")),
+            part("We deliver in Lagos.", &[], None),
+            part("Want a call back?", &["Yes", "No"], None),
+            part("Or write to us.", &[], None),
+        ];
+        let packed = for_whatsapp(parts.clone(), 1);
+        assert_eq!(
+            packed,
+            vec![
+                part(
+                    "Our hours: 9 to 5.\n\nWe deliver in Lagos.\n\nWant a call back?",
+                    &["Yes", "No"],
+                    Some("wamid.1")
+                ),
+                part("Or write to us.", &[], None),
+            ],
+            "buttons end their message"
+        );
+        assert_eq!(
+            for_whatsapp(parts.clone(), 4),
+            parts,
+            "within the limit: as written"
+        );
+    }
+
+    #[test]
+    fn packing_keeps_quotes_and_limits() {
+        let long = "word ".repeat(700);
+        let parts = vec![
+            part(&long, &[], None),
+            part(&long, &[], None),
+            part("Another question?", &[], Some("wamid.2")),
+            part(&"a ".repeat(600), &["Yes"], None),
+        ];
+        let packed = for_whatsapp(parts, 1);
+        assert_eq!(packed.len(), 4, "no two fit together: {packed:?}");
+        for p in &packed {
+            assert!(units(&p.text) <= TEXT_LIMIT);
+        }
+        let short = vec![part("a", &[], None), part("b", &[], Some("wamid.3"))];
+        assert_eq!(for_whatsapp(short, 1).len(), 2, "a quote starts a message");
     }
 
     proptest! {

@@ -74,6 +74,15 @@ pub struct ConversationView {
     pub history: Vec<HistoryEntry>,
 }
 
+/// How many messages Meta priced in one category, for numbers with one prefix, charged or not.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize)]
+pub struct PriceCount {
+    pub category: String,
+    pub prefix: String,
+    pub billed: bool,
+    pub messages: u64,
+}
+
 /// Counts of the pipeline's state now, for `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Gauges {
@@ -112,4 +121,8 @@ pub trait Inspection: Send + Sync + 'static {
     /// Turns that ended since `since` and that the router guessed at, the latest first, at
     /// most `limit` of them.
     async fn routed_turns(&self, since: At, limit: usize) -> Result<Vec<RoutedTurn>>;
+
+    /// The messages Meta priced from the hour `since` falls in
+    /// ([`price`](super::rules::price)), by category, prefix and whether charged.
+    async fn price_counts(&self, since: At) -> Result<Vec<PriceCount>>;
 }

@@ -32,7 +32,7 @@ pub struct Ingest {
 }
 
 /// What an ingest did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IngestReceipt {
     /// Items stored for the first time.
     pub stored: usize,
@@ -44,6 +44,9 @@ pub struct IngestReceipt {
     pub quarantined: usize,
     /// The earliest due time among the conversations this delivery scheduled.
     pub earliest_due: Option<At>,
+    /// Messages whose statuses priced them for the first time, as (category, type): what
+    /// `/metrics` counts ([`price`](super::rules::price)).
+    pub priced: Vec<(String, String)>,
 }
 
 /// What the ingress keeps: deliveries, atomically and durably.

@@ -409,7 +409,7 @@ impl Scheduler {
     }
 
     /// A reply as its channel takes it: WhatsApp parts within Meta's limits, the first quoting
-    /// the customer when configured.
+    /// the customer when configured, packed when they are more than `max_reply_parts`.
     fn outgoing(&self, batch: &Batch, mut parts: Vec<ReplyPart>) -> Vec<ReplyPart> {
         if batch.conversation.channel != Channel::Whatsapp {
             return parts;
@@ -419,7 +419,7 @@ impl Scheduler {
                 first.quote.get_or_insert_with(|| last.external_id.clone());
             }
         }
-        split::for_whatsapp(parts)
+        split::for_whatsapp(parts, self.settings.max_reply_parts)
     }
 }
 

@@ -428,6 +428,38 @@ async fn a_web_chat_question_shows_the_agent_s_stage_while_it_works() {
     turn.await.expect("turn task").expect("drained");
 }
 
+#[tokio::test]
+async fn the_models_last_line_of_choices_is_offered_as_buttons() {
+    let llm = FakeLlm::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(&dir, "http://127.0.0.1:9", "");
+    let app = start(dir, &llm, &[]).await;
+    llm.script([Answer::Text(
+        "We deliver in Lekki, or you can pick it up.\nChoices: Delivery | Pickup".into(),
+    )]);
+    let session = "s-choices-0123456789abcdef01234";
+    let posted: Value = app
+        .client
+        .post(app.url("/chat"))
+        .json(&json!({"session_id": session, "question": OUT_OF_SCOPE}))
+        .send()
+        .await
+        .expect("posted")
+        .json()
+        .await
+        .expect("json");
+    app.scheduler.drain().await.expect("turn");
+    let system = roles_and_texts(&llm.completions()[0])[0].1.clone();
+    assert!(system.contains("Choices: first | second"), "{system}");
+    let id = posted["job_id"].as_str().expect("job id");
+    let view = get_json(&app, &format!("/chat/{id}?session_id={session}")).await;
+    assert_eq!(
+        view["answer"],
+        json!({"text": "We deliver in Lekki, or you can pick it up.", "options": ["Delivery", "Pickup"]}),
+        "{view}"
+    );
+}
+
 /// A team's own agent: checks Sabi's signature, answers by the customer's words.
 async fn external_agent(secret: &'static str) -> (String, Arc<Mutex<Vec<Value>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));

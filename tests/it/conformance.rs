@@ -17,6 +17,7 @@ mod fixtures;
 mod inspection;
 mod learning;
 mod people;
+mod prices;
 mod retention;
 mod sending;
 mod statuses;
@@ -71,6 +72,11 @@ use self::learning::routed_turns_keep_the_guess_who_answered_and_a_label;
 use self::people::{
     a_persons_reply_holds_the_conversation_until_they_let_it_go,
     conversations_list_every_thread_of_a_customer, review_items_read_alike_open_or_settled,
+};
+use self::prices::{
+    a_priced_message_is_counted_once_with_its_latest_pricing,
+    statuses_of_one_message_at_once_count_it_once,
+    the_ledger_reads_whole_hours_and_goes_at_the_messages_horizon,
 };
 use self::retention::{
     a_sweep_racing_ingest_and_a_turn_loses_and_doubles_nothing,
@@ -265,6 +271,9 @@ macro_rules! cases {
             a_status_settles_a_send_under_way_at_once,
             a_late_failure_stays_with_the_person,
             a_lapsed_send_with_no_status_goes_to_a_person,
+            a_priced_message_is_counted_once_with_its_latest_pricing,
+            statuses_of_one_message_at_once_count_it_once,
+            the_ledger_reads_whole_hours_and_goes_at_the_messages_horizon,
             // Turns
             next_due_is_the_earliest_window_lease_or_retry,
             a_held_batch_keeps_its_place_and_its_holding_message_goes_first,

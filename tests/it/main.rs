@@ -6,6 +6,7 @@
 mod abuse;
 mod admin;
 mod agent;
+mod billing;
 mod broadcasts;
 mod browser;
 mod cli;

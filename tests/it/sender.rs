@@ -84,6 +84,8 @@ impl Sending {
             ("SABI_WHATSAPP_ACCESS_TOKEN", TOKEN),
             ("SABI_WHATSAPP_API_BASE", base.as_str()),
             ("SABI_BATCH_WINDOW", "0"),
+            // These tests follow replies of several parts as several messages.
+            ("SABI_MAX_REPLY_PARTS", "10"),
         ];
         env.extend_from_slice(extra);
         let config = config(dir.path(), &env);
@@ -289,6 +291,73 @@ async fn replies_keep_the_rate_the_spacing_and_the_order_and_go_once() {
         "{busiest} sends in one second, over {rate}"
     );
     check_delivery(&sends, customers, parts, Duration::from_millis(200));
+}
+
+#[tokio::test]
+async fn a_reply_in_several_parts_goes_as_one_message_by_default() {
+    let sabi = Sending::start(Arc::new(Parts(3)), &[("SABI_MAX_REPLY_PARTS", "1")]).await;
+    let to = customer(7);
+    sabi.customer_writes("wamid.in7", &to, "hello", 0).await;
+    sabi.wait_for(Duration::from_secs(30), all_accepted(1)).await;
+    let sends = sabi.fake.accepted();
+    let texts: Vec<&str> = sends.iter().filter_map(|s| s.text()).collect();
+    assert_eq!(
+        texts,
+        [format!("{to} part 0\n\n{to} part 1\n\n{to} part 2")],
+        "Meta bills each message"
+    );
+}
+
+/// A customer's message naming them by `bsuid`, and by `number` once Meta shows it.
+fn named_webhook(id: &str, number: Option<&str>, bsuid: &str) -> Vec<u8> {
+    let at = u64::try_from(now_s()).expect("positive timestamp");
+    let mut value =
+        sabi::whatsapp::wire::text_webhook("100000000000001", bsuid, "Ada", id, at, "hello");
+    let change = &mut value["entry"][0]["changes"][0]["value"];
+    change["contacts"][0] = serde_json::json!({"profile": {"name": "Ada"}, "user_id": bsuid});
+    let message = &mut change["messages"][0];
+    message["from_user_id"] = bsuid.into();
+    match number {
+        Some(number) => {
+            message["from"] = number.into();
+            change["contacts"][0]["wa_id"] = number.into();
+        }
+        None => {
+            message.as_object_mut().expect("object").remove("from");
+        }
+    }
+    sabi::whatsapp::wire::encode(&value).into_bytes()
+}
+
+#[tokio::test]
+async fn a_reply_goes_to_the_number_once_meta_has_shown_one_else_to_the_bsuid() {
+    let sabi = Sending::start(Arc::new(Parts(1)), &[]).await;
+    let bsuid = "NG.8812734650192837";
+    sabi.post_webhook(named_webhook("wamid.b1", None, bsuid)).await;
+    sabi.wait_for(Duration::from_secs(30), all_accepted(1)).await;
+    // The customer shows their number: the same customer, now sent to by number.
+    sabi.post_webhook(named_webhook("wamid.b2", Some("2348031234567"), bsuid))
+        .await;
+    sabi.wait_for(Duration::from_secs(30), all_accepted(2)).await;
+    let sends = sabi.fake.accepted();
+    let addressed: Vec<(&str, &serde_json::Value)> = sends
+        .iter()
+        .map(|s| {
+            let key = if s.body.get("to").is_some() { "to" } else { "recipient" };
+            (key, &s.body[key])
+        })
+        .collect();
+    assert_eq!(
+        addressed,
+        [("recipient", &bsuid.into()), ("to", &"2348031234567".into())]
+    );
+    let conversations: Vec<String> = sabi
+        .outbox()
+        .await
+        .iter()
+        .map(|o| o.conversation.customer.clone())
+        .collect();
+    assert_eq!(conversations, [bsuid, bsuid], "one customer, keyed as first met");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -766,6 +835,7 @@ async fn the_outbox_holds_order_fences_sends_and_never_downgrades_statuses() {
             ("SABI_WHATSAPP_ACCESS_TOKEN", TOKEN),
             ("SABI_WHATSAPP_API_BASE", base.as_str()),
             ("SABI_BATCH_WINDOW", "0"),
+            ("SABI_MAX_REPLY_PARTS", "2"),
         ],
     )
     .await;

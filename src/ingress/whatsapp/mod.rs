@@ -22,7 +22,7 @@ use super::AppState;
 use crate::config::Config;
 use crate::domain::{BatchPolicy, InboundItem};
 use crate::ingress::ApiError;
-use crate::metrics::Metrics;
+use crate::metrics::{self, Metrics};
 use crate::router::Router;
 use crate::store::Ingest;
 use crate::whatsapp::verify as verify_signature;
@@ -156,6 +156,12 @@ async fn store_delivery(
         .duplicates
         .inc_by((receipt.duplicates + receipt.anomalies) as u64);
     metrics.quarantined.inc_by(receipt.quarantined as u64);
+    for (category, r#type) in receipt.priced {
+        metrics
+            .priced
+            .get_or_create(&metrics::Priced { category, r#type })
+            .inc();
+    }
     if let Some(due) = receipt.earliest_due {
         state.wakeup.due_at(due);
     }

@@ -315,6 +315,7 @@ fn status_item(scope: &Scope<'_>, s: Status) -> InboundItem {
         "timestamp": s.timestamp.0,
         "error_codes": error_codes,
         "biz_opaque_callback_data": s.biz_opaque_callback_data,
+        "pricing_model": s.pricing.as_ref().and_then(|p| p.pricing_model.clone()),
         "pricing_category": s.pricing.as_ref().and_then(|p| p.category.clone()),
         "pricing_type": s.pricing.as_ref().and_then(|p| p.kind.clone()),
         "pricing_billable": s.pricing.as_ref().and_then(|p| p.billable.as_ref()?.as_bool()),
@@ -817,6 +818,7 @@ struct Conversation {
 
 #[derive(Deserialize)]
 struct Pricing {
+    pricing_model: Option<String>,
     category: Option<String>,
     #[serde(rename = "type")]
     kind: Option<String>,

@@ -15,9 +15,11 @@ use crate::store::items::{Amendment, Encoded, amendment, quarantine_hash, sent_a
 use crate::store::rules::batch::BatchState;
 use crate::store::rules::erasure::Marks;
 use crate::store::rules::item::{ItemState, arrived};
+use crate::store::rules::price::{self, Priced};
 use crate::store::rules::{broadcast, category, consent, identity, review};
 use crate::store::{
-    Error, InboxQuery, Ingest, IngestReceipt, REPLY_SPAN, Result, StoredItem, StoredQuarantine,
+    Error, InboxQuery, Ingest, IngestReceipt, PriceCount, REPLY_SPAN, Result, StoredItem,
+    StoredQuarantine,
 };
 
 pub(super) async fn ingest(
@@ -124,6 +126,7 @@ pub(super) async fn ingest_in(
     erased: &[String],
 ) -> Result<IngestReceipt> {
     let mut receipt = IngestReceipt::default();
+    let mut priced = Vec::new();
     let order = lock_order(&delivery.items);
     let seqs = arrival_seqs(conn, &order).await?;
     for index in order {
@@ -179,6 +182,7 @@ pub(super) async fn ingest_in(
             outbox::reconcile_status(conn, item, delivery.received_at, delivery.pair_spacing)
                 .await?;
             broadcasts::reconcile_status(conn, item, delivery.received_at).await?;
+            priced.extend(price::of(item));
         }
         for (customer, choice) in consent::preferences(item) {
             broadcasts::choose(conn, &customer, &choice).await?;
@@ -198,10 +202,58 @@ pub(super) async fn ingest_in(
             amend(conn, item.channel, &change).await?;
         }
     }
+    // Last and in key order: two deliveries pricing the same messages take their rows'
+    // locks in one order, and wait rather than deadlock.
+    priced.sort_by(|a, b| a.key.cmp(&b.key));
+    for p in &priced {
+        if keep_price(conn, p, delivery.received_at).await? {
+            receipt.priced.push((p.category.clone(), p.kind.clone()));
+        }
+    }
     for q in &delivery.quarantined {
         receipt.quarantined += keep_quarantined(conn, q, delivery.received_at).await?;
     }
     Ok(receipt)
+}
+
+/// Keeps what a status says its message costs: `true` when the message is priced for the
+/// first time (counted in this hour); a later status updates what it says. Concurrent statuses
+/// of one message wait on its row, so only one finds it new.
+async fn keep_price(conn: &mut PgConnection, priced: &Priced, now: At) -> Result<bool> {
+    let new: bool = sqlx::query_scalar(
+        "INSERT INTO prices (key, hour, prefix, category, type, billed) VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (key) DO UPDATE SET prefix = excluded.prefix, category = excluded.category,
+             type = excluded.type, billed = excluded.billed
+         RETURNING xmax = 0",
+    )
+    .bind(&priced.key)
+    .bind(price::hour(now))
+    .bind(&priced.prefix)
+    .bind(&priced.category)
+    .bind(&priced.kind)
+    .bind(priced.billed)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(new)
+}
+
+pub(super) async fn price_counts(pool: &PgPool, since: At) -> Result<Vec<PriceCount>> {
+    let rows: Vec<(String, String, bool, i64)> = sqlx::query_as(
+        "SELECT category, prefix, billed, count(*) FROM prices WHERE hour >= $1
+         GROUP BY category, prefix, billed ORDER BY category, prefix, billed",
+    )
+    .bind(price::hour(since))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(category, prefix, billed, messages)| PriceCount {
+            category,
+            prefix,
+            billed,
+            messages: u64::try_from(messages).unwrap_or_default(),
+        })
+        .collect())
 }
 
 /// The ids a WhatsApp item names its customer by ([`identity::ids`]); none on web chat.

@@ -40,7 +40,7 @@ use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
     ConversationView, CustomerRecord, Customers, Ending, Erased, Error, ExportPage, Gauges, Health,
     HistoryEntry, Holding, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
-    NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientState,
+    NewBroadcast, OutboxEntry, Outcome, PriceCount, RecipientClaim, RecipientJob, RecipientState,
     RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
     RoutedTurn, SendClaim, SendClaims, SendResult, Sending, StoredItem, StoredQuarantine, Subject,
     Submitted, Swept, TemplateNews, TurnStats, TurnUsage, Turns, WebChat,
@@ -67,6 +67,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0014_chat_owners.sql"),
     include_str!("migrations/0015_marketing_messages.sql"),
     include_str!("migrations/0016_holds_and_ids.sql"),
+    include_str!("migrations/0017_prices.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -475,6 +476,9 @@ impl Inspection for PgStore {
     }
     async fn routed_turns(&self, since: At, limit: usize) -> Result<Vec<RoutedTurn>> {
         turns::routed(&self.pool, since, limit).await
+    }
+    async fn price_counts(&self, since: At) -> Result<Vec<PriceCount>> {
+        ingest::price_counts(&self.pool, since).await
     }
 }
 

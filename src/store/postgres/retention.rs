@@ -18,6 +18,7 @@ use crate::store::rules::batch::BatchState;
 use crate::store::rules::erasure::Marks;
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::PartState;
+use crate::store::rules::price;
 use crate::store::rules::retention::{self, Horizons, Swept, TURNLESS};
 use crate::store::rules::review::ReviewState;
 use crate::store::rules::sql_list;
@@ -97,6 +98,15 @@ pub(super) async fn sweep(
          WHERE key_hash IN (SELECT key_hash FROM erased_keys WHERE erased_at < $1
                             LIMIT $2 FOR UPDATE SKIP LOCKED)",
         cut.keys,
+        limit,
+    )
+    .await?;
+    // A ledger hour goes whole once it ends before the horizon, so counts never read a part.
+    swept.prices = count(
+        &mut tx,
+        "DELETE FROM prices
+         WHERE key IN (SELECT key FROM prices WHERE hour < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        price::hour(cut.messages),
         limit,
     )
     .await?;
@@ -249,7 +259,7 @@ async fn sweep_conversations(conn: &mut PgConnection, touched: &[i64], before: A
 pub(super) async fn vacuum(pool: &PgPool) -> Result<()> {
     sqlx::raw_sql(
         "VACUUM (SKIP_LOCKED) inbox, outbox, batches, review, chat_jobs, conversations, \
-         quarantine, erased_keys",
+         quarantine, erased_keys, prices",
     )
     .execute(pool)
     .await?;

@@ -674,7 +674,7 @@ pub(super) async fn stats(pool: &PgPool, since: At) -> Result<TurnStats> {
     let row = sqlx::query(AssertSqlSafe(format!(
         "SELECT count(*) FILTER (WHERE state = '{done}' AND prompt_tokens IS NULL),
                 count(*) FILTER (WHERE state = '{done}' AND prompt_tokens IS NOT NULL),
-                count(*) FILTER (WHERE state = '{review}'),
+                count(*) FILTER (WHERE state = '{review}' AND attempts > 0),
                 COALESCE(sum(prompt_tokens), 0)::BIGINT, COALESCE(sum(completion_tokens), 0)::BIGINT,
                 COALESCE(sum(cost), 0)::DOUBLE PRECISION
          FROM batches WHERE finished_at >= $1",

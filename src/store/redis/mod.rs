@@ -41,14 +41,15 @@ use super::rules::category::{self, TemplateCategory};
 use super::rules::consent::{self, Source};
 use super::rules::erasure::{self, Erased, Marks, OptOuts, Subject};
 use super::rules::hours::{LocalHours, Turn};
+use super::rules::price;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission,
     Choice, Control, ConversationView, CustomerRecord, Customers, Ending, Error, ExportPage,
     Gauges, HOLD_PART, Health, HistoryEntry, Holding, Horizons, InboxQuery, Ingest, IngestReceipt,
-    Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob,
-    RecipientState, RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery,
-    Reviews, RouteGuess, RoutedTurn, SendClaim, SendClaims, SendResult, Sending, Speaker,
-    StoredItem, StoredQuarantine, Submitted, Swept, TurnStats, TurnUsage, Turns, WebChat,
+    Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, PriceCount, RecipientClaim,
+    RecipientJob, RecipientState, RecipientView, Resolution, Result, Retention, ReviewEntry,
+    ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendClaims, SendResult, Sending,
+    Speaker, StoredItem, StoredQuarantine, Submitted, Swept, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, millis};
 use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken};
@@ -405,6 +406,7 @@ impl Intake for RedisStore {
             anomalies: receipt.anomalies.0.len(),
             quarantined: receipt.quarantined,
             earliest_due: receipt.due,
+            priced: receipt.priced.0,
         })
     }
 }
@@ -710,6 +712,12 @@ impl Inspection for RedisStore {
         let turns: Result<Vec<Option<RoutedTurn>>> =
             raw.0.into_iter().map(RawRouted::into_turn).collect();
         Ok(turns?.into_iter().flatten().collect())
+    }
+    async fn price_counts(&self, since: At) -> Result<Vec<PriceCount>> {
+        let args = json!({"hour": price::hour(since)});
+        let List(mut counts): List<PriceCount> = self.call("price_counts", args).await?;
+        counts.sort();
+        Ok(counts)
     }
 }
 
@@ -1038,6 +1046,7 @@ impl Retention for RedisStore {
         let mut args = json!({
             "now": now, "messages": cut.messages, "statuses": cut.statuses,
             "quarantine": cut.quarantine, "keys": cut.keys, "limit": batch.max(1),
+            "price_hour": price::hour(cut.messages),
         });
         // The script cannot hash: the keys of the messages about to go first. One that comes
         // into the sweep without its hash stays for the next.

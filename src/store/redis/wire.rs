@@ -27,6 +27,7 @@ use crate::store::rules::hours::{LocalHours, Turn};
 use crate::store::rules::identity;
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::{Delivery, PartKind, PartState};
+use crate::store::rules::price;
 use crate::store::rules::review::{self, ReviewState};
 use crate::store::{
     BroadcastSend, BroadcastView, ChatExchange, ChatFeed, ChatJob, ConversationView,
@@ -122,6 +123,12 @@ pub(super) fn item(item: &InboundItem, received_at: At, model: bool, marks: &Mar
             "ch": t.channel.as_str(), "biz": t.business, "cust": t.customer, "model": model,
         })),
         "status": status(item),
+        "price": price::of(item).map(|p| json!({
+            "key": p.key, "hour": price::hour(received_at), "prefix": p.prefix,
+            "cat": p.category, "type": p.kind,
+            // A Lua false reads as absent.
+            "billed": if p.billed { "y" } else { "n" },
+        })),
         "amends": amendment(item).map(|change| json!({
             "original": change.original(), "text": change.text(),
         })),
@@ -233,6 +240,8 @@ pub(super) struct Receipt {
     pub(super) events: List<String>,
     pub(super) quarantined: usize,
     pub(super) due: Option<At>,
+    /// Messages priced for the first time, as (category, type).
+    pub(super) priced: List<(String, String)>,
 }
 
 /// One page of a listing, and where the next one starts.

@@ -26,6 +26,19 @@ pub fn is_bsuid(id: &str) -> bool {
         && rest.chars().all(|c| c.is_ascii_alphanumeric())
 }
 
+/// Whom a message to the customer keyed `key` goes to, given every id linked to them: a phone
+/// number when Meta has shown one (authentication templates need a number, and a number is how
+/// every send went before BSUIDs), else the BSUID.
+pub fn address<'a>(key: &'a str, linked: &'a [String]) -> &'a str {
+    if !is_bsuid(key) {
+        return key;
+    }
+    linked
+        .iter()
+        .find(|id| !is_bsuid(id))
+        .map_or(key, String::as_str)
+}
+
 /// The facts that name an item's customer, by kind, in the order they are linked.
 fn naming_facts(kind: ItemKind) -> &'static [&'static str] {
     match kind {
@@ -215,5 +228,13 @@ mod tests {
         assert_eq!(key(&both, &apart).as_deref(), Some("2348031234567"));
         assert_eq!(unlinked(&both, &apart, "2348031234567"), ["NG.1"]);
         assert_eq!(key(&[], &[]), None);
+    }
+
+    #[test]
+    fn a_send_goes_to_the_number_once_meta_has_shown_one() {
+        let linked = vec!["NG.1a2b3c".to_owned(), "2348031234567".to_owned()];
+        assert_eq!(address("NG.1a2b3c", &linked), "2348031234567");
+        assert_eq!(address("NG.1a2b3c", &linked[..1]), "NG.1a2b3c");
+        assert_eq!(address("2348031234567", &[]), "2348031234567");
     }
 }

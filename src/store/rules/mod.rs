@@ -16,6 +16,7 @@ pub mod hours;
 pub mod identity;
 pub mod item;
 pub mod part;
+pub mod price;
 pub mod retention;
 pub mod review;
 pub mod turn;

@@ -86,6 +86,8 @@ pub struct Swept {
     pub conversations: u64,
     /// Deduplication keys past `dedupe`.
     pub keys: u64,
+    /// Priced messages in the ledger, counted in hours past `messages`.
+    pub prices: u64,
 }
 
 impl Swept {
@@ -105,6 +107,7 @@ impl Swept {
             quarantined,
             conversations,
             keys,
+            prices,
         } = *other;
         self.turns += turns;
         self.messages += messages;
@@ -115,6 +118,7 @@ impl Swept {
         self.quarantined += quarantined;
         self.conversations += conversations;
         self.keys += keys;
+        self.prices += prices;
     }
 }
 

@@ -14,8 +14,11 @@ use crate::store::rules::category::{self};
 use crate::store::rules::consent::{self};
 use crate::store::rules::identity;
 use crate::store::rules::item::{ItemState, arrived};
+use crate::store::rules::price::{self, Priced};
 use crate::store::rules::review::{self};
-use crate::store::{InboxQuery, Ingest, IngestReceipt, Result, StoredItem, StoredQuarantine};
+use crate::store::{
+    InboxQuery, Ingest, IngestReceipt, PriceCount, Result, StoredItem, StoredQuarantine,
+};
 
 use super::{broadcasts, categories, decode, execute, limit_param, outbox, unavailable};
 
@@ -62,6 +65,9 @@ pub(super) fn ingest(
                 insert_item(conn, item, facts, hash, conversation, delivery.received_at)?;
                 if item.kind == ItemKind::Status {
                     reconcile_status(conn, item, delivery)?;
+                }
+                if let Some(priced) = price::of(item) {
+                    keep_price(conn, &priced, delivery.received_at, &mut receipt)?;
                 }
                 if item.kind == ItemKind::Echo {
                     person_replied(conn, item, delivery)?;
@@ -146,6 +152,60 @@ pub(super) fn linked(
     .and_then(|mut s| {
         s.query_map(params![channel.as_str(), ids], |r| {
             Ok((r.get(0)?, r.get(1)?))
+        })?
+        .collect()
+    })
+    .map_err(unavailable)
+}
+
+/// Keeps what a status says its message costs: a message priced for the first time is counted
+/// in this hour, a later status updates what it says.
+fn keep_price(
+    conn: &Connection,
+    priced: &Priced,
+    now: At,
+    receipt: &mut IngestReceipt,
+) -> Result<()> {
+    let Priced {
+        key,
+        prefix,
+        category,
+        kind,
+        billed,
+    } = priced;
+    let new = conn
+        .prepare_cached(
+            "INSERT INTO prices (key, hour, prefix, category, type, billed) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (key) DO NOTHING",
+        )
+        .and_then(|mut s| s.execute(params![key, price::hour(now), prefix, category, kind, billed]))
+        .map_err(unavailable)?
+        == 1;
+    if new {
+        receipt.priced.push((category.clone(), kind.clone()));
+    } else {
+        execute(
+            conn,
+            "UPDATE prices SET prefix = ?2, category = ?3, type = ?4, billed = ?5 WHERE key = ?1",
+            params![key, prefix, category, kind, billed],
+        )?;
+    }
+    Ok(())
+}
+
+pub(super) fn price_counts(conn: &Connection, since: At) -> Result<Vec<PriceCount>> {
+    conn.prepare_cached(
+        "SELECT category, prefix, billed, count(*) FROM prices WHERE hour >= ?1
+         GROUP BY category, prefix, billed ORDER BY category, prefix, billed",
+    )
+    .and_then(|mut s| {
+        s.query_map(params![price::hour(since)], |r| {
+            Ok(PriceCount {
+                category: r.get(0)?,
+                prefix: r.get(1)?,
+                billed: r.get(2)?,
+                messages: r.get(3)?,
+            })
         })?
         .collect()
     })

@@ -41,10 +41,10 @@ use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
     ConversationView, CustomerRecord, Customers, Ending, Error, ExportPage, Gauges, Health,
     HistoryEntry, Holding, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
-    NewBroadcast, OutboxEntry, Outcome, RecipientClaim, RecipientJob, RecipientView, Resolution,
-    Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim,
-    SendClaims, SendResult, Sending, StoredItem, StoredQuarantine, Submitted, Swept, TurnStats,
-    TurnUsage, Turns, WebChat,
+    NewBroadcast, OutboxEntry, Outcome, PriceCount, RecipientClaim, RecipientJob, RecipientView,
+    Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn,
+    SendClaim, SendClaims, SendResult, Sending, StoredItem, StoredQuarantine, Submitted, Swept,
+    TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
 use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken, ReviewReason};
@@ -73,6 +73,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0020_chat_owners.sql"),
     include_str!("migrations/0021_marketing_messages.sql"),
     include_str!("migrations/0022_holds_and_ids.sql"),
+    include_str!("migrations/0023_prices.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -524,6 +525,10 @@ impl Inspection for SqliteStore {
     }
     async fn routed_turns(&self, since: At, limit: usize) -> Result<Vec<RoutedTurn>> {
         self.read(move |conn| turns::routed(conn, since, limit))
+            .await
+    }
+    async fn price_counts(&self, since: At) -> Result<Vec<PriceCount>> {
+        self.read(move |conn| ingest::price_counts(conn, since))
             .await
     }
     async fn inbox(&self, query: InboxQuery) -> Result<Vec<StoredItem>> {

@@ -19,6 +19,7 @@ use crate::store::rules::batch::BatchState;
 use crate::store::rules::erasure::Marks;
 use crate::store::rules::item::ItemState;
 use crate::store::rules::part::PartState;
+use crate::store::rules::price;
 use crate::store::rules::retention::{self, Cutoffs, Horizons, Swept, TURNLESS};
 use crate::store::rules::review::ReviewState;
 use crate::store::rules::sql_list;
@@ -237,6 +238,12 @@ fn sweep_aged(conn: &Connection, cut: &Cutoffs, limit: i64, swept: &mut Swept) -
         "DELETE FROM erased_keys
          WHERE key_hash IN (SELECT key_hash FROM erased_keys WHERE erased_at < ?1 LIMIT ?2)",
         params![cut.keys, limit],
+    )?;
+    // A ledger hour goes whole once it ends before the horizon, so counts never read a part.
+    swept.prices = count(
+        conn,
+        "DELETE FROM prices WHERE key IN (SELECT key FROM prices WHERE hour < ?1 LIMIT ?2)",
+        params![price::hour(cut.messages), limit],
     )?;
     Ok(())
 }

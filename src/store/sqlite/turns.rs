@@ -659,7 +659,7 @@ pub(super) fn stats(conn: &Connection, since: At) -> Result<TurnStats> {
     conn.prepare_cached(&format!(
         "SELECT count(*) FILTER (WHERE state = '{done}' AND prompt_tokens IS NULL),
                 count(*) FILTER (WHERE state = '{done}' AND prompt_tokens IS NOT NULL),
-                count(*) FILTER (WHERE state = '{review}'),
+                count(*) FILTER (WHERE state = '{review}' AND attempts > 0),
                 coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0),
                 coalesce(sum(cost), 0.0)
          FROM batches WHERE finished_at >= ?1",

@@ -266,6 +266,9 @@ pub async fn a_persons_reply_holds_the_conversation_until_they_let_it_go(store: 
     assert_eq!((first.stored, first.earliest_due), (1, None), "no turn");
     let again = ingest(&store, vec![from_app], T0 + ms(2_000)).await;
     assert_eq!(again.duplicates, 1);
+    // The owner's own words are no turn: `sabi stats` counts none.
+    let stats = store.turn_stats(At::default()).await.expect("stats");
+    assert_eq!((stats.local, stats.agent, stats.people), (0, 0, 0));
 
     // The customer answers: their batch carries the hold from the owner's message, and the
     // owner's words are in its history as the business's, never among the customer's.

@@ -90,7 +90,7 @@ local function person_replied(it, d, seq)
     conv = conv, state = BATCH.review, token = 0, attempts = 0, due = it.sent,
     created = d.recv, started = it.sent, finished = d.recv,
   })
-  count_turn({state = BATCH.review})
+  -- The owner's words are no turn: `turn_stats` counts none (attempts 0).
   redis.call('ZADD', k('finished'), int(d.recv), int(id))
   redis.call('ZADD', k('c', conv, 'batches'), int(id), int(id))
   redis.call('ZADD', k('b', id, 'msgs'), int(seq), int(seq))
@@ -130,6 +130,48 @@ local function identify(it)
   end
 end
 
+-- store::rules::price: a message priced for the first time is counted in its hour; a later
+-- status updates what it says, and moves its count within that hour.
+local function keep_price(p, receipt)
+  local name = k('pr', p.key)
+  local counted = p.cat .. '\n' .. p.prefix .. '\n' .. p.billed
+  local was = redis.call('HMGET', name, 'hour', 'cat', 'prefix', 'billed')
+  redis.call('HSET', name, 'cat', p.cat, 'prefix', p.prefix, 'type', p.type, 'billed', p.billed)
+  if was[1] then
+    local before = was[2] .. '\n' .. was[3] .. '\n' .. was[4]
+    if before ~= counted then
+      local hour = k('prh', was[1])
+      if redis.call('HINCRBY', hour, before, -1) <= 0 then
+        redis.call('HDEL', hour, before)
+      end
+      redis.call('HINCRBY', hour, counted, 1)
+    end
+    return
+  end
+  redis.call('HSET', name, 'hour', int(p.hour))
+  redis.call('ZADD', k('prk'), int(p.hour), p.key)
+  redis.call('ZADD', k('prhours'), int(p.hour), int(p.hour))
+  redis.call('HINCRBY', k('prh', int(p.hour)), counted, 1)
+  receipt.priced[#receipt.priced + 1] = {p.cat, p.type}
+end
+
+-- Messages priced from `a.hour` on, by category, prefix and whether charged.
+local function price_counts(a)
+  local counts = {}
+  for _, hour in ipairs(redis.call('ZRANGEBYSCORE', k('prhours'), int(a.hour), '+inf')) do
+    local fields = redis.call('HGETALL', k('prh', hour))
+    for i = 1, #fields, 2 do
+      counts[fields[i]] = (counts[fields[i]] or 0) + tonumber(fields[i + 1])
+    end
+  end
+  local rows = {}
+  for counted, n in pairs(counts) do
+    local cat, prefix, billed = string.match(counted, '^(.-)\n(.-)\n(.-)$')
+    rows[#rows + 1] = {category = cat, prefix = prefix, billed = billed == 'y', messages = n}
+  end
+  return rows
+end
+
 local function keep_item(it, d, receipt)
   -- Broadcasts went to the number Meta names, the key or not.
   local named = it.cust
@@ -167,6 +209,9 @@ local function keep_item(it, d, receipt)
   if it.status then
     reconcile(it.status, d.recv, d.spacing)
   end
+  if it.price then
+    keep_price(it.price, receipt)
+  end
   if it.amends then
     amend(it.ch, it.amends)
   end
@@ -188,7 +233,9 @@ end
 -- anomaly, reported and not kept. The keys of field events kept for the first time are
 -- reported too, for the caller to act on once.
 local function ingest(d)
-  local receipt = {stored = 0, duplicates = 0, anomalies = {}, events = {}, quarantined = 0}
+  local receipt = {
+    stored = 0, duplicates = 0, anomalies = {}, events = {}, quarantined = 0, priced = {},
+  }
   for _, it in ipairs(d.items) do
     local seen = redis.call('HGET', k('dedupe'), it.ch .. '\n' .. it.key)
     if not seen and redis.call('HEXISTS', k('erased'), it.kh) == 1 then

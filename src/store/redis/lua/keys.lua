@@ -48,6 +48,10 @@
 --   P:cid                  hash   "<channel>\n<id>" -> the customer's key, for every id Meta
 --                                 named them by; P:cids:<channel>:<key> set of those ids
 --                                 (store::rules::identity)
+--   P:pr:<key>             hash   a priced message: hour first priced, category, prefix, type,
+--                                 billed (y/n); P:prk zset key -> hour; P:prh:<hour> hash
+--                                 "<category>\n<prefix>\n<billed>" -> messages; P:prhours zset
+--                                 of those hours (store::rules::price)
 
 local P = KEYS[1]
 

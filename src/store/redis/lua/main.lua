@@ -40,7 +40,7 @@ local OPS = {
   linked_ids = linked_ids,
   marker_names = marker_names, rekey_markers = rekey_markers, customer_wamids = customer_wamids,
   sweep_keys = sweep_keys, sweep = sweep, hold_lease = hold_lease,
-  category_keep = category_keep, category_get = category_get,
+  category_keep = category_keep, category_get = category_get, price_counts = price_counts,
 }
 
 -- Keys lost (a restart without persistence, a flush) and made again start every counter anew:

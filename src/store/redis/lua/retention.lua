@@ -153,10 +153,27 @@ local function sweep_quarantine(before, limit)
   return gone
 end
 
+-- Priced messages counted in hours before `hour`, and each such hour's counts once its last
+-- message went: counts read whole hours.
+local function sweep_prices(hour, limit)
+  local keys = redis.call('ZRANGEBYSCORE', k('prk'), '-inf', '(' .. int(hour), 'LIMIT', 0, limit)
+  for _, key in ipairs(keys) do
+    redis.call('DEL', k('pr', key))
+    redis.call('ZREM', k('prk'), key)
+  end
+  for _, h in ipairs(redis.call('ZRANGEBYSCORE', k('prhours'), '-inf', '(' .. int(hour))) do
+    if redis.call('ZCOUNT', k('prk'), h, h) == 0 then
+      redis.call('DEL', k('prh', h))
+      redis.call('ZREM', k('prhours'), h)
+    end
+  end
+  return #keys
+end
+
 local function sweep(a)
   local swept = {
     turns = 0, messages = 0, replies = 0, reviews = 0, chat_jobs = 0, statuses = 0,
-    quarantined = 0, conversations = 0, keys = 0,
+    quarantined = 0, conversations = 0, keys = 0, prices = 0,
   }
   local touched = {}
   for _, batch in ipairs(ended_turns(a)) do
@@ -192,6 +209,7 @@ local function sweep(a)
     redis.call('ZREM', k('erasedt'), hash)
   end
   swept.keys = #keys
+  swept.prices = sweep_prices(a.price_hour, a.limit)
   for conv in pairs(touched) do
     swept.conversations = swept.conversations + sweep_conversation(conv, a.messages)
   end

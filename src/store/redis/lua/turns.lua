@@ -437,8 +437,10 @@ local function turn_stats(a)
     s[name] = 0
   end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', k('finished'), int(a.since), '+inf')) do
-    local b = get(k('b', id), 'state', 'prompt_tokens', 'completion_tokens', 'cost')
-    if b.state == BATCH.done and b.prompt_tokens then
+    local b = get(k('b', id), 'state', 'attempts', 'prompt_tokens', 'completion_tokens', 'cost')
+    if b.attempts == '0' then
+      -- The owner's own reply from the app: no turn.
+    elseif b.state == BATCH.done and b.prompt_tokens then
       s.agent = s.agent + 1
     elseif b.state == BATCH.done then
       s.local_turns = s.local_turns + 1
