@@ -656,6 +656,7 @@ async fn review(config: &Config, action: ReviewAction) -> anyhow::Result<()> {
                     text: text.trim().to_owned(),
                     sandbox: config.whatsapp.sandbox(),
                     hold: config.engine.human_hold,
+                    desk: None,
                 },
             )
         }

@@ -257,6 +257,7 @@ pub(super) async fn reply(
         text: text.to_owned(),
         sandbox: state.admin.sandbox,
         hold: state.admin.human_hold,
+        desk: None,
     };
     settle(&state, id, resolution).await
 }

@@ -10,6 +10,7 @@
 
 mod broadcasts;
 mod customers;
+mod desk;
 mod health;
 mod inspection;
 mod intake;
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 pub use self::broadcasts::*;
 pub use self::customers::*;
+pub use self::desk::*;
 pub use self::health::*;
 pub use self::inspection::*;
 pub use self::intake::*;
@@ -156,6 +158,7 @@ pub trait Store:
     + Inspection
     + Broadcasts
     + Customers
+    + Desk
     + Retention
     + Health
 {
@@ -170,6 +173,7 @@ impl<T> Store for T where
         + Inspection
         + Broadcasts
         + Customers
+        + Desk
         + Retention
         + Health
 {

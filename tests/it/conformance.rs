@@ -13,6 +13,7 @@ mod batches;
 mod broadcasts;
 mod categories;
 mod customers;
+mod desk;
 mod fixtures;
 mod inspection;
 mod learning;
@@ -63,6 +64,7 @@ use self::customers::{
     forget_waits_for_work_under_way_for_the_customer,
     ids_are_never_given_twice_after_the_newest_customer_is_forgotten,
 };
+use self::desk::a_desk_holds_its_conversation_and_its_replies_go_once;
 use self::inspection::{
     a_fresh_store_is_ready_and_holds_nothing, gauges_count_the_pipeline_as_it_moves,
     quarantine_keeps_each_raw_part_once_in_arrival_order,
@@ -292,6 +294,7 @@ macro_rules! cases {
             conversations_list_every_thread_of_a_customer,
             a_persons_reply_holds_the_conversation_until_they_let_it_go,
             a_customer_meta_names_by_number_and_bsuid_is_one_customer,
+            a_desk_holds_its_conversation_and_its_replies_go_once,
             // WebChat
             chat_history_and_queue_depth_follow_each_question,
             a_sessions_history_is_in_the_order_asked,
@@ -953,6 +956,7 @@ async fn review_items_are_settled_once(store: Arc<dyn Store>) {
         text: "A person here.".into(),
         sandbox: false,
         hold: HUMAN_HOLD,
+        desk: None,
     };
     let settled = join_all((0..5).map(|_| store.resolve_review(id, at, answer.clone()))).await;
     assert_eq!(

@@ -298,7 +298,8 @@ async fn a_reply_in_several_parts_goes_as_one_message_by_default() {
     let sabi = Sending::start(Arc::new(Parts(3)), &[("SABI_MAX_REPLY_PARTS", "1")]).await;
     let to = customer(7);
     sabi.customer_writes("wamid.in7", &to, "hello", 0).await;
-    sabi.wait_for(Duration::from_secs(30), all_accepted(1)).await;
+    sabi.wait_for(Duration::from_secs(30), all_accepted(1))
+        .await;
     let sends = sabi.fake.accepted();
     let texts: Vec<&str> = sends.iter().filter_map(|s| s.text()).collect();
     assert_eq!(
@@ -333,23 +334,33 @@ fn named_webhook(id: &str, number: Option<&str>, bsuid: &str) -> Vec<u8> {
 async fn a_reply_goes_to_the_number_once_meta_has_shown_one_else_to_the_bsuid() {
     let sabi = Sending::start(Arc::new(Parts(1)), &[]).await;
     let bsuid = "NG.8812734650192837";
-    sabi.post_webhook(named_webhook("wamid.b1", None, bsuid)).await;
-    sabi.wait_for(Duration::from_secs(30), all_accepted(1)).await;
+    sabi.post_webhook(named_webhook("wamid.b1", None, bsuid))
+        .await;
+    sabi.wait_for(Duration::from_secs(30), all_accepted(1))
+        .await;
     // The customer shows their number: the same customer, now sent to by number.
     sabi.post_webhook(named_webhook("wamid.b2", Some("2348031234567"), bsuid))
         .await;
-    sabi.wait_for(Duration::from_secs(30), all_accepted(2)).await;
+    sabi.wait_for(Duration::from_secs(30), all_accepted(2))
+        .await;
     let sends = sabi.fake.accepted();
     let addressed: Vec<(&str, &serde_json::Value)> = sends
         .iter()
         .map(|s| {
-            let key = if s.body.get("to").is_some() { "to" } else { "recipient" };
+            let key = if s.body.get("to").is_some() {
+                "to"
+            } else {
+                "recipient"
+            };
             (key, &s.body[key])
         })
         .collect();
     assert_eq!(
         addressed,
-        [("recipient", &bsuid.into()), ("to", &"2348031234567".into())]
+        [
+            ("recipient", &bsuid.into()),
+            ("to", &"2348031234567".into())
+        ]
     );
     let conversations: Vec<String> = sabi
         .outbox()
@@ -357,7 +368,11 @@ async fn a_reply_goes_to_the_number_once_meta_has_shown_one_else_to_the_bsuid() 
         .iter()
         .map(|o| o.conversation.customer.clone())
         .collect();
-    assert_eq!(conversations, [bsuid, bsuid], "one customer, keyed as first met");
+    assert_eq!(
+        conversations,
+        [bsuid, bsuid],
+        "one customer, keyed as first met"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,7 +45,7 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     };
     let said = store::probe(&config).await.expect("probe");
     assert!(
-        said.ends_with("schema version 1, this build upgrades it to 17 at start"),
+        said.ends_with("schema version 1, this build upgrades it to 18 at start"),
         "{said}"
     );
     let mut conn = PgConnection::connect(&db.url).await.expect("connect");
@@ -61,7 +61,9 @@ async fn a_postgres_store_of_the_previous_build_is_upgraded_in_place() {
     let after: Vec<i32> = versions().fetch_all(&mut conn).await.expect("versions");
     assert_eq!(
         after,
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17],
+        [
+            1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18
+        ],
         "each migration ran once"
     );
     let indexes: Vec<String> = sqlx::query_scalar(

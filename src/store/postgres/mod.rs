@@ -18,6 +18,7 @@ mod categories;
 mod chat;
 mod connect;
 mod customers;
+mod desk;
 mod ingest;
 mod outbox;
 mod retention;
@@ -38,12 +39,13 @@ use super::rules::erasure::{Marks, OptOuts};
 use super::rules::item::ItemState;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
-    ConversationView, CustomerRecord, Customers, Ending, Erased, Error, ExportPage, Gauges, Health,
-    HistoryEntry, Holding, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
-    NewBroadcast, OutboxEntry, Outcome, PriceCount, RecipientClaim, RecipientJob, RecipientState,
-    RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
-    RoutedTurn, SendClaim, SendClaims, SendResult, Sending, StoredItem, StoredQuarantine, Subject,
-    Submitted, Swept, TemplateNews, TurnStats, TurnUsage, Turns, WebChat,
+    ConversationView, CustomerRecord, Customers, Desk, DeskThread, Ending, Erased, Error,
+    ExportPage, Gauges, Health, HistoryEntry, Holding, Horizons, InboxQuery, Ingest, IngestReceipt,
+    Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, PriceCount, RecipientClaim,
+    RecipientJob, RecipientState, RecipientView, Resolution, Result, Retention, ReviewEntry,
+    ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendClaims, SendResult, Sending,
+    StoredItem, StoredQuarantine, Subject, Submitted, Swept, TemplateNews, TurnStats, TurnUsage,
+    Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
 use crate::domain::{Channel, Claim, ConversationKey, LeaseToken};
@@ -68,6 +70,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0015_marketing_messages.sql"),
     include_str!("migrations/0016_holds_and_ids.sql"),
     include_str!("migrations/0017_prices.sql"),
+    include_str!("migrations/0018_desk.sql"),
 ];
 /// The schema version this build writes and expects: its last migration's.
 const VERSION: i32 = MIGRATIONS.len() as i32;
@@ -454,6 +457,28 @@ impl WebChat for PgStore {
     }
     async fn chat_feed(&self, session_id: &str, after: i64, limit: usize) -> Result<ChatFeed> {
         chat::feed(&self.pool, session_id, after, limit).await
+    }
+}
+
+#[async_trait]
+impl Desk for PgStore {
+    async fn desk_thread(&self, conversation: &ConversationKey) -> Result<Option<DeskThread>> {
+        desk::thread(&self.pool, conversation).await
+    }
+    async fn open_desk_thread(&self, conversation: &ConversationKey, thread: &str) -> Result<()> {
+        desk::open(&self.pool, conversation, thread).await
+    }
+    async fn close_desk_thread(&self, thread: &str) -> Result<Option<ConversationKey>> {
+        desk::close(&self.pool, thread).await
+    }
+    async fn desk_conversation(&self, thread: &str) -> Result<Option<ConversationKey>> {
+        desk::conversation(&self.pool, thread).await
+    }
+    async fn desk_mirrored(&self, items: &[i64]) -> Result<Vec<(i64, i64)>> {
+        desk::mirrored(&self.pool, items).await
+    }
+    async fn set_desk_mirrored(&self, item: i64, seq: i64) -> Result<()> {
+        desk::set_mirrored(&self.pool, item, seq).await
     }
 }
 

@@ -20,7 +20,7 @@ use crate::store::rules::item::ItemState;
 use crate::store::rules::part::PartState;
 use crate::store::rules::price;
 use crate::store::rules::retention::{self, Horizons, Swept, TURNLESS};
-use crate::store::rules::review::ReviewState;
+use crate::store::rules::review::{self, ReviewState};
 use crate::store::rules::sql_list;
 use crate::store::{Error, Result};
 
@@ -98,6 +98,14 @@ pub(super) async fn sweep(
          WHERE key_hash IN (SELECT key_hash FROM erased_keys WHERE erased_at < $1
                             LIMIT $2 FOR UPDATE SKIP LOCKED)",
         cut.keys,
+        limit,
+    )
+    .await?;
+    swept.keys += count(
+        &mut tx,
+        "DELETE FROM desk_replies
+         WHERE key IN (SELECT key FROM desk_replies WHERE at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        now - review::DESK_REPLY_MEMORY,
         limit,
     )
     .await?;
@@ -259,7 +267,7 @@ async fn sweep_conversations(conn: &mut PgConnection, touched: &[i64], before: A
 pub(super) async fn vacuum(pool: &PgPool) -> Result<()> {
     sqlx::raw_sql(
         "VACUUM (SKIP_LOCKED) inbox, outbox, batches, review, chat_jobs, conversations, \
-         quarantine, erased_keys, prices",
+         quarantine, erased_keys, prices, desk_replies",
     )
     .execute(pool)
     .await?;

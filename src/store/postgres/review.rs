@@ -86,6 +86,23 @@ async fn settle_item(
     now: At,
     resolution: &Resolution,
 ) -> Result<()> {
+    if let Resolution::Reply {
+        desk: Some(key), ..
+    } = resolution
+    {
+        let first = sqlx::query(
+            "INSERT INTO desk_replies (key, at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        )
+        .bind(key)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if first == 0 {
+            // Sent already: the desk delivered its message again.
+            return Ok(());
+        }
+    }
     let held = sqlx::query(
         "SELECT r.batch_id, r.outbox_id, r.state, c.channel FROM review r
          JOIN batches b ON b.id = r.batch_id JOIN conversations c ON c.id = b.conversation_id

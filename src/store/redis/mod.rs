@@ -42,14 +42,16 @@ use super::rules::consent::{self, Source};
 use super::rules::erasure::{self, Erased, Marks, OptOuts, Subject};
 use super::rules::hours::{LocalHours, Turn};
 use super::rules::price;
+use super::rules::review;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatReceipt, ChatSubmission,
-    Choice, Control, ConversationView, CustomerRecord, Customers, Ending, Error, ExportPage,
-    Gauges, HOLD_PART, Health, HistoryEntry, Holding, Horizons, InboxQuery, Ingest, IngestReceipt,
-    Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, PriceCount, RecipientClaim,
-    RecipientJob, RecipientState, RecipientView, Resolution, Result, Retention, ReviewEntry,
-    ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendClaims, SendResult, Sending,
-    Speaker, StoredItem, StoredQuarantine, Submitted, Swept, TurnStats, TurnUsage, Turns, WebChat,
+    Choice, Control, ConversationView, CustomerRecord, Customers, Desk, DeskThread, Ending, Error,
+    ExportPage, Gauges, HOLD_PART, Health, HistoryEntry, Holding, Horizons, InboxQuery, Ingest,
+    IngestReceipt, Inspection, Intake, Limits, NewBroadcast, OutboxEntry, Outcome, PriceCount,
+    RecipientClaim, RecipientJob, RecipientState, RecipientView, Resolution, Result, Retention,
+    ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn, SendClaim, SendClaims, SendResult,
+    Sending, Speaker, StoredItem, StoredQuarantine, Submitted, Swept, TurnStats, TurnUsage, Turns,
+    WebChat,
 };
 use crate::clock::{At, millis};
 use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken};
@@ -64,6 +66,7 @@ const SCRIPT_BODY: &str = concat!(
     include_str!("lua/turns.lua"),
     include_str!("lua/ingest.lua"),
     include_str!("lua/people.lua"),
+    include_str!("lua/desk.lua"),
     include_str!("lua/chat.lua"),
     include_str!("lua/broadcasts.lua"),
     include_str!("lua/templates.lua"),
@@ -660,6 +663,76 @@ impl WebChat for RedisStore {
         let args = json!({"session": session_id, "after": after, "limit": count(limit)});
         let raw: RawFeed = self.call("chat_feed", args).await?;
         Ok(raw.into())
+    }
+}
+
+#[async_trait]
+impl Desk for RedisStore {
+    async fn desk_thread(&self, conversation: &ConversationKey) -> Result<Option<DeskThread>> {
+        let found: Option<RawDeskThread> = self.call("desk_thread", key_json(conversation)).await?;
+        Ok(found.map(|t| DeskThread {
+            thread: t.thread,
+            open: t.open,
+        }))
+    }
+    async fn open_desk_thread(&self, conversation: &ConversationKey, thread: &str) -> Result<()> {
+        let mut args = key_json(conversation);
+        args["thread"] = json!(thread);
+        args["hold"] = json!(review::DESK_HOLD);
+        let _: bool = self.call("open_desk_thread", args).await?;
+        Ok(())
+    }
+    async fn close_desk_thread(&self, thread: &str) -> Result<Option<ConversationKey>> {
+        let found: Option<RawKey3> = self
+            .call("close_desk_thread", json!({"thread": thread}))
+            .await?;
+        found.map(RawKey3::into_key).transpose()
+    }
+    async fn desk_conversation(&self, thread: &str) -> Result<Option<ConversationKey>> {
+        let found: Option<RawKey3> = self
+            .call("desk_conversation", json!({"thread": thread}))
+            .await?;
+        found.map(RawKey3::into_key).transpose()
+    }
+    async fn desk_mirrored(&self, items: &[i64]) -> Result<Vec<(i64, i64)>> {
+        let List(rows): List<(i64, i64)> =
+            self.call("desk_mirrored", json!({"items": items})).await?;
+        Ok(rows)
+    }
+    async fn set_desk_mirrored(&self, item: i64, seq: i64) -> Result<()> {
+        let _: bool = self
+            .call("set_desk_mirrored", json!({"item": item, "seq": seq}))
+            .await?;
+        Ok(())
+    }
+}
+
+/// A conversation as the desk's scripts take it.
+fn key_json(c: &ConversationKey) -> serde_json::Value {
+    json!({"ch": c.channel.as_str(), "biz": c.business, "cust": c.customer})
+}
+
+#[derive(serde::Deserialize)]
+struct RawDeskThread {
+    thread: String,
+    open: bool,
+}
+
+/// A conversation as the desk's scripts give it.
+#[derive(serde::Deserialize)]
+struct RawKey3 {
+    ch: String,
+    biz: String,
+    cust: String,
+}
+
+impl RawKey3 {
+    fn into_key(self) -> Result<ConversationKey> {
+        Ok(ConversationKey {
+            channel: known(Channel::parse, &self.ch)?,
+            business: self.biz,
+            customer: self.cust,
+        })
     }
 }
 

@@ -221,9 +221,15 @@ pub(super) fn send_result(r: &SendResult) -> Value {
 /// A person's resolution at `now`, with the hold on the conversation it leaves.
 pub(super) fn resolution(r: &Resolution, now: At) -> Value {
     let mut how = match r {
-        Resolution::Reply { text, sandbox, .. } => {
-            json!({"kind": "reply", "text": text, "sandbox": sandbox})
-        }
+        Resolution::Reply {
+            text,
+            sandbox,
+            desk,
+            ..
+        } => json!({
+            "kind": "reply", "text": text, "sandbox": sandbox, "desk": desk,
+            "desk_keep": millis(review::DESK_REPLY_MEMORY),
+        }),
         Resolution::Requeue => json!({"kind": "requeue"}),
         Resolution::Close => json!({"kind": "close"}),
     };

@@ -45,6 +45,7 @@ pub fn settle(state: ReviewState, resolution: &Resolution, line: Line) -> Option
         return None;
     }
     Some(match (resolution, line) {
+        (Resolution::Reply { desk: Some(_), .. }, _) => ReviewState::Open,
         (Resolution::Reply { .. }, Line::Live) => ReviewState::Open,
         (Resolution::Reply { .. }, Line::Async) => ReviewState::Replied,
         (Resolution::Requeue, _) => ReviewState::Requeued,
@@ -97,6 +98,14 @@ pub fn person_holds(held_until: Option<At>, now: At) -> bool {
     held_until.is_some_and(|until| until > now)
 }
 
+/// How long a help desk holds a conversation handed to it: until the desk resolves it (the
+/// largest time every store keeps exactly).
+pub const DESK_HOLD: At = At::from_millis(99_999_999_999_999);
+
+/// How long a help desk's reply is remembered as sent: a desk delivers a webhook again within
+/// minutes when unsure.
+pub const DESK_REPLY_MEMORY: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// A person's hold on the conversation after they replied at `at`: `hold`
 /// (`engine.human_hold`) from their latest reply, so each reply renews it.
 pub fn held_after_reply(at: At, hold: Duration) -> At {
@@ -122,6 +131,11 @@ pub enum Resolution {
         text: String,
         sandbox: bool,
         hold: Duration,
+        /// From a help desk: its id of the message. The desk holds the conversation until it
+        /// resolves it, so the item stays open for the desk's next reply; and the desk may
+        /// deliver a message more than once, so a reply with an id already sent is not sent
+        /// again.
+        desk: Option<String>,
     },
     /// Back to the automatic path: a batch's messages become pending again for a new turn; a
     /// failed or unknown send is queued again (the person accepts it may arrive twice).
@@ -140,6 +154,7 @@ mod tests {
                 text: "on it".into(),
                 sandbox: false,
                 hold: HOUR,
+                desk: None,
             },
             Resolution::Requeue,
             Resolution::Close,

@@ -10,6 +10,7 @@ mod broadcasts;
 mod categories;
 mod chat;
 mod customers;
+mod desk;
 mod ingest;
 mod outbox;
 mod retention;
@@ -39,12 +40,12 @@ use super::rules::part::{Delivery, PartKind, PartState};
 use super::rules::review::ReviewState;
 use super::{
     BroadcastView, Broadcasts, ChatExchange, ChatFeed, ChatJob, ChatSubmission, Choice, Control,
-    ConversationView, CustomerRecord, Customers, Ending, Error, ExportPage, Gauges, Health,
-    HistoryEntry, Holding, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection, Intake, Limits,
-    NewBroadcast, OutboxEntry, Outcome, PriceCount, RecipientClaim, RecipientJob, RecipientView,
-    Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess, RoutedTurn,
-    SendClaim, SendClaims, SendResult, Sending, StoredItem, StoredQuarantine, Submitted, Swept,
-    TurnStats, TurnUsage, Turns, WebChat,
+    ConversationView, CustomerRecord, Customers, Desk, DeskThread, Ending, Error, ExportPage,
+    Gauges, Health, HistoryEntry, Holding, Horizons, InboxQuery, Ingest, IngestReceipt, Inspection,
+    Intake, Limits, NewBroadcast, OutboxEntry, Outcome, PriceCount, RecipientClaim, RecipientJob,
+    RecipientView, Resolution, Result, Retention, ReviewEntry, ReviewQuery, Reviews, RouteGuess,
+    RoutedTurn, SendClaim, SendClaims, SendResult, Sending, StoredItem, StoredQuarantine,
+    Submitted, Swept, TurnStats, TurnUsage, Turns, WebChat,
 };
 use crate::clock::{At, UnixSeconds};
 use crate::domain::{Channel, Claim, ConversationKey, ItemKind, LeaseToken, ReviewReason};
@@ -74,6 +75,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0021_marketing_messages.sql"),
     include_str!("migrations/0022_holds_and_ids.sql"),
     include_str!("migrations/0023_prices.sql"),
+    include_str!("migrations/0024_desk.sql"),
 ];
 
 /// How long a writer waits for another process's lock before the store reports unavailable.
@@ -508,6 +510,41 @@ impl WebChat for SqliteStore {
     async fn chat_feed(&self, session_id: &str, after: i64, limit: usize) -> Result<ChatFeed> {
         let session_id = session_id.to_owned();
         self.read(move |conn| chat::feed(conn, &session_id, after, limit))
+            .await
+    }
+}
+
+#[async_trait]
+impl Desk for SqliteStore {
+    async fn desk_thread(&self, conversation: &ConversationKey) -> Result<Option<DeskThread>> {
+        let conversation = conversation.clone();
+        self.read(move |conn| desk::thread(conn, &conversation))
+            .await
+    }
+    async fn open_desk_thread(&self, conversation: &ConversationKey, thread: &str) -> Result<()> {
+        let (conversation, thread) = (conversation.clone(), thread.to_owned());
+        self.writer
+            .write(move |conn| desk::open(conn, &conversation, &thread))
+            .await
+    }
+    async fn close_desk_thread(&self, thread: &str) -> Result<Option<ConversationKey>> {
+        let thread = thread.to_owned();
+        self.writer
+            .write(move |conn| desk::close(conn, &thread))
+            .await
+    }
+    async fn desk_conversation(&self, thread: &str) -> Result<Option<ConversationKey>> {
+        let thread = thread.to_owned();
+        self.read(move |conn| desk::conversation(conn, &thread))
+            .await
+    }
+    async fn desk_mirrored(&self, items: &[i64]) -> Result<Vec<(i64, i64)>> {
+        let items = items.to_vec();
+        self.read(move |conn| desk::mirrored(conn, &items)).await
+    }
+    async fn set_desk_mirrored(&self, item: i64, seq: i64) -> Result<()> {
+        self.writer
+            .write(move |conn| desk::set_mirrored(conn, item, seq))
             .await
     }
 }

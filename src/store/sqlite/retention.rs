@@ -21,7 +21,7 @@ use crate::store::rules::item::ItemState;
 use crate::store::rules::part::PartState;
 use crate::store::rules::price;
 use crate::store::rules::retention::{self, Cutoffs, Horizons, Swept, TURNLESS};
-use crate::store::rules::review::ReviewState;
+use crate::store::rules::review::{self, ReviewState};
 use crate::store::rules::sql_list;
 
 /// Free pages kept for reuse: a tenth of the file. Beyond that they go back to the file
@@ -81,6 +81,11 @@ pub(super) fn sweep(
         &mut touched,
     )?;
     sweep_aged(conn, &cut, limit, &mut swept)?;
+    swept.keys += count(
+        conn,
+        "DELETE FROM desk_replies WHERE key IN (SELECT key FROM desk_replies WHERE at < ?1 LIMIT ?2)",
+        params![now - review::DESK_REPLY_MEMORY, limit],
+    )?;
     for conversation in touched {
         swept.conversations += sweep_conversation(conn, conversation, cut.messages)?;
     }

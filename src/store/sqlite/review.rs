@@ -88,6 +88,21 @@ pub(super) fn item(conn: &Connection, id: i64) -> Result<Option<ReviewEntry>> {
 }
 
 pub(super) fn resolve(conn: &Connection, id: i64, now: At, resolution: &Resolution) -> Result<()> {
+    if let Resolution::Reply {
+        desk: Some(key), ..
+    } = resolution
+    {
+        let first = conn
+            .prepare_cached(
+                "INSERT INTO desk_replies (key, at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+            )
+            .and_then(|mut s| s.execute(params![key, now]))
+            .map_err(unavailable)?;
+        if first == 0 {
+            // Sent already: the desk delivered its message again.
+            return Ok(());
+        }
+    }
     let held: Option<(i64, Option<i64>, String, String)> = conn
         .prepare_cached(
             "SELECT r.batch_id, r.outbox_id, r.state, c.channel FROM review r

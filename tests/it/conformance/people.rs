@@ -131,6 +131,7 @@ async fn settle_each(store: &Arc<dyn Store>, open: &[ReviewEntry], at: At) {
         text: "Here I am.".into(),
         sandbox: true,
         hold: HUMAN_HOLD,
+        desk: None,
     };
     let settled = [
         (Resolution::Close, ReviewState::Closed),
@@ -312,6 +313,7 @@ pub async fn a_persons_reply_holds_the_conversation_until_they_let_it_go(store: 
         text: "5 is fine".into(),
         sandbox: true,
         hold: HUMAN_HOLD,
+        desk: None,
     };
     store
         .resolve_review(item.id, replied_at, desk)

@@ -149,6 +149,7 @@ pub async fn chat_history_and_queue_depth_follow_each_question(store: Arc<dyn St
         text: "Here I am.".into(),
         sandbox: false,
         hold: HUMAN_HOLD,
+        desk: None,
     };
     store
         .resolve_review(item.id, T0 + ms(40), person)
@@ -238,6 +239,7 @@ pub async fn a_visitor_talks_to_the_person_holding_their_chat(store: Arc<dyn Sto
         text: text.into(),
         sandbox: false,
         hold: HUMAN_HOLD,
+        desk: None,
     };
     store
         .resolve_review(item.id, T0 + ms(10), says("Ada here."))

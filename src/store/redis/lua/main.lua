@@ -41,6 +41,9 @@ local OPS = {
   marker_names = marker_names, rekey_markers = rekey_markers, customer_wamids = customer_wamids,
   sweep_keys = sweep_keys, sweep = sweep, hold_lease = hold_lease,
   category_keep = category_keep, category_get = category_get, price_counts = price_counts,
+  desk_thread = desk_thread, open_desk_thread = open_desk_thread,
+  close_desk_thread = close_desk_thread, desk_conversation = desk_conversation,
+  desk_mirrored = desk_mirrored, set_desk_mirrored = set_desk_mirrored,
 }
 
 -- Keys lost (a restart without persistence, a flush) and made again start every counter anew:

@@ -82,11 +82,19 @@ local function requeue_send(part, now)
 end
 
 local function resolve_review(a)
+  local how, state, note = a.resolution, REVIEW.closed, nil
+  -- A help desk's reply goes once, however often the desk delivers it (kept as long as erased
+  -- keys); the key is only written once the item is found open.
+  if how.desk and redis.call('EXISTS', k('dr', how.desk)) == 1 then
+    return true
+  end
   local r = get(k('r', a.id), 'state', 'batch', 'outbox')
   if r.state ~= REVIEW.open then
     return fail('SABI_NOT_FOUND', 'no open review item has this id')
   end
-  local how, state, note = a.resolution, REVIEW.closed, nil
+  if how.desk then
+    redis.call('SET', k('dr', how.desk), int(a.now), 'PX', int(how.desk_keep))
+  end
   -- A reply renews the person's hold on the conversation; closing or requeuing lets it go
   -- (store::rules::review::hold_after).
   local conv = redis.call('HGET', k('b', r.batch), 'conv')
@@ -98,9 +106,9 @@ local function resolve_review(a)
   end
   if how.kind == 'reply' then
     person_reply(r.batch, a.now, how.text, how.sandbox)
-    if redis.call('HGET', k('c', conv), 'ch') == 'webchat' then
-      -- A person answering a live chat holds it: the item stays open, with their last word
-      -- (store::rules::review::settle).
+    if how.desk or redis.call('HGET', k('c', conv), 'ch') == 'webchat' then
+      -- A person answering a live chat, or a help desk holding the conversation, keeps the
+      -- item open, with their last word (store::rules::review::settle).
       redis.call('HSET', k('r', a.id), 'note', how.text)
       return true
     end

@@ -1,0 +1,72 @@
+-- A help desk's threads (store::desk): a conversation's thread in P:c:<id> (dthread, dopen),
+-- P:dthread hash thread -> conversation; how far a review item was mirrored in P:r:<id>
+-- (dseq). An open thread holds the conversation for the desk (held = a.hold).
+
+local function desk_conversation_id(a)
+  return redis.call('HGET', k('ckey'), a.ch .. '\n' .. a.biz .. '\n' .. a.cust)
+end
+
+local function desk_thread(a)
+  local conv = desk_conversation_id(a)
+  if not conv then
+    return cjson.null
+  end
+  local c = get(k('c', conv), 'dthread', 'dopen')
+  if not c.dthread then
+    return cjson.null
+  end
+  return {thread = c.dthread, open = c.dopen == '1'}
+end
+
+local function open_desk_thread(a)
+  local conv = desk_conversation_id(a)
+  if not conv then
+    return fail('SABI_NOT_FOUND', 'no such conversation')
+  end
+  local held = tonumber(redis.call('HGET', k('c', conv), 'held')) or 0
+  put(k('c', conv), {dthread = a.thread, dopen = 1, held = math.max(held, a.hold)})
+  redis.call('HSET', k('dthread'), a.thread, conv)
+  return true
+end
+
+local function desk_key(conv)
+  local c = get(k('c', conv), 'ch', 'biz', 'cust')
+  return {ch = c.ch, biz = c.biz, cust = c.cust}
+end
+
+local function close_desk_thread(a)
+  local conv = redis.call('HGET', k('dthread'), a.thread)
+  if not conv then
+    return cjson.null
+  end
+  put(k('c', conv), {dopen = 0})
+  redis.call('HDEL', k('c', conv), 'held')
+  return desk_key(conv)
+end
+
+local function desk_conversation(a)
+  local conv = redis.call('HGET', k('dthread'), a.thread)
+  if not conv then
+    return cjson.null
+  end
+  return desk_key(conv)
+end
+
+local function desk_mirrored(a)
+  local rows = {}
+  for _, id in ipairs(a.items) do
+    local seq = redis.call('HGET', k('r', id), 'dseq')
+    if seq then
+      rows[#rows + 1] = {id, tonumber(seq)}
+    end
+  end
+  return rows
+end
+
+local function set_desk_mirrored(a)
+  if redis.call('EXISTS', k('r', a.item)) == 1 then
+    local seq = tonumber(redis.call('HGET', k('r', a.item), 'dseq')) or 0
+    put(k('r', a.item), {dseq = math.max(seq, a.seq)})
+  end
+  return true
+end
