@@ -20,6 +20,8 @@ use crate::broadcast::consent::{self, Consent};
 use crate::broadcast::sender::Route;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{Config, LlmBudget};
+use crate::desk::Mirror;
+use crate::desk::chatwoot::Chatwoot;
 use crate::http::serve::{ConnectionLimits, serve};
 use crate::ingress::{self, Ingress, WorkerLinks};
 use crate::metrics::Metrics;
@@ -56,6 +58,8 @@ pub struct App {
     /// Tells WhatsApp customers far back in a surge's queue to wait.
     holder: Arc<Holder>,
     sweeper: Arc<Sweeper>,
+    /// Mirrors hand-offs into the help desk (`[handoff.chatwoot]`), when there is one.
+    desk: Option<Arc<Mirror>>,
     runs_scheduler: bool,
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
@@ -329,6 +333,16 @@ impl App {
             config.retention.sweep_every,
             metrics.clone(),
         );
+        let desk = match &config.handoff.chatwoot {
+            Some(c) => Some(Mirror::new(
+                store.clone(),
+                Arc::new(Chatwoot::new(c).context("building the Chatwoot client")?),
+                clock.clone(),
+                c.mirror_every,
+                metrics.clone(),
+            )),
+            None => None,
+        };
         let holder = Holder::new(
             store.clone(),
             store.clone(),
@@ -408,6 +422,7 @@ impl App {
             broadcaster,
             holder,
             sweeper,
+            desk,
             runs_scheduler: role != Role::Api,
             store,
             shutdown: CancellationToken::new(),
@@ -428,6 +443,11 @@ impl App {
     /// The scheduler, for driving turns by hand (`tick`) when this node does not run it.
     pub fn scheduler(&self) -> Arc<Scheduler> {
         self.scheduler.clone()
+    }
+
+    /// The help desk's mirror, for mirroring by hand; none without `[handoff.chatwoot]`.
+    pub fn desk(&self) -> Option<Arc<Mirror>> {
+        self.desk.clone()
     }
 
     /// The sweeper, for sweeping by hand.
@@ -474,6 +494,11 @@ impl App {
         let sweeper = self
             .runs_scheduler
             .then(|| tokio::spawn(self.sweeper.clone().run(shutdown.clone())));
+        let desk = self
+            .desk
+            .clone()
+            .filter(|_| self.runs_scheduler)
+            .map(|desk| tokio::spawn(desk.run(shutdown.clone())));
         match self.http {
             Some((listener, router, limits)) => {
                 let addr = listener.local_addr()?;
@@ -498,6 +523,9 @@ impl App {
         }
         if let Some(sweeper) = sweeper {
             sweeper.await.context("the sweeper panicked")?;
+        }
+        if let Some(desk) = desk {
+            desk.await.context("the help desk's mirror panicked")?;
         }
         tracing::info!("sabi stopped");
         Ok(())

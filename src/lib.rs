@@ -47,6 +47,7 @@
 //! - [`tools`]: the business's HTTP endpoints, declared in configuration.
 //! - [`broadcast`]: template campaigns: audiences, consent, the paced sender, reports.
 //! - [`plan`]: sizing for a broadcast's surge of replies (`sabi plan`).
+//! - [`desk`]: hand-offs into a help desk the business runs (Chatwoot), and its replies back.
 //! - [`worker`]: the scheduler: batches per conversation, one turn at a time, leases, retries.
 //! - [`router`]: Pidgin-aware intent routing: patterns, a classifier, fallback to the agent.
 //! - [`agent`]: the LLM agent with tools and stored history; voice notes to text.
@@ -63,6 +64,7 @@ pub mod check;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod desk;
 pub mod domain;
 pub mod export;
 pub mod http;

@@ -129,6 +129,11 @@ pub struct Metrics {
     /// WhatsApp messages Meta priced, by category and type: each once, at its first priced
     /// status.
     pub priced: Family<Priced, Counter>,
+    /// The help desk (Chatwoot): items mirrored or failed, replies sent or unsent, threads
+    /// resolved, webhooks refused.
+    pub desk: Family<Outcome, Counter>,
+    /// 1 while the help desk's last round failed for some hand-off (they wait on Sabi's desk).
+    pub desk_failing: Gauge,
 }
 
 impl Metrics {
@@ -342,10 +347,23 @@ impl Metrics {
             "WhatsApp messages Meta priced, by category and type (each once)",
             priced.clone(),
         );
+        let desk_failing = gauge(
+            &mut registry,
+            "sabi_desk_failing",
+            "1 while the help desk refuses or cannot be reached (hand-offs wait on Sabi's desk)",
+        );
+        let desk = Family::<Outcome, Counter>::default();
+        registry.register(
+            "sabi_desk",
+            "Hand-offs mirrored to the help desk, and what came back, by outcome",
+            desk.clone(),
+        );
         Arc::new(Metrics {
             registry,
             swept,
             priced,
+            desk,
+            desk_failing,
             llm_budget_wait_seconds,
             llm_in_flight,
             llm_paused,

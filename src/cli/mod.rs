@@ -19,6 +19,7 @@ use crate::app::{App, Role};
 use crate::billing;
 use crate::clock::{At, Clock, SystemClock};
 use crate::config::Config;
+use crate::desk::chatwoot::Chatwoot;
 use crate::domain::{Channel, ItemKind, ReviewReason};
 use crate::export::{self, shown};
 use crate::router::{self, Router};
@@ -541,7 +542,10 @@ async fn forget(config: &Config, who: store::Subject, as_json: bool) -> anyhow::
 }
 
 async fn check(config: &Config) -> anyhow::Result<()> {
-    let findings = crate::check::run(config).await;
+    let mut findings = crate::check::run(config).await;
+    if let Some(c) = &config.handoff.chatwoot {
+        findings.push(check_chatwoot(c).await);
+    }
     for f in &findings {
         println!(
             "{:<14} {}  {}",
@@ -553,6 +557,29 @@ async fn check(config: &Config) -> anyhow::Result<()> {
     let failed = findings.iter().filter(|f| !f.ok).count();
     anyhow::ensure!(failed == 0, "{failed} check(s) failed");
     Ok(())
+}
+
+/// The help desk's token and inbox, as Chatwoot answers for them.
+async fn check_chatwoot(c: &crate::config::ChatwootConfig) -> crate::check::Finding {
+    let inbox = match Chatwoot::new(c) {
+        Ok(chatwoot) => chatwoot.inbox().await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let (ok, says) = match inbox {
+        Ok(name) => (
+            true,
+            format!("inbox {} ({name}) of account {}", c.inbox_id, c.account_id),
+        ),
+        Err(e) => (
+            false,
+            format!("{e} (check handoff.chatwoot's base_url, api_token, account_id and inbox_id)"),
+        ),
+    };
+    crate::check::Finding {
+        what: "chatwoot",
+        ok,
+        says,
+    }
 }
 
 async fn stats(config: &Config, since: Option<Duration>, as_json: bool) -> anyhow::Result<()> {

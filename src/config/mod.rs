@@ -77,6 +77,14 @@ pub const ENV: &[(&str, &str)] = &[
     ("SABI_ADMIN_TOKEN", "admin.token"),
     ("SABI_METRICS_TOKEN", "admin.metrics_token"),
     ("SABI_TOOLS_SECRET", "tools_secret"),
+    ("SABI_CHATWOOT_BASE_URL", "handoff.chatwoot.base_url"),
+    ("SABI_CHATWOOT_API_TOKEN", "handoff.chatwoot.api_token"),
+    ("SABI_CHATWOOT_ACCOUNT_ID", "handoff.chatwoot.account_id"),
+    ("SABI_CHATWOOT_INBOX_ID", "handoff.chatwoot.inbox_id"),
+    (
+        "SABI_CHATWOOT_WEBHOOK_SECRET",
+        "handoff.chatwoot.webhook_secret",
+    ),
     ("SABI_MARKER_SECRET", "privacy.marker_secret"),
     ("SABI_WEBCHAT_IDENTITY_SECRET", "webchat.identity_secret"),
     ("SABI_WEBCHAT_PER_ADDRESS", "webchat.per_address_per_minute"),
@@ -140,6 +148,43 @@ pub struct Config {
     /// customer it names in `X-Sabi-Customer`.
     #[serde(skip_serializing)]
     pub tools_secret: Option<SecretString>,
+    /// Where hand-offs go besides Sabi's own desk (`[handoff.chatwoot]`).
+    pub handoff: HandoffConfig,
+}
+
+/// Help desks a business already runs, which take Sabi's hand-offs.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HandoffConfig {
+    pub chatwoot: Option<ChatwootConfig>,
+}
+
+/// A Chatwoot account's API-channel inbox that hand-offs go to.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatwootConfig {
+    /// Where Chatwoot answers, like `https://app.chatwoot.com`.
+    pub base_url: String,
+    /// An access token (an agent bot's, so its messages read as the bot's), sent as
+    /// `api_access_token`.
+    #[serde(skip_serializing)]
+    pub api_token: SecretString,
+    #[serde(deserialize_with = "number::u32")]
+    pub account_id: u32,
+    /// The API-channel inbox conversations are opened in.
+    #[serde(deserialize_with = "number::u32")]
+    pub inbox_id: u32,
+    /// The inbox's webhook secret: Chatwoot signs what it posts to `/webhook/chatwoot` with it.
+    #[serde(skip_serializing)]
+    pub webhook_secret: SecretString,
+    /// How often open review items are mirrored into Chatwoot.
+    #[serde(default = "mirror_every", with = "duration")]
+    pub mirror_every: Duration,
+}
+
+/// Chatwoot's default `mirror_every`: its table has required keys, so it has no `Default`.
+fn mirror_every() -> Duration {
+    Duration::from_secs(2)
 }
 
 impl Default for Config {
@@ -161,6 +206,7 @@ impl Default for Config {
             logging: LoggingConfig::default(),
             tools: Vec::new(),
             tools_secret: None,
+            handoff: HandoffConfig::default(),
         }
     }
 }
@@ -1371,6 +1417,22 @@ impl Config {
         }
         check_marketing_ttl(self.whatsapp.message_send_ttl_seconds)?;
         self.message_prices()?;
+        if let Some(c) = &self.handoff.chatwoot {
+            let url = url::Url::parse(&c.base_url).ok();
+            if !url.is_some_and(|u| matches!(u.scheme(), "http" | "https")) {
+                return Err(Error(format!(
+                    "handoff.chatwoot.base_url (SABI_CHATWOOT_BASE_URL): {:?} is not an http(s) URL",
+                    c.base_url
+                )));
+            }
+            if c.webhook_secret.expose_secret().trim().len() < 16 {
+                return Err(Error(
+                    "handoff.chatwoot.webhook_secret (SABI_CHATWOOT_WEBHOOK_SECRET): at least 16 \
+                     characters; Chatwoot shows the inbox's secret in its webhook settings"
+                        .into(),
+                ));
+            }
+        }
         if self.whatsapp.max_reply_parts == 0 {
             return Err(Error("whatsapp.max_reply_parts: must be at least 1".into()));
         }

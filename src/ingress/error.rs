@@ -66,6 +66,8 @@ pub enum ApiError {
     NotFound,
     #[error("the admin API is off")]
     AdminDisabled,
+    #[error("{0}")]
+    DeskRefused(#[from] crate::desk::chatwoot::Refused),
 }
 
 impl ApiError {
@@ -78,6 +80,7 @@ impl ApiError {
     fn parts(&self) -> (StatusCode, &'static str, String) {
         match self {
             ApiError::BadSignature(r) => (StatusCode::UNAUTHORIZED, "bad_signature", r.to_string()),
+            ApiError::DeskRefused(r) => (StatusCode::UNAUTHORIZED, "bad_signature", r.to_string()),
             ApiError::VerificationRefused => (
                 StatusCode::FORBIDDEN,
                 "verification_refused",

@@ -6,6 +6,7 @@
 mod admin;
 mod bodies;
 mod broadcasts;
+mod chatwoot;
 mod error;
 mod headers;
 mod health;
@@ -28,6 +29,7 @@ use tokio::sync::Notify;
 use crate::broadcast::plan::Preflight;
 use crate::clock::SharedClock;
 use crate::config::{BroadcastSettings, Config, IngressConfig};
+use crate::desk::chatwoot::Chatwoot;
 use crate::domain::BatchPolicy;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -47,6 +49,8 @@ pub struct Ingress {
     pub admin: AdminSettings,
     /// Who may call the webhook.
     pub source: SourcePolicy,
+    /// The help desk hand-offs go to (`[handoff.chatwoot]`), when there is one.
+    pub desk: Option<chatwoot::DeskLink>,
 }
 
 /// The admin API's settings.
@@ -122,6 +126,15 @@ impl Ingress {
                 allow: config.ingress.webhook_allow.clone(),
                 trusted_proxies: config.ingress.trusted_proxies.clone(),
             },
+            desk: config.handoff.chatwoot.as_ref().and_then(|c| {
+                let chatwoot = Chatwoot::new(c)
+                    .inspect_err(|e| tracing::error!(error.message = %e, "no Chatwoot client: its webhooks are refused"))
+                    .ok()?;
+                Some(chatwoot::DeskLink {
+                    chatwoot: Arc::new(chatwoot),
+                    webhook_secret: c.webhook_secret.clone(),
+                })
+            }),
         })
     }
 }
@@ -228,6 +241,11 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
     if !state.source.allow.is_empty() {
         webhook = webhook.layer(middleware::from_fn_with_state(state.clone(), source::guard));
     }
+    // The help desk's webhook is signed, and comes from the desk's servers, not Meta's.
+    let desk_hook = Router::new()
+        .route("/webhook/chatwoot", post(chatwoot::receive))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(bodies(max_body_bytes, &large, true));
     let webchat = Router::new()
         .route("/", get(webchat::page))
         .route("/chat", post(webchat::submit))
@@ -250,6 +268,7 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
             )),
         )
         .merge(webhook)
+        .merge(desk_hook)
         .merge(webchat);
     if state.admin.token.is_some() {
         let api = Router::new()

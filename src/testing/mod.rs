@@ -2,6 +2,7 @@
 //! Sabi talks to, as real HTTP servers on random local ports, and signed webhooks. Built with
 //! the `testing` feature only.
 
+pub mod chatwoot;
 pub mod graph;
 pub mod llm;
 pub mod webhook;

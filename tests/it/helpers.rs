@@ -118,6 +118,8 @@ pub struct TestApp {
     pub clock: Arc<ManualClock>,
     pub scheduler: Arc<Scheduler>,
     pub holder: Arc<Holder>,
+    /// The help desk's mirror, driven by hand; none without `[handoff.chatwoot]`.
+    pub desk: Option<Arc<sabi::desk::Mirror>>,
     pub dir: tempfile::TempDir,
     shutdown: CancellationToken,
 }
@@ -150,6 +152,7 @@ impl TestApp {
         let store = app.store();
         let scheduler = app.scheduler();
         let holder = app.holder();
+        let desk = app.desk();
         let shutdown = app.shutdown_token();
         tokio::spawn(app.run_until_stopped());
         TestApp {
@@ -159,6 +162,7 @@ impl TestApp {
             clock,
             scheduler,
             holder,
+            desk,
             dir,
             shutdown,
         }

@@ -9,6 +9,7 @@ mod agent;
 mod billing;
 mod broadcasts;
 mod browser;
+mod chatwoot;
 mod cli;
 mod conformance;
 mod corpus;
