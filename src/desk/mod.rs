@@ -3,7 +3,7 @@
 //! Sabi's own desk keeps every hand-off; the mirror copies each open review item into the help
 //! desk as well, one node at a time under a lease: the first item of a conversation opens a
 //! Chatwoot conversation with the transcript (the customer's words incoming, Sabi's replies
-//! outgoing) and hands the conversation to it ([`Desk::open_desk_thread`]: from then on Sabi
+//! outgoing) and hands the conversation to it ([`Desk::open_desk_thread`](crate::store::Desk::open_desk_thread): from then on Sabi
 //! never answers the customer itself); every item adds a private note with its reason, and the
 //! customer's messages follow as they come. The agent's replies come back through
 //! `POST /webhook/chatwoot` (`ingress::chatwoot`), and resolving the conversation in Chatwoot

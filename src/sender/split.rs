@@ -11,7 +11,7 @@ use crate::whatsapp::graph::{BUTTONS_BODY_LIMIT, MAX_OPTIONS};
 pub const TEXT_LIMIT: usize = 4096;
 
 /// The reply as it goes out: each part within the limits, quotes on the first piece of a part
-/// and quick replies under its last; in more than `max_parts` messages, packed ([`pack`]).
+/// and quick replies under its last; in more than `max_parts` messages, packed (`pack`).
 pub fn for_whatsapp(parts: Vec<ReplyPart>, max_parts: usize) -> Vec<ReplyPart> {
     let mut out = Vec::with_capacity(parts.len());
     for part in parts {
