@@ -333,16 +333,27 @@ impl App {
             config.retention.sweep_every,
             metrics.clone(),
         );
-        let desk = match &config.handoff.chatwoot {
-            Some(c) => Some(Mirror::new(
-                store.clone(),
-                Arc::new(Chatwoot::new(c).context("building the Chatwoot client")?),
-                clock.clone(),
-                c.mirror_every,
-                metrics.clone(),
+        // One client for the mirror and the webhook's notes back to Chatwoot.
+        let chatwoot = match &config.handoff.chatwoot {
+            Some(c) => Some(Arc::new(
+                Chatwoot::new(c).context("building the Chatwoot client")?,
             )),
             None => None,
         };
+        let desk = config
+            .handoff
+            .chatwoot
+            .as_ref()
+            .zip(chatwoot.clone())
+            .map(|(c, client)| {
+                Mirror::new(
+                    store.clone(),
+                    client,
+                    clock.clone(),
+                    c.mirror_every,
+                    metrics.clone(),
+                )
+            });
         let holder = Holder::new(
             store.clone(),
             store.clone(),
@@ -379,6 +390,7 @@ impl App {
                     },
                     metrics,
                     router,
+                    chatwoot,
                 );
                 let ingress = &config.ingress;
                 let limits = ConnectionLimits {

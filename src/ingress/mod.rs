@@ -96,6 +96,7 @@ impl Ingress {
         links: WorkerLinks,
         metrics: Arc<Metrics>,
         intents: Option<Arc<crate::router::Router>>,
+        chatwoot: Option<Arc<Chatwoot>>,
     ) -> AppState {
         Arc::new(Ingress {
             store,
@@ -126,15 +127,15 @@ impl Ingress {
                 allow: config.ingress.webhook_allow.clone(),
                 trusted_proxies: config.ingress.trusted_proxies.clone(),
             },
-            desk: config.handoff.chatwoot.as_ref().and_then(|c| {
-                let chatwoot = Chatwoot::new(c)
-                    .inspect_err(|e| tracing::error!(error.message = %e, "no Chatwoot client: its webhooks are refused"))
-                    .ok()?;
-                Some(chatwoot::DeskLink {
-                    chatwoot: Arc::new(chatwoot),
+            desk: config
+                .handoff
+                .chatwoot
+                .as_ref()
+                .zip(chatwoot)
+                .map(|(c, chatwoot)| chatwoot::DeskLink {
+                    chatwoot,
                     webhook_secret: c.webhook_secret.clone(),
-                })
-            }),
+                }),
         })
     }
 }

@@ -73,10 +73,22 @@ pub fn of(item: &InboundItem) -> Option<Priced> {
 }
 
 /// Meta's names as the ledger keeps them: lower case, `_` between words (Meta has written
-/// both `marketing_lite` and `MARKETING-LITE`).
+/// both `marketing_lite` and `MARKETING-LITE`), letters, digits and `_` alone: the names are
+/// printed by `sabi stats` and labelled in `/metrics`, so nothing a webhook carries may hold
+/// control characters or run long.
 pub fn name(given: &str) -> String {
-    given.trim().to_ascii_lowercase().replace('-', "_")
+    given
+        .trim()
+        .to_ascii_lowercase()
+        .replace('-', "_")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(NAME_CHARS)
+        .collect()
 }
+
+/// The longest category or type name kept.
+const NAME_CHARS: usize = 40;
 
 /// What a price is looked up by: the number's first digits, else a BSUID's country letters.
 fn prefix(number: Option<&str>, bsuid: Option<&str>) -> String {
@@ -91,8 +103,10 @@ fn prefix(number: Option<&str>, bsuid: Option<&str>) -> String {
     }
     bsuid
         .and_then(|id| id.split_once('.'))
-        .map(|(country, _)| country.to_owned())
+        .map(|(country, _)| country)
+        .filter(|c| c.len() == 2 && c.bytes().all(|b| b.is_ascii_uppercase()))
         .unwrap_or_default()
+        .to_owned()
 }
 
 /// The start of the hour `at` falls in: the ledger counts a message there.
@@ -171,6 +185,19 @@ mod tests {
         .expect("priced");
         assert_eq!(priced.prefix, "NG");
         assert!(priced.billed, "an unknown type counts as charged");
+    }
+
+    #[test]
+    fn what_a_webhook_names_is_kept_printable() {
+        let priced = of(&status(json!({
+            "id": "wamid.A", "recipient_user_id": "\u{1b}[2J.x",
+            "pricing_category": "utility\u{1b}[31m", "pricing_type": "regular",
+        })))
+        .expect("priced");
+        assert_eq!(
+            (priced.category.as_str(), priced.prefix.as_str()),
+            ("utility31m", "")
+        );
     }
 
     #[test]

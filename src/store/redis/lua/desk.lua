@@ -23,10 +23,23 @@ local function open_desk_thread(a)
   if not conv then
     return fail('SABI_NOT_FOUND', 'no such conversation')
   end
-  local held = tonumber(redis.call('HGET', k('c', conv), 'held')) or 0
-  put(k('c', conv), {dthread = a.thread, dopen = 1, held = math.max(held, a.hold)})
+  local c = get(k('c', conv), 'held', 'dthread')
+  if c.dthread and c.dthread ~= a.thread then
+    redis.call('HDEL', k('dthread'), c.dthread)
+  end
+  put(k('c', conv), {dthread = a.thread, dopen = 1, held = math.max(tonumber(c.held) or 0, a.hold)})
   redis.call('HSET', k('dthread'), a.thread, conv)
   return true
+end
+
+-- The conversation whose thread `thread` is now, as the SQL stores read it: an older thread of
+-- it, or one of a conversation retention removed, names none.
+local function thread_conversation(thread)
+  local conv = redis.call('HGET', k('dthread'), thread)
+  if conv and redis.call('HGET', k('c', conv), 'dthread') == thread then
+    return conv
+  end
+  return nil
 end
 
 local function desk_key(conv)
@@ -35,7 +48,7 @@ local function desk_key(conv)
 end
 
 local function close_desk_thread(a)
-  local conv = redis.call('HGET', k('dthread'), a.thread)
+  local conv = thread_conversation(a.thread)
   if not conv then
     return cjson.null
   end
@@ -45,7 +58,7 @@ local function close_desk_thread(a)
 end
 
 local function desk_conversation(a)
-  local conv = redis.call('HGET', k('dthread'), a.thread)
+  local conv = thread_conversation(a.thread)
   if not conv then
     return cjson.null
   end
