@@ -20,8 +20,7 @@ use crate::broadcast::consent::{self, Consent};
 use crate::broadcast::sender::Route;
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::{Config, LlmBudget};
-use crate::desk::Mirror;
-use crate::desk::chatwoot::Chatwoot;
+use crate::desk::{HelpDesk, Mirror};
 use crate::http::serve::{ConnectionLimits, serve};
 use crate::ingress::{self, Ingress, WorkerLinks};
 use crate::metrics::Metrics;
@@ -58,7 +57,7 @@ pub struct App {
     /// Tells WhatsApp customers far back in a surge's queue to wait.
     holder: Arc<Holder>,
     sweeper: Arc<Sweeper>,
-    /// Mirrors hand-offs into the help desk (`[handoff.chatwoot]`), when there is one.
+    /// Mirrors hand-offs into the help desk (`[handoff]`), when there is one.
     desk: Option<Arc<Mirror>>,
     runs_scheduler: bool,
     store: Arc<dyn Store>,
@@ -289,6 +288,8 @@ impl App {
                 &metrics,
             )?,
         };
+        // The desk attaches customers' media, fetched with the sender's client.
+        let media = graph.clone();
         let sender = graph.map(|graph| {
             Sender::new(
                 store.clone(),
@@ -333,27 +334,12 @@ impl App {
             config.retention.sweep_every,
             metrics.clone(),
         );
-        // One client for the mirror and the webhook's notes back to Chatwoot.
-        let chatwoot = match &config.handoff.chatwoot {
-            Some(c) => Some(Arc::new(
-                Chatwoot::new(c).context("building the Chatwoot client")?,
-            )),
-            None => None,
-        };
-        let desk = config
-            .handoff
-            .chatwoot
+        // One client for the mirror and the webhook's notices back to the desk.
+        let help_desk = HelpDesk::from_config(&config.handoff, clock.clone())
+            .context("building the help desk's HTTP client")?;
+        let desk = help_desk
             .as_ref()
-            .zip(chatwoot.clone())
-            .map(|(c, client)| {
-                Mirror::new(
-                    store.clone(),
-                    client,
-                    clock.clone(),
-                    c.mirror_every,
-                    metrics.clone(),
-                )
-            });
+            .map(|d| Mirror::new(store.clone(), d, media, clock.clone(), metrics.clone()));
         let holder = Holder::new(
             store.clone(),
             store.clone(),
@@ -390,7 +376,7 @@ impl App {
                     },
                     metrics,
                     router,
-                    chatwoot,
+                    help_desk,
                 );
                 let ingress = &config.ingress;
                 let limits = ConnectionLimits {
@@ -457,7 +443,7 @@ impl App {
         self.scheduler.clone()
     }
 
-    /// The help desk's mirror, for mirroring by hand; none without `[handoff.chatwoot]`.
+    /// The help desk's mirror, for mirroring by hand; none without a `[handoff]` desk.
     pub fn desk(&self) -> Option<Arc<Mirror>> {
         self.desk.clone()
     }

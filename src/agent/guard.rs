@@ -30,6 +30,8 @@ const MAX_CHOICES: usize = 10;
 
 /// The longest choice title a WhatsApp list row shows.
 const CHOICE_CHARS: usize = 24;
+/// The longest title a WhatsApp reply button shows.
+const BUTTON_CHARS: usize = 20;
 
 /// A reply's text and the choices its last line offers ([`CHOICES_FORMAT`]); none when the last
 /// line offers none, or when nothing but the choices was written (a bare list is no reply).
@@ -46,16 +48,28 @@ pub fn choices(reply: &str) -> (String, Vec<String>) {
     else {
         return kept();
     };
-    let options: Vec<String> = offered
+    let mut options: Vec<&str> = Vec::new();
+    for o in offered
         .split('|')
         .map(|o| o.trim().trim_matches('`').trim())
-        .filter(|o| !o.is_empty())
-        .map(|o| o.chars().take(CHOICE_CHARS).collect())
-        .take(MAX_CHOICES)
-        .collect();
+    {
+        if !o.is_empty() && !options.iter().any(|k| k.eq_ignore_ascii_case(o)) {
+            options.push(o);
+        }
+    }
+    options.truncate(MAX_CHOICES);
     if options.is_empty() || body.trim().is_empty() {
         return kept();
     }
+    // Up to three go out as buttons, whose titles hold fewer characters than a list's rows.
+    let width = match options.len() {
+        ..=3 => BUTTON_CHARS,
+        _ => CHOICE_CHARS,
+    };
+    let options = options
+        .into_iter()
+        .map(|o| o.chars().take(width).collect())
+        .collect();
     (body.trim_end().to_owned(), options)
 }
 
@@ -433,8 +447,13 @@ mod tests {
         assert_eq!(options, ["Delivery", "Pickup"]);
         let (_, bold) = choices("Which one?\n**Choices:** Yes | No | A person");
         assert_eq!(bold, ["Yes", "No", "A person"]);
+        // Two are buttons (20 characters); four are a list's rows (24).
         let long = choices("Pick a size?\nchoices: Extra large family pack with drinks | Small");
-        assert_eq!(long.1[0].chars().count(), 24);
+        assert_eq!(long.1[0].chars().count(), 20);
+        let listed = choices("Size?\nChoices: Extra large family pack with drinks | S | M | L");
+        assert_eq!(listed.1[0].chars().count(), 24);
+        let (_, once) = choices("Sure?\nChoices: Yes | yes | No | YES");
+        assert_eq!(once, ["Yes", "No"], "each choice once");
         for kept in [
             "No choices here.",
             "Choices: Yes | No",

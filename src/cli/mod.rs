@@ -20,6 +20,7 @@ use crate::billing;
 use crate::clock::{At, Clock, SystemClock};
 use crate::config::Config;
 use crate::desk::chatwoot::Chatwoot;
+use crate::desk::webhook::DeskWebhook;
 use crate::domain::{Channel, ItemKind, ReviewReason};
 use crate::export::{self, shown};
 use crate::router::{self, Router};
@@ -546,6 +547,9 @@ async fn check(config: &Config) -> anyhow::Result<()> {
     if let Some(c) = &config.handoff.chatwoot {
         findings.push(check_chatwoot(c).await);
     }
+    if let Some(w) = &config.handoff.webhook {
+        findings.push(check_desk_webhook(w).await);
+    }
     for f in &findings {
         println!(
             "{:<14} {}  {}",
@@ -577,6 +581,30 @@ async fn check_chatwoot(c: &crate::config::ChatwootConfig) -> crate::check::Find
     };
     crate::check::Finding {
         what: "chatwoot",
+        ok,
+        says,
+    }
+}
+
+/// The desk on `[handoff.webhook]` takes a signed `ping` event.
+async fn check_desk_webhook(w: &crate::config::DeskWebhookConfig) -> crate::check::Finding {
+    let clock: crate::clock::SharedClock = std::sync::Arc::new(crate::clock::SystemClock);
+    let pinged = match DeskWebhook::new(w, clock) {
+        Ok(desk) => desk
+            .post(&serde_json::json!({"event": "ping", "id": "ping"}))
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let (ok, says) = match pinged {
+        Ok(()) => (true, format!("{} took a signed ping", w.url)),
+        Err(e) => (
+            false,
+            format!("{e} (check handoff.webhook's url and secret)"),
+        ),
+    };
+    crate::check::Finding {
+        what: "desk webhook",
         ok,
         says,
     }

@@ -465,6 +465,11 @@ const SETTINGS: &[Setting] = &[
         "Hand-offs also go to a Chatwoot API-channel inbox, with the transcript; its agents' replies come back through POST /webhook/chatwoot, and resolving the conversation gives the customer back to the assistant (README: Hand-offs into Chatwoot). SABI_CHATWOOT_BASE_URL, _API_TOKEN, _ACCOUNT_ID, _INBOX_ID, _WEBHOOK_SECRET.",
         "[handoff.chatwoot]\nbase_url = \"https://app.chatwoot.com\"\napi_token = \"your-agent-bot-token\"\naccount_id = 1\ninbox_id = 7\nwebhook_secret = \"the-inbox-webhook-secret\"\nmirror_every = \"2s\"",
     ),
+    opt(
+        "handoff.webhook",
+        "Instead of Chatwoot, hand-offs go to any help desk as signed JSON events (opened, handed_over, message, notice) posted to url; the desk posts its agents' replies and resolutions to POST /webhook/desk, signed with the same secret (README: Hand-offs into another help desk). SABI_DESK_WEBHOOK_URL, SABI_DESK_WEBHOOK_SECRET.",
+        "[handoff.webhook]\nurl = \"https://desk.example.com/sabi\"\nsecret = \"a-long-shared-secret\"\nmirror_every = \"2s\"",
+    ),
     set(
         "broadcast.cooldown",
         "A customer sent a broadcast this recently is skipped by the next.",
@@ -670,15 +675,30 @@ mod tests {
         let text = example().expect("example");
         let plain = load(&text).expect("the example loads");
         assert_eq!(plain.listen, Config::defaults().expect("defaults").listen);
-        // Every optional line uncommented: each names a real setting with a valid value.
-        let on: String = text
-            .lines()
-            .map(|line| match line.strip_prefix('#') {
-                Some(rest) if !rest.starts_with(' ') && !rest.is_empty() => rest,
-                _ => line,
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+        // Every optional line uncommented: each names a real setting with a valid value. The
+        // two help desks exclude each other: Chatwoot's stays on.
+        let uncomment = |all: bool| {
+            let mut webhook = false;
+            text.lines()
+                .map(|line| {
+                    webhook = match line {
+                        "#[handoff.webhook]" => true,
+                        "" => false,
+                        _ => webhook,
+                    };
+                    match line.strip_prefix('#') {
+                        Some(rest) if !rest.starts_with(' ') && !rest.is_empty() => {
+                            if webhook && !all { line } else { rest }
+                        }
+                        _ => line,
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let both = load(&uncomment(true)).expect_err("two help desks");
+        assert!(both.to_string().contains("one help desk"), "{both}");
+        let on = uncomment(false);
         let full = load(&on).unwrap_or_else(|e| panic!("{e}\n{on}"));
         assert!(full.external_agent.is_some() && full.llm.fallback.is_some());
         assert_eq!(full.tools.len(), 1);

@@ -85,6 +85,8 @@ pub const ENV: &[(&str, &str)] = &[
         "SABI_CHATWOOT_WEBHOOK_SECRET",
         "handoff.chatwoot.webhook_secret",
     ),
+    ("SABI_DESK_WEBHOOK_URL", "handoff.webhook.url"),
+    ("SABI_DESK_WEBHOOK_SECRET", "handoff.webhook.secret"),
     ("SABI_MARKER_SECRET", "privacy.marker_secret"),
     ("SABI_WEBCHAT_IDENTITY_SECRET", "webchat.identity_secret"),
     ("SABI_WEBCHAT_PER_ADDRESS", "webchat.per_address_per_minute"),
@@ -148,15 +150,30 @@ pub struct Config {
     /// customer it names in `X-Sabi-Customer`.
     #[serde(skip_serializing)]
     pub tools_secret: Option<SecretString>,
-    /// Where hand-offs go besides Sabi's own desk (`[handoff.chatwoot]`).
+    /// Where hand-offs go besides Sabi's own desk (`[handoff.chatwoot]` or `[handoff.webhook]`).
     pub handoff: HandoffConfig,
 }
 
-/// Help desks a business already runs, which take Sabi's hand-offs.
+/// Help desks a business already runs, which take Sabi's hand-offs: one of them.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HandoffConfig {
     pub chatwoot: Option<ChatwootConfig>,
+    pub webhook: Option<DeskWebhookConfig>,
+}
+
+/// Any help desk that takes Sabi's hand-offs as signed JSON (`desk::webhook`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeskWebhookConfig {
+    /// Where Sabi posts the events.
+    pub url: String,
+    /// Signs the events Sabi posts, and the replies the desk posts to `/webhook/desk`.
+    #[serde(skip_serializing)]
+    pub secret: SecretString,
+    /// How often open review items are mirrored to the desk.
+    #[serde(default = "mirror_every", with = "duration")]
+    pub mirror_every: Duration,
 }
 
 /// A Chatwoot account's API-channel inbox that hand-offs go to.
@@ -182,9 +199,57 @@ pub struct ChatwootConfig {
     pub mirror_every: Duration,
 }
 
-/// Chatwoot's default `mirror_every`: its table has required keys, so it has no `Default`.
+/// A desk's default `mirror_every`: its table has required keys, so it has no `Default`.
 fn mirror_every() -> Duration {
     Duration::from_secs(2)
+}
+
+impl HandoffConfig {
+    fn validate(&self) -> Result<(), Error> {
+        let (url, secret) = match (&self.chatwoot, &self.webhook) {
+            (Some(_), Some(_)) => {
+                return Err(Error(
+                    "handoff.chatwoot and handoff.webhook: hand-offs go to one help desk; \
+                     configure one of them"
+                        .into(),
+                ));
+            }
+            (Some(c), None) => (
+                (
+                    "handoff.chatwoot.base_url (SABI_CHATWOOT_BASE_URL)",
+                    &c.base_url,
+                ),
+                (
+                    "handoff.chatwoot.webhook_secret (SABI_CHATWOOT_WEBHOOK_SECRET)",
+                    &c.webhook_secret,
+                    "; Chatwoot shows the inbox's secret in its webhook settings",
+                ),
+            ),
+            (None, Some(w)) => (
+                ("handoff.webhook.url (SABI_DESK_WEBHOOK_URL)", &w.url),
+                (
+                    "handoff.webhook.secret (SABI_DESK_WEBHOOK_SECRET)",
+                    &w.secret,
+                    ", shared with the desk",
+                ),
+            ),
+            (None, None) => return Ok(()),
+        };
+        let parsed = url::Url::parse(url.1).ok();
+        if !parsed.is_some_and(|u| matches!(u.scheme(), "http" | "https")) {
+            return Err(Error(format!(
+                "{}: {:?} is not an http(s) URL",
+                url.0, url.1
+            )));
+        }
+        if secret.1.expose_secret().trim().len() < 16 {
+            return Err(Error(format!(
+                "{}: at least 16 characters{}",
+                secret.0, secret.2
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Config {
@@ -1417,22 +1482,7 @@ impl Config {
         }
         check_marketing_ttl(self.whatsapp.message_send_ttl_seconds)?;
         self.message_prices()?;
-        if let Some(c) = &self.handoff.chatwoot {
-            let url = url::Url::parse(&c.base_url).ok();
-            if !url.is_some_and(|u| matches!(u.scheme(), "http" | "https")) {
-                return Err(Error(format!(
-                    "handoff.chatwoot.base_url (SABI_CHATWOOT_BASE_URL): {:?} is not an http(s) URL",
-                    c.base_url
-                )));
-            }
-            if c.webhook_secret.expose_secret().trim().len() < 16 {
-                return Err(Error(
-                    "handoff.chatwoot.webhook_secret (SABI_CHATWOOT_WEBHOOK_SECRET): at least 16 \
-                     characters; Chatwoot shows the inbox's secret in its webhook settings"
-                        .into(),
-                ));
-            }
-        }
+        self.handoff.validate()?;
         if self.whatsapp.max_reply_parts == 0 {
             return Err(Error("whatsapp.max_reply_parts: must be at least 1".into()));
         }

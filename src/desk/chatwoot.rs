@@ -3,43 +3,42 @@
 //!
 //! A webhook carries `X-Chatwoot-Timestamp` (Unix seconds) and `X-Chatwoot-Signature:
 //! sha256=<hex>`, the HMAC-SHA256 of `<timestamp>.<raw body>` with the inbox's webhook secret;
-//! one signed more than [`MAX_AGE`] ago is refused, so a captured delivery cannot be replayed
-//! later. Messages Sabi writes carry `content_attributes.sabi`, so their own webhooks are never
-//! taken for an agent's reply.
+//! one signed more than [`MAX_AGE`](super::MAX_AGE) ago is refused ([`super::check`]), so a
+//! captured delivery cannot be replayed later. Messages Sabi writes carry
+//! `content_attributes.sabi`, and their ids are claimed as they are written, so their own
+//! webhooks are never taken for an agent's reply.
+//!
+//! A Chatwoot conversation is opened per Sabi conversation and carries it in
+//! `additional_attributes.sabi_conversation`: a customer who writes to two of the business's
+//! numbers is one contact with two conversations, and a hand-off retried after a crash finds
+//! the conversation it opened.
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::clock::At;
+use super::{
+    Attachment, Customer, DeskError, Event, Line, Opened, Target, handed_over_note, message_text,
+};
 use crate::config::ChatwootConfig;
-use crate::whatsapp::{sign, verify};
+use crate::domain::{BatchMessage, ConversationKey};
+use crate::store::ReviewEntry;
 
 pub const SIGNATURE_HEADER: &str = "x-chatwoot-signature";
 pub const TIMESTAMP_HEADER: &str = "x-chatwoot-timestamp";
-/// The oldest webhook taken, by its signed timestamp.
-pub const MAX_AGE: Duration = Duration::from_secs(5 * 60);
 /// How long one API call may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// The most of an answer read: Chatwoot's answers to Sabi's calls are a few kilobytes.
+const MAX_ANSWER: usize = 1 << 20;
 
-/// What went wrong talking to Chatwoot.
-#[derive(Debug, thiserror::Error)]
-pub enum ChatwootError {
-    #[error("Chatwoot could not be reached: {0}")]
-    Unreachable(String),
-    #[error("Chatwoot answered {status}: {body}")]
-    Refused { status: u16, body: String },
-    #[error("Chatwoot's answer was not what its API documents: {0}")]
-    Unexpected(String),
-}
-
-type Result<T> = std::result::Result<T, ChatwootError>;
+type Result<T> = std::result::Result<T, DeskError>;
 
 /// How a message shows in the Chatwoot conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Posted {
+enum Posted {
     /// The customer's words.
     Incoming,
     /// Sabi's earlier replies.
@@ -68,6 +67,25 @@ struct Conversation {
     id: i64,
     inbox_id: Option<i64>,
     status: Option<String>,
+    #[serde(default)]
+    additional_attributes: Value,
+}
+
+/// The store's name for Chatwoot conversation `id`.
+pub fn thread_of(id: i64) -> String {
+    format!("chatwoot:{id}")
+}
+
+fn conversation_of(thread: &str) -> Result<i64> {
+    thread
+        .strip_prefix("chatwoot:")
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| DeskError::Unexpected(format!("{thread:?} is not a Chatwoot conversation")))
+}
+
+/// How a Chatwoot conversation names the Sabi conversation it is for.
+fn tag(key: &ConversationKey) -> String {
+    format!("{}:{}:{}", key.channel.as_str(), key.business, key.customer)
 }
 
 impl Chatwoot {
@@ -101,18 +119,13 @@ impl Chatwoot {
         Ok(inbox["name"].as_str().unwrap_or("unnamed").to_owned())
     }
 
-    /// The Chatwoot conversation for the customer `identifier` (their number or BSUID, or a
-    /// web-chat session): an open one of theirs in the inbox, else a new one. Its id.
-    ///
-    /// # Errors
-    /// When Chatwoot is away or refuses.
-    pub async fn conversation(
-        &self,
-        identifier: &str,
-        name: &str,
-        phone: Option<&str>,
-    ) -> Result<i64> {
-        let (contact, source) = self.contact(identifier, name, phone).await?;
+    /// The Chatwoot conversation for `customer`'s Sabi conversation: the open one opened for
+    /// it before, else a new one. Its id, and whether it is new.
+    async fn conversation(&self, customer: &Customer) -> Result<(i64, bool)> {
+        let key = &customer.conversation;
+        let (contact, source) = self
+            .contact(&key.customer, &customer.name, customer.phone.as_deref())
+            .await?;
         let listed = self
             .call(
                 reqwest::Method::GET,
@@ -120,26 +133,29 @@ impl Chatwoot {
                 None,
             )
             .await?;
-        let open: Option<Conversation> =
-            serde_json::from_value::<Vec<Conversation>>(listed["payload"].clone())
-                .unwrap_or_default()
-                .into_iter()
-                .find(|c| {
-                    c.inbox_id == Some(i64::from(self.inbox))
-                        && c.status.as_deref() != Some("resolved")
-                });
+        let tag = tag(key);
+        let open = serde_json::from_value::<Vec<Conversation>>(listed["payload"].clone())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| {
+                c.inbox_id == Some(i64::from(self.inbox))
+                    && c.status.as_deref() != Some("resolved")
+                    && c.additional_attributes["sabi_conversation"] == tag.as_str()
+            });
         if let Some(open) = open {
-            return Ok(open.id);
+            return Ok((open.id, false));
         }
         let body = json!({
             "inbox_id": self.inbox, "contact_id": contact, "source_id": source, "status": "open",
+            "additional_attributes": {"sabi_conversation": tag},
         });
         let created = self
             .call(reqwest::Method::POST, "/conversations", Some(body))
             .await?;
-        created["id"].as_i64().ok_or_else(|| {
-            ChatwootError::Unexpected(format!("a conversation without an id: {created}"))
-        })
+        let id = created["id"].as_i64().ok_or_else(|| {
+            DeskError::Unexpected(format!("a conversation without an id: {created}"))
+        })?;
+        Ok((id, true))
     }
 
     /// The contact and their source id in the inbox: found by identifier, else created.
@@ -188,9 +204,9 @@ impl Chatwoot {
             .call(reqwest::Method::POST, "/contacts", Some(body))
             .await?;
         let payload = &created["payload"];
-        let id = payload["contact"]["id"].as_i64().ok_or_else(|| {
-            ChatwootError::Unexpected(format!("a contact without an id: {created}"))
-        })?;
+        let id = payload["contact"]["id"]
+            .as_i64()
+            .ok_or_else(|| DeskError::Unexpected(format!("a contact without an id: {created}")))?;
         let source = payload["contact_inbox"]["source_id"]
             .as_str()
             .map_or_else(|| source_id(identifier), str::to_owned);
@@ -198,10 +214,7 @@ impl Chatwoot {
     }
 
     /// Posts `content` into conversation `conversation` as `how`; Chatwoot's id of it.
-    ///
-    /// # Errors
-    /// When Chatwoot is away or refuses.
-    pub async fn post(&self, conversation: i64, content: &str, how: Posted) -> Result<i64> {
+    async fn post(&self, conversation: i64, content: &str, how: Posted) -> Result<i64> {
         let (message_type, private) = match how {
             Posted::Incoming => ("incoming", false),
             Posted::Outgoing => ("outgoing", false),
@@ -220,7 +233,7 @@ impl Chatwoot {
             .await?;
         posted["id"]
             .as_i64()
-            .ok_or_else(|| ChatwootError::Unexpected(format!("a message without an id: {posted}")))
+            .ok_or_else(|| DeskError::Unexpected(format!("a message without an id: {posted}")))
     }
 
     async fn call(
@@ -229,29 +242,115 @@ impl Chatwoot {
         path: &str,
         body: Option<Value>,
     ) -> Result<Value> {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .header("api_access_token", self.token.expose_secret());
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request
+        self.send(request).await
+    }
+
+    /// Sends `request` with the token; Chatwoot's answer.
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value> {
+        let mut response = request
+            .header("api_access_token", self.token.expose_secret())
             .send()
             .await
-            .map_err(|e| ChatwootError::Unreachable(e.to_string()))?;
+            .map_err(|e| DeskError::Unreachable(e.to_string()))?;
         let status = response.status();
-        let text = response
-            .text()
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| ChatwootError::Unreachable(e.to_string()))?;
+            .map_err(|e| DeskError::Unreachable(e.to_string()))?
+        {
+            if body.len() + chunk.len() > MAX_ANSWER {
+                return Err(DeskError::Unexpected(format!(
+                    "an answer of more than {MAX_ANSWER} bytes"
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
         if !status.is_success() {
-            return Err(ChatwootError::Refused {
+            return Err(DeskError::Refused {
                 status: status.as_u16(),
-                body: text.chars().take(200).collect(),
+                body: String::from_utf8_lossy(&body).chars().take(200).collect(),
             });
         }
-        serde_json::from_str(&text).map_err(|e| ChatwootError::Unexpected(e.to_string()))
+        serde_json::from_slice(&body).map_err(|e| DeskError::Unexpected(e.to_string()))
+    }
+}
+
+#[async_trait]
+impl Target for Chatwoot {
+    fn owns(&self, thread: &str) -> bool {
+        thread.starts_with("chatwoot:")
+    }
+
+    async fn open(&self, customer: &Customer, _item: i64, transcript: &[Line]) -> Result<Opened> {
+        let (conversation, new) = self.conversation(customer).await?;
+        let mut written = Vec::new();
+        if new {
+            for line in transcript {
+                let how = match line.customer {
+                    true => Posted::Incoming,
+                    false => Posted::Outgoing,
+                };
+                let id = self.post(conversation, &line.text, how).await?;
+                written.push(thread_of(id));
+            }
+        }
+        Ok(Opened {
+            thread: thread_of(conversation),
+            written,
+        })
+    }
+
+    async fn handed_over(&self, thread: &str, item: &ReviewEntry) -> Result<()> {
+        let note = handed_over_note(item);
+        self.post(conversation_of(thread)?, &note, Posted::Note)
+            .await
+            .map(drop)
+    }
+
+    async fn message(
+        &self,
+        thread: &str,
+        _item: i64,
+        message: &BatchMessage,
+        attachment: Option<&Attachment>,
+    ) -> Result<()> {
+        let conversation = conversation_of(thread)?;
+        let text = message_text(message, attachment.is_some());
+        let (Some(file), Some(media)) = (attachment, &message.media_id) else {
+            return self
+                .post(conversation, &text, Posted::Incoming)
+                .await
+                .map(drop);
+        };
+        let kind = message.item_type.as_deref().unwrap_or("file");
+        let part = reqwest::multipart::Part::bytes(file.bytes.clone())
+            .file_name(file.file_name(kind, media))
+            .mime_str(&file.mime_type)
+            .map_err(|e| DeskError::Unexpected(format!("media type {:?}: {e}", file.mime_type)))?;
+        let form = reqwest::multipart::Form::new()
+            .text("content", text)
+            .text("message_type", "incoming")
+            .text("private", "false")
+            .part("attachments[]", part);
+        let request = self
+            .http
+            .post(format!(
+                "{}/conversations/{conversation}/messages",
+                self.base
+            ))
+            .multipart(form);
+        self.send(request).await.map(drop)
+    }
+
+    async fn notice(&self, thread: &str, text: &str) -> Result<()> {
+        self.post(conversation_of(thread)?, text, Posted::Note)
+            .await
+            .map(drop)
     }
 }
 
@@ -259,69 +358,6 @@ impl Chatwoot {
 /// retried hand-off finds the same one.
 fn source_id(identifier: &str) -> String {
     format!("sabi-{identifier}")
-}
-
-/// Why a webhook was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Refused {
-    #[error("X-Chatwoot-Timestamp is missing or not Unix seconds")]
-    NoTime,
-    #[error("X-Chatwoot-Timestamp is more than five minutes away: a stale or replayed delivery")]
-    Stale,
-    #[error("X-Chatwoot-Signature does not match the body")]
-    Signature,
-}
-
-/// Checks a webhook's signature over `<timestamp>.<body>` and its age at `now`.
-///
-/// # Errors
-/// What was wrong, for the 401 answer.
-pub fn check(
-    secret: &SecretString,
-    timestamp: Option<&str>,
-    signature: Option<&[u8]>,
-    body: &[u8],
-    now: At,
-) -> std::result::Result<(), Refused> {
-    let seconds: i64 = timestamp
-        .and_then(|t| t.trim().parse().ok())
-        .ok_or(Refused::NoTime)?;
-    let signed_at = At::from_millis(seconds.saturating_mul(1000));
-    if now.since(signed_at) > MAX_AGE || signed_at.since(now) > MAX_AGE {
-        return Err(Refused::Stale);
-    }
-    verify(
-        std::slice::from_ref(secret),
-        signature,
-        &signed(seconds, body),
-    )
-    .map_err(|_| Refused::Signature)
-}
-
-/// The headers Chatwoot sends with `body` signed at `seconds`: (timestamp, signature).
-pub fn signature(secret: &SecretString, seconds: i64, body: &[u8]) -> (String, String) {
-    (seconds.to_string(), sign(secret, &signed(seconds, body)))
-}
-
-fn signed(seconds: i64, body: &[u8]) -> Vec<u8> {
-    let mut signed = format!("{seconds}.").into_bytes();
-    signed.extend_from_slice(body);
-    signed
-}
-
-/// What a Chatwoot webhook asks of Sabi.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// An agent wrote to the customer: send it.
-    Reply {
-        conversation: i64,
-        message: i64,
-        text: String,
-    },
-    /// The conversation was resolved: the customer is Sabi's again.
-    Resolved { conversation: i64 },
-    /// Anything else: private notes, Sabi's own messages, other events.
-    Ignored,
 }
 
 /// Reads a webhook's body.
@@ -338,7 +374,7 @@ pub fn event(body: &[u8]) -> serde_json::Result<Event> {
             value["id"]
                 .as_i64()
                 .map_or(Event::Ignored, |conversation| Event::Resolved {
-                    conversation,
+                    thread: thread_of(conversation),
                 })
         }
         _ => Event::Ignored,
@@ -362,8 +398,8 @@ fn reply(value: &Value) -> Option<Event> {
         return None;
     }
     Some(Event::Reply {
-        conversation: value["conversation"]["id"].as_i64()?,
-        message: value["id"].as_i64()?,
+        thread: thread_of(value["conversation"]["id"].as_i64()?),
+        message: thread_of(value["id"].as_i64()?),
         text: text.to_owned(),
     })
 }
@@ -372,39 +408,14 @@ fn reply(value: &Value) -> Option<Event> {
 mod tests {
     use super::*;
 
-    const NOW: At = At::from_millis(1_781_000_000_000);
-
-    #[test]
-    fn a_webhook_is_taken_only_signed_and_fresh() {
-        let secret = SecretString::from("cw-secret".to_owned());
-        let body = br#"{"event":"message_created"}"#;
-        let (time, sig) = signature(&secret, NOW.unix_seconds(), body);
-        let ok = check(&secret, Some(&time), Some(sig.as_bytes()), body, NOW);
-        assert_eq!(ok, Ok(()));
-        let forged = check(&secret, Some(&time), Some(sig.as_bytes()), b"{}", NOW);
-        assert_eq!(forged, Err(Refused::Signature));
-        let later = NOW + Duration::from_secs(301);
-        let replayed = check(&secret, Some(&time), Some(sig.as_bytes()), body, later);
-        assert_eq!(replayed, Err(Refused::Stale));
-        assert_eq!(
-            check(&secret, None, Some(sig.as_bytes()), body, NOW),
-            Err(Refused::NoTime)
-        );
-        let other = SecretString::from("another".to_owned());
-        assert_eq!(
-            check(&other, Some(&time), Some(sig.as_bytes()), body, NOW),
-            Err(Refused::Signature)
-        );
-    }
-
     #[test]
     fn only_an_agents_public_reply_is_sent() {
         let reply = br#"{"event":"message_created","id":91,"content":" On it. ","message_type":"outgoing","private":false,"sender":{"type":"user"},"conversation":{"id":17}}"#;
         assert_eq!(
             event(reply).expect("json"),
             Event::Reply {
-                conversation: 17,
-                message: 91,
+                thread: "chatwoot:17".into(),
+                message: "chatwoot:91".into(),
                 text: "On it.".into()
             }
         );
@@ -425,7 +436,9 @@ mod tests {
         let resolved = br#"{"event":"conversation_status_changed","id":17,"status":"resolved"}"#;
         assert_eq!(
             event(resolved).expect("json"),
-            Event::Resolved { conversation: 17 }
+            Event::Resolved {
+                thread: "chatwoot:17".into()
+            }
         );
     }
 }

@@ -67,7 +67,7 @@ pub enum ApiError {
     #[error("the admin API is off")]
     AdminDisabled,
     #[error("{0}")]
-    DeskRefused(#[from] crate::desk::chatwoot::Refused),
+    DeskRefused(#[from] crate::desk::Refused),
 }
 
 impl ApiError {

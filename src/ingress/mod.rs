@@ -6,7 +6,7 @@
 mod admin;
 mod bodies;
 mod broadcasts;
-mod chatwoot;
+mod desk;
 mod error;
 mod headers;
 mod health;
@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use crate::broadcast::plan::Preflight;
 use crate::clock::SharedClock;
 use crate::config::{BroadcastSettings, Config, IngressConfig};
-use crate::desk::chatwoot::Chatwoot;
+use crate::desk::HelpDesk;
 use crate::domain::BatchPolicy;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -49,8 +49,8 @@ pub struct Ingress {
     pub admin: AdminSettings,
     /// Who may call the webhook.
     pub source: SourcePolicy,
-    /// The help desk hand-offs go to (`[handoff.chatwoot]`), when there is one.
-    pub desk: Option<chatwoot::DeskLink>,
+    /// The help desk hand-offs go to (`[handoff]`), when there is one.
+    pub desk: Option<HelpDesk>,
 }
 
 /// The admin API's settings.
@@ -96,7 +96,7 @@ impl Ingress {
         links: WorkerLinks,
         metrics: Arc<Metrics>,
         intents: Option<Arc<crate::router::Router>>,
-        chatwoot: Option<Arc<Chatwoot>>,
+        desk: Option<HelpDesk>,
     ) -> AppState {
         Arc::new(Ingress {
             store,
@@ -127,15 +127,7 @@ impl Ingress {
                 allow: config.ingress.webhook_allow.clone(),
                 trusted_proxies: config.ingress.trusted_proxies.clone(),
             },
-            desk: config
-                .handoff
-                .chatwoot
-                .as_ref()
-                .zip(chatwoot)
-                .map(|(c, chatwoot)| chatwoot::DeskLink {
-                    chatwoot,
-                    webhook_secret: c.webhook_secret.clone(),
-                }),
+            desk,
         })
     }
 }
@@ -244,7 +236,8 @@ pub fn router(state: AppState, limits: &IngressConfig) -> Router {
     }
     // The help desk's webhook is signed, and comes from the desk's servers, not Meta's.
     let desk_hook = Router::new()
-        .route("/webhook/chatwoot", post(chatwoot::receive))
+        .route("/webhook/chatwoot", post(desk::chatwoot))
+        .route("/webhook/desk", post(desk::webhook))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(bodies(max_body_bytes, &large, true));
     let webchat = Router::new()

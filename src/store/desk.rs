@@ -8,6 +8,7 @@
 use async_trait::async_trait;
 
 use super::Result;
+use crate::clock::At;
 use crate::domain::ConversationKey;
 
 /// A conversation's thread on the help desk.
@@ -40,9 +41,16 @@ pub trait Desk: Send + Sync + 'static {
     /// The conversation `thread` is for, open or closed.
     async fn desk_conversation(&self, thread: &str) -> Result<Option<ConversationKey>>;
 
-    /// The last message mirrored into the desk for each of `items` that has one: (item, seq).
-    async fn desk_mirrored(&self, items: &[i64]) -> Result<Vec<(i64, i64)>>;
+    /// Up to `limit` open review items the desk has not seen whole, oldest first: (item, the
+    /// last message mirrored, `None` when the item itself is new to the desk).
+    async fn desk_pending(&self, limit: usize) -> Result<Vec<(i64, Option<i64>)>>;
 
     /// Item `item`'s messages up to `seq` are on the desk.
     async fn set_desk_mirrored(&self, item: i64, seq: i64) -> Result<()>;
+
+    /// Claims desk message `key` (`chatwoot:<id>`): true the first time. A message Sabi wrote
+    /// into the desk is claimed as it is written, so it never comes back as an agent's reply;
+    /// a reply that found nothing to settle is claimed so the agents are told once. Kept as
+    /// long as a desk's reply ([`DESK_REPLY_MEMORY`](super::rules::review::DESK_REPLY_MEMORY)).
+    async fn claim_desk_message(&self, key: &str, now: At) -> Result<bool>;
 }

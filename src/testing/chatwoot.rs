@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::Json;
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
@@ -26,15 +27,20 @@ pub struct Posted {
     /// `incoming` or `outgoing`.
     pub message_type: String,
     pub private: bool,
+    /// A file posted with it.
+    pub attachment: Option<File>,
 }
+
+/// A file posted with a message: (file name, content type, bytes).
+pub type File = (String, String, Vec<u8>);
 
 #[derive(Default)]
 struct Books {
     next_id: i64,
     /// id -> (identifier, name, phone).
     contacts: HashMap<i64, (String, String, Option<String>)>,
-    /// id -> (contact, status).
-    conversations: HashMap<i64, (i64, String)>,
+    /// id -> (contact, status, additional attributes).
+    conversations: HashMap<i64, (i64, String, Value)>,
     messages: HashMap<i64, Vec<Posted>>,
 }
 
@@ -113,7 +119,7 @@ impl FakeChatwoot {
     /// The contact (identifier, name, phone) of conversation `id`.
     pub fn contact_of(&self, id: i64) -> Option<(String, String, Option<String>)> {
         let books = lock(&self.shared.books);
-        let (contact, _) = books.conversations.get(&id)?;
+        let (contact, ..) = books.conversations.get(&id)?;
         books.contacts.get(contact).cloned()
     }
 
@@ -250,8 +256,11 @@ async fn contact_conversations(
     let listed: Vec<Value> = books
         .conversations
         .iter()
-        .filter(|(_, (contact, _))| *contact == id)
-        .map(|(c, (_, status))| json!({"id": c, "inbox_id": s.inbox, "status": status}))
+        .filter(|(_, (contact, ..))| *contact == id)
+        .map(|(c, (_, status, attributes))| {
+            json!({"id": c, "inbox_id": s.inbox, "status": status,
+                   "additional_attributes": attributes})
+        })
         .collect();
     Ok(Json(json!({"payload": listed})))
 }
@@ -271,19 +280,34 @@ async fn create_conversation(
     }
     books.next_id += 1;
     let id = books.next_id;
-    books.conversations.insert(id, (contact, "open".into()));
+    let attributes = body["additional_attributes"].clone();
+    books
+        .conversations
+        .insert(id, (contact, "open".into(), attributes));
     Ok(Json(
         json!({"id": id, "inbox_id": s.inbox, "status": "open"}),
     ))
 }
 
+/// A message, as JSON or, with a file, as `multipart/form-data` (`attachments[]`).
 async fn create_message(
     State(s): State<Arc<Shared>>,
     Path(id): Path<i64>,
     headers: HeaderMap,
-    Json(body): Json<Value>,
+    body: Bytes,
 ) -> Answer {
     admitted(&s, &headers)?;
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let (fields, attachment) = match content_type.split_once("boundary=") {
+        Some((_, boundary)) => form(&body, boundary).ok_or(StatusCode::BAD_REQUEST)?,
+        None => (
+            serde_json::from_slice(&body).map_err(|_| StatusCode::BAD_REQUEST)?,
+            None,
+        ),
+    };
     let mut books = lock(&s.books);
     if !books.conversations.contains_key(&id) {
         return Err(StatusCode::NOT_FOUND);
@@ -291,16 +315,71 @@ async fn create_message(
     books.next_id += 1;
     let message = Posted {
         id: books.next_id,
-        content: body["content"].as_str().unwrap_or_default().to_owned(),
-        message_type: body["message_type"]
+        content: fields["content"].as_str().unwrap_or_default().to_owned(),
+        message_type: fields["message_type"]
             .as_str()
             .unwrap_or("incoming")
             .to_owned(),
-        private: body["private"].as_bool().unwrap_or(false),
+        private: fields["private"] == true || fields["private"] == "true",
+        attachment,
     };
     let posted = message.id;
     books.messages.entry(id).or_default().push(message);
     Ok(Json(json!({"id": posted, "conversation_id": id})))
+}
+
+/// A multipart form's text fields, and its file: what Chatwoot's Rails parser would give.
+fn form(body: &[u8], boundary: &str) -> Option<(Value, Option<File>)> {
+    let delimiter = format!("--{}", boundary.trim_matches('"'));
+    let mut fields = serde_json::Map::new();
+    let mut file = None;
+    for part in split(body, delimiter.as_bytes()) {
+        let part = part.strip_prefix(b"\r\n")?;
+        let Some(at) = find(part, b"\r\n\r\n") else {
+            continue;
+        };
+        let head = String::from_utf8_lossy(&part[..at]).to_string();
+        let data = part[at + 4..].strip_suffix(b"\r\n")?;
+        let quoted = |key: &str| {
+            let start = head.find(&format!("{key}=\""))? + key.len() + 2;
+            let end = head[start..].find('"')? + start;
+            Some(head[start..end].to_owned())
+        };
+        let name = quoted("name")?;
+        match quoted("filename") {
+            Some(file_name) => {
+                let kind = head
+                    .lines()
+                    .find_map(|l| {
+                        l.strip_prefix("content-type: ")
+                            .or(l.strip_prefix("Content-Type: "))
+                    })
+                    .unwrap_or_default()
+                    .to_owned();
+                file = Some((file_name, kind, data.to_vec()));
+            }
+            None => {
+                let text = String::from_utf8_lossy(data).to_string();
+                fields.insert(name, Value::String(text));
+            }
+        }
+    }
+    Some((Value::Object(fields), file))
+}
+
+/// The parts between the delimiters, the preamble and the closing `--` left out.
+fn split<'a>(body: &'a [u8], delimiter: &[u8]) -> Vec<&'a [u8]> {
+    let mut parts = Vec::new();
+    let mut rest = body;
+    while let Some(at) = find(rest, delimiter) {
+        parts.push(&rest[..at]);
+        rest = &rest[at + delimiter.len()..];
+    }
+    parts.into_iter().skip(1).collect()
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 impl FakeChatwoot {

@@ -11,6 +11,8 @@ use sabi::clock::Clock;
 use sabi::desk::Mirror;
 use sabi::store::{OutboxEntry, ReviewQuery};
 use sabi::testing::chatwoot::{FakeChatwoot, Posted, signed_headers};
+use sabi::testing::graph::FakeGraph;
+use serde_json::json;
 
 use crate::helpers::{START_MS, TestApp, text_webhook};
 
@@ -20,20 +22,22 @@ const INBOX: i64 = 7;
 const CUSTOMER: &str = "2348031234567";
 
 async fn app(chatwoot: &FakeChatwoot) -> (TestApp, Arc<Mirror>) {
+    app_with(chatwoot, &[]).await
+}
+
+async fn app_with(chatwoot: &FakeChatwoot, more: &[(&str, &str)]) -> (TestApp, Arc<Mirror>) {
     let base = chatwoot.base_url();
     let inbox = INBOX.to_string();
-    let app = TestApp::spawn_with(
-        None,
-        &[
-            ("SABI_BATCH_WINDOW", "0"),
-            ("SABI_CHATWOOT_BASE_URL", base.as_str()),
-            ("SABI_CHATWOOT_API_TOKEN", TOKEN),
-            ("SABI_CHATWOOT_ACCOUNT_ID", "1"),
-            ("SABI_CHATWOOT_INBOX_ID", inbox.as_str()),
-            ("SABI_CHATWOOT_WEBHOOK_SECRET", SECRET),
-        ],
-    )
-    .await;
+    let mut env = vec![
+        ("SABI_BATCH_WINDOW", "0"),
+        ("SABI_CHATWOOT_BASE_URL", base.as_str()),
+        ("SABI_CHATWOOT_API_TOKEN", TOKEN),
+        ("SABI_CHATWOOT_ACCOUNT_ID", "1"),
+        ("SABI_CHATWOOT_INBOX_ID", inbox.as_str()),
+        ("SABI_CHATWOOT_WEBHOOK_SECRET", SECRET),
+    ];
+    env.extend_from_slice(more);
+    let app = TestApp::spawn_with(None, &env).await;
     let mirror = app.desk.clone().expect("a mirror with [handoff.chatwoot]");
     (app, mirror)
 }
@@ -110,6 +114,11 @@ async fn a_hand_off_goes_to_chatwoot_and_the_agents_reply_comes_back_once() {
         "the transcript first: {said:?}"
     );
     assert_eq!(said[1].0, "outgoing", "Sabi's answer: {said:?}");
+    let sabis = posted
+        .iter()
+        .find(|m| m.message_type == "outgoing" && !m.private)
+        .expect("Sabi's answer")
+        .clone();
     assert_eq!(
         said.last(),
         Some(&("incoming", "I want to speak to a human agent"))
@@ -125,6 +134,15 @@ async fn a_hand_off_goes_to_chatwoot_and_the_agents_reply_comes_back_once() {
         mirror.mirror().await.expect("mirrored"),
         Some(0),
         "nothing new"
+    );
+
+    // Chatwoot's webhook for what Sabi wrote, even without Sabi's mark on it, is not a reply.
+    let echo = FakeChatwoot::agent_reply(conversation, sabis.id, &sabis.content);
+    assert_eq!(chatwoot_posts(&app, echo, SECRET, 0).await, 200);
+    assert_eq!(
+        outbox(&app).await.len(),
+        before,
+        "Sabi's own words not sent again"
     );
 
     // While Chatwoot holds the conversation, the customer's words go there, not to a turn.
@@ -230,15 +248,120 @@ async fn a_reply_with_nothing_open_on_sabis_side_is_told_back_not_lost() {
         .expect("closed");
     let before = outbox(&app).await.len();
     let late = FakeChatwoot::agent_reply(conversation, 950, "Still there?");
-    assert_eq!(chatwoot_posts(&app, late, SECRET, 0).await, 200);
+    assert_eq!(chatwoot_posts(&app, late.clone(), SECRET, 0).await, 200);
+    assert_eq!(chatwoot_posts(&app, late, SECRET, 1).await, 200);
     assert_eq!(outbox(&app).await.len(), before, "not sent");
-    let note = chatwoot
+    let notes: Vec<Posted> = chatwoot
         .messages(conversation)
         .into_iter()
-        .rev()
-        .find(|m| m.private)
-        .expect("a note");
-    assert!(note.content.starts_with("Not sent"), "{}", note.content);
+        .filter(|m| m.private && m.content.starts_with("Not sent"))
+        .collect();
+    assert_eq!(notes.len(), 1, "told once: {notes:?}");
+
+    // The customer asks again: the same Chatwoot conversation holds them again.
+    writes(&app, "wamid.cl2", "I want to speak to a human agent").await;
+    let before = outbox(&app).await.len();
+    assert_eq!(mirror.mirror().await.expect("round"), Some(1));
+    assert_eq!(chatwoot.conversations(), [conversation]);
+    writes(&app, "wamid.cl3", "hello?").await;
+    assert_eq!(outbox(&app).await.len(), before, "Sabi stays silent");
+    let reply = FakeChatwoot::agent_reply(conversation, 951, "Back with you.");
+    assert_eq!(chatwoot_posts(&app, reply, SECRET, 0).await, 200);
+    assert_eq!(
+        outbox(&app).await.len(),
+        before + 1,
+        "the agent's reply goes"
+    );
+}
+
+#[tokio::test]
+async fn a_customers_photo_reaches_chatwoot_as_an_attachment() {
+    let chatwoot = FakeChatwoot::start(TOKEN, INBOX).await;
+    let graph = FakeGraph::start("graph-token").await;
+    let photo = b"\xFF\xD8\xFF a receipt".to_vec();
+    graph.add_media("media.receipt", "image/jpeg", photo.clone());
+    let base = graph.base_url();
+    let (app, mirror) = app_with(
+        &chatwoot,
+        &[
+            ("SABI_WHATSAPP_ACCESS_TOKEN", "graph-token"),
+            ("SABI_WHATSAPP_API_BASE", base.as_str()),
+        ],
+    )
+    .await;
+    writes(&app, "wamid.ph1", "I want to speak to a human agent").await;
+    mirror.mirror().await.expect("round");
+    let image = json!({"object": "whatsapp_business_account", "entry": [{"id": "WABA", "changes": [{"field": "messages", "value": {
+        "messaging_product": "whatsapp",
+        "metadata": {"display_phone_number": "15550001111", "phone_number_id": "100000000000001"},
+        "contacts": [{"profile": {"name": "Test Customer"}, "wa_id": CUSTOMER}],
+        "messages": [{"from": CUSTOMER, "id": "wamid.ph2", "timestamp": (START_MS / 1000).to_string(),
+            "type": "image", "image": {"id": "media.receipt", "mime_type": "image/jpeg", "caption": "my receipt"}}]}}]}]});
+    let body = sabi::whatsapp::wire::encode(&image).into_bytes();
+    assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
+    app.scheduler.drain().await.expect("turns");
+    assert_eq!(mirror.mirror().await.expect("round"), Some(1));
+    let conversation = chatwoot.conversations()[0];
+    let last = chatwoot.messages(conversation).pop().expect("posted");
+    assert_eq!(
+        (last.message_type.as_str(), last.content.as_str()),
+        ("incoming", "my receipt")
+    );
+    let (name, kind, bytes) = last.attachment.expect("the photo attached");
+    assert_eq!(
+        (name.as_str(), kind.as_str()),
+        ("image-media.receipt.jpeg", "image/jpeg")
+    );
+    assert_eq!(bytes, photo);
+}
+
+#[tokio::test]
+async fn one_customer_on_two_business_numbers_gets_two_chatwoot_conversations() {
+    let chatwoot = FakeChatwoot::start(TOKEN, INBOX).await;
+    let (app, mirror) = app(&chatwoot).await;
+    writes(&app, "wamid.tb1", "I want to speak to a human agent").await;
+    let other = sabi::whatsapp::wire::text_webhook(
+        "100000000000002",
+        CUSTOMER,
+        "Test Customer",
+        "wamid.tb2",
+        u64::try_from(START_MS / 1000).expect("positive"),
+        "I want to speak to a human agent",
+    );
+    let response = app
+        .post_whatsapp_webhook(sabi::whatsapp::wire::encode(&other).into_bytes())
+        .await;
+    assert_eq!(response.status(), 200);
+    app.scheduler.drain().await.expect("turns");
+    assert_eq!(open_items(&app).await, 2);
+    assert_eq!(mirror.mirror().await.expect("round"), Some(2));
+    let conversations = chatwoot.conversations();
+    assert_eq!(conversations.len(), 2, "{conversations:?}");
+    let contacts: Vec<_> = conversations
+        .iter()
+        .map(|c| chatwoot.contact_of(*c).expect("contact").0)
+        .collect();
+    assert_eq!(contacts, [CUSTOMER, CUSTOMER], "one contact");
+    // Each agent's reply goes from the number the customer wrote to.
+    let before = outbox(&app).await.len();
+    for (conversation, text) in conversations
+        .iter()
+        .zip(["From the first", "From the second"])
+    {
+        let reply = FakeChatwoot::agent_reply(*conversation, 980 + conversation, text);
+        assert_eq!(chatwoot_posts(&app, reply, SECRET, 0).await, 200);
+    }
+    let sent: Vec<(String, String)> = outbox(&app).await[before..]
+        .iter()
+        .map(|p| (p.conversation.business.clone(), p.text.clone()))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            ("100000000000001".to_owned(), "From the first".to_owned()),
+            ("100000000000002".to_owned(), "From the second".to_owned()),
+        ]
+    );
 }
 
 #[tokio::test]

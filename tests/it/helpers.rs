@@ -118,7 +118,7 @@ pub struct TestApp {
     pub clock: Arc<ManualClock>,
     pub scheduler: Arc<Scheduler>,
     pub holder: Arc<Holder>,
-    /// The help desk's mirror, driven by hand; none without `[handoff.chatwoot]`.
+    /// The help desk's mirror, driven by hand; none without a `[handoff]` desk.
     pub desk: Option<Arc<sabi::desk::Mirror>>,
     pub dir: tempfile::TempDir,
     shutdown: CancellationToken,

@@ -15,6 +15,7 @@ mod conformance;
 mod corpus;
 mod crash;
 mod customers;
+mod desk_webhook;
 mod edge;
 mod engine;
 mod fuzz;

@@ -1,11 +1,12 @@
 //! A help desk's threads and mirroring on PostgreSQL (see [`Desk`](crate::store::Desk)).
 
-use sqlx::{PgPool, Row};
+use sqlx::{AssertSqlSafe, PgPool, Row};
 
 use super::conversation_at;
+use crate::clock::At;
 use crate::domain::ConversationKey;
 use crate::store::rules::review::DESK_HOLD;
-use crate::store::{DeskThread, Error, Result};
+use crate::store::{DeskThread, Error, Result, ReviewState};
 
 pub(super) async fn thread(pool: &PgPool, c: &ConversationKey) -> Result<Option<DeskThread>> {
     let row = sqlx::query(
@@ -64,13 +65,30 @@ pub(super) async fn conversation(pool: &PgPool, thread: &str) -> Result<Option<C
     row.map(|r| conversation_at(&r, 0)).transpose()
 }
 
-pub(super) async fn mirrored(pool: &PgPool, items: &[i64]) -> Result<Vec<(i64, i64)>> {
-    Ok(sqlx::query_as(
-        "SELECT id, desk_seq FROM review WHERE id = ANY($1) AND desk_seq IS NOT NULL",
-    )
-    .bind(items)
+/// Open items the desk has not seen whole: never mirrored, or with a message past what was.
+pub(super) async fn pending(pool: &PgPool, limit: usize) -> Result<Vec<(i64, Option<i64>)>> {
+    Ok(sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT r.id, r.desk_seq FROM review r
+         WHERE r.state = '{open}' AND (r.desk_seq IS NULL OR EXISTS (
+             SELECT 1 FROM inbox i WHERE i.batch_id = r.batch_id AND i.seq > r.desk_seq))
+         ORDER BY r.id LIMIT $1",
+        open = ReviewState::Open,
+    )))
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
     .fetch_all(pool)
     .await?)
+}
+
+/// True the first time desk message `key` is claimed.
+pub(super) async fn claim(pool: &PgPool, key: &str, now: At) -> Result<bool> {
+    let inserted =
+        sqlx::query("INSERT INTO desk_replies (key, at) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+            .bind(key)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected();
+    Ok(inserted > 0)
 }
 
 pub(super) async fn set_mirrored(pool: &PgPool, item: i64, seq: i64) -> Result<()> {

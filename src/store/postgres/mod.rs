@@ -474,8 +474,11 @@ impl Desk for PgStore {
     async fn desk_conversation(&self, thread: &str) -> Result<Option<ConversationKey>> {
         desk::conversation(&self.pool, thread).await
     }
-    async fn desk_mirrored(&self, items: &[i64]) -> Result<Vec<(i64, i64)>> {
-        desk::mirrored(&self.pool, items).await
+    async fn desk_pending(&self, limit: usize) -> Result<Vec<(i64, Option<i64>)>> {
+        desk::pending(&self.pool, limit).await
+    }
+    async fn claim_desk_message(&self, key: &str, now: At) -> Result<bool> {
+        desk::claim(&self.pool, key, now).await
     }
     async fn set_desk_mirrored(&self, item: i64, seq: i64) -> Result<()> {
         desk::set_mirrored(&self.pool, item, seq).await

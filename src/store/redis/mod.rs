@@ -694,10 +694,16 @@ impl Desk for RedisStore {
             .await?;
         found.map(RawKey3::into_key).transpose()
     }
-    async fn desk_mirrored(&self, items: &[i64]) -> Result<Vec<(i64, i64)>> {
-        let List(rows): List<(i64, i64)> =
-            self.call("desk_mirrored", json!({"items": items})).await?;
+    async fn desk_pending(&self, limit: usize) -> Result<Vec<(i64, Option<i64>)>> {
+        let List(rows): List<(i64, Option<i64>)> = self
+            .call("desk_pending", json!({"limit": count(limit)}))
+            .await?;
         Ok(rows)
+    }
+    async fn claim_desk_message(&self, key: &str, now: At) -> Result<bool> {
+        let keep = i64::try_from(review::DESK_REPLY_MEMORY.as_millis()).unwrap_or(i64::MAX);
+        let args = json!({"key": key, "now": now, "keep": keep});
+        self.call("claim_desk_message", args).await
     }
     async fn set_desk_mirrored(&self, item: i64, seq: i64) -> Result<()> {
         let _: bool = self

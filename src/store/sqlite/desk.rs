@@ -3,10 +3,11 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::customers::count;
-use super::{conversation_at, execute, unavailable};
+use super::{conversation_at, execute, limit_param, unavailable};
+use crate::clock::At;
 use crate::domain::ConversationKey;
 use crate::store::rules::review::DESK_HOLD;
-use crate::store::{DeskThread, Error, Result};
+use crate::store::{DeskThread, Error, Result, ReviewState};
 
 pub(super) fn thread(conn: &Connection, c: &ConversationKey) -> Result<Option<DeskThread>> {
     conn.prepare_cached(
@@ -63,17 +64,30 @@ pub(super) fn conversation(conn: &Connection, thread: &str) -> Result<Option<Con
     .map_err(unavailable)
 }
 
-pub(super) fn mirrored(conn: &Connection, items: &[i64]) -> Result<Vec<(i64, i64)>> {
-    let ids = serde_json::to_string(items).unwrap_or_default();
-    conn.prepare_cached(
-        "SELECT id, desk_seq FROM review
-         WHERE id IN (SELECT value FROM json_each(?1)) AND desk_seq IS NOT NULL",
-    )
+/// Open items the desk has not seen whole: never mirrored, or with a message past what was.
+pub(super) fn pending(conn: &Connection, limit: usize) -> Result<Vec<(i64, Option<i64>)>> {
+    conn.prepare_cached(&format!(
+        "SELECT r.id, r.desk_seq FROM review r
+         WHERE r.state = '{open}' AND (r.desk_seq IS NULL OR EXISTS (
+             SELECT 1 FROM inbox i WHERE i.batch_id = r.batch_id AND i.seq > r.desk_seq))
+         ORDER BY r.id LIMIT ?1",
+        open = ReviewState::Open,
+    ))
     .and_then(|mut s| {
-        s.query_map(params![ids], |r| Ok((r.get(0)?, r.get(1)?)))?
+        s.query_map(params![limit_param(limit)], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect()
     })
     .map_err(unavailable)
+}
+
+/// True the first time desk message `key` is claimed.
+pub(super) fn claim(conn: &Connection, key: &str, now: At) -> Result<bool> {
+    count(
+        conn,
+        "INSERT INTO desk_replies (key, at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+        params![key, now],
+    )
+    .map(|n| n > 0)
 }
 
 pub(super) fn set_mirrored(conn: &Connection, item: i64, seq: i64) -> Result<()> {

@@ -538,9 +538,14 @@ impl Desk for SqliteStore {
         self.read(move |conn| desk::conversation(conn, &thread))
             .await
     }
-    async fn desk_mirrored(&self, items: &[i64]) -> Result<Vec<(i64, i64)>> {
-        let items = items.to_vec();
-        self.read(move |conn| desk::mirrored(conn, &items)).await
+    async fn desk_pending(&self, limit: usize) -> Result<Vec<(i64, Option<i64>)>> {
+        self.read(move |conn| desk::pending(conn, limit)).await
+    }
+    async fn claim_desk_message(&self, key: &str, now: At) -> Result<bool> {
+        let key = key.to_owned();
+        self.writer
+            .write(move |conn| desk::claim(conn, &key, now))
+            .await
     }
     async fn set_desk_mirrored(&self, item: i64, seq: i64) -> Result<()> {
         self.writer

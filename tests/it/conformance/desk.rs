@@ -112,17 +112,41 @@ pub async fn a_desk_holds_its_conversation_and_its_replies_go_once(store: Arc<dy
         .await
         .expect("to the desk");
 
-    // Mirroring moves forward only.
-    assert_eq!(store.desk_mirrored(&[item.id]).await.expect("read"), []);
-    store.set_desk_mirrored(item.id, 5).await.expect("set");
-    store.set_desk_mirrored(item.id, 3).await.expect("set");
+    // Every open item is behind on the desk until it is mirrored whole; mirroring moves
+    // forward only.
+    let open: Vec<(i64, Option<i64>)> = open_reviews(&store)
+        .await
+        .iter()
+        .map(|i| (i.id, None))
+        .collect();
+    assert_eq!(open.len(), 2, "the hand-off and the customer's later words");
+    assert_eq!(store.desk_pending(10).await.expect("pending"), open);
+    assert_eq!(store.desk_pending(1).await.expect("pending"), open[..1]);
+    let seq = item.messages.last().expect("a message").seq;
+    store
+        .set_desk_mirrored(item.id, seq - 1)
+        .await
+        .expect("set");
     assert_eq!(
-        store
-            .desk_mirrored(&[item.id, item.id + 1_000])
-            .await
-            .expect("read"),
-        [(item.id, 5)]
+        store.desk_pending(10).await.expect("pending")[0],
+        (item.id, Some(seq - 1))
     );
+    store.set_desk_mirrored(item.id, seq).await.expect("set");
+    store
+        .set_desk_mirrored(item.id, seq - 1)
+        .await
+        .expect("set");
+    assert_eq!(store.desk_pending(10).await.expect("pending"), open[1..]);
+
+    // A message Sabi wrote into the desk is claimed: it never goes out as an agent's reply.
+    assert!(store.claim_desk_message("m3", at).await.expect("claim"));
+    assert!(!store.claim_desk_message("m3", at).await.expect("claim"));
+    store
+        .resolve_review(item.id, at + ms(2), desk_reply("echo", "m3"))
+        .await
+        .expect("known");
+    let echoed = store.outbox(None).await.expect("outbox");
+    assert!(echoed.iter().all(|p| p.text != "echo"), "{echoed:?}");
 
     // The desk resolves it: the hold goes, and the next turn is the assistant's.
     assert_eq!(

@@ -65,15 +65,26 @@ local function desk_conversation(a)
   return desk_key(conv)
 end
 
-local function desk_mirrored(a)
+-- Open items the desk has not seen whole: never mirrored, or with a message past dseq.
+local function desk_pending(a)
   local rows = {}
-  for _, id in ipairs(a.items) do
-    local seq = redis.call('HGET', k('r', id), 'dseq')
-    if seq then
-      rows[#rows + 1] = {id, tonumber(seq)}
+  for _, id in ipairs(redis.call('ZRANGE', k('review'), 0, -1)) do
+    if #rows >= a.limit then
+      break
+    end
+    local r = get(k('r', id), 'batch', 'dseq')
+    local last = redis.call('ZRANGE', k('b', r.batch, 'msgs'), -1, -1)[1]
+    if not r.dseq then
+      rows[#rows + 1] = {tonumber(id), cjson.null}
+    elseif last and tonumber(last) > tonumber(r.dseq) then
+      rows[#rows + 1] = {tonumber(id), tonumber(r.dseq)}
     end
   end
   return rows
+end
+
+local function claim_desk_message(a)
+  return redis.call('SET', k('dr', a.key), int(a.now), 'NX', 'PX', int(a.keep)) ~= false
 end
 
 local function set_desk_mirrored(a)

@@ -43,7 +43,8 @@ local OPS = {
   category_keep = category_keep, category_get = category_get, price_counts = price_counts,
   desk_thread = desk_thread, open_desk_thread = open_desk_thread,
   close_desk_thread = close_desk_thread, desk_conversation = desk_conversation,
-  desk_mirrored = desk_mirrored, set_desk_mirrored = set_desk_mirrored,
+  desk_pending = desk_pending, set_desk_mirrored = set_desk_mirrored,
+  claim_desk_message = claim_desk_message,
 }
 
 -- Keys lost (a restart without persistence, a flush) and made again start every counter anew:
