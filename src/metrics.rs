@@ -129,7 +129,7 @@ pub struct Metrics {
     /// WhatsApp messages Meta priced, by category and type: each once, at its first priced
     /// status.
     pub priced: Family<Priced, Counter>,
-    /// The help desk (Chatwoot): items mirrored or failed, replies sent or unsent, threads
+    /// The help desk (`[handoff]`): items mirrored or failed, replies sent or unsent, threads
     /// resolved, webhooks refused.
     pub desk: Family<Outcome, Counter>,
     /// 1 while the help desk's last round failed for some hand-off (they wait on Sabi's desk).

@@ -5,6 +5,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 
 use super::AppState;
+use crate::desk::Kind;
 use crate::ingress::ApiError;
 use crate::worker::holder;
 
@@ -20,10 +21,13 @@ pub(super) async fn readyz(
     state.store.ready().await?;
     // Ready all the same: the hand-offs wait on Sabi's own desk meanwhile.
     if state.metrics.desk_failing.get() > 0 {
-        return Ok((
-            StatusCode::OK,
-            "ready; the help desk (Chatwoot) is failing: hand-offs wait on Sabi's desk",
-        ));
+        let says = match state.desk.as_ref().map(|d| d.kind) {
+            Some(Kind::Webhook) => {
+                "ready; the help desk (handoff.webhook) is failing: hand-offs wait on Sabi's desk"
+            }
+            _ => "ready; the help desk (Chatwoot) is failing: hand-offs wait on Sabi's desk",
+        };
+        return Ok((StatusCode::OK, says));
     }
     Ok((StatusCode::OK, "ready"))
 }

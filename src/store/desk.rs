@@ -1,4 +1,4 @@
-//! Where a help desk (Chatwoot) meets the store: the desk's thread for a conversation handed to
+//! Where a help desk (Chatwoot, or one on `[handoff.webhook]`) meets the store: the desk's thread for a conversation handed to
 //! it, which holds the conversation for the desk until the desk resolves it, and how far each
 //! review item's messages were mirrored into that thread. A desk's replies settle review
 //! items through [`Reviews::resolve_review`](super::Reviews::resolve_review) with

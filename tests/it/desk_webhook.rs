@@ -216,6 +216,9 @@ async fn while_the_desk_is_down_the_hand_off_waits_and_goes_once() {
     desk.down.store(true, Ordering::SeqCst);
     assert_eq!(mirror.mirror().await.expect("round"), Some(0));
     assert_eq!(open_items(&app).await, 1, "still on Sabi's desk");
+    let ready = app.client.get(app.url("/readyz")).send().await;
+    let said = ready.expect("readyz").text().await.expect("text");
+    assert!(said.contains("(handoff.webhook) is failing"), "{said}");
     desk.down.store(false, Ordering::SeqCst);
     app.clock.advance(std::time::Duration::from_secs(5));
     assert_eq!(mirror.mirror().await.expect("round"), Some(1));
