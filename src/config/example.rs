@@ -463,7 +463,7 @@ const SETTINGS: &[Setting] = &[
     opt(
         "handoff.chatwoot",
         "Hand-offs also go to a Chatwoot API-channel inbox, with the transcript; its agents' replies come back through POST /webhook/chatwoot, and resolving the conversation gives the customer back to the assistant (README: Hand-offs into Chatwoot). SABI_CHATWOOT_BASE_URL, _API_TOKEN, _ACCOUNT_ID, _INBOX_ID, _WEBHOOK_SECRET.",
-        "[handoff.chatwoot]\nbase_url = \"https://app.chatwoot.com\"\napi_token = \"your-agent-bot-token\"\naccount_id = 1\ninbox_id = 7\nwebhook_secret = \"the-inbox-webhook-secret\"\nmirror_every = \"2s\"",
+        "[handoff.chatwoot]\nbase_url = \"https://app.chatwoot.com\"\napi_token = \"an-agents-access-token\"\naccount_id = 1\ninbox_id = 7\nwebhook_secret = \"the-inbox-webhook-secret\"\nmirror_every = \"2s\"",
     ),
     opt(
         "handoff.webhook",

@@ -182,8 +182,8 @@ pub struct DeskWebhookConfig {
 pub struct ChatwootConfig {
     /// Where Chatwoot answers, like `https://app.chatwoot.com`.
     pub base_url: String,
-    /// An access token (an agent bot's, so its messages read as the bot's), sent as
-    /// `api_access_token`.
+    /// A user's access token (an agent's or an administrator's profile token: an agent bot's
+    /// may not search or create contacts), sent as `api_access_token`.
     #[serde(skip_serializing)]
     pub api_token: SecretString,
     #[serde(deserialize_with = "number::u32")]
@@ -206,6 +206,15 @@ fn mirror_every() -> Duration {
 
 impl HandoffConfig {
     fn validate(&self) -> Result<(), Error> {
+        let every = [
+            self.chatwoot.as_ref().map(|c| c.mirror_every),
+            self.webhook.as_ref().map(|w| w.mirror_every),
+        ];
+        if every.contains(&Some(Duration::ZERO)) {
+            return Err(Error(
+                "handoff's mirror_every: must be more than 0 (like \"2s\")".into(),
+            ));
+        }
         let (url, secret) = match (&self.chatwoot, &self.webhook) {
             (Some(_), Some(_)) => {
                 return Err(Error(

@@ -31,12 +31,14 @@ use crate::domain::{BatchMessage, Channel, ConversationKey};
 use crate::metrics::Metrics;
 use crate::runner::{Periodic, Runner};
 use crate::store::rules::identity;
-use crate::store::{self, ReviewEntry, Speaker, Store, Subject};
+use crate::store::{self, ReviewEntry, ReviewState, Speaker, Store, Subject};
 use crate::whatsapp::graph::{Graph, GraphError};
 use crate::whatsapp::{sign, verify};
 
 /// The lease one node mirrors under.
 const LEASE: &str = "desk";
+/// The shortest lease: an item's few calls to the desk, each within its 10 s timeout.
+const LEASE_AT_LEAST: Duration = Duration::from_secs(60);
 /// Items mirrored per round at most.
 const PAGE: usize = 200;
 /// How much of the conversation's history a new thread starts with.
@@ -62,7 +64,7 @@ impl DeskError {
     fn is_down(&self) -> bool {
         match self {
             DeskError::Unreachable(_) => true,
-            DeskError::Refused { status, .. } => *status >= 500,
+            DeskError::Refused { status, .. } => *status >= 500 || *status == 429,
             DeskError::Unexpected(_) => false,
         }
     }
@@ -352,11 +354,9 @@ impl Mirror {
         if now < self.backoff().1 {
             return Ok(Some(0));
         }
-        if !self
-            .store
-            .hold_lease(LEASE, &self.holder, now, self.every * 3)
-            .await?
-        {
+        if !self.lease().await? {
+            // Another node mirrors, and says how it goes.
+            self.metrics.desk_failing.set(0);
             return Ok(None);
         }
         let mut moved = 0;
@@ -365,6 +365,13 @@ impl Mirror {
             let Some(item) = self.store.review_item(id).await? else {
                 continue;
             };
+            // Settled since it was listed (resolved on the desk, or on Sabi's own).
+            if item.state != ReviewState::Open {
+                continue;
+            }
+            if !self.lease().await? {
+                break;
+            }
             match self.item(&item, done).await {
                 Ok(()) => {
                     moved += 1;
@@ -394,6 +401,15 @@ impl Mirror {
         Ok(Some(moved))
     }
 
+    /// Takes or keeps the lease: long enough for an item's calls to the desk, each bounded
+    /// by their timeout, and taken again before every item.
+    async fn lease(&self) -> store::Result<bool> {
+        let hold = (self.every * 3).max(LEASE_AT_LEAST);
+        self.store
+            .hold_lease(LEASE, &self.holder, self.clock.now(), hold)
+            .await
+    }
+
     fn backoff(&self) -> (u32, At) {
         *self.backoff.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -420,16 +436,23 @@ impl Mirror {
         };
         if done.is_none() {
             self.target.handed_over(&thread, item).await?;
+            // Told: a failure further on does not tell the agents twice.
+            self.store.set_desk_mirrored(item.id, 0).await?;
         }
-        let mut last = done.unwrap_or(0);
-        for m in item.messages.iter().filter(|m| Some(m.seq) > done) {
+        // By arrival, each recorded as it goes: a failure posts no message twice.
+        let mut fresh: Vec<&BatchMessage> = item
+            .messages
+            .iter()
+            .filter(|m| Some(m.seq) > done)
+            .collect();
+        fresh.sort_by_key(|m| m.seq);
+        for m in fresh {
             let attachment = self.attachment(key, m).await?;
             self.target
                 .message(&thread, item.id, m, attachment.as_ref())
                 .await?;
-            last = last.max(m.seq);
+            self.store.set_desk_mirrored(item.id, m.seq).await?;
         }
-        self.store.set_desk_mirrored(item.id, last).await?;
         Ok(())
     }
 

@@ -22,6 +22,11 @@ use crate::store::{self, Resolution, ReviewEntry, ReviewQuery};
 const NOT_SENT: &str = "Not sent: Sabi holds no open hand-off for this customer any more (it was \
                         settled on Sabi's desk). Hand the customer over again to answer them here.";
 
+/// What the agents are told when they answer in a conversation Sabi did not hand over.
+const NOT_HANDED_OVER: &str = "Not sent: Sabi did not hand this conversation over (or is still \
+                               opening it), so it cannot reach the customer from here. Answer in \
+                               a conversation Sabi opened.";
+
 /// `POST /webhook/chatwoot`.
 pub(super) async fn chatwoot(
     State(state): State<AppState>,
@@ -106,7 +111,7 @@ async fn reply(
     text: String,
 ) -> Result<(), ApiError> {
     let Some(key) = state.store.desk_conversation(thread).await? else {
-        return Ok(());
+        return unsent(state, desk, thread, &message, NOT_HANDED_OVER).await;
     };
     let resolution = Resolution::Reply {
         text,
@@ -134,14 +139,25 @@ async fn reply(
             Err(e) => return Err(e.into()),
         }
     }
+    unsent(state, desk, thread, &message, NOT_SENT).await
+}
+
+/// The agents are told, once however often the desk delivers it, that `message` was not sent.
+async fn unsent(
+    state: &AppState,
+    desk: &HelpDesk,
+    thread: &str,
+    message: &str,
+    why: &str,
+) -> Result<(), ApiError> {
     // Claimed: a reply sent before and delivered again is not reported as unsent.
     if state
         .store
-        .claim_desk_message(&message, state.clock.now())
+        .claim_desk_message(message, state.clock.now())
         .await?
     {
         Metrics::count(&state.metrics.desk, "reply_unsent");
-        if let Err(e) = desk.target.notice(thread, NOT_SENT).await {
+        if let Err(e) = desk.target.notice(thread, why).await {
             tracing::warn!(error.message = %e, "telling the help desk a reply was not sent failed");
         }
     }

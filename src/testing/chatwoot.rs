@@ -318,7 +318,7 @@ async fn create_message(
         content: fields["content"].as_str().unwrap_or_default().to_owned(),
         message_type: fields["message_type"]
             .as_str()
-            .unwrap_or("incoming")
+            .ok_or(StatusCode::UNPROCESSABLE_ENTITY)?
             .to_owned(),
         private: fields["private"] == true || fields["private"] == "true",
         attachment,
@@ -347,7 +347,8 @@ fn form(body: &[u8], boundary: &str) -> Option<(Value, Option<File>)> {
         };
         let name = quoted("name")?;
         match quoted("filename") {
-            Some(file_name) => {
+            // Chatwoot takes files under `attachments[]` only.
+            Some(file_name) if name == "attachments[]" => {
                 let kind = head
                     .lines()
                     .find_map(|l| {
@@ -358,6 +359,7 @@ fn form(body: &[u8], boundary: &str) -> Option<(Value, Option<File>)> {
                     .to_owned();
                 file = Some((file_name, kind, data.to_vec()));
             }
+            Some(_) => {}
             None => {
                 let text = String::from_utf8_lossy(data).to_string();
                 fields.insert(name, Value::String(text));

@@ -26,6 +26,8 @@ const CUSTOMER: &str = "2348031234567";
 struct Desk {
     events: Mutex<Vec<(bool, Value)>>,
     down: AtomicBool,
+    /// Refuses `message` events only (503): a failure after the thread opened.
+    refusing_messages: AtomicBool,
 }
 
 impl Desk {
@@ -76,6 +78,9 @@ async fn take(State(desk): State<Arc<Desk>>, headers: HeaderMap, body: Bytes) ->
     )
     .is_ok();
     let event: Value = serde_json::from_slice(&body).expect("JSON");
+    if desk.refusing_messages.load(Ordering::SeqCst) && event["event"] == "message" {
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
     desk.events.lock().expect("events").push((signed, event));
     StatusCode::OK
 }
@@ -225,5 +230,22 @@ async fn while_the_desk_is_down_the_hand_off_waits_and_goes_once() {
     assert_eq!(mirror.mirror().await.expect("round"), Some(0));
     assert_eq!(desk.of("opened").len(), 1);
     assert_eq!(desk.of("handed_over").len(), 1);
+    assert_eq!(desk.of("message").len(), 1);
+}
+
+#[tokio::test]
+async fn a_failure_after_the_hand_off_was_told_repeats_nothing() {
+    let (desk, url) = Desk::start().await;
+    let (app, mirror) = app(&url).await;
+    writes(&app, "wamid.df1", "I want to speak to a human agent").await;
+    desk.refusing_messages.store(true, Ordering::SeqCst);
+    assert_eq!(mirror.mirror().await.expect("round"), Some(0));
+    assert_eq!(desk.of("handed_over").len(), 1);
+    assert!(desk.of("message").is_empty());
+    desk.refusing_messages.store(false, Ordering::SeqCst);
+    app.clock.advance(std::time::Duration::from_secs(5));
+    assert_eq!(mirror.mirror().await.expect("round"), Some(1));
+    assert_eq!(desk.of("opened").len(), 1, "one thread");
+    assert_eq!(desk.of("handed_over").len(), 1, "told once");
     assert_eq!(desk.of("message").len(), 1);
 }

@@ -73,8 +73,10 @@ local function desk_pending(a)
       break
     end
     local r = get(k('r', id), 'batch', 'dseq')
-    local last = redis.call('ZRANGE', k('b', r.batch, 'msgs'), -1, -1)[1]
-    if not r.dseq then
+    local last = r.batch and redis.call('ZRANGE', k('b', r.batch, 'msgs'), -1, -1)[1]
+    if not r.batch then
+      -- A review item without its turn is nothing to mirror.
+    elseif not r.dseq then
       rows[#rows + 1] = {tonumber(id), cjson.null}
     elseif last and tonumber(last) > tonumber(r.dseq) then
       rows[#rows + 1] = {tonumber(id), tonumber(r.dseq)}
