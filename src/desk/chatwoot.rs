@@ -21,7 +21,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{
-    Attachment, Customer, DeskError, Event, Line, Opened, Target, handed_over_note, message_text,
+    Attachment, Customer, DeskError, Event, Line, Opened, Target, answer, handed_over_note,
+    message_text,
 };
 use crate::config::ChatwootConfig;
 use crate::domain::{BatchMessage, ConversationKey};
@@ -31,8 +32,6 @@ pub const SIGNATURE_HEADER: &str = "x-chatwoot-signature";
 pub const TIMESTAMP_HEADER: &str = "x-chatwoot-timestamp";
 /// How long one API call may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
-/// The most of an answer read: Chatwoot's answers to Sabi's calls are a few kilobytes.
-const MAX_ANSWER: usize = 1 << 20;
 
 type Result<T> = std::result::Result<T, DeskError>;
 
@@ -251,31 +250,12 @@ impl Chatwoot {
 
     /// Sends `request` with the token; Chatwoot's answer.
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value> {
-        let mut response = request
+        let response = request
             .header("api_access_token", self.token.expose_secret())
             .send()
             .await
             .map_err(|e| DeskError::Unreachable(e.to_string()))?;
-        let status = response.status();
-        let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| DeskError::Unreachable(e.to_string()))?
-        {
-            if body.len() + chunk.len() > MAX_ANSWER {
-                return Err(DeskError::Unexpected(format!(
-                    "an answer of more than {MAX_ANSWER} bytes"
-                )));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        if !status.is_success() {
-            return Err(DeskError::Refused {
-                status: status.as_u16(),
-                body: String::from_utf8_lossy(&body).chars().take(200).collect(),
-            });
-        }
+        let body = answer(response).await?;
         serde_json::from_slice(&body).map_err(|e| DeskError::Unexpected(e.to_string()))
     }
 }

@@ -221,6 +221,33 @@ fn signed(seconds: i64, body: &[u8]) -> Vec<u8> {
     signed
 }
 
+/// The most of a desk's answer read: its answers to Sabi's calls are a few kilobytes.
+const MAX_ANSWER: usize = 1 << 20;
+
+/// A desk's answer: its body (the first [`MAX_ANSWER`] bytes) when it is 2xx.
+///
+/// # Errors
+/// [`DeskError::Refused`] with the start of the body otherwise; `Unreachable` when the body
+/// breaks off.
+async fn answer(mut response: reqwest::Response) -> Result<Vec<u8>, DeskError> {
+    let status = response.status();
+    let mut body = Vec::new();
+    while body.len() < MAX_ANSWER {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) => break,
+            Err(e) => return Err(DeskError::Unreachable(e.to_string())),
+        }
+    }
+    if !status.is_success() {
+        return Err(DeskError::Refused {
+            status: status.as_u16(),
+            body: String::from_utf8_lossy(&body).chars().take(200).collect(),
+        });
+    }
+    Ok(body)
+}
+
 /// The note that tells the agents why `item` was handed over.
 fn handed_over_note(item: &ReviewEntry) -> String {
     format!(

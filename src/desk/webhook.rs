@@ -26,7 +26,8 @@ use serde_json::{Value, json};
 use base64::Engine;
 
 use super::{
-    Attachment, Customer, DeskError, Event, Line, Opened, Target, handed_over_note, signature,
+    Attachment, Customer, DeskError, Event, Line, Opened, Target, answer, handed_over_note,
+    signature,
 };
 use crate::clock::SharedClock;
 use crate::config::DeskWebhookConfig;
@@ -76,15 +77,7 @@ impl DeskWebhook {
             .send()
             .await
             .map_err(|e| DeskError::Unreachable(e.to_string()))?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(());
-        }
-        let answer = response.text().await.unwrap_or_default();
-        Err(DeskError::Refused {
-            status: status.as_u16(),
-            body: answer.chars().take(200).collect(),
-        })
+        answer(response).await.map(drop)
     }
 }
 

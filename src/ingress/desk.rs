@@ -33,16 +33,7 @@ pub(super) async fn chatwoot(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
-    let desk = signed(
-        &state,
-        Kind::Chatwoot,
-        &headers,
-        (chatwoot::TIMESTAMP_HEADER, chatwoot::SIGNATURE_HEADER),
-        &body,
-    )?;
-    let event =
-        chatwoot::event(&body).map_err(|e| ApiError::BadRequest(format!("not JSON: {e}")))?;
-    act(&state, desk, event).await
+    receive(&state, Kind::Chatwoot, &headers, &body).await
 }
 
 /// `POST /webhook/desk`.
@@ -51,15 +42,27 @@ pub(super) async fn webhook(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
-    let desk = signed(
-        &state,
-        Kind::Webhook,
-        &headers,
-        (webhook::TIMESTAMP_HEADER, webhook::SIGNATURE_HEADER),
-        &body,
-    )?;
-    let event = webhook::event(&body).map_err(ApiError::BadRequest)?;
-    act(&state, desk, event).await
+    receive(&state, Kind::Webhook, &headers, &body).await
+}
+
+/// A delivery from the configured desk of `kind`: checked, read, and acted on.
+async fn receive(
+    state: &AppState,
+    kind: Kind,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<StatusCode, ApiError> {
+    let headers_of = match kind {
+        Kind::Chatwoot => (chatwoot::TIMESTAMP_HEADER, chatwoot::SIGNATURE_HEADER),
+        Kind::Webhook => (webhook::TIMESTAMP_HEADER, webhook::SIGNATURE_HEADER),
+    };
+    let desk = signed(state, kind, headers, headers_of, body)?;
+    // Read only once it is known to come from the desk.
+    let event = match kind {
+        Kind::Chatwoot => chatwoot::event(body).map_err(|e| format!("not JSON: {e}")),
+        Kind::Webhook => webhook::event(body),
+    };
+    act(state, desk, event.map_err(ApiError::BadRequest)?).await
 }
 
 /// The configured desk of `kind`, once the delivery's signature and age are checked.
