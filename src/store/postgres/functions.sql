@@ -46,19 +46,24 @@ $$;
 -- store::rules::identity (`key`: the key of the first id that has one, else the first id;
 -- `unlinked`: only ids not yet linked to it are written, so a known customer costs one read;
 -- `links`: nothing is written unless `p_link`). NULL for no ids.
+-- Each id is looked up alone, through the primary key: a join of the ids with customer_ids,
+-- planned once for every customer, read the whole channel's index (every customer ever met)
+-- for each message.
 CREATE OR REPLACE FUNCTION sabi_identify_v2(p_channel TEXT, p_ids TEXT[], p_now BIGINT,
                                             p_link BOOLEAN)
 RETURNS TEXT LANGUAGE plpgsql AS $$
 DECLARE
     found TEXT;
+    id TEXT;
 BEGIN
     IF p_ids IS NULL OR cardinality(p_ids) = 0 THEN
         RETURN NULL;
     END IF;
-    SELECT c.customer INTO found
-    FROM unnest(p_ids) WITH ORDINALITY AS i(alias, n)
-    JOIN customer_ids c ON c.channel = p_channel AND c.alias = i.alias
-    ORDER BY i.n LIMIT 1;
+    FOREACH id IN ARRAY p_ids LOOP
+        SELECT c.customer INTO found FROM customer_ids c
+        WHERE c.channel = p_channel AND c.alias = id;
+        EXIT WHEN found IS NOT NULL;
+    END LOOP;
     found := COALESCE(found, p_ids[1]);
     IF NOT p_link THEN
         RETURN found;
