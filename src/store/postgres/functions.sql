@@ -47,8 +47,8 @@ $$;
 -- `unlinked`: only ids not yet linked to it are written, so a known customer costs one read;
 -- `links`: nothing is written unless `p_link`). NULL for no ids.
 -- Each id is looked up alone, through the primary key: a join of the ids with customer_ids,
--- planned once for every customer, read the whole channel's index (every customer ever met)
--- for each message.
+-- planned once for all calls while the statistics still described a small table (a new store
+-- under load), read the channel's whole index (every customer met) for each message.
 CREATE OR REPLACE FUNCTION sabi_identify_v2(p_channel TEXT, p_ids TEXT[], p_now BIGINT,
                                             p_link BOOLEAN)
 RETURNS TEXT LANGUAGE plpgsql AS $$
