@@ -239,6 +239,8 @@ async fn answer(mut response: reqwest::Response) -> Result<Vec<u8>, DeskError> {
             Err(e) => return Err(DeskError::Unreachable(e.to_string())),
         }
     }
+    // The last chunk may run past the cap.
+    body.truncate(MAX_ANSWER);
     if !status.is_success() {
         return Err(DeskError::Refused {
             status: status.as_u16(),
