@@ -58,6 +58,7 @@ use self::customers::{
     a_customer_meta_names_by_number_and_bsuid_is_one_customer,
     a_forgotten_chat_session_leaves_no_history, a_forgotten_customer_is_sent_no_broadcast,
     a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
+    a_wave_of_customers_at_once_is_kept_once_each_under_its_key,
     after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied,
     an_export_comes_a_page_at_a_time, export_holds_everything_and_forget_leaves_only_hashes,
     forget_racing_ingest_and_claims_takes_only_its_customer,
@@ -330,6 +331,7 @@ macro_rules! cases {
             a_forgotten_customer_is_sent_no_broadcast,
             a_forgotten_chat_session_leaves_no_history,
             forget_racing_ingest_and_claims_takes_only_its_customer,
+            a_wave_of_customers_at_once_is_kept_once_each_under_its_key,
             after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied,
             a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
             // Retention

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use sabi::store::{Health, PgStore};
 use serde_json::Value;
-use sqlx::{Connection, PgConnection};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 use crate::conformance::PgDatabase;
 use crate::helpers::{
@@ -569,4 +569,310 @@ async fn a_customer_is_found_by_their_own_ids_however_many_customers_there_are()
         read <= (LOOKUPS * 4) as i64,
         "{LOOKUPS} lookups read {read} index entries of customer_ids ({CUSTOMERS} customers)"
     );
+}
+
+/// A message as both intake functions take it (functions.sql).
+struct Sent<'a> {
+    channel: &'a str,
+    key: &'a str,
+    customer: &'a str,
+    ids: &'a [&'a str],
+    model: bool,
+    key_hash: &'a str,
+}
+
+const WINDOW: i64 = 5_000;
+const CAP: i64 = 20_000;
+
+/// Stored as a one-message delivery is: `sabi_ingest_message_v6`, received at `at`.
+async fn ingest_alone(conn: &mut PgConnection, m: &Sent<'_>, at: i64) {
+    let business = if m.channel == "webchat" {
+        "site"
+    } else {
+        "1000"
+    };
+    sqlx::query(
+        "SELECT * FROM sabi_ingest_message_v6($1, $2, $3, $4, 'text', $2, NULL, 1, $5, '\\x00',
+             '{}', $1, $3, $4, $6, $7, $5, NULL, 0, $8, $9, $10)",
+    )
+    .bind(m.channel)
+    .bind(m.key)
+    .bind(business)
+    .bind(m.customer)
+    .bind(at)
+    .bind(WINDOW)
+    .bind(CAP)
+    .bind(m.model)
+    .bind(m.key_hash)
+    .bind(m.ids)
+    .execute(conn)
+    .await
+    .expect("stored alone");
+}
+
+/// Stored in one call of `sabi_ingest_messages_v1`, the nth received at `at(n)`.
+async fn ingest_together(conn: &mut PgConnection, group: &[Sent<'_>], at: impl Fn(usize) -> i64) {
+    let column = |f: for<'a> fn(&'a Sent<'a>) -> &'a str| group.iter().map(f).collect::<Vec<_>>();
+    let business = column(|m| {
+        if m.channel == "webchat" {
+            "site"
+        } else {
+            "1000"
+        }
+    });
+    let received: Vec<i64> = (0..group.len()).map(at).collect();
+    let (mut id_of, mut ids) = (Vec::new(), Vec::new());
+    for (n, m) in group.iter().enumerate() {
+        id_of.extend(m.ids.iter().map(|_| n as i32 + 1));
+        ids.extend(m.ids.iter().copied());
+    }
+    sqlx::query(
+        "SELECT * FROM sabi_ingest_messages_v1($1, $2, $3, $4, $5, $2, $6, $7, $8, $9, $10, $1,
+             $3, $4, $8, $11, $12, $13, $14, $15, $16, $17)",
+    )
+    .bind(column(|m| m.channel))
+    .bind(column(|m| m.key))
+    .bind(&business)
+    .bind(column(|m| m.customer))
+    .bind(vec!["text"; group.len()])
+    .bind(vec![None::<&str>; group.len()])
+    .bind(vec![1_i64; group.len()])
+    .bind(&received)
+    .bind(vec![vec![0_u8]; group.len()])
+    .bind(vec!["{}"; group.len()])
+    .bind(vec![0_i64; group.len()])
+    .bind(group.iter().map(|m| m.model).collect::<Vec<_>>())
+    .bind(column(|m| m.key_hash))
+    .bind(id_of)
+    .bind(ids)
+    .bind(WINDOW)
+    .bind(CAP)
+    .execute(conn)
+    .await
+    .expect("stored together");
+}
+
+/// What the intake leaves behind, as text to compare: the inbox in seq order (seqs as ranks),
+/// the conversations, the links, and the broadcasts' replies.
+async fn intake_tables(conn: &mut PgConnection) -> Vec<String> {
+    let mut tables = Vec::new();
+    for sql in [
+        "SELECT i.channel, i.dedupe_key, i.customer, i.state, i.received_at, c.customer AS thread,
+                rank() OVER (ORDER BY i.seq) AS place
+         FROM inbox i LEFT JOIN conversations c ON c.id = i.conversation_id ORDER BY i.seq",
+        "SELECT channel, business, customer, first_pending_at, last_pending_at, due_at,
+                last_inbound_at, model_pending
+         FROM conversations ORDER BY channel, business, customer",
+        "SELECT channel, alias, customer, linked_at FROM customer_ids ORDER BY channel, alias",
+        "SELECT recipient, replied_at FROM broadcast_recipients ORDER BY id",
+    ] {
+        let rows: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT row_to_json(t)::TEXT FROM ({sql}) t"
+        )))
+        .fetch_all(&mut *conn)
+        .await
+        .expect("read back");
+        tables.push(rows.join("\n"));
+    }
+    tables
+}
+
+/// Many one-message deliveries stored in one call leave the store exactly as the same
+/// deliveries stored one after the other: a new customer, one named by a BSUID linked to a
+/// number, one with a conversation already waiting, an erased message, a redelivery, a reply
+/// to a broadcast, two messages of one web chat session, a customer named by number and BSUID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_messages_is_stored_as_each_would_be_alone() {
+    let wa = |key, customer, ids| Sent {
+        channel: "whatsapp",
+        key,
+        customer,
+        ids,
+        model: true,
+        key_hash: "kept",
+    };
+    let chat = |key, model| Sent {
+        channel: "webchat",
+        key,
+        customer: "s-1",
+        ids: &[],
+        model,
+        key_hash: "kept",
+    };
+    let earlier = [
+        wa("g.0", "2348050000003", &["2348050000003"]),
+        wa("g.5", "2348050000005", &["2348050000005"]),
+    ];
+    let group = [
+        wa("g.1", "2348050000001", &["2348050000001"]),
+        wa("g.2", "NG.2", &["NG.2"]),
+        wa("g.3", "2348050000003", &["2348050000003"]),
+        Sent {
+            key_hash: "erased",
+            ..wa("g.4", "2348050000004", &["2348050000004"])
+        },
+        wa("g.5", "2348050000005", &["2348050000005"]),
+        wa("g.6", "2348050000006", &["2348050000006"]),
+        chat("g.7", false),
+        chat("g.8", true),
+        wa("g.9", "2348050000009", &["2348050000009", "NG.9"]),
+    ];
+    let at = |n: usize| 1_000 + 10 * n as i64;
+    let mut tables = Vec::new();
+    for together in [false, true] {
+        let Some(db) = PgDatabase::create().await else {
+            return;
+        };
+        drop(
+            PgStore::open(&db.url, crate::helpers::marks())
+                .await
+                .expect("the store opens"),
+        );
+        let mut conn = PgConnection::connect(&db.url).await.expect("connect");
+        for sql in [
+            "INSERT INTO customer_ids VALUES ('whatsapp', 'NG.2', '2348050000002', 0)",
+            "INSERT INTO erased_keys VALUES ('erased', 0)",
+            "INSERT INTO broadcasts (name, template, language, business, state, created_at,
+                                     start_at, rate)
+             VALUES ('offer', 'offer', 'en', '1000', 'done', 0, 0, 1)",
+            "INSERT INTO broadcast_recipients (broadcast_id, recipient, params, state, sent_at)
+             SELECT id, '2348050000006', '[]', 'sent', 900 FROM broadcasts",
+        ] {
+            execute(&mut conn, sql).await;
+        }
+        for m in &earlier {
+            ingest_alone(&mut conn, m, 500).await;
+        }
+        if together {
+            ingest_together(&mut conn, &group, at).await;
+        } else {
+            for (n, m) in group.iter().enumerate() {
+                ingest_alone(&mut conn, m, at(n)).await;
+            }
+        }
+        tables.push(intake_tables(&mut conn).await);
+    }
+    let (alone, together) = (&tables[0], &tables[1]);
+    for (alone, together) in alone.iter().zip(together) {
+        assert_eq!(together, alone);
+    }
+    // The case the comparison rests on did happen.
+    assert!(alone[0].contains(r#""dedupe_key":"g.2","customer":"2348050000002""#));
+    assert!(
+        !alone[0].contains(r#""g.4""#),
+        "the erased message is not kept"
+    );
+    assert!(
+        alone[1].contains(r#""customer":"s-1","first_pending_at":1060,"last_pending_at":1070"#)
+    );
+    assert!(alone[2].contains(r#""alias":"NG.9","customer":"2348050000009""#));
+    assert!(alone[3].contains(r#""replied_at":1050"#));
+}
+
+/// A group's statements read the rows they name through an index, even on a connection whose
+/// plans were made while the tables were empty (a new store under load): a plan made then, kept
+/// as the inbox grew, read the whole inbox for every group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_reads_only_its_own_rows_however_the_tables_grew() {
+    const GROUP: usize = 20;
+    const GROWN: i64 = 20_000;
+    let Some(db) = PgDatabase::create().await else {
+        return;
+    };
+    drop(
+        PgStore::open(&db.url, crate::helpers::marks())
+            .await
+            .expect("the store opens"),
+    );
+    let mut conn = PgConnection::connect(&db.url).await.expect("connect");
+    // As a function's statements run after their first calls: one plan for any arguments.
+    execute(&mut conn, "SET plan_cache_mode = force_generic_plan").await;
+    let group = |round: usize| -> (Vec<String>, Vec<String>) {
+        let keys = (0..GROUP).map(|n| format!("r{round}.{n}")).collect();
+        let customers = (0..GROUP).map(|n| format!("23490{round}{n:05}")).collect();
+        (keys, customers)
+    };
+    let mut read = Vec::new();
+    for round in 0..2 {
+        let (keys, customers) = group(round);
+        let ids: Vec<[&str; 1]> = customers.iter().map(|c| [c.as_str()]).collect();
+        let sent: Vec<Sent<'_>> = (0..GROUP)
+            .map(|n| Sent {
+                channel: "whatsapp",
+                key: &keys[n],
+                customer: &customers[n],
+                ids: &ids[n],
+                model: true,
+                key_hash: "kept",
+            })
+            .collect();
+        execute(&mut conn, "BEGIN").await;
+        ingest_together(&mut conn, &sent, |n| 1_000 + n as i64).await;
+        let rows: i64 = sqlx::query_scalar(
+            "SELECT sum(pg_stat_get_xact_tuples_returned(c.oid))::BIGINT
+             FROM pg_class c
+             WHERE c.relname IN ('inbox', 'conversations', 'customer_ids')
+                OR c.oid IN (SELECT indexrelid FROM pg_index
+                             WHERE indrelid IN ('inbox'::regclass, 'conversations'::regclass,
+                                                'customer_ids'::regclass))",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .expect("statistics");
+        execute(&mut conn, "COMMIT").await;
+        read.push(rows);
+        if round > 0 {
+            break;
+        }
+        // The store grows after the plans were made, its statistics never read again.
+        sqlx::query(
+            "INSERT INTO inbox (channel, dedupe_key, kind, received_at, state, content_hash, facts)
+             SELECT 'whatsapp', 'old.' || n, 'message', 0, 'done', '\\x00', '{}'
+             FROM generate_series(1, $1) AS n",
+        )
+        .bind(GROWN)
+        .execute(&mut conn)
+        .await
+        .expect("grown");
+    }
+    assert!(
+        read[1] <= (GROUP * 8) as i64,
+        "a group of {GROUP} read {read:?} rows and index entries before and after the inbox \
+         grew by {GROWN}"
+    );
+}
+
+/// A message PostgreSQL refuses (text with a NUL byte) arriving among others fails its own
+/// delivery only: a group whose call fails is stored again one message at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_server_refuses_fails_only_its_own_delivery() {
+    use crate::conformance::{HUMAN_HOLD, PAIR_SPACING, POLICY, T0, message};
+    use sabi::store::{Ingest, Intake};
+    let Some(db) = PgDatabase::create().await else {
+        return;
+    };
+    let store = PgStore::open(&db.url, crate::helpers::marks())
+        .await
+        .expect("the store opens");
+    let delivery = |n: usize| {
+        let text = if n == 7 { "bad\0text" } else { "hello" };
+        let customer = format!("2348060000{n:03}");
+        Ingest {
+            items: vec![message(&format!("wamid.nul-{n}"), &customer, text, T0)],
+            quarantined: Vec::new(),
+            received_at: T0,
+            policy: POLICY,
+            routine: Default::default(),
+            pair_spacing: PAIR_SPACING,
+            human_hold: HUMAN_HOLD,
+        }
+    };
+    let outcomes = futures_util::future::join_all((0..40).map(|n| store.ingest(delivery(n)))).await;
+    for (n, outcome) in outcomes.iter().enumerate() {
+        match outcome {
+            Ok(receipt) => assert!(n != 7 && receipt.stored == 1, "{n}: {receipt:?}"),
+            Err(e) => assert_eq!(n, 7, "only the refused message fails: {e}"),
+        }
+    }
+    assert!(outcomes[7].is_err());
 }

@@ -5,11 +5,13 @@
 //! conversation. An item erased since is known by its key's hash, looked for after the insert
 //! (functions.sql), so an erasure committing meanwhile is seen too.
 
-use crate::clock::{At, millis};
+use crate::clock::At;
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
 
+use super::gather::Gatherer;
+use super::message::{Message, store_message, whatsapp_ids};
 use super::{broadcasts, categories, channel, limit, outbox};
-use crate::domain::{Channel, ConversationKey, InboundItem, ItemKind, Quarantined};
+use crate::domain::{Channel, InboundItem, ItemKind, Quarantined};
 use crate::store::items::known;
 use crate::store::items::{Amendment, Encoded, amendment, quarantine_hash, sent_at};
 use crate::store::rules::batch::BatchState;
@@ -18,12 +20,12 @@ use crate::store::rules::item::{ItemState, arrived};
 use crate::store::rules::price::{self, Priced};
 use crate::store::rules::{broadcast, category, consent, identity, review};
 use crate::store::{
-    Error, InboxQuery, Ingest, IngestReceipt, PriceCount, REPLY_SPAN, Result, StoredItem,
-    StoredQuarantine,
+    Error, InboxQuery, Ingest, IngestReceipt, PriceCount, Result, StoredItem, StoredQuarantine,
 };
 
 pub(super) async fn ingest(
     pool: &PgPool,
+    gatherer: &Gatherer,
     delivery: &Ingest,
     marks: &Marks,
 ) -> Result<IngestReceipt> {
@@ -41,7 +43,8 @@ pub(super) async fn ingest(
         delivery.quarantined.as_slice(),
     ) {
         if let (ItemKind::Message, Some(key)) = (item.kind, &item.turn) {
-            return ingest_message(pool, delivery, item, key, (encoded, erased)).await;
+            let message = Message::of(delivery, item, key, encoded, erased);
+            return ingest_message(pool, gatherer, message, item, &encoded.hash).await;
         }
     }
     let mut tx = pool.begin().await?;
@@ -50,73 +53,27 @@ pub(super) async fn ingest(
     Ok(receipt)
 }
 
-/// The common delivery, one customer message that wakes its conversation, in one round trip
-/// instead of four: the function call commits on its own.
+/// The common delivery, one customer message that wakes its conversation: stored with the
+/// others waiting beside it (gather.rs), in one round trip that commits on its own.
 async fn ingest_message(
     pool: &PgPool,
-    delivery: &Ingest,
+    gatherer: &Gatherer,
+    message: Message,
     item: &InboundItem,
-    key: &ConversationKey,
-    (encoded, erased): (&Encoded, &str),
+    hash: &[u8],
 ) -> Result<IngestReceipt> {
     let mut receipt = IngestReceipt::default();
-    match store_message(pool, delivery, item, key, (encoded, erased), None).await? {
+    match gatherer.store(pool, message).await? {
         Some(due) => {
             receipt.stored = 1;
             receipt.earliest_due = Some(due);
         }
         None => {
             let mut conn = pool.acquire().await?;
-            count_redelivery(&mut conn, item, &encoded.hash, &mut receipt).await?;
+            count_redelivery(&mut conn, item, hash, &mut receipt).await?;
         }
     }
     Ok(receipt)
-}
-
-/// Stores a customer message that wakes its conversation and schedules the conversation (due
-/// one window after the latest message, never later than the cap after the first), through
-/// `sabi_ingest_message_v6` (functions.sql): the message's unique key first, then the
-/// conversation's row, so a racing copy waits on the key and schedules nothing. The
-/// conversation's due time when the message is new; `None` when it was already stored or was
-/// erased since.
-async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
-    executor: E,
-    delivery: &Ingest,
-    item: &InboundItem,
-    key: &ConversationKey,
-    (Encoded { facts, hash }, erased): (&Encoded, &str),
-    seq: Option<i64>,
-) -> Result<Option<At>> {
-    let stored: Option<(i64, At)> = sqlx::query_as(
-        "SELECT seq, due_at FROM sabi_ingest_message_v6(
-             $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-             $19, $20, $21, $22)",
-    )
-    .bind(item.channel.as_str())
-    .bind(&item.dedupe_key)
-    .bind(&item.business)
-    .bind(&item.customer)
-    .bind(&item.item_type)
-    .bind(&item.text)
-    .bind(&item.media_id)
-    .bind(item.provider_ts)
-    .bind(delivery.received_at)
-    .bind(hash)
-    .bind(facts)
-    .bind(key.channel.as_str())
-    .bind(&key.business)
-    .bind(&key.customer)
-    .bind(millis(delivery.policy.window))
-    .bind(millis(delivery.policy.cap))
-    .bind(sent_at(item, delivery.received_at))
-    .bind(seq)
-    .bind(delivery.received_at - REPLY_SPAN)
-    .bind(!delivery.routine.contains(&item.dedupe_key))
-    .bind(erased)
-    .bind(whatsapp_ids(item))
-    .fetch_optional(executor)
-    .await?;
-    Ok(stored.map(|(_, due)| due))
 }
 
 pub(super) async fn ingest_in(
@@ -133,8 +90,8 @@ pub(super) async fn ingest_in(
         let (item, Encoded { facts, hash }) = (&delivery.items[index], &encoded[index]);
         let seq = seqs.as_ref().map(|seqs| seqs[index]);
         if let (ItemKind::Message, Some(key)) = (item.kind, &item.turn) {
-            let given = (&encoded[index], erased[index].as_str());
-            match store_message(&mut *conn, delivery, item, key, given, seq).await? {
+            let message = Message::of(delivery, item, key, &encoded[index], &erased[index]);
+            match store_message(&mut *conn, &message, seq).await? {
                 Some(due) => {
                     receipt.stored += 1;
                     receipt.earliest_due = Some(receipt.earliest_due.map_or(due, |d| d.min(due)));
@@ -254,14 +211,6 @@ pub(super) async fn price_counts(pool: &PgPool, since: At) -> Result<Vec<PriceCo
             messages: u64::try_from(messages).unwrap_or_default(),
         })
         .collect())
-}
-
-/// The ids a WhatsApp item names its customer by ([`identity::ids`]); none on web chat.
-fn whatsapp_ids(item: &InboundItem) -> Vec<String> {
-    match item.channel {
-        Channel::Whatsapp => identity::ids(item),
-        Channel::Webchat => Vec::new(),
-    }
 }
 
 /// `item` under its customer's key when that is not the id it names them by, every id it names

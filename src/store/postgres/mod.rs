@@ -19,7 +19,9 @@ mod chat;
 mod connect;
 mod customers;
 mod desk;
+mod gather;
 mod ingest;
+mod message;
 mod outbox;
 mod retention;
 mod review;
@@ -84,6 +86,8 @@ const MIGRATION_LOCK: i64 = 0x5ab1_5ab1;
 
 pub struct PgStore {
     pool: PgPool,
+    /// One-message deliveries arriving together are stored together (gather.rs).
+    gatherer: gather::Gatherer,
     /// Keys erasure's markers and hashes.
     marks: Marks,
 }
@@ -98,7 +102,12 @@ impl PgStore {
     pub async fn open(url: &str, marks: Marks) -> Result<PgStore> {
         let pool = connect::target(url)?.pool().await?;
         migrate(&pool, &marks).await?;
-        Ok(PgStore { pool, marks })
+        let gatherer = gather::Gatherer::start(pool.clone());
+        Ok(PgStore {
+            pool,
+            gatherer,
+            marks,
+        })
     }
 }
 
@@ -328,7 +337,7 @@ fn limit(n: Option<usize>) -> i64 {
 #[async_trait]
 impl Intake for PgStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
-        retrying(|| ingest::ingest(&self.pool, &delivery, &self.marks)).await
+        retrying(|| ingest::ingest(&self.pool, &self.gatherer, &delivery, &self.marks)).await
     }
 }
 

@@ -610,3 +610,79 @@ pub async fn a_customer_meta_names_by_number_and_bsuid_is_one_customer(store: Ar
     // The first customer is untouched.
     assert_eq!(threads(&store, NUMBER).await.0, 1);
 }
+
+/// Many customers' messages at once, each delivered twice (the way a busy number's webhooks
+/// arrive, and the way stores gather them): every message is kept once, a message named by a
+/// BSUID alone joins the conversation of the number it is linked to, a retry of an erased
+/// message stays out, and every conversation is due as if its messages came alone.
+pub async fn a_wave_of_customers_at_once_is_kept_once_each_under_its_key(store: Arc<dyn Store>) {
+    const NUMBER: &str = "2348031111111";
+    const BSUID: &str = "NG.5530912874410021";
+    let linked = named("wamid.wave-linked", Some(NUMBER), BSUID, "hello", T0);
+    ingest(&store, vec![linked], T0).await;
+    ingest(&store, vec![message("wamid.wave-ada", ADA, SECRET, T0)], T0).await;
+    forget(&store, &whatsapp(ADA), T0 + ms(1)).await;
+
+    let customers: Vec<String> = (0..40).map(|n| format!("23480400001{n:02}")).collect();
+    let mut items: Vec<InboundItem> = customers
+        .iter()
+        .flat_map(|customer| {
+            (0..2).map(move |n| {
+                let id = format!("wamid.wave-{customer}-{n}");
+                message(&id, customer, &format!("m{n}"), T0 + ms(1_000 * n))
+            })
+        })
+        .collect();
+    items.push(named(
+        "wamid.wave-bsuid",
+        None,
+        BSUID,
+        "my order?",
+        T0 + ms(2_000),
+    ));
+    items.push(message("wamid.wave-ada", ADA, SECRET, T0));
+    let copies = items.iter().chain(items.iter());
+    let receipts =
+        join_all(copies.map(|item| ingest(&store, vec![item.clone()], T0 + ms(5_000)))).await;
+
+    let stored: usize = receipts.iter().map(|r| r.stored).sum();
+    let duplicates: usize = receipts.iter().map(|r| r.duplicates).sum();
+    assert_eq!(
+        (stored, duplicates),
+        (81, 83),
+        "each once; the erased retry never"
+    );
+    // A window after the wave, or the cap after the linked customer's first message.
+    let mut dues: Vec<At> = receipts.iter().filter_map(|r| r.earliest_due).collect();
+    dues.dedup();
+    dues.sort_unstable();
+    dues.dedup();
+    assert_eq!(dues, [T0 + POLICY.cap, T0 + ms(5_000) + POLICY.window]);
+    assert_eq!(
+        receipts
+            .iter()
+            .filter(|r| r.earliest_due == Some(T0 + POLICY.cap))
+            .count(),
+        1
+    );
+    let claims = store
+        .claim(T0 + ms(60_000), ms(1_000), 100, None)
+        .await
+        .expect("claim");
+    let mut batches: Vec<(String, Vec<String>)> = claims
+        .iter()
+        .map(|c| {
+            let texts = c.batch.messages.iter().filter_map(|m| m.text.clone());
+            (c.batch.conversation.customer.clone(), texts.collect())
+        })
+        .collect();
+    batches.sort();
+    let mut expected: Vec<(String, Vec<String>)> = customers
+        .iter()
+        .map(|c| (c.clone(), vec!["m0".to_owned(), "m1".to_owned()]))
+        .collect();
+    expected.push((NUMBER.to_owned(), vec!["hello".into(), "my order?".into()]));
+    expected.sort();
+    assert_eq!(batches, expected);
+    assert!(export(&store, &whatsapp(ADA)).await.items.is_empty());
+}
