@@ -149,11 +149,12 @@ $$;
 -- Many one-message deliveries stored and scheduled in one call and one transaction, as
 -- `sabi_ingest_message_v6` stores each: message `n` is the nth element of every `p_*` array
 -- (`p_id_of[i]` names the message whose id `p_ids[i]` is, each message's ids together and in
--- its own order). The caller never puts two messages that share an id in one call, so what
--- one links cannot change whom another is from, and gives all one window and cap. Seqs are
--- taken in the messages' order; locks in the order every ingest takes them: the messages'
--- unique keys in key order, then the conversations in key order. Two messages of one
--- conversation schedule it as the two calls would have, one after the other. Returns, for each
+-- its own order). The caller never puts two messages that share an id or a conversation in
+-- one call, so what one links cannot change whom another is from, and gives all one window and
+-- cap. Seqs are taken in the messages' order; locks in the order every ingest takes them: the
+-- messages' unique keys in key order, then the conversations in key order. Two messages that
+-- turn out to be one customer's (a number and a BSUID linked before) schedule the conversation
+-- as the two calls would have, one after the other. Returns, for each
 -- message stored, its place `n`, its seq and its conversation's due time; a message already
 -- stored, or erased since, has no row. Rows are stored, scheduled and placed by one statement
 -- for all the messages, each through an index of the rows named (never a table read whole);

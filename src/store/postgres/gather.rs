@@ -92,23 +92,26 @@ async fn gather(pool: PgPool, mut waiting: mpsc::UnboundedReceiver<Waiting>) {
 }
 
 /// The next group from `held`, in arrival order, within [`GROUP_BYTES`]: no two of its
-/// messages share an id (what one links could change whom the other is from), and all share a
-/// window and a cap. The others wait for the next group, in their order.
+/// messages share an id or a conversation (what one links could change whom the other is
+/// from, and a conversation's messages keep their order), and all share a window and a cap. The
+/// others wait for the next group, in their order; a message that waits holds back the later
+/// messages of its customer.
 fn take_group(held: &mut VecDeque<Waiting>) -> Vec<Waiting> {
     let mut group: Vec<Waiting> = Vec::new();
-    let mut ids = HashSet::new();
+    let mut taken = HashSet::new();
     let mut bytes = 0;
     let mut later = VecDeque::new();
     while let Some(next) = held.pop_front() {
         let size = next.message.size();
+        let names = next.message.names();
         let fits = (group.is_empty() || bytes + size <= GROUP_BYTES)
             && group.first().is_none_or(|first| {
                 (first.message.window, first.message.cap) == (next.message.window, next.message.cap)
             })
-            && next.message.ids.iter().all(|id| !ids.contains(id));
+            && names.iter().all(|name| !taken.contains(name));
+        taken.extend(names);
         if fits {
             bytes += size;
-            ids.extend(next.message.ids.iter().cloned());
             group.push(next);
         } else {
             later.push_back(next);
@@ -140,5 +143,77 @@ async fn store_group(pool: &PgPool, mut group: Vec<Waiting>) {
                 let _ = waiting.reply.send(outcome);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::domain::{BatchPolicy, Channel, ConversationKey, InboundItem, ItemKind};
+    use crate::store::Ingest;
+    use crate::store::items::Encoded;
+
+    fn waiting(key: &str, customer: &str, text: &str) -> Waiting {
+        let conversation = ConversationKey {
+            channel: Channel::Whatsapp,
+            business: "1000".into(),
+            customer: customer.into(),
+        };
+        let item = InboundItem {
+            kind: ItemKind::Message,
+            channel: Channel::Whatsapp,
+            dedupe_key: key.into(),
+            business: Some("1000".into()),
+            customer: Some(customer.into()),
+            item_type: Some("text".into()),
+            text: Some(text.into()),
+            media_id: None,
+            provider_ts: None,
+            turn: Some(conversation.clone()),
+            facts: serde_json::json!({}),
+        };
+        let delivery = Ingest {
+            items: Vec::new(),
+            quarantined: Vec::new(),
+            received_at: At::from_millis(0),
+            policy: BatchPolicy {
+                window: Duration::from_secs(5),
+                cap: Duration::from_secs(20),
+            },
+            routine: Default::default(),
+            pair_spacing: Duration::ZERO,
+            human_hold: Duration::ZERO,
+        };
+        let encoded = Encoded::of(&item);
+        let message = Message::of(&delivery, &item, &conversation, &encoded, "hash");
+        Waiting {
+            message,
+            reply: oneshot::channel().0,
+        }
+    }
+
+    fn keys(group: &[Waiting]) -> Vec<&str> {
+        group.iter().map(|w| w.message.key()).collect()
+    }
+
+    #[test]
+    fn a_message_left_for_later_holds_back_its_customers_next_ones() {
+        let long = "x".repeat(GROUP_BYTES);
+        let mut held: VecDeque<Waiting> = [
+            waiting("w.1", "2348000000001", "hi"),
+            waiting("w.2", "2348000000002", &long),
+            waiting("w.3", "2348000000002", "and this"),
+            waiting("w.4", "2348000000001", "again"),
+            waiting("w.5", "2348000000003", "hello"),
+        ]
+        .into();
+        let mut groups = Vec::new();
+        while !held.is_empty() {
+            groups.push(keys(&take_group(&mut held)).join(" "));
+        }
+        // w.2 is too long to join w.1; w.3 waits behind it, w.4 behind w.1; w.2 goes alone.
+        assert_eq!(groups, ["w.1 w.5", "w.2", "w.3 w.4"]);
     }
 }

@@ -30,13 +30,32 @@ pub(super) struct Message {
     /// Its key as erasure keeps it.
     key_hash: String,
     /// The ids WhatsApp names its customer by (phone numbers first).
-    pub(super) ids: Vec<String>,
+    ids: Vec<String>,
     /// Its delivery's batch policy, in milliseconds.
     pub(super) window: i64,
     pub(super) cap: i64,
 }
 
 impl Message {
+    #[cfg(test)]
+    pub(super) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// What names its customer: each id, and its conversation.
+    pub(super) fn names(&self) -> Vec<String> {
+        let key = &self.conversation;
+        let conversation = format!(
+            "{}\n{}\n{}",
+            key.channel.as_str(),
+            key.business,
+            key.customer
+        );
+        let mut names = self.ids.clone();
+        names.push(conversation);
+        names
+    }
+
     /// About what the message adds to a call that carries it: its fields' bytes.
     pub(super) fn size(&self) -> usize {
         let texts = [
