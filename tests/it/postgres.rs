@@ -1,7 +1,8 @@
 //! PostgreSQL as it runs in production, against clusters the tests start themselves: a server
 //! that accepts only TLS (a CA and certificates made by the test), a client certificate, a
 //! failover to a promoted standby while the old primary stays up read-only, and a lock held
-//! past the store's lock timeout.
+//! past the store's lock timeout; and the intake's server-side functions (functions.sql) on a
+//! store that grew under them.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
