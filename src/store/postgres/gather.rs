@@ -6,8 +6,8 @@
 //! waiting whenever one of its slots is free and stores it with one call of
 //! `sabi_ingest_messages_v1` (functions.sql), one statement per step for the whole group. A
 //! message that finds nothing waiting beside it takes the one-message call, so an idle store
-//! answers as soon as before. When a group's call fails, each of its messages is stored alone:
-//! one bad message, or a deadlock, fails no other.
+//! answers as soon as before. When the server refuses a group for what a message holds, each
+//! of its messages is stored alone: one bad message fails no other.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -129,21 +129,41 @@ async fn store_group(pool: &PgPool, mut group: Vec<Waiting>) {
         return;
     }
     let messages: Vec<&Message> = group.iter().map(|w| &w.message).collect();
+    // A caller that gave up is not told.
     match store_messages(pool, &messages).await {
-        // A caller that gave up is not told.
         Ok(dues) => {
             for (waiting, due) in group.into_iter().zip(dues) {
                 let _ = waiting.reply.send(Ok(due));
             }
         }
-        Err(e) => {
-            tracing::debug!(error = %e, messages = group.len(), "a group's call failed; storing each alone");
+        Err(e) if refused(&e) => {
+            tracing::debug!(error = %e, messages = group.len(), "the server refused a group; storing each alone");
             for waiting in group {
                 let outcome = store_message(pool, &waiting.message, None).await;
                 let _ = waiting.reply.send(outcome);
             }
         }
+        // The server away, a timeout or a deadlock: every caller hears it at once, and each
+        // runs again as any store call does (a deadlock) or answers 503 (an outage), rather
+        // than wait while the group is tried one message at a time.
+        Err(e) => {
+            let why = match Error::from(e) {
+                Error::Unavailable(why) => why,
+                other => other.to_string(),
+            };
+            for waiting in group {
+                let _ = waiting.reply.send(Err(Error::Unavailable(why.clone())));
+            }
+        }
     }
+}
+
+/// Whether the server refused what a message holds (a data exception or a broken constraint,
+/// SQLSTATE classes 22 and 23): only that message's delivery should fail.
+fn refused(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|code| code.starts_with("22") || code.starts_with("23"))
 }
 
 #[cfg(test)]

@@ -153,13 +153,16 @@ pub(super) async fn store_message<'e, E: sqlx::PgExecutor<'e>>(
 /// Stores many messages that share no id, and one window and cap, as [`store_message`] stores
 /// each, in one call of `sabi_ingest_messages_v1` (functions.sql): for each message in the
 /// order given, its conversation's due time, or `None` when it was already stored or erased.
+/// The driver's error as it came, so the caller can tell a refused message from an outage.
 pub(super) async fn store_messages(
     pool: &PgPool,
     messages: &[&Message],
-) -> Result<Vec<Option<At>>> {
+) -> Result<Vec<Option<At>>, sqlx::Error> {
     let column = |f: fn(&Message) -> Option<&str>| -> Vec<Option<&str>> {
         messages.iter().map(|m| f(m)).collect()
     };
+    let millis =
+        |f: fn(&Message) -> At| -> Vec<i64> { messages.iter().map(|m| f(m).millis()).collect() };
     let (mut id_of, mut ids) = (Vec::new(), Vec::new());
     for (n, m) in messages.iter().enumerate() {
         let n = i32::try_from(n + 1).unwrap_or(i32::MAX);
@@ -185,12 +188,7 @@ pub(super) async fn store_messages(
             .map(|m| m.provider_ts.map(|t| t.0))
             .collect::<Vec<_>>(),
     )
-    .bind(
-        messages
-            .iter()
-            .map(|m| m.received.millis())
-            .collect::<Vec<_>>(),
-    )
+    .bind(millis(|m| m.received))
     .bind(
         messages
             .iter()
@@ -201,18 +199,8 @@ pub(super) async fn store_messages(
     .bind(column(|m| Some(m.conversation.channel.as_str())))
     .bind(column(|m| Some(&m.conversation.business)))
     .bind(column(|m| Some(&m.conversation.customer)))
-    .bind(
-        messages
-            .iter()
-            .map(|m| m.sent_at.millis())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        messages
-            .iter()
-            .map(|m| m.reply_since.millis())
-            .collect::<Vec<_>>(),
-    )
+    .bind(millis(|m| m.sent_at))
+    .bind(millis(|m| m.reply_since))
     .bind(messages.iter().map(|m| m.model).collect::<Vec<_>>())
     .bind(column(|m| Some(&m.key_hash)))
     .bind(id_of)
