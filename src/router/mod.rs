@@ -55,6 +55,8 @@ const MAX_FRAGMENT_WORDS: usize = 2;
 const UNCOVERED_WORDS: usize = 2;
 /// Intents that accompany a request without being one.
 const PLEASANTRIES: &[&str] = &["greeting", "thanks_goodbye"];
+/// The intent that asks for a person: asked for in any clause, it wins.
+const PERSON: &str = "agent_escalation";
 
 /// Where a routing decision came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -462,10 +464,13 @@ impl Router {
         let decision = self.decide_clauses(text, clauses, question);
         // A bare fragment ("order", "my card") names a topic, not a request: unless an intent
         // takes it whole (`^balance$`) or something is done or asked about it, the agent asks.
-        let pleasantry = PLEASANTRIES.contains(&self.intents[decision.0].name.as_str());
+        let name = self.intents[decision.0].name.as_str();
+        // A pleasantry is whole in two words, and so is a person asked for ("transfer me to
+        // customer service" reads as two content words).
+        let whole_in_itself = PLEASANTRIES.contains(&name) || name == PERSON;
         // A file that names no actions (one written before them) keeps its fragments.
         if decision.3.is_none()
-            && !pleasantry
+            && !whole_in_itself
             && !self.actions.is_empty()
             && self.vocabulary.unknown(text).0 <= MAX_FRAGMENT_WORDS
             && !self.takes_whole(text, clauses)
@@ -519,7 +524,7 @@ impl Router {
         // A request for a person, in any clause, wins.
         let agent = candidates
             .iter()
-            .find(|(i, _)| self.intents[*i].name == "agent_escalation");
+            .find(|(i, _)| self.intents[*i].name == PERSON);
         if let Some(&(intent, _)) = agent {
             let secondary = candidates.iter().map(|(i, _)| *i).find(|i| *i != intent);
             return (intent, PATTERN_CONFIDENCE, Tier::Pattern, None, secondary);
@@ -920,6 +925,11 @@ mod tests {
             "This refund matter don tire me. Give me a real person",
             "I no want loan. I want talk to person",
             "Abeg which person I fit talk to?",
+            // Two content words, yet no fragment: a person asked for is a whole request.
+            "can you transfer me to customer care pls",
+            "who I fit yarn with about this wahala?",
+            "Please escalate, nobody don answer me since Monday",
+            "make my account officer reach me today",
         ] {
             assert_eq!(
                 routed(&r, text),
@@ -943,6 +953,11 @@ mod tests {
                 "check_balance",
             ),
             ("Ese o. Oya block my card, I lost it", "card_issue"),
+            // What a thank-you names was answered before: it is not asked for again.
+            (
+                "Thanks for the statement yesterday. Now my balance abeg",
+                "check_balance",
+            ),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
@@ -1036,6 +1051,77 @@ mod tests {
             ("abeg check my account balance", "check_balance"),
             ("how much loan can I collect", "loan_inquiry"),
             ("send my account statement for March", "transaction_history"),
+        ] {
+            assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
+        }
+    }
+
+    #[test]
+    fn someone_elses_account_goes_to_the_agent() {
+        let r = router();
+        for text in [
+            "Abeg check my brother's account balance",
+            "Send me my husband's statement for June",
+            "Elo lo wa ninu account egbon mi?",
+            "Ego ole di na akauntu nne m?",
+        ] {
+            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
+        }
+        // The customer's own account, or a line bought for a relative, is still answered.
+        for (text, intent) in [
+            ("what is my account balance", "check_balance"),
+            ("buy 1k airtime for my sister line", "airtime_data"),
+        ] {
+            assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_domain_is_read_in_yoruba_igbo_and_hausa_words() {
+        let r = router();
+        for (text, intent) in [
+            // Yoruba: lost (sonu), buy (ra), get (gba), and the owner after the thing.
+            ("Kaadi mi ti sonu, e ba mi block e", "card_issue"),
+            ("E ba mi ra data 2GB", "airtime_data"),
+            ("E da owo mi pada jowo", "refund_request"),
+            // Igbo: block (gbochie), where (ebee).
+            ("Biko gbochie kaadi m", "card_issue"),
+            // Hausa: lost (bace).
+            ("Katin ATM dina ya bace", "card_issue"),
+            // "to no" is "to know", not a negation.
+            ("pls I want to no my balance", "check_balance"),
+        ] {
+            assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
+        }
+    }
+
+    #[test]
+    fn what_a_request_names_is_read_in_its_common_shapes() {
+        let r = router();
+        for (text, intent) in [
+            // A data size is what is bought.
+            ("subscribe me 1.5GB abeg", "airtime_data"),
+            ("Glo weekend data abeg", "airtime_data"),
+            // Shown as done, yet nothing came; or nothing came, yet the money went.
+            (
+                "The app said successful but my mum never receive the 5k",
+                "failed_transaction",
+            ),
+            (
+                "the money never land but dem don remove am from my account",
+                "failed_transaction",
+            ),
+            ("reversal pls", "failed_transaction"),
+            // A delivery asked after by what was bought, or by when.
+            ("When una go deliver my rice cooker?", "order_status"),
+            (
+                "Has the blender I paid for been dispatched?",
+                "order_status",
+            ),
+            ("how far with my package? Na since Tuesday", "order_status"),
+            // What is in the customer's own account, by any word for it.
+            ("how much dey my savings now?", "check_balance"),
+            ("block the card now, thief carry my bag", "card_issue"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
