@@ -1012,6 +1012,11 @@ mod tests {
                 "check_balance",
             ),
             ("my balance abeg, not the loan one", "check_balance"),
+            // Pidgin puts what is wanted first: "no be X I want, na Y".
+            (
+                "No be airtime I want o, na my balance I wan check",
+                "check_balance",
+            ),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
@@ -1064,6 +1069,9 @@ mod tests {
             "Send me my husband's statement for June",
             "Elo lo wa ninu account egbon mi?",
             "Ego ole di na akauntu nne m?",
+            // Someone else doing it, or owning it.
+            "My daughter lost her card for school, how she go block am?",
+            "my uncle wants to collect loan, e fit apply?",
         ] {
             assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
         }
@@ -1090,6 +1098,12 @@ mod tests {
             ("Katin ATM dina ya bace", "card_issue"),
             // "to no" is "to know", not a negation.
             ("pls I want to no my balance", "check_balance"),
+            // Hausa: talk (magana), person (mutum); Igbo: "m" (my) after the thing.
+            ("Don Allah ina son magana da mutum", "agent_escalation"),
+            ("Biko, kedu ebe order m di?", "order_status"),
+            // Blessings and thanks that close a conversation.
+            ("Na gode sosai, Allah ya saka da alheri", "thanks_goodbye"),
+            ("O seun gan, Olorun a bukun yin", "thanks_goodbye"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
@@ -1112,6 +1126,15 @@ mod tests {
                 "failed_transaction",
             ),
             ("reversal pls", "failed_transaction"),
+            ("POS debit me two times for one fuel", "failed_transaction"),
+            (
+                "I transfer 8k to my landlord, e never reach and dem don debit me",
+                "failed_transaction",
+            ),
+            (
+                "show me list of my debits since Monday",
+                "transaction_history",
+            ),
             // A delivery asked after by what was bought, or by when.
             ("When una go deliver my rice cooker?", "order_status"),
             (
