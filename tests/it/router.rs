@@ -10,8 +10,8 @@ use std::time::Duration;
 use sabi::config::DEFAULT_INTENTS as DEFAULT;
 use sabi::router::Router;
 use sabi::router::eval::{
-    FileScores, Report, Sample, calibrate, cross_validate, generalisation, generalisation_table,
-    with_thresholds,
+    FileScores, Report, Sample, calibrate, cross_validate, evaluate, generalisation,
+    generalisation_table, with_thresholds,
 };
 use serde_json::Value;
 
@@ -64,27 +64,18 @@ fn meets_targets(file: &str, report: &Report, min_local: f64) {
 }
 
 /// Issue #37's discipline: each file scored cross-validated and leave-one-file-out (learned
-/// from the other files only: none of its author's phrasing). Dev and dev-hard meet every
-/// target both ways (in-scope answered locally: 60 % on ordinary messages, 50 % on hard ones).
-/// Dev-wild meets the out-of-scope target both ways and the precision target cross-validated;
-/// leave-one-file-out its wrong local answers and its local share are below target, held here
-/// as floors so that they only move up (BENCHMARKS.md, Router).
+/// from the other files only: none of its author's phrasing). Every file meets every target
+/// both ways (in-scope answered locally: 60 % on ordinary messages, 50 % on hard and wild
+/// ones). The hold-outs are held to what a quarter of a file can show (BENCHMARKS.md, Router).
 #[test]
 fn each_file_cross_validated_and_left_out_of_learning() {
     let (scores, table) = generalised();
     eprintln!("{table}");
     let [dev, hard, wild] = [&scores[0], &scores[1], &scores[2]];
-    for (min_local, (file, s)) in [(0.60, dev), (0.50, hard)] {
+    for (min_local, (file, s)) in [(0.60, dev), (0.50, hard), (0.50, wild)] {
         meets_targets(file, &s.cross_validated, min_local);
         meets_targets(file, &s.leave_one_file_out, min_local);
     }
-    let (file, s) = wild;
-    for report in [&s.cross_validated, &s.leave_one_file_out] {
-        assert!(report.out_of_scope_recall() >= 0.97, "{file}\n{report}");
-        assert!(report.local_rate() >= 0.30, "{file}\n{report}");
-    }
-    assert!(s.cross_validated.wrong_local_rate() <= 0.02, "{file}");
-    assert!(s.leave_one_file_out.wrong_local_rate() <= 0.03, "{file}");
     // The hold-out is small (a quarter of each file): at most a couple of wrong answers each.
     for (file, s) in &scores {
         assert!(
@@ -95,6 +86,31 @@ fn each_file_cross_validated_and_left_out_of_learning() {
         assert!(
             s.held_out.total >= 40,
             "{file}: a quarter of the file held out"
+        );
+    }
+}
+
+/// The built-in router as it ships, on two authors it never learned from (tests/data/intents
+/// README: `new-author-*`, `near-miss-*`), each half scored alone: the `read` half was read
+/// while writing rules, the `sealed` half never was. Below the targets on precision and
+/// out-of-scope (a new author's near misses reach the patterns); held as floors so that
+/// they only move up (BENCHMARKS.md, Router).
+#[test]
+fn the_router_as_shipped_on_authors_it_never_learned_from() {
+    let router = Router::builtin().expect("router");
+    for (file, min_local, max_wrong, min_out_of_scope) in [
+        ("new-author-read.jsonl", 0.85, 0.02, 0.97),
+        ("new-author-sealed.jsonl", 0.65, 0.05, 0.92),
+        ("near-miss-read.jsonl", 0.85, 0.05, 0.94),
+        ("near-miss-sealed.jsonl", 0.78, 0.05, 0.93),
+    ] {
+        let report = evaluate(&router, &samples(file));
+        eprintln!("{file}\n{report}");
+        assert!(report.local_rate() >= min_local, "{file}: local");
+        assert!(report.wrong_local_rate() <= max_wrong, "{file}: wrong");
+        assert!(
+            report.out_of_scope_recall() >= min_out_of_scope,
+            "{file}: out of scope"
         );
     }
 }
