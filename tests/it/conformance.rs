@@ -60,7 +60,8 @@ use self::customers::{
     a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
     a_wave_of_customers_at_once_is_kept_once_each_under_its_key,
     after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied,
-    an_export_comes_a_page_at_a_time, export_holds_everything_and_forget_leaves_only_hashes,
+    an_export_comes_a_page_at_a_time, deliveries_at_once_each_hear_their_own_receipt,
+    export_holds_everything_and_forget_leaves_only_hashes,
     forget_racing_ingest_and_claims_takes_only_its_customer,
     forget_waits_for_work_under_way_for_the_customer,
     ids_are_never_given_twice_after_the_newest_customer_is_forgotten,
@@ -332,6 +333,7 @@ macro_rules! cases {
             a_forgotten_chat_session_leaves_no_history,
             forget_racing_ingest_and_claims_takes_only_its_customer,
             a_wave_of_customers_at_once_is_kept_once_each_under_its_key,
+            deliveries_at_once_each_hear_their_own_receipt,
             after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied,
             a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
             // Retention

@@ -14,7 +14,9 @@
 //! `?durability=require` refuses to start, when an acknowledged message could be lost.
 
 mod connection;
+mod gather;
 mod names;
+mod script;
 mod wire;
 
 use std::collections::{HashMap, HashSet};
@@ -22,11 +24,13 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::{RedisError, Script};
+use redis::Script;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use self::connection::{Connection, Target};
+use self::gather::Gatherer;
+use self::script::{Caller, reset, unavailable};
 use self::wire::RawMarkerNames;
 use self::wire::{
     List, Page, RawBroadcast, RawChoice, RawClaim, RawConsent, RawConversation, RawCreated,
@@ -89,36 +93,11 @@ const LAYOUT_BODY: &str = concat!(include_str!("lua/keys.lua"), include_str!("lu
 const NO_LIMIT: usize = 1_000_000_000;
 
 pub struct RedisStore {
-    conn: Connection,
-    script: Script,
-    /// `{prefix}`: every key starts with it.
-    tag: String,
-    /// The store's epoch, read at open: a script refuses a call of another epoch.
-    epoch: String,
+    caller: Caller,
     /// Keys erasure's markers and hashes.
     marks: Marks,
-}
-
-fn unavailable(e: RedisError) -> Error {
-    Error::Unavailable(e.to_string())
-}
-
-/// The script's refusals, and everything else as the server being unavailable.
-fn refused(e: RedisError) -> Error {
-    match e.code() {
-        Some("SABI_LEASE_LOST") => Error::LeaseLost,
-        Some("SABI_NOT_FOUND") => Error::NotFound,
-        Some("SABI_RESET") => reset(),
-        _ => unavailable(e),
-    }
-}
-
-fn reset() -> Error {
-    Error::Schema(
-        "the Redis store was reset since this node started (its keys were lost or made again): \
-         restart the node"
-            .into(),
-    )
+    /// Deliveries arriving together are stored in one run of the script (gather.rs).
+    gatherer: Gatherer,
 }
 
 impl RedisStore {
@@ -130,15 +109,8 @@ impl RedisStore {
     /// downgraded), or (with `durability=require`) it could lose acknowledged messages.
     pub async fn open(url: &str, marks: Marks) -> Result<RedisStore> {
         let target = Target::parse(url)?;
-        let conn = Connection::open(&target).await?;
-        let mut store = RedisStore {
-            conn,
-            script: Script::new(&SCRIPT),
-            tag: target.tag.clone(),
-            epoch: String::new(),
-            marks,
-        };
-        match persistence(&mut store.conn, &target.tag).await {
+        let mut conn = Connection::open(&target).await?;
+        match persistence(&mut conn, &target.tag).await {
             Persistence::Durable(_) => {}
             Persistence::Risky(why) if target.require_durable => {
                 return Err(Error::Unavailable(format!(
@@ -147,7 +119,18 @@ impl RedisStore {
             }
             Persistence::Risky(why) => tracing::warn!("{why}"),
         }
-        store.epoch = store.claim_layout().await?;
+        let epoch = claim_layout(&conn, &target.tag).await?;
+        let caller = Caller {
+            conn,
+            script: Script::new(&SCRIPT),
+            tag: target.tag,
+            epoch,
+        };
+        let store = RedisStore {
+            gatherer: Gatherer::start(caller.clone()),
+            caller,
+            marks,
+        };
         store.rekey().await?;
         Ok(store)
     }
@@ -195,18 +178,7 @@ impl RedisStore {
 
     /// Runs one operation of the script.
     async fn call<T: DeserializeOwned>(&self, op: &str, args: Value) -> Result<T> {
-        let mut conn = self.conn.clone();
-        let reply: String = self
-            .script
-            .key(&self.tag)
-            .arg(op)
-            .arg(args.to_string())
-            .arg(&self.epoch)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(refused)?;
-        serde_json::from_str(&reply)
-            .map_err(|e| Error::Schema(format!("undecodable reply to {op}: {e}")))
+        self.caller.call(op, &args.to_string()).await
     }
 
     /// A listing, page by page (each page is a short script run).
@@ -229,40 +201,40 @@ impl RedisStore {
         Ok(out)
     }
 
-    /// Brings the layout to this build's version (see `lua/layout.lua`) and returns the epoch,
-    /// written fresh when the prefix has none. One script, called again while an upgrade step
-    /// goes a slice at a time: nodes starting together upgrade once and agree on one epoch.
-    async fn claim_layout(&self) -> Result<String> {
-        let mut id = [0u8; 8];
-        getrandom::fill(&mut id).map_err(|e| Error::Unavailable(e.to_string()))?;
-        let script = Script::new(&LAYOUT);
-        loop {
-            let (found, epoch, partway): (u32, String, bool) = script
-                .key(&self.tag)
-                .arg(VERSION)
-                .arg(hex::encode(id))
-                .invoke_async(&mut self.conn.clone())
-                .await
-                .map_err(|e| match e.code() {
-                    Some("SABI_NEWER_LAYOUT") => Error::Schema(format!(
-                        "the keys under {}: {}",
-                        self.tag,
-                        too_new(e.detail().unwrap_or("?"))
-                    )),
-                    _ => unavailable(e),
-                })?;
-            if partway {
-                continue;
-            }
-            if (1..VERSION).contains(&found) {
-                tracing::info!(prefix = %self.tag, from = found, to = VERSION, "Redis key layout upgraded");
-            }
-            return Ok(epoch);
-        }
-    }
-
     fn key(&self, name: &str) -> String {
-        format!("{}:{name}", self.tag)
+        format!("{}:{name}", self.caller.tag)
+    }
+}
+
+/// Brings the layout to this build's version (see `lua/layout.lua`) and returns the epoch,
+/// written fresh when the prefix has none. One script, called again while an upgrade step
+/// goes a slice at a time: nodes starting together upgrade once and agree on one epoch.
+async fn claim_layout(conn: &Connection, tag: &str) -> Result<String> {
+    let mut id = [0u8; 8];
+    getrandom::fill(&mut id).map_err(|e| Error::Unavailable(e.to_string()))?;
+    let script = Script::new(&LAYOUT);
+    loop {
+        let (found, epoch, partway): (u32, String, bool) = script
+            .key(tag)
+            .arg(VERSION)
+            .arg(hex::encode(id))
+            .invoke_async(&mut conn.clone())
+            .await
+            .map_err(|e| match e.code() {
+                Some("SABI_NEWER_LAYOUT") => Error::Schema(format!(
+                    "the keys under {}: {}",
+                    tag,
+                    too_new(e.detail().unwrap_or("?"))
+                )),
+                _ => unavailable(e),
+            })?;
+        if partway {
+            continue;
+        }
+        if (1..VERSION).contains(&found) {
+            tracing::info!(prefix = %tag, from = found, to = VERSION, "Redis key layout upgraded");
+        }
+        return Ok(epoch);
     }
 }
 
@@ -376,7 +348,11 @@ fn exact(at: At) -> At {
 impl Intake for RedisStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
         let receipt: Receipt = self
-            .call("ingest", wire::delivery(&delivery, &self.marks))
+            .gatherer
+            .store(
+                &self.caller,
+                wire::delivery(&delivery, &self.marks).to_string(),
+            )
             .await?;
         self.settle_broadcast_statuses(&delivery).await?;
         // What field events say is acted on right after they are kept, once: were it lost in
@@ -1336,7 +1312,7 @@ impl RedisStore {
 #[async_trait]
 impl Health for RedisStore {
     async fn ready(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.caller.conn.clone();
         // One MGET: the two keys share the slot, also on a cluster.
         let (version, epoch): (Option<String>, Option<String>) = redis::cmd("MGET")
             .arg(self.key("schema"))
@@ -1347,11 +1323,11 @@ impl Health for RedisStore {
         match (version, epoch) {
             (Some(v), _) if v != VERSION.to_string() => Err(Error::Schema(format!(
                 "key layout {v} under {}, expected {VERSION}",
-                self.tag
+                self.caller.tag
             ))),
-            (Some(_), Some(epoch)) if epoch == self.epoch => Ok(()),
+            (Some(_), Some(epoch)) if epoch == self.caller.epoch => Ok(()),
             _ => {
-                tracing::error!(prefix = %self.tag, "the Redis store was reset since this node started (restarted without an append-only file, or flushed): what it held is gone, and this node refuses work until it is restarted");
+                tracing::error!(prefix = %self.caller.tag, "the Redis store was reset since this node started (restarted without an append-only file, or flushed): what it held is gone, and this node refuses work until it is restarted");
                 Err(reset())
             }
         }

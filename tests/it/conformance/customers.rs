@@ -611,6 +611,39 @@ pub async fn a_customer_meta_names_by_number_and_bsuid_is_one_customer(store: Ar
     assert_eq!(threads(&store, NUMBER).await.0, 1);
 }
 
+/// Deliveries sent at once each hear their own receipt: how many of their own messages were
+/// kept or known, and their own conversation's due time (a store may store them together).
+pub async fn deliveries_at_once_each_hear_their_own_receipt(store: Arc<dyn Store>) {
+    let deliveries: Vec<(At, Vec<InboundItem>)> = (0..48)
+        .map(|n| {
+            let customer = format!("23480500002{n:02}");
+            let items = (0..=n % 4)
+                .map(|k| message(&format!("wamid.own-{n}-{k}"), &customer, "hi", T0))
+                .collect();
+            (T0 + ms(100 * n as u64), items)
+        })
+        .collect();
+    for round in 0..2 {
+        let receipts = join_all(
+            deliveries
+                .iter()
+                .map(|(at, items)| ingest(&store, items.clone(), *at)),
+        )
+        .await;
+        for ((at, items), receipt) in deliveries.iter().zip(&receipts) {
+            let kept = if round == 0 { items.len() } else { 0 };
+            assert_eq!(
+                (receipt.stored, receipt.duplicates),
+                (kept, items.len() - kept),
+                "round {round}, delivery at {at:?}"
+            );
+            if round == 0 {
+                assert_eq!(receipt.earliest_due, Some(*at + POLICY.window), "{at:?}");
+            }
+        }
+    }
+}
+
 /// Many customers' messages at once, each delivered twice (the way a busy number's webhooks
 /// arrive, and the way stores gather them): every message is kept once, a message named by a
 /// BSUID alone joins the conversation of the number it is linked to, a retry of an erased

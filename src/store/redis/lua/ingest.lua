@@ -255,6 +255,21 @@ local function ingest(d)
   return receipt
 end
 
+-- Deliveries that arrived together: each stored as `ingest` stores it alone, in order. A
+-- delivery whose run fails answers with its error in its place; the others are kept.
+local function ingest_many(a)
+  local answers = {}
+  for i, d in ipairs(a.deliveries) do
+    local ok, receipt = pcall(ingest, d)
+    if ok then
+      answers[i] = {ok = receipt}
+    else
+      answers[i] = {err = type(receipt) == 'table' and receipt.err or tostring(receipt)}
+    end
+  end
+  return answers
+end
+
 local function set_transcript(a)
   local seq = redis.call('HGET', k('dedupe'), a.ch .. '\n' .. a.key)
   if seq then
