@@ -60,7 +60,7 @@ use crate::clock::{At, SharedClock};
 use crate::config::{Config, StoreConfig};
 
 /// Errors every backend reports the same way.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// The backend cannot be reached or cannot commit: retry later.
     #[error("store unavailable: {0}")]

@@ -56,7 +56,8 @@ use self::broadcasts::{
 use self::categories::template_categories_keep_meta_s_latest_word;
 use self::customers::{
     a_customer_meta_names_by_number_and_bsuid_is_one_customer,
-    a_forgotten_chat_session_leaves_no_history, a_forgotten_customer_is_sent_no_broadcast,
+    a_customers_deliveries_at_once_keep_the_order_sent, a_forgotten_chat_session_leaves_no_history,
+    a_forgotten_customer_is_sent_no_broadcast,
     a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
     a_wave_of_customers_at_once_is_kept_once_each_under_its_key,
     after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied,
@@ -334,6 +335,7 @@ macro_rules! cases {
             forget_racing_ingest_and_claims_takes_only_its_customer,
             a_wave_of_customers_at_once_is_kept_once_each_under_its_key,
             deliveries_at_once_each_hear_their_own_receipt,
+            a_customers_deliveries_at_once_keep_the_order_sent,
             after_forget_late_statuses_are_known_and_only_her_own_parts_are_emptied,
             a_late_status_about_a_broadcast_to_a_forgotten_customer_is_known,
             // Retention

@@ -385,7 +385,12 @@ async fn customers_far_back_in_the_queue_get_one_holding_message_then_the_answer
     let now_s = START_MS / 1000;
     let customers: Vec<String> = (0..5).map(|n| format!("23480312300{n:02}")).collect();
     for (n, customer) in customers.iter().enumerate() {
-        let body = text_webhook_at(&format!("wamid.w{n}"), customer, "How far my order?", now_s);
+        let body = text_webhook_at(
+            &format!("wamid.w{n}"),
+            customer,
+            "Una get this shoe for size 44?",
+            now_s,
+        );
         assert_eq!(app.post_whatsapp_webhook(body).await.status(), 200);
     }
     // The batch window passes: they have waited no time yet.

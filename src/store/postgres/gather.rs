@@ -10,10 +10,11 @@
 //! of its messages is stored alone: one bad message fails no other.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::Arc;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use sqlx::PgPool;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use super::message::{Message, store_message, store_messages};
 use crate::clock::At;
@@ -65,40 +66,57 @@ impl Gatherer {
     }
 }
 
+/// Runs up to [`SLOTS`] groups at once, inside this task. A message whose id or conversation
+/// is in a running group waits for that group to end: a customer's messages are stored in the
+/// order they arrived, each group committed before the next of theirs starts.
 async fn gather(pool: PgPool, mut waiting: mpsc::UnboundedReceiver<Waiting>) {
-    let slots = Arc::new(Semaphore::new(SLOTS));
+    let mut running = FuturesUnordered::new();
     let mut held = VecDeque::new();
+    let mut busy: HashSet<String> = HashSet::new();
+    let mut closed = false;
     loop {
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-            return;
-        };
-        if held.is_empty() {
-            let Some(first) = waiting.recv().await else {
-                return;
-            };
-            held.push_back(first);
-        }
         while held.len() < HELD {
             let Ok(next) = waiting.try_recv() else { break };
             held.push_back(next);
         }
-        let group = take_group(&mut held);
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            store_group(&pool, group).await;
-            drop(slot);
-        });
+        while running.len() < SLOTS {
+            let group = take_group(&mut held, &busy);
+            if group.is_empty() {
+                break;
+            }
+            let names: Vec<String> = group.iter().flat_map(|w| w.message.names()).collect();
+            busy.extend(names.iter().cloned());
+            let pool = pool.clone();
+            running.push(async move {
+                store_group(&pool, group).await;
+                names
+            });
+        }
+        if closed && running.is_empty() && held.is_empty() {
+            return;
+        }
+        tokio::select! {
+            Some(names) = running.next(), if !running.is_empty() => {
+                for name in names {
+                    busy.remove(&name);
+                }
+            }
+            next = waiting.recv(), if !closed && running.len() < SLOTS => match next {
+                Some(next) => held.push_back(next),
+                None => closed = true,
+            },
+        }
     }
 }
 
 /// The next group from `held`, in arrival order, within [`GROUP_BYTES`]: no two of its
-/// messages share an id or a conversation (what one links could change whom the other is
-/// from, and a conversation's messages keep their order), and all share a window and a cap. The
-/// others wait for the next group, in their order; a message that waits holds back the later
-/// messages of its customer.
-fn take_group(held: &mut VecDeque<Waiting>) -> Vec<Waiting> {
+/// messages share an id or a conversation, nor with a group still running (`busy`): what one
+/// links could change whom the other is from, and a conversation's messages keep their order.
+/// All share a window and a cap. The others wait for a later group, in their order; a message
+/// that waits holds back the later messages of its customer.
+fn take_group(held: &mut VecDeque<Waiting>, busy: &HashSet<String>) -> Vec<Waiting> {
     let mut group: Vec<Waiting> = Vec::new();
-    let mut taken = HashSet::new();
+    let mut taken: HashSet<String> = busy.clone();
     let mut bytes = 0;
     let mut later = VecDeque::new();
     while let Some(next) = held.pop_front() {
@@ -231,9 +249,22 @@ mod tests {
         .into();
         let mut groups = Vec::new();
         while !held.is_empty() {
-            groups.push(keys(&take_group(&mut held)).join(" "));
+            groups.push(keys(&take_group(&mut held, &HashSet::new())).join(" "));
         }
         // w.2 is too long to join w.1; w.3 waits behind it, w.4 behind w.1; w.2 goes alone.
         assert_eq!(groups, ["w.1 w.5", "w.2", "w.3 w.4"]);
+    }
+
+    #[test]
+    fn a_message_waits_while_a_group_of_its_customer_runs() {
+        let mut held: VecDeque<Waiting> = [
+            waiting("w.1", "2348000000001", "hi"),
+            waiting("w.2", "2348000000002", "hello"),
+        ]
+        .into();
+        let running = waiting("w.0", "2348000000001", "earlier").message.names();
+        let busy: HashSet<String> = running.into_iter().collect();
+        assert_eq!(keys(&take_group(&mut held, &busy)), ["w.2"]);
+        assert_eq!(keys(&take_group(&mut held, &HashSet::new())), ["w.1"]);
     }
 }

@@ -8,17 +8,18 @@
 //! answers each with its own receipt or its own error. A delivery that finds nothing waiting
 //! beside it runs `ingest` itself, so an idle store answers as soon as before.
 
-use std::sync::Arc;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
 
-use serde::Deserialize;
-use tokio::sync::{Semaphore, mpsc, oneshot};
-
-use super::script::{Caller, reset};
+use super::script::{Caller, refusal};
 use super::wire::Receipt;
 use crate::store::{Error, Result};
 
 /// The most one run carries, in bytes of its deliveries' JSON: a run holds Redis's only
-/// script thread, so a group is kept to what takes a few milliseconds.
+/// script thread, so a group is kept to what takes a few milliseconds. (Redis checks
+/// `maxmemory` before a run's first write only: a group may pass it by this much.)
 const GROUP_BYTES: usize = 64 * 1024;
 /// Runs at once: one is decoded and queued while Redis runs the other.
 const SLOTS: usize = 2;
@@ -32,13 +33,6 @@ struct Waiting {
     /// The delivery as `ingest` takes it, JSON.
     delivery: String,
     reply: oneshot::Sender<Result<Receipt>>,
-}
-
-/// One delivery's outcome in `ingest_many`'s reply.
-#[derive(Deserialize)]
-struct Answer {
-    ok: Option<Receipt>,
-    err: Option<String>,
 }
 
 impl Gatherer {
@@ -64,36 +58,58 @@ impl Gatherer {
     }
 }
 
+/// Runs up to [`SLOTS`] groups at once, inside this task: a group's call is first polled, so
+/// sent on the shared connection, in the order its group was taken, and a customer's
+/// deliveries reach Redis in the order they arrived.
 async fn gather(caller: Caller, mut waiting: mpsc::UnboundedReceiver<Waiting>) {
-    let slots = Arc::new(Semaphore::new(SLOTS));
-    let mut next = None;
+    let mut running = FuturesUnordered::new();
+    let mut next: Option<Waiting> = None;
+    let mut closed = false;
     loop {
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-            return;
-        };
-        let first = match next.take() {
-            Some(first) => first,
-            None => match waiting.recv().await {
+        while running.len() < SLOTS {
+            let first = match next.take() {
                 Some(first) => first,
-                None => return,
-            },
-        };
-        let mut bytes = first.delivery.len();
-        let mut group = vec![first];
-        while let Ok(more) = waiting.try_recv() {
-            if bytes + more.delivery.len() > GROUP_BYTES {
-                next = Some(more);
-                break;
-            }
-            bytes += more.delivery.len();
-            group.push(more);
+                None => match waiting.try_recv() {
+                    Ok(first) => first,
+                    Err(_) => break,
+                },
+            };
+            let group = take_group(first, &mut waiting, &mut next);
+            running.push(run_group(&caller, group));
         }
-        let caller = caller.clone();
-        tokio::spawn(async move {
-            run_group(&caller, group).await;
-            drop(slot);
-        });
+        if closed && running.is_empty() {
+            return;
+        }
+        tokio::select! {
+            Some(()) = running.next(), if !running.is_empty() => {}
+            more = waiting.recv(), if !closed && next.is_none() && running.len() < SLOTS => {
+                match more {
+                    Some(more) => next = Some(more),
+                    None => closed = true,
+                }
+            }
+        }
     }
+}
+
+/// `first` and whatever else is waiting, in arrival order, within [`GROUP_BYTES`]; the first
+/// delivery that does not fit waits in `next` for the following group.
+fn take_group(
+    first: Waiting,
+    waiting: &mut mpsc::UnboundedReceiver<Waiting>,
+    next: &mut Option<Waiting>,
+) -> Vec<Waiting> {
+    let mut bytes = first.delivery.len();
+    let mut group = vec![first];
+    while let Ok(more) = waiting.try_recv() {
+        if bytes + more.delivery.len() > GROUP_BYTES {
+            *next = Some(more);
+            break;
+        }
+        bytes += more.delivery.len();
+        group.push(more);
+    }
+    group
 }
 
 async fn run_group(caller: &Caller, mut group: Vec<Waiting>) {
@@ -103,9 +119,7 @@ async fn run_group(caller: &Caller, mut group: Vec<Waiting>) {
         let _ = alone.reply.send(outcome);
         return;
     }
-    let mut args =
-        String::with_capacity(group.iter().map(|w| w.delivery.len() + 1).sum::<usize>() + 16);
-    args.push_str("{\"deliveries\":[");
+    let mut args = String::from("{\"deliveries\":[");
     for (i, waiting) in group.iter().enumerate() {
         if i > 0 {
             args.push(',');
@@ -114,7 +128,7 @@ async fn run_group(caller: &Caller, mut group: Vec<Waiting>) {
     }
     args.push_str("]}");
     // A caller that gave up is not told.
-    match caller.call::<Vec<Answer>>("ingest_many", &args).await {
+    match caller.call::<Vec<Value>>("ingest_many", &args).await {
         Ok(answers) if answers.len() == group.len() => {
             for (waiting, answer) in group.into_iter().zip(answers) {
                 let _ = waiting.reply.send(outcome(answer));
@@ -132,29 +146,20 @@ async fn run_group(caller: &Caller, mut group: Vec<Waiting>) {
         }
         // The server away or the store reset: every caller hears it at once.
         Err(e) => {
-            let why = e.to_string();
-            let reset = matches!(e, Error::Schema(_));
             for waiting in group {
-                let error = if reset {
-                    Error::Schema(why.clone())
-                } else {
-                    Error::Unavailable(why.clone())
-                };
-                let _ = waiting.reply.send(Err(error));
+                let _ = waiting.reply.send(Err(e.clone()));
             }
         }
     }
 }
 
-/// One delivery's receipt, or the error its own run raised.
-fn outcome(answer: Answer) -> Result<Receipt> {
-    match (answer.ok, answer.err) {
-        (Some(receipt), _) => Ok(receipt),
-        (None, Some(why)) if why.starts_with("SABI_RESET") => Err(reset()),
-        (None, why) => {
-            Err(Error::Unavailable(why.unwrap_or_else(|| {
-                "ingest_many answered neither".to_owned()
-            })))
-        }
+/// One delivery's answer in `ingest_many`'s reply: its receipt, or the error its run raised
+/// or the refusal it returned, read as the one-delivery call reads them.
+fn outcome(answer: Value) -> Result<Receipt> {
+    if let Some(why) = answer.get("err").and_then(Value::as_str) {
+        return Err(refusal(why));
     }
+    let receipt = answer.get("ok").cloned().unwrap_or_default();
+    serde_json::from_value(receipt)
+        .map_err(|e| Error::Schema(format!("undecodable receipt in ingest_many: {e}")))
 }

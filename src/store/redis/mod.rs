@@ -347,13 +347,19 @@ fn exact(at: At) -> At {
 #[async_trait]
 impl Intake for RedisStore {
     async fn ingest(&self, delivery: Ingest) -> Result<IngestReceipt> {
-        let receipt: Receipt = self
-            .gatherer
-            .store(
-                &self.caller,
-                wire::delivery(&delivery, &self.marks).to_string(),
-            )
-            .await?;
+        let args = wire::delivery(&delivery, &self.marks).to_string();
+        // What field events say is acted on below, by this caller: a delivery that holds any
+        // is stored at once, so that a caller who gives up while it waits in the queue cannot
+        // leave them kept and never acted on.
+        let receipt: Receipt = if delivery
+            .items
+            .iter()
+            .any(|i| i.kind == ItemKind::FieldEvent)
+        {
+            self.caller.call("ingest", &args).await?
+        } else {
+            self.gatherer.store(&self.caller, args).await?
+        };
         self.settle_broadcast_statuses(&delivery).await?;
         // What field events say is acted on right after they are kept, once: were it lost in
         // between, a customer's choice would wait for their next one, a template's pause for

@@ -41,12 +41,26 @@ pub(super) fn unavailable(e: RedisError) -> Error {
 }
 
 /// The script's refusals, and everything else as the server being unavailable.
-pub(super) fn refused(e: RedisError) -> Error {
-    match e.code() {
-        Some("SABI_LEASE_LOST") => Error::LeaseLost,
-        Some("SABI_NOT_FOUND") => Error::NotFound,
-        Some("SABI_RESET") => reset(),
-        _ => unavailable(e),
+fn refused(e: RedisError) -> Error {
+    match e.code().and_then(refusal_of) {
+        Some(refusal) => refusal,
+        None => unavailable(e),
+    }
+}
+
+/// An error a delivery's run answered inside `ingest_many` (`"SABI_<WHAT> why"`, or Redis's
+/// own error text), read as [`refused`] reads a whole call's.
+pub(super) fn refusal(why: &str) -> Error {
+    let code = why.split_whitespace().next().unwrap_or_default();
+    refusal_of(code).unwrap_or_else(|| Error::Unavailable(why.to_owned()))
+}
+
+fn refusal_of(code: &str) -> Option<Error> {
+    match code {
+        "SABI_LEASE_LOST" => Some(Error::LeaseLost),
+        "SABI_NOT_FOUND" => Some(Error::NotFound),
+        "SABI_RESET" => Some(reset()),
+        _ => None,
     }
 }
 

@@ -8,8 +8,8 @@ use sabi::clock::At;
 use sabi::domain::{Channel, InboundItem, Quarantined, ReplyPart};
 use sabi::store::rules::consent::Source;
 use sabi::store::{
-    Choice, CustomerRecord, Ending, Erased, Error, Ingest, RecipientState, SendResult, SkipReason,
-    Store, Subject, Submitted, export_linked, forget_linked,
+    Choice, CustomerRecord, Ending, Erased, Error, InboxQuery, Ingest, RecipientState, SendResult,
+    SkipReason, Store, Subject, Submitted, export_linked, forget_linked,
 };
 
 use super::broadcasts::{diwali, sends};
@@ -609,6 +609,30 @@ pub async fn a_customer_meta_names_by_number_and_bsuid_is_one_customer(store: Ar
     }
     // The first customer is untouched.
     assert_eq!(threads(&store, NUMBER).await.0, 1);
+}
+
+/// One customer's deliveries sent at once, more than a store stores in one go (about 100 KB),
+/// are kept in the order they were sent: their conversation reads them in that order.
+pub async fn a_customers_deliveries_at_once_keep_the_order_sent(store: Arc<dyn Store>) {
+    const CUSTOMER: &str = "2348050000999";
+    let text = "a long message about my order ".repeat(34);
+    let items: Vec<InboundItem> = (0..100)
+        .map(|n| message(&format!("wamid.order-{n:03}"), CUSTOMER, &text, T0 + ms(n)))
+        .collect();
+    join_all(
+        items
+            .iter()
+            .map(|item| ingest(&store, vec![item.clone()], T0 + ms(200))),
+    )
+    .await;
+    let kept = store.inbox(InboxQuery::default()).await.expect("inbox");
+    let order: Vec<&str> = kept
+        .iter()
+        .filter(|stored| stored.item.customer.as_deref() == Some(CUSTOMER))
+        .map(|stored| stored.item.dedupe_key.as_str())
+        .collect();
+    let sent: Vec<&str> = items.iter().map(|item| item.dedupe_key.as_str()).collect();
+    assert_eq!(order, sent);
 }
 
 /// Deliveries sent at once each hear their own receipt: how many of their own messages were

@@ -261,10 +261,12 @@ local function ingest_many(a)
   local answers = {}
   for i, d in ipairs(a.deliveries) do
     local ok, receipt = pcall(ingest, d)
-    if ok then
-      answers[i] = {ok = receipt}
-    else
+    if not ok then
       answers[i] = {err = type(receipt) == 'table' and receipt.err or tostring(receipt)}
+    elseif receipt.__error then
+      answers[i] = {err = receipt.__error}
+    else
+      answers[i] = {ok = receipt}
     end
   end
   return answers

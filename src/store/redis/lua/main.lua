@@ -16,7 +16,8 @@ local function clean(v)
 end
 
 local OPS = {
-  ingest = ingest, ingest_many = ingest_many, set_transcript = set_transcript, inbox = inbox, quarantine = quarantine,
+  ingest = ingest, ingest_many = ingest_many, set_transcript = set_transcript, inbox = inbox,
+  quarantine = quarantine,
   claim = claim, claim_routine = claim_routine, renew = renew, finish = finish, hold = hold,
   next_due = next_due, history = history,
   set_stage = set_stage, add_usage = add_usage, turn_stats = turn_stats,
