@@ -749,9 +749,22 @@ impl Router {
         });
         let negated = found.len() < before;
         found.retain(|(_, at)| !cue_before(&self.done, bytes, start_of(*at), *at));
-        let overridden: Vec<usize> = found
+        // An intent overrides another it shares a request with ("my loan balance"), not one
+        // asked for on its own beside it ("open an account and collect a loan").
+        let kept = &found;
+        let overridden: Vec<usize> = kept
             .iter()
-            .flat_map(|(i, _)| self.intents[*i].overrides.clone())
+            .flat_map(|&(winner, at)| {
+                self.intents[winner]
+                    .overrides
+                    .iter()
+                    .copied()
+                    .filter(move |&loser| {
+                        kept.iter().any(|&(i, other)| {
+                            i == loser && !asked_apart(bytes, at.min(other), at.max(other))
+                        })
+                    })
+            })
             .collect();
         found.retain(|(i, _)| !overridden.contains(i));
         found.sort_by_key(|(_, at)| *at);
@@ -777,6 +790,17 @@ struct Found {
 /// request, one about the business is an FAQ.
 fn owns(text: &str) -> bool {
     text.split(' ').any(|w| w == "my")
+}
+
+/// Whether "and" and a verb of its own stand between two matches: two requests, each asked
+/// apart ("open account and collect loan").
+fn asked_apart(text: &[u8], from: usize, to: usize) -> bool {
+    static APART: std::sync::LazyLock<Regex> = std::sync::LazyLock::new(|| {
+        ascii_regex(r"\band (also |then |please )?(collect|get|take|apply for|buy|check|open|send|show|give|block|track|request)\b")
+            .expect("a valid pattern")
+    });
+    text.get(from..to)
+        .is_some_and(|between| APART.is_match(between))
 }
 
 /// The most probable class and its probability.
@@ -1059,6 +1083,23 @@ mod tests {
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
+    }
+
+    #[test]
+    fn an_intent_overrides_only_a_request_it_shares() {
+        let r = router();
+        // Two requests, each with its own verb after "and": neither hides the other.
+        for text in [
+            "I want to open an account and apply for a loan",
+            "abeg check my balance and collect loan for me",
+        ] {
+            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
+        }
+        // One request that names two intents' words: the overriding intent answers.
+        assert_eq!(
+            routed(&r, "what is my loan balance"),
+            ("loan_inquiry".into(), true)
+        );
     }
 
     #[test]
