@@ -46,6 +46,10 @@ pub struct Guards {
     /// the agent.
     #[serde(default)]
     pub actions: Vec<String>,
+    /// What, standing between two intents' matches, makes them two requests asked apart
+    /// ("open account *and collect* loan"): neither then overrides the other.
+    #[serde(default)]
+    pub apart: Vec<String>,
 
     /// Content words the domain never uses that a routine request may still hold (a name, a
     /// place, a typo); with more, the message goes to the agent.
@@ -65,6 +69,7 @@ impl Default for Guards {
             done: Vec::new(),
             requests: Vec::new(),
             actions: Vec::new(),
+            apart: Vec::new(),
             max_unknown_words: default_max_unknown(),
         }
     }

@@ -140,6 +140,8 @@ pub struct Router {
     requests: RegexSet,
     /// Verbs and states that give a short message its object ("blocked", "not entered").
     actions: RegexSet,
+    /// What makes two matches two requests asked apart ("and collect").
+    apart: RegexSet,
     /// Patterns that take a whole message or clause (`^...$`): an intent's own bare form.
     whole: Vec<bool>,
     classifier: Classifier,
@@ -244,13 +246,21 @@ impl Router {
             .iter()
             .map(compile)
             .collect::<Result<Vec<_>, _>>()?;
-        for pattern in file.guards.requests.iter().chain(&file.guards.actions) {
+        let guards = &file.guards;
+        for pattern in guards
+            .requests
+            .iter()
+            .chain(&guards.actions)
+            .chain(&guards.apart)
+        {
             compile(pattern)?;
         }
         let requests = ascii_set(&file.guards.requests)
             .map_err(|e| intents::Error(format!("guards.requests: {e}")))?;
         let actions = ascii_set(&file.guards.actions)
             .map_err(|e| intents::Error(format!("guards.actions: {e}")))?;
+        let apart = ascii_set(&file.guards.apart)
+            .map_err(|e| intents::Error(format!("guards.apart: {e}")))?;
         let whole = pattern_intents
             .iter()
             .map(|(_, r)| r.as_str().starts_with('^') && r.as_str().ends_with('$'))
@@ -337,6 +347,7 @@ impl Router {
             done,
             requests,
             actions,
+            apart,
             whole,
             classifier,
             out_of_scope_index: index_of(OUT_OF_SCOPE),
@@ -646,6 +657,13 @@ impl Router {
         unknown > self.max_unknown && unknown * UNKNOWN_SHARE > content
     }
 
+    /// Whether something of `guards.apart` ("and" with a verb of its own) stands between two
+    /// matches: two requests, each asked apart ("open account and collect loan").
+    fn asked_apart(&self, text: &[u8], from: usize, to: usize) -> bool {
+        text.get(from..to)
+            .is_some_and(|between| self.apart.is_match(between))
+    }
+
     /// A pattern's intent, confirmed by the classifier: local when the classifier gives it at
     /// least the intent's `confirm` probability, and does not think the message out of scope.
     fn confirmed(
@@ -761,7 +779,7 @@ impl Router {
                     .copied()
                     .filter(move |&loser| {
                         kept.iter().any(|&(i, other)| {
-                            i == loser && !asked_apart(bytes, at.min(other), at.max(other))
+                            i == loser && !self.asked_apart(bytes, at.min(other), at.max(other))
                         })
                     })
             })
@@ -790,17 +808,6 @@ struct Found {
 /// request, one about the business is an FAQ.
 fn owns(text: &str) -> bool {
     text.split(' ').any(|w| w == "my")
-}
-
-/// Whether "and" and a verb of its own stand between two matches: two requests, each asked
-/// apart ("open account and collect loan").
-fn asked_apart(text: &[u8], from: usize, to: usize) -> bool {
-    static APART: std::sync::LazyLock<Regex> = std::sync::LazyLock::new(|| {
-        ascii_regex(r"\band (also |then |please )?(collect|get|take|apply for|buy|check|open|send|show|give|block|track|request)\b")
-            .expect("a valid pattern")
-    });
-    text.get(from..to)
-        .is_some_and(|between| APART.is_match(between))
 }
 
 /// The most probable class and its probability.
