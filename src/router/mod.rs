@@ -1014,6 +1014,10 @@ mod tests {
             "Show me my statement, also increase my card limit to 500k",
             "Block my card. Then move my savings to my wife account",
             "Check my balance and buy me 1k airtime",
+            // A message that opens with what it buys asks for it ("recharge" is airtime).
+            "Recharge 2k Glo for me then tell me wetin remain for my wallet",
+            // A story about a delivery asks for nothing.
+            "The dispatch man shouted at me when he delivered my order",
         ] {
             assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
         }
@@ -1152,6 +1156,12 @@ mod tests {
             // Blessings and thanks that close a conversation.
             ("Na gode sosai, Allah ya saka da alheri", "thanks_goodbye"),
             ("O seun gan, Olorun a bukun yin", "thanks_goodbye"),
+            // Yoruba "de" (arrive) after "ko tii" (not yet), "nigba wo" (when).
+            ("Oja ti mo ra ko tii de o", "order_status"),
+            // Igbo: get (nweta), broken (agbajiela); Hausa: lost (rasa), list (jerin).
+            ("Biko, olee otu m ga-esi nweta loan?", "loan_inquiry"),
+            ("Kaadi m agbajiela n'ime ATM", "card_issue"),
+            ("Na rasa katina, a rufe shi", "card_issue"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
@@ -1193,6 +1203,22 @@ mod tests {
             // What is in the customer's own account, by any word for it.
             ("how much dey my savings now?", "check_balance"),
             ("block the card now, thief carry my bag", "card_issue"),
+            ("how much I get left for my wallet?", "check_balance"),
+            // Pidgin asks with the bare verb, and names the thing bought.
+            ("una don ship my order?", "order_status"),
+            (
+                "I buy sneakers Friday, when e go reach Ibadan?",
+                "order_status",
+            ),
+            // A card that does not work, a PIN locked on it.
+            ("my card no dey work for any ATM", "card_issue"),
+            ("my card pin don lock, I no fit use am", "card_issue"),
+            // The service named by its history, or a statement by its months.
+            ("transaction history pls", "transaction_history"),
+            ("statement from January please", "transaction_history"),
+            // A person asked for again and again, or by what they are.
+            ("agent agent", "agent_escalation"),
+            ("live person please", "agent_escalation"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }

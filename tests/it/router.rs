@@ -103,6 +103,10 @@ fn the_router_as_shipped_on_authors_it_never_learned_from() {
         ("new-author-sealed.jsonl", 0.65, 0.05, 0.92),
         ("near-miss-read.jsonl", 0.85, 0.05, 0.94),
         ("near-miss-sealed.jsonl", 0.78, 0.05, 0.93),
+        ("everyday-read.jsonl", 0.75, 0.02, 0.97),
+        ("everyday-sealed.jsonl", 0.65, 0.02, 0.97),
+        ("lookalike-read.jsonl", 0.65, 0.02, 0.97),
+        ("lookalike-sealed.jsonl", 0.55, 0.06, 0.95),
     ] {
         let report = evaluate(&router, &samples(file));
         eprintln!("{file}\n{report}");
