@@ -1111,6 +1111,14 @@ mod tests {
             routed(&r, "what is my loan balance"),
             ("loan_inquiry".into(), true)
         );
+        // What sets two requests apart is the intents file's (`guards.apart`): without it, the
+        // overriding intent takes both.
+        let file = crate::config::DEFAULT_INTENTS.replacen("apart = [", "apart = [] # [", 1);
+        let together = Router::trained(&file).expect("the file without apart cues loads");
+        assert_eq!(
+            routed(&together, "abeg check my balance and collect loan for me"),
+            ("loan_inquiry".into(), true)
+        );
     }
 
     #[test]
