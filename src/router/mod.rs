@@ -1227,6 +1227,28 @@ mod tests {
             // A person asked for again and again, or by what they are.
             ("agent agent", "agent_escalation"),
             ("live person please", "agent_escalation"),
+            (
+                "could somebody from the bank call me back?",
+                "agent_escalation",
+            ),
+            // A refund complained of as not done is asked for; so is change owed back.
+            (
+                "I sent the shoes back two weeks ago, you have not refunded me",
+                "refund_request",
+            ),
+            (
+                "dem charge me 7k for 5k item, I want that 2k back",
+                "refund_request",
+            ),
+            // Pidgin puts what is bought first; a data plan renewed by its size.
+            ("na data I wan buy, 1GB MTN", "airtime_data"),
+            ("renew my 5GB data plan abeg", "airtime_data"),
+            (
+                "make I see all the credit wey enter my account this week",
+                "transaction_history",
+            ),
+            // Thanks for the help given closes the conversation.
+            ("e don enter, thanks for your help", "thanks_goodbye"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
