@@ -4,13 +4,13 @@
 //! every request committed alone, throughput would stop at one fsync stream. Instead requests
 //! queue their write as a job; the writer takes every job waiting, runs them one after another
 //! in one transaction, commits once (one fsync), and only then answers each job. A job that
-//! fails must leave nothing behind, yet the others should commit: the writer then rolls the
-//! transaction back and runs the group again without the failed job, this time each job in
-//! its own savepoint (jobs are `FnMut` for this, and their state is all in the store), so a
-//! group runs at most twice however many of its jobs fail. Jobs fail rarely, so the common
-//! group runs once, with no savepoint per job: a savepoint copies every page a job first
-//! touches to SQLite's statement journal, a tenth of the writer's work when each ran in its
-//! own. A
+//! fails must leave nothing behind, yet the others should commit. A job that fails before
+//! changing a row (a lost lease) leaves nothing and the group goes on; one that changed rows
+//! makes the writer roll the transaction back and run the group again without it, this time
+//! each job in its own savepoint (jobs are `FnMut` for this, and their state is all in the
+//! store), so a group runs at most twice however many of its jobs fail. The common group runs
+//! once, with no savepoint per job: a savepoint copies every page a job first touches to
+//! SQLite's statement journal, a tenth of the writer's work when each ran in its own. A
 //! failed commit fails them all, so no caller is ever told "stored" for something that is not
 //! on disk. When SQLite aborts the whole transaction mid-group (disk full, I/O error), or a
 //! job panics, the group stops there and every job in it is refused.
@@ -107,7 +107,9 @@ impl Writer {
         !self.jobs.is_closed()
     }
 
-    /// Runs `op` in the next group transaction and returns its result once committed.
+    /// Runs `op` in the next group transaction and returns its result once committed. `op`
+    /// may run twice (after its group's transaction is rolled back): everything it does must
+    /// stay inside the connection.
     ///
     /// # Errors
     /// `op`'s own error (its writes rolled back), or [`Error::Unavailable`] when the group
@@ -167,14 +169,17 @@ fn commit_group(conn: &Connection, mut group: Vec<Box<dyn Job>>) {
     // and a second pass runs the others each in its own savepoint, so that further failures
     // cost only themselves: a group runs at most twice, however many of its jobs fail.
     for apart in [false, true] {
+        if apart && failed.iter().all(|f| *f) {
+            break;
+        }
         if let Err(error) = begin(conn) {
-            return abandon_all(group, &error);
+            return refuse(group, &failed, &error);
         }
         match run_group(conn, &mut group, &mut failed, apart) {
             Ran::All => break,
             Ran::Failed => {
                 if let Err(e) = conn.execute_batch("ROLLBACK") {
-                    return abandon_all(group, &super::unavailable(e));
+                    return refuse(group, &failed, &super::unavailable(e));
                 }
             }
             Ran::Aborted(reason) => {
@@ -187,7 +192,11 @@ fn commit_group(conn: &Connection, mut group: Vec<Box<dyn Job>>) {
             }
         }
     }
-    let commit = conn.execute_batch("COMMIT").map_err(super::unavailable);
+    let commit = match conn.is_autocommit() {
+        // Every job failed before a transaction held anything: nothing to commit.
+        true => Ok(()),
+        false => conn.execute_batch("COMMIT").map_err(super::unavailable),
+    };
     if commit.is_err() {
         // Nothing of the group is kept; every caller hears so.
         let _ = conn.execute_batch("ROLLBACK");
@@ -238,6 +247,7 @@ fn run_group(
             return Ran::Aborted(e.to_string());
         }
         // A panicking job must not take the writer thread, and every later write, with it.
+        let changed_before = conn.total_changes();
         let Ok(wrote) = panic::catch_unwind(AssertUnwindSafe(|| job.run(conn))) else {
             return Ran::Aborted("a write panicked".to_owned());
         };
@@ -247,7 +257,8 @@ fn run_group(
             return Ran::Aborted("SQLite aborted the transaction".to_owned());
         }
         *failed = !wrote;
-        if !apart && !wrote {
+        // A job that failed before changing a row (a lease check) left nothing to undo.
+        if !apart && !wrote && conn.total_changes() != changed_before {
             return Ran::Failed;
         }
         if apart {
@@ -270,6 +281,17 @@ fn exec_cached(conn: &Connection, sql: &str) -> Result<()> {
         .and_then(|mut statement| statement.execute([]))
         .map(drop)
         .map_err(super::unavailable)
+}
+
+/// The group cannot go on: jobs that failed on their own hear their own error, the rest
+/// `error`.
+fn refuse(group: Vec<Box<dyn Job>>, failed: &[bool], error: &Error) {
+    for (job, failed) in group.into_iter().zip(failed) {
+        match failed {
+            true => job.finish(Ok(())),
+            false => job.abandon(Error::Unavailable(error.to_string())),
+        }
+    }
 }
 
 fn abandon_all(jobs: Vec<Box<dyn Job>>, error: &Error) {
@@ -385,6 +407,44 @@ mod tests {
         }
         // The first pass stops at the first failure (2 runs), the second runs the other 19.
         assert_eq!(runs.load(Ordering::Relaxed), 2 + 19);
+    }
+
+    #[test]
+    fn a_job_that_fails_before_changing_a_row_costs_the_others_nothing() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let conn = store();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = |op: fn(&Connection) -> Result<()>| {
+            let runs = Arc::clone(&runs);
+            job(move |c| {
+                runs.fetch_add(1, Ordering::Relaxed);
+                op(c)
+            })
+        };
+        let (first, first_answer) = counted(|c| insert(c, 1));
+        // Refused on a check, as a lost lease is: nothing written.
+        let (refused, refused_answer) = counted(|_| Err(Error::LeaseLost));
+        let (last, last_answer) = counted(|c| insert(c, 2));
+        commit_group(&conn, vec![first, refused, last]);
+
+        assert_eq!(rows(&conn), [1, 2]);
+        assert_eq!(runs.load(Ordering::Relaxed), 3, "each job ran once");
+        assert!(first_answer.blocking_recv().expect("answered").is_ok());
+        assert!(matches!(
+            refused_answer.blocking_recv().expect("answered"),
+            Err(Error::LeaseLost)
+        ));
+        assert!(last_answer.blocking_recv().expect("answered").is_ok());
+
+        // A group of refusals alone commits nothing and answers each with its own error.
+        let (alone, alone_answer) = counted(|_| Err(Error::LeaseLost));
+        commit_group(&conn, vec![alone]);
+        assert!(matches!(
+            alone_answer.blocking_recv().expect("answered"),
+            Err(Error::LeaseLost)
+        ));
+        assert!(conn.is_autocommit());
     }
 
     #[test]
