@@ -7,7 +7,7 @@ mod plan;
 mod simulate;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -775,6 +775,16 @@ async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A file named `*-sealed.jsonl` holds messages no rule may be written from: it is scored,
+/// and none of its messages is ever printed.
+fn sealed(file: &Path, mut report: router::eval::Report) -> router::eval::Report {
+    let name = file.file_name().map(|n| n.to_string_lossy());
+    if name.is_some_and(|n| n.ends_with("-sealed.jsonl")) {
+        report.seal();
+    }
+    report
+}
+
 fn route(
     config: &Config,
     text: Option<String>,
@@ -792,13 +802,23 @@ fn route(
             let router = Router::trained(&source)?;
             let reports: Vec<router::eval::Report> = sets
                 .iter()
-                .map(|set| router::eval::evaluate(&router, set))
+                .zip(&eval)
+                .map(|(set, file)| sealed(file, router::eval::evaluate(&router, set)))
                 .collect();
             (reports, "as configured".to_owned())
         } else {
             // The detail is leave-one-file-out's when there are several files (the figure a
             // business should expect on its own customers' phrasing), cross-validated's for one.
-            let scores = router::eval::generalisation(&source, &sets, folds)?;
+            let scores: Vec<router::eval::FileScores> =
+                router::eval::generalisation(&source, &sets, folds)?
+                    .into_iter()
+                    .zip(&eval)
+                    .map(|(s, file)| router::eval::FileScores {
+                        cross_validated: sealed(file, s.cross_validated),
+                        leave_one_file_out: sealed(file, s.leave_one_file_out),
+                        held_out: sealed(file, s.held_out),
+                    })
+                    .collect();
             let names: Vec<String> = eval
                 .iter()
                 .map(|f| {

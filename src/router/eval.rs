@@ -174,6 +174,12 @@ impl Report {
         }
     }
 
+    /// Counts every mistake without listing it: for messages no rule may be written from.
+    pub fn seal(&mut self) {
+        self.hidden_mistakes += self.mistakes.len();
+        self.mistakes.clear();
+    }
+
     pub fn accuracy(&self) -> f64 {
         ratio(self.correct, self.total)
     }
@@ -544,7 +550,7 @@ impl fmt::Display for Report {
         if self.hidden_mistakes > 0 {
             writeln!(
                 f,
-                "  and {} in the hold-out, not shown (rules are never written from it)",
+                "  and {} in the hold-out or a sealed file, not shown (rules are never written from them)",
                 self.hidden_mistakes
             )?;
         }

@@ -388,6 +388,37 @@ fn route_prints_a_decision_for_people() {
     }
 }
 
+#[test]
+fn a_sealed_file_is_scored_without_printing_a_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Labelled wrong on purpose: the router's answer counts as a mistake.
+    let lines = r#"{"id": "x-1", "text": "abeg check my account balance", "intent": "greeting"}
+{"id": "x-2", "text": "good morning", "intent": "greeting"}
+"#;
+    for (name, listed) in [("probe-read.jsonl", true), ("probe-sealed.jsonl", false)] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, lines).expect("writes");
+        let output = sabi_command(dir.path())
+            .args(["route", "--folds", "0", "--eval"])
+            .arg(&file)
+            .output()
+            .expect("runs");
+        assert!(output.status.success());
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(text.contains("wrong local         0.500"), "{text}");
+        assert_eq!(
+            text.contains("check my account balance"),
+            listed,
+            "{name}:\n{text}"
+        );
+        assert_eq!(
+            text.contains("1 in the hold-out or a sealed file, not shown"),
+            !listed,
+            "{name}:\n{text}"
+        );
+    }
+}
+
 /// A fake business API for tool calls: `/balance` answers with a nested field and records the
 /// query it was called with; `/down` fails.
 async fn fake_tool_server() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
