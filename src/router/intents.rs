@@ -46,6 +46,11 @@ pub struct Guards {
     /// the agent.
     #[serde(default)]
     pub actions: Vec<String>,
+    /// A question about what the assistant is ("are you a robot?"): it asks for no one, so
+    /// unless the message asks for something too, it goes to the agent whatever person or bot
+    /// it names.
+    #[serde(default)]
+    pub identity: Vec<String>,
     /// What, standing between two intents' matches, makes them two requests asked apart
     /// ("open account *and collect* loan"): neither then overrides the other.
     #[serde(default)]
@@ -70,6 +75,7 @@ impl Default for Guards {
             requests: Vec::new(),
             actions: Vec::new(),
             apart: Vec::new(),
+            identity: Vec::new(),
             max_unknown_words: default_max_unknown(),
         }
     }

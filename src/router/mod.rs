@@ -142,6 +142,8 @@ pub struct Router {
     actions: RegexSet,
     /// What makes two matches two requests asked apart ("and collect").
     apart: RegexSet,
+    /// Questions about what the assistant is ("are you a robot?").
+    identity: RegexSet,
     /// Patterns that take a whole message or clause (`^...$`): an intent's own bare form.
     whole: Vec<bool>,
     classifier: Classifier,
@@ -247,12 +249,13 @@ impl Router {
             .map(compile)
             .collect::<Result<Vec<_>, _>>()?;
         let guards = &file.guards;
-        for pattern in guards
-            .requests
-            .iter()
-            .chain(&guards.actions)
-            .chain(&guards.apart)
-        {
+        let checked = [
+            &guards.requests,
+            &guards.actions,
+            &guards.apart,
+            &guards.identity,
+        ];
+        for pattern in checked.into_iter().flatten() {
             compile(pattern)?;
         }
         let requests = ascii_set(&file.guards.requests)
@@ -261,6 +264,8 @@ impl Router {
             .map_err(|e| intents::Error(format!("guards.actions: {e}")))?;
         let apart = ascii_set(&file.guards.apart)
             .map_err(|e| intents::Error(format!("guards.apart: {e}")))?;
+        let identity = ascii_set(&file.guards.identity)
+            .map_err(|e| intents::Error(format!("guards.identity: {e}")))?;
         let whole = pattern_intents
             .iter()
             .map(|(_, r)| r.as_str().starts_with('^') && r.as_str().ends_with('$'))
@@ -348,6 +353,7 @@ impl Router {
             requests,
             actions,
             apart,
+            identity,
             whole,
             classifier,
             out_of_scope_index: index_of(OUT_OF_SCOPE),
@@ -532,6 +538,22 @@ impl Router {
                 .get_or_init(|| self.classifier.probabilities(text))
                 .as_slice()
         };
+        // "Are you a robot or a real human?" asks what Sabi is, not for a person, unless
+        // another clause asks for something ("Is this a bot? I want a person").
+        let clause_text = |&(from, to): &(usize, usize)| &text.as_bytes()[from..to];
+        let asks_besides = clauses
+            .iter()
+            .map(clause_text)
+            .any(|clause| !self.identity.is_match(clause) && self.requests.is_match(clause));
+        if self.identity.is_match(text.as_bytes()) && !asks_besides {
+            return (
+                oos,
+                PATTERN_CONFIDENCE,
+                Tier::Pattern,
+                Some(Fallback::Unsupported),
+                None,
+            );
+        }
         // A request for a person, in any clause, wins.
         let agent = candidates
             .iter()
@@ -1118,6 +1140,19 @@ mod tests {
         assert_eq!(
             routed(&together, "abeg check my balance and collect loan for me"),
             ("loan_inquiry".into(), true)
+        );
+    }
+
+    #[test]
+    fn a_question_about_what_sabi_is_asks_for_no_one() {
+        let r = router();
+        for text in ["Are you a bot or a real human?", "you no be robot abi? 😂"] {
+            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
+        }
+        // With a request beside it, the person asked for wins.
+        assert_eq!(
+            routed(&r, "Is this a bot? I want to talk to a person"),
+            ("agent_escalation".into(), true)
         );
     }
 
