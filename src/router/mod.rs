@@ -538,14 +538,7 @@ impl Router {
                 .get_or_init(|| self.classifier.probabilities(text))
                 .as_slice()
         };
-        // "Are you a robot or a real human?" asks what Sabi is, not for a person, unless
-        // another clause asks for something ("Is this a bot? I want a person").
-        let clause_text = |&(from, to): &(usize, usize)| &text.as_bytes()[from..to];
-        let asks_besides = clauses
-            .iter()
-            .map(clause_text)
-            .any(|clause| !self.identity.is_match(clause) && self.requests.is_match(clause));
-        if self.identity.is_match(text.as_bytes()) && !asks_besides {
+        if self.asks_what_it_is(text, clauses) {
             return (
                 oos,
                 PATTERN_CONFIDENCE,
@@ -677,6 +670,17 @@ impl Router {
     fn unfamiliar(&self, text: &str) -> bool {
         let (content, unknown) = self.vocabulary.unknown(text);
         unknown > self.max_unknown && unknown * UNKNOWN_SHARE > content
+    }
+
+    /// "Are you a robot or a real human?" asks what Sabi is, not for a person, unless another
+    /// clause asks for something ("Is this a bot? I want a person").
+    fn asks_what_it_is(&self, text: &str, clauses: &[(usize, usize)]) -> bool {
+        let bytes = text.as_bytes();
+        self.identity.is_match(bytes)
+            && !clauses.iter().any(|&(from, to)| {
+                let clause = &bytes[from..to];
+                !self.identity.is_match(clause) && self.requests.is_match(clause)
+            })
     }
 
     /// Whether something of `guards.apart` ("and" with a verb of its own) stands between two
