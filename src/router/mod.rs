@@ -970,6 +970,14 @@ mod tests {
         (routing.intent, routing.local)
     }
 
+    /// Every message goes to the agent.
+    fn to_agent(r: &Router, texts: &[&str]) {
+        for text in texts {
+            let routing = r.route(text);
+            assert!(!routing.local, "{text}: {routing:?}");
+        }
+    }
+
     // The rules of the clause structure (issue #37), each with messages of several shapes
     // written for these tests: none is in the labelled files.
 
@@ -1035,18 +1043,19 @@ mod tests {
     #[test]
     fn a_request_no_intent_covers_beside_one_it_does_goes_to_the_agent() {
         let r = router();
-        for text in [
-            "Check my balance then transfer 10k to Tunde",
-            "Show me my statement, also increase my card limit to 500k",
-            "Block my card. Then move my savings to my wife account",
-            "Check my balance and buy me 1k airtime",
-            // A message that opens with what it buys asks for it ("recharge" is airtime).
-            "Recharge 2k Glo for me then tell me wetin remain for my wallet",
-            // A story about a delivery asks for nothing.
-            "The dispatch man shouted at me when he delivered my order",
-        ] {
-            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
-        }
+        to_agent(
+            &r,
+            &[
+                "Check my balance then transfer 10k to Tunde",
+                "Show me my statement, also increase my card limit to 500k",
+                "Block my card. Then move my savings to my wife account",
+                "Check my balance and buy me 1k airtime",
+                // A message that opens with what it buys asks for it ("recharge" is airtime).
+                "Recharge 2k Glo for me then tell me wetin remain for my wallet",
+                // A story about a delivery asks for nothing.
+                "The dispatch man shouted at me when he delivered my order",
+            ],
+        );
         // A follow-up on the same request is not a second one.
         assert_eq!(
             routed(&r, "I wan open account for my shop, wetin I need bring?"),
@@ -1101,17 +1110,18 @@ mod tests {
     #[test]
     fn a_domain_word_in_another_sense_is_not_answered_as_the_domain() {
         let r = router();
-        for text in [
-            "My fridge dey show balance error",
-            "The balance on my generator payment plan",
-            "That loan app dey harass my contacts",
-            "I still owe school fees balance",
-            "What does NIP charge on my statement mean?",
-            "The governor statement for TV today na lie",
-            "Explain this charge on my account",
-        ] {
-            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
-        }
+        to_agent(
+            &r,
+            &[
+                "My fridge dey show balance error",
+                "The balance on my generator payment plan",
+                "That loan app dey harass my contacts",
+                "I still owe school fees balance",
+                "What does NIP charge on my statement mean?",
+                "The governor statement for TV today na lie",
+                "Explain this charge on my account",
+            ],
+        );
         // With the domain around the word, it is the domain.
         for (text, intent) in [
             ("abeg check my account balance", "check_balance"),
@@ -1126,12 +1136,13 @@ mod tests {
     fn an_intent_overrides_only_a_request_it_shares() {
         let r = router();
         // Two requests, each with its own verb after "and": neither hides the other.
-        for text in [
-            "I want to open an account and apply for a loan",
-            "abeg check my balance and collect loan for me",
-        ] {
-            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
-        }
+        to_agent(
+            &r,
+            &[
+                "I want to open an account and apply for a loan",
+                "abeg check my balance and collect loan for me",
+            ],
+        );
         // One request that names two intents' words: the overriding intent answers.
         assert_eq!(
             routed(&r, "what is my loan balance"),
@@ -1150,9 +1161,10 @@ mod tests {
     #[test]
     fn a_question_about_what_sabi_is_asks_for_no_one() {
         let r = router();
-        for text in ["Are you a bot or a real human?", "you no be robot abi? 😂"] {
-            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
-        }
+        to_agent(
+            &r,
+            &["Are you a bot or a real human?", "you no be robot abi? 😂"],
+        );
         // With a request beside it, the person asked for wins.
         assert_eq!(
             routed(&r, "Is this a bot? I want to talk to a person"),
@@ -1163,17 +1175,18 @@ mod tests {
     #[test]
     fn someone_elses_account_goes_to_the_agent() {
         let r = router();
-        for text in [
-            "Abeg check my brother's account balance",
-            "Send me my husband's statement for June",
-            "Elo lo wa ninu account egbon mi?",
-            "Ego ole di na akauntu nne m?",
-            // Someone else doing it, or owning it.
-            "My daughter lost her card for school, how she go block am?",
-            "my uncle wants to collect loan, e fit apply?",
-        ] {
-            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
-        }
+        to_agent(
+            &r,
+            &[
+                "Abeg check my brother's account balance",
+                "Send me my husband's statement for June",
+                "Elo lo wa ninu account egbon mi?",
+                "Ego ole di na akauntu nne m?",
+                // Someone else doing it, or owning it.
+                "My daughter lost her card for school, how she go block am?",
+                "my uncle wants to collect loan, e fit apply?",
+            ],
+        );
         // The customer's own account, or a line bought for a relative, is still answered.
         for (text, intent) in [
             ("what is my account balance", "check_balance"),
@@ -1296,11 +1309,12 @@ mod tests {
     #[test]
     fn a_fragment_without_action_or_object_goes_to_the_agent() {
         let r = router();
-        for text in [
-            "order", "transfer", "my card", "card", "my money", "account", "my order",
-        ] {
-            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
-        }
+        to_agent(
+            &r,
+            &[
+                "order", "transfer", "my card", "card", "my money", "account", "my order",
+            ],
+        );
         // A service named outright, a figure or a state is a request.
         for (text, intent) in [
             ("balance?", "check_balance"),
@@ -1318,12 +1332,13 @@ mod tests {
     fn the_classifier_alone_answers_only_a_request() {
         let r = router();
         // A story about a domain, with nothing asked: the agent reads it.
-        for text in [
-            "The rider was very rude to me when he delivered my order",
-            "Do you people open on Sundays?",
-        ] {
-            assert!(!r.route(text).local, "{text}: {:?}", r.route(text));
-        }
+        to_agent(
+            &r,
+            &[
+                "The rider was very rude to me when he delivered my order",
+                "Do you people open on Sundays?",
+            ],
+        );
     }
 
     /// The built-in file with only `packs` switched on, as `router.packs` gives it.
