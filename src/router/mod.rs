@@ -1023,6 +1023,12 @@ mod tests {
                 "Thanks for the statement yesterday. Now my balance abeg",
                 "check_balance",
             ),
+            // A closing alone is the pleasantry: "nothing else", what was awaited came,
+            // wishes for the day; a greeting for the season.
+            ("No, nothing more. Thanks", "thanks_goodbye"),
+            ("ok bye, enjoy your weekend", "thanks_goodbye"),
+            ("The parcel don reach me, thank you", "thanks_goodbye"),
+            ("Happy new year to the whole team", "greeting"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
@@ -1120,6 +1126,12 @@ mod tests {
                 "What does NIP charge on my statement mean?",
                 "The governor statement for TV today na lie",
                 "Explain this charge on my account",
+                // A card that is not a bank's.
+                "I lost my voter's card at the polling unit",
+                "Where do I replace a lost hospital card?",
+                "My NIN card got damaged in the rain",
+                // A parcel an international courier carries.
+                "track my FedEx parcel from London",
             ],
         );
         // With the domain around the word, it is the domain.
@@ -1185,6 +1197,9 @@ mod tests {
                 // Someone else doing it, or owning it.
                 "My daughter lost her card for school, how she go block am?",
                 "my uncle wants to collect loan, e fit apply?",
+                // Someone else's card.
+                "My wife's card got stuck in the ATM",
+                "my brother card don block since yesterday",
             ],
         );
         // The customer's own account, or a line bought for a relative, is still answered.
@@ -1222,6 +1237,19 @@ mod tests {
             ("Biko, olee otu m ga-esi nweta loan?", "loan_inquiry"),
             ("Kaadi m agbajiela n'ime ATM", "card_issue"),
             ("Na rasa katina, a rufe shi", "card_issue"),
+            // Yoruba: open an account (si account), new (tuntun), need (nilo).
+            ("Mo fe si account tuntun fun iyawo mi", "account_opening"),
+            // Igbo: how much money remains (ole ego foduru), not (anaghi), open (imeghe).
+            ("Ole ego foduru n'akauntu m?", "check_balance"),
+            ("Kaadi m anaghi aru oru ma ATM", "card_issue"),
+            // Hausa: I want (ina so), I need (ina bukatar), block (toshe).
+            ("Ina bukatar bashi na naira dubu goma", "loan_inquiry"),
+            ("Don Allah a toshe katina, an sace jakata", "card_issue"),
+            // Yoruba "o wole" (has not entered) after a purchase that took the money.
+            (
+                "Mo ra data, owo ti lo sugbon data o wole",
+                "failed_transaction",
+            ),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
@@ -1301,6 +1329,42 @@ mod tests {
             ),
             // Thanks for the help given closes the conversation.
             ("e don enter, thanks for your help", "thanks_goodbye"),
+            // A delivery asked after by the day, or by what never came.
+            ("What day will my parcel reach Enugu?", "order_status"),
+            ("I never receive my package o", "order_status"),
+            (
+                "we ordered two kettles on Monday and nothing has arrived",
+                "order_status",
+            ),
+            // Refused or pending, yet charged; a reversal that has not come.
+            (
+                "POS at the pharmacy declined but they still debited me 6k",
+                "failed_transaction",
+            ),
+            (
+                "My transfer to the supplier has been pending since Monday",
+                "failed_transaction",
+            ),
+            (
+                "the reversal for my failed transfer has not come",
+                "failed_transaction",
+            ),
+            // Airtime put on a line, a data plan by its period.
+            ("abeg put 2k credit for my line", "airtime_data"),
+            ("buy me the weekly plan abeg", "airtime_data"),
+            // A card that expires or refuses to work; Pidgin names the card first.
+            (
+                "my card expires in two weeks, how do I renew it?",
+                "card_issue",
+            ),
+            ("my card no gree work at all", "card_issue"),
+            ("na my card I want to block", "card_issue"),
+            // What the customer spent is their history.
+            ("show me what I spent last week", "transaction_history"),
+            // A person asked for by rank, or first in Pidgin.
+            ("give me your supervisor", "agent_escalation"),
+            ("na person I want, not this menu", "agent_escalation"),
+            ("make somebody answer me abeg", "agent_escalation"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }

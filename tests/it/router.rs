@@ -90,23 +90,27 @@ fn each_file_cross_validated_and_left_out_of_learning() {
     }
 }
 
-/// The built-in router as it ships, on two authors it never learned from (tests/data/intents
-/// README: `new-author-*`, `near-miss-*`), each half scored alone: the `read` half was read
-/// while writing rules, the `sealed` half never was. Below the targets on precision and
-/// out-of-scope (a new author's near misses reach the patterns); held as floors so that
-/// they only move up (BENCHMARKS.md, Router).
+/// The built-in router as it ships, on authors it never learned from (tests/data/intents
+/// README: `new-author-*`, `near-miss-*`, `everyday-*`, `lookalike-*`, `followup-*`,
+/// `voices-*`), each half scored alone: the `read` half was read while writing rules, the
+/// `sealed` half never was. Below the targets on precision and out-of-scope where an author
+/// wrote near misses; held as floors so that they only move up (BENCHMARKS.md, Router).
 #[test]
 fn the_router_as_shipped_on_authors_it_never_learned_from() {
     let router = Router::builtin().expect("router");
     for (file, min_local, max_wrong, min_out_of_scope) in [
         ("new-author-read.jsonl", 0.85, 0.02, 0.97),
-        ("new-author-sealed.jsonl", 0.65, 0.05, 0.92),
+        ("new-author-sealed.jsonl", 0.72, 0.05, 0.92),
         ("near-miss-read.jsonl", 0.85, 0.05, 0.94),
-        ("near-miss-sealed.jsonl", 0.78, 0.05, 0.93),
+        ("near-miss-sealed.jsonl", 0.82, 0.05, 0.93),
         ("everyday-read.jsonl", 0.75, 0.02, 0.97),
-        ("everyday-sealed.jsonl", 0.65, 0.02, 0.97),
+        ("everyday-sealed.jsonl", 0.68, 0.02, 0.97),
         ("lookalike-read.jsonl", 0.65, 0.02, 0.97),
-        ("lookalike-sealed.jsonl", 0.55, 0.06, 0.95),
+        ("lookalike-sealed.jsonl", 0.60, 0.06, 0.95),
+        ("followup-read.jsonl", 0.80, 0.02, 0.97),
+        ("followup-sealed.jsonl", 0.55, 0.02, 0.97),
+        ("voices-read.jsonl", 0.70, 0.02, 0.97),
+        ("voices-sealed.jsonl", 0.45, 0.09, 0.95),
     ] {
         let report = evaluate(&router, &samples(file));
         eprintln!("{file}\n{report}");
