@@ -1029,6 +1029,8 @@ mod tests {
             ("ok bye, enjoy your weekend", "thanks_goodbye"),
             ("The parcel don reach me, thank you", "thanks_goodbye"),
             ("Happy new year to the whole team", "greeting"),
+            ("My card has arrived, thank you", "thanks_goodbye"),
+            ("Airtime don enter, God bless you", "thanks_goodbye"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
@@ -1056,6 +1058,9 @@ mod tests {
                 "Show me my statement, also increase my card limit to 500k",
                 "Block my card. Then move my savings to my wife account",
                 "Check my balance and buy me 1k airtime",
+                // A transfer asked after another request; a message opening with the balance.
+                "buy me 2k airtime and send 10k to Musa",
+                "bal, then my last 3 txns",
                 // A message that opens with what it buys asks for it ("recharge" is airtime).
                 "Recharge 2k Glo for me then tell me wetin remain for my wallet",
                 // A story about a delivery asks for nothing.
@@ -1132,6 +1137,10 @@ mod tests {
                 "My NIN card got damaged in the rain",
                 // A parcel an international courier carries.
                 "track my FedEx parcel from London",
+                // Money lent between people, and a business's policy.
+                "My neighbour owes me 15k and refuses to pay",
+                "I lent my cousin 30k last year, how do I ask for it?",
+                "What is your return policy?",
             ],
         );
         // With the domain around the word, it is the domain.
@@ -1250,6 +1259,9 @@ mod tests {
                 "Mo ra data, owo ti lo sugbon data o wole",
                 "failed_transaction",
             ),
+            // Igbo: borrow money (ibiri ego), when (kedu mgbe), will arrive (ga abia).
+            ("Biko, achoro m ibiri ego maka azumahia m", "loan_inquiry"),
+            ("Kedu mgbe order m ga-abia?", "order_status"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
@@ -1365,6 +1377,26 @@ mod tests {
             ("give me your supervisor", "agent_escalation"),
             ("na person I want, not this menu", "agent_escalation"),
             ("make somebody answer me abeg", "agent_escalation"),
+            ("live chat please", "agent_escalation"),
+            ("human being abeg", "agent_escalation"),
+            ("Ref 230011445566 is still pending", "failed_transaction"),
+            // Shapes and words seen in short messages.
+            ("Balance inquiry please", "check_balance"),
+            ("last 10 txns", "transaction_history"),
+            (
+                "show me all my payments from last week",
+                "transaction_history",
+            ),
+            ("My card keeps declining at the supermarket", "card_issue"),
+            ("my card don spoil", "card_issue"),
+            ("load 2GB data on my brother's Glo number", "airtime_data"),
+            ("delivery date for the shoes?", "order_status"),
+            ("I want to open a dollar account", "account_opening"),
+            ("Money back abeg", "refund_request"),
+            (
+                "You people have not returned my money for the cancelled order",
+                "refund_request",
+            ),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
