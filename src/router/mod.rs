@@ -1107,6 +1107,8 @@ mod tests {
             ("Achọghị m loan ọ bụla", "loan_inquiry"),
             ("Bana son loan, na gode", "loan_inquiry"),
             ("I never collect any loan from una", "loan_inquiry"),
+            // A negation holds over the rest of its clause, whatever pattern reads later.
+            ("I don't want to check my balance", "check_balance"),
         ] {
             let (intent, local) = routed(&r, text);
             assert!(!(local && intent == negated), "{text}: {intent}");
@@ -1141,6 +1143,10 @@ mod tests {
                 "My neighbour owes me 15k and refuses to pay",
                 "I lent my cousin 30k last year, how do I ask for it?",
                 "What is your return policy?",
+                // Money sent to the wrong account; a question that opens with a condition.
+                "I mistakenly transferred 50k to a wrong account, please reverse it",
+                "If I return the dress, will you refund me?",
+                "My friend lent me 10k last month",
             ],
         );
         // With the domain around the word, it is the domain.
@@ -1184,7 +1190,12 @@ mod tests {
         let r = router();
         to_agent(
             &r,
-            &["Are you a bot or a real human?", "you no be robot abi? 😂"],
+            &[
+                "What is your name?",
+                "Kini oruko re?",
+                "Are you a bot or a real human?",
+                "you no be robot abi? 😂",
+            ],
         );
         // With a request beside it, the person asked for wins.
         assert_eq!(
@@ -1209,6 +1220,7 @@ mod tests {
                 // Someone else's card.
                 "My wife's card got stuck in the ATM",
                 "my brother card don block since yesterday",
+                "check my oga account balance",
             ],
         );
         // The customer's own account, or a line bought for a relative, is still answered.
@@ -1261,6 +1273,13 @@ mod tests {
             ),
             // Igbo: borrow money (ibiri ego), when (kedu mgbe), will arrive (ga abia).
             ("Biko, achoro m ibiri ego maka azumahia m", "loan_inquiry"),
+            // Igbo: lost (efuola), block (kpochie), open (imepee) an account (akaunti).
+            ("Kaadi m efuola, biko kpochie ya", "card_issue"),
+            ("Achoro m imepee akaunti ohuru", "account_opening"),
+            // Yoruba: debt (gbese); Hausa: greeting and "that is all" (shikenan).
+            ("Elo ni gbese mi bayii?", "loan_inquiry"),
+            ("Assalamu alaikum", "greeting"),
+            ("Shikenan, na gode", "thanks_goodbye"),
             ("Kedu mgbe order m ga-abia?", "order_status"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
@@ -1378,6 +1397,10 @@ mod tests {
             ("na person I want, not this menu", "agent_escalation"),
             ("make somebody answer me abeg", "agent_escalation"),
             ("live chat please", "agent_escalation"),
+            // A card asked for that has not come; airtime by its value; signing up.
+            ("The new card I requested has not arrived", "card_issue"),
+            ("I need a 1k Glo recharge", "airtime_data"),
+            ("please top me up 2k", "airtime_data"),
             ("human being abeg", "agent_escalation"),
             ("Ref 230011445566 is still pending", "failed_transaction"),
             // Shapes and words seen in short messages.
