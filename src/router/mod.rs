@@ -1109,6 +1109,11 @@ mod tests {
             ("I never collect any loan from una", "loan_inquiry"),
             // A negation holds over the rest of its clause, whatever pattern reads later.
             ("I don't want to check my balance", "check_balance"),
+            // What the customer did not say is not asked for either.
+            (
+                "I no say my card block o, I wan know the charge",
+                "card_issue",
+            ),
         ] {
             let (intent, local) = routed(&r, text);
             assert!(!(local && intent == negated), "{text}: {intent}");
@@ -1193,6 +1198,7 @@ mod tests {
             &[
                 "What is your name?",
                 "Kini oruko re?",
+                "Na bot I dey chat with or real person?",
                 "Are you a bot or a real human?",
                 "you no be robot abi? 😂",
             ],
@@ -1401,6 +1407,16 @@ mod tests {
             ("The new card I requested has not arrived", "card_issue"),
             ("I need a 1k Glo recharge", "airtime_data"),
             ("please top me up 2k", "airtime_data"),
+            // A person by rank or first in Pidgin; Igbo "kpoo m" (call me).
+            ("connect me to your oga", "agent_escalation"),
+            ("na your manager I want", "agent_escalation"),
+            ("Biko onye oru kpọọ m ozugbo", "agent_escalation"),
+            // Pidgin asks where a thing has got to; money that "don hang" is pending.
+            ("the parcel don reach where?", "order_status"),
+            ("my 20k don hang since Monday", "failed_transaction"),
+            ("Please confirm my account balance", "check_balance"),
+            ("how much is in my walet?", "check_balance"),
+            ("I greet you all", "greeting"),
             ("human being abeg", "agent_escalation"),
             ("Ref 230011445566 is still pending", "failed_transaction"),
             // Shapes and words seen in short messages.
@@ -1431,7 +1447,16 @@ mod tests {
         to_agent(
             &r,
             &[
-                "order", "transfer", "my card", "card", "my money", "account", "my order",
+                "order",
+                "transfer",
+                "my card",
+                "card",
+                "my money",
+                "account",
+                "my order",
+                // A verb whose object is only "it" or "am" needs the conversation.
+                "block it",
+                "check am abeg",
             ],
         );
         // A service named outright, a figure or a state is a request.
