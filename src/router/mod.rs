@@ -1030,6 +1030,7 @@ mod tests {
             ("The parcel don reach me, thank you", "thanks_goodbye"),
             ("Happy new year to the whole team", "greeting"),
             ("My card has arrived, thank you", "thanks_goodbye"),
+            ("No, I don't need anything else", "thanks_goodbye"),
             ("Airtime don enter, God bless you", "thanks_goodbye"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
@@ -1060,6 +1061,8 @@ mod tests {
                 "Check my balance and buy me 1k airtime",
                 // A transfer asked after another request; a message opening with the balance.
                 "buy me 2k airtime and send 10k to Musa",
+                // A request that waits on a condition (labelling rule 3).
+                "Once my salary lands, buy me 2k airtime",
                 "bal, then my last 3 txns",
                 // A message that opens with what it buys asks for it ("recharge" is airtime).
                 "Recharge 2k Glo for me then tell me wetin remain for my wallet",
@@ -1417,6 +1420,15 @@ mod tests {
             ("Please confirm my account balance", "check_balance"),
             ("how much is in my walet?", "check_balance"),
             ("I greet you all", "greeting"),
+            // The money went and nothing came; a purchase that did not drop; months shortened.
+            ("5k left my account, nothing entered", "failed_transaction"),
+            (
+                "Data of 1GB didn't drop but I was debited",
+                "failed_transaction",
+            ),
+            ("stmt for feb to apr pls", "transaction_history"),
+            ("An agent please", "agent_escalation"),
+            ("the ATM at Ikeja chop my card", "card_issue"),
             ("human being abeg", "agent_escalation"),
             ("Ref 230011445566 is still pending", "failed_transaction"),
             // Shapes and words seen in short messages.
