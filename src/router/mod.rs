@@ -1290,6 +1290,8 @@ mod tests {
             ("Assalamu alaikum", "greeting"),
             ("Shikenan, na gode", "thanks_goodbye"),
             ("Kedu mgbe order m ga-abia?", "order_status"),
+            // Igbo: borrow money (ibinye ego).
+            ("Biko, enwere m ike ibinye ego 20k?", "loan_inquiry"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
@@ -1429,6 +1431,16 @@ mod tests {
             ("stmt for feb to apr pls", "transaction_history"),
             ("An agent please", "agent_escalation"),
             ("the ATM at Ikeja chop my card", "card_issue"),
+            // "don" makes done only the request right after it: a state earlier in the
+            // message leaves a person asked for later standing.
+            (
+                "My card don block and I want to talk to your staff",
+                "agent_escalation",
+            ),
+            ("make agent answer me abeg", "agent_escalation"),
+            ("Credit my line", "airtime_data"),
+            ("abeg sell me 2k airtime", "airtime_data"),
+            ("account 0123456789 balance please", "check_balance"),
             ("human being abeg", "agent_escalation"),
             ("Ref 230011445566 is still pending", "failed_transaction"),
             // Shapes and words seen in short messages.
