@@ -1110,7 +1110,7 @@ mod tests {
             ("Achọghị m loan ọ bụla", "loan_inquiry"),
             ("Bana son loan, na gode", "loan_inquiry"),
             ("I never collect any loan from una", "loan_inquiry"),
-            // A negation holds over the rest of its clause, whatever pattern reads later.
+            // A negated request stays negated when another pattern reads it again later.
             ("I don't want to check my balance", "check_balance"),
             // What the customer did not say is not asked for either.
             (
