@@ -1117,6 +1117,11 @@ mod tests {
                 "I no say my card block o, I wan know the charge",
                 "card_issue",
             ),
+            // "Nobody" is a negation too: a complaint, not a request for a call.
+            (
+                "Two weeks now and nobody call me back o",
+                "agent_escalation",
+            ),
         ] {
             let (intent, local) = routed(&r, text);
             assert!(!(local && intent == negated), "{text}: {intent}");
@@ -1155,6 +1160,8 @@ mod tests {
                 "I mistakenly transferred 50k to a wrong account, please reverse it",
                 "If I return the dress, will you refund me?",
                 "My friend lent me 10k last month",
+                // A SIM card is the network's, not the bank's.
+                "My SIM card is damaged, where can I get another?",
             ],
         );
         // With the domain around the word, it is the domain.
@@ -1292,6 +1299,16 @@ mod tests {
             ("Kedu mgbe order m ga-abia?", "order_status"),
             // Igbo: borrow money (ibinye ego).
             ("Biko, enwere m ike ibinye ego 20k?", "loan_inquiry"),
+            // Hausa: show me (nuna min), the last (na karshe), my line (layina), call me
+            // (kira ni); Yoruba: what is (kin ni), now (lowolowo), call me (pe mi).
+            (
+                "Don Allah nuna min transactions biyar na karshe",
+                "transaction_history",
+            ),
+            ("Ina so in sayi data 1GB a layina", "airtime_data"),
+            ("Don Allah a kira ni yanzu", "agent_escalation"),
+            ("Kin ni balance mi lowolowo?", "check_balance"),
+            ("Jowo e pe mi pada", "agent_escalation"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
@@ -1463,6 +1480,32 @@ mod tests {
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
+    }
+
+    #[test]
+    fn a_sequence_or_a_price_question_goes_to_the_agent() {
+        let r = router();
+        to_agent(
+            &r,
+            &[
+                // One request first, then another: the agent does them in order.
+                "See my balance first, then buy me 1GB data",
+                "Block the card first then send me statement",
+                // What something costs is a question about the business.
+                "How much is the fee for a new card?",
+                "how much una dey charge for statement?",
+            ],
+        );
+        // Charged twice, said the other way round, is a failed transaction, not a refund of a
+        // purchase.
+        let text = "The ATM debited me double";
+        assert_eq!(
+            routed(&r, text),
+            ("failed_transaction".into(), true),
+            "{text}"
+        );
+        let text = "POS charge me double for one item, refund the extra";
+        assert_ne!(routed(&r, text), ("refund_request".into(), true), "{text}");
     }
 
     #[test]
