@@ -1494,8 +1494,24 @@ mod tests {
                 // What something costs is a question about the business.
                 "How much is the fee for a new card?",
                 "how much una dey charge for statement?",
+                // A reminder is an action Sabi does not take; a question "in general" is not
+                // about the customer's own money.
+                "Please remind me to pay my loan on Friday",
+                "Do refunds take long to come back? Just asking",
             ],
         );
+        // A statement's period named by months, and a count in words, are its domain.
+        for text in [
+            "statement feb to april pls",
+            "history of my transfers for may",
+            "Last five transactions abeg",
+        ] {
+            assert_eq!(
+                routed(&r, text),
+                ("transaction_history".into(), true),
+                "{text}"
+            );
+        }
         // Charged twice, said the other way round, is a failed transaction, not a refund of a
         // purchase.
         let text = "The ATM debited me double";
