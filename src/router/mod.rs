@@ -1309,6 +1309,8 @@ mod tests {
             ("Don Allah a kira ni yanzu", "agent_escalation"),
             ("Kin ni balance mi lowolowo?", "check_balance"),
             ("Jowo e pe mi pada", "agent_escalation"),
+            // Hausa "ya bata": got lost.
+            ("Katin ATM dina ya bata", "card_issue"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
@@ -1476,6 +1478,38 @@ mod tests {
             (
                 "You people have not returned my money for the cancelled order",
                 "refund_request",
+            ),
+        ] {
+            assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
+        }
+    }
+
+    #[test]
+    fn voice_transcriptions_and_terse_requests_are_read() {
+        let r = router();
+        for (text, intent) in [
+            // Words a voice note splits or mishears.
+            ("put me through to a gent please", "agent_escalation"),
+            ("I want a re fund for the kettle", "refund_request"),
+            (
+                "I want to hope an account for my business",
+                "account_opening",
+            ),
+            // Who is asked for, alone or by role; a call asked for as a ring.
+            ("Supervisor. Now.", "agent_escalation"),
+            ("Abeg agent, I don tire", "agent_escalation"),
+            (
+                "I need to talk to whoever is in charge here",
+                "agent_escalation",
+            ),
+            ("Please ring me back tomorrow morning", "agent_escalation"),
+            // A cracked card, a typed "recharg", a renewed data plan, all the money spent.
+            ("The chip on my card don crack", "card_issue"),
+            ("recharg 500 for my line pls", "airtime_data"),
+            ("Please renew my data bundle", "airtime_data"),
+            (
+                "Where did all my money go this week?",
+                "transaction_history",
             ),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
