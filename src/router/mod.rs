@@ -1162,6 +1162,9 @@ mod tests {
                 "My friend lent me 10k last month",
                 // A SIM card is the network's, not the bank's.
                 "My SIM card is damaged, where can I get another?",
+                // A voter's card in Hausa and Yoruba.
+                "Katin zabe na ya bata jiya",
+                "Kaadi idibo mi ti sonu",
             ],
         );
         // With the domain around the word, it is the domain.
@@ -1511,6 +1514,20 @@ mod tests {
                 "Where did all my money go this week?",
                 "transaction_history",
             ),
+            // More of the same: "a count", "air time", "date a bundle"; Igbo "ikwu okwu"
+            // (to talk), Hausa "turo min" (send me); a bent card, the machine named first.
+            ("what is the balance in my a count", "check_balance"),
+            ("air time 500 for my line", "airtime_data"),
+            ("buy me date a bundle 1GB", "airtime_data"),
+            ("Achoro m ikwu okwu na mmadu", "agent_escalation"),
+            ("Don Allah a turo min statement", "transaction_history"),
+            ("my card don bend, e no dey work", "card_issue"),
+            ("The ATM don chop my card again", "card_issue"),
+            ("the new card don come, how I go activate am", "card_issue"),
+            (
+                "please list all my transfers for this week",
+                "transaction_history",
+            ),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
@@ -1556,6 +1573,20 @@ mod tests {
         );
         let text = "POS charge me double for one item, refund the extra";
         assert_ne!(routed(&r, text), ("refund_request".into(), true), "{text}");
+        // A store's fee charged twice is not a failed bank debit; a call a third party will
+        // make is not a call asked of the business.
+        for (text, not) in [
+            (
+                "You charged me delivery fee twice for one order, reverse the extra",
+                "failed_transaction",
+            ),
+            (
+                "Buy 1GB data for my son's line so he can call me on video",
+                "agent_escalation",
+            ),
+        ] {
+            assert_ne!(routed(&r, text), (not.into(), true), "{text}");
+        }
     }
 
     #[test]
