@@ -1314,6 +1314,15 @@ mod tests {
             ("Jowo e pe mi pada", "agent_escalation"),
             // Hausa "ya bata": got lost.
             ("Katin ATM dina ya bata", "card_issue"),
+            // Hausa "na'urar" (a machine), "ciri" (withdraw), "kawo" (bring); Yoruba
+            // "akosile owo" (a record of money).
+            ("Na'urar ATM ta hadiye katina jiya", "card_issue"),
+            (
+                "Na ciri kudi a ATM, ba ta ba ni komai ba, amma an cire kudina",
+                "failed_transaction",
+            ),
+            ("Yaushe za a kawo min takalma da na yi oda?", "order_status"),
+            ("Mo nilo akosile owo mi fun osu meta", "transaction_history"),
         ] {
             assert_eq!(routed(&r, text), (intent.into(), true), "{text}");
         }
