@@ -1532,6 +1532,11 @@ mod tests {
             ("Don Allah a turo min statement", "transaction_history"),
             ("my card don bend, e no dey work", "card_issue"),
             ("The ATM don chop my card again", "card_issue"),
+            ("ATM for Ikeja don chop my card", "card_issue"),
+            (
+                "Abeg who be your manager? Make am call me",
+                "agent_escalation",
+            ),
             ("the new card don come, how I go activate am", "card_issue"),
             (
                 "please list all my transfers for this week",
@@ -1593,6 +1598,12 @@ mod tests {
                 "Buy 1GB data for my son's line so he can call me on video",
                 "agent_escalation",
             ),
+            (
+                "Send 2k airtime to my papa line make he fit call me tonight",
+                "agent_escalation",
+            ),
+            // A balance said to be right again is a resolution, not a request.
+            ("Thanks o, my balance dey correct now", "check_balance"),
         ] {
             assert_ne!(routed(&r, text), (not.into(), true), "{text}");
         }
