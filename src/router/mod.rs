@@ -776,7 +776,10 @@ impl Router {
                     continue;
                 };
                 let at = from + m.start();
-                if let Some(c) = matched.get_mut(clause_of(at)) {
+                // Every clause the match reaches is read: "money deducted, but transfer no
+                // enter" is one request across two clauses, not a second one left unread.
+                let last = clause_of(from + m.end().saturating_sub(1).max(m.start()));
+                for c in matched.iter_mut().take(last + 1).skip(clause_of(at)) {
                     *c = true;
                 }
                 match found.iter_mut().find(|(i, _)| i == intent) {
@@ -1045,6 +1048,23 @@ mod tests {
             assert!(
                 !(routing.local && PLEASANTRIES.contains(&routing.intent.as_str())),
                 "{text}: {routing:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_request_read_across_two_clauses_is_one_request() {
+        let r = router();
+        // The pattern that reads "deducted … but … never show" reaches into the second
+        // clause, which opens with a request word: that clause is read, not left over.
+        for text in [
+            "They deducted 5k, but airtime never show",
+            "They deducted my money, but transfer never reach",
+        ] {
+            assert_eq!(
+                routed(&r, text),
+                ("failed_transaction".into(), true),
+                "{text}"
             );
         }
     }
