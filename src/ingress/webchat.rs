@@ -759,6 +759,9 @@ pub(super) async fn events(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let session = session(&headers, query)?;
     owner_only(&state, &headers, &session.session_id).await?;
+    // Subscribed before the job is read: a turn that starts between the two is then signalled,
+    // not left to the slow poll (by which time a short turn has ended, and its stage is lost).
+    let signal = state.webchat.signals.subscribe(&session.session_id);
     let job = owned_job(&state, &job_id, &session.session_id).await?;
     // Streams are bounded per node, per session and per address; the page falls back to
     // polling when refused.
@@ -778,7 +781,6 @@ pub(super) async fn events(
         .clone()
         .try_acquire_owned()
         .map_err(|_| ApiError::Busy)?;
-    let signal = state.webchat.signals.subscribe(&session.session_id);
     let resume_after: u64 = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
