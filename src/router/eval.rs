@@ -593,6 +593,7 @@ const GRID: &[f32] = &[
 /// K-fold cross-validated decisions of a router with no thresholds: for each intent and tier,
 /// the lowest probability above which at most `floor(max_wrong × n)` of its `n` local answers
 /// were wrong. An intent with no right answers by a tier gets 1 (in effect: never by that tier).
+/// No `confirm` goes below the intent's `confirm_floor`.
 ///
 /// # Errors
 /// As [`cross_validate`].
@@ -603,6 +604,11 @@ pub fn calibrate(
     max_wrong: f64,
 ) -> Result<Vec<Thresholds>, intents::Error> {
     let folds = folds.max(2);
+    let floors: BTreeMap<String, f32> = intents::IntentsFile::parse(source)?
+        .intents
+        .into_iter()
+        .map(|i| (i.name, i.confirm_floor))
+        .collect();
     // (routed intent, by a pattern?, evidence, right)
     let mut seen: Vec<(String, bool, f32, bool)> = Vec::new();
     let mut labels = Vec::new();
@@ -650,7 +656,8 @@ pub fn calibrate(
                 let kept: Vec<&(f32, bool)> = answers.iter().filter(|(e, _)| *e >= own).collect();
                 (own, kept.len(), kept.iter().filter(|(_, r)| !*r).count())
             };
-            let (confirm, by_pattern, wrong_by_pattern) = kept(true, floor_confirm);
+            let hand_floor = floors.get(&intent).copied().unwrap_or(0.0);
+            let (confirm, by_pattern, wrong_by_pattern) = kept(true, floor_confirm.max(hand_floor));
             let (threshold, by_classifier, wrong_by_classifier) = kept(false, floor_threshold);
             Thresholds {
                 intent,

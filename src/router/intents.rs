@@ -91,6 +91,11 @@ pub struct IntentSpec {
     /// locally.
     #[serde(default = "default_confirm")]
     pub confirm: f32,
+    /// The lowest `confirm` that `sabi route --calibrate` and `--retrain` may write: a floor a
+    /// person set from evidence calibration cannot see (decisions on messages no rule was
+    /// written from), which calibration on the rules' own messages would undo.
+    #[serde(default)]
+    pub confirm_floor: f32,
     pub action: ActionKind,
     /// The reply template (for `reply`), or what the customer is told (for `handoff`).
     pub reply: Option<String>,
@@ -174,12 +179,12 @@ impl IntentsFile {
                     intent.name
                 )));
             }
-            if ![intent.threshold, intent.confirm]
+            if ![intent.threshold, intent.confirm, intent.confirm_floor]
                 .iter()
                 .all(|t| (0.0..=1.0).contains(t))
             {
                 return Err(Error(format!(
-                    "line {}: {}: threshold and confirm must be between 0 and 1",
+                    "line {}: {}: threshold, confirm and confirm_floor must be between 0 and 1",
                     at(),
                     intent.name
                 )));

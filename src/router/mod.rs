@@ -134,6 +134,8 @@ pub struct Router {
     /// For each pattern of the set: its intent, and the regex again to find where it matched.
     pattern_intents: Vec<(usize, Regex)>,
     out_of_scope: RegexSet,
+    /// The same guards one by one, to find where each matched.
+    out_of_scope_each: Vec<Regex>,
     negations: Vec<Regex>,
     done: Vec<Regex>,
     /// Cues that a clause asks for something ("can you", "I want to", an imperative).
@@ -231,9 +233,12 @@ impl Router {
         }
         let patterns = ascii_set(pattern_intents.iter().map(|(_, r)| r.as_str()))
             .map_err(|e| intents::Error(format!("patterns: {e}")))?;
-        for pattern in &file.guards.out_of_scope {
-            compile(pattern)?;
-        }
+        let out_of_scope_each = file
+            .guards
+            .out_of_scope
+            .iter()
+            .map(compile)
+            .collect::<Result<Vec<_>, _>>()?;
         let out_of_scope = ascii_set(&file.guards.out_of_scope)
             .map_err(|e| intents::Error(format!("guards.out_of_scope: {e}")))?;
         let negations = file
@@ -348,6 +353,7 @@ impl Router {
             patterns,
             pattern_intents,
             out_of_scope,
+            out_of_scope_each,
             negations,
             done,
             requests,
@@ -555,7 +561,7 @@ impl Router {
             let secondary = candidates.iter().map(|(i, _)| *i).find(|i| *i != intent);
             return (intent, PATTERN_CONFIDENCE, Tier::Pattern, None, secondary);
         }
-        if self.out_of_scope.is_match(text.as_bytes()) {
+        if self.unsupported(text, clauses) {
             return (
                 oos,
                 PATTERN_CONFIDENCE,
@@ -747,6 +753,27 @@ impl Router {
             Tier::Classifier
         };
         (intent, p, tier, fallback, None)
+    }
+
+    /// Whether the message asks for something Sabi does not do locally: an out-of-scope guard
+    /// matches, and not right after a negation in its clause ("I no wan transfer, na airtime
+    /// I wan buy" asks for airtime only).
+    fn unsupported(&self, text: &str, clauses: &[(usize, usize)]) -> bool {
+        let bytes = text.as_bytes();
+        let start_of = |at: usize| {
+            clauses
+                .iter()
+                .rev()
+                .find(|&&(from, _)| from <= at)
+                .map_or(0, |c| c.0)
+        };
+        self.out_of_scope.matches(bytes).iter().any(|guard| {
+            self.out_of_scope_each[guard].find_iter(bytes).any(|m| {
+                let start = start_of(m.start());
+                !cue_before(&self.negations, bytes, start, m.start())
+                    && !contrasted(bytes, start, m.start())
+            })
+        })
     }
 
     /// Intents whose patterns match, each at its first position, in order of position; those
@@ -1159,6 +1186,33 @@ mod tests {
         assert_eq!(
             routed(&r, "No, I don't need airtime. Block my card"),
             ("card_issue".into(), true)
+        );
+    }
+
+    #[test]
+    fn what_sabi_does_not_do_counts_only_when_asked_for() {
+        let r = router();
+        // Negated, the unsupported request is not asked for: the request beside it is.
+        answered(
+            &r,
+            &[
+                ("not my SIM card o, my ATM card don block", "card_issue"),
+                (
+                    "I no wan pay any bill abeg, just check my balance",
+                    "check_balance",
+                ),
+                (
+                    "I don't want to close my account, just tell me my balance",
+                    "check_balance",
+                ),
+            ],
+        );
+        to_agent(
+            &r,
+            &[
+                "I want to close my account",
+                "abeg pay my DSTV bill, e no easy",
+            ],
         );
     }
 
