@@ -129,13 +129,13 @@ fn trained_router(config: &Config) -> anyhow::Result<Option<Arc<Router>>> {
     }
     let source = config.router.intents_source()?;
     let started = std::time::Instant::now();
-    let router = Router::trained(&source)?;
+    let router = Router::shared(&source)?;
     tracing::info!(
         took_ms = started.elapsed().as_millis() as u64,
         intents = router.labels().len(),
         "router trained"
     );
-    Ok(Some(Arc::new(router)))
+    Ok(Some(router))
 }
 
 /// A provider's budget as configured.

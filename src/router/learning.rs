@@ -120,7 +120,7 @@ mod tests {
 
     #[test]
     fn labels_come_first_then_other_answerers_then_the_least_sure() {
-        let router = Router::builtin().expect("router");
+        let router = Router::shared(crate::config::DEFAULT_INTENTS).expect("router");
         let threshold = router.threshold("check_balance").expect("an intent");
         let mut labelled = turn(1, "my balance no show", "check_balance", 0.3, false);
         labelled.label = Some("check_balance".into());

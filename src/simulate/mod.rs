@@ -312,10 +312,10 @@ fn crowd(
 ) -> anyhow::Result<Crowd> {
     let source = config.router.intents_source()?;
     let router = match config.router.enabled {
-        true => Some(Router::trained(&source)?),
+        true => Some(Router::shared(&source)?),
         false => None,
     };
-    let messages = Messages::from_intents(&source, router.as_ref())?;
+    let messages = Messages::from_intents(&source, router.as_deref())?;
     anyhow::ensure!(
         scenario.local_share == 0.0 || !messages.local.is_empty(),
         "--local-share: the router answers none of the intents' examples itself"

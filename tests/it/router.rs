@@ -90,62 +90,82 @@ fn each_file_cross_validated_and_left_out_of_learning() {
     }
 }
 
-/// The built-in router as it ships, on authors it never learned from (tests/data/intents
-/// README: `new-author-*`, `near-miss-*`, `everyday-*`, `lookalike-*`, `followup-*`,
-/// `voices-*`, `moneytalk-*`, `short-*`, `shop-*`, `languages-*`, `ordinary-*`, `traps-*`,
-/// `week-*`, `thirdparty-*`, `market-*`, `tongues-*`, `month-*`, `tricky-*`,
-/// `elders-*`, `hustle-*`, `weekend-*`, `mixups-*`),
-/// each half scored alone: the `read` half was read while writing rules, the `sealed` half
-/// never was. Below the targets on precision and out-of-scope where an author wrote near
-/// misses; held as floors so that they only move up (BENCHMARKS.md, Router).
+/// The built-in router as it ships, on each author's halves (tests/data/intents README:
+/// `new-author-*`, `near-miss-*`, `everyday-*`, `lookalike-*`, `followup-*`, `voices-*`,
+/// `moneytalk-*`, `short-*`, `shop-*`, `languages-*`, `ordinary-*`, `traps-*`, `week-*`,
+/// `thirdparty-*`, `market-*`, `tongues-*`, `month-*`, `tricky-*`, `elders-*`, `hustle-*`,
+/// `weekend-*`, `mixups-*`, `diaspora-*`, `rants-*`, `agents-*`, `genz-*`, `northern-*`,
+/// `eastern-*`, `office-*`, `plain-*`), each half scored
+/// alone. The `read` halves were read while writing rules, and those written under the
+/// corpus's labelling rules are bundled for the classifier to learn from
+/// (`src/router/labelled.jsonl`); the `sealed` halves never were read nor learned from, but
+/// their author's other half was. The last four authors' halves were neither read nor learned
+/// from yet (their figures are the router's at first sight). Held as floors so that they only
+/// move up (BENCHMARKS.md, Router, where each file's first-sight figures are too).
 #[test]
-fn the_router_as_shipped_on_authors_it_never_learned_from() {
-    let router = Router::builtin().expect("router");
+fn the_router_as_shipped_on_each_authors_halves() {
+    let router = Router::shared(DEFAULT).expect("router");
     for (file, min_local, max_wrong, min_out_of_scope) in [
-        ("new-author-read.jsonl", 0.85, 0.02, 0.97),
-        ("new-author-sealed.jsonl", 0.72, 0.05, 0.92),
-        ("near-miss-read.jsonl", 0.85, 0.05, 0.94),
-        ("near-miss-sealed.jsonl", 0.82, 0.05, 0.93),
-        ("everyday-read.jsonl", 0.75, 0.02, 0.97),
-        ("everyday-sealed.jsonl", 0.68, 0.02, 0.97),
-        ("lookalike-read.jsonl", 0.65, 0.02, 0.97),
-        ("lookalike-sealed.jsonl", 0.60, 0.06, 0.95),
-        ("followup-read.jsonl", 0.80, 0.02, 0.97),
-        ("followup-sealed.jsonl", 0.55, 0.02, 0.97),
-        ("voices-read.jsonl", 0.70, 0.02, 0.97),
-        ("voices-sealed.jsonl", 0.50, 0.09, 0.95),
-        ("moneytalk-read.jsonl", 0.70, 0.02, 0.97),
-        ("moneytalk-sealed.jsonl", 0.60, 0.02, 0.97),
-        ("short-read.jsonl", 0.78, 0.02, 0.97),
-        ("short-sealed.jsonl", 0.68, 0.05, 0.93),
-        ("shop-read.jsonl", 0.70, 0.02, 0.97),
-        ("shop-sealed.jsonl", 0.62, 0.02, 0.97),
-        ("languages-read.jsonl", 0.58, 0.02, 0.97),
-        ("languages-sealed.jsonl", 0.40, 0.02, 0.97),
-        ("ordinary-read.jsonl", 0.78, 0.02, 0.97),
-        ("ordinary-sealed.jsonl", 0.76, 0.02, 0.95),
-        ("traps-read.jsonl", 0.60, 0.02, 0.97),
-        ("traps-sealed.jsonl", 0.62, 0.04, 0.95),
-        ("week-read.jsonl", 0.76, 0.02, 0.97),
-        ("week-sealed.jsonl", 0.76, 0.03, 0.97),
-        ("thirdparty-read.jsonl", 0.78, 0.02, 0.97),
-        ("thirdparty-sealed.jsonl", 0.72, 0.06, 0.92),
-        ("market-read.jsonl", 0.66, 0.02, 0.97),
-        ("market-sealed.jsonl", 0.58, 0.02, 0.97),
-        ("tongues-read.jsonl", 0.45, 0.02, 0.95),
-        ("tongues-sealed.jsonl", 0.52, 0.02, 0.97),
-        ("month-read.jsonl", 0.62, 0.02, 0.97),
-        ("month-sealed.jsonl", 0.60, 0.02, 0.97),
-        ("tricky-read.jsonl", 0.38, 0.04, 0.95),
-        ("tricky-sealed.jsonl", 0.48, 0.11, 0.94),
-        ("elders-read.jsonl", 0.60, 0.02, 0.97),
-        ("elders-sealed.jsonl", 0.56, 0.02, 0.97),
-        ("hustle-read.jsonl", 0.70, 0.02, 0.97),
-        ("hustle-sealed.jsonl", 0.62, 0.02, 0.97),
-        ("weekend-read.jsonl", 0.58, 0.02, 0.97),
-        ("weekend-sealed.jsonl", 0.52, 0.02, 0.97),
-        ("mixups-read.jsonl", 0.72, 0.02, 0.97),
-        ("mixups-sealed.jsonl", 0.64, 0.04, 0.95),
+        ("new-author-read.jsonl", 0.94, 0.02, 0.97),
+        ("new-author-sealed.jsonl", 0.81, 0.04, 0.92),
+        ("near-miss-read.jsonl", 0.92, 0.05, 0.94),
+        ("near-miss-sealed.jsonl", 0.88, 0.03, 0.95),
+        ("everyday-read.jsonl", 0.89, 0.02, 0.97),
+        ("everyday-sealed.jsonl", 0.80, 0.02, 0.97),
+        ("lookalike-read.jsonl", 0.91, 0.02, 0.97),
+        ("lookalike-sealed.jsonl", 0.80, 0.02, 0.97),
+        ("followup-read.jsonl", 0.91, 0.02, 0.97),
+        ("followup-sealed.jsonl", 0.69, 0.02, 0.97),
+        ("voices-read.jsonl", 0.91, 0.02, 0.97),
+        ("voices-sealed.jsonl", 0.67, 0.02, 0.97),
+        ("moneytalk-read.jsonl", 0.85, 0.02, 0.97),
+        ("moneytalk-sealed.jsonl", 0.77, 0.03, 0.97),
+        ("short-read.jsonl", 0.94, 0.02, 0.97),
+        ("short-sealed.jsonl", 0.75, 0.02, 0.97),
+        ("shop-read.jsonl", 0.85, 0.02, 0.97),
+        ("shop-sealed.jsonl", 0.69, 0.02, 0.97),
+        ("languages-read.jsonl", 0.80, 0.02, 0.97),
+        ("languages-sealed.jsonl", 0.60, 0.02, 0.97),
+        ("ordinary-read.jsonl", 0.88, 0.02, 0.97),
+        ("ordinary-sealed.jsonl", 0.85, 0.02, 0.97),
+        ("traps-read.jsonl", 0.81, 0.02, 0.97),
+        ("traps-sealed.jsonl", 0.78, 0.02, 0.97),
+        ("week-read.jsonl", 0.92, 0.02, 0.97),
+        ("week-sealed.jsonl", 0.85, 0.02, 0.97),
+        ("thirdparty-read.jsonl", 0.86, 0.02, 0.97),
+        ("thirdparty-sealed.jsonl", 0.81, 0.02, 0.97),
+        ("market-read.jsonl", 0.83, 0.02, 0.97),
+        ("market-sealed.jsonl", 0.70, 0.02, 0.97),
+        ("tongues-read.jsonl", 0.75, 0.02, 0.97),
+        ("tongues-sealed.jsonl", 0.65, 0.02, 0.97),
+        ("month-read.jsonl", 0.87, 0.02, 0.97),
+        ("month-sealed.jsonl", 0.72, 0.02, 0.97),
+        ("tricky-read.jsonl", 0.67, 0.02, 0.97),
+        ("tricky-sealed.jsonl", 0.66, 0.10, 0.94),
+        ("elders-read.jsonl", 0.84, 0.02, 0.97),
+        ("elders-sealed.jsonl", 0.68, 0.02, 0.97),
+        ("hustle-read.jsonl", 0.83, 0.02, 0.97),
+        ("hustle-sealed.jsonl", 0.71, 0.02, 0.97),
+        ("weekend-read.jsonl", 0.82, 0.02, 0.97),
+        ("weekend-sealed.jsonl", 0.64, 0.02, 0.97),
+        ("mixups-read.jsonl", 0.84, 0.02, 0.97),
+        ("mixups-sealed.jsonl", 0.75, 0.03, 0.96),
+        ("diaspora-read.jsonl", 0.81, 0.02, 0.97),
+        ("diaspora-sealed.jsonl", 0.70, 0.02, 0.97),
+        ("rants-read.jsonl", 0.79, 0.02, 0.97),
+        ("rants-sealed.jsonl", 0.57, 0.02, 0.97),
+        ("agents-read.jsonl", 0.77, 0.02, 0.97),
+        ("agents-sealed.jsonl", 0.62, 0.02, 0.97),
+        ("genz-read.jsonl", 0.77, 0.02, 0.97),
+        ("genz-sealed.jsonl", 0.76, 0.02, 0.97),
+        ("northern-read.jsonl", 0.51, 0.02, 0.97),
+        ("northern-sealed.jsonl", 0.55, 0.02, 0.97),
+        ("eastern-read.jsonl", 0.58, 0.02, 0.97),
+        ("eastern-sealed.jsonl", 0.47, 0.02, 0.97),
+        ("office-read.jsonl", 0.73, 0.02, 0.97),
+        ("office-sealed.jsonl", 0.69, 0.02, 0.97),
+        ("plain-read.jsonl", 0.82, 0.02, 0.97),
+        ("plain-sealed.jsonl", 0.90, 0.02, 0.96),
     ] {
         let report = evaluate(&router, &samples(file));
         eprintln!("{file}\n{report}");
@@ -197,7 +217,7 @@ fn thresholds_calibrated_on_some_messages_hold_on_others() {
 /// for this test, in none of the labelled files.
 #[test]
 fn each_kind_of_mistake_is_handled_as_a_rule() {
-    let router = Router::builtin().expect("router");
+    let router = Router::shared(DEFAULT).expect("router");
     let agent = |text: &str| {
         let routing = router.route(text);
         assert!(!routing.local, "{text:?} went local as {}", routing.intent);
@@ -275,7 +295,7 @@ fn each_kind_of_mistake_is_handled_as_a_rule() {
 /// they stand for (the lexicon), so such requests are answered like their English twins.
 #[test]
 fn yoruba_igbo_and_hausa_words_are_read_as_their_english_twins() {
-    let router = Router::builtin().expect("router");
+    let router = Router::shared(DEFAULT).expect("router");
     for (text, intent) in [
         ("Ina son bude asusu na ajiya", "account_opening"),
         ("Barka da safe", "greeting"),
