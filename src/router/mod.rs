@@ -1292,6 +1292,10 @@ mod tests {
                 ("abeg check my account balance", "check_balance"),
                 ("how much loan can I collect", "loan_inquiry"),
                 ("send my account statement for March", "transaction_history"),
+                // The domain is the kind of account, the period, the product's own name.
+                ("bal on my euro acct pls", "check_balance"),
+                ("weekly stmt abeg", "transaction_history"),
+                ("yesterday's debits, show me", "transaction_history"),
             ],
         );
     }
