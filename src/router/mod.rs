@@ -584,7 +584,7 @@ impl Router {
             let secondary = candidates.iter().map(|(i, _)| *i).find(|i| *i != intent);
             return (intent, PATTERN_CONFIDENCE, Tier::Pattern, None, secondary);
         }
-        if self.unsupported(text, clauses) {
+        if self.unsupported(text, clauses, candidates) {
             return (
                 oos,
                 PATTERN_CONFIDENCE,
@@ -779,22 +779,29 @@ impl Router {
     }
 
     /// Whether the message asks for something Sabi does not do locally: an out-of-scope guard
-    /// matches, and not right after a negation in its clause ("I no wan transfer, na airtime
-    /// I wan buy" asks for airtime only).
-    fn unsupported(&self, text: &str, clauses: &[(usize, usize)]) -> bool {
+    /// matches, unless the match is negated in its clause and a request stands in another
+    /// clause ("I no wan transfer, na airtime I wan buy" asks for airtime only). Alone, or
+    /// beside a request in its own clause, a negated guard still counts: "I do not know my
+    /// husband's balance" is not the customer's own balance.
+    fn unsupported(
+        &self,
+        text: &str,
+        clauses: &[(usize, usize)],
+        requests: &[(usize, usize)],
+    ) -> bool {
         let bytes = text.as_bytes();
-        let start_of = |at: usize| {
-            clauses
-                .iter()
-                .rev()
-                .find(|&&(from, _)| from <= at)
-                .map_or(0, |c| c.0)
-        };
+        if !self.out_of_scope.is_match(bytes) {
+            return false;
+        }
+        let clause_of = |at: usize| clauses.iter().rposition(|&(from, _)| from <= at);
         self.out_of_scope.matches(bytes).iter().any(|guard| {
             self.out_of_scope_each[guard].find_iter(bytes).any(|m| {
-                let start = start_of(m.start());
-                !cue_before(&self.negations, bytes, start, m.start())
-                    && !contrasted(bytes, start, m.start())
+                let clause = clause_of(m.start());
+                let start = clause.map_or(0, |c| clauses[c].0);
+                let negated = cue_before(&self.negations, bytes, start, m.start())
+                    || contrasted(bytes, start, m.start());
+                let asked_elsewhere = requests.iter().any(|&(_, at)| clause_of(at) != clause);
+                !(negated && asked_elsewhere)
             })
         })
     }
@@ -1247,7 +1254,15 @@ mod tests {
             &[
                 "I want to close my account",
                 "abeg pay my DSTV bill, e no easy",
+                // A negation with no request in another clause: the guard still counts.
+                "I do not know my husband's account balance. Please check it.",
             ],
+        );
+        // How someone behaved is a complaint (a test above); a machine that "misbehaved" is
+        // not a person.
+        answered(
+            &r,
+            &[("The ATM misbehaved and swallowed my card", "card_issue")],
         );
     }
 
