@@ -189,6 +189,15 @@ impl IntentsFile {
                     intent.name
                 )));
             }
+            if intent.confirm < intent.confirm_floor {
+                return Err(Error(format!(
+                    "line {}: {}: confirm {} is below its confirm_floor {}",
+                    at(),
+                    intent.name,
+                    intent.confirm,
+                    intent.confirm_floor
+                )));
+            }
             if intent.action == ActionKind::Reply && intent.reply.is_none() {
                 return Err(Error(format!(
                     "line {}: {}: action \"reply\" needs a reply template",
@@ -340,6 +349,12 @@ mod tests {
                 .to_string()
                 .contains("zzz")
         );
+        let under =
+            "[[intent]]\nname = \"a\"\naction = \"agent\"\nconfirm = 0.3\nconfirm_floor = 0.5\n";
+        let err = IntentsFile::parse(under)
+            .expect_err("under its floor")
+            .to_string();
+        assert!(err.contains("below its confirm_floor"), "{err}");
     }
 
     #[test]
