@@ -133,7 +133,7 @@ fn trained_router(config: &Config) -> anyhow::Result<Option<Arc<Router>>> {
     tracing::info!(
         took_ms = started.elapsed().as_millis() as u64,
         intents = router.labels().len(),
-        "router trained"
+        "router ready"
     );
     Ok(Some(router))
 }

@@ -18,6 +18,7 @@ pub mod eval;
 pub mod intents;
 pub mod learning;
 mod normalise;
+mod spelling;
 mod turn;
 mod vocabulary;
 
@@ -31,6 +32,7 @@ use self::classifier::Classifier;
 pub use self::entities::Entities;
 pub use self::intents::{ActionKind, IntentsFile};
 use self::normalise::{Lexicon, normalise};
+use self::spelling::Spelling;
 pub use self::turn::RouterHandler;
 use self::vocabulary::Vocabulary;
 
@@ -329,6 +331,7 @@ impl Router {
                 })?;
             examples.push((normalise(&labelled.text, &lexicon).text, index));
         }
+        lexicon.repair_spellings_with(spelling_of(&examples, oos, &lexicon));
         let classifier = Classifier::train(&examples, file.intents.len());
         // The domain's words: out-of-scope examples are, by definition, about something else.
         let mut vocabulary = Vocabulary::default();
@@ -790,6 +793,8 @@ impl Router {
         requests: &[(usize, usize)],
     ) -> bool {
         let bytes = text.as_bytes();
+        // Most messages match no guard: the set's quick yes-or-no settles them before the
+        // slower search for which guards matched.
         if !self.out_of_scope.is_match(bytes) {
             return false;
         }
@@ -878,6 +883,19 @@ impl Router {
             matched,
         }
     }
+}
+
+/// Spelling repair learned from the training messages (normalised): the words they use more
+/// than once are known, and the words of in-scope ones are what a hurried spelling is repaired
+/// into.
+fn spelling_of(examples: &[(String, usize)], oos: Option<usize>, lexicon: &Lexicon) -> Spelling {
+    let words = |in_scope: bool| {
+        examples
+            .iter()
+            .filter(move |(_, intent)| !in_scope || Some(*intent) != oos)
+            .flat_map(|(text, _)| text.split(' '))
+    };
+    Spelling::new(words(false), lexicon.words(), words(true))
 }
 
 /// The patterns that matched a message.

@@ -13,6 +13,7 @@ use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::is_combining_mark;
 
 use super::entities::{Entities, Span};
+use super::spelling::Spelling;
 use super::vocabulary::Fnv;
 
 type ByWord<V> = HashMap<String, V, BuildHasherDefault<Fnv>>;
@@ -24,6 +25,9 @@ pub(super) struct Lexicon {
     /// Multi-word variants by their first word, longest first: replaced before tokens are
     /// mapped. Keyed by first word so that a large lexicon costs one lookup per token.
     phrases: ByWord<Vec<(Vec<String>, String)>>,
+    /// Words no variant lists, repaired when typed in a hurry; empty until the router learns
+    /// its domain's words.
+    spelling: Spelling,
 }
 
 impl Lexicon {
@@ -49,8 +53,22 @@ impl Lexicon {
         }
     }
 
+    /// Every word the lexicon spells, variants and canonical forms.
+    pub(super) fn words(&self) -> impl Iterator<Item = &str> {
+        self.words
+            .iter()
+            .flat_map(|(variant, canonical)| [variant.as_str(), canonical.as_str()])
+    }
+
+    pub(super) fn repair_spellings_with(&mut self, spelling: Spelling) {
+        self.spelling = spelling;
+    }
+
     fn map<'a>(&'a self, token: &'a str) -> &'a str {
-        self.words.get(token).map_or(token, String::as_str)
+        match self.words.get(token) {
+            Some(canonical) => canonical,
+            None => self.spelling.repair(token).unwrap_or(token),
+        }
     }
 }
 
