@@ -718,10 +718,10 @@ pub fn with_thresholds(source: &str, thresholds: &[Thresholds]) -> Result<String
                 ("threshold" | "confirm", Some(_)) => {}
                 ("name", Some(t)) => {
                     out.push((*l).to_owned());
-                    // Shortest exact form: a confirm held at a hand-set floor such as 0.655
+                    // Shortest exact form, with its point (1.0): a confirm held at a floor such as 0.655
                     // must not be written as 0.65, below the floor the file is refused for.
-                    out.push(format!("threshold = {}", t.threshold));
-                    out.push(format!("confirm = {}", t.confirm));
+                    out.push(format!("threshold = {:?}", t.threshold));
+                    out.push(format!("confirm = {:?}", t.confirm));
                 }
                 _ => out.push((*l).to_owned()),
             }

@@ -53,11 +53,23 @@ impl Lexicon {
         }
     }
 
-    /// Every word the lexicon spells, variants and canonical forms.
+    /// Every word the lexicon spells, of variants and canonical forms, phrases word by word.
     pub(super) fn words(&self) -> impl Iterator<Item = &str> {
-        self.words
+        let words = self
+            .words
             .iter()
-            .flat_map(|(variant, canonical)| [variant.as_str(), canonical.as_str()])
+            .flat_map(|(variant, canonical)| [variant.as_str(), canonical.as_str()]);
+        let phrases = self
+            .phrases
+            .values()
+            .flatten()
+            .flat_map(|(tokens, canonical)| {
+                tokens
+                    .iter()
+                    .map(String::as_str)
+                    .chain(canonical.split(' '))
+            });
+        words.chain(phrases)
     }
 
     pub(super) fn repair_spellings_with(&mut self, spelling: Spelling) {

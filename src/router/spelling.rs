@@ -1,20 +1,23 @@
 //! PURE: repairs words typed in a hurry. Customers drop vowels ("statmnt", "recnt trnsfer"),
-//! slip a letter ("debitd", "packge", "twise") or swap two ("recieve"); no lexicon can list
-//! every such spelling. A word the training messages use at most once, one slip from a word the
-//! domain uses often, is read as that word.
+//! swap two letters ("recieve"), leave one out or add one ("trackin", "transactionn"); no
+//! lexicon can list every such spelling. A word the training messages use at most once, close to
+//! a word the domain uses often, is read as that word.
 //!
-//! Rules, both keeping the first letter (people rarely mistype it, and it keeps "honey" from
-//! becoming "money"):
-//! - **vowels dropped**: the word is the domain word with up to three vowels left out
-//!   ("statmnt" is "statement");
-//! - **one slip**: one letter added, left out, changed, or two neighbours swapped, in words of
-//!   five letters or more ("debitd" is "debited"), unless the word is a known word with an
-//!   ending ("orders" is not a slip of "order": the router reads a word's forms itself, and
-//!   turning one into another changed what patterns saw).
+//! Rules, all keeping the first letter (people rarely mistype it, and it keeps "honey" from
+//! becoming "money"), in words of five letters or more:
+//! - **vowels dropped**: the word is the domain word with up to three vowels left out, not only
+//!   its last ("statmnt" is "statement"; "hell" is not "hello");
+//! - **one slip**: two neighbours swapped; in words of seven letters or more, one letter left out
+//!   or added ("trackin"); in words of eight or more, one letter changed. Shorter words are one
+//!   slip from too many others ("manage" and "manager", "score" and "store", "spent" and
+//!   "spend"). A known word with an ending is no slip ("orders" is not "order": the router reads
+//!   a word's forms itself, and turning one into another changed what patterns saw).
 //!
-//! A word that could be repaired into two domain words equally often used is left alone.
+//! Dropped vowels are preferred to a slip, then the word used more often; two equally used
+//! candidates leave the word alone. Repairs happen as messages are routed: the classifier learns
+//! the training messages as typed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 
 use super::vocabulary::Fnv;
@@ -25,12 +28,16 @@ type ByKey<V> = HashMap<String, V, BuildHasherDefault<Fnv>>;
 const VOWELS: &[u8] = b"aeiou";
 /// Vowels a repair may restore at most.
 const MAX_DROPPED: usize = 3;
-/// The shortest word a slip is repaired in: shorter words are one slip from too many others.
-const MIN_SLIP_LEN: usize = 5;
+/// The shortest word repaired at all.
+const MIN_REPAIR_LEN: usize = 5;
+/// The shortest word a letter left out or added is repaired in.
+const MIN_GAP_LEN: usize = 7;
+/// The shortest word a changed letter is repaired in.
+const MIN_CHANGE_LEN: usize = 8;
+/// Longer words are not looked up: no domain word is that long, and each costs a lookup a letter.
+const MAX_REPAIR_LEN: usize = 24;
 /// Endings that make another form of a word.
 const ENDINGS: &[&str] = &["s", "es", "ed", "ing", "er", "ers", "ly"];
-/// The shortest word whose dropped vowels are restored.
-const MIN_DROPPED_LEN: usize = 4;
 /// A word is known once the training messages use it this often.
 const MIN_USES: u32 = 2;
 /// A domain word is a repair's target once the in-scope training messages use it this often.
@@ -40,7 +47,7 @@ const MIN_TARGET_USES: u32 = 5;
 pub(super) struct Spelling {
     /// Words the training messages use more than once, in scope or not, and the lexicon's:
     /// never repaired.
-    known: ByKey<()>,
+    known: HashSet<String, BuildHasherDefault<Fnv>>,
     /// Domain words and how often the in-scope training messages use them.
     targets: Vec<(String, u32)>,
     /// First letter and consonants -> targets with that skeleton.
@@ -52,8 +59,8 @@ pub(super) struct Spelling {
 impl Spelling {
     /// `taught`: every word of every training message, one item per use; `lexicon`: the words
     /// the lexicon spells; `domain`: the words of in-scope messages, one item per use. Training
-    /// messages are typed by customers too: a word they use once may itself be a slip, and is
-    /// repaired like an unknown one.
+    /// messages are typed by customers too: a word they use only once may itself be a slip, so
+    /// it is not known.
     pub(super) fn new<'a>(
         taught: impl IntoIterator<Item = &'a str>,
         lexicon: impl IntoIterator<Item = &'a str>,
@@ -61,39 +68,39 @@ impl Spelling {
     ) -> Spelling {
         let mut known = counts(taught);
         known.retain(|_, n| *n >= MIN_USES);
-        known.extend(lexicon.into_iter().map(|w| (w.to_owned(), MIN_USES)));
         let mut spelling = Spelling {
-            known: known.into_keys().map(|w| (w, ())).collect(),
+            known: known
+                .into_keys()
+                .chain(lexicon.into_iter().map(str::to_owned))
+                .collect(),
             ..Spelling::default()
         };
-        let mut targets: Vec<(String, u32)> = counts(domain)
+        spelling.targets = counts(domain)
             .into_iter()
-            .filter(|(w, n)| *n >= MIN_TARGET_USES && w.len() >= MIN_DROPPED_LEN && repairable(w))
+            .filter(|(w, n)| *n >= MIN_TARGET_USES && w.len() >= MIN_REPAIR_LEN && repairable(w))
             .collect();
-        // A fixed order: repairs must not depend on the hash map's.
-        targets.sort();
-        for (index, (word, _)) in targets.iter().enumerate() {
+        for (index, (word, _)) in spelling.targets.iter().enumerate() {
             spelling
                 .by_skeleton
                 .entry(skeleton(word))
                 .or_default()
                 .push(index);
-            if word.len() >= MIN_SLIP_LEN {
-                for key in std::iter::once(word.clone()).chain(deletions(word)) {
-                    let at = spelling.by_deletion.entry(key).or_default();
-                    if at.last() != Some(&index) {
-                        at.push(index);
-                    }
+            for key in std::iter::once(word.clone()).chain(deletions(word)) {
+                let at = spelling.by_deletion.entry(key).or_default();
+                if at.last() != Some(&index) {
+                    at.push(index);
                 }
             }
         }
-        spelling.targets = targets;
         spelling
     }
 
     /// The domain word `word` was meant to be, when it is unknown and one is clearly meant.
     pub(super) fn repair(&self, word: &str) -> Option<&str> {
-        if word.len() < MIN_DROPPED_LEN || !repairable(word) || self.known.contains_key(word) {
+        if !(MIN_REPAIR_LEN..=MAX_REPAIR_LEN).contains(&word.len())
+            || !repairable(word)
+            || self.known.contains(word)
+        {
             return None;
         }
         let dropped = self
@@ -101,18 +108,23 @@ impl Spelling {
             .get(&skeleton(word))
             .into_iter()
             .flatten()
-            .filter(|&&t| vowels_dropped(word, &self.targets[t].0));
-        let mut slips = Vec::new();
-        if word.len() >= MIN_SLIP_LEN && !self.inflects_known(word) {
-            for key in std::iter::once(word.to_owned()).chain(deletions(word)) {
-                slips.extend(self.by_deletion.get(&key).into_iter().flatten());
-            }
+            .copied()
+            .filter(|&t| vowels_dropped(word, &self.targets[t].0));
+        if let Some(target) = self.most_used(dropped) {
+            return Some(target);
         }
-        let slipped = slips.into_iter().filter(|&&t| {
-            let target = &self.targets[t].0;
-            target.as_bytes()[0] == word.as_bytes()[0] && one_slip(word, target)
-        });
-        self.most_used(dropped.chain(slipped).copied())
+        if self.inflects_known(word) {
+            return None;
+        }
+        let mut slips = Vec::new();
+        for key in std::iter::once(word.to_owned()).chain(deletions(word)) {
+            slips.extend(self.by_deletion.get(&key).into_iter().flatten().copied());
+        }
+        self.most_used(
+            slips
+                .into_iter()
+                .filter(|&t| one_slip(word, &self.targets[t].0)),
+        )
     }
 
     /// `word` is a known word with an ending ("deliver" + "ed", "charge" + "d", "card" + "s").
@@ -121,7 +133,7 @@ impl Spelling {
         let with_e = word.strip_suffix('d').filter(|w| w.ends_with('e'));
         plain
             .chain(with_e)
-            .any(|stem| stem.len() >= 3 && self.known.contains_key(stem))
+            .any(|stem| stem.len() >= 3 && self.known.contains(stem))
     }
 
     /// The candidate used most often; none when two different words tie.
@@ -152,7 +164,8 @@ fn counts<'a>(words: impl IntoIterator<Item = &'a str>) -> ByKey<u32> {
     counts
 }
 
-/// Plain lower-case letters only: placeholders, numbers and other scripts are left alone.
+/// Plain lower-case ASCII letters only (so byte offsets are letters): placeholders, numbers
+/// and other scripts are left alone.
 fn repairable(word: &str) -> bool {
     word.bytes().all(|b| b.is_ascii_lowercase())
 }
@@ -171,24 +184,28 @@ fn skeleton(word: &str) -> String {
     out
 }
 
-/// `word` is `target` with one to three of its vowels (never the first letter) left out.
+/// `word` is `target` with one to three of its vowels (never the first letter, nor only the
+/// last) left out.
 fn vowels_dropped(word: &str, target: &str) -> bool {
     let (w, t) = (word.as_bytes(), target.as_bytes());
     if t.len() <= w.len() || t.len() - w.len() > MAX_DROPPED || w[0] != t[0] {
         return false;
     }
     let mut at = 0;
-    for &b in t {
+    let mut inside = false;
+    for (i, &b) in t.iter().enumerate() {
         if at < w.len() && w[at] == b {
             at += 1;
-        } else if !VOWELS.contains(&b) {
+        } else if VOWELS.contains(&b) {
+            inside |= i + 1 < t.len();
+        } else {
             return false;
         }
     }
-    at == w.len()
+    at == w.len() && inside
 }
 
-/// `word` without one of its letters, each way.
+/// `word` without one of its letters, each way (ASCII: one byte a letter).
 fn deletions(word: &str) -> impl Iterator<Item = String> + '_ {
     (0..word.len()).map(move |i| {
         let mut out = String::with_capacity(word.len() - 1);
@@ -198,18 +215,24 @@ fn deletions(word: &str) -> impl Iterator<Item = String> + '_ {
     })
 }
 
-/// One letter added, left out or changed, or two neighbours swapped.
+/// One slip, as long as the word is for its kind: two neighbours swapped, a letter left out or
+/// added, a letter changed. The first letter always stands.
 fn one_slip(word: &str, target: &str) -> bool {
     let (a, b) = (word.as_bytes(), target.as_bytes());
     let prefix = a.iter().zip(b).take_while(|(x, y)| x == y).count();
-    let (a, b) = (&a[prefix..], &b[prefix..]);
-    match a.len().abs_diff(b.len()) {
-        0 if a.is_empty() => false,
-        0 => a[1..] == b[1..] || (a.len() >= 2 && a[0] == b[1] && a[1] == b[0] && a[2..] == b[2..]),
-        1 if a.len() > b.len() => a[1..] == *b,
-        1 => b[1..] == *a,
-        _ => false,
+    if prefix == 0 {
+        return false;
     }
+    let (x, y) = (&a[prefix..], &b[prefix..]);
+    let swapped =
+        x.len() == y.len() && x.len() >= 2 && x[0] == y[1] && x[1] == y[0] && x[2..] == y[2..];
+    let gap = match x.len().abs_diff(y.len()) {
+        1 if x.len() > y.len() => x[1..] == *y,
+        1 => y[1..] == *x,
+        _ => false,
+    };
+    let changed = x.len() == y.len() && !x.is_empty() && x[1..] == y[1..];
+    swapped || (gap && a.len() >= MIN_GAP_LEN) || (changed && a.len() >= MIN_CHANGE_LEN)
 }
 
 #[cfg(test)]
@@ -241,9 +264,10 @@ mod tests {
             ("trnsfer", "transfer"),
             ("debitd", "debited"),
             ("packge", "package"),
-            ("twise", "twice"),
+            ("twcie", "twice"),
             ("pacakge", "package"),
             ("rechargee", "recharge"),
+            ("transfar", "transfer"),
         ] {
             assert_eq!(s.repair(typed), Some(meant), "{typed}");
         }
@@ -256,14 +280,16 @@ mod tests {
         for word in ["honey", "border", "stmt", "money"] {
             assert_eq!(s.repair(word), None, "{word}");
         }
-        // Unknown, but: another first letter, too short, two slips, a consonant dropped from a
-        // four-letter word, a known word's form, not letters.
+        // Unknown, but: another first letter, too short, two slips, a letter changed or left
+        // out of a short word, only a last vowel dropped, a known word's form, not letters.
         for word in [
             "xtatement",
-            "mny",
+            "twie",
             "debbitd",
             "stateme",
-            "twie",
+            "mohey",
+            "recen",
+            "packag",
             "orders",
             "<amount>",
         ] {
@@ -276,11 +302,11 @@ mod tests {
         let uses = |words: &[(&'static str, usize)]| -> Vec<&'static str> {
             words.iter().flat_map(|&(w, n)| vec![w; n]).collect()
         };
-        let tied = uses(&[("carts", 5), ("cards", 5)]);
+        let tied = uses(&[("recent", 5), ("recant", 5)]);
         let s = Spelling::new(tied.clone(), [], tied);
-        assert_eq!(s.repair("carbs"), None);
-        let more = uses(&[("carts", 5), ("cards", 6)]);
+        assert_eq!(s.repair("recnt"), None);
+        let more = uses(&[("recent", 6), ("recant", 5)]);
         let s = Spelling::new(more.clone(), [], more);
-        assert_eq!(s.repair("carbs"), Some("cards"));
+        assert_eq!(s.repair("recnt"), Some("recent"));
     }
 }

