@@ -6,25 +6,20 @@
 //! three or more equal letters cut to two, and every token mapped through the lexicon of
 //! spelling variants (`wetin`/`wetyn`, `acct`/`acc`, `pls`/`abeg`/`biko`, ...).
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
 use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::is_combining_mark;
 
 use super::entities::{Entities, Span};
 use super::spelling::Spelling;
-use super::vocabulary::Fnv;
-
-type ByWord<V> = HashMap<String, V, BuildHasherDefault<Fnv>>;
+use super::vocabulary::FnvMap;
 
 /// Maps spelling variants (and multi-word phrases) to canonical words.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Lexicon {
-    words: ByWord<String>,
+    words: FnvMap<String, String>,
     /// Multi-word variants by their first word, longest first: replaced before tokens are
     /// mapped. Keyed by first word so that a large lexicon costs one lookup per token.
-    phrases: ByWord<Vec<(Vec<String>, String)>>,
+    phrases: FnvMap<String, Vec<(Vec<String>, String)>>,
     /// Words no variant lists, repaired when typed in a hurry; empty until the router learns
     /// its domain's words.
     spelling: Spelling,

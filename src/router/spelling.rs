@@ -17,12 +17,9 @@
 //! candidates leave the word alone. Repairs happen as messages are routed: the classifier learns
 //! the training messages as typed.
 
-use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasherDefault;
+use std::hash::Hasher;
 
-use super::vocabulary::Fnv;
-
-type ByKey<V> = HashMap<String, V, BuildHasherDefault<Fnv>>;
+use super::vocabulary::{Fnv, FnvMap, FnvSet};
 
 /// Letters a customer may drop from a word without losing it.
 const VOWELS: &[u8] = b"aeiou";
@@ -36,7 +33,9 @@ const MIN_GAP_LEN: usize = 7;
 const MIN_CHANGE_LEN: usize = 8;
 /// Longer words are not looked up: no domain word is that long, and each costs a lookup a letter.
 const MAX_REPAIR_LEN: usize = 24;
-/// Endings that make another form of a word.
+/// Endings that make another form of a word. Longer than the vocabulary's `SUFFIXES`, which are
+/// cut from every word before each lookup and so must cut the same way everywhere ("er" would
+/// make "order" "ord"); these are only tried to find a known word under a form of it.
 const ENDINGS: &[&str] = &["s", "es", "ed", "ing", "er", "ers", "ly"];
 /// A word is known once the training messages use it this often.
 const MIN_USES: u32 = 2;
@@ -47,13 +46,13 @@ const MIN_TARGET_USES: u32 = 5;
 pub(super) struct Spelling {
     /// Words the training messages use more than once, in scope or not, and the lexicon's:
     /// never repaired.
-    known: HashSet<String, BuildHasherDefault<Fnv>>,
+    known: FnvSet,
     /// Domain words and how often the in-scope training messages use them.
     targets: Vec<(String, u32)>,
-    /// First letter and consonants -> targets with that skeleton.
-    by_skeleton: ByKey<Vec<usize>>,
-    /// A target and each of its one-letter deletions -> targets.
-    by_deletion: ByKey<Vec<usize>>,
+    /// The hash of a first letter and consonants -> targets with that skeleton.
+    by_skeleton: FnvMap<u64, Vec<usize>>,
+    /// The hash of a target and of each of its one-letter deletions -> targets.
+    by_deletion: FnvMap<u64, Vec<usize>>,
 }
 
 impl Spelling {
@@ -85,7 +84,7 @@ impl Spelling {
                 .entry(skeleton(word))
                 .or_default()
                 .push(index);
-            for key in std::iter::once(word.clone()).chain(deletions(word)) {
+            for key in std::iter::once(hashed(word.bytes())).chain(deletions(word)) {
                 let at = spelling.by_deletion.entry(key).or_default();
                 if at.last() != Some(&index) {
                     at.push(index);
@@ -117,7 +116,7 @@ impl Spelling {
             return None;
         }
         let mut slips = Vec::new();
-        for key in std::iter::once(word.to_owned()).chain(deletions(word)) {
+        for key in std::iter::once(hashed(word.bytes())).chain(deletions(word)) {
             slips.extend(self.by_deletion.get(&key).into_iter().flatten().copied());
         }
         self.most_used(
@@ -156,8 +155,8 @@ impl Spelling {
 }
 
 /// How often each word is used.
-fn counts<'a>(words: impl IntoIterator<Item = &'a str>) -> ByKey<u32> {
-    let mut counts = ByKey::default();
+fn counts<'a>(words: impl IntoIterator<Item = &'a str>) -> FnvMap<String, u32> {
+    let mut counts = FnvMap::default();
     for word in words {
         *counts.entry(word.to_owned()).or_default() += 1;
     }
@@ -170,18 +169,22 @@ fn repairable(word: &str) -> bool {
     word.bytes().all(|b| b.is_ascii_lowercase())
 }
 
+/// The hash of `letters`. Skeletons and deletions are looked up by hash, so that no string is
+/// built for each unknown word; a collision only adds a candidate, and every candidate is
+/// checked letter by letter.
+fn hashed(letters: impl Iterator<Item = u8>) -> u64 {
+    let mut hash = Fnv::default();
+    for letter in letters {
+        hash.write_u8(letter);
+    }
+    hash.finish()
+}
+
 /// The first letter, then the consonants: what survives a customer dropping vowels.
-fn skeleton(word: &str) -> String {
+fn skeleton(word: &str) -> u64 {
     let bytes = word.as_bytes();
-    let mut out = String::with_capacity(word.len());
-    out.push(char::from(bytes[0]));
-    out.extend(
-        bytes[1..]
-            .iter()
-            .filter(|b| !VOWELS.contains(b))
-            .map(|&b| char::from(b)),
-    );
-    out
+    let consonants = bytes[1..].iter().filter(|b| !VOWELS.contains(b));
+    hashed(std::iter::once(bytes[0]).chain(consonants.copied()))
 }
 
 /// `word` is `target` with one to three of its vowels (never the first letter, nor only the
@@ -205,14 +208,10 @@ fn vowels_dropped(word: &str, target: &str) -> bool {
     at == w.len() && inside
 }
 
-/// `word` without one of its letters, each way (ASCII: one byte a letter).
-fn deletions(word: &str) -> impl Iterator<Item = String> + '_ {
-    (0..word.len()).map(move |i| {
-        let mut out = String::with_capacity(word.len() - 1);
-        out.push_str(&word[..i]);
-        out.push_str(&word[i + 1..]);
-        out
-    })
+/// The hashes of `word` without one of its letters, each way (ASCII: one byte a letter).
+fn deletions(word: &str) -> impl Iterator<Item = u64> + '_ {
+    let bytes = word.as_bytes();
+    (0..bytes.len()).map(move |i| hashed(bytes[..i].iter().chain(&bytes[i + 1..]).copied()))
 }
 
 /// One slip, as long as the word is for its kind: two neighbours swapped, a letter left out or

@@ -3,7 +3,7 @@
 //! balance of my *diet plan*", "my *school* never refund my *acceptance fee*") is about
 //! something else, however routine its keyword, and goes to the agent.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Words that carry no topic: a message may hold any number of them.
@@ -185,18 +185,20 @@ const FUNCTION_WORDS: &[&str] = &[
 const SUFFIXES: &[&str] = &["ing", "ed", "s", "ly"];
 
 /// Words hashed with FNV-1a: short keys, looked up for every word of every message.
-type Words = HashSet<String, BuildHasherDefault<Fnv>>;
+pub(super) type FnvSet = HashSet<String, BuildHasherDefault<Fnv>>;
+/// Words (or their hashes) to what the router keeps for them, hashed with FNV-1a.
+pub(super) type FnvMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
 #[derive(Debug)]
 pub(super) struct Vocabulary {
-    words: Words,
-    function_words: Words,
+    words: FnvSet,
+    function_words: FnvSet,
 }
 
 impl Default for Vocabulary {
     fn default() -> Self {
         Vocabulary {
-            words: Words::default(),
+            words: FnvSet::default(),
             function_words: FUNCTION_WORDS.iter().map(|w| (*w).to_owned()).collect(),
         }
     }
