@@ -41,6 +41,10 @@ pub struct Guards {
     /// matched, beside one an intent did, sends the message to the agent.
     #[serde(default)]
     pub requests: Vec<String>,
+    /// A clause that says why the customer asks ("I wan go market", "so I can plan"): it asks
+    /// the business for nothing, so it never counts as a request no intent covers.
+    #[serde(default)]
+    pub reasons: Vec<String>,
     /// Verbs and states that give a short message (two content words or fewer) its object:
     /// without one, and unless an intent's whole-message pattern takes it, a fragment goes to
     /// the agent.
@@ -73,6 +77,7 @@ impl Default for Guards {
             negation: Vec::new(),
             done: Vec::new(),
             requests: Vec::new(),
+            reasons: Vec::new(),
             actions: Vec::new(),
             apart: Vec::new(),
             identity: Vec::new(),

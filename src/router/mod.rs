@@ -145,6 +145,8 @@ pub struct Router {
     done: Vec<Regex>,
     /// Cues that a clause asks for something ("can you", "I want to", an imperative).
     requests: RegexSet,
+    /// A clause that says why the customer asks ("I wan go market"): no request of its own.
+    reasons: RegexSet,
     /// Verbs and states that give a short message its object ("blocked", "not entered").
     actions: RegexSet,
     /// What makes two matches two requests asked apart ("and collect").
@@ -281,6 +283,7 @@ impl Router {
         let guards = &file.guards;
         let checked = [
             &guards.requests,
+            &guards.reasons,
             &guards.actions,
             &guards.apart,
             &guards.identity,
@@ -290,6 +293,8 @@ impl Router {
         }
         let requests = ascii_set(&file.guards.requests)
             .map_err(|e| intents::Error(format!("guards.requests: {e}")))?;
+        let reasons = ascii_set(&file.guards.reasons)
+            .map_err(|e| intents::Error(format!("guards.reasons: {e}")))?;
         let actions = ascii_set(&file.guards.actions)
             .map_err(|e| intents::Error(format!("guards.actions: {e}")))?;
         let apart = ascii_set(&file.guards.apart)
@@ -383,6 +388,7 @@ impl Router {
             negations,
             done,
             requests,
+            reasons,
             actions,
             apart,
             identity,
@@ -620,6 +626,7 @@ impl Router {
                     !matched
                         && self.vocabulary.unknown(clause).0 >= UNCOVERED_WORDS
                         && self.requests.is_match(clause.as_bytes())
+                        && !self.reasons.is_match(clause.as_bytes())
                 });
         if uncovered {
             let (intent, p) = top(probs());
