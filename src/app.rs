@@ -24,6 +24,7 @@ use crate::desk::{HelpDesk, Mirror};
 use crate::http::serve::{ConnectionLimits, serve};
 use crate::ingress::{self, Ingress, WorkerLinks};
 use crate::metrics::Metrics;
+use crate::router::intents::IntentsFile;
 use crate::router::{Router, RouterHandler};
 use crate::sender::pacer::Pacer;
 use crate::sender::{Sender, Typing};
@@ -130,6 +131,10 @@ fn trained_router(config: &Config) -> anyhow::Result<Option<Arc<Router>>> {
     let source = config.router.intents_source()?;
     let started = std::time::Instant::now();
     let router = Router::shared(&source)?;
+    // The file loads, but these words of its patterns never match (`sabi check` lists them too).
+    for dead in IntentsFile::parse(&source)?.unreachable_words(&source) {
+        tracing::warn!("router: {dead}");
+    }
     tracing::info!(
         took_ms = started.elapsed().as_millis() as u64,
         intents = router.labels().len(),

@@ -777,6 +777,17 @@ async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {
 
 /// A file named `*-sealed.jsonl` holds messages no rule may be written from: it is scored,
 /// and none of its messages is ever printed.
+/// Each file's name without its folder, for the per-file tables.
+fn file_names(files: &[PathBuf]) -> Vec<String> {
+    files
+        .iter()
+        .map(|f| {
+            f.file_name()
+                .map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into())
+        })
+        .collect()
+}
+
 fn sealed(file: &Path, mut report: router::eval::Report) -> router::eval::Report {
     let name = file.file_name().map(|n| n.to_string_lossy());
     if name.is_some_and(|n| n.ends_with("-sealed.jsonl")) {
@@ -819,13 +830,7 @@ fn route(
                         held_out: sealed(file, s.held_out),
                     })
                     .collect();
-            let names: Vec<String> = eval
-                .iter()
-                .map(|f| {
-                    f.file_name()
-                        .map_or_else(|| f.display().to_string(), |n| n.to_string_lossy().into())
-                })
-                .collect();
+            let names = file_names(&eval);
             for (file, s) in eval.iter().zip(&scores) {
                 let (how, report) = match sets.len() {
                     1 => (format!("{folds}-fold cross-validation"), &s.cross_validated),
@@ -845,8 +850,14 @@ fn route(
             print!("{}", router::eval::generalisation_table(&table));
             return Ok(());
         };
-        for (file, report) in eval.iter().zip(reports) {
+        for (file, report) in eval.iter().zip(&reports) {
             println!("{} ({how})\n\n{report}", file.display());
+        }
+        if reports.len() > 1 {
+            let table: Vec<(String, &router::eval::Report)> =
+                file_names(&eval).into_iter().zip(&reports).collect();
+            println!("per file ({how})\n");
+            print!("{}", router::eval::summary_table(&table));
         }
         return Ok(());
     }

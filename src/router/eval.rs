@@ -463,6 +463,47 @@ pub fn generalisation_table(files: &[(String, &FileScores)]) -> String {
     out
 }
 
+/// One row per file for a router scored as configured, then the files summed: wrong local
+/// answers, out-of-scope messages to the agent, in-scope messages answered locally.
+pub fn summary_table(files: &[(String, &Report)]) -> String {
+    let width = files.iter().map(|(f, _)| f.len()).max().unwrap_or(0).max(5);
+    let cell = |a: usize, b: usize| format!("{:.1} % {a}/{b}", 100.0 * ratio(a, b));
+    let row = |file: &str, messages: usize, [w, l, oa, o, il, i]: [usize; 6]| {
+        format!(
+            "{file:<width$} {messages:>8} {:>18} {:>20} {:>18}\n",
+            cell(w, l),
+            cell(oa, o),
+            cell(il, i)
+        )
+    };
+    let counts = |r: &Report| {
+        [
+            r.wrong_local,
+            r.local,
+            r.out_of_scope_to_agent,
+            r.out_of_scope,
+            r.in_scope_local,
+            r.in_scope,
+        ]
+    };
+    let mut out = format!(
+        "{:<width$} {:>8} {:>18} {:>20} {:>18}\n",
+        "file", "messages", "wrong local", "out_of_scope->agent", "answered locally"
+    );
+    let mut total = [0; 6];
+    let mut messages = 0;
+    for (file, report) in files {
+        let c = counts(report);
+        out.push_str(&row(file, report.total, c));
+        messages += report.total;
+        for (t, n) in total.iter_mut().zip(c) {
+            *t += n;
+        }
+    }
+    out.push_str(&row("total", messages, total));
+    out
+}
+
 /// `a/b` with its share, or `-` for an empty slice.
 fn share(a: usize, b: usize) -> String {
     if b == 0 {

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use super::normalise::fold;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IntentsFile {
@@ -269,6 +271,101 @@ impl IntentsFile {
     }
 }
 
+impl IntentsFile {
+    /// Words the patterns spell that can never match: the lexicon rewrites each into its
+    /// canonical word before any pattern runs ("borrow" is "loan" by then), so a pattern must
+    /// name the canonical word. One line per word, with the pattern's line in `source`.
+    pub fn unreachable_words(&self, source: &str) -> Vec<String> {
+        let mut rewrites: BTreeMap<String, String> = BTreeMap::new();
+        for (canonical, variants) in &self.lexicon {
+            let canonical = fold(canonical);
+            for variant in variants.iter().map(|v| fold(v)) {
+                // A phrase is read whole; a pattern spelling it word by word is left alone.
+                if !variant.contains(' ') && variant != canonical {
+                    rewrites.insert(variant, canonical.clone());
+                }
+            }
+        }
+        let mut found = Vec::new();
+        for (place, pattern) in self.patterns() {
+            for word in literal_words(pattern) {
+                if let Some(canonical) = rewrites.get(word) {
+                    found.push(format!(
+                        "line {}: {place}: {word:?} is read as {canonical:?} before patterns \
+                         run, so it never matches",
+                        line_of(source, pattern)
+                    ));
+                }
+            }
+        }
+        found
+    }
+
+    /// Every pattern of the file, with where it stands (`loan_inquiry.anchors`).
+    fn patterns(&self) -> impl Iterator<Item = (String, &str)> {
+        let intents = self.intents.iter().flat_map(|i| {
+            let patterns = i
+                .patterns
+                .iter()
+                .map(|p| (format!("{}.patterns", i.name), p));
+            let anchors = i.anchors.iter().map(|p| (format!("{}.anchors", i.name), p));
+            patterns.chain(anchors)
+        });
+        let g = &self.guards;
+        let guards = [
+            ("out_of_scope", &g.out_of_scope),
+            ("negation", &g.negation),
+            ("done", &g.done),
+            ("requests", &g.requests),
+            ("reasons", &g.reasons),
+            ("actions", &g.actions),
+            ("identity", &g.identity),
+            ("apart", &g.apart),
+        ]
+        .into_iter()
+        .flat_map(|(name, list)| list.iter().map(move |p| (format!("guards.{name}"), p)));
+        intents
+            .chain(guards)
+            .map(|(place, pattern)| (place, pattern.as_str()))
+    }
+}
+
+/// The words a regular expression spells letter by letter. Escapes (`\b`, `\d`), classes
+/// (`[a-z]`), counts (`{2}`) and flags (`(?i)`) are no words, and a word whose last letter
+/// is optional or repeated (`cards?`) is left out: the pattern does not spell it whole.
+fn literal_words(pattern: &str) -> Vec<&str> {
+    let bytes = pattern.as_bytes();
+    let mut words = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'[' => i = skip_to(bytes, i, b']'),
+            b'{' => i = skip_to(bytes, i, b'}'),
+            b'(' if bytes.get(i + 1) == Some(&b'?') => i = skip_to(bytes, i + 1, b')').min(i + 3),
+            b if b.is_ascii_alphanumeric() => {
+                let start = i;
+                while i < bytes.len() && bytes[i].is_ascii_alphanumeric() {
+                    i += 1;
+                }
+                if !matches!(bytes.get(i), Some(b'?' | b'*' | b'+' | b'{')) {
+                    words.push(&pattern[start..i]);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    words
+}
+
+/// The index just past the first `close` after `from` (or the end).
+fn skip_to(bytes: &[u8], from: usize, close: u8) -> usize {
+    bytes[from + 1..]
+        .iter()
+        .position(|b| *b == close)
+        .map_or(bytes.len(), |at| from + at + 2)
+}
+
 /// What is wrong with an intent's choices, as WhatsApp would refuse or cut them.
 fn choices_flaw(intent: &IntentSpec) -> Option<String> {
     let given = [
@@ -360,6 +457,35 @@ mod tests {
             .expect_err("under its floor")
             .to_string();
         assert!(err.contains("below its confirm_floor"), "{err}");
+    }
+
+    #[test]
+    fn a_pattern_word_the_lexicon_rewrites_is_named_with_its_line() {
+        let source = "[lexicon]\nloan = [\"borrow\", \"lend me\"]\nplease = [\"abeg\"]\n\n\
+            [guards]\nactions = ['\\b(abeg|check)\\b']\n\n\
+            [[intent]]\nname = \"loan\"\naction = \"agent\"\n\
+            patterns = ['\\bborrows?\\b', '(?i)\\bloan\\b', '^(lend me|borrow)\\b']\n";
+        let file = IntentsFile::parse(source).expect("valid");
+        assert_eq!(
+            file.unreachable_words(source),
+            [
+                "line 11: loan.patterns: \"borrow\" is read as \"loan\" before patterns run, \
+                 so it never matches",
+                "line 6: guards.actions: \"abeg\" is read as \"please\" before patterns run, \
+                 so it never matches",
+            ]
+        );
+        assert_eq!(
+            literal_words(r"\b(cards?|pin)[a-z]{2} x(?i)\d+ y"),
+            ["pin", "x", "y"]
+        );
+    }
+
+    #[test]
+    fn every_word_of_the_built_in_patterns_can_match() {
+        let source = crate::config::DEFAULT_INTENTS;
+        let file = IntentsFile::parse(source).expect("default intents");
+        assert_eq!(file.unreachable_words(source), Vec::<String>::new());
     }
 
     #[test]

@@ -125,6 +125,51 @@ async fn check_reaches_the_store_the_graph_api_and_the_llm() {
 }
 
 #[tokio::test]
+async fn check_loads_the_intents_file_and_names_pattern_words_that_never_match() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, out) = sabi_output(dir.path(), &["check"], &[]).await;
+    let line = |out: &str| {
+        out.lines()
+            .find(|l| l.starts_with("router"))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no router line:\n{out}"))
+    };
+    assert!(
+        line(&out).contains("ok") && line(&out).contains("intents loaded"),
+        "{out}"
+    );
+
+    // "abeg" is read as "please" before any pattern runs: the pattern can never match.
+    let intents = dir.path().join("intents.toml");
+    std::fs::write(
+        &intents,
+        "[lexicon]\nplease = [\"abeg\"]\n\n[[intent]]\nname = \"hours\"\naction = \"reply\"\n\
+         reply = \"9 to 5.\"\npatterns = ['^abeg when do you open']\n",
+    )
+    .expect("writes");
+    let file = intents.to_string_lossy().into_owned();
+    let (ok, out) = sabi_output(dir.path(), &["check"], &[("SABI_INTENTS_FILE", &file)]).await;
+    assert!(!ok);
+    assert!(line(&out).contains("FAIL"), "{out}");
+    assert!(
+        out.contains("line 8: hours.patterns: \"abeg\" is read as \"please\""),
+        "{out}"
+    );
+
+    std::fs::write(
+        &intents,
+        "[[intent]]\nname = \"hours\"\naction = \"shout\"\n",
+    )
+    .expect("writes");
+    let (ok, out) = sabi_output(dir.path(), &["check"], &[("SABI_INTENTS_FILE", &file)]).await;
+    assert!(!ok);
+    assert!(
+        line(&out).contains("FAIL") && out.contains("the intents file"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
 async fn config_prints_the_example_and_the_effective_settings_without_secrets() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (ok, example) = sabi_output(dir.path(), &["config", "--example"], &[]).await;

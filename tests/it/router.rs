@@ -120,19 +120,19 @@ fn the_router_as_shipped_on_each_authors_halves() {
         ("followup-sealed.jsonl", 0.76, 0.02, 0.97),
         ("voices-read.jsonl", 0.96, 0.02, 0.97),
         ("voices-sealed.jsonl", 0.75, 0.02, 0.97),
-        ("moneytalk-read.jsonl", 0.88, 0.02, 0.97),
+        ("moneytalk-read.jsonl", 0.87, 0.02, 0.97),
         ("moneytalk-sealed.jsonl", 0.81, 0.03, 0.97),
         ("short-read.jsonl", 0.96, 0.02, 0.97),
-        ("short-sealed.jsonl", 0.80, 0.02, 0.97),
+        ("short-sealed.jsonl", 0.81, 0.02, 0.97),
         ("shop-read.jsonl", 0.87, 0.02, 0.97),
         ("shop-sealed.jsonl", 0.77, 0.02, 0.97),
         ("languages-read.jsonl", 0.82, 0.02, 0.97),
         ("languages-sealed.jsonl", 0.71, 0.02, 0.97),
         ("ordinary-read.jsonl", 0.90, 0.02, 0.97),
         ("ordinary-sealed.jsonl", 0.86, 0.02, 0.97),
-        ("traps-read.jsonl", 0.86, 0.02, 0.97),
+        ("traps-read.jsonl", 0.87, 0.02, 0.97),
         ("traps-sealed.jsonl", 0.82, 0.02, 0.97),
-        ("week-read.jsonl", 0.94, 0.02, 0.97),
+        ("week-read.jsonl", 0.95, 0.02, 0.97),
         ("week-sealed.jsonl", 0.89, 0.02, 0.97),
         ("thirdparty-read.jsonl", 0.90, 0.02, 0.97),
         ("thirdparty-sealed.jsonl", 0.86, 0.02, 0.97),
@@ -153,7 +153,7 @@ fn the_router_as_shipped_on_each_authors_halves() {
         ("mixups-read.jsonl", 0.92, 0.02, 0.97),
         ("mixups-sealed.jsonl", 0.82, 0.03, 0.96),
         ("diaspora-read.jsonl", 0.86, 0.02, 0.97),
-        ("diaspora-sealed.jsonl", 0.76, 0.02, 0.97),
+        ("diaspora-sealed.jsonl", 0.77, 0.02, 0.97),
         ("rants-read.jsonl", 0.83, 0.02, 0.97),
         ("rants-sealed.jsonl", 0.65, 0.02, 0.97),
         ("agents-read.jsonl", 0.86, 0.02, 0.97),
@@ -164,14 +164,14 @@ fn the_router_as_shipped_on_each_authors_halves() {
         ("northern-sealed.jsonl", 0.65, 0.02, 0.97),
         ("eastern-read.jsonl", 0.78, 0.02, 0.97),
         ("eastern-sealed.jsonl", 0.59, 0.02, 0.96),
-        ("office-read.jsonl", 0.88, 0.02, 0.97),
+        ("office-read.jsonl", 0.89, 0.02, 0.97),
         ("office-sealed.jsonl", 0.76, 0.02, 0.97),
         ("plain-read.jsonl", 0.94, 0.02, 0.97),
         ("plain-sealed.jsonl", 0.93, 0.02, 0.96),
         ("western-read.jsonl", 0.86, 0.02, 0.97),
         ("western-sealed.jsonl", 0.71, 0.03, 0.97),
         ("voicenotes-read.jsonl", 0.84, 0.02, 0.97),
-        ("voicenotes-sealed.jsonl", 0.75, 0.02, 0.97),
+        ("voicenotes-sealed.jsonl", 0.74, 0.02, 0.97),
         ("retail-read.jsonl", 0.88, 0.02, 0.97),
         ("retail-sealed.jsonl", 0.81, 0.02, 0.97),
         ("typos-read.jsonl", 0.79, 0.02, 0.97),
@@ -183,7 +183,7 @@ fn the_router_as_shipped_on_each_authors_halves() {
         ("family-read.jsonl", 0.79, 0.02, 0.97),
         ("family-sealed.jsonl", 0.69, 0.03, 0.96),
         ("december-read.jsonl", 0.85, 0.02, 0.97),
-        ("december-sealed.jsonl", 0.68, 0.02, 0.97),
+        ("december-sealed.jsonl", 0.69, 0.02, 0.97),
         ("pitfalls-read.jsonl", 0.90, 0.02, 0.97),
         ("pitfalls-sealed.jsonl", 0.85, 0.02, 0.97),
         ("kano-read.jsonl", 0.75, 0.02, 0.97),
@@ -401,6 +401,11 @@ fn each_kind_of_mistake_is_handled_as_a_rule() {
     local("requirements for a joint account", "account_opening");
     local("gimme your supervisor", "agent_escalation");
     agent("please, is your branch open on Sunday?");
+    // The marker gives a two-word message no object: a topic asked for with a please still
+    // leaves the agent to ask what about it.
+    for fragment in ["card please", "order abeg", "money please", "transfer biko"] {
+        agent(fragment);
+    }
     // A clause that says why is no second request; a question the intents do not cover is.
     local(
         "what's my wallet balance? I want to plan my week",
@@ -622,6 +627,54 @@ fn a_sealed_file_is_scored_without_printing_a_message() {
             "{name}:\n{text}"
         );
     }
+}
+
+#[test]
+fn several_files_scored_as_configured_end_with_a_table_and_their_total() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = [
+        // One right local answer, one out-of-scope message sent on.
+        (
+            "a.jsonl",
+            r#"{"text": "abeg check my account balance", "intent": "check_balance"}
+{"text": "who won the match last night", "intent": "out_of_scope"}
+"#,
+        ),
+        // One wrong local answer (labelled wrong on purpose).
+        (
+            "b.jsonl",
+            r#"{"text": "abeg check my account balance", "intent": "greeting"}
+"#,
+        ),
+    ];
+    let mut command = sabi_command(dir.path());
+    command.args(["route", "--folds", "0", "--eval"]);
+    for (name, lines) in files {
+        let file = dir.path().join(name);
+        std::fs::write(&file, lines).expect("writes");
+        command.arg(file);
+    }
+    let output = command.output().expect("runs");
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    let table = text
+        .split("per file (as configured)")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no table:\n{text}"));
+    let row = |name: &str| {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}:\n{table}"));
+        line.split_whitespace()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(row("a.jsonl"), "2 0.0 % 0/1 100.0 % 1/1 100.0 % 1/1");
+    // Labelled greeting, it is in scope: answered locally, wrongly.
+    assert_eq!(row("b.jsonl"), "1 100.0 % 1/1 0.0 % 0/0 100.0 % 1/1");
+    assert_eq!(row("total"), "3 50.0 % 1/2 100.0 % 1/1 100.0 % 2/2");
 }
 
 /// A fake business API for tool calls: `/balance` answers with a nested field and records the
