@@ -39,6 +39,10 @@ pub struct Guards {
     /// Cues that make the request right after them something already done.
     #[serde(default)]
     pub done: Vec<String>,
+    /// Cues after a request, in its clause, that what it asked for came ("the airtime wey hang
+    /// don land now"): that request does not count either.
+    #[serde(default)]
+    pub arrived: Vec<String>,
     /// Cues that a clause asks for something: a clause with one that no intent's pattern
     /// matched, beside one an intent did, sends the message to the agent.
     #[serde(default)]
@@ -78,6 +82,7 @@ impl Default for Guards {
             out_of_scope: Vec::new(),
             negation: Vec::new(),
             done: Vec::new(),
+            arrived: Vec::new(),
             requests: Vec::new(),
             reasons: Vec::new(),
             actions: Vec::new(),
@@ -316,6 +321,7 @@ impl IntentsFile {
             ("out_of_scope", &g.out_of_scope),
             ("negation", &g.negation),
             ("done", &g.done),
+            ("arrived", &g.arrived),
             ("requests", &g.requests),
             ("reasons", &g.reasons),
             ("actions", &g.actions),

@@ -60,6 +60,9 @@ const MAX_FRAGMENT_WORDS: usize = 2;
 const UNCOVERED_WORDS: usize = 2;
 /// Intents that accompany a request without being one.
 const PLEASANTRIES: &[&str] = &["greeting", "thanks_goodbye"];
+/// Canonical words that deny an arrival told after a request ("nothing has come"), or make it
+/// the complaint ("my debit alert don come": the money left).
+const NOT_ARRIVED: &[&[u8]] = &[b"not", b"nothing", b"debit"];
 /// The intent that asks for a person: asked for in any clause, it wins.
 const PERSON: &str = "agent_escalation";
 
@@ -143,6 +146,7 @@ pub struct Router {
     out_of_scope_each: Vec<Regex>,
     negations: Vec<Regex>,
     done: Vec<Regex>,
+    arrived: Vec<Regex>,
     /// Cues that a clause asks for something ("can you", "I want to", an imperative).
     requests: RegexSet,
     /// A clause that says why the customer asks ("I wan go market"): no request of its own.
@@ -280,6 +284,12 @@ impl Router {
             .iter()
             .map(compile)
             .collect::<Result<Vec<_>, _>>()?;
+        let arrived = file
+            .guards
+            .arrived
+            .iter()
+            .map(compile)
+            .collect::<Result<Vec<_>, _>>()?;
         let guards = &file.guards;
         let checked = [
             &guards.requests,
@@ -387,6 +397,7 @@ impl Router {
             out_of_scope_each,
             negations,
             done,
+            arrived,
             requests,
             reasons,
             actions,
@@ -831,6 +842,10 @@ impl Router {
                 .rposition(|&(from, _)| from <= at)
                 .unwrap_or(0)
         };
+        let end_of = |end: usize| {
+            let last = clause_of(end.saturating_sub(1));
+            clauses.get(last).map_or(text.len(), |c| c.1)
+        };
         let mut found: Vec<(usize, usize)> = Vec::new();
         let mut matched = vec![false; clauses.len()];
         let mut spans = vec![(0, text.len())];
@@ -850,6 +865,9 @@ impl Router {
                 let last = clause_of(from + m.end().saturating_sub(1).max(m.start()));
                 for c in matched.iter_mut().take(last + 1).skip(clause_of(at)) {
                     *c = true;
+                }
+                if self.came(*intent, bytes, at, from + m.end(), end_of(from + m.end())) {
+                    continue;
                 }
                 match found.iter_mut().find(|(i, _)| i == intent) {
                     Some(existing) => existing.1 = existing.1.min(at),
@@ -889,6 +907,20 @@ impl Router {
             negated,
             matched,
         }
+    }
+
+    /// A request's match followed, in the clause it ends in, by words saying what it asked for
+    /// came ("the refund don land, thank you"): no request. A pleasantry that says so stays,
+    /// and "not", "nothing" or "debit" from the match on keep the request ("nothing has
+    /// come", "my debit alert don come": the complaint).
+    fn came(&self, intent: usize, text: &[u8], at: usize, end: usize, clause_end: usize) -> bool {
+        if PLEASANTRIES.contains(&self.intents[intent].name.as_str()) {
+            return false;
+        }
+        let rest = text.get(end..clause_end).unwrap_or_default();
+        let told = text.get(at..clause_end).unwrap_or_default();
+        self.arrived.iter().any(|cue| cue.is_match(rest))
+            && !told.split(|b| *b == b' ').any(|w| NOT_ARRIVED.contains(&w))
     }
 }
 
