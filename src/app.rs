@@ -131,15 +131,15 @@ fn trained_router(config: &Config) -> anyhow::Result<Option<Arc<Router>>> {
     let source = config.router.intents_source()?;
     let started = std::time::Instant::now();
     let router = Router::shared(&source)?;
-    // The file loads, but these words of its patterns never match (`sabi check` lists them too).
-    for dead in IntentsFile::parse(&source)?.unreachable_words(&source) {
-        tracing::warn!("router: {dead}");
-    }
     tracing::info!(
         took_ms = started.elapsed().as_millis() as u64,
         intents = router.labels().len(),
         "router ready"
     );
+    // The file loads, but these words of its patterns never match (`sabi check` lists them too).
+    for dead in IntentsFile::parse(&source)?.unreachable_words(&source) {
+        tracing::warn!("router: {dead}");
+    }
     Ok(Some(router))
 }
 

@@ -7,8 +7,6 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::config::Config;
-use crate::router::Router;
-use crate::router::intents::IntentsFile;
 use crate::store;
 
 /// How one check went.
@@ -34,7 +32,6 @@ pub async fn run(config: &Config) -> Vec<Finding> {
         .unwrap_or_default();
     let mut findings = vec![finding("configuration", true, "valid")];
     findings.push(check_store(config).await);
-    findings.push(check_router(config));
     findings.push(check_graph(config, &http).await);
     findings.push(check_llm(config, &http).await);
     findings
@@ -45,38 +42,6 @@ async fn check_store(config: &Config) -> Finding {
     match store::probe(&config.store).await {
         Ok(says) => finding("store", true, says),
         Err(e) => finding("store", false, e.to_string()),
-    }
-}
-
-/// The intents file loads, and every word its patterns spell can match (a word the lexicon
-/// rewrites first never does: the file loads, but the pattern is dead).
-fn check_router(config: &Config) -> Finding {
-    if !config.router.enabled {
-        return finding("router", true, "off: the agent answers every message");
-    }
-    let loaded = config
-        .router
-        .intents_source()
-        .map_err(|e| e.to_string())
-        .and_then(|source| {
-            let router = Router::trained(&source).map_err(|e| e.to_string())?;
-            let file = IntentsFile::parse(&source).map_err(|e| e.to_string())?;
-            Ok((router.labels().len(), file.unreachable_words(&source)))
-        });
-    match loaded {
-        Err(e) => finding("router", false, format!("the intents file: {e}")),
-        Ok((intents, dead)) if dead.is_empty() => {
-            finding("router", true, format!("{intents} intents loaded"))
-        }
-        Ok((_, dead)) => finding(
-            "router",
-            false,
-            format!(
-                "{} pattern word(s) can never match:\n  {}",
-                dead.len(),
-                dead.join("\n  ")
-            ),
-        ),
     }
 }
 

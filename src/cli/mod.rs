@@ -544,6 +544,8 @@ async fn forget(config: &Config, who: store::Subject, as_json: bool) -> anyhow::
 
 async fn check(config: &Config) -> anyhow::Result<()> {
     let mut findings = crate::check::run(config).await;
+    // The router is above the check's layer: the command adds it (see src/layers.txt).
+    findings.insert(2, check_router(config));
     if let Some(c) = &config.handoff.chatwoot {
         findings.push(check_chatwoot(c).await);
     }
@@ -561,6 +563,42 @@ async fn check(config: &Config) -> anyhow::Result<()> {
     let failed = findings.iter().filter(|f| !f.ok).count();
     anyhow::ensure!(failed == 0, "{failed} check(s) failed");
     Ok(())
+}
+
+/// The intents file loads, and every word its patterns spell can match (a word the lexicon
+/// rewrites first never does: the file loads, but the pattern is dead).
+fn check_router(config: &Config) -> crate::check::Finding {
+    let finding = |ok, says: String| crate::check::Finding {
+        what: "router",
+        ok,
+        says,
+    };
+    if !config.router.enabled {
+        return finding(true, "off: the agent answers every message".into());
+    }
+    let loaded = config
+        .router
+        .intents_source()
+        .map_err(|e| e.to_string())
+        .and_then(|source| {
+            let router = Router::trained(&source).map_err(|e| e.to_string())?;
+            let file = router::IntentsFile::parse(&source).map_err(|e| e.to_string())?;
+            Ok((router.labels().len(), file.unreachable_words(&source)))
+        });
+    match loaded {
+        Err(e) => finding(false, format!("the intents file: {e}")),
+        Ok((intents, dead)) if dead.is_empty() => {
+            finding(true, format!("{intents} intents loaded"))
+        }
+        Ok((_, dead)) => finding(
+            false,
+            format!(
+                "{} pattern word(s) can never match:\n  {}",
+                dead.len(),
+                dead.join("\n  ")
+            ),
+        ),
+    }
 }
 
 /// The help desk's token and inbox, as Chatwoot answers for them.
@@ -775,8 +813,6 @@ async fn quarantine(config: &Config, as_json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A file named `*-sealed.jsonl` holds messages no rule may be written from: it is scored,
-/// and none of its messages is ever printed.
 /// Each file's name without its folder, for the per-file tables.
 fn file_names(files: &[PathBuf]) -> Vec<String> {
     files
@@ -788,6 +824,8 @@ fn file_names(files: &[PathBuf]) -> Vec<String> {
         .collect()
 }
 
+/// A file named `*-sealed.jsonl` holds messages no rule may be written from: it is scored,
+/// and none of its messages is ever printed.
 fn sealed(file: &Path, mut report: router::eval::Report) -> router::eval::Report {
     let name = file.file_name().map(|n| n.to_string_lossy());
     if name.is_some_and(|n| n.ends_with("-sealed.jsonl")) {

@@ -274,9 +274,7 @@ impl IntentsFile {
         self.intents = kept;
         off
     }
-}
 
-impl IntentsFile {
     /// Words the patterns spell that can never match: the lexicon rewrites each into its
     /// canonical word before any pattern runs ("borrow" is "loan" by then), so a pattern must
     /// name the canonical word. One line per word, with the pattern's line in `source`.
@@ -285,9 +283,12 @@ impl IntentsFile {
         for (canonical, variants) in &self.lexicon {
             let canonical = fold(canonical);
             for variant in variants.iter().map(|v| fold(v)) {
-                // A phrase is read whole; a pattern spelling it word by word is left alone.
-                if !variant.contains(' ') && variant != canonical {
-                    rewrites.insert(variant, canonical.clone());
+                // Tokens as the lexicon reads them: a phrase is read whole, and a pattern
+                // spelling it word by word is left alone.
+                if let [word] = variant.split_whitespace().collect::<Vec<_>>()[..]
+                    && word != canonical
+                {
+                    rewrites.insert(word.to_owned(), canonical.clone());
                 }
             }
         }
@@ -336,25 +337,28 @@ impl IntentsFile {
     }
 }
 
-/// The words a regular expression spells letter by letter. Escapes (`\b`, `\d`), classes
-/// (`[a-z]`), counts (`{2}`) and flags (`(?i)`) are no words, and a word whose last letter
-/// is optional or repeated (`cards?`) is left out: the pattern does not spell it whole.
+/// The words a regular expression spells whole, letter by letter. Escapes (`\b`, `\d`),
+/// classes (`[a-z]`), counts (`{2}`), flag groups (`(?i)`, `(?P<name>`) and placeholders
+/// (`<amount>`) are no words; a run of letters that a letter could stand beside (`cards?`,
+/// `borrow(ed|ing)`, `.{0,20}x`) is not spelt whole and is left out, so that nothing is named
+/// dead that could match.
 fn literal_words(pattern: &str) -> Vec<&str> {
     let bytes = pattern.as_bytes();
     let mut words = Vec::new();
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'\\' => i += 2,
-            b'[' => i = skip_to(bytes, i, b']'),
-            b'{' => i = skip_to(bytes, i, b'}'),
-            b'(' if bytes.get(i + 1) == Some(&b'?') => i = skip_to(bytes, i + 1, b')').min(i + 3),
-            b if b.is_ascii_alphanumeric() => {
+            b'\\' => i += 1 + pattern[i + 1..].chars().next().map_or(0, char::len_utf8),
+            b'[' => i = class_end(bytes, i),
+            b'{' => i = past(bytes, i, b"}"),
+            b'<' => i = past(bytes, i, b">"),
+            b'(' if bytes.get(i + 1) == Some(&b'?') => i = past(bytes, i + 1, b"):>"),
+            b if is_word_byte(b) => {
                 let start = i;
-                while i < bytes.len() && bytes[i].is_ascii_alphanumeric() {
+                while i < bytes.len() && is_word_byte(bytes[i]) {
                     i += 1;
                 }
-                if !matches!(bytes.get(i), Some(b'?' | b'*' | b'+' | b'{')) {
+                if !letter_before(bytes, start) && !letter_after(bytes, i) {
                     words.push(&pattern[start..i]);
                 }
             }
@@ -364,11 +368,91 @@ fn literal_words(pattern: &str) -> Vec<&str> {
     words
 }
 
-/// The index just past the first `close` after `from` (or the end).
-fn skip_to(bytes: &[u8], from: usize, close: u8) -> usize {
+/// A byte of a word: an ASCII letter or digit, or part of a letter beyond ASCII (`ɗ`).
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b >= 0x80
+}
+
+/// Whether a letter could stand right before `pos` in a text the pattern matches.
+fn letter_before(bytes: &[u8], pos: usize) -> bool {
+    let Some(p) = pos.checked_sub(1) else {
+        return false;
+    };
+    match bytes[p] {
+        b' ' | b'^' => false,
+        b'b' | b's' if p > 0 && bytes[p - 1] == b'\\' => false,
+        b'(' | b'|' => group_open(bytes, p).is_some_and(|open| letter_before(bytes, open)),
+        _ => true,
+    }
+}
+
+/// Whether a letter could stand right at `pos` in a text the pattern matches.
+fn letter_after(bytes: &[u8], pos: usize) -> bool {
+    match bytes.get(pos) {
+        None | Some(b' ' | b'$') => false,
+        Some(b'\\') => !matches!(bytes.get(pos + 1), Some(b'b' | b's')),
+        Some(b')' | b'|') => group_close(bytes, pos).is_some_and(|close| {
+            // An optional or repeated group: what follows it could follow the word too.
+            let after = close + 1;
+            let after = after + usize::from(matches!(bytes.get(after), Some(b'?' | b'*' | b'+')));
+            letter_after(bytes, after)
+        }),
+        _ => true,
+    }
+}
+
+/// The `(` of the group that `pos` (a `(` or a `|`) opens or divides; `None` at the top.
+fn group_open(bytes: &[u8], pos: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for j in (0..=pos).rev() {
+        match bytes[j] {
+            b'(' if j == pos || depth == 0 => return Some(j),
+            b'(' => depth -= 1,
+            b')' if j != pos => depth += 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The `)` of the group that `pos` (a `)` or a `|`) closes or divides; `None` at the top.
+fn group_close(bytes: &[u8], pos: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (j, b) in bytes.iter().enumerate().skip(pos) {
+        match b {
+            b')' if j == pos || depth == 0 => return Some(j),
+            b')' => depth -= 1,
+            b'(' if j != pos => depth += 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The index just past the class opening at `open` (`[]a]` and `[\]a]` hold a `]`).
+fn class_end(bytes: &[u8], open: usize) -> usize {
+    let mut j = open + 1;
+    if bytes.get(j) == Some(&b'^') {
+        j += 1;
+    }
+    if bytes.get(j) == Some(&b']') {
+        j += 1;
+    }
+    while j < bytes.len() {
+        match bytes[j] {
+            b'\\' => j += 2,
+            b']' => return j + 1,
+            _ => j += 1,
+        }
+    }
+    bytes.len()
+}
+
+/// The index just past the first of `ends` after `from` (or the end).
+fn past(bytes: &[u8], from: usize, ends: &[u8]) -> usize {
     bytes[from + 1..]
         .iter()
-        .position(|b| *b == close)
+        .position(|b| ends.contains(b))
         .map_or(bytes.len(), |at| from + at + 2)
 }
 
@@ -481,10 +565,18 @@ mod tests {
                  so it never matches",
             ]
         );
-        assert_eq!(
-            literal_words(r"\b(cards?|pin)[a-z]{2} x(?i)\d+ y"),
-            ["pin", "x", "y"]
-        );
+        for (pattern, words) in [
+            (r"^(hello|hi) there\b", &["hello", "hi", "there"][..]),
+            (r"(?im)^\bcard\b (?-u)x", &["card"]),
+            (r"\bborrow(ed|ing)?\b", &[]),
+            (r"\b(cards?|pin)[a-z]{2} (un)?block", &[]),
+            (r"[\]u] \bref <ref>", &["ref"]),
+            (r"\bkuɗi\b", &["kuɗi"]),
+            (r"\bcard\b.{0,20}x\w", &["card"]),
+            (r"((pin|card))? (money|cash)s", &["pin", "card"]),
+        ] {
+            assert_eq!(literal_words(pattern), words, "{pattern}");
+        }
     }
 
     #[test]

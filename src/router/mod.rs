@@ -842,10 +842,6 @@ impl Router {
                 .rposition(|&(from, _)| from <= at)
                 .unwrap_or(0)
         };
-        let end_of = |end: usize| {
-            let last = clause_of(end.saturating_sub(1));
-            clauses.get(last).map_or(text.len(), |c| c.1)
-        };
         let mut found: Vec<(usize, usize)> = Vec::new();
         let mut matched = vec![false; clauses.len()];
         let mut spans = vec![(0, text.len())];
@@ -866,7 +862,10 @@ impl Router {
                 for c in matched.iter_mut().take(last + 1).skip(clause_of(at)) {
                     *c = true;
                 }
-                if self.came(*intent, bytes, at, from + m.end(), end_of(from + m.end())) {
+                // Its clauses stay read even when what it asked for came: no clause of it is
+                // left as a request nothing covered.
+                let clause_end = clauses.get(last).map_or(text.len(), |c| c.1);
+                if self.came(*intent, bytes, at, from + m.end(), clause_end) {
                     continue;
                 }
                 match found.iter_mut().find(|(i, _)| i == intent) {
@@ -1078,6 +1077,30 @@ mod tests {
             "I no wan check balance o",
         ] {
             assert!(!router().route(text).local, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_request_told_as_come_after_it_is_no_request() {
+        let source = "[guards]\narrived = ['\\bdon (land|come)\\b']\n\n\
+            [[intent]]\nname = \"refund_request\"\naction = \"agent\"\n\
+            patterns = ['\\brefund\\b', '\\bdebit alert\\b']\n\n\
+            [[intent]]\nname = \"thanks_goodbye\"\naction = \"agent\"\n\
+            patterns = ['\\bthanks\\b']\n";
+        let r = Router::from_source(source, &[]).expect("router");
+        for (text, kept) in [
+            ("my refund don land thanks", &["thanks_goodbye"][..]),
+            ("thanks don land", &["thanks_goodbye"]),
+            ("my refund don land? check my refund", &["refund_request"]),
+            (
+                "nothing don come of my refund, refund don land",
+                &["refund_request"],
+            ),
+            ("my refund not don land", &["refund_request"]),
+            ("debit alert don come", &["refund_request"]),
+            ("refund please, my order don land", &["refund_request"]),
+        ] {
+            assert_eq!(asked(&r, text), kept, "{text}");
         }
     }
 

@@ -423,6 +423,12 @@ fn each_kind_of_mistake_is_handled_as_a_rule() {
     local("my parcel has not come, where is it?", "order_status");
     never("the data wey I buy don finally land", "airtime_data");
     local("my card has arrived, how do I activate it?", "card_issue");
+    local(
+        "POS say e fail but my debit alert don come, reverse am",
+        "failed_transaction",
+    );
+    // An arrival told in another clause leaves the request in its own.
+    local("what's my balance? the airtime don land", "check_balance");
     // "I've" is "I have": what follows was done.
     local("ok I've seen the mini statement, thanks", "thanks_goodbye");
     // A condition after a polite opener, unlike the politeness "if you fit".
