@@ -24,7 +24,6 @@ use crate::desk::{HelpDesk, Mirror};
 use crate::http::serve::{ConnectionLimits, serve};
 use crate::ingress::{self, Ingress, WorkerLinks};
 use crate::metrics::Metrics;
-use crate::router::intents::IntentsFile;
 use crate::router::{Router, RouterHandler};
 use crate::sender::pacer::Pacer;
 use crate::sender::{Sender, Typing};
@@ -137,7 +136,7 @@ fn trained_router(config: &Config) -> anyhow::Result<Option<Arc<Router>>> {
         "router ready"
     );
     // The file loads, but these words of its patterns never match (`sabi check` lists them too).
-    for dead in IntentsFile::parse(&source)?.unreachable_words(&source) {
+    for dead in router.unreachable_words() {
         tracing::warn!("router: {dead}");
     }
     Ok(Some(router))

@@ -582,8 +582,7 @@ fn check_router(config: &Config) -> crate::check::Finding {
         .map_err(|e| e.to_string())
         .and_then(|source| {
             let router = Router::trained(&source).map_err(|e| e.to_string())?;
-            let file = router::IntentsFile::parse(&source).map_err(|e| e.to_string())?;
-            Ok((router.labels().len(), file.unreachable_words(&source)))
+            Ok((router.labels().len(), router.unreachable_words().to_vec()))
         });
     match loaded {
         Err(e) => finding(false, format!("the intents file: {e}")),

@@ -429,8 +429,22 @@ pub fn retrain(
 /// One row of the per-file table: (what it counts, out of how many) in a report.
 type Measure = fn(&Report) -> (usize, usize);
 
-/// The per-file table of [`generalisation`]: wrong local answers, out-of-scope messages to the
-/// agent, and in-scope messages answered locally, each measured three ways.
+/// The three figures of a per-file table, each a count of its whole: wrong local answers,
+/// out-of-scope messages to the agent, in-scope messages answered locally.
+const MEASURES: [(&str, Measure); 3] = [
+    ("wrong local", |r| (r.wrong_local, r.local)),
+    ("out_of_scope->agent", |r| {
+        (r.out_of_scope_to_agent, r.out_of_scope)
+    }),
+    ("answered locally", |r| (r.in_scope_local, r.in_scope)),
+];
+
+/// `a/b` as a percentage with its counts.
+fn percent(a: usize, b: usize) -> String {
+    format!("{:.1} % {a}/{b}", 100.0 * ratio(a, b))
+}
+
+/// The per-file table of [`generalisation`]: each of [`MEASURES`] measured three ways.
 pub fn generalisation_table(files: &[(String, &FileScores)]) -> String {
     let mut out = format!(
         "{:<18} {:<20} {:>18} {:>20} {:>18}\n",
@@ -438,66 +452,38 @@ pub fn generalisation_table(files: &[(String, &FileScores)]) -> String {
     );
     for (file, s) in files {
         let reports = [&s.cross_validated, &s.leave_one_file_out, &s.held_out];
-        let rows: [(&str, Measure); 3] = [
-            ("wrong local", |r| (r.wrong_local, r.local)),
-            ("out_of_scope->agent", |r| {
-                (r.out_of_scope_to_agent, r.out_of_scope)
-            }),
-            ("answered locally", |r| (r.in_scope_local, r.in_scope)),
-        ];
-        for (i, (name, of)) in rows.iter().enumerate() {
-            let cells: Vec<String> = reports
-                .iter()
-                .map(|r| {
-                    let (a, b) = of(r);
-                    format!("{:.1} % {a}/{b}", 100.0 * ratio(a, b))
-                })
-                .collect();
+        for (i, (name, of)) in MEASURES.iter().enumerate() {
+            let [a, b, c] = reports.map(|r| {
+                let (a, b) = of(r);
+                percent(a, b)
+            });
             let file = if i == 0 { file.as_str() } else { "" };
-            out.push_str(&format!(
-                "{file:<18} {name:<20} {:>18} {:>20} {:>18}\n",
-                cells[0], cells[1], cells[2]
-            ));
+            out.push_str(&format!("{file:<18} {name:<20} {a:>18} {b:>20} {c:>18}\n"));
         }
     }
     out
 }
 
-/// One row per file for a router scored as configured, then the files summed: wrong local
-/// answers, out-of-scope messages to the agent, in-scope messages answered locally.
+/// One row per file for a router scored as configured, then the files summed: each of
+/// [`MEASURES`].
 pub fn summary_table(files: &[(String, &Report)]) -> String {
     let width = files.iter().map(|(f, _)| f.len()).max().unwrap_or(0).max(5);
-    let cell = |a: usize, b: usize| format!("{:.1} % {a}/{b}", 100.0 * ratio(a, b));
-    let row = |file: &str, messages: usize, [w, l, oa, o, il, i]: [usize; 6]| {
-        format!(
-            "{file:<width$} {messages:>8} {:>18} {:>20} {:>18}\n",
-            cell(w, l),
-            cell(oa, o),
-            cell(il, i)
-        )
+    let row = |file: &str, messages: usize, counts: [(usize, usize); 3]| {
+        let [a, b, c] = counts.map(|(a, b)| percent(a, b));
+        format!("{file:<width$} {messages:>8} {a:>18} {b:>20} {c:>18}\n")
     };
-    let counts = |r: &Report| {
-        [
-            r.wrong_local,
-            r.local,
-            r.out_of_scope_to_agent,
-            r.out_of_scope,
-            r.in_scope_local,
-            r.in_scope,
-        ]
-    };
+    let [w, o, l] = MEASURES.map(|(name, _)| name);
     let mut out = format!(
-        "{:<width$} {:>8} {:>18} {:>20} {:>18}\n",
-        "file", "messages", "wrong local", "out_of_scope->agent", "answered locally"
+        "{:<width$} {:>8} {w:>18} {o:>20} {l:>18}\n",
+        "file", "messages"
     );
-    let mut total = [0; 6];
-    let mut messages = 0;
+    let (mut total, mut messages) = ([(0, 0); 3], 0);
     for (file, report) in files {
-        let c = counts(report);
-        out.push_str(&row(file, report.total, c));
+        let counts = MEASURES.map(|(_, of)| of(report));
+        out.push_str(&row(file, report.total, counts));
         messages += report.total;
-        for (t, n) in total.iter_mut().zip(c) {
-            *t += n;
+        for (t, (a, b)) in total.iter_mut().zip(counts) {
+            *t = (t.0 + a, t.1 + b);
         }
     }
     out.push_str(&row("total", messages, total));

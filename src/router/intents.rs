@@ -43,6 +43,10 @@ pub struct Guards {
     /// don land now"): that request does not count either.
     #[serde(default)]
     pub arrived: Vec<String>,
+    /// Words that keep the request when said from its match to the end of its clause, before
+    /// or after an arrival ("nothing has come", "my debit alert don come": the complaint).
+    #[serde(default)]
+    pub not_arrived: Vec<String>,
     /// Cues that a clause asks for something: a clause with one that no intent's pattern
     /// matched, beside one an intent did, sends the message to the agent.
     #[serde(default)]
@@ -83,6 +87,7 @@ impl Default for Guards {
             negation: Vec::new(),
             done: Vec::new(),
             arrived: Vec::new(),
+            not_arrived: Vec::new(),
             requests: Vec::new(),
             reasons: Vec::new(),
             actions: Vec::new(),
@@ -323,6 +328,7 @@ impl IntentsFile {
             ("negation", &g.negation),
             ("done", &g.done),
             ("arrived", &g.arrived),
+            ("not_arrived", &g.not_arrived),
             ("requests", &g.requests),
             ("reasons", &g.reasons),
             ("actions", &g.actions),

@@ -60,9 +60,6 @@ const MAX_FRAGMENT_WORDS: usize = 2;
 const UNCOVERED_WORDS: usize = 2;
 /// Intents that accompany a request without being one.
 const PLEASANTRIES: &[&str] = &["greeting", "thanks_goodbye"];
-/// Canonical words that deny an arrival told after a request ("nothing has come"), or make it
-/// the complaint ("my debit alert don come": the money left).
-const NOT_ARRIVED: &[&[u8]] = &[b"not", b"nothing", b"debit"];
 /// The intent that asks for a person: asked for in any clause, it wins.
 const PERSON: &str = "agent_escalation";
 
@@ -144,9 +141,11 @@ pub struct Router {
     out_of_scope: RegexSet,
     /// The same guards one by one, to find where each matched.
     out_of_scope_each: Vec<Regex>,
-    negations: Vec<Regex>,
-    done: Vec<Regex>,
-    arrived: Vec<Regex>,
+    negations: RegexSet,
+    done: RegexSet,
+    /// Words after a request that say what it asked for came, and those that deny it.
+    arrived: RegexSet,
+    not_arrived: RegexSet,
     /// Cues that a clause asks for something ("can you", "I want to", an imperative).
     requests: RegexSet,
     /// A clause that says why the customer asks ("I wan go market"): no request of its own.
@@ -164,6 +163,8 @@ pub struct Router {
     vocabulary: Vocabulary,
     /// Unknown content words a routine request may hold (a name, a place, a typo).
     max_unknown: usize,
+    /// Pattern words of the file that can never match (`IntentsFile::unreachable_words`).
+    unreachable: Vec<String>,
 }
 
 /// A labelled message to learn from besides the file's examples (cross-validation).
@@ -241,6 +242,7 @@ impl Router {
     /// A file that does not parse or check, or a pattern that is not a valid regex (with its line).
     pub fn from_source(source: &str, extra: &[Labelled]) -> Result<Router, intents::Error> {
         let mut file = IntentsFile::parse(source)?;
+        let unreachable = file.unreachable_words(source);
         // Intents of packs switched off: their words teach the classifier what this business
         // hands to the agent.
         let off = file.select_packs();
@@ -264,53 +266,29 @@ impl Router {
         }
         let patterns = ascii_set(pattern_intents.iter().map(|(_, r)| r.as_str()))
             .map_err(|e| intents::Error(format!("patterns: {e}")))?;
-        let out_of_scope_each = file
-            .guards
+        let guards = &file.guards;
+        let out_of_scope_each = guards
             .out_of_scope
             .iter()
             .map(compile)
             .collect::<Result<Vec<_>, _>>()?;
-        let out_of_scope = ascii_set(&file.guards.out_of_scope)
-            .map_err(|e| intents::Error(format!("guards.out_of_scope: {e}")))?;
-        let negations = file
-            .guards
-            .negation
-            .iter()
-            .map(compile)
-            .collect::<Result<Vec<_>, _>>()?;
-        let done = file
-            .guards
-            .done
-            .iter()
-            .map(compile)
-            .collect::<Result<Vec<_>, _>>()?;
-        let arrived = file
-            .guards
-            .arrived
-            .iter()
-            .map(compile)
-            .collect::<Result<Vec<_>, _>>()?;
-        let guards = &file.guards;
-        let checked = [
-            &guards.requests,
-            &guards.reasons,
-            &guards.actions,
-            &guards.apart,
-            &guards.identity,
-        ];
-        for pattern in checked.into_iter().flatten() {
-            compile(pattern)?;
-        }
-        let requests = ascii_set(&file.guards.requests)
-            .map_err(|e| intents::Error(format!("guards.requests: {e}")))?;
-        let reasons = ascii_set(&file.guards.reasons)
-            .map_err(|e| intents::Error(format!("guards.reasons: {e}")))?;
-        let actions = ascii_set(&file.guards.actions)
-            .map_err(|e| intents::Error(format!("guards.actions: {e}")))?;
-        let apart = ascii_set(&file.guards.apart)
-            .map_err(|e| intents::Error(format!("guards.apart: {e}")))?;
-        let identity = ascii_set(&file.guards.identity)
-            .map_err(|e| intents::Error(format!("guards.identity: {e}")))?;
+        // Each cue list is compiled alone first, so a bad one is named with its line.
+        let set = |name: &str, patterns: &[String]| {
+            for pattern in patterns {
+                compile(pattern)?;
+            }
+            ascii_set(patterns).map_err(|e| intents::Error(format!("guards.{name}: {e}")))
+        };
+        let out_of_scope = set("out_of_scope", &guards.out_of_scope)?;
+        let negations = set("negation", &guards.negation)?;
+        let done = set("done", &guards.done)?;
+        let arrived = set("arrived", &guards.arrived)?;
+        let not_arrived = set("not_arrived", &guards.not_arrived)?;
+        let requests = set("requests", &guards.requests)?;
+        let reasons = set("reasons", &guards.reasons)?;
+        let actions = set("actions", &guards.actions)?;
+        let apart = set("apart", &guards.apart)?;
+        let identity = set("identity", &guards.identity)?;
         let whole = pattern_intents
             .iter()
             .map(|(_, r)| r.as_str().starts_with('^') && r.as_str().ends_with('$'))
@@ -398,6 +376,7 @@ impl Router {
             negations,
             done,
             arrived,
+            not_arrived,
             requests,
             reasons,
             actions,
@@ -408,6 +387,7 @@ impl Router {
             out_of_scope_index: index_of(OUT_OF_SCOPE),
             vocabulary,
             max_unknown: file.guards.max_unknown_words,
+            unreachable,
         };
         if !off.is_empty() {
             // A quick reply offers only what this business answers ("Check my balance" is no
@@ -491,6 +471,12 @@ impl Router {
             intent.confirm = 0.0;
         }
         self
+    }
+
+    /// Words the intents file's patterns spell that can never match, one line each with its
+    /// place: the file loads, but they are dead (`sabi check` fails on them, `serve` warns).
+    pub fn unreachable_words(&self) -> &[String] {
+        &self.unreachable
     }
 
     /// Every intent's name, in file order.
@@ -781,7 +767,7 @@ impl Router {
             Some(Fallback::OutOfScope)
         } else if p < self.intents[intent].threshold {
             Some(Fallback::LowConfidence)
-        } else if self.negations.iter().any(|n| n.is_match(text.as_bytes())) {
+        } else if self.negations.is_match(text.as_bytes()) {
             Some(Fallback::Negated)
         } else if !self.asks(intent, text, question) {
             // No pattern, nothing asked about the customer's own things and nothing gone
@@ -909,17 +895,16 @@ impl Router {
     }
 
     /// A request's match followed, in the clause it ends in, by words saying what it asked for
-    /// came ("the refund don land, thank you"): no request. A pleasantry that says so stays,
-    /// and "not", "nothing" or "debit" from the match on keep the request ("nothing has
-    /// come", "my debit alert don come": the complaint).
+    /// came ("the refund don land, thank you"): no request. A pleasantry that says so stays, and
+    /// a `not_arrived` cue from the match on keeps the request ("nothing has come", "my debit
+    /// alert don come": the complaint).
     fn came(&self, intent: usize, text: &[u8], at: usize, end: usize, clause_end: usize) -> bool {
         if PLEASANTRIES.contains(&self.intents[intent].name.as_str()) {
             return false;
         }
         let rest = text.get(end..clause_end).unwrap_or_default();
         let told = text.get(at..clause_end).unwrap_or_default();
-        self.arrived.iter().any(|cue| cue.is_match(rest))
-            && !told.split(|b| *b == b' ').any(|w| NOT_ARRIVED.contains(&w))
+        self.arrived.is_match(rest) && !self.not_arrived.is_match(told)
     }
 }
 
@@ -981,10 +966,9 @@ fn ascii_set<I: IntoIterator<Item = S>, S: AsRef<str>>(
 
 /// One of `cues` stands in the few words just before `at` ("not want *to* check"), inside the
 /// clause that starts at `clause`: a cue never reaches into the next clause.
-fn cue_before(cues: &[Regex], text: &[u8], clause: usize, at: usize) -> bool {
+fn cue_before(cues: &RegexSet, text: &[u8], clause: usize, at: usize) -> bool {
     let from = at.saturating_sub(NEGATION_REACH).max(clause);
-    let window = text.get(from..at).unwrap_or_default();
-    cues.iter().any(|n| n.is_match(window))
+    cues.is_match(text.get(from..at).unwrap_or_default())
 }
 
 /// The request's clause opens with "not" ("my balance, *not* the loan one"): a contrast that
@@ -1082,7 +1066,8 @@ mod tests {
 
     #[test]
     fn a_request_told_as_come_after_it_is_no_request() {
-        let source = "[guards]\narrived = ['\\bdon (land|come)\\b']\n\n\
+        let source = "[guards]\narrived = ['\\bdon (land|come)\\b']\n\
+            not_arrived = ['\\b(not|nothing|debit)\\b']\n\n\
             [[intent]]\nname = \"refund_request\"\naction = \"agent\"\n\
             patterns = ['\\brefund\\b', '\\bdebit alert\\b']\n\n\
             [[intent]]\nname = \"thanks_goodbye\"\naction = \"agent\"\n\
