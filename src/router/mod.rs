@@ -46,7 +46,7 @@ const OUT_OF_SCOPE_VETO: f32 = 0.5;
 /// A message is unfamiliar when more than one content word in this many is unknown.
 const UNKNOWN_SHARE: usize = 3;
 /// How close (in bytes of normalised text) a negation must come before the request it negates.
-const NEGATION_REACH: usize = 16;
+const NEGATION_REACH: usize = 24;
 /// Messages longer than this go to the agent without being routed: routine requests are
 /// short, and a long message's cost in the pattern and n-gram passes would buy nothing.
 const MAX_ROUTABLE_BYTES: usize = 500;
@@ -1062,6 +1062,28 @@ mod tests {
         ] {
             assert!(!router().route(text).local, "{text}");
         }
+        // Four words back: what is not asked for stays unasked, the request beside it stands.
+        answered(
+            &router(),
+            &[
+                (
+                    "I'm not asking for a refund yet, I just want to know where my order is",
+                    "order_status",
+                ),
+                (
+                    "I am not complaining of any failed transaction, I only want my statement",
+                    "transaction_history",
+                ),
+            ],
+        );
+        // Received is done: the thanks is what is said.
+        answered(
+            &router(),
+            &[(
+                "I acknowledge receipt of the statement. Many thanks",
+                "thanks_goodbye",
+            )],
+        );
     }
 
     #[test]
@@ -1317,6 +1339,9 @@ mod tests {
             &[
                 "I want to close my account",
                 "abeg pay my DSTV bill, e no easy",
+                // A condition on what has not happened yet, after a routine request.
+                "Where is my parcel? If it has not shipped by Friday, cancel it",
+                "Abeg track my order. If e never comot, make una refund me",
                 // A negation with no request in another clause: the guard still counts.
                 "I do not know my husband's account balance. Please check it.",
             ],
