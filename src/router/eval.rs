@@ -444,7 +444,7 @@ fn percent(a: usize, b: usize) -> String {
     format!("{:.1} % {a}/{b}", 100.0 * ratio(a, b))
 }
 
-/// The per-file table of [`generalisation`]: each of [`MEASURES`] measured three ways.
+/// The per-file table of [`generalisation`]: each of `MEASURES` measured three ways.
 pub fn generalisation_table(files: &[(String, &FileScores)]) -> String {
     let mut out = format!(
         "{:<18} {:<20} {:>18} {:>20} {:>18}\n",
@@ -465,7 +465,7 @@ pub fn generalisation_table(files: &[(String, &FileScores)]) -> String {
 }
 
 /// One row per file for a router scored as configured, then the files summed: each of
-/// [`MEASURES`].
+/// `MEASURES`.
 pub fn summary_table(files: &[(String, &Report)]) -> String {
     let width = files.iter().map(|(f, _)| f.len()).max().unwrap_or(0).max(5);
     let row = |file: &str, messages: usize, counts: [(usize, usize); 3]| {
