@@ -1076,14 +1076,19 @@ mod tests {
                 ),
             ],
         );
-        // Received is done: the thanks is what is said.
+        // Received, or told as come, is done: the thanks is what is said.
         answered(
             &router(),
-            &[(
-                "I acknowledge receipt of the statement. Many thanks",
-                "thanks_goodbye",
-            )],
+            &[
+                (
+                    "I acknowledge receipt of the statement. Many thanks",
+                    "thanks_goodbye",
+                ),
+                ("The statement came, thank you", "thanks_goodbye"),
+            ],
         );
+        // A greeting does not hide a question about the assistant.
+        to_agent(&router(), &["Good morning, what is your name?"]);
     }
 
     #[test]
