@@ -45,8 +45,12 @@ const PATTERN_CONFIDENCE: f32 = 0.97;
 const OUT_OF_SCOPE_VETO: f32 = 0.5;
 /// A message is unfamiliar when more than one content word in this many is unknown.
 const UNKNOWN_SHARE: usize = 3;
-/// How close (in bytes of normalised text) a negation must come before the request it negates.
+/// How close (in bytes of normalised text) a negation must come before the request it negates
+/// ("I'm *not asking for* my loan balance").
 const NEGATION_REACH: usize = 24;
+/// How close a negation must come before an out-of-scope guard's match to excuse it: nearer
+/// than a request's, so "I did not notice that I sent 5k to the wrong account" stays a report.
+const GUARD_NEGATION_REACH: usize = 16;
 /// Messages longer than this go to the agent without being routed: routine requests are
 /// short, and a long message's cost in the pattern and n-gram passes would buy nothing.
 const MAX_ROUTABLE_BYTES: usize = 500;
@@ -143,8 +147,9 @@ pub struct Router {
     out_of_scope_each: Vec<Regex>,
     negations: RegexSet,
     done: RegexSet,
-    /// Words after a request that say what it asked for came, and those that deny it.
+    /// Words after a request's match, in its clause, that say what it asked for came.
     arrived: RegexSet,
+    /// Words from a request's match to its clause's end that keep it despite an arrival.
     not_arrived: RegexSet,
     /// Cues that a clause asks for something ("can you", "I want to", an imperative).
     requests: RegexSet,
@@ -807,8 +812,13 @@ impl Router {
             self.out_of_scope_each[guard].find_iter(bytes).any(|m| {
                 let clause = clause_of(m.start());
                 let start = clause.map_or(0, |c| clauses[c].0);
-                let negated = cue_before(&self.negations, bytes, start, m.start())
-                    || contrasted(bytes, start, m.start());
+                let negated = cue_before(
+                    &self.negations,
+                    GUARD_NEGATION_REACH,
+                    bytes,
+                    start,
+                    m.start(),
+                ) || contrasted(bytes, start, m.start());
                 let asked_elsewhere = requests.iter().any(|&(_, at)| clause_of(at) != clause);
                 !(negated && asked_elsewhere)
             })
@@ -864,10 +874,11 @@ impl Router {
         let before = found.len();
         found.retain(|(_, at)| {
             let start = start_of(*at);
-            !cue_before(&self.negations, bytes, start, *at) && !contrasted(bytes, start, *at)
+            !cue_before(&self.negations, NEGATION_REACH, bytes, start, *at)
+                && !contrasted(bytes, start, *at)
         });
         let negated = found.len() < before;
-        found.retain(|(_, at)| !cue_before(&self.done, bytes, start_of(*at), *at));
+        found.retain(|(_, at)| !cue_before(&self.done, NEGATION_REACH, bytes, start_of(*at), *at));
         // An intent overrides another it shares a request with ("my loan balance"), not one
         // asked for on its own beside it ("open an account and collect a loan").
         let kept = &found;
@@ -964,10 +975,10 @@ fn ascii_set<I: IntoIterator<Item = S>, S: AsRef<str>>(
         .build()
 }
 
-/// One of `cues` stands in the few words just before `at` ("not want *to* check"), inside the
-/// clause that starts at `clause`: a cue never reaches into the next clause.
-fn cue_before(cues: &RegexSet, text: &[u8], clause: usize, at: usize) -> bool {
-    let from = at.saturating_sub(NEGATION_REACH).max(clause);
+/// One of `cues` stands in the `reach` bytes just before `at` ("not want *to* check"), inside
+/// the clause that starts at `clause`: a cue never reaches into the next clause.
+fn cue_before(cues: &RegexSet, reach: usize, text: &[u8], clause: usize, at: usize) -> bool {
+    let from = at.saturating_sub(reach).max(clause);
     cues.is_match(text.get(from..at).unwrap_or_default())
 }
 
@@ -1076,9 +1087,13 @@ mod tests {
                 ),
             ],
         );
-        // Received, or told as come, is done: the thanks is what is said.
+    }
+
+    #[test]
+    fn what_was_received_or_came_is_thanked_not_asked_for() {
+        let r = router();
         answered(
-            &router(),
+            &r,
             &[
                 (
                     "I acknowledge receipt of the statement. Many thanks",
@@ -1087,14 +1102,38 @@ mod tests {
                 ("The statement came, thank you", "thanks_goodbye"),
             ],
         );
-        // A greeting does not hide a question about the assistant.
-        to_agent(&router(), &["Good morning, what is your name?"]);
+        // Still awaited, it is asked for: not received, nor come.
+        assert!(!asked(&r, "still awaiting receipt of my refund").is_empty());
+        assert!(!asked(&r, "my statement came with a wrong balance").is_empty());
+    }
+
+    #[test]
+    fn a_polite_opener_is_no_condition_and_a_greeting_hides_no_question() {
+        let r = router();
+        answered(
+            &r,
+            &[
+                (
+                    "If you don't mind, send me my statement",
+                    "transaction_history",
+                ),
+                ("if una no mind buy me 1k airtime", "airtime_data"),
+            ],
+        );
+        to_agent(
+            &r,
+            &[
+                "Good morning, what is your name?",
+                // A plan of the customer's own is a reason; a new service is a request.
+                "What is my balance? I want to start a standing order",
+            ],
+        );
     }
 
     #[test]
     fn a_request_told_as_come_after_it_is_no_request() {
-        let source = "[guards]\narrived = ['\\bdon (land|come)\\b']\n\
-            not_arrived = ['\\b(not|nothing|debit)\\b']\n\n\
+        // No `not_arrived` key: the default words ("not", "nothing", "debit") keep a request.
+        let source = "[guards]\narrived = ['\\bdon (land|come)\\b']\n\n\
             [[intent]]\nname = \"refund_request\"\naction = \"agent\"\n\
             patterns = ['\\brefund\\b', '\\bdebit alert\\b']\n\n\
             [[intent]]\nname = \"thanks_goodbye\"\naction = \"agent\"\n\
