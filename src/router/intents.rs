@@ -70,6 +70,10 @@ pub struct Guards {
     /// ("open account *and collect* loan"): neither then overrides the other.
     #[serde(default)]
     pub apart: Vec<String>,
+    /// A phrase that makes the request whose match it holds what an earlier request of the
+    /// message is for ("statement *for my loan application*"): only the earlier one counts.
+    #[serde(default)]
+    pub purpose: Vec<String>,
 
     /// Content words the domain never uses that a routine request may still hold (a name, a
     /// place, a typo); with more, the message goes to the agent.
@@ -97,6 +101,7 @@ impl Default for Guards {
             reasons: Vec::new(),
             actions: Vec::new(),
             apart: Vec::new(),
+            purpose: Vec::new(),
             identity: Vec::new(),
             max_unknown_words: default_max_unknown(),
         }
@@ -339,6 +344,7 @@ impl IntentsFile {
             ("actions", &g.actions),
             ("identity", &g.identity),
             ("apart", &g.apart),
+            ("purpose", &g.purpose),
         ]
         .into_iter()
         .flat_map(|(name, list)| list.iter().map(move |p| (format!("guards.{name}"), p)));

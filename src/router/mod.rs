@@ -48,6 +48,9 @@ const UNKNOWN_SHARE: usize = 3;
 /// How close (in bytes of normalised text) a negation must come before the request it negates
 /// ("I'm *not asking for* my loan balance").
 const NEGATION_REACH: usize = 24;
+/// How close a "done" cue must come before the request it settles: wider than a negation's,
+/// for the longer ways of saying it ("I *acknowledged receipt of the* statement").
+const DONE_REACH: usize = 32;
 /// How close a negation must come before an out-of-scope guard's match to excuse it: nearer
 /// than a request's, so "I did not notice that I sent 5k to the wrong account" stays a report.
 const GUARD_NEGATION_REACH: usize = 16;
@@ -159,6 +162,9 @@ pub struct Router {
     actions: RegexSet,
     /// What makes two matches two requests asked apart ("and collect").
     apart: RegexSet,
+    /// A phrase holding a request's match that makes it what an earlier request is for ("for
+    /// my loan application").
+    purpose: Vec<Regex>,
     /// Questions about what the assistant is ("are you a robot?").
     identity: RegexSet,
     /// Patterns that take a whole message or clause (`^...$`): an intent's own bare form.
@@ -199,18 +205,22 @@ impl Router {
     /// # Errors
     /// As [`Router::from_source`].
     pub fn trained(source: &str) -> Result<Router, intents::Error> {
-        if !IntentsFile::parse(source)?.bundled_examples {
-            return Router::from_source(source, &[]);
-        }
-        let labelled: Vec<Labelled> = BUILTIN_LABELLED
-            .lines()
-            .filter_map(|line| serde_json::from_str::<eval::Sample>(line).ok())
-            .map(|s| Labelled {
-                text: s.text,
-                intent: s.intent,
-            })
-            .collect();
-        Router::from_source(source, &labelled)
+        let file = IntentsFile::parse(source)?;
+        let labelled: Vec<Labelled> = if file.bundled_examples {
+            Router::bundled_samples()
+                .into_iter()
+                .map(|s| Labelled {
+                    text: s.text,
+                    intent: s.intent,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut router = Router::from_source(source, &labelled)?;
+        // Looked for in the router Sabi runs, not in each one an evaluation trains.
+        router.unreachable = file.unreachable_words(source);
+        Ok(router)
     }
 
     /// [`Router::trained`], once per process for each source: training is a pure function of
@@ -247,7 +257,6 @@ impl Router {
     /// A file that does not parse or check, or a pattern that is not a valid regex (with its line).
     pub fn from_source(source: &str, extra: &[Labelled]) -> Result<Router, intents::Error> {
         let mut file = IntentsFile::parse(source)?;
-        let unreachable = file.unreachable_words(source);
         // Intents of packs switched off: their words teach the classifier what this business
         // hands to the agent.
         let off = file.select_packs();
@@ -272,28 +281,37 @@ impl Router {
         let patterns = ascii_set(pattern_intents.iter().map(|(_, r)| r.as_str()))
             .map_err(|e| intents::Error(format!("patterns: {e}")))?;
         let guards = &file.guards;
+        // Each pattern list is compiled pattern by pattern first, so a bad one is named with
+        // its line.
+        let set_of = |place: &str, patterns: &[String]| {
+            ascii_set(patterns).map_err(|e| intents::Error(format!("{place}: {e}")))
+        };
+        let set = |place: &str, patterns: &[String]| {
+            for pattern in patterns {
+                compile(pattern)?;
+            }
+            set_of(place, patterns)
+        };
         let out_of_scope_each = guards
             .out_of_scope
             .iter()
             .map(compile)
             .collect::<Result<Vec<_>, _>>()?;
-        // Each cue list is compiled alone first, so a bad one is named with its line.
-        let set = |name: &str, patterns: &[String]| {
-            for pattern in patterns {
-                compile(pattern)?;
-            }
-            ascii_set(patterns).map_err(|e| intents::Error(format!("guards.{name}: {e}")))
-        };
-        let out_of_scope = set("out_of_scope", &guards.out_of_scope)?;
-        let negations = set("negation", &guards.negation)?;
-        let done = set("done", &guards.done)?;
-        let arrived = set("arrived", &guards.arrived)?;
-        let not_arrived = set("not_arrived", &guards.not_arrived)?;
-        let requests = set("requests", &guards.requests)?;
-        let reasons = set("reasons", &guards.reasons)?;
-        let actions = set("actions", &guards.actions)?;
-        let apart = set("apart", &guards.apart)?;
-        let identity = set("identity", &guards.identity)?;
+        let out_of_scope = set_of("guards.out_of_scope", &guards.out_of_scope)?;
+        let negations = set("guards.negation", &guards.negation)?;
+        let done = set("guards.done", &guards.done)?;
+        let arrived = set("guards.arrived", &guards.arrived)?;
+        let not_arrived = set("guards.not_arrived", &guards.not_arrived)?;
+        let requests = set("guards.requests", &guards.requests)?;
+        let reasons = set("guards.reasons", &guards.reasons)?;
+        let actions = set("guards.actions", &guards.actions)?;
+        let apart = set("guards.apart", &guards.apart)?;
+        let purpose = guards
+            .purpose
+            .iter()
+            .map(compile)
+            .collect::<Result<Vec<_>, _>>()?;
+        let identity = set("guards.identity", &guards.identity)?;
         let whole = pattern_intents
             .iter()
             .map(|(_, r)| r.as_str().starts_with('^') && r.as_str().ends_with('$'))
@@ -344,16 +362,10 @@ impl Router {
 
         let mut anchors = Vec::with_capacity(file.intents.len());
         for spec in &file.intents {
-            for pattern in &spec.anchors {
-                compile(pattern)?;
-            }
             anchors.push(if spec.anchors.is_empty() {
                 None
             } else {
-                Some(
-                    ascii_set(&spec.anchors)
-                        .map_err(|e| intents::Error(format!("{}: anchors: {e}", spec.name)))?,
-                )
+                Some(set(&format!("{}.anchors", spec.name), &spec.anchors)?)
             });
         }
         let intents = file
@@ -386,13 +398,14 @@ impl Router {
             reasons,
             actions,
             apart,
+            purpose,
             identity,
             whole,
             classifier,
             out_of_scope_index: index_of(OUT_OF_SCOPE),
             vocabulary,
             max_unknown: file.guards.max_unknown_words,
-            unreachable,
+            unreachable: Vec::new(),
         };
         if !off.is_empty() {
             // A quick reply offers only what this business answers ("Check my balance" is no
@@ -878,7 +891,20 @@ impl Router {
                 && !contrasted(bytes, start, *at)
         });
         let negated = found.len() < before;
-        found.retain(|(_, at)| !cue_before(&self.done, NEGATION_REACH, bytes, start_of(*at), *at));
+        found.retain(|(_, at)| !cue_before(&self.done, DONE_REACH, bytes, start_of(*at), *at));
+        let requests = found
+            .iter()
+            .filter(|(i, _)| !PLEASANTRIES.contains(&self.intents[*i].name.as_str()));
+        if let Some(first) = requests.map(|(_, at)| *at).min() {
+            // What an earlier request is for ("statement for my loan application") is no
+            // request of its own.
+            found.retain(|(_, at)| {
+                !self.purpose.iter().any(|p| {
+                    p.find_iter(bytes)
+                        .any(|m| first < m.start() && (m.start()..m.end()).contains(at))
+                })
+            });
+        }
         // An intent overrides another it shares a request with ("my loan balance"), not one
         // asked for on its own beside it ("open an account and collect a loan").
         let kept = &found;
@@ -976,10 +1002,20 @@ fn ascii_set<I: IntoIterator<Item = S>, S: AsRef<str>>(
 }
 
 /// One of `cues` stands in the `reach` bytes just before `at` ("not want *to* check"), inside
-/// the clause that starts at `clause`: a cue never reaches into the next clause.
+/// the clause that starts at `clause`: a cue never reaches into the next clause, and the
+/// window opens at a word, so a cue never matches the tail of a word cut in two.
 fn cue_before(cues: &RegexSet, reach: usize, text: &[u8], clause: usize, at: usize) -> bool {
-    let from = at.saturating_sub(reach).max(clause);
-    cues.is_match(text.get(from..at).unwrap_or_default())
+    let window = text.get(clause..at).unwrap_or_default();
+    let cut = window.len().saturating_sub(reach);
+    let from = match cut {
+        0 => 0,
+        _ if window[cut - 1] == b' ' => cut,
+        _ => window[cut..]
+            .iter()
+            .position(|b| *b == b' ')
+            .map_or(window.len(), |space| cut + space + 1),
+    };
+    cues.is_match(&window[from..])
 }
 
 /// The request's clause opens with "not" ("my balance, *not* the loan one"): a contrast that
@@ -1126,6 +1162,61 @@ mod tests {
                 "Good morning, what is your name?",
                 // A plan of the customer's own is a reason; a new service is a request.
                 "What is my balance? I want to start a standing order",
+            ],
+        );
+    }
+
+    #[test]
+    fn what_a_request_is_for_is_no_second_request() {
+        let r = router();
+        answered(
+            &r,
+            &[
+                (
+                    "Please send me 6 months statement for my mortgage loan application",
+                    "transaction_history",
+                ),
+                (
+                    "abeg I need statement for the overdraft form wey my office give me",
+                    "transaction_history",
+                ),
+            ],
+        );
+        assert_eq!(
+            asked(&r, "buy me 2GB data from my savings balance"),
+            ["airtime_data"]
+        );
+        // Asked first, or beside nothing but a greeting, the loan is the request.
+        assert!(asked(&r, "Show me my loan repayment history").contains(&"loan_inquiry".into()));
+        answered(
+            &r,
+            &[("Good morning, how do I apply for a loan?", "loan_inquiry")],
+        );
+    }
+
+    #[test]
+    fn a_declined_or_kept_card_is_the_cards_problem_and_a_relatives_new_account_is_asked_for() {
+        let r = router();
+        answered(
+            &r,
+            &[
+                (
+                    "My debit card keeps getting declined at every POS, nothing was deducted",
+                    "card_issue",
+                ),
+                ("ATM seize my card and e no give me money", "card_issue"),
+                (
+                    "My mother wants an account, what does she need to open one?",
+                    "account_opening",
+                ),
+            ],
+        );
+        // A relative's loan or balance is still not the customer's own.
+        to_agent(
+            &r,
+            &[
+                "my brother needs a loan, is he eligible?",
+                "my wife wants to know her account balance",
             ],
         );
     }
@@ -1468,8 +1559,8 @@ mod tests {
         let file = crate::config::DEFAULT_INTENTS.replacen("apart = [", "apart = [] # [", 1);
         let together = Router::trained(&file).expect("the file without apart cues loads");
         assert_eq!(
-            routed(&together, "abeg check my balance and collect loan for me"),
-            ("loan_inquiry".into(), true)
+            asked(&together, "abeg check my balance and collect loan for me"),
+            ["loan_inquiry"]
         );
     }
 
