@@ -144,6 +144,11 @@ pub struct IntentSpec {
     pub examples: Vec<String>,
     #[serde(default)]
     pub overrides: Vec<String>,
+    /// Overridden intents each kept beside this one when its pattern matches the message:
+    /// `{ failed_transaction = '\bdebited\b' }` ("my card was declined *but I was debited*"
+    /// is the failed payment too).
+    #[serde(default)]
+    pub overrides_unless: BTreeMap<String, String>,
     /// The pack the intent belongs to ("bank", "shop", "telco"); none: common to every
     /// business (greetings, thanks, a person, out of scope).
     #[serde(default)]
@@ -246,6 +251,17 @@ impl IntentsFile {
                     intent.name
                 )));
             }
+            if let Some(stray) = intent
+                .overrides_unless
+                .keys()
+                .find(|o| !intent.overrides.contains(o))
+            {
+                return Err(Error(format!(
+                    "line {}: {}: overrides_unless names {stray:?}, which it does not override",
+                    at(),
+                    intent.name
+                )));
+            }
         }
         if self.intents.is_empty() {
             return Err(Error("no [[intent]] defined".into()));
@@ -330,7 +346,11 @@ impl IntentsFile {
                 .iter()
                 .map(|p| (format!("{}.patterns", i.name), p));
             let anchors = i.anchors.iter().map(|p| (format!("{}.anchors", i.name), p));
-            patterns.chain(anchors)
+            let unless = i
+                .overrides_unless
+                .values()
+                .map(|p| (format!("{}.overrides_unless", i.name), p));
+            patterns.chain(anchors).chain(unless)
         });
         let g = &self.guards;
         let guards = [
@@ -423,6 +443,7 @@ fn group_open(bytes: &[u8], pos: usize) -> Option<usize> {
     let mut depth = 0usize;
     for j in (0..=pos).rev() {
         match bytes[j] {
+            _ if escaped(bytes, j) => {}
             b'(' if j == pos || depth == 0 => return Some(j),
             b'(' => depth -= 1,
             b')' if j != pos => depth += 1,
@@ -437,6 +458,7 @@ fn group_close(bytes: &[u8], pos: usize) -> Option<usize> {
     let mut depth = 0usize;
     for (j, b) in bytes.iter().enumerate().skip(pos) {
         match b {
+            _ if escaped(bytes, j) => {}
             b')' if j == pos || depth == 0 => return Some(j),
             b')' => depth -= 1,
             b'(' if j != pos => depth += 1,
@@ -444,6 +466,17 @@ fn group_close(bytes: &[u8], pos: usize) -> Option<usize> {
         }
     }
     None
+}
+
+/// Whether the byte at `pos` is escaped (`\(`): an odd run of backslashes stands before it.
+fn escaped(bytes: &[u8], pos: usize) -> bool {
+    bytes[..pos]
+        .iter()
+        .rev()
+        .take_while(|b| **b == b'\\')
+        .count()
+        % 2
+        == 1
 }
 
 /// The index just past the class opening at `open` (`[]a]` and `[\]a]` hold a `]`).
@@ -564,6 +597,14 @@ mod tests {
             .expect_err("under its floor")
             .to_string();
         assert!(err.contains("below its confirm_floor"), "{err}");
+        let stray = "[[intent]]\nname = \"a\"\naction = \"agent\"\n\n[[intent]]\nname = \"b\"\naction = \"agent\"\noverrides_unless = { a = 'x' }\n";
+        let err = IntentsFile::parse(stray)
+            .expect_err("keeps an intent it does not override")
+            .to_string();
+        assert!(
+            err.contains("line 6") && err.contains("does not override"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -591,6 +632,8 @@ mod tests {
             (r"\bkuɗi\b", &["kuɗi"]),
             (r"\bcard\b.{0,20}x\w", &["card"]),
             (r"((pin|card))? (money|cash)s", &["pin", "card"]),
+            // An escaped bracket opens or closes no group.
+            (r"x(a\)|borrow) y", &["y"]),
         ] {
             assert_eq!(literal_words(pattern), words, "{pattern}");
         }
