@@ -15,7 +15,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use super::{Labelled, OUT_OF_SCOPE, Router, Routing, intents};
+use super::{IntentsFile, Labelled, OUT_OF_SCOPE, Router, Routing, intents};
 
 /// One labelled message (`{"text": ..., "intent": ...}`; other fields are ignored).
 #[derive(Debug, Clone, Deserialize)]
@@ -283,32 +283,61 @@ pub fn cross_validate_each(
     sets: &[Vec<Sample>],
     folds: usize,
 ) -> Result<Vec<Report>, intents::Error> {
+    let mut ways = cross_validate_ways(source, sets, folds, &[])?;
+    Ok(ways.swap_remove(0))
+}
+
+/// [`cross_validate_each`] scored as learned and again under each of `ways`' thresholds: one
+/// list of reports per way, as learned first. Each fold's router learns once.
+fn cross_validate_ways(
+    source: &str,
+    sets: &[Vec<Sample>],
+    folds: usize,
+    ways: &[IntentsFile],
+) -> Result<Vec<Vec<Report>>, intents::Error> {
     let folds = folds.max(2);
     let samples: Vec<(usize, &Sample)> = sets
         .iter()
         .enumerate()
         .flat_map(|(set, samples)| samples.iter().map(move |s| (set, s)))
         .collect();
-    let mut reports: Vec<Report> = Vec::new();
+    let mut reports: Vec<Vec<Report>> = Vec::new();
     for fold in 0..folds {
         let training: Vec<Labelled> = samples
             .iter()
             .enumerate()
             .filter(|(i, _)| i % folds != fold)
-            .map(|(_, (_, s))| Labelled {
-                text: s.text.clone(),
-                intent: s.intent.clone(),
-            })
+            .map(|(_, (_, s))| labelled(s))
             .collect();
-        let router = Router::from_source(source, &training)?;
+        let mut router = Router::from_source(source, &training)?;
         if reports.is_empty() {
-            reports = sets.iter().map(|_| Report::new(router.labels())).collect();
+            let empty = || sets.iter().map(|_| Report::new(router.labels())).collect();
+            reports = (0..=ways.len()).map(|_| empty()).collect();
         }
-        for (set, sample) in samples.iter().skip(fold).step_by(folds) {
-            reports[*set].add(sample, &router.route(&sample.text));
-        }
+        each_way(&mut router, ways, |way, router| {
+            for (set, sample) in samples.iter().skip(fold).step_by(folds) {
+                reports[way][*set].add(sample, &router.route(&sample.text));
+            }
+        });
     }
     Ok(reports)
+}
+
+/// Calls `score` with `router` as it learned (way 0), then under each of `ways`' thresholds
+/// in turn (way 1, 2, ...): thresholds decide only what is answered, not what was learned.
+fn each_way(router: &mut Router, ways: &[IntentsFile], mut score: impl FnMut(usize, &Router)) {
+    score(0, router);
+    for (way, file) in ways.iter().enumerate() {
+        router.set_thresholds(file);
+        score(way + 1, router);
+    }
+}
+
+fn labelled(sample: &Sample) -> Labelled {
+    Labelled {
+        text: sample.text.clone(),
+        intent: sample.intent.clone(),
+    }
 }
 
 /// The seed of the hold-out: fixed, so that the same messages stay out every time.
@@ -354,35 +383,66 @@ pub fn generalisation(
     sets: &[Vec<Sample>],
     folds: usize,
 ) -> Result<Vec<FileScores>, intents::Error> {
-    let cross_validated = cross_validate_each(source, sets, folds)?;
-    let labelled = |s: &Sample| Labelled {
-        text: s.text.clone(),
-        intent: s.intent.clone(),
-    };
+    let mut ways = generalisation_ways(source, sets, folds, &[])?;
+    Ok(ways.swap_remove(0))
+}
+
+/// [`generalisation`] scored as learned and again under each of `ways`' thresholds: one list
+/// per way, as learned first. Every router learns once.
+fn generalisation_ways(
+    source: &str,
+    sets: &[Vec<Sample>],
+    folds: usize,
+    ways: &[IntentsFile],
+) -> Result<Vec<Vec<FileScores>>, intents::Error> {
+    let cross_validated = cross_validate_ways(source, sets, folds, ways)?;
     let tuning: Vec<Labelled> = sets
         .iter()
         .flatten()
         .filter(|s| !held_out(s))
         .map(labelled)
         .collect();
-    let tuned = Router::from_source(source, &tuning)?;
-    let mut scores = Vec::with_capacity(sets.len());
-    for (i, (set, cross_validated)) in sets.iter().zip(cross_validated).enumerate() {
+    let mut tuned = Router::from_source(source, &tuning)?;
+    let hold_outs: Vec<Vec<Sample>> = sets
+        .iter()
+        .map(|set| set.iter().filter(|s| held_out(s)).cloned().collect())
+        .collect();
+    let mut held: Vec<Vec<Report>> = vec![Vec::new(); ways.len() + 1];
+    each_way(&mut tuned, ways, |way, router| {
+        held[way] = hold_outs.iter().map(|h| evaluate(router, h)).collect();
+    });
+    let mut left_out: Vec<Vec<Report>> = vec![Vec::new(); ways.len() + 1];
+    for i in 0..sets.len() {
         let others: Vec<Labelled> = sets
             .iter()
             .enumerate()
             .filter(|(j, _)| *j != i)
             .flat_map(|(_, s)| s.iter().map(labelled))
             .collect();
-        let router = Router::from_source(source, &others)?;
-        let hold_out: Vec<Sample> = set.iter().filter(|s| held_out(s)).cloned().collect();
-        scores.push(FileScores {
-            cross_validated,
-            leave_one_file_out: evaluate(&router, set),
-            held_out: evaluate(&tuned, &hold_out),
+        let mut router = Router::from_source(source, &others)?;
+        each_way(&mut router, ways, |way, router| {
+            left_out[way].push(evaluate(router, &sets[i]));
         });
     }
-    Ok(scores)
+    Ok(cross_validated
+        .into_iter()
+        .zip(left_out)
+        .zip(held)
+        .map(|((cross_validated, left_out), held)| {
+            cross_validated
+                .into_iter()
+                .zip(left_out)
+                .zip(held)
+                .map(
+                    |((cross_validated, leave_one_file_out), held_out)| FileScores {
+                        cross_validated,
+                        leave_one_file_out,
+                        held_out,
+                    },
+                )
+                .collect()
+        })
+        .collect())
 }
 
 /// A recalibration from labelled turns: the per-file scores before and after, and the
@@ -408,7 +468,6 @@ pub fn retrain(
     folds: usize,
     max_wrong: f64,
 ) -> Result<Retrained, intents::Error> {
-    let before = generalisation(source, sets, folds)?;
     let tuning: Vec<Sample> = sets
         .iter()
         .flatten()
@@ -417,7 +476,9 @@ pub fn retrain(
         .collect();
     let thresholds = calibrate(source, &tuning, folds, max_wrong)?;
     let retrained = with_thresholds(source, &thresholds)?;
-    let after = generalisation(&retrained, sets, folds)?;
+    let mut ways = generalisation_ways(source, sets, folds, &[IntentsFile::parse(&retrained)?])?;
+    let after = ways.pop().unwrap_or_default();
+    let before = ways.pop().unwrap_or_default();
     Ok(Retrained {
         before,
         after,
@@ -775,4 +836,43 @@ fn string_value<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     let value = value.trim();
     let quote = value.chars().next().filter(|c| *c == '"' || *c == '\'')?;
     value[1..].split(quote).next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Thresholds decide only what is answered: a router scored under new thresholds without
+    /// learning again scores as one that learned with them.
+    #[test]
+    fn a_recalibration_scores_as_a_router_that_learned_with_its_thresholds() {
+        let source = crate::config::DEFAULT_INTENTS;
+        let samples: Vec<Sample> = Router::bundled_samples().into_iter().step_by(40).collect();
+        let sets = vec![samples[..120].to_vec(), samples[120..].to_vec()];
+        let raised: Vec<Thresholds> = IntentsFile::parse(source)
+            .expect("intents")
+            .intents
+            .into_iter()
+            .map(|i| Thresholds {
+                intent: i.name,
+                confirm: 0.9,
+                threshold: 0.95,
+                local: 0,
+                wrong: 0,
+            })
+            .collect();
+        let raised = with_thresholds(source, &raised).expect("written");
+        let ways = [IntentsFile::parse(&raised).expect("intents")];
+        let scored = generalisation_ways(source, &sets, 2, &ways).expect("scored");
+        let table = |scores: &[FileScores]| {
+            generalisation_table(&[("a".into(), &scores[0]), ("b".into(), &scores[1])])
+        };
+        let learned = |source: &str| table(&generalisation(source, &sets, 2).expect("scored"));
+        assert_eq!(table(&scored[0]), learned(source));
+        assert_eq!(table(&scored[1]), learned(&raised));
+        assert_ne!(
+            scored[0][0].cross_validated.local,
+            scored[1][0].cross_validated.local
+        );
+    }
 }

@@ -514,6 +514,17 @@ impl Router {
         self
     }
 
+    /// Takes each intent's `threshold` and `confirm` from `file` (by name; an intent it does
+    /// not name keeps its own): a recalibration scored without learning again.
+    pub(crate) fn set_thresholds(&mut self, file: &IntentsFile) {
+        for intent in &mut self.intents {
+            if let Some(spec) = file.intents.iter().find(|s| s.name == intent.name) {
+                intent.threshold = spec.threshold;
+                intent.confirm = spec.confirm;
+            }
+        }
+    }
+
     /// Words the intents file's patterns spell that can never match, one line each with its
     /// place: the file loads, but they are dead (`sabi check` fails on them, `serve` warns).
     /// Looked for by [`Router::trained`]; a router of [`Router::from_source`] has none.
@@ -920,7 +931,13 @@ impl Router {
         let requests = found
             .iter()
             .filter(|(i, _)| !PLEASANTRIES.contains(&self.intents[*i].name.as_str()));
-        if let Some(first) = requests.map(|(_, at)| *at).min() {
+        // One match alone is no purpose of another: the purpose phrases are not looked for.
+        let first = if found.len() > 1 {
+            requests.map(|(_, at)| *at).min()
+        } else {
+            None
+        };
+        if let Some(first) = first {
             // What an earlier request is for ("statement for my loan application") is no
             // request of its own, unless asked apart ("and apply for a loan"). An intent is
             // placed by its first match: named first as a purpose, it is a purpose.

@@ -979,12 +979,49 @@ async fn the_export_and_relabel_loop_end_to_end() {
         String::from_utf8_lossy(&calibrated.stderr)
     );
     assert!(String::from_utf8_lossy(&calibrated.stdout).contains("3 messages"));
+}
 
-    // The loop closed: recalibrated from the labelled turns and the bundled messages, each
-    // file's scores before and after are shown, and nothing is written without --write.
-    let intents = app.dir.path().join("retrained.toml");
+/// The loop closed: `sabi route --retrain` recalibrates from labelled turns (an export, its
+/// blanks labelled) and the bundled messages, shows each file's scores before and after, and
+/// writes nothing without --write. Apart from the loop above because it needs no store: it
+/// runs once, not on every store.
+#[test]
+fn retrain_shows_each_files_scores_before_and_after_and_writes_only_when_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let export = dir.path().join("unsure.jsonl");
+    let lines = [
+        (
+            "I wan talk to human abeg",
+            "agent_escalation",
+            "labelled",
+            "person",
+        ),
+        (
+            "I wan check my balance",
+            "check_balance",
+            "unsure",
+            "router",
+        ),
+        (
+            "Who go win the league this year?",
+            "out_of_scope",
+            "unsure",
+            "agent",
+        ),
+    ];
+    let text: String = lines
+        .iter()
+        .map(|(text, intent, why, by)| {
+            let line = serde_json::json!({
+                "text": text, "intent": intent, "why": why, "answered_by": by,
+            });
+            format!("{line}\n")
+        })
+        .collect();
+    std::fs::write(&export, text).expect("written");
+    let intents = dir.path().join("retrained.toml");
     let retrain = |write: bool| {
-        let mut command = sabi_command(app.dir.path());
+        let mut command = sabi_command(dir.path());
         command
             .args(["route", "--retrain"])
             .arg(&export)
