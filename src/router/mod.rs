@@ -1282,6 +1282,45 @@ mod tests {
     }
 
     #[test]
+    fn money_back_for_a_purchase_is_the_refund_unless_a_bank_payment_failed() {
+        let r = router();
+        // The reason the money is wanted back reads like a failed payment ("my money never
+        // come back", "money ... did not arrive"): the refund wins.
+        for text in [
+            "Please refund my money, the order did not arrive",
+            "I don return the bag since two weeks, my money never come back",
+        ] {
+            assert_eq!(asked(&r, text), ["refund_request"], "{text}");
+        }
+        // A transfer, POS or data payment that failed stays beside the refund.
+        for text in [
+            "The transfer failed and my money never came back, refund me",
+            "POS charged me double for one purchase, refund the extra",
+        ] {
+            assert_eq!(asked(&r, text).len(), 2, "{text}: {:?}", asked(&r, text));
+        }
+    }
+
+    #[test]
+    fn an_emoji_that_stands_for_no_word_ends_a_clause() {
+        let r = router();
+        answered(
+            &r,
+            &[
+                (
+                    "I no wan transfer 🙅🏾‍♂️ na data I wan buy, 10GB Airtel",
+                    "airtime_data",
+                ),
+                (
+                    "No be balance I wan check o 🙅🏾 na agent I want",
+                    "agent_escalation",
+                ),
+                ("I wan activate my new 💳 🙏", "card_issue"),
+            ],
+        );
+    }
+
+    #[test]
     fn who_or_what_is_wanted_may_come_first_and_a_relatives_new_account_is_asked_for() {
         let r = router();
         answered(

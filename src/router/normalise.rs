@@ -92,9 +92,11 @@ pub(super) struct Normalised {
     pub(super) question: bool,
 }
 
-/// Marks that end a clause. Amounts (`15,000`) are masked before the split.
+/// Marks that end a clause, and emoji that stand for no word: people put them where others put
+/// a comma ("I no wan transfer 🙅🏾 na data I wan buy"). Amounts (`15,000`) are masked before
+/// the split.
 fn ends_clause(c: char) -> bool {
-    matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | '\n' | '\u{2026}')
+    matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | '\n' | '\u{2026}') || emoji_word(c) == Some("")
 }
 
 /// Canonical words that open a new clause ("I don't want a loan *but* how much is left").
@@ -196,6 +198,10 @@ fn emoji_word(c: char) -> Option<&'static str> {
         '🙏' => Some("please"),
         '👍' | '👌' => Some("ok"),
         '😡' | '😤' | '😠' => Some("angry"),
+        '💳' => Some("card"),
+        '📦' => Some("parcel"),
+        '💰' | '💵' | '💸' => Some("money"),
+        '📱' => Some("phone"),
         c if is_emoji(c) => Some(""),
         _ => None,
     }
@@ -282,6 +288,14 @@ mod tests {
         let n = normalise("I no want loan but how much remain", &lexicon());
         let clauses: Vec<&str> = n.clauses.iter().map(|&(a, b)| &n.text[a..b]).collect();
         assert_eq!(clauses, ["i no want loan", "but how much remain"]);
+        // An emoji that stands for no word ends a clause; one that stands for a word is it.
+        let n = normalise("I no wan transfer 🙅🏾‍♂️ na data I wan buy 🙏", &lexicon());
+        let clauses: Vec<&str> = n.clauses.iter().map(|&(a, b)| &n.text[a..b]).collect();
+        assert_eq!(clauses, ["i no wan transfer", "na data i wan buy please"]);
+        assert_eq!(
+            normalise("my 💳 😭 don block", &lexicon()).text,
+            "my card don block"
+        );
         // A mark with no words beside it makes no clause; an amount's comma is no mark.
         let n = normalise("?? send ₦15,000 !!", &lexicon());
         assert_eq!(n.clauses.len(), 1, "{n:?}");
