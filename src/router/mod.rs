@@ -1302,6 +1302,28 @@ mod tests {
     }
 
     #[test]
+    fn what_about_a_loan_or_whats_left_is_asked_anchors_the_domain() {
+        let r = router();
+        answered(
+            &r,
+            &[
+                (
+                    "wetin be the interest rate for 6 months loan",
+                    "loan_inquiry",
+                ),
+                ("una dey give teachers loan?", "loan_inquiry"),
+                ("na 50k loan we need", "loan_inquiry"),
+                (
+                    "Did my pay come in? How much do I have now?",
+                    "check_balance",
+                ),
+            ],
+        );
+        // What is owed for something else is not the customer's balance.
+        assert!(!r.route("How much do I have to pay for delivery?").local);
+    }
+
+    #[test]
     fn an_emoji_that_stands_for_no_word_ends_a_clause() {
         let r = router();
         answered(
