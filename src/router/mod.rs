@@ -70,6 +70,10 @@ const UNCOVERED_WORDS: usize = 2;
 const PLEASANTRIES: &[&str] = &["greeting", "thanks_goodbye"];
 /// The intent that asks for a person: asked for in any clause, it wins.
 const PERSON: &str = "agent_escalation";
+/// Canonical words that end a negation's reach: what follows is what is wanted ("I don't want
+/// a statement *just* my balance", "no be loan *na* balance"). "But" and "instead" open a
+/// clause of their own.
+const NEGATION_ENDS: &[&str] = &["just", "only", "na", "rather"];
 
 /// Where a routing decision came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -839,8 +843,9 @@ impl Router {
     }
 
     /// Whether the message asks for something Sabi does not do locally: an out-of-scope guard
-    /// matches, unless the match is negated in its clause and a request stands in another
-    /// clause ("I no wan transfer, na airtime I wan buy" asks for airtime only). Alone, or
+    /// matches, unless the match is negated or in a clause of reasons (`guards.reasons`) and a
+    /// request stands in another clause ("I no wan transfer, na airtime I wan buy" asks for
+    /// airtime only; "my balance before I pay school fees" asks for the balance). Alone, or
     /// beside a request in its own clause, a negated guard still counts: "I do not know my
     /// husband's balance" is not the customer's own balance.
     fn unsupported(
@@ -864,17 +869,23 @@ impl Router {
                     &self.negations,
                     GUARD_NEGATION_REACH,
                     bytes,
-                    start,
+                    negation_scope(bytes, start, m.start()),
                     m.start(),
                 ) || contrasted(bytes, start, m.start());
+                // A clause that says what the customer will do ("before I pay school fees")
+                // asks the business for nothing.
+                let reason = clause.is_some_and(|c| {
+                    let (from, to) = clauses[c];
+                    self.reasons.is_match(&bytes[from..to])
+                });
                 let asked_elsewhere = requests.iter().any(|&(_, at)| clause_of(at) != clause);
-                !(negated && asked_elsewhere)
+                !((negated || reason) && asked_elsewhere)
             })
         })
     }
 
-    /// Intents whose patterns match, each at its first position, in order of position; those
-    /// negated, done, a purpose of an earlier request or overridden by another match removed.
+    /// Intents whose patterns match, each at its first match neither negated nor done, in order
+    /// of position; those a purpose of an earlier request or overridden by another match removed.
     /// Patterns run over the whole message (a pattern may join two clauses: "debited but not
     /// received") and, when it has several, over each clause alone (a pattern for a whole
     /// clause: "thanks" in "Thanks, now my balance?"). Negation and "done" cues count only
@@ -913,21 +924,42 @@ impl Router {
                 if self.came(*intent, bytes, at, from + m.end(), clause_end) {
                     continue;
                 }
-                match found.iter_mut().find(|(i, _)| i == intent) {
-                    Some(existing) => existing.1 = existing.1.min(at),
-                    None => found.push((*intent, at)),
+                if !found.contains(&(*intent, at)) {
+                    found.push((*intent, at));
                 }
             }
         }
         let start_of = |at: usize| clauses.get(clause_of(at)).map_or(0, |c| c.0);
-        let before = found.len();
-        found.retain(|(_, at)| {
+        let (kept, negations): (Vec<_>, Vec<_>) = found.into_iter().partition(|(_, at)| {
             let start = start_of(*at);
-            !cue_before(&self.negations, NEGATION_REACH, bytes, start, *at)
-                && !contrasted(bytes, start, *at)
+            !cue_before(
+                &self.negations,
+                NEGATION_REACH,
+                bytes,
+                negation_scope(bytes, start, *at),
+                *at,
+            ) && !contrasted(bytes, start, *at)
         });
-        let negated = found.len() < before;
+        let negated = !negations.is_empty();
+        found = kept;
+        // Named again after it was negated, an intent is asked for only across a contrast
+        // ("I don't need airtime, *only* data 1GB", "I no want data, *na* airtime I need");
+        // otherwise the later word is likely about the negated thing, even in a clause that
+        // asks (a request cue there let an out-of-scope message of dev-hard's hold-out through).
+        found.retain(|&(i, at)| {
+            !negations
+                .iter()
+                .any(|&(j, n)| j == i && n < at && !contrast_between(bytes, n, at))
+        });
         found.retain(|(_, at)| !cue_before(&self.done, DONE_REACH, bytes, start_of(*at), *at));
+        // An intent stands at its first match neither negated nor done.
+        found.sort_by_key(|(_, at)| *at);
+        let mut seen = Vec::with_capacity(found.len());
+        found.retain(|(i, _)| {
+            let first = !seen.contains(i);
+            seen.push(*i);
+            first
+        });
         let requests = found
             .iter()
             .filter(|(i, _)| !PLEASANTRIES.contains(&self.intents[*i].name.as_str()));
@@ -1065,6 +1097,47 @@ fn cue_before(cues: &RegexSet, reach: usize, text: &[u8], clause: usize, at: usi
             .map_or(window.len(), |space| cut + space + 1),
     };
     cues.is_match(&window[from..])
+}
+
+/// Where a negation before `at` could start: after the last word, from the clause's start,
+/// that sets what is wanted against what is not ("I no want PDF *just* the list", "no be
+/// student account *na* savings I wan open"). A negation before it is about the other thing.
+fn negation_scope(text: &[u8], clause: usize, at: usize) -> usize {
+    let window = text.get(clause..at).unwrap_or_default();
+    NEGATION_ENDS
+        .iter()
+        .filter_map(|word| {
+            window
+                .windows(word.len() + 2)
+                .rposition(|w| {
+                    w[0] == b' '
+                        && &w[1..=word.len()] == word.as_bytes()
+                        && w[word.len() + 1] == b' '
+                })
+                .map(|i| clause + i + word.len() + 2)
+        })
+        .max()
+        .unwrap_or(clause)
+}
+
+/// Whether a word that sets what is wanted against what is not stands between two matches,
+/// or opens the second ("I no want data, *na* airtime I need").
+fn contrast_between(text: &[u8], from: usize, to: usize) -> bool {
+    let span = text.get(from.saturating_sub(1)..to).unwrap_or_default();
+    let opens = |word: &str| {
+        text.get(to..).is_some_and(|rest| {
+            rest.starts_with(word.as_bytes()) && rest.get(word.len()) == Some(&b' ')
+        })
+    };
+    negation_scope(text, from, to) != from
+        || NEGATION_ENDS.iter().chain(&["but", "instead"]).any(|word| {
+            opens(word)
+                || span.windows(word.len() + 2).any(|w| {
+                    w[0] == b' '
+                        && &w[1..=word.len()] == word.as_bytes()
+                        && w[word.len() + 1] == b' '
+                })
+        })
 }
 
 /// The request's clause opens with "not" ("my balance, *not* the loan one"): a contrast that
@@ -1599,6 +1672,97 @@ mod tests {
         assert_eq!(
             routed(&r, "No, I don't need airtime. Block my card"),
             ("card_issue".into(), true)
+        );
+    }
+
+    #[test]
+    fn a_contrast_ends_a_negations_reach_and_asks_for_what_follows() {
+        let r = router();
+        // What follows "just", "only", "na" is what is wanted, in the same clause too, even
+        // the intent negated before it.
+        answered(
+            &r,
+            &[
+                ("I don't want statement just my balance", "check_balance"),
+                (
+                    "I don't want a loan just tell me my balance",
+                    "check_balance",
+                ),
+                ("I don't need airtime only data 1GB", "airtime_data"),
+                (
+                    "I no want data, na airtime I need, 500 naira",
+                    "airtime_data",
+                ),
+            ],
+        );
+        // Without a contrast the negation still holds, and a later word is about the negated
+        // thing.
+        to_agent(
+            &r,
+            &[
+                "I don't want my balance",
+                "I no need airtime o",
+                "I don't want a loan, the loan app keeps calling me",
+            ],
+        );
+    }
+
+    #[test]
+    fn what_the_customer_will_do_next_asks_nothing_of_the_business() {
+        let r = router();
+        // A bill the customer will pay is a reason, not a bill payment asked for.
+        answered(
+            &r,
+            &[
+                (
+                    "How much dey my savings account? I wan check am before I pay school fees",
+                    "check_balance",
+                ),
+                (
+                    "Before I pay the lab bill, what's my balance?",
+                    "check_balance",
+                ),
+            ],
+        );
+        // Asked for, the payment still goes to the agent.
+        to_agent(
+            &r,
+            &[
+                "Check my balance and pay my school fees",
+                "Pay my school fees",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_request_taken_back_or_a_complaint_about_staff_goes_to_the_agent() {
+        let r = router();
+        to_agent(
+            &r,
+            &[
+                "Abeg buy me airtime... no wait, forget am",
+                "Send me my statement. Actually leave am, I go check am later",
+                "Show me my balance. Hmm, never mind",
+                "Customer care person wey I talk to yesterday insult me",
+                "The agent for your branch shout for me yesterday",
+                // Closing the card and the account: the account is for a person.
+                "Sannu, ina son in rufe katin ATM dina kuma in rufe asusun",
+            ],
+        );
+        // A retraction before the request leaves the request; "I forget am" is forgetting.
+        answered(
+            &r,
+            &[
+                (
+                    "Where is my order? Actually forget it, connect me to customer care",
+                    "agent_escalation",
+                ),
+                (
+                    "Abeg how I go take change my card PIN? I forget am",
+                    "card_issue",
+                ),
+                ("Katina ya bata, don Allah a rufe shi", "card_issue"),
+            ],
         );
     }
 

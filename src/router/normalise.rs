@@ -102,6 +102,17 @@ fn ends_clause(c: char) -> bool {
 /// Canonical words that open a new clause ("I don't want a loan *but* how much is left").
 const CLAUSE_OPENERS: &[&str] = &["but", "however", "then", "oya", "also", "instead"];
 
+/// Whether the first of `words` opens a new clause: an opener, or "before" with the customer
+/// as its subject ("my balance *before I pay* school fees"; not "before Monday", nor "before I
+/// can open", which asks what opening needs).
+fn opens_clause(words: &[&str]) -> bool {
+    match words {
+        [word, ..] if CLAUSE_OPENERS.contains(word) => true,
+        ["before", "i" | "we", next, ..] => !matches!(*next, "can" | "fit" | "could"),
+        _ => false,
+    }
+}
+
 pub(super) fn normalise(message: &str, lexicon: &Lexicon) -> Normalised {
     let entities = super::entities::extract(message);
     let masked = mask(message, &entities.spans);
@@ -112,13 +123,14 @@ pub(super) fn normalise(message: &str, lexicon: &Lexicon) -> Normalised {
         let folded = fold(piece);
         let tokens: Vec<&str> = folded.split_whitespace().collect();
         let mut start = None;
-        for word in map_tokens(&tokens, lexicon) {
+        let words = map_tokens(&tokens, lexicon);
+        for (k, &word) in words.iter().enumerate() {
             if !text.is_empty() {
                 text.push(' ');
             }
             let at = text.len();
             match start {
-                Some(from) if CLAUSE_OPENERS.contains(&word) => {
+                Some(from) if opens_clause(&words[k..]) => {
                     clauses.push((from, at.saturating_sub(1)));
                     start = Some(at);
                 }
@@ -292,6 +304,26 @@ mod tests {
         let n = normalise("I no wan transfer 🙅🏾‍♂️ na data I wan buy 🙏", &lexicon());
         let clauses: Vec<&str> = n.clauses.iter().map(|&(a, b)| &n.text[a..b]).collect();
         assert_eq!(clauses, ["i no wan transfer", "na data i wan buy please"]);
+        // "Before" opens a clause when the customer does the next thing; not before a day, nor
+        // before "I can" (what opening an account needs).
+        for (message, expected) in [
+            (
+                "tell me my balance before I pay school fees",
+                &["tell me my balance", "before i pay school fees"][..],
+            ),
+            (
+                "I need the shoes before Monday",
+                &["i need the shoes before monday"],
+            ),
+            (
+                "do I need BVN before I can open",
+                &["do i need bvn before i can open"],
+            ),
+        ] {
+            let n = normalise(message, &lexicon());
+            let clauses: Vec<&str> = n.clauses.iter().map(|&(a, b)| &n.text[a..b]).collect();
+            assert_eq!(clauses, expected, "{message}");
+        }
         assert_eq!(
             normalise("my 💳 😭 don block", &lexicon()).text,
             "my card don block"
