@@ -1106,38 +1106,28 @@ fn negation_scope(text: &[u8], clause: usize, at: usize) -> usize {
     let window = text.get(clause..at).unwrap_or_default();
     NEGATION_ENDS
         .iter()
-        .filter_map(|word| {
-            window
-                .windows(word.len() + 2)
-                .rposition(|w| {
-                    w[0] == b' '
-                        && &w[1..=word.len()] == word.as_bytes()
-                        && w[word.len() + 1] == b' '
-                })
-                .map(|i| clause + i + word.len() + 2)
-        })
+        .filter_map(|word| last_word_end(window, word))
         .max()
-        .unwrap_or(clause)
+        .map_or(clause, |end| clause + end)
 }
 
 /// Whether a word that sets what is wanted against what is not stands between two matches,
 /// or opens the second ("I no want data, *na* airtime I need").
 fn contrast_between(text: &[u8], from: usize, to: usize) -> bool {
     let span = text.get(from.saturating_sub(1)..to).unwrap_or_default();
-    let opens = |word: &str| {
-        text.get(to..).is_some_and(|rest| {
-            rest.starts_with(word.as_bytes()) && rest.get(word.len()) == Some(&b' ')
-        })
-    };
-    negation_scope(text, from, to) != from
-        || NEGATION_ENDS.iter().chain(&["but", "instead"]).any(|word| {
-            opens(word)
-                || span.windows(word.len() + 2).any(|w| {
-                    w[0] == b' '
-                        && &w[1..=word.len()] == word.as_bytes()
-                        && w[word.len() + 1] == b' '
-                })
-        })
+    let rest = text.get(to..).unwrap_or_default();
+    NEGATION_ENDS.iter().chain(&["but", "instead"]).any(|word| {
+        last_word_end(span, word).is_some()
+            || rest.starts_with(word.as_bytes()) && rest.get(word.len()) == Some(&b' ')
+    })
+}
+
+/// Where the last `word` with a space on each side ends in `span`.
+fn last_word_end(span: &[u8], word: &str) -> Option<usize> {
+    let word = word.as_bytes();
+    span.windows(word.len() + 2)
+        .rposition(|w| w[0] == b' ' && &w[1..=word.len()] == word && w[word.len() + 1] == b' ')
+        .map(|i| i + word.len() + 2)
 }
 
 /// The request's clause opens with "not" ("my balance, *not* the loan one"): a contrast that
