@@ -1698,6 +1698,30 @@ mod tests {
     }
 
     #[test]
+    fn a_sim_card_debt_relief_or_a_bulk_purchase_goes_to_the_agent() {
+        let r = router();
+        to_agent(
+            &r,
+            &[
+                "Katin SIM dina ya bata",
+                "My SIM card is lost, help",
+                "Write off my loan, God will bless you",
+                "Please waive the penalty on my loan",
+                "Buy 1k airtime for each of the 12 members in our group",
+            ],
+        );
+        // The bank's card set against the SIM card, the loan asked about, one line topped up.
+        answered(
+            &r,
+            &[
+                ("Not my SIM card, my ATM card is blocked", "card_issue"),
+                ("When is my next loan repayment due?", "loan_inquiry"),
+                ("Buy 1k airtime for my mum 08031234567", "airtime_data"),
+            ],
+        );
+    }
+
+    #[test]
     fn what_the_customer_will_do_next_asks_nothing_of_the_business() {
         let r = router();
         // A bill the customer will pay is a reason, not a bill payment asked for.
