@@ -70,6 +70,10 @@ pub struct Guards {
     /// ("open account *and collect* loan"): neither then overrides the other.
     #[serde(default)]
     pub apart: Vec<String>,
+    /// What, standing between two requests' matches, takes the earlier back for the later
+    /// ("send my statement, sorry *I mean* balance"): only the later counts.
+    #[serde(default)]
+    pub corrections: Vec<String>,
     /// A phrase that makes the request whose match it holds what an earlier request of the
     /// message is for ("statement *for my loan application*"): only the earlier one counts.
     #[serde(default)]
@@ -101,6 +105,7 @@ impl Default for Guards {
             reasons: Vec::new(),
             actions: Vec::new(),
             apart: Vec::new(),
+            corrections: Vec::new(),
             purpose: Vec::new(),
             identity: Vec::new(),
             max_unknown_words: default_max_unknown(),
@@ -364,6 +369,7 @@ impl IntentsFile {
             ("actions", &g.actions),
             ("identity", &g.identity),
             ("apart", &g.apart),
+            ("corrections", &g.corrections),
             ("purpose", &g.purpose),
         ]
         .into_iter()

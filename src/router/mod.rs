@@ -168,6 +168,8 @@ pub struct Router {
     actions: RegexSet,
     /// What makes two matches two requests asked apart ("and collect").
     apart: RegexSet,
+    /// What takes an earlier request back for a later one ("sorry I mean").
+    corrections: RegexSet,
     /// A phrase holding a request's match that makes it what an earlier request is for ("for
     /// my loan application").
     purpose: Vec<Regex>,
@@ -325,6 +327,7 @@ impl Router {
         let reasons = set("guards.reasons", &guards.reasons)?;
         let actions = set("guards.actions", &guards.actions)?;
         let apart = set("guards.apart", &guards.apart)?;
+        let corrections = set("guards.corrections", &guards.corrections)?;
         let purpose = guards
             .purpose
             .iter()
@@ -425,6 +428,7 @@ impl Router {
             reasons,
             actions,
             apart,
+            corrections,
             purpose,
             identity,
             whole,
@@ -689,7 +693,7 @@ impl Router {
         let requests: Vec<(usize, usize)> = candidates
             .iter()
             .copied()
-            .filter(|(i, _)| !PLEASANTRIES.contains(&self.intents[*i].name.as_str()))
+            .filter(|(i, _)| self.is_request(*i))
             .collect();
         let pleasantry = candidates
             .iter()
@@ -731,7 +735,7 @@ impl Router {
     /// question about the customer's own things, an action or state, or a request cue (a file
     /// that names no actions asks nothing more).
     fn asks(&self, intent: usize, text: &str, question: bool) -> bool {
-        PLEASANTRIES.contains(&self.intents[intent].name.as_str())
+        !self.is_request(intent)
             || (question && owns(text))
             || self.actions.is_empty()
             || self.actions.is_match(text.as_bytes())
@@ -774,6 +778,16 @@ impl Router {
                 let clause = &bytes[from..to];
                 !self.identity.is_match(clause) && self.requests.is_match(clause)
             })
+    }
+
+    /// Whether something of `guards.corrections` ("I mean") stands between two matches.
+    fn corrected(&self, text: &[u8], from: usize, to: usize) -> bool {
+        text.get(from..to)
+            .is_some_and(|between| self.corrections.is_match(between))
+    }
+
+    fn is_request(&self, intent: usize) -> bool {
+        !PLEASANTRIES.contains(&self.intents[intent].name.as_str())
     }
 
     /// Whether something of `guards.apart` ("and" with a verb of its own) stands between two
@@ -952,6 +966,22 @@ impl Router {
                 .any(|&(j, n)| j == i && n < at && !contrast_between(bytes, n, at))
         });
         found.retain(|(_, at)| !cue_before(&self.done, DONE_REACH, bytes, start_of(*at), *at));
+        // A request taken back for a later one is no request: "send my statement, sorry I
+        // mean balance" asks for the balance.
+        let taken_back: Vec<(usize, usize)> = found
+            .iter()
+            .copied()
+            .filter(|&(i, at)| {
+                self.is_request(i)
+                    && found.iter().any(|&(j, later)| {
+                        j != i
+                            && later > at
+                            && self.is_request(j)
+                            && self.corrected(bytes, at, later)
+                    })
+            })
+            .collect();
+        found.retain(|found| !taken_back.contains(found));
         // An intent stands at its first match neither negated nor done.
         found.sort_by_key(|(_, at)| *at);
         let mut seen = Vec::with_capacity(found.len());
@@ -960,9 +990,7 @@ impl Router {
             seen.push(*i);
             first
         });
-        let requests = found
-            .iter()
-            .filter(|(i, _)| !PLEASANTRIES.contains(&self.intents[*i].name.as_str()));
+        let requests = found.iter().filter(|(i, _)| self.is_request(*i));
         // One match alone is no purpose of another: the purpose phrases are not looked for.
         let first = if found.len() > 1 {
             requests.map(|(_, at)| *at).min()
@@ -1016,7 +1044,7 @@ impl Router {
     /// a `not_arrived` cue from the match on keeps the request ("nothing has come", "my debit
     /// alert don come": the complaint).
     fn came(&self, intent: usize, text: &[u8], at: usize, end: usize, clause_end: usize) -> bool {
-        if PLEASANTRIES.contains(&self.intents[intent].name.as_str()) {
+        if !self.is_request(intent) {
             return false;
         }
         let rest = text.get(end..clause_end).unwrap_or_default();
@@ -1718,6 +1746,71 @@ mod tests {
                 ("When is my next loan repayment due?", "loan_inquiry"),
                 ("Buy 1k airtime for my mum 08031234567", "airtime_data"),
             ],
+        );
+    }
+
+    #[test]
+    fn a_bookmakers_own_things_and_a_products_price_go_to_the_agent() {
+        let r = router();
+        to_agent(
+            &r,
+            &[
+                "Abeg check my Bet9ja balance",
+                "How I go open BetKing account?",
+                "I want to repay the loan Sportybet gave me",
+                "Nairabet fit give loan?",
+                "Refund my stake, the match was cancelled",
+                "Do you have MTN monthly plan? How much is it?",
+            ],
+        );
+        // The bank's own money and card, where a bookmaker is only the other side.
+        answered(
+            &r,
+            &[
+                (
+                    "I funded my Sportybet wallet with 5k from this account, I was debited but it never reached",
+                    "failed_transaction",
+                ),
+                ("My card was declined on Bet9ja, please check", "card_issue"),
+                (
+                    "I want to pay off my loan now, how much is it?",
+                    "loan_inquiry",
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_request_taken_back_for_another_asks_for_the_other() {
+        let r = router();
+        answered(
+            &r,
+            &[
+                ("Send me my statement, I mean my balance", "check_balance"),
+                (
+                    "show my last 5 transactions, I mean my balance abeg",
+                    "check_balance",
+                ),
+                // Nothing taken back: the same request said more exactly.
+                (
+                    "Show my balance, I mean the one for my savings",
+                    "check_balance",
+                ),
+                (
+                    "I found the statement in my mail, thank you",
+                    "thanks_goodbye",
+                ),
+            ],
+        );
+        // What takes a request back is the intents file's (`guards.corrections`): without it,
+        // the two are two requests.
+        let file =
+            crate::config::DEFAULT_INTENTS.replacen("corrections = [", "corrections = [] # [", 1);
+        let without = Router::trained(&file).expect("the file without corrections loads");
+        assert!(
+            !without
+                .route("Send me my statement, I mean my balance")
+                .local
         );
     }
 
