@@ -626,7 +626,7 @@ impl Router {
             return (oos, 1.0, Tier::Fallback, Some(Fallback::Empty), None);
         }
         let found = self.candidates(text, clauses);
-        let (candidates, negated) = (&found.kept, found.negated);
+        let (candidates, negated) = (&found.kept, &found.negated);
         // The classifier runs at most once a message, and only when a decision needs it.
         let scores = std::cell::OnceCell::new();
         let probs = || {
@@ -709,24 +709,30 @@ impl Router {
                 Some(Fallback::TwoRequests),
                 Some(*second),
             ),
-            [] if negated => {
+            // Something other than what was negated, read by the classifier alone, is what is
+            // wanted: "I no wan transfer, na recharge card 1k Airtel".
+            [] if !negated.is_empty() => {
                 let (intent, p) = top(probs());
-                (intent, p, Tier::Fallback, Some(Fallback::Negated), None)
+                if negated.contains(&intent) {
+                    (intent, p, Tier::Fallback, Some(Fallback::Negated), None)
+                } else {
+                    self.classifier_decision(text, probs(), question, true)
+                }
             }
             // A pleasantry gives way to anything beside it that no pattern read: "Hello,
             // order 123 was due Friday" is not a greeting.
             [] if pleasantry.is_some() && self.unread_clause(text, clauses, &found.matched) => {
-                self.classifier_decision(text, probs(), question)
+                self.classifier_decision(text, probs(), question, false)
             }
             [] => match pleasantry {
                 Some(intent) => match self.confirmed(probs(), intent, None) {
                     // "Hello, is this the customer service line?": the rest decides.
                     (_, _, _, Some(Fallback::Unconfirmed), _) => {
-                        self.classifier_decision(text, probs(), question)
+                        self.classifier_decision(text, probs(), question, false)
                     }
                     decision => decision,
                 },
-                None => self.classifier_decision(text, probs(), question),
+                None => self.classifier_decision(text, probs(), question, false),
             },
         }
     }
@@ -832,13 +838,14 @@ impl Router {
         text: &str,
         probs: &[f32],
         question: bool,
+        negation_read: bool,
     ) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
         let (intent, p) = top(probs);
         let fallback = if Some(intent) == self.out_of_scope_index {
             Some(Fallback::OutOfScope)
         } else if p < self.intents[intent].threshold {
             Some(Fallback::LowConfidence)
-        } else if self.negations.is_match(text.as_bytes()) {
+        } else if !negation_read && self.negations.is_match(text.as_bytes()) {
             Some(Fallback::Negated)
         } else if !self.asks(intent, text, question) {
             // No pattern, nothing asked about the customer's own things and nothing gone
@@ -954,7 +961,7 @@ impl Router {
                 *at,
             ) && !contrasted(bytes, start, *at)
         });
-        let negated = !negations.is_empty();
+        let negated: Vec<usize> = negations.iter().map(|&(i, _)| i).collect();
         found = kept;
         // Named again after it was negated, an intent is asked for only across a contrast
         // ("I don't need airtime, *only* data 1GB", "I no want data, *na* airtime I need");
@@ -1071,8 +1078,8 @@ struct Found {
     /// (intent, first position), in order of position: negated, done, purposes and overridden
     /// removed.
     kept: Vec<(usize, usize)>,
-    /// Whether a match was removed as negated.
-    negated: bool,
+    /// The intents whose matches were removed as negated.
+    negated: Vec<usize>,
     /// Per clause: whether any pattern matched in it (kept or not).
     matched: Vec<bool>,
 }
@@ -1776,6 +1783,56 @@ mod tests {
                     "I want to pay off my loan now, how much is it?",
                     "loan_inquiry",
                 ),
+            ],
+        );
+    }
+
+    #[test]
+    fn another_institutions_own_things_go_to_the_agent() {
+        let r = router();
+        to_agent(
+            &r,
+            &[
+                "Show me my Binance balance",
+                "the USDT I bought never land",
+                "I wan open Quidax account",
+                "Send me my RSA statement for 2025",
+                "How far my insurance claim?",
+            ],
+        );
+        // The bank's own statement, wanted for something about crypto.
+        answered(
+            &r,
+            &[(
+                "I need 6 months statement for my crypto tax",
+                "transaction_history",
+            )],
+        );
+    }
+
+    #[test]
+    fn what_is_wanted_instead_of_a_negated_request_is_read_by_the_classifier_too() {
+        let r = router();
+        answered(
+            &r,
+            &[
+                (
+                    "I don't want a refund, just tell me when my blender will arrive",
+                    "order_status",
+                ),
+                (
+                    "Not the statement, I mean how much is left in my account",
+                    "check_balance",
+                ),
+            ],
+        );
+        // What the classifier reads is still the negated request, or nothing routine.
+        to_agent(
+            &r,
+            &[
+                "I don't want a loan",
+                "I no want refund o",
+                "I don't want refund, I want to cancel the order",
             ],
         );
     }
