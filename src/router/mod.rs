@@ -108,8 +108,9 @@ pub enum Fallback {
     /// The classifier alone saw an intent, but the message asks for nothing and reports
     /// nothing gone wrong.
     NoRequest,
-    /// A word the domain never uses, and no domain around the domain word ("my account",
-    /// "my card"): the word is likely used in another sense.
+    /// No domain around the domain word ("my account", "my card") of a pattern's answer, or
+    /// of the classifier's beside a word the domain never uses: the word is likely used in
+    /// another sense.
     Unanchored,
 }
 
@@ -598,11 +599,15 @@ impl Router {
             );
         }
         // A domain word may be used in another sense ("my fridge shows a balance", "the loan
-        // app harasses me"): an intent with anchors is answered only with its domain around.
-        let unanchored = self.intents[decision.0]
-            .anchors
-            .as_ref()
-            .is_some_and(|anchors| !anchors.is_match(text.as_bytes()));
+        // app harasses me"): a pattern's answer for an intent with anchors needs its domain
+        // around. The classifier, which read the whole message, needs it only beside a word the
+        // domain never uses ("print all the debits for me this week" is a history).
+        let read_whole = decision.2 == Tier::Classifier && self.vocabulary.unknown(text).1 == 0;
+        let unanchored = !read_whole
+            && self.intents[decision.0]
+                .anchors
+                .as_ref()
+                .is_some_and(|anchors| !anchors.is_match(text.as_bytes()));
         if decision.3.is_none() && unanchored && !self.takes_whole(text, clauses) {
             return (
                 decision.0,
@@ -1833,6 +1838,26 @@ mod tests {
                 "I don't want a loan",
                 "I no want refund o",
                 "I don't want refund, I want to cancel the order",
+            ],
+        );
+    }
+
+    #[test]
+    fn the_classifier_needs_the_domain_around_only_beside_a_word_the_domain_never_uses() {
+        let r = router();
+        answered(
+            &r,
+            &[(
+                "print all the debits for me this week",
+                "transaction_history",
+            )],
+        );
+        // A pattern's domain word without its domain, or a word the domain never uses.
+        to_agent(
+            &r,
+            &[
+                "my fridge dey show balance error",
+                "Oshey! Balance don show, I dey go",
             ],
         );
     }
