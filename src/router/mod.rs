@@ -797,6 +797,7 @@ impl Router {
             .is_some_and(|between| self.corrections.is_match(between))
     }
 
+    /// Whether an intent asks for something (a pleasantry only accompanies a request).
     fn is_request(&self, intent: usize) -> bool {
         !PLEASANTRIES.contains(&self.intents[intent].name.as_str())
     }
@@ -838,6 +839,8 @@ impl Router {
         }
     }
 
+    /// The classifier's decision alone. `negation_read`: the message's negation words were
+    /// read already (they negated a pattern's request), so they do not hold the answer back.
     fn classifier_decision(
         &self,
         text: &str,
