@@ -602,13 +602,13 @@ impl Router {
         // app harasses me"): a pattern's answer for an intent with anchors needs its domain
         // around. The classifier, which read the whole message, needs it only beside a word the
         // domain never uses ("print all the debits for me this week" is a history).
-        let read_whole = decision.2 == Tier::Classifier && self.vocabulary.unknown(text).1 == 0;
-        let unanchored = !read_whole
+        let unanchored = decision.3.is_none()
             && self.intents[decision.0]
                 .anchors
                 .as_ref()
-                .is_some_and(|anchors| !anchors.is_match(text.as_bytes()));
-        if decision.3.is_none() && unanchored && !self.takes_whole(text, clauses) {
+                .is_some_and(|anchors| !anchors.is_match(text.as_bytes()))
+            && (decision.2 != Tier::Classifier || self.vocabulary.unknown(text).1 > 0);
+        if unanchored && !self.takes_whole(text, clauses) {
             return (
                 decision.0,
                 decision.1,
@@ -1083,8 +1083,8 @@ fn spelling_of(examples: &[(String, usize)], oos: Option<usize>, lexicon: &Lexic
 
 /// The patterns that matched a message.
 struct Found {
-    /// (intent, first position), in order of position: negated, done, purposes and overridden
-    /// removed.
+    /// (intent, first position), in order of position: negated, done, taken back, purposes
+    /// and overridden removed.
     kept: Vec<(usize, usize)>,
     /// The intents whose matches were removed as negated.
     negated: Vec<usize>,
