@@ -706,7 +706,7 @@ impl Router {
             .find(|i| !requests.iter().any(|(r, _)| r == i));
         match requests.as_slice() {
             // A pattern names the intent when the classifier sees it too.
-            [(intent, _)] => self.confirmed(probs(), *intent, pleasantry),
+            [(intent, _)] => self.confirmed(probs(), *intent, pleasantry, negated),
             [(first, _), (second, _), ..] => (
                 *first,
                 PATTERN_CONFIDENCE,
@@ -730,7 +730,7 @@ impl Router {
                 self.classifier_decision(text, probs(), question, false)
             }
             [] => match pleasantry {
-                Some(intent) => match self.confirmed(probs(), intent, None) {
+                Some(intent) => match self.confirmed(probs(), intent, None, &[]) {
                     // "Hello, is this the customer service line?": the rest decides.
                     (_, _, _, Some(Fallback::Unconfirmed), _) => {
                         self.classifier_decision(text, probs(), question, false)
@@ -811,13 +811,23 @@ impl Router {
 
     /// A pattern's intent, confirmed by the classifier: local when the classifier gives it at
     /// least the intent's `confirm` probability, and does not think the message out of scope.
+    /// The probability is read without the `negated` intents' share: the words of "I no wan
+    /// open account" pull the classifier toward an account opening in "I no wan open account,
+    /// I wan collect loan" (the out-of-scope veto reads the whole, as the message came).
     fn confirmed(
         &self,
         probs: &[f32],
         intent: usize,
         secondary: Option<usize>,
+        negated: &[usize],
     ) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
-        let p = probs[intent];
+        let pulled: f32 = negated
+            .iter()
+            .enumerate()
+            .filter(|&(k, &n)| n != intent && !negated[..k].contains(&n))
+            .map(|(_, &n)| probs[n])
+            .sum();
+        let p = (probs[intent] / (1.0 - pulled).max(f32::EPSILON)).min(1.0);
         match self.out_of_scope_index {
             Some(oos) if probs[oos] >= OUT_OF_SCOPE_VETO => (
                 oos,
@@ -1815,6 +1825,58 @@ mod tests {
                 "I need 6 months statement for my crypto tax",
                 "transaction_history",
             )],
+        );
+    }
+
+    #[test]
+    fn a_meters_or_a_networks_own_things_and_a_payment_beside_a_request_go_to_the_agent() {
+        to_agent(
+            &router(),
+            &[
+                "Send me the statement of my electricity account",
+                "My prepaid meter balance dey show zero",
+                "My data dey finish too fast, wetin dey happen?",
+                "Send my statement to my accountant and pay him 50k",
+                "Buy me 1k airtime then pay her 20k",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_period_a_currency_or_change_owed_names_the_request() {
+        answered(
+            &router(),
+            &[
+                ("stmt 3 months pls", "transaction_history"),
+                ("history of my transfers this month", "transaction_history"),
+                ("I want to open a USD account", "account_opening"),
+                ("can I open a pounds account", "account_opening"),
+                (
+                    "You charged me 15k instead of 12k, return the balance",
+                    "refund_request",
+                ),
+                (
+                    "dem charge me 8k for 5k shoe, give me my change back",
+                    "refund_request",
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn the_classifier_confirms_a_request_without_the_pull_of_what_was_negated() {
+        answered(
+            &router(),
+            &[
+                (
+                    "no be my account balance, my loan balance I dey ask",
+                    "loan_inquiry",
+                ),
+                (
+                    "Not my wallet balance, my loan balance please",
+                    "loan_inquiry",
+                ),
+            ],
         );
     }
 
