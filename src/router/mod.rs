@@ -811,9 +811,9 @@ impl Router {
 
     /// A pattern's intent, confirmed by the classifier: local when the classifier gives it at
     /// least the intent's `confirm` probability, and does not think the message out of scope.
-    /// The probability is read without the `negated` intents' share: the words of "I no wan
-    /// open account" pull the classifier toward an account opening in "I no wan open account,
-    /// I wan collect loan" (the out-of-scope veto reads the whole, as the message came).
+    /// The probability is read without the `negated` intents' share: the words of "not my
+    /// wallet balance" pull the classifier toward a balance in "Not my wallet balance, my loan
+    /// balance please" (the out-of-scope veto reads the whole, as the message came).
     fn confirmed(
         &self,
         probs: &[f32],
@@ -823,9 +823,8 @@ impl Router {
     ) -> (usize, f32, Tier, Option<Fallback>, Option<usize>) {
         let pulled: f32 = negated
             .iter()
-            .enumerate()
-            .filter(|&(k, &n)| n != intent && !negated[..k].contains(&n))
-            .map(|(_, &n)| probs[n])
+            .filter(|&&n| n != intent)
+            .map(|&n| probs[n])
             .sum();
         let p = (probs[intent] / (1.0 - pulled).max(f32::EPSILON)).min(1.0);
         match self.out_of_scope_index {
@@ -979,7 +978,9 @@ impl Router {
                 *at,
             ) && !contrasted(bytes, start, *at)
         });
-        let negated: Vec<usize> = negations.iter().map(|&(i, _)| i).collect();
+        let mut negated: Vec<usize> = negations.iter().map(|&(i, _)| i).collect();
+        negated.sort_unstable();
+        negated.dedup();
         found = kept;
         // Named again after it was negated, an intent is asked for only across a contrast
         // ("I don't need airtime, *only* data 1GB", "I no want data, *na* airtime I need");
@@ -1096,7 +1097,7 @@ struct Found {
     /// (intent, first position), in order of position: negated, done, taken back, purposes
     /// and overridden removed.
     kept: Vec<(usize, usize)>,
-    /// The intents whose matches were removed as negated.
+    /// The intents whose matches were removed as negated, each once.
     negated: Vec<usize>,
     /// Per clause: whether any pattern matched in it (kept or not).
     matched: Vec<bool>,
