@@ -983,13 +983,17 @@ impl Router {
         negated.dedup();
         found = kept;
         // Named again after it was negated, an intent is asked for only across a contrast
-        // ("I don't need airtime, *only* data 1GB", "I no want data, *na* airtime I need");
-        // otherwise the later word is likely about the negated thing, even in a clause that
-        // asks (a request cue there let an out-of-scope message of dev-hard's hold-out through).
+        // ("I don't need airtime, *only* data 1GB", "I no want data, *na* airtime I need", or
+        // a clause that opens with the "not": "Not data, airtime. 500 for 0901..."); otherwise
+        // the later word is likely about the negated thing, even in a clause that asks (a
+        // request cue there let an out-of-scope message of dev-hard's hold-out through).
         found.retain(|&(i, at)| {
-            !negations
-                .iter()
-                .any(|&(j, n)| j == i && n < at && !contrast_between(bytes, n, at))
+            !negations.iter().any(|&(j, n)| {
+                j == i
+                    && n < at
+                    && !contrast_between(bytes, n, at)
+                    && !(contrasted(bytes, start_of(n), n) && clause_of(at) > clause_of(n))
+            })
         });
         found.retain(|(_, at)| !cue_before(&self.done, DONE_REACH, bytes, start_of(*at), *at));
         // A request taken back for a later one is no request: "send my statement, sorry I
@@ -1877,6 +1881,49 @@ mod tests {
                     "Not my wallet balance, my loan balance please",
                     "loan_inquiry",
                 ),
+            ],
+        );
+    }
+
+    #[test]
+    fn an_exchange_a_condition_on_a_payment_or_an_order_beside_a_balance_goes_to_the_agent() {
+        to_agent(
+            &router(),
+            &[
+                "I wan return the trouser and collect a bigger size",
+                "After my salary clears, show me the statement",
+                "I bought a blender last week, where is it? And show me my account balance",
+            ],
+        );
+    }
+
+    #[test]
+    fn festival_wishes_an_alert_without_value_a_thing_bought_and_a_not_then_its_fix_are_read() {
+        answered(
+            &router(),
+            &[
+                ("Happy Easter to the whole team", "greeting"),
+                ("Eid Mubarak to you all", "greeting"),
+                (
+                    "I buy 2GB data, alert enter but the data never land",
+                    "failed_transaction",
+                ),
+                (
+                    "Paid 2k for airtime, money left my account but no airtime",
+                    "failed_transaction",
+                ),
+                (
+                    "PIN blocked after three tries. I was trying to pay my DSTV with it",
+                    "card_issue",
+                ),
+                (
+                    "When will the sneakers I ordered be delivered?",
+                    "order_status",
+                ),
+                ("Has my blender been dispatched?", "order_status"),
+                // A card's delivery stays the card's.
+                ("When will my new debit card be delivered?", "card_issue"),
+                ("Not airtime o, data. 2GB for 08031234567", "airtime_data"),
             ],
         );
     }
