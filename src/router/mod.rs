@@ -791,6 +791,14 @@ impl Router {
             })
     }
 
+    /// Whether the clause from `start` opens with a bare "not" before the request at `at`,
+    /// denying a thing ("not data", "not my loan balance"), not a deed: no negation cue other
+    /// than the "not" itself stands before it ("not want any loan", "never collected any loan").
+    fn denies_a_thing(&self, text: &[u8], start: usize, at: usize) -> bool {
+        let head = text.get(start..at).unwrap_or_default();
+        head.starts_with(b"not ") && (head == b"not " || !self.negations.is_match(head))
+    }
+
     /// Whether something of `guards.corrections` ("I mean") stands between two matches.
     fn corrected(&self, text: &[u8], from: usize, to: usize) -> bool {
         text.get(from..to)
@@ -984,15 +992,16 @@ impl Router {
         found = kept;
         // Named again after it was negated, an intent is asked for only across a contrast
         // ("I don't need airtime, *only* data 1GB", "I no want data, *na* airtime I need", or
-        // a clause that opens with the "not": "Not data, airtime. 500 for 0901..."); otherwise
-        // the later word is likely about the negated thing, even in a clause that asks (a
-        // request cue there let an out-of-scope message of dev-hard's hold-out through).
+        // a thing denied at the head of its clause and put right in the next: "Not data,
+        // airtime. 500 for 0901..."); otherwise the later word is likely about the negated
+        // thing, even in a clause that asks (a request cue there let an out-of-scope message of
+        // dev-hard's hold-out through).
+        let put_right = |n: usize, at: usize| {
+            clause_of(at) == clause_of(n) + 1 && self.denies_a_thing(bytes, start_of(n), n)
+        };
         found.retain(|&(i, at)| {
             !negations.iter().any(|&(j, n)| {
-                j == i
-                    && n < at
-                    && !contrast_between(bytes, n, at)
-                    && !(contrasted(bytes, start_of(n), n) && clause_of(at) > clause_of(n))
+                j == i && n < at && !contrast_between(bytes, n, at) && !put_right(n, at)
             })
         });
         found.retain(|(_, at)| !cue_before(&self.done, DONE_REACH, bytes, start_of(*at), *at));
@@ -1311,6 +1320,14 @@ mod tests {
         // Still awaited, it is asked for: not received, nor come.
         assert!(!asked(&r, "still awaiting receipt of my refund").is_empty());
         assert!(!asked(&r, "my statement came with a wrong balance").is_empty());
+        // Got, it is had: "got debited" is the complaint itself.
+        let got = asked(&r, "Good. Got the statement in my email. Cheers");
+        assert!(!got.contains(&"transaction_history".into()));
+        assert!(!asked(&r, "I just received my card, thanks").contains(&"card_issue".into()));
+        assert!(
+            asked(&r, "I bought data, got debited 1k and no data came")
+                .contains(&"failed_transaction".into())
+        );
     }
 
     #[test]
@@ -1893,6 +1910,11 @@ mod tests {
                 "I wan return the trouser and collect a bigger size",
                 "After my salary clears, show me the statement",
                 "I bought a blender last week, where is it? And show me my account balance",
+                // A balance shown wrong is a complaint.
+                "My account balance is showing negative, why?",
+                // A deed denied is not a thing put right by the next clause.
+                "Don't want any loan, the loan app keeps calling me",
+                "Never collected any loan. Why is a loan repayment on my account?",
             ],
         );
     }
