@@ -796,7 +796,7 @@ impl Router {
     /// than the "not" itself stands before it ("not want any loan", "never collected any loan").
     fn denies_a_thing(&self, text: &[u8], start: usize, at: usize) -> bool {
         let head = text.get(start..at).unwrap_or_default();
-        head.starts_with(b"not ") && (head == b"not " || !self.negations.is_match(head))
+        contrasted(text, start, at) && (head == b"not " || !self.negations.is_match(head))
     }
 
     /// Whether something of `guards.corrections` ("I mean") stands between two matches.
