@@ -157,6 +157,9 @@ pub struct Router {
     out_of_scope_each: Vec<Regex>,
     negations: RegexSet,
     done: RegexSet,
+    /// What befell the customer, told up to a request's first word: a done cue before the
+    /// request is then the tense ("I have lost my card").
+    befell: RegexSet,
     /// Words after a request's match, in its clause, that say what it asked for came.
     arrived: RegexSet,
     /// Words from a request's match to its clause's end that keep it despite an arrival.
@@ -322,6 +325,7 @@ impl Router {
         let out_of_scope = set_of("guards.out_of_scope", &guards.out_of_scope)?;
         let negations = set("guards.negation", &guards.negation)?;
         let done = set("guards.done", &guards.done)?;
+        let befell = set("guards.befell", &guards.befell)?;
         let arrived = set("guards.arrived", &guards.arrived)?;
         let not_arrived = set("guards.not_arrived", &guards.not_arrived)?;
         let requests = set("guards.requests", &guards.requests)?;
@@ -423,6 +427,7 @@ impl Router {
             out_of_scope_each,
             negations,
             done,
+            befell,
             arrived,
             not_arrived,
             requests,
@@ -1004,7 +1009,14 @@ impl Router {
                 j == i && n < at && !contrast_between(bytes, n, at) && !put_right(n, at)
             })
         });
-        found.retain(|(_, at)| !cue_before(&self.done, DONE_REACH, bytes, start_of(*at), *at));
+        // A done cue settles a request unless what befell the customer stands between them:
+        // "I have *lost* my card" and "I don *forget* my card PIN" are complaints.
+        found.retain(|&(_, at)| {
+            let first_word = bytes[at..].iter().position(|b| *b == b' ');
+            let told = &bytes[start_of(at)..first_word.map_or(bytes.len(), |n| at + n)];
+            !cue_before(&self.done, DONE_REACH, bytes, start_of(at), at)
+                || self.befell.is_match(told)
+        });
         // A request taken back for a later one is no request: "send my statement, sorry I
         // mean balance" asks for the balance.
         let taken_back: Vec<(usize, usize)> = found
@@ -1948,6 +1960,39 @@ mod tests {
                 ("Not airtime o, data. 2GB for 08031234567", "airtime_data"),
             ],
         );
+    }
+
+    #[test]
+    fn what_befell_the_customer_is_no_request_met_and_a_plan_or_a_delivery_detail_asks_nothing_new()
+    {
+        let r = router();
+        answered(
+            &r,
+            &[
+                // "have" and "don" tell the tense of a loss, not a request already met.
+                ("I have lost my ATM card", "card_issue"),
+                ("I don forget my card PIN", "card_issue"),
+                (
+                    "The money wey I send since Friday never reach",
+                    "failed_transaction",
+                ),
+                // What the customer will buy with the money is a plan; how the statement should
+                // come is the same request.
+                (
+                    "How much is in my savings account? I want to buy cement this weekend",
+                    "check_balance",
+                ),
+                (
+                    "I want six months statement. Send am as PDF to my email",
+                    "transaction_history",
+                ),
+            ],
+        );
+        // Met, it is still done.
+        let seen = asked(&r, "I have seen the balance, thank you");
+        assert!(!seen.contains(&"check_balance".into()));
+        // An insurer's claim paid back is the insurer's, not a refund for a purchase.
+        to_agent(&r, &["My claim payout has not come since May"]);
     }
 
     #[test]

@@ -104,10 +104,12 @@ fn each_file_cross_validated_and_left_out_of_learning() {
 /// `loans-*`, `cards-*`, `ajo-*`, `abuja-*`, `betting-*`, `corrections-*`, `farmers-*`,
 /// `telcos-*`, `crypto-*`, `landlords-*`, `pensions-*`, `travel-*`, `bills-*`, `shortest-*`,
 /// `weddings-*`, `freelancers-*`, `schools-*`, `government-*`, `sallah-*`, `returns-*`,
-/// `civil-*`, `ussd-*`, `replies-*`, `middlebelt-*`),
+/// `civil-*`, `ussd-*`, `replies-*`, `middlebelt-*`, `insurance-*`, `outage-*`, `corpers-*`,
+/// `northeast-*`),
 /// each half scored alone. The `read` halves were read while writing rules, and those written
 /// under the corpus's labelling rules are bundled for the classifier to learn from
-/// (`src/router/labelled.jsonl`); the `sealed` halves never were read nor learned from, but
+/// (`src/router/labelled.jsonl`; round twenty-nine's are not, tests/data/intents/README.md says
+/// why); the `sealed` halves never were read nor learned from, but
 /// their author's other half was. Held at the exact figures of the build that set them, so that
 /// a change that moves any file shows which (BENCHMARKS.md, Router, where each file's
 /// first-sight figures are too, and where a floor that was lowered says why).
@@ -230,7 +232,8 @@ fn the_router_as_shipped_on_each_authors_halves() {
         ("sarcasm-read.jsonl", 0.80, 0.02, 0.97),
         ("sarcasm-sealed.jsonl", 0.63, 0.02, 0.97),
         ("worship-read.jsonl", 0.87, 0.02, 0.97),
-        ("worship-sealed.jsonl", 0.83, 0.02, 0.97),
+        // Round twenty-nine sends one wrong local answer of it to the agent: 0.83 -> 0.82.
+        ("worship-sealed.jsonl", 0.82, 0.02, 0.97),
         ("faq-read.jsonl", 0.91, 0.02, 0.97),
         ("faq-sealed.jsonl", 0.86, 0.02, 0.97),
         ("hausa-read.jsonl", 0.74, 0.02, 0.97),
@@ -303,6 +306,14 @@ fn the_router_as_shipped_on_each_authors_halves() {
         ("replies-sealed.jsonl", 0.85, 0.02, 0.97),
         ("ussd-read.jsonl", 0.84, 0.02, 0.97),
         ("ussd-sealed.jsonl", 0.88, 0.02, 0.97),
+        ("corpers-read.jsonl", 0.86, 0.02, 0.97),
+        ("corpers-sealed.jsonl", 0.90, 0.02, 0.97),
+        ("insurance-read.jsonl", 0.87, 0.02, 0.97),
+        ("insurance-sealed.jsonl", 0.84, 0.02, 0.97),
+        ("northeast-read.jsonl", 0.86, 0.02, 0.97),
+        ("northeast-sealed.jsonl", 0.82, 0.02, 0.97),
+        ("outage-read.jsonl", 0.83, 0.02, 0.97),
+        ("outage-sealed.jsonl", 0.82, 0.02, 0.97),
     ] {
         let report = evaluate(&router, &samples(file));
         eprintln!("{file}\n{report}");
