@@ -39,11 +39,11 @@ pub struct Guards {
     /// Cues that make the request right after them something already done.
     #[serde(default)]
     pub done: Vec<String>,
-    /// What befell the customer, matched from a request's clause start to the end of the
-    /// request's first word ("I have *lost* my card", "I don *forget* my card"): a done cue
-    /// before the request is then the tense, not something already met.
+    /// A done cue that tells what has befallen the customer ("I *have lost* my card", "I *don
+    /// forget* my card PIN"), matched from a request's clause start to the end of the request's
+    /// first word: the request then stands, not something already met.
     #[serde(default)]
-    pub befell: Vec<String>,
+    pub befallen: Vec<String>,
     /// Cues after a request, in its clause, that what it asked for came ("the airtime wey hang
     /// don land now"): that request does not count either.
     #[serde(default)]
@@ -104,7 +104,7 @@ impl Default for Guards {
             out_of_scope: Vec::new(),
             negation: Vec::new(),
             done: Vec::new(),
-            befell: Vec::new(),
+            befallen: Vec::new(),
             arrived: Vec::new(),
             not_arrived: default_not_arrived(),
             requests: Vec::new(),
@@ -368,7 +368,7 @@ impl IntentsFile {
             ("out_of_scope", &g.out_of_scope),
             ("negation", &g.negation),
             ("done", &g.done),
-            ("befell", &g.befell),
+            ("befallen", &g.befallen),
             ("arrived", &g.arrived),
             ("not_arrived", &g.not_arrived),
             ("requests", &g.requests),

@@ -157,9 +157,9 @@ pub struct Router {
     out_of_scope_each: Vec<Regex>,
     negations: RegexSet,
     done: RegexSet,
-    /// What befell the customer, told up to a request's first word: a done cue before the
-    /// request is then the tense ("I have lost my card").
-    befell: RegexSet,
+    /// A done cue that tells what has befallen the customer ("I have lost my card"), read up
+    /// to a request's first word: the request stands.
+    befallen: RegexSet,
     /// Words after a request's match, in its clause, that say what it asked for came.
     arrived: RegexSet,
     /// Words from a request's match to its clause's end that keep it despite an arrival.
@@ -325,7 +325,7 @@ impl Router {
         let out_of_scope = set_of("guards.out_of_scope", &guards.out_of_scope)?;
         let negations = set("guards.negation", &guards.negation)?;
         let done = set("guards.done", &guards.done)?;
-        let befell = set("guards.befell", &guards.befell)?;
+        let befallen = set("guards.befallen", &guards.befallen)?;
         let arrived = set("guards.arrived", &guards.arrived)?;
         let not_arrived = set("guards.not_arrived", &guards.not_arrived)?;
         let requests = set("guards.requests", &guards.requests)?;
@@ -427,7 +427,7 @@ impl Router {
             out_of_scope_each,
             negations,
             done,
-            befell,
+            befallen,
             arrived,
             not_arrived,
             requests,
@@ -1009,13 +1009,14 @@ impl Router {
                 j == i && n < at && !contrast_between(bytes, n, at) && !put_right(n, at)
             })
         });
-        // A done cue settles a request unless what befell the customer stands between them:
-        // "I have *lost* my card" and "I don *forget* my card PIN" are complaints.
+        // A done cue settles a request unless, read up to the request's first word, it tells
+        // what has befallen the customer: "I *have lost* my card" and "I *don forget* my card
+        // PIN" are complaints.
         found.retain(|&(_, at)| {
             let first_word = bytes[at..].iter().position(|b| *b == b' ');
             let told = &bytes[start_of(at)..first_word.map_or(bytes.len(), |n| at + n)];
             !cue_before(&self.done, DONE_REACH, bytes, start_of(at), at)
-                || self.befell.is_match(told)
+                || self.befallen.is_match(told)
         });
         // A request taken back for a later one is no request: "send my statement, sorry I
         // mean balance" asks for the balance.
@@ -1963,8 +1964,7 @@ mod tests {
     }
 
     #[test]
-    fn what_befell_the_customer_is_no_request_met_and_a_plan_or_a_delivery_detail_asks_nothing_new()
-    {
+    fn a_loss_told_with_a_done_cue_is_still_asked_about() {
         let r = router();
         answered(
             &r,
@@ -1973,11 +1973,35 @@ mod tests {
                 ("I have lost my ATM card", "card_issue"),
                 ("I don forget my card PIN", "card_issue"),
                 (
+                    "I have been debited twice for one transfer",
+                    "failed_transaction",
+                ),
+                ("I can't find my debit card anywhere", "card_issue"),
+                (
                     "The money wey I send since Friday never reach",
                     "failed_transaction",
                 ),
+                (
+                    "I sent 30k to my brother since 8am and it's still pending",
+                    "failed_transaction",
+                ),
+            ],
+        );
+        // Met, it is still done: what was found or seen is no request.
+        let seen = asked(&r, "I have seen the balance, thank you");
+        assert!(!seen.contains(&"check_balance".into()));
+        let found = asked(&r, "I have found my lost card, thank you");
+        assert!(!found.contains(&"card_issue".into()));
+    }
+
+    #[test]
+    fn a_plan_a_delivery_detail_or_a_closing_asks_nothing_new() {
+        let r = router();
+        answered(
+            &r,
+            &[
                 // What the customer will buy with the money is a plan; how the statement should
-                // come is the same request.
+                // come is the same request; "no need ... again" closes the conversation.
                 (
                     "How much is in my savings account? I want to buy cement this weekend",
                     "check_balance",
@@ -1986,13 +2010,38 @@ mod tests {
                     "I want six months statement. Send am as PDF to my email",
                     "transaction_history",
                 ),
+                ("Thanks, no need to call me again", "thanks_goodbye"),
+                // A question that opens with "when" is no condition.
+                (
+                    "When una go deliver my fridge? I pay since Monday",
+                    "order_status",
+                ),
             ],
         );
-        // Met, it is still done.
-        let seen = asked(&r, "I have seen the balance, thank you");
-        assert!(!seen.contains(&"check_balance".into()));
-        // An insurer's claim paid back is the insurer's, not a refund for a purchase.
-        to_agent(&r, &["My claim payout has not come since May"]);
+        // Something more than the request asked for still goes to the agent, and so does an
+        // insurer's claim paid back.
+        to_agent(
+            &r,
+            &[
+                "What's my balance? I want to buy dollars from you",
+                "Track my order. Send the receipt to my email",
+                "My claim payout has not come since May",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_standing_deferred_or_timed_instruction_and_becoming_an_agent_go_to_the_agent() {
+        to_agent(
+            &router(),
+            &[
+                "Every Sunday night, show me my balance",
+                "Wait until 10pm then load the night plan for me",
+                "When the package arrives, tell the rider to leave it with the gateman",
+                "I want to become your POS agent, what are the requirements?",
+                "When my salary enters, pay my rent",
+            ],
+        );
     }
 
     #[test]
