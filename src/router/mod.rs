@@ -2025,6 +2025,8 @@ mod tests {
             &[
                 "What's my balance? I want to buy dollars from you",
                 "Track my order. Send the receipt to my email",
+                // Not needed any more is no closing when it names a service.
+                "I no need this account again",
                 "My claim payout has not come since May",
             ],
         );
@@ -2032,6 +2034,14 @@ mod tests {
 
     #[test]
     fn a_standing_deferred_or_timed_instruction_and_becoming_an_agent_go_to_the_agent() {
+        // A wait told is a complaint, not an instruction.
+        answered(
+            &router(),
+            &[(
+                "They told me to wait until 24 hours and still no reversal",
+                "failed_transaction",
+            )],
+        );
         to_agent(
             &router(),
             &[
